@@ -1,0 +1,53 @@
+"""Alembic environment for workerpool's tables (own version table, own metadata)."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from workerpool import db
+from workerpool.migrate import VERSION_TABLE, include_object
+from workerpool.schema import metadata
+
+config = context.config
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=str(db.resolve_url(config.get_main_option("sqlalchemy.url") or None)),
+        target_metadata=metadata,
+        literal_binds=True,
+        version_table=VERSION_TABLE,
+        include_object=include_object,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        return _run(connection)
+    url = db.resolve_url(config.attributes.get("url") or None)
+    engine = db.create(url)
+    with engine.connect() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+def _run(connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        include_object=include_object,
+        compare_type=True,
+        compare_server_default=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

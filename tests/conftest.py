@@ -1,0 +1,115 @@
+"""Real PostgreSQL for every test: a migrated template database, and a fresh copy per test.
+
+``WORKERPOOL_TEST_DATABASE_URL`` points at a server to use (CI: the local PostgreSQL 15);
+without it the embedded PostgreSQL (pgserver) under ``.workerpool/test-pgdata`` is started.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import URL, make_url
+
+from workerpool import WorkerPool, db
+from workerpool.migrate import upgrade
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def _server_url() -> URL:
+    raw = os.environ.get("WORKERPOOL_TEST_DATABASE_URL")
+    if raw:
+        return db.normalise(make_url(raw))
+    os.environ.setdefault(db.EMBEDDED_DIR_ENV, str(ROOT / ".workerpool" / "test-pgdata"))
+    return db.embedded_url()
+
+
+def _libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _admin(url: URL) -> psycopg.Connection:
+    return psycopg.connect(_libpq(url), autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def server_url() -> URL:
+    return _server_url()
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: URL) -> Iterator[str]:
+    name = f"wp_tpl_{secrets.token_hex(4)}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    upgrade(server_url.set(database=name))
+    yield name
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    """A fresh, migrated database for this test, dropped afterwards."""
+    name = f"wp_t_{secrets.token_hex(6)}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield server_url.set(database=name)
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_url(server_url: URL) -> Iterator[URL]:
+    """A fresh database with no tables (for migration tests)."""
+    name = f"wp_e_{secrets.token_hex(6)}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield server_url.set(database=name)
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pool(db_url: URL) -> Iterator[WorkerPool]:
+    pool = WorkerPool(db_url)
+    yield pool
+    pool.dispose()
+
+
+@pytest.fixture
+def dsn(db_url: URL) -> str:
+    """libpq connection string for raw psycopg connections in tests."""
+    return _libpq(db_url)
+
+
+@pytest.fixture
+def sql(dsn: str) -> Iterator[Callable[..., list[tuple]]]:
+    """Run one statement on an autocommit connection and return its rows."""
+    conn = psycopg.connect(dsn, autocommit=True)
+
+    def run(statement: str, *params: object) -> list[tuple]:
+        cur = conn.execute(statement, params or None)
+        return cur.fetchall() if cur.description else []
+
+    yield run
+    conn.close()

@@ -1,0 +1,94 @@
+"""Where the database is and how to connect to it.
+
+The URL comes from the argument, else ``$WORKERPOOL_DATABASE_URL``, else an embedded PostgreSQL
+started with ``pgserver`` under ``.workerpool/``. The password is never logged: use
+:func:`redact` on anything that shows a URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import URL, make_url
+
+from .errors import ConfigError, DatabaseNotConfigured
+
+log = logging.getLogger("workerpool.db")
+
+URL_ENV = "WORKERPOOL_DATABASE_URL"
+EMBEDDED_DIR_ENV = "WORKERPOOL_EMBEDDED_DIR"
+DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
+
+#: libpq settings that bound every network wait, so a black-holed connection errors out.
+CONNECT_ARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
+def resolve_url(url: str | URL | None = None) -> URL:
+    """The SQLAlchemy URL to use: argument → environment → embedded PostgreSQL."""
+    raw = url if url is not None else os.environ.get(URL_ENV) or None
+    if raw is None:
+        return embedded_url()
+    try:
+        parsed = make_url(raw)
+    except Exception:
+        raise ConfigError("database URL is not a valid URL (value hidden)") from None
+    return normalise(parsed)
+
+
+def normalise(url: URL) -> URL:
+    """Use the psycopg 3 driver for any PostgreSQL URL."""
+    if url.get_backend_name() not in ("postgresql", "postgres"):
+        raise ConfigError(f"database URL must be PostgreSQL, got {url.get_backend_name()!r}")
+    return url.set(drivername="postgresql+psycopg")
+
+
+def redact(url: str | URL) -> str:
+    """The URL as text with its password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable URL>"
+
+
+def embedded_dir() -> Path:
+    return Path(os.environ.get(EMBEDDED_DIR_ENV, DEFAULT_EMBEDDED_DIR)).absolute()
+
+
+def embedded_url() -> URL:
+    """Start (or attach to) the private PostgreSQL under ``.workerpool/`` and return its URL."""
+    try:
+        import pgserver
+    except ImportError:
+        raise DatabaseNotConfigured(
+            f"set {URL_ENV}, or install the embedded PostgreSQL: pip install 'workerpool[embedded]'"
+        ) from None
+    data_dir = embedded_dir()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data_dir, cleanup_mode=None)
+    log.debug("embedded PostgreSQL at %s", data_dir)
+    return normalise(make_url(server.get_uri()))
+
+
+def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Engine:
+    """An engine for one process. Never share it across a fork: build a new one in the child."""
+    args = dict(CONNECT_ARGS, application_name=application_name)
+    if url.query.get("host", "").startswith("/"):
+        args.pop("tcp_user_timeout")  # unix socket: no TCP
+    return create_engine(
+        url,
+        connect_args=args,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=3600,
+    )

@@ -1,0 +1,68 @@
+"""Every exception workerpool raises on purpose. One class per cause; context in the message."""
+
+from __future__ import annotations
+
+
+class WorkerpoolError(Exception):
+    """workerpool error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(WorkerpoolError, ValueError):
+    """Invalid configuration."""
+
+
+class InvalidJob(WorkerpoolError, ValueError):
+    """Invalid job argument (key, run_at, delay, priority, max_attempts, queue)."""
+
+
+class PayloadError(InvalidJob):
+    """Payload is not a JSON object made of JSON values."""
+
+
+class PayloadTooLarge(PayloadError):
+    """Payload is larger than the size limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(f"payload is {size} bytes, over the limit of {limit} bytes")
+
+
+class UnknownTask(WorkerpoolError, LookupError):
+    """No task is registered under this name."""
+
+
+class UnknownQueue(ConfigError, LookupError):
+    """No queue is declared under this name."""
+
+
+class IdempotencyConflict(WorkerpoolError):
+    """A job with this key exists with a different task or payload."""
+
+
+class DatabaseNotConfigured(WorkerpoolError):
+    """No database URL is set and the embedded PostgreSQL (pgserver) is not installed."""
+
+
+class Permanent(Exception):  # noqa: N818 - public name fixed by the design
+    """Raised by a handler: this job can never succeed; dead-letter it now, no retries."""
+
+
+class RetryLater(Exception):  # noqa: N818 - public name fixed by the design
+    """Raised by a handler: run this job again after `delay` seconds without spending an attempt."""
+
+    def __init__(self, delay: float = 60.0, reason: str = "") -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise InvalidJob(f"RetryLater delay must be a number of seconds >= 0, got {delay!r}")
+        self.delay = float(delay)
+        super().__init__(reason or f"retry in {self.delay:g}s")
+
+
+class HaltSupervisor(BaseException):
+    """Stop the supervisor now. BaseException so that job code cannot swallow it."""
+
+
+class LeaseLost(WorkerpoolError):
+    """This process no longer owns the job (its lease went stale and another process claimed it)."""

@@ -1,0 +1,69 @@
+"""What a handler receives: a frozen view of one claimed job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Job:
+    """One claimed job, as the handler sees it.
+
+    ``attempt`` counts from 1 and includes this run. ``checkpoint_data`` is what an earlier
+    attempt saved with :meth:`checkpoint` (None if nothing was saved).
+    """
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    payload_version: int
+    attempt: int
+    max_attempts: int
+    key: str | None = None
+    priority: int = 0
+    run_at: datetime | None = None
+    checkpoint_data: Any = None
+    worker: str = ""
+    _save_checkpoint: Callable[[Job, Any], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @classmethod
+    def from_row(cls, row: Any, worker: str = "", saver: Callable | None = None) -> Job:
+        return cls(
+            id=row.id,
+            queue=row.queue,
+            task=row.task,
+            payload=row.payload,
+            payload_version=row.payload_version,
+            attempt=row.attempts,
+            max_attempts=row.max_attempts,
+            key=row.key,
+            priority=row.priority,
+            run_at=row.run_at,
+            checkpoint_data=row.checkpoint,
+            worker=worker,
+            _save_checkpoint=saver,
+        )
+
+    def checkpoint(self, data: Any) -> None:
+        """Save durable progress (a JSON value), fenced on this job's lease.
+
+        Raises :class:`workerpool.errors.LeaseLost` if another process now owns the job.
+        """
+        if self._save_checkpoint is None:
+            raise RuntimeError("this Job is not attached to a worker; checkpoint() is unavailable")
+        self._save_checkpoint(self, data)
+
+
+def new_worker_id() -> str:
+    """A lease owner name unique per process boot: ``host:pid:random`` (pids get reused)."""
+    import os
+    import secrets
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"

@@ -1,0 +1,63 @@
+"""`workerpool migrate`: Alembic upgrade to head with workerpool's own scripts and version table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection
+from sqlalchemy.engine import URL
+
+from .schema import metadata
+
+
+VERSION_TABLE = "workerpool_alembic_version"
+
+
+def include_object(obj, name, type_, reflected, compare_to) -> bool:
+    """Only workerpool's own tables: an application's tables in the same database are not ours."""
+    if type_ == "table":
+        return name in metadata.tables
+    return True
+
+
+def drift(connection: Connection) -> list:
+    """Differences between the migrated database and ``schema.metadata`` (empty = no drift)."""
+    context = MigrationContext.configure(
+        connection,
+        opts={"compare_type": True, "compare_server_default": True, "include_object": include_object},
+    )
+    return compare_metadata(context, metadata)
+
+
+def script_location() -> str:
+    """The migration scripts: packaged as ``workerpool._alembic``, or ``alembic/`` in a checkout."""
+    checkout = Path(__file__).resolve().parent.parent / "alembic"
+    if (checkout / "env.py").exists():
+        return str(checkout)
+    from importlib.resources import files
+
+    return str(files("workerpool._alembic"))
+
+
+def alembic_config(url: URL | None = None, connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
+    if url is not None:
+        cfg.attributes["url"] = url
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(url: URL, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: URL, revision: str = "base") -> None:
+    command.downgrade(alembic_config(url), revision)

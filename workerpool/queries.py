@@ -1,0 +1,445 @@
+"""Every statement that touches workerpool_jobs. Each state change is one named function.
+
+All times come from the database clock (``now()``); the caller's clock is never stored. Every
+write that finishes or changes a claimed job is fenced on its lease (``claimed_by`` and
+``attempts``) and reports whether it applied, so a process that lost its lease can never overwrite
+the new owner's result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    text,
+    tuple_,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.types import Text
+
+from .errors import IdempotencyConflict
+from .schema import jobs
+
+NOTIFY_CHANNEL = "workerpool_jobs"
+LIVE_STATES = ("pending", "processing", "failed")
+
+#: Columns a worker needs to run a claimed job (not the error history: it can be large).
+CLAIM_COLUMNS = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.task,
+    jobs.c.payload,
+    jobs.c.payload_version,
+    jobs.c.priority,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.key,
+    jobs.c.checkpoint,
+    jobs.c.run_at,
+    jobs.c.claimed_at,
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of ownership of a claimed row: who claimed it and on which attempt."""
+
+    job_id: int
+    attempt: int
+    worker: str
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated row to insert (built by WorkerPool, never by users)."""
+
+    queue: str
+    task: str
+    payload_json: str
+    payload_version: int
+    priority: int
+    max_attempts: int
+    key: str | None
+    run_at: datetime | None
+    delay: float | None
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def _after(delay_seconds: float):
+    """``now() + delay`` on the database clock."""
+    return func.now() + bindparam("delay", seconds(delay_seconds), unique=True)
+
+
+def _errors_append(entry: Mapping[str, Any]):
+    """``errors || [entry + {"at": now()}]``: the entry's time comes from the database clock."""
+    stamped = cast(literal(json.dumps(entry, default=str), Text), JSONB).op("||")(
+        func.jsonb_build_object("at", func.now())
+    )
+    return jobs.c.errors.op("||")(func.jsonb_build_array(stamped))
+
+
+def _fence(lease: Lease):
+    return and_(
+        jobs.c.id == lease.job_id,
+        jobs.c.state == "processing",
+        jobs.c.claimed_by == lease.worker,
+        jobs.c.attempts == lease.attempt,
+    )
+
+
+def _fence_many(worker: str, leases: Sequence[tuple[int, int]]):
+    return and_(
+        tuple_(jobs.c.id, jobs.c.attempts).in_([tuple(lease) for lease in leases]),
+        jobs.c.state == "processing",
+        jobs.c.claimed_by == worker,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# enqueue
+
+
+def insert_jobs(conn: Connection, rows: Sequence[NewJob]) -> list[int]:
+    """Insert ``rows`` in one statement; a row whose key exists returns the existing id.
+
+    Ids are drawn from the sequence first, so the result lines up with ``rows`` whatever order
+    PostgreSQL returns them in. Raises IdempotencyConflict (nothing written by this call) when
+    an existing key holds a different task or payload.
+    """
+    if not rows:
+        return []
+    ids = _reserve_ids(conn, len(rows))
+    inserted = _insert_with_ids(conn, rows, ids)
+    result = []
+    for row, new_id in zip(rows, ids, strict=True):
+        result.append(new_id if new_id in inserted else None)
+    missing = {row.key for row, got in zip(rows, result, strict=True) if got is None}
+    if missing:
+        existing = _existing_by_key(conn, missing)
+        for index, row in enumerate(rows):
+            if result[index] is None:
+                result[index] = _match_existing(row, existing.get(row.key))
+    return result
+
+
+def _reserve_ids(conn: Connection, count: int) -> list[int]:
+    seq = func.pg_get_serial_sequence(jobs.name, "id")
+    stmt = select(func.nextval(seq)).select_from(func.generate_series(1, count))
+    return sorted(conn.execute(stmt).scalars())
+
+
+def _insert_with_ids(conn: Connection, rows: Sequence[NewJob], ids: list[int]) -> set[int]:
+    columns = {
+        "id": ("bigint[]", ids),
+        "queue": ("text[]", [r.queue for r in rows]),
+        "task": ("text[]", [r.task for r in rows]),
+        "payload": ("jsonb[]", [r.payload_json for r in rows]),
+        "payload_version": ("int[]", [r.payload_version for r in rows]),
+        "priority": ("smallint[]", [r.priority for r in rows]),
+        "max_attempts": ("int[]", [r.max_attempts for r in rows]),
+        "key": ("text[]", [r.key for r in rows]),
+        "run_at": ("timestamptz[]", [r.run_at for r in rows]),
+        "delay": ("float8[]", [r.delay for r in rows]),
+    }
+    names = [name for name in columns if name != "delay"]
+    unnest = ", ".join(f"CAST(:{name} AS {kind})" for name, (kind, _) in columns.items())
+    select_cols = ", ".join(n for n in names if n != "run_at")
+    stmt = text(
+        f"INSERT INTO {jobs.name} ({select_cols}, run_at) "
+        f"SELECT {select_cols}, COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))) "
+        f"FROM unnest({unnest}) AS t({', '.join(columns)}) "
+        f"ON CONFLICT (key) DO NOTHING RETURNING id"
+    )
+    params = {name: values for name, (_, values) in columns.items()}
+    return set(conn.execute(stmt, params).scalars())
+
+
+def _existing_by_key(conn: Connection, keys: set[str]) -> dict[str, Any]:
+    stmt = select(jobs.c.key, jobs.c.id, jobs.c.task, jobs.c.payload).where(
+        jobs.c.key.in_(sorted(keys))
+    )
+    return {row.key: row for row in conn.execute(stmt)}
+
+
+def _match_existing(row: NewJob, existing: Any) -> int:
+    if existing is None:  # the holder of the key vanished between insert and read (pruned)
+        raise IdempotencyConflict(f"key {row.key!r} is held by a job that just disappeared; retry")
+    if existing.task != row.task or existing.payload != json.loads(row.payload_json):
+        raise IdempotencyConflict(
+            f"key {row.key!r} already belongs to job {existing.id} ({existing.task}) "
+            "with a different payload"
+        )
+    return existing.id
+
+
+def notify(conn: Connection, queues: Iterable[str]) -> None:
+    """Wake listening workers when the transaction commits. A hint only: workers also poll."""
+    names = ",".join(sorted(set(queues)))
+    conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, names)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the claim
+
+
+def claim_statement(
+    *,
+    queue: str,
+    worker: str,
+    limit: int,
+    task_versions: Mapping[str, int],
+    stale_after: float,
+):
+    """DESIGN §3: one UPDATE fed by two CTE-fenced ``SKIP LOCKED`` arms, each on its own index."""
+    known = and_(
+        jobs.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
+        jobs.c.payload_version
+        <= case(dict(task_versions), value=jobs.c.task, else_=literal(0)),
+        jobs.c.attempts < jobs.c.max_attempts,
+    )
+    stale = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == queue,
+            jobs.c.state == "processing",
+            jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
+            known,
+        )
+        .order_by(jobs.c.claimed_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("stale")
+    )
+    due = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == queue,
+            jobs.c.state.in_(("pending", "failed")),
+            jobs.c.run_at <= func.now(),
+            known,
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("due")
+    )
+    picked = union_all(select(stale.c.id), select(due.c.id)).limit(limit).cte("picked")
+    return (
+        update(jobs)
+        .where(jobs.c.id == picked.c.id)
+        .values(
+            state="processing",
+            attempts=jobs.c.attempts + 1,
+            claimed_by=worker,
+            claimed_at=func.now(),
+        )
+        .returning(*CLAIM_COLUMNS)
+    )
+
+
+def claim(
+    conn: Connection,
+    *,
+    queue: str,
+    worker: str,
+    limit: int,
+    task_versions: Mapping[str, int],
+    stale_after: float,
+) -> list[Any]:
+    """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted."""
+    if limit <= 0 or not task_versions:
+        return []
+    stmt = claim_statement(
+        queue=queue, worker=worker, limit=limit, task_versions=task_versions, stale_after=stale_after
+    )
+    return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------------------------------
+# outcomes (all fenced on the lease)
+
+
+def complete(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+    """Mark ``(job_id, attempt)`` leases done in one statement; returns the ids that applied."""
+    if not leases:
+        return set()
+    stmt = (
+        update(jobs)
+        .where(_fence_many(worker, leases))
+        .values(state="done", finished_at=func.now())
+        .returning(jobs.c.id)
+    )
+    return set(conn.execute(stmt).scalars())
+
+
+def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float) -> str | None:
+    """A failed attempt: ``failed`` until ``now()+delay``, or ``dead/exhausted`` at the cap.
+
+    Returns the new state, or None when the lease was lost (nothing written).
+    """
+    exhausted = jobs.c.attempts >= jobs.c.max_attempts
+    stmt = (
+        update(jobs)
+        .where(_fence(lease))
+        .values(
+            state=case((exhausted, "dead"), else_="failed"),
+            dead_reason=case((exhausted, "exhausted"), else_=None),
+            run_at=case((exhausted, jobs.c.run_at), else_=_after(delay)),
+            finished_at=case((exhausted, func.now()), else_=None),
+            errors=_errors_append(error),
+        )
+        .returning(jobs.c.state)
+    )
+    return conn.execute(stmt).scalar()
+
+
+def kill(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
+    """``Permanent``: dead at once with ``dead_reason='permanent'``."""
+    stmt = (
+        update(jobs)
+        .where(_fence(lease))
+        .values(
+            state="dead",
+            dead_reason="permanent",
+            finished_at=func.now(),
+            errors=_errors_append(error),
+        )
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+def snooze(conn: Connection, lease: Lease, delay: float) -> bool:
+    """``RetryLater``: pending again at ``now()+delay``; the attempt is given back."""
+    stmt = (
+        update(jobs)
+        .where(_fence(lease))
+        .values(state="pending", attempts=jobs.c.attempts - 1, run_at=_after(delay))
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+def release(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
+    """Drain: pending again now, attempt refunded, interruption recorded, checkpoint kept."""
+    stmt = (
+        update(jobs)
+        .where(_fence(lease))
+        .values(
+            state="pending",
+            attempts=jobs.c.attempts - 1,
+            run_at=func.now(),
+            errors=_errors_append(error),
+        )
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+    """Extend the leases still held by ``worker``; returns the ids renewed."""
+    if not leases:
+        return set()
+    stmt = (
+        update(jobs)
+        .where(_fence_many(worker, leases))
+        .values(claimed_at=func.now())
+        .returning(jobs.c.id)
+    )
+    return set(conn.execute(stmt).scalars())
+
+
+def save_checkpoint(conn: Connection, lease: Lease, checkpoint_json: str) -> bool:
+    """Durable progress for the job, written only while the lease holds."""
+    stmt = (
+        update(jobs)
+        .where(_fence(lease))
+        .values(checkpoint=cast(literal(checkpoint_json, Text), JSONB))
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# recovery
+
+
+def _orphan_values(error: Mapping[str, Any]) -> dict[str, Any]:
+    exhausted = jobs.c.attempts >= jobs.c.max_attempts
+    return {
+        "state": case((exhausted, "dead"), else_="pending"),
+        "dead_reason": case((exhausted, "abandoned"), else_=None),
+        "finished_at": case((exhausted, func.now()), else_=None),
+        "run_at": case((exhausted, jobs.c.run_at), else_=func.now()),
+        "errors": _errors_append(error),
+    }
+
+
+def release_worker(conn: Connection, worker: str, error: Mapping[str, Any]) -> list[Any]:
+    """A process died: its rows go back to ``pending`` (attempt stays spent) or ``dead/abandoned``.
+
+    Returns ``(id, queue, task, state, attempts)`` of every row changed.
+    """
+    stmt = (
+        update(jobs)
+        .where(jobs.c.state == "processing", jobs.c.claimed_by == worker)
+        .values(**_orphan_values(error))
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.attempts)
+    )
+    return list(conn.execute(stmt))
+
+
+def sweep_abandoned(
+    conn: Connection, queue: str, stale_after: float, error: Mapping[str, Any]
+) -> list[Any]:
+    """Stale leases with no attempts left: the claim will never take them, so dead-letter them."""
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.queue == queue,
+            jobs.c.state == "processing",
+            jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
+            jobs.c.attempts >= jobs.c.max_attempts,
+        )
+        .values(state="dead", dead_reason="abandoned", finished_at=func.now())
+        .values(errors=_errors_append(error))
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.attempts)
+    )
+    return list(conn.execute(stmt))
+
+
+def database_now(conn: Connection) -> datetime:
+    return conn.execute(select(func.now())).scalar_one()
+
+
+__all__ = [
+    "Lease",
+    "NewJob",
+    "claim",
+    "claim_statement",
+    "complete",
+    "database_now",
+    "fail",
+    "insert_jobs",
+    "kill",
+    "notify",
+    "release",
+    "release_worker",
+    "renew",
+    "save_checkpoint",
+    "snooze",
+    "sweep_abandoned",
+]

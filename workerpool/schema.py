@@ -1,0 +1,130 @@
+"""The tables, as SQLAlchemy Core. The single source for queries and Alembic migrations."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+STATES = ("pending", "processing", "failed", "done", "dead", "cancelled")
+DEAD_REASONS = ("exhausted", "permanent", "abandoned")
+#: Hard bound enforced by the database; the client refuses far earlier (64 KiB by default).
+PAYLOAD_HARD_LIMIT = 1024 * 1024
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TZ = DateTime(timezone=True)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+jobs = Table(
+    "workerpool_jobs",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("payload_version", Integer, nullable=False, server_default=text("1")),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("dead_reason", Text),
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("run_at", TZ, nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    Column("claimed_by", Text),
+    Column("claimed_at", TZ),
+    Column("key", Text, unique=True),
+    Column("checkpoint", JSONB),
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("replays", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    Column("finished_at", TZ),
+    CheckConstraint(_in("state", STATES), name="state"),
+    CheckConstraint(
+        f"(state = 'dead') = (dead_reason IS NOT NULL) AND "
+        f"(dead_reason IS NULL OR {_in('dead_reason', DEAD_REASONS)})",
+        name="dead_reason",
+    ),
+    CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
+    CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
+    CheckConstraint("state <> 'processing' OR claimed_by IS NOT NULL", name="lease"),
+)
+
+# Arm 1 of the claim: due work, in claim order.
+Index(
+    "ix_workerpool_jobs_due",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text("state IN ('pending', 'failed')"),
+)
+# Arm 2 of the claim, lease renewal and crash release: live leases.
+Index(
+    "ix_workerpool_jobs_leased",
+    jobs.c.queue,
+    jobs.c.claimed_at,
+    postgresql_where=text("state = 'processing'"),
+)
+Index(
+    "ix_workerpool_jobs_claimed_by",
+    jobs.c.claimed_by,
+    postgresql_where=text("state = 'processing'"),
+)
+# Maintenance: pruning finished rows and browsing the dead-letter queue.
+Index(
+    "ix_workerpool_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=text("state IN ('done', 'cancelled', 'dead')"),
+)
+
+# Live worker processes, one row per child process boot (maintained by the children).
+workers = Table(
+    "workerpool_workers",
+    metadata,
+    Column("id", Text, primary_key=True),  # the process's claimed_by: host:pid:random
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("tasks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("started_at", TZ, nullable=False, server_default=text("now()")),
+    Column("last_seen", TZ, nullable=False, server_default=text("now()")),
+)
+
+# Cron schedules: one row per cron job, the lock that makes a tick fire once across replicas.
+cron = Table(
+    "workerpool_cron",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("expression", Text, nullable=False),
+    Column("last_tick", TZ),
+    Column("last_job_id", BigInteger),
+    Column("skipped", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+)
