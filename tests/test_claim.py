@@ -1,0 +1,241 @@
+"""The claim (DESIGN §3) and every state transition, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from workerpool import WorkerPool, queries
+from workerpool.queries import Lease
+
+
+@pytest.fixture
+def app(pool: WorkerPool) -> WorkerPool:
+    pool.queue("q", stale_after=300)
+
+    @pool.task(queue="q", max_attempts=3)
+    def work(job):
+        return None
+
+    return pool
+
+
+def claim(app: WorkerPool, worker: str, limit: int = 10, stale_after: float = 300):
+    with app.engine.begin() as conn:
+        return queries.claim(
+            conn, queue="q", worker=worker, limit=limit,
+            task_versions=app.task_versions("q"), stale_after=stale_after,
+        )
+
+
+def test_claim_counts_the_attempt_and_takes_the_lease(app, sql):
+    job_id = app.enqueue("work", {})
+    [row] = claim(app, "w1")
+    assert (row.id, row.attempts) == (job_id, 1)
+    assert sql("SELECT state, claimed_by, claimed_at <= now() FROM workerpool_jobs") == [
+        ("processing", "w1", True)
+    ]
+
+
+def test_claim_never_returns_more_rows_than_asked(app):
+    app.enqueue_many([("work", {"n": i}) for i in range(20)])
+    assert len(claim(app, "w1", limit=7)) == 7
+    assert len(claim(app, "w2", limit=100)) == 13
+    assert claim(app, "w3") == []
+
+
+def test_claim_orders_by_priority_then_run_at(app):
+    low = app.enqueue("work", {}, priority=0)
+    high = app.enqueue("work", {}, priority=5)
+    assert [r.id for r in claim(app, "w", limit=1)] == [high]
+    assert [r.id for r in claim(app, "w", limit=1)] == [low]
+
+
+def test_future_jobs_are_not_claimed(app):
+    app.enqueue("work", {}, delay=60)
+    assert claim(app, "w") == []
+
+
+def test_concurrent_claimers_never_share_a_row(app, db_url, sql):
+    total = 600
+    app.enqueue_many([("work", {"n": i}) for i in range(total)])
+    got: list[int] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(12)
+
+    def claimer(index: int) -> None:
+        pool = WorkerPool(db_url)
+        pool.queue("q")
+        pool.task(queue="q", max_attempts=3, name="work")(lambda job: None)
+        barrier.wait()
+        while rows := claim(pool, f"w{index}", limit=5):
+            assert len(rows) <= 5
+            with lock:
+                got.extend(r.id for r in rows)
+        pool.dispose()
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(got) == total
+    assert len(set(got)) == total
+    assert sql("SELECT attempts, count(*) FROM workerpool_jobs GROUP BY attempts") == [(1, total)]
+
+
+def test_stale_arm_boundary(app, sql):
+    inside, outside = app.enqueue("work", {}), app.enqueue("work", {})
+    claim(app, "dead-worker")
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '299 seconds' WHERE id = %s", inside)
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s", outside)
+    rows = claim(app, "rescuer")
+    assert [(r.id, r.attempts) for r in rows] == [(outside, 2)]
+    assert sql("SELECT claimed_by FROM workerpool_jobs WHERE id = %s", inside) == [("dead-worker",)]
+
+
+def test_exhausted_rows_are_never_claimed_and_are_swept_to_abandoned(app, sql):
+    stale = app.enqueue("work", {})
+    fresh = app.enqueue("work", {})
+    due = app.enqueue("work", {})
+    sql("UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='gone',"
+        " claimed_at = now() - interval '10 minutes' WHERE id = %s", stale)
+    sql("UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='gone',"
+        " claimed_at = now() - interval '299 seconds' WHERE id = %s", fresh)
+    sql("UPDATE workerpool_jobs SET state='failed', attempts=3 WHERE id = %s", due)
+    assert claim(app, "w") == []
+    with app.engine.begin() as conn:
+        swept = queries.sweep_abandoned(conn, "q", 300, {"type": "Abandoned", "message": "lost"})
+    assert [r.id for r in swept] == [stale]
+    rows = dict((r[0], r[1:]) for r in sql(
+        "SELECT id, state, dead_reason, errors->-1->>'type', finished_at IS NOT NULL"
+        " FROM workerpool_jobs"))
+    assert rows[stale] == ("dead", "abandoned", "Abandoned", True)
+    assert rows[fresh][0] == "processing"
+
+
+def lease_of(row, worker: str) -> Lease:
+    return Lease(row.id, row.attempts, worker)
+
+
+def test_complete_with_a_lost_lease_changes_nothing(app, sql):
+    app.enqueue("work", {})
+    [first] = claim(app, "w1")
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '1 hour'")
+    [second] = claim(app, "w2")
+    assert second.attempts == 2
+    with app.engine.begin() as conn:
+        assert queries.complete(conn, "w1", [(first.id, first.attempts)]) == set()
+        assert queries.fail(conn, lease_of(first, "w1"), {"type": "X"}, 1.0) is None
+        assert queries.kill(conn, lease_of(first, "w1"), {"type": "X"}) is False
+        assert queries.snooze(conn, lease_of(first, "w1"), 1.0) is False
+        assert queries.release(conn, lease_of(first, "w1"), {"type": "X"}) is False
+        assert queries.save_checkpoint(conn, lease_of(first, "w1"), '{"s": 1}') is False
+        assert queries.renew(conn, "w1", [(first.id, first.attempts)]) == set()
+    assert sql("SELECT state, claimed_by, attempts, checkpoint, errors FROM workerpool_jobs") == [
+        ("processing", "w2", 2, None, [])
+    ]
+    with app.engine.begin() as conn:
+        assert queries.complete(conn, "w2", [(second.id, second.attempts)]) == {second.id}
+    assert sql("SELECT state FROM workerpool_jobs") == [("done",)]
+
+
+def test_fail_schedules_a_retry_then_dead_exhausted_at_the_cap(app, sql):
+    app.enqueue("work", {})
+    for attempt in (1, 2, 3):
+        sql("UPDATE workerpool_jobs SET run_at = now() WHERE state = 'failed'")
+        [row] = claim(app, "w")
+        assert row.attempts == attempt
+        with app.engine.begin() as conn:
+            state = queries.fail(conn, lease_of(row, "w"), {"type": "Boom", "message": str(attempt)}, 30)
+        assert state == ("dead" if attempt == 3 else "failed")
+        if attempt < 3:
+            assert sql("SELECT run_at - now() BETWEEN interval '29 s' AND interval '31 s'"
+                       " FROM workerpool_jobs") == [(True,)]
+    state, reason, errors = sql("SELECT state, dead_reason, errors FROM workerpool_jobs")[0]
+    assert (state, reason) == ("dead", "exhausted")
+    assert [e["message"] for e in errors] == ["1", "2", "3"]
+    assert all("at" in e for e in errors)
+
+
+def test_permanent_goes_dead_at_once(app, sql):
+    app.enqueue("work", {})
+    [row] = claim(app, "w")
+    with app.engine.begin() as conn:
+        assert queries.kill(conn, lease_of(row, "w"), {"type": "Permanent", "message": "422"})
+    assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs") == [
+        ("dead", "permanent", 1)
+    ]
+
+
+def test_snooze_does_not_spend_an_attempt(app, sql):
+    app.enqueue("work", {})
+    for _ in range(5):  # more snoozes than max_attempts: never dead
+        sql("UPDATE workerpool_jobs SET run_at = now()")
+        [row] = claim(app, "w")
+        assert row.attempts == 1
+        with app.engine.begin() as conn:
+            assert queries.snooze(conn, lease_of(row, "w"), 10)
+    assert sql("SELECT state, attempts, run_at > now() FROM workerpool_jobs") == [
+        ("pending", 0, True)
+    ]
+
+
+def test_release_refunds_the_attempt_keeps_the_checkpoint_and_records_why(app, sql):
+    app.enqueue("work", {})
+    [row] = claim(app, "w")
+    with app.engine.begin() as conn:
+        assert queries.save_checkpoint(conn, lease_of(row, "w"), '{"step": 2}')
+        assert queries.release(conn, lease_of(row, "w"), {"type": "Interrupted", "message": "drain"})
+    state, attempts, checkpoint, errors = sql(
+        "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
+    assert (state, attempts, checkpoint) == ("pending", 0, {"step": 2})
+    assert [e["type"] for e in errors] == ["Interrupted"]
+    [again] = claim(app, "w2")
+    assert (again.attempts, again.checkpoint) == (1, {"step": 2})
+
+
+def test_renew_moves_claimed_at_forward(app, sql):
+    app.enqueue("work", {})
+    [row] = claim(app, "w")
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '250 seconds'")
+    with app.engine.begin() as conn:
+        assert queries.renew(conn, "w", [(row.id, row.attempts)]) == {row.id}
+    sql("SELECT pg_sleep(0)")
+    assert claim(app, "thief", stale_after=200) == []
+
+
+def test_release_worker_returns_rows_to_pending_or_dead_abandoned(app, sql):
+    ids = app.enqueue_many([("work", {"n": i}) for i in range(3)])
+    claim(app, "crashed")
+    other = app.enqueue("work", {})
+    claim(app, "alive")
+    sql("UPDATE workerpool_jobs SET attempts = 3 WHERE id = %s", ids[2])
+    with app.engine.begin() as conn:
+        changed = queries.release_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
+    assert Counter(r.state for r in changed) == {"pending": 2, "dead": 1}
+    rows = dict((r[0], r[1:]) for r in sql(
+        "SELECT id, state, dead_reason, attempts FROM workerpool_jobs"))
+    assert rows[ids[0]] == ("pending", None, 1)  # the attempt stays spent
+    assert rows[ids[2]] == ("dead", "abandoned", 3)
+    assert rows[other] == ("processing", None, 1)
+
+
+def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, sql):
+    newer = WorkerPool(db_url)
+    newer.task(queue="q", name="work", version=2)(lambda job: None)
+    new_id = newer.enqueue("work", {"shape": 2})
+    old_id = app.enqueue("work", {"shape": 1})
+    assert [r.id for r in claim(app, "old-worker")] == [old_id]
+    with newer.engine.begin() as conn:
+        rows = queries.claim(conn, queue="q", worker="new", limit=5,
+                             task_versions=newer.task_versions("q"), stale_after=300)
+    assert [r.id for r in rows] == [new_id]
+    newer.dispose()
+
+
+def test_unknown_tasks_are_not_claimed(app, sql):
+    sql("INSERT INTO workerpool_jobs (queue, task) VALUES ('q', 'removed_task')")
+    assert claim(app, "w") == []

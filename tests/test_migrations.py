@@ -1,0 +1,49 @@
+"""Alembic: head equals the Table definitions; downgrade base → upgrade head round-trips."""
+
+from __future__ import annotations
+
+from sqlalchemy import inspect
+
+from workerpool import db
+from workerpool.migrate import downgrade, drift, upgrade
+from workerpool.schema import metadata
+
+
+def test_upgrade_head_matches_the_models_exactly(empty_db_url):
+    upgrade(empty_db_url)
+    engine = db.create(empty_db_url)
+    with engine.connect() as conn:
+        assert drift(conn) == []
+        tables = set(inspect(conn).get_table_names())
+    engine.dispose()
+    assert tables == set(metadata.tables) | {"workerpool_alembic_version"}
+
+
+def test_downgrade_base_then_upgrade_head_round_trips(empty_db_url):
+    engine = db.create(empty_db_url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE app_table (id int)")  # an application's own table
+        conn.commit()
+    upgrade(empty_db_url)
+    downgrade(empty_db_url, "base")
+    with engine.connect() as conn:
+        assert set(inspect(conn).get_table_names()) == {"app_table", "workerpool_alembic_version"}
+    upgrade(empty_db_url)
+    with engine.connect() as conn:
+        assert drift(conn) == []
+        assert "app_table" in inspect(conn).get_table_names()
+    engine.dispose()
+
+
+def test_own_version_table_leaves_the_applications_alembic_alone(empty_db_url):
+    engine = db.create(empty_db_url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num varchar(32) primary key)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('app_rev_1')")
+        conn.commit()
+    upgrade(empty_db_url)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "app_rev_1"
+        assert conn.exec_driver_sql(
+            "SELECT version_num FROM workerpool_alembic_version").scalar() == "0001"
+    engine.dispose()
