@@ -239,3 +239,16 @@ def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, 
 def test_unknown_tasks_are_not_claimed(app, sql):
     sql("INSERT INTO workerpool_jobs (queue, task) VALUES ('q', 'removed_task')")
     assert claim(app, "w") == []
+
+
+def test_worker_registry_register_beat_prune(app, sql):
+    with app.engine.begin() as conn:
+        queries.register_worker(conn, "h:1:a", host="h", pid=1, queue="q", tasks={"work": 1})
+        queries.register_worker(conn, "h:2:b", host="h", pid=2, queue="q", tasks={"work": 1})
+    sql("UPDATE workerpool_workers SET last_seen = now() - interval '1 hour' WHERE id = 'h:2:b'")
+    with app.engine.begin() as conn:
+        assert queries.beat_worker(conn, "h:1:a") is True
+        assert queries.prune_workers(conn, 60) == ["h:2:b"]
+        assert queries.beat_worker(conn, "h:2:b") is False
+        queries.unregister_worker(conn, "h:1:a")
+    assert sql("SELECT count(*) FROM workerpool_workers") == [(0,)]

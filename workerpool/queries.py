@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import Text
 
 from .errors import IdempotencyConflict
-from .schema import jobs
+from .schema import jobs, workers
 
 NOTIFY_CHANNEL = "workerpool_jobs"
 LIVE_STATES = ("pending", "processing", "failed")
@@ -421,6 +421,39 @@ def sweep_abandoned(
     return list(conn.execute(stmt))
 
 
+# ---------------------------------------------------------------------------------------------
+# live worker processes
+
+
+def register_worker(
+    conn: Connection, worker: str, *, host: str, pid: int, queue: str, tasks: Mapping[str, int]
+) -> None:
+    """A child process announces itself (one row per process boot)."""
+    stmt = insert(workers).values(id=worker, host=host, pid=pid, queue=queue, tasks=dict(tasks))
+    conn.execute(stmt.on_conflict_do_update(index_elements=[workers.c.id],
+                                            set_={"last_seen": func.now()}))
+
+
+def beat_worker(conn: Connection, worker: str) -> bool:
+    """The process is alive; returns False if its row was pruned (it should re-register)."""
+    stmt = update(workers).where(workers.c.id == worker).values(last_seen=func.now())
+    return conn.execute(stmt).rowcount == 1
+
+
+def unregister_worker(conn: Connection, worker: str) -> None:
+    conn.execute(workers.delete().where(workers.c.id == worker))
+
+
+def prune_workers(conn: Connection, older_than: float) -> list[str]:
+    """Forget processes not seen for ``older_than`` seconds; returns their ids."""
+    stmt = (
+        workers.delete()
+        .where(workers.c.last_seen < func.now() - bindparam("older", seconds(older_than)))
+        .returning(workers.c.id)
+    )
+    return list(conn.execute(stmt).scalars())
+
+
 def database_now(conn: Connection) -> datetime:
     return conn.execute(select(func.now())).scalar_one()
 
@@ -431,15 +464,19 @@ __all__ = [
     "claim",
     "claim_statement",
     "complete",
+    "beat_worker",
     "database_now",
     "fail",
     "insert_jobs",
     "kill",
     "notify",
+    "prune_workers",
+    "register_worker",
     "release",
     "release_worker",
     "renew",
     "save_checkpoint",
     "snooze",
     "sweep_abandoned",
+    "unregister_worker",
 ]
