@@ -20,10 +20,12 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    column,
     func,
     literal,
     select,
     text,
+    true,
     tuple_,
     union_all,
     update,
@@ -458,16 +460,63 @@ def database_now(conn: Connection) -> datetime:
     return conn.execute(select(func.now())).scalar_one()
 
 
+
+# ---------------------------------------------------------------------------------------------
+# read-outs (the demo's live view and summary)
+
+
+def count_by_queue_and_state(conn: Connection) -> list[Any]:
+    """``(queue, state, count)`` for every queue and state that has rows."""
+    stmt = (
+        select(jobs.c.queue, jobs.c.state, func.count().label("count"))
+        .group_by(jobs.c.queue, jobs.c.state)
+        .order_by(jobs.c.queue, jobs.c.state)
+    )
+    return list(conn.execute(stmt))
+
+
+def job_outcomes(conn: Connection) -> list[Any]:
+    """One row per job, without payloads or error histories: where each job ended and how."""
+    stmt = select(
+        jobs.c.id,
+        jobs.c.queue,
+        jobs.c.task,
+        jobs.c.key,
+        jobs.c.state,
+        jobs.c.dead_reason,
+        jobs.c.attempts,
+        jobs.c.max_attempts,
+        jobs.c.checkpoint,
+    ).order_by(jobs.c.id)
+    return list(conn.execute(stmt))
+
+
+def count_errors_by_type(conn: Connection) -> list[Any]:
+    """``(queue, type, count)`` over every entry of every job's error history."""
+    elements = func.jsonb_array_elements(jobs.c.errors)
+    entry = elements.table_valued(column("entry", JSONB)).render_derived()
+    kind = entry.c.entry["type"].astext.label("type")
+    stmt = (
+        select(jobs.c.queue, kind, func.count().label("count"))
+        .select_from(jobs.join(entry, true()))
+        .group_by(jobs.c.queue, kind)
+        .order_by(jobs.c.queue, func.count().desc())
+    )
+    return list(conn.execute(stmt))
+
 __all__ = [
     "Lease",
     "NewJob",
     "claim",
     "claim_statement",
     "complete",
+    "count_by_queue_and_state",
+    "count_errors_by_type",
     "beat_worker",
     "database_now",
     "fail",
     "insert_jobs",
+    "job_outcomes",
     "kill",
     "notify",
     "prune_workers",

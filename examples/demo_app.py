@@ -1,0 +1,382 @@
+"""The demo application: the background jobs of a small web backend.
+
+Three worker types (queues), each a child process under ``workerpool run``:
+
+- ``email``: welcome and password-reset emails through a provider that is sometimes slow, sometimes
+  down (503, retried with backoff), sometimes rate-limiting (429, ``RetryLater``: no attempt spent)
+  and that rejects invalid addresses (422, ``Permanent``: straight to the dead-letter queue).
+  Every email job carries an idempotency key (``welcome:<user_id>``), so a double signup
+  enqueues one job, and the provider receives the same key, so a job re-run after a crash
+  sends nothing twice. One user's name makes the template renderer blow up its process (the
+  poison message): it ends ``dead/abandoned`` after ``max_attempts`` claims and never loops.
+- ``user_deletion``: deleting a user touches several stores (sessions, posts, object storage,
+  audit log, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
+  first step not yet done instead of leaving half a user behind.
+- ``maintenance``: the hourly TTL sweep of expired sessions, tokens and old audit rows, a cron
+  job that never overlaps itself (the demo runs it every few seconds).
+
+The "web backend" side is the three functions ``signup``, ``request_password_reset`` and
+``request_deletion``: each writes its rows and enqueues its job in one transaction.
+
+Timings are shortened for the demo (backoff in seconds, drains of a few seconds); production
+values are the defaults in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    ForeignKey,
+    Identity,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from workerpool import Backoff, Job, Permanent, RetryLater, WorkerPool
+
+from .fake_provider import EmailProvider, ProviderError
+from .fake_provider import metadata as provider_metadata
+
+pool = WorkerPool()
+pool.queue("email", concurrency=4, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
+pool.queue("user_deletion", concurrency=2, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
+pool.queue("maintenance", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
+
+#: Production would keep the default (30 s × 4^n); the demo retries within seconds.
+QUICK_BACKOFF = Backoff(base=0.5, factor=2, cap=4, jitter=0.5)
+#: The user whose name crashes the template renderer (an OOM kill, simulated with SIGKILL).
+POISON_NAME = "Zalgo \u0336\u0334\u0335 the Unrenderable"
+DELETION_STEPS = ("sessions", "posts", "uploads", "audit", "account")
+AUDIT_RETENTION = timedelta(days=90)
+
+# -- the application's tables (its own metadata, next to workerpool's) -------------------------
+
+metadata = MetaData()
+TZ = DateTime(timezone=True)
+
+users = Table(
+    "demo_users", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("email", Text, nullable=False, unique=True),
+    Column("name", Text, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=func.now()),
+)
+sessions = Table(
+    "demo_sessions", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
+    Column("expires_at", TZ, nullable=False),
+)
+tokens = Table(
+    "demo_tokens", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
+    Column("purpose", Text, nullable=False),
+    Column("expires_at", TZ, nullable=False),
+)
+posts = Table(
+    "demo_posts", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
+    Column("body", Text, nullable=False),
+)
+uploads = Table(  # files in object storage, one row per object
+    "demo_uploads", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
+    Column("object_key", Text, nullable=False),
+)
+audit = Table(
+    "demo_audit", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("demo_users.id"), index=True),
+    Column("action", Text, nullable=False),
+    Column("at", TZ, nullable=False, server_default=func.now()),
+)
+deletion_steps = Table(  # one row per step actually executed: shows resumption
+    "demo_deletion_steps", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("user_id", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("step", Text, nullable=False),
+    Column("at", TZ, nullable=False, server_default=func.now()),
+)
+cleanup_runs = Table(  # one row per completed sweep, with its wall-clock interval
+    "demo_cleanup_runs", metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("started_at", TZ, nullable=False),
+    Column("finished_at", TZ, nullable=False),
+    Column("sessions", Integer, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("audit", Integer, nullable=False),
+)
+
+
+def create_tables(engine: Engine) -> None:
+    metadata.create_all(engine)
+    provider_metadata.create_all(engine)
+
+
+# -- the web backend: each request writes its rows and enqueues its job in one transaction -----
+
+
+def signup(conn: Connection, email: str, name: str) -> int:
+    """Create the account (idempotent on email: a double click is one user) and welcome them."""
+    stmt = pg_insert(users).values(email=email, name=name)
+    stmt = stmt.on_conflict_do_update(index_elements=[users.c.email], set_={"name": name})
+    user_id = conn.execute(stmt.returning(users.c.id)).scalar_one()
+    conn.execute(insert(sessions).values(user_id=user_id, expires_at=_in(timedelta(days=1))))
+    pool.enqueue(send_welcome, {"user_id": user_id}, key=f"welcome:{user_id}", conn=conn)
+    return user_id
+
+
+def request_password_reset(conn: Connection, user_id: int) -> int:
+    token_id = conn.execute(
+        insert(tokens).values(user_id=user_id, purpose="password_reset", expires_at=_in(timedelta(hours=1)))
+        .returning(tokens.c.id)
+    ).scalar_one()
+    pool.enqueue(send_password_reset, {"user_id": user_id, "token_id": token_id},
+                 key=f"reset:{token_id}", conn=conn)
+    return token_id
+
+
+def request_deletion(conn: Connection, user_id: int) -> int:
+    conn.execute(insert(audit).values(user_id=user_id, action="deletion requested"))
+    return pool.enqueue(delete_user, {"user_id": user_id}, key=f"delete:{user_id}", conn=conn)
+
+
+def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> list[int]:
+    """Users who signed up long ago: sessions (some expired), tokens, posts, files, audit rows."""
+    ids = []
+    for n in range(count):
+        user_id = conn.execute(insert(users).values(
+            email=f"member{n}@example.com", name=f"Member {n}"
+        ).returning(users.c.id)).scalar_one()
+        ids.append(user_id)
+        for _ in range(rng.randint(1, 4)):
+            conn.execute(insert(sessions).values(
+                user_id=user_id, expires_at=_in(timedelta(hours=2)) if rng.random() < 0.5 else _ago(timedelta(hours=1))
+            ))
+        conn.execute(insert(tokens).values(
+            user_id=user_id, purpose="email_change", expires_at=_ago(timedelta(days=3))
+        ))
+        conn.execute(insert(posts).values([
+            {"user_id": user_id, "body": f"post {k}"} for k in range(rng.randint(1, 6))
+        ]))
+        conn.execute(insert(uploads).values([
+            {"user_id": user_id, "object_key": f"u/{user_id}/{k}.jpg"}
+            for k in range(rng.randint(2, 6))
+        ]))
+        conn.execute(insert(audit).values([
+            {"user_id": user_id, "action": "login", "at": _ago(timedelta(days=rng.randint(1, 200)))}
+            for _ in range(3)
+        ]))
+    return ids
+
+
+def _in(delta: timedelta) -> Any:
+    return func.now() + delta
+
+
+def _ago(delta: timedelta) -> Any:
+    return func.now() - delta
+
+
+# -- email --------------------------------------------------------------------------------------
+
+_providers: dict[int, EmailProvider] = {}
+_providers_lock = threading.Lock()
+
+
+def provider() -> EmailProvider:
+    """One provider client per engine: a forked child builds its own engine, hence its own client."""
+    engine = pool.engine
+    with _providers_lock:
+        return _providers.setdefault(id(engine), EmailProvider(engine))
+
+
+def deliver(job: Job, to: str, template: str) -> None:
+    """Send through the provider and translate its HTTP answer into a workerpool outcome."""
+    try:
+        provider().send(idempotency_key=job.key or f"job:{job.id}", to=to, template=template)
+    except ProviderError as exc:
+        if exc.status == 422:
+            raise Permanent(str(exc)) from exc  # retrying cannot fix an address
+        if exc.status == 429:
+            raise RetryLater(exc.retry_after or 1.0, str(exc)) from exc  # not the job's fault
+        raise  # 5xx: failed, retried with backoff
+
+
+def load_user(user_id: int) -> Any:
+    with pool.engine.connect() as conn:
+        return conn.execute(select(users).where(users.c.id == user_id)).first()
+
+
+def render(template: str, user: Any) -> str:
+    if user.name == POISON_NAME:
+        # The renderer eats all memory on this name and the kernel's OOM killer ends the process.
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"[{template}] Hello {user.name}!"
+
+
+@pool.task(queue="email", max_attempts=5, timeout=30, backoff=QUICK_BACKOFF)
+def send_welcome(job: Job) -> None:
+    user = load_user(job.payload["user_id"])
+    if user is None:
+        return  # deleted before we got to it: nobody to welcome
+    render("welcome", user)
+    deliver(job, user.email, "welcome")
+
+
+@pool.task(queue="email", max_attempts=5, timeout=30, backoff=QUICK_BACKOFF)
+def send_password_reset(job: Job) -> None:
+    with pool.engine.connect() as conn:
+        row = conn.execute(
+            select(users.c.email, users.c.name, tokens.c.expires_at > func.now())
+            .join(tokens, tokens.c.user_id == users.c.id)
+            .where(tokens.c.id == job.payload["token_id"])
+        ).first()
+    if row is None or not row[2]:
+        return  # token used, expired or user deleted: a stale reset link helps nobody
+    deliver(job, row.email, "password_reset")
+
+
+# -- user deletion ------------------------------------------------------------------------------
+
+
+class StorageThrottled(Exception):
+    """The object store asked us to slow down (a transient failure)."""
+
+
+@pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
+def delete_user(job: Job) -> None:
+    """Delete a user from every store, one committed step at a time, resuming at a checkpoint."""
+    user_id = job.payload["user_id"]
+    done = list((job.checkpoint_data or {}).get("done", []))
+    for step in DELETION_STEPS:
+        if step in done:
+            continue
+        STEP_FUNCTIONS[step](user_id)
+        with pool.engine.begin() as conn:
+            conn.execute(insert(deletion_steps).values(
+                job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
+            ))
+        done.append(step)
+        job.checkpoint({"done": done})
+
+
+def _delete_sessions(user_id: int) -> None:
+    with pool.engine.begin() as conn:
+        conn.execute(delete(sessions).where(sessions.c.user_id == user_id))
+        conn.execute(delete(tokens).where(tokens.c.user_id == user_id))
+
+
+def _delete_posts(user_id: int) -> None:
+    with pool.engine.begin() as conn:
+        conn.execute(delete(posts).where(posts.c.user_id == user_id))
+
+
+def _delete_uploads(user_id: int) -> None:
+    """Object storage has no transactions: delete object by object (slow), then forget the row."""
+    with pool.engine.connect() as conn:
+        keys = conn.execute(
+            select(uploads.c.id).where(uploads.c.user_id == user_id).order_by(uploads.c.id)
+        ).scalars().all()
+    rng = random.Random()
+    for upload_id in keys:
+        time.sleep(rng.uniform(0.05, 0.2))  # DELETE https://storage.example.com/…
+        if rng.random() < 0.04:
+            raise StorageThrottled("503 SlowDown: reduce your request rate")
+        with pool.engine.begin() as conn:
+            conn.execute(delete(uploads).where(uploads.c.id == upload_id))
+
+
+def _anonymise_audit(user_id: int) -> None:
+    with pool.engine.begin() as conn:
+        conn.execute(update(audit).where(audit.c.user_id == user_id).values(user_id=None))
+
+
+def _delete_account(user_id: int) -> None:
+    with pool.engine.begin() as conn:
+        conn.execute(delete(users).where(users.c.id == user_id))
+
+
+STEP_FUNCTIONS = {
+    "sessions": _delete_sessions,
+    "posts": _delete_posts,
+    "uploads": _delete_uploads,
+    "audit": _anonymise_audit,
+    "account": _delete_account,
+}
+
+
+def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:
+    """What is left of a user in each store (all zeros once the deletion is complete)."""
+    counts = {
+        "sessions": select(func.count()).where(sessions.c.user_id == user_id),
+        "tokens": select(func.count()).where(tokens.c.user_id == user_id),
+        "posts": select(func.count()).where(posts.c.user_id == user_id),
+        "uploads": select(func.count()).where(uploads.c.user_id == user_id),
+        "audit": select(func.count()).where(audit.c.user_id == user_id),
+        "account": select(func.count()).where(users.c.id == user_id),
+    }
+    return {store: conn.execute(query).scalar_one() for store, query in counts.items()}
+
+
+# -- session cleanup (cron) -----------------------------------------------------------------------
+
+
+SWEEP_BATCH = 500
+
+
+def sweep_expired(job: Job) -> None:
+    """The hourly TTL sweep: expired sessions and tokens, audit rows past retention.
+
+    Deletes in small batches, each its own short transaction, so a big backlog never holds locks
+    for long; records the run (with its wall-clock interval) when it is complete.
+    """
+    with pool.engine.connect() as conn:
+        started = conn.execute(select(func.clock_timestamp())).scalar_one()
+    counts = {
+        "sessions": _sweep(sessions, sessions.c.expires_at < func.now()),
+        "tokens": _sweep(tokens, tokens.c.expires_at < func.now()),
+        "audit": _sweep(audit, audit.c.at < _ago(AUDIT_RETENTION)),
+    }
+    with pool.engine.begin() as conn:
+        conn.execute(insert(cleanup_runs).values(
+            job_id=job.id, started_at=started, finished_at=func.clock_timestamp(), **counts
+        ))
+
+
+def _sweep(table: Table, expired: Any) -> int:
+    total = 0
+    while True:
+        batch = select(table.c.id).where(expired).limit(SWEEP_BATCH).scalar_subquery()
+        with pool.engine.begin() as conn:
+            deleted = conn.execute(delete(table).where(table.c.id.in_(batch))).rowcount
+        total += deleted
+        if deleted < SWEEP_BATCH:
+            return total
+        time.sleep(0.05)  # let replicas and other writers breathe between batches
