@@ -54,15 +54,16 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from workerpool import Backoff, Job, Permanent, RetryLater, WorkerPool
 
-from .fake_provider import EmailProvider, ProviderError
+from .fake_provider import EmailProvider, ProviderError, inbox
 from .fake_provider import metadata as provider_metadata
+from .fake_provider import requests as provider_requests
 
 pool = WorkerPool()
 pool.queue("email", concurrency=4, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("user_deletion", concurrency=2, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("maintenance", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 
-#: Production would keep the default (30 s × 4^n); the demo retries within seconds.
+#: Production would keep the default (30 s * 4^(n-1)); the demo retries within seconds.
 QUICK_BACKOFF = Backoff(base=0.5, factor=2, cap=4, jitter=0.5)
 #: The user whose name crashes the template renderer (an OOM kill, simulated with SIGKILL).
 POISON_NAME = "Zalgo \u0336\u0334\u0335 the Unrenderable"
@@ -154,7 +155,8 @@ def signup(conn: Connection, email: str, name: str) -> int:
 
 def request_password_reset(conn: Connection, user_id: int) -> int:
     token_id = conn.execute(
-        insert(tokens).values(user_id=user_id, purpose="password_reset", expires_at=_in(timedelta(hours=1)))
+        insert(tokens)
+        .values(user_id=user_id, purpose="password_reset", expires_at=_in(timedelta(hours=1)))
         .returning(tokens.c.id)
     ).scalar_one()
     pool.enqueue(send_password_reset, {"user_id": user_id, "token_id": token_id},
@@ -176,9 +178,9 @@ def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> lis
         ).returning(users.c.id)).scalar_one()
         ids.append(user_id)
         for _ in range(rng.randint(1, 4)):
-            conn.execute(insert(sessions).values(
-                user_id=user_id, expires_at=_in(timedelta(hours=2)) if rng.random() < 0.5 else _ago(timedelta(hours=1))
-            ))
+            expired = rng.random() < 0.5
+            expires_at = _ago(timedelta(hours=1)) if expired else _in(timedelta(hours=2))
+            conn.execute(insert(sessions).values(user_id=user_id, expires_at=expires_at))
         conn.execute(insert(tokens).values(
             user_id=user_id, purpose="email_change", expires_at=_ago(timedelta(days=3))
         ))
@@ -211,7 +213,7 @@ _providers_lock = threading.Lock()
 
 
 def provider() -> EmailProvider:
-    """One provider client per engine: a forked child builds its own engine, hence its own client."""
+    """One client per engine: a forked child builds its own engine, hence its own client."""
     engine = pool.engine
     with _providers_lock:
         return _providers.setdefault(id(engine), EmailProvider(engine))
@@ -345,6 +347,22 @@ def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:
     return {store: conn.execute(query).scalar_one() for store, query in counts.items()}
 
 
+def resumed_deletions(conn: Connection) -> int:
+    """Attempts whose first executed step was not the first step: they resumed at a checkpoint."""
+    first = (
+        select(deletion_steps.c.job_id, deletion_steps.c.attempt,
+               func.min(deletion_steps.c.id).label("first_id"))
+        .group_by(deletion_steps.c.job_id, deletion_steps.c.attempt)
+        .subquery()
+    )
+    stmt = (
+        select(func.count())
+        .select_from(first.join(deletion_steps, deletion_steps.c.id == first.c.first_id))
+        .where(deletion_steps.c.step != DELETION_STEPS[0])
+    )
+    return conn.execute(stmt).scalar_one()
+
+
 # -- session cleanup (cron) -----------------------------------------------------------------------
 
 
@@ -380,3 +398,26 @@ def _sweep(table: Table, expired: Any) -> int:
         if deleted < SWEEP_BATCH:
             return total
         time.sleep(0.05)  # let replicas and other writers breathe between batches
+
+
+def cleanup_history(conn: Connection) -> list[Any]:
+    """Completed sweeps in start order, with their wall-clock intervals and what they removed."""
+    return list(conn.execute(select(cleanup_runs).order_by(cleanup_runs.c.started_at)))
+
+
+# -- read-outs for the demo's summary -----------------------------------------------------------
+
+
+def user_ids_by_email(conn: Connection) -> dict[str, int]:
+    return dict(conn.execute(select(users.c.email, users.c.id)).all())
+
+
+def delivered_keys(conn: Connection) -> list[str]:
+    """The provider's idempotency key of every email delivered (one entry per delivery)."""
+    return list(conn.execute(select(inbox.c.idempotency_key)).scalars())
+
+
+def replayed_requests(conn: Connection) -> int:
+    """Requests the provider answered from its idempotency cache (sent before, not sent again)."""
+    stmt = select(func.count()).where(provider_requests.c.status == 208)
+    return conn.execute(stmt).scalar_one()

@@ -69,6 +69,16 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import Options, main
+
+    given = {name: value for name, value in vars(args).items() if name in DEMO_OPTIONS}
+    return main(Options(**given))
+
+
+DEMO_OPTIONS = ("duration", "users", "chaos", "chaos_every", "settle_timeout", "database", "seed")
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -76,6 +86,7 @@ def _reject_constant(name: str) -> Any:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
+    "demo": cmd_demo,
 }
 
 
@@ -94,6 +105,29 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--delay", type=float, default=None, help="seconds before it may run")
     enqueue.add_argument("--priority", type=int, default=None)
     enqueue.add_argument("--max-attempts", type=int, default=None)
+
+    demo = sub.add_parser(
+        "demo",
+        help="the quick start: an example backend's jobs under a real supervisor, with a verdict",
+        description="Runs examples/demo_app.py under `workerpool run` on a fresh database "
+        "(the embedded PostgreSQL unless WORKERPOOL_DATABASE_URL names a server), plays a burst "
+        "of web requests, shows each queue live, drains, and checks that nothing was lost.",
+    )
+    keep = argparse.SUPPRESS  # unset options take the defaults of workerpool.demo.Options
+    demo.add_argument("--duration", type=float, default=keep,
+                      help="seconds during which requests arrive (default 15), then it settles")
+    demo.add_argument("--users", type=int, default=keep, help="signups in the burst (default 150)")
+    demo.add_argument("--chaos", action="store_true", default=keep,
+                      help="SIGKILL a random worker process every few seconds meanwhile")
+    demo.add_argument("--chaos-every", type=float, default=keep, metavar="SECONDS",
+                      help="seconds between two kills with --chaos (default 3)")
+    demo.add_argument("--settle-timeout", type=float, default=keep, metavar="SECONDS",
+                      help="give up if the work has not settled this long after the requests "
+                      "(default 90)")
+    demo.add_argument("--database", default=keep,
+                      help="name of the demo's own database, re-created on each run "
+                      "(default workerpool_demo)")
+    demo.add_argument("--seed", type=int, default=keep, help="seed the scenario's randomness")
     return parser
 
 
