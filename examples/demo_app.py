@@ -12,8 +12,9 @@ Three worker types (queues), each a child process under ``workerpool run``:
 - ``user_deletion``: deleting a user touches several stores (sessions, posts, object storage,
   audit log, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
   first step not yet done instead of leaving half a user behind.
-- ``maintenance``: the hourly TTL sweep of expired sessions, tokens and old audit rows, a cron
-  job that never overlaps itself (the demo runs it every few seconds).
+- ``housekeeping``: the hourly TTL sweep of expired sessions, tokens and old audit rows, a cron
+  job that never overlaps itself (the demo runs it every few seconds through
+  ``$DEMO_SWEEP_SCHEDULE``).
 
 The "web backend" side is the three functions ``signup``, ``request_password_reset`` and
 ``request_deletion``: each writes its rows and enqueues its job in one transaction.
@@ -61,7 +62,7 @@ from .fake_provider import requests as provider_requests
 pool = WorkerPool()
 pool.queue("email", concurrency=4, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("user_deletion", concurrency=2, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
-pool.queue("maintenance", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
+pool.queue("housekeeping", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 
 #: Production would keep the default (30 s * 4^(n-1)); the demo retries within seconds.
 QUICK_BACKOFF = Backoff(base=0.5, factor=2, cap=4, jitter=0.5)
@@ -238,7 +239,10 @@ def load_user(user_id: int) -> Any:
 
 def render(template: str, user: Any) -> str:
     if user.name == POISON_NAME:
-        # The renderer eats all memory on this name and the kernel's OOM killer ends the process.
+        # On this name the renderer balloons its memory for a second or so, until the kernel's
+        # OOM killer ends the whole process (simulated: SIGKILL). Jobs running next to it in the
+        # same process mostly finish first; the slow ones die with it and lose an attempt.
+        time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
     return f"[{template}] Hello {user.name}!"
 

@@ -237,6 +237,7 @@ class Backend:
 # -- the supervisor process ---------------------------------------------------------------------
 
 PR_SET_PDEATHSIG = 1
+RUN_COMMAND = [sys.executable, "-m", "workerpool", "run"]
 
 
 def _die_with_parent() -> None:  # runs in the forked child before exec
@@ -255,7 +256,7 @@ class Supervisor:
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "workerpool", "run", f"{app}:pool"],
+            [*RUN_COMMAND, f"{app}:pool"],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
         )
