@@ -118,7 +118,8 @@ class Child:
                 self._requested = how
             runner = self.runner
         if signum is not None and (first or how == "now"):
-            log.info("%s received %s: %s", self.worker.name, oslayer.signal_name(signum),
+            log.info("signal received worker=%s signal=%s: %s", self.worker.name,
+                     oslayer.signal_name(signum),
                      "stopping now" if how == "now" else "draining",
                      extra={"event": "child_stopping", "worker": self.worker.name})
         if runner is not None:

@@ -96,9 +96,11 @@ def prepare_dir(directory: Path) -> None:
 
 
 def remove_all(directory: Path) -> list[str]:
-    """Delete the heartbeat files a previous supervisor left (they describe dead processes)."""
+    """Delete the child heartbeat files a previous supervisor left (they describe dead processes)."""
     removed = []
     for worker in list_workers(directory):
+        if worker == SUPERVISOR:
+            continue  # ours: touched again at once
         try:
             os.unlink(path_for(directory, worker))
             removed.append(worker)

@@ -29,12 +29,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def describe_status(status: int) -> str:
-    """``exit 0``, ``exit 3`` or ``signal SIGKILL`` for a waitpid status."""
+    """``exit:0``, ``exit:3`` or ``signal:SIGKILL`` for a waitpid status."""
     if os.WIFSIGNALED(status):
-        return f"signal {signal_name(os.WTERMSIG(status))}"
+        return f"signal:{signal_name(os.WTERMSIG(status))}"
     if os.WIFEXITED(status):
-        return f"exit {os.WEXITSTATUS(status)}"
-    return f"status {status}"
+        return f"exit:{os.WEXITSTATUS(status)}"
+    return f"status:{status}"
 
 
 def signal_name(signum: int) -> str:

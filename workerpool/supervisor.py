@@ -246,7 +246,7 @@ class Supervisor:
             slot.given = ()  # its first pass released them
         if slot.state is ChildState.STARTING:
             slot.state = ChildState.RUNNING  # STARTING -> RUNNING
-            log.info("child running: %s pid=%d", slot.name, slot.pid,
+            log.info("child running worker=%s pid=%d", slot.name, slot.pid,
                      extra={"event": "child_running", "worker": slot.name, "pid": slot.pid})
         if now - slot.last_touch >= heartbeat.HEARTBEAT_PERIOD:
             slot.last_touch = now
@@ -258,7 +258,7 @@ class Supervisor:
         for pid, status in self.os.reap():
             slot = next((s for s in self.slots if s.pid == pid and s.state in LIVE), None)
             if slot is None:  # we may be PID 1: orphans of the container get reaped here too
-                log.debug("reaped unknown pid=%d (%s)", pid, describe_status(status),
+                log.debug("reaped unknown pid=%d status=%s", pid, describe_status(status),
                           extra={"event": "unknown_child_reaped", "pid": pid})
                 continue
             self._child_exited(slot, status)
@@ -286,7 +286,7 @@ class Supervisor:
             level = logging.ERROR if "SIGKILL" in text and not slot.killed else logging.WARNING
         hint = " (not sent by the supervisor: possibly the OOM killer)" if (
             "SIGKILL" in text and not slot.killed) else ""
-        log.log(level, "child exited: %s pid=%d %s%s", slot.name, slot.pid, text, hint,
+        log.log(level, "child exited worker=%s pid=%d status=%s%s", slot.name, slot.pid, text, hint,
                 extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid,
                        "status": text})
 
@@ -298,14 +298,14 @@ class Supervisor:
             slot.boot_failures += 1
         if slot.boot_failures >= self.settings.boot_retries:
             slot.state = ChildState.FATAL  # STARTING -> FATAL
-            log.error("%s failed to start %d times in a row; giving up", slot.name,
+            log.error("worker=%s failed to start %d times in a row; giving up", slot.name,
                       slot.boot_failures, extra={"event": "worker_fatal", "worker": slot.name})
             self.exit_code = EXIT_FATAL
             self._begin_drain(f"{slot.name} cannot start")
             return
         delay = self._restart_delay(slot.crashes)
         slot.state, slot.restart_at = ChildState.BACKOFF, now + delay  # -> BACKOFF
-        log.info("restart scheduled: %s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
+        log.info("restart scheduled worker=%s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
                  delay, slot.crashes, slot.boot_failures,
                  extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay})
 
@@ -333,7 +333,7 @@ class Supervisor:
                 self._dump_stack(slot, now)
 
     def _dump_stack(self, slot: Slot, now: float) -> None:
-        log.error("hang detected: %s pid=%d sent no tick for %.1fs (hang_timeout %gs); "
+        log.error("hang detected worker=%s pid=%d silent=%.1fs hang_timeout=%gs: "
                   "dumping its stack, then SIGKILL", slot.name, slot.pid, now - slot.last_tick,
                   slot.worker.hang_timeout,
                   extra={"event": "hang_detected", "worker": slot.name, "pid": slot.pid})
@@ -341,7 +341,7 @@ class Supervisor:
         slot.kill_at = now + DUMP_GRACE
 
     def _kill(self, slot: Slot, event: str) -> None:
-        log.error("SIGKILL to %s pid=%d (%s)", slot.name, slot.pid, event.replace("_", " "),
+        log.error("SIGKILL worker=%s pid=%d (%s)", slot.name, slot.pid, event.replace("_", " "),
                   extra={"event": event, "worker": slot.name, "pid": slot.pid})
         slot.killed = True
         self.os.kill(slot.pid, signal.SIGKILL)
@@ -375,7 +375,7 @@ class Supervisor:
         try:
             pid, fd = self.os.spawn(child.start)
         except OSError as exc:
-            log.error("fork failed for %s: %s", slot.name, exc, extra={"event": "fork_failed"})
+            log.error("fork failed worker=%s: %s", slot.name, exc, extra={"event": "fork_failed"})
             slot.restart_at = now + max(1.0, self.settings.restart_delay)
             return
         slot.state, slot.pid, slot.fd = ChildState.STARTING, pid, fd  # BACKOFF -> STARTING
@@ -383,7 +383,7 @@ class Supervisor:
         slot.started = slot.last_tick = now
         slot.kill_at, slot.killed, slot.ticked = None, False, False
         slot.last_touch = float("-inf")
-        log.info("child started: %s pid=%d%s", slot.name, pid,
+        log.info("child started worker=%s pid=%d%s", slot.name, pid,
                  f" releasing {len(slot.given)} dead worker(s)" if slot.given else "",
                  extra={"event": "child_started", "worker": slot.name, "pid": pid})
 
@@ -429,7 +429,7 @@ class Supervisor:
         if live and (self._forced_exit_at is None or self.os.monotonic() < self._forced_exit_at):
             return None
         for slot in live:
-            log.error("%s pid=%d did not die after SIGKILL; leaving it", slot.name, slot.pid,
+            log.error("worker=%s pid=%d did not die after SIGKILL; leaving it", slot.name, slot.pid,
                       extra={"event": "child_unkillable", "worker": slot.name, "pid": slot.pid})
         log.info("drain finished: supervisor exiting with %d", self.exit_code,
                  extra={"event": "drain_finished"})
