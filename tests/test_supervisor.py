@@ -209,6 +209,13 @@ def test_term_while_short_jobs_run_lets_them_all_finish(start, app, sql):
     ids = app.enqueue_many([("quick", {"seconds": 0.6}) for _ in range(4)])
     wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")
                == [(4,)], 15, message="four jobs in flight")
+    # the parent: one thread, no socket (no database connection), titled
+    assert "Threads:\t1\n" in Path(f"/proc/{sup.pid}/status").read_text()
+    fds = [os.readlink(fd) for fd in Path(f"/proc/{sup.pid}/fd").iterdir()]
+    assert not [fd for fd in fds if fd.startswith("socket:")], fds
+    assert Path(f"/proc/{sup.pid}/cmdline").read_bytes().startswith(b"workerpool: supervisor")
+    fast = sup.child_pid("fast")
+    assert Path(f"/proc/{fast}/cmdline").read_bytes().startswith(b"workerpool: fast")
     sent = time.monotonic()
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait_exit(15) == 0
@@ -424,3 +431,14 @@ def test_bad_configurations_are_refused_with_one_line(tmp_path):
         lines = done.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("workerpool run: "), done.stderr
         assert message in lines[0], (message, lines[0])
+
+
+def test_term_right_after_the_forks_still_drains_cleanly(start):
+    """TERM to the group while children may still be between fork and their own handlers."""
+    sup = start()
+    wait_until(lambda: len(sup.events("child_started")) == 2, 15, message="both forked")
+    os.killpg(sup.pid, signal.SIGTERM)
+    assert sup.wait_exit(basic.DRAIN + DRAIN_MARGIN + 5) == 0
+    assert wait_until(lambda: not group_alive(sup.pid), 5, message="the group is empty")
+    statuses = [e.fields["status"] for e in sup.events("child_exited")]
+    assert statuses == ["exit:0", "exit:0"], sup.log()
