@@ -17,6 +17,7 @@ handler.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import os
@@ -35,6 +36,7 @@ FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "crash_at_boot:<worker>"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_NOW_SIGNALS = (signal.SIGQUIT,)
 DUMP_SIGNAL = signal.SIGUSR2
+EXIT_CRASHED = 1
 #: Ticks are sent at most this often (seconds); the parent touches files at most once a second.
 TICK_INTERVAL = 0.25
 
@@ -78,7 +80,12 @@ class Child:
                           extra={"event": "child_boot_failed", "worker": self.worker.name})
             return oslayer.EXIT_BOOT_FAILED
         self._attach(runner)
-        return runner.run()
+        try:
+            return runner.run()
+        except Exception:
+            log.exception("%s crashed", self.worker.name,
+                          extra={"event": "child_crashed", "worker": self.worker.name})
+            return EXIT_CRASHED
 
     def _become_process(self) -> None:
         oslayer.set_title(f"workerpool: {self.worker.name}")
@@ -86,7 +93,8 @@ class Child:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         for fd in self.close_fds:
-            oslayer.RealOS().close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         os.set_blocking(self._tick_fd, False)
         self._watch_signals()
         faulthandler.register(DUMP_SIGNAL, all_threads=True)
