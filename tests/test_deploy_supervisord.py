@@ -153,6 +153,7 @@ def alive(pid: int) -> bool:
 
 def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, pool, sql) -> None:
     conf = supervisord
+    pool.task(queue="work", name="nap")(lambda job: None)  # enqueue-side declaration of APP's task
     short = pool.enqueue_many([("nap", {"seconds": 0.1}) for _ in range(6)])
     finishing = pool.enqueue_many([("nap", {"seconds": 1.0}) for _ in range(2)])  # < drain
     too_long = pool.enqueue("nap", {"seconds": 60})  # > drain: must be released, not lost

@@ -238,6 +238,8 @@ class Backend:
 
 PR_SET_PDEATHSIG = 1
 RUN_COMMAND = [sys.executable, "-m", "workerpool", "run"]
+#: A short restart backoff: the poison message crashes the email child a few times in a row.
+RUN_OPTIONS = ["--restart-delay", "0.25"]
 
 
 def _die_with_parent() -> None:  # runs in the forked child before exec
@@ -256,7 +258,7 @@ class Supervisor:
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
-            [*RUN_COMMAND, f"{app}:pool"],
+            [*RUN_COMMAND, f"{app}:pool", *RUN_OPTIONS],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
         )
