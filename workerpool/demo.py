@@ -571,15 +571,25 @@ def check_every_job_finished(
             unfinished.append(job.id)
             continue
         wrong.append(f"#{job.id} {job.task} {job.state}/{job.dead_reason or '-'}")
-    poison = [job for job in jobs if expected.get(job.key) == "abandoned"]
-    claims = f", the poison message after {poison[0].attempts} claims" if poison else ""
-    text = (f"every job done, or dead on purpose ({len(expected) - len(poison)} invalid addresses "
-            f"-> permanent{claims} -> abandoned)")
+    text = f"every job done, or dead on purpose ({dead_on_purpose(jobs, expected)})"
     if unfinished:
         text += f"; {len(unfinished)} waiting for the next start or tick"
     if wrong:
         text += ": NOT " + ", ".join(wrong[:10])
     return Check(not wrong, text)
+
+
+def dead_on_purpose(jobs: list[Any], expected: dict[str, str]) -> str:
+    rejected = sum(1 for job in jobs if job.state == "dead" and job.dead_reason == "permanent"
+                   and expected.get(job.key) == "permanent")
+    poison = [job for job in jobs if expected.get(job.key) == "abandoned"]
+    if not poison:
+        fate = "the poison message never arrived"
+    elif poison[0].state == "dead":
+        fate = f"the poison message dead/abandoned after {poison[0].attempts} claims"
+    else:
+        fate = f"the poison message still {poison[0].state} after {poison[0].attempts} claims"
+    return f"{rejected} invalid addresses dead/permanent, {fate}"
 
 
 def check_one_job_per_signup(jobs: list[Any], backend: Backend) -> Check:
