@@ -372,12 +372,12 @@ class LiveView:
         return (after - before) / span
 
     def render(self, now: Sample, status: str) -> list[str]:
-        head = f"{'queue':<15}" + "".join(f"{s:>12}" for s in SHOWN_STATES) + f"{'jobs/s':>10}"
+        head = f"{'queue':<15}" + "".join(f"{s:>11}" for s in SHOWN_STATES) + f"{'jobs/s':>9}"
         lines = [f"workerpool demo  {now.at:6.1f} s  {status}", head]
         for queue in self.queues:
             counts = now.counts.get(queue, {})
-            cells = "".join(f"{counts.get(s, 0):>12}" for s in SHOWN_STATES)
-            lines.append(f"{queue:<15}{cells}{self.rate(queue, now):>10.1f}")
+            cells = "".join(f"{counts.get(s, 0):>11}" for s in SHOWN_STATES)
+            lines.append(f"{queue:<15}{cells}{self.rate(queue, now):>9.1f}")
         return lines
 
     def one_line(self, now: Sample, status: str) -> str:
