@@ -544,6 +544,8 @@ def job_outcomes(conn: Connection) -> list[Any]:
         jobs.c.attempts,
         jobs.c.max_attempts,
         jobs.c.checkpoint,
+        jobs.c.claimed_at,
+        jobs.c.finished_at,
     ).order_by(jobs.c.id)
     return list(conn.execute(stmt))
 
