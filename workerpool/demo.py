@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -110,7 +111,9 @@ def import_app(module: str, path: str | None) -> ModuleType:
 
 def fresh_database(name: str) -> URL:
     """Create (or re-create) the demo's own database on the configured or embedded server."""
-    server = db.resolve_url()
+    with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        server = db.resolve_url()
     if server.database == name:
         raise ConfigError(f"the server URL names database {name!r} already: use another --database")
     admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
@@ -139,6 +142,11 @@ def drop_database(url: URL) -> None:
 
 def url_text(url: URL) -> str:
     return url.render_as_string(hide_password=False)
+
+
+def shown_url(url: URL) -> str:
+    """The URL to print: a password is masked; the embedded server's empty one is shown as is."""
+    return url.render_as_string(hide_password=bool(url.password))
 
 
 # -- the burst of web requests ------------------------------------------------------------------
@@ -767,8 +775,7 @@ class Demo:
             "",
             f"result: {'PASS' if all(c.ok for c in checks) else 'FAIL'}"
             + (" (interrupted)" if run.interrupted else ""),
-            "inspect the jobs: WORKERPOOL_DATABASE_URL='"
-            + self.url.render_as_string(hide_password=True) + "' workerpool status",
+            f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown_url(self.url)}' workerpool status",
         ]
         self.out.write("\n".join(out) + "\n")
         self.out.flush()
