@@ -236,7 +236,7 @@ class WorkerPool:
         self,
         expression: str,
         *,
-        queue: str,
+        queue: str | None = None,
         name: str | None = None,
         overlap: str = "skip",
         missed: str = "run_once",
@@ -251,6 +251,8 @@ class WorkerPool:
         """
         if callable(expression):
             raise ConfigError("use @pool.cron(expression, queue=...), not bare @pool.cron")
+        if queue is None:
+            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type to run it)")
 
         def register(func: Callable) -> Callable:
             cron_name = check_name("cron", name or func.__name__)
@@ -259,7 +261,8 @@ class WorkerPool:
                 raise ConfigError(f"cron {cron_name!r} is declared twice")
             if cron_name in self.tasks:
                 raise ConfigError(f"cron {cron_name!r}: a task of that name exists; pass name=")
-            task = TaskSpec(name=cron_name, queue=queue, fn=func, **_cron_task_options(task_options))
+            options = _cron_task_options(cron_name, task_options)
+            task = TaskSpec(name=cron_name, queue=queue, fn=func, **options)
             self._add_task(task)  # its queue is not declared here: validate_crons checks it
             self.crons[cron_name] = spec
             return func
@@ -448,11 +451,18 @@ def _choice(what: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _cron_task_options(options: dict[str, Any]) -> dict[str, Any]:
+def _cron_task_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     allowed = {"max_attempts", "timeout", "version", "backoff", "priority"}
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ConfigError(f"cron: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+        raise ConfigError(f"cron {name}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+    try:
+        return _checked_task_options(options)
+    except ValueError as exc:
+        raise ConfigError(f"cron {name}: {exc}") from None
+
+
+def _checked_task_options(options: dict[str, Any]) -> dict[str, Any]:
     checked = dict(options)
     if "max_attempts" in checked:
         checked["max_attempts"] = check_max_attempts(checked["max_attempts"])
