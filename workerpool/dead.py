@@ -68,7 +68,8 @@ class DeadNotice:
         if not self.error:
             return "-"
         kind, message = self.error.get("type", "?"), self.error.get("message", "")
-        return safe_text(f"{kind}: {message}" if message else kind, 500)
+        text = safe_text(f"{kind}: {message}" if message else kind, 500)
+        return text.replace("\r", "\\r").replace("\n", "\\n")  # one log line per dead job
 
 
 def report_dead(

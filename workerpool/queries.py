@@ -527,6 +527,10 @@ def prune_finished(conn: Connection, older_than: float, limit: int) -> int:
 
     Dead rows are never pruned: they stay until an operator purges them.
     """
+    return conn.execute(prune_finished_statement(older_than, limit)).rowcount
+
+
+def prune_finished_statement(older_than: float, limit: int):
     doomed = (
         select(jobs.c.id)
         .where(
@@ -538,7 +542,8 @@ def prune_finished(conn: Connection, older_than: float, limit: int) -> int:
         .with_for_update(skip_locked=True)
         .cte("doomed")
     )
-    return conn.execute(jobs.delete().where(jobs.c.id == doomed.c.id)).rowcount
+    # = ANY(ARRAY(...)): probes the primary key; a join to the CTE may hash the whole table
+    return jobs.delete().where(jobs.c.id == func.any(func.array(select(doomed.c.id).scalar_subquery())))
 
 
 def dead_where(
@@ -739,6 +744,7 @@ __all__ = [
     "lock_crons",
     "oldest_due_ages",
     "prune_finished",
+    "prune_finished_statement",
     "purge_dead",
     "replay_dead",
     "reset_cron",
