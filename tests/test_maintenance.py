@@ -6,6 +6,8 @@ import logging
 
 import pytest
 
+from tests.conftest import wait_until
+
 from workerpool import ConfigError, WorkerPool, queries
 from workerpool.dead import DeadNotice, report_dead
 from workerpool.maintenance import MAINTENANCE_TYPE, Maintenance
@@ -64,7 +66,7 @@ def test_sweep_dead_letters_stale_exhausted_leases_and_reports_each(app, sql, ca
     maintenance.run_pass()
     assert state_of(sql, exhausted_fresh) == ("dead", "abandoned")
     monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "soon")
-    with pytest.raises(ConfigError, match="WORKER_CLAIM_STALE_MS must be a number"):
+    with pytest.raises(ConfigError, match="WORKER_CLAIM_STALE_MS must be milliseconds"):
         maintenance.run_pass()
 
 
@@ -138,3 +140,25 @@ def test_report_dead_accepts_the_worker_runtimes_rows(app, caplog):
                                {"type": "ConnectionError", "message": "provider 503\nretry later"})]
     with pytest.raises(ConfigError, match="on_dead hook must be callable"):
         app.on_dead("not a function")
+
+
+def test_the_worker_runtime_reports_its_dead_jobs_through_on_dead(app, sql, caplog):
+    from tests.test_worker import running
+    from workerpool import Permanent
+
+    seen: list[DeadNotice] = []
+    app.on_dead(seen.append)
+
+    @app.task(queue="q", max_attempts=3)
+    def refuse(job):
+        raise Permanent("422: no such mailbox")
+
+    job_id = app.enqueue("refuse", {})
+    with caplog.at_level(logging.ERROR, logger="workerpool.dead"), running(app, "q"):
+        wait_until(lambda: seen, 20, message="the on_dead hook")
+    [notice] = seen
+    assert (notice.id, notice.queue, notice.task, notice.attempts, notice.reason) == (
+        job_id, "q", "refuse", 1, "permanent")
+    assert [r.getMessage() for r in caplog.records if r.name == "workerpool.dead"] == [
+        f"job dead: queue=q id={job_id} task=refuse attempts=1 reason=permanent "
+        "last_error=Permanent: 422: no such mailbox"]

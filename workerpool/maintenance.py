@@ -24,30 +24,15 @@ from typing import Any
 from . import cron, queries
 from .dead import DeadNotice, report_dead
 from .errors import ConfigError
-from .pool import QueueSpec, WorkerPool, validate_crons
+from .pool import WorkerPool, validate_crons
 
 log = logging.getLogger("workerpool.maintenance")
 
 #: The process type maintenance children register under in ``workerpool_workers.queue``
 #: ('@' cannot start a queue name, so it never clashes with one).
 MAINTENANCE_TYPE = "@maintenance"
-STALE_ENV = "WORKER_CLAIM_STALE_MS"
 
-__all__ = ["MAINTENANCE_TYPE", "Maintenance", "report_dead", "stale_after_for"]
-
-
-def stale_after_for(spec: QueueSpec) -> float:
-    """The queue's ``stale_after`` in seconds, overridden by ``$WORKER_CLAIM_STALE_MS``."""
-    raw = os.environ.get(STALE_ENV)
-    if raw is None or raw.strip() == "":
-        return spec.stale_after
-    try:
-        value = float(raw) / 1000.0
-    except ValueError:
-        raise ConfigError(f"{STALE_ENV} must be a number of milliseconds, got {raw!r}") from None
-    if not value > 0:
-        raise ConfigError(f"{STALE_ENV} must be > 0, got {raw!r}")
-    return value
+__all__ = ["MAINTENANCE_TYPE", "Maintenance", "report_dead"]
 
 
 class Maintenance:
@@ -89,8 +74,8 @@ class Maintenance:
     def sweep_abandoned(self) -> list[DeadNotice]:
         """Stale leases with no attempts left → ``dead/abandoned`` (DESIGN §3), each reported."""
         notices: list[DeadNotice] = []
-        for name, spec in self.pool.queues.items():
-            stale_after = stale_after_for(spec)
+        for name in self.pool.queues:
+            stale_after = self.pool.stale_after(name)  # the queue's, or $WORKER_CLAIM_STALE_MS
             error = abandoned_error(self.worker_id, stale_after)
             with self.pool.engine.begin() as conn:
                 rows = queries.sweep_abandoned(conn, name, stale_after, error)

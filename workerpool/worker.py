@@ -32,6 +32,7 @@ import psycopg
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import queries
+from .dead import DeadNotice, report_dead
 from .errors import LeaseLost
 from .jobs import Job, new_worker_id
 from .outcome import FAIL, Outcome, classify, error_entry, interrupted, record_many
@@ -217,7 +218,8 @@ class Worker:
             log.warning("released %d job(s) of dead worker %s", len(rows), dead,
                         extra={"event": "orphans_released", "worker": dead, "count": len(rows)})
         queries.unregister_worker(conn, dead)
-        self._report_dead([r for r in rows if r.state == "dead"], "abandoned")
+        report_dead(self.pool, [r for r in rows if r.state == "dead"], reason="abandoned",
+                    error=entry)
 
     def _renew_if_due(self) -> None:
         now = time.monotonic()
@@ -264,7 +266,7 @@ class Worker:
             self._finished(lease, outcome, states.get(lease.job_id))
 
     def _finished(self, lease: queries.Lease, outcome: Outcome, state: str | None) -> None:
-        self._in_flight.pop(lease.job_id, None)
+        flight = self._in_flight.pop(lease.job_id, None)
         self.counters.finished += 1
         if state is None:
             self.counters.lost += 1
@@ -274,13 +276,12 @@ class Worker:
         self.counters.states[state] = self.counters.states.get(state, 0) + 1
         if state == "dead":
             reason = "permanent" if outcome.kind != FAIL else "exhausted"
-            self._report_dead([(lease.job_id, outcome)], reason)
+            self._report_dead(lease, flight.spec.name if flight else "?", outcome, reason)
 
-    def _report_dead(self, rows: list[Any], reason: str) -> None:
-        for row in rows:
-            log.error("job %s gave up (%s)", row[0], reason,
-                      extra={"event": "job_dead", "queue": self.queue, "job_id": row[0],
-                             "reason": reason})
+    def _report_dead(self, lease: queries.Lease, task: str, outcome: Outcome, reason: str) -> None:
+        """One error line and the pool's on_dead hooks (workerpool.dead.report_dead)."""
+        notice = DeadNotice(lease.job_id, self.queue, task, lease.attempt, reason, outcome.error)
+        report_dead(self.pool, [notice])
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
@@ -307,7 +308,7 @@ class Worker:
         self.counters.states["timeout"] = self.counters.states.get("timeout", 0) + 1
         state = states.get(flight.lease.job_id)
         if state == "dead":
-            self._report_dead([(flight.lease.job_id, outcome)], "exhausted")
+            self._report_dead(flight.lease, flight.spec.name, outcome, "exhausted")
 
     def _next_deadline(self) -> float | None:
         deadlines = [f.deadline for f in self._in_flight.values()
