@@ -60,7 +60,7 @@ class DeadNotice:
             task=row.task,
             attempts=row.attempts,
             reason=reason or getattr(row, "dead_reason", None) or getattr(row, "reason", "?"),
-            error=error if error is not None else getattr(row, "last_error", None),
+            error=error if error is not None else _row_error(row),
         )
 
     @property
@@ -70,6 +70,11 @@ class DeadNotice:
         kind, message = self.error.get("type", "?"), self.error.get("message", "")
         text = safe_text(f"{kind}: {message}" if message else kind, 500)
         return text.replace("\r", "\\r").replace("\n", "\\n")  # one log line per dead job
+
+
+def _row_error(row: Any) -> Mapping[str, Any] | None:
+    error = getattr(row, "error", None)
+    return error if error is not None else getattr(row, "last_error", None)
 
 
 def report_dead(
