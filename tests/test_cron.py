@@ -7,8 +7,12 @@ sleeping: a test moves a schedule's next tick into the past and runs a pass.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,8 @@ from workerpool import ConfigError, WorkerPool, testing
 from workerpool.cron import MISSED_GRACE, latest_tick_until, next_tick_after, tick_key
 from workerpool.maintenance import Maintenance
 from workerpool.pool import CronSpec
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def spec(expression: str, timezone: str = "UTC", **kw) -> CronSpec:
@@ -270,3 +276,25 @@ def test_a_failing_schedule_does_not_stop_the_others(app, sql, caplog):
     assert cron_row(sql, "a")[2] is not None
     assert cron_row(sql, "b")[0] is None
     assert [getattr(r, "event", "") for r in caplog.records] == ["cron_failed"]
+
+
+def test_run_and_the_maintenance_loop_refuse_a_cron_on_an_undeclared_queue(db_url, tmp_path):
+    (tmp_path / "badcron.py").write_text(
+        "from workerpool import WorkerPool\n"
+        "pool = WorkerPool()\n"
+        "pool.queue('email', drain_timeout=1)\n"
+        "@pool.cron('0 * * * *', queue='reports')\n"
+        "def weekly_report(job):\n"
+        "    pass\n")
+    heartbeats = tmp_path / "hb"
+    heartbeats.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
+    env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+               PYTHONPATH=str(ROOT))
+    expected = "cron 'weekly_report': queue 'reports' is not declared (declared: ['email'])"
+    for module, args in (("workerpool", ["run", "badcron:pool", "--heartbeat-dir", str(heartbeats)]),
+                         ("workerpool.maintenance", ["badcron:pool"])):
+        out = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and expected in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,12 +1,13 @@
-"""Three replicas scheduling one 1-second cron whose handler takes 1.5 s: real processes, kill -9.
+"""Three `workerpool run` replicas share one 1-second cron whose handler takes 1.5 s: kill -9 too.
 
-Each replica is a separate process (``tests/helpers/replica.py``: the maintenance loop plus an
-inline worker, a stand-in for ``workerpool run`` until the supervisor lands). The handler writes
-a ledger row (database clock) when it starts and when it ends.
+Each replica is a real supervisor (its own process group: one child for the ``cron`` queue, one
+``maintenance`` child that schedules). The handler writes a ledger row (database clock) when it
+starts and when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from sqlalchemy import text
 from workerpool import WorkerPool
 
 pool = WorkerPool()
-pool.queue("cron", stale_after={STALE_AFTER}, poll_interval=0.05)
+pool.queue("cron", stale_after={STALE_AFTER}, drain_timeout=1, hang_timeout=5, poll_interval=0.05)
 pool.maintenance(interval=0.3)
 
 @pool.cron("* * * * * *", queue="cron", max_attempts=3)
@@ -51,23 +52,24 @@ def replicas(db_url, tmp_path: Path, sql) -> Iterator[list[subprocess.Popen]]:
     sql("CREATE TABLE cron_ledger (id serial PRIMARY KEY, tick text, job_id bigint, pid int,"
         " attempt int, started_at timestamptz, ended_at timestamptz)")
     (tmp_path / "cronapp.py").write_text(APP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
     env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
                PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    logs = [open(tmp_path / f"replica{n}.log", "w") for n in range(3)]
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "tests.helpers.replica", "cronapp:pool", "cron"],
-                         cwd=tmp_path, env=env, start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=log)
-        for log in logs
-    ]
+    logs, procs = [], []
+    for n in range(3):
+        heartbeats = tmp_path / f"heartbeats{n}"
+        heartbeats.mkdir(mode=0o700)
+        logs.append(open(tmp_path / f"replica{n}.log", "w"))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "workerpool", "run", "cronapp:pool",
+             "--heartbeat-dir", str(heartbeats)],
+            cwd=tmp_path, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=logs[-1], stderr=subprocess.STDOUT))
     yield procs
+    stop_all(procs)
     for proc, log in zip(procs, logs, strict=True):
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
         log.close()
-        print(f"--- replica {proc.pid} ---", Path(log.name).read_text()[-3000:])  # shown on failure
+        print(f"--- replica {proc.pid} ---", Path(log.name).read_text()[-3000:])  # on failure
 
 
 def ledger(sql):
@@ -76,8 +78,10 @@ def ledger(sql):
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
+    """kill -9 every replica's whole process group (supervisor and children)."""
     for proc in procs:
-        proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
 
@@ -111,10 +115,9 @@ def test_kill_9_of_the_replica_running_the_cron_does_not_stop_the_schedule(repli
     running = wait_until(
         lambda: sql("SELECT pid, tick, clock_timestamp() FROM cron_ledger WHERE ended_at IS NULL"),
         timeout=40, message="a cron run in progress")
-    pid, killed_tick, killed_at = running[0]
-    victim = next(proc for proc in replicas if proc.pid == pid)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    pid, killed_tick, killed_at = running[0]  # pid: the queue child running the handler
+    victim = next(proc for proc in replicas if proc.pid == os.getpgid(pid))
+    stop_all([victim])  # the whole replica: its supervisor, its worker, its scheduler
 
     # the lost run's lease goes stale; its tick is re-run or the schedule moves on — either way a
     # later tick completes on a surviving replica, within stale_after + a few periods
@@ -126,4 +129,3 @@ def test_kill_9_of_the_replica_running_the_cron_does_not_stop_the_schedule(repli
     state, attempts = sql("SELECT state, attempts FROM workerpool_jobs WHERE payload->>'tick' = %s",
                           killed_tick)[0]
     assert (state, attempts) == ("done", 2)  # the stale lease was taken over and the run redone
-    stop_all([p for p in replicas if p.poll() is None])
