@@ -1,4 +1,4 @@
-"""An hourly session cleanup as a cron job: a TTL sweep of expired sessions, API tokens and audit rows.
+"""An hourly session cleanup as a cron job: a TTL sweep of expired sessions, tokens, audit rows.
 
 Run it on its own::
 

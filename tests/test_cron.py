@@ -107,11 +107,12 @@ def test_latest_tick_includes_an_exact_tick_and_seconds_field_works():
     assert latest_tick_until(hourly, on_tick) == on_tick
     assert next_tick_after(hourly, on_tick) == on_tick + timedelta(hours=1)
     every_10s = spec("* * * * * */10")
-    assert next_tick_after(every_10s, on_tick + timedelta(seconds=1)) == on_tick + timedelta(seconds=10)
+    later = on_tick + timedelta(seconds=1)
+    assert next_tick_after(every_10s, later) == on_tick + timedelta(seconds=10)
     assert tick_key("c", on_tick) == "cron:c:2024-01-01T10:00:00+00:00"
 
 
-# -- scheduling against PostgreSQL ------------------------------------------------------------------
+# -- scheduling against PostgreSQL --------------------------------------------------------------
 
 
 @pytest.fixture
@@ -292,8 +293,8 @@ def test_run_and_the_maintenance_loop_refuse_a_cron_on_an_undeclared_queue(db_ur
     env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
                PYTHONPATH=str(ROOT))
     expected = "cron 'weekly_report': queue 'reports' is not declared (declared: ['email'])"
-    for module, args in (("workerpool", ["run", "badcron:pool", "--heartbeat-dir", str(heartbeats)]),
-                         ("workerpool.maintenance", ["badcron:pool"])):
+    run = ["run", "badcron:pool", "--heartbeat-dir", str(heartbeats)]
+    for module, args in (("workerpool", run), ("workerpool.maintenance", ["badcron:pool"])):
         out = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 1 and expected in out.stderr, out.stderr

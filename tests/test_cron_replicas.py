@@ -88,8 +88,8 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
 def test_three_replicas_run_each_tick_at_most_once_and_never_overlap(replicas, sql):
     wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = '@maintenance'")
                [0][0] == 3, timeout=30, message="three schedulers registered")
-    wait_until(lambda: sql("SELECT count(*) FROM cron_ledger WHERE ended_at IS NOT NULL")[0][0] >= 3,
-               timeout=40, message="three completed runs")
+    completed = "SELECT count(*) FROM cron_ledger WHERE ended_at IS NOT NULL"
+    wait_until(lambda: sql(completed)[0][0] >= 3, timeout=40, message="three completed runs")
     stop_all(replicas)
 
     runs = ledger(sql)

@@ -55,7 +55,8 @@ def test_list_filters_and_orders_most_recent_first(app, sql):
 
     page = list_dead(app)
     assert [j.id for j in page.jobs] == [recent, permanent, billing, old] and page.total == 4
-    assert [j.id for j in list_dead(app, DeadFilter(queue="email")).jobs] == [recent, permanent, old]
+    email = list_dead(app, DeadFilter(queue="email")).jobs
+    assert [j.id for j in email] == [recent, permanent, old]
     assert [j.id for j in list_dead(app, DeadFilter(reason="permanent")).jobs] == [permanent]
     assert [j.id for j in list_dead(app, DeadFilter(task="charge")).jobs] == [billing]
     assert [j.id for j in list_dead(app, DeadFilter(since=timedelta(hours=3))).jobs] == [
@@ -160,7 +161,7 @@ def test_purge_deletes_only_dead_rows_older_than_the_cutoff(app, sql):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: DeadFilter(reason="tired"), "reason must be one of exhausted, permanent, abandoned"),
+        (lambda: DeadFilter(reason="tired"), "reason must be one of exhausted, permanent, aband"),
         (lambda: DeadFilter(since=datetime(2024, 1, 1)), "since must be timezone-aware"),
         (lambda: DeadFilter(ids=(1, -2)), "job ids are positive integers"),
         (lambda: DeadFilter(queue="no such queue!"), "queue name 'no such queue!' is invalid"),

@@ -1,4 +1,4 @@
-"""The maintenance pass in-process against real PostgreSQL: abandoned sweep, pruning, workers, dead reports."""
+"""The maintenance pass in-process on real PostgreSQL: sweep, pruning, workers, dead reports."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def leased(sql, *, attempts: int, max_attempts: int, age: str) -> int:
-    return sql("INSERT INTO workerpool_jobs (queue, task, state, attempts, max_attempts, claimed_by,"
-               " claimed_at) VALUES ('q', 'work', 'processing', %s, %s, 'host:1:gone',"
+    return sql("INSERT INTO workerpool_jobs (queue, task, state, attempts, max_attempts,"
+               " claimed_by, claimed_at) VALUES ('q', 'work', 'processing', %s, %s, 'host:1:gone',"
                " now() - %s::interval) RETURNING id", attempts, max_attempts, age)[0][0]
 
 
@@ -103,7 +103,8 @@ def test_pruning_uses_the_finished_index(app, sql):
     with app.engine.connect() as conn:
         compiled = queries.prune_finished_statement(7 * 86400, 1000).compile(
             dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params).scalars())
+        rows = conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params).scalars()
+        plan = "\n".join(rows)
     assert "ix_workerpool_jobs_finished" in plan and "Seq Scan" not in plan, plan
 
 

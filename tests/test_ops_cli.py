@@ -30,8 +30,8 @@ def charge(job):
 """
 
 SEED = """
-INSERT INTO workerpool_jobs (queue, task, state, payload_version, run_at, claimed_by, claimed_at,
-                             dead_reason, finished_at)
+INSERT INTO workerpool_jobs (queue, task, state, payload_version, run_at, claimed_by,
+                             claimed_at, dead_reason, finished_at)
 VALUES
   ('email', 'send',     'pending',    1, now() - interval '90 seconds', NULL, NULL, NULL, NULL),
   ('email', 'send',     'pending',    1, now() - interval '10 seconds', NULL, NULL, NULL, NULL),
@@ -44,11 +44,11 @@ VALUES
   ('email', 'send',     'done',       1, now(), NULL, NULL, NULL, now()),
   ('email', 'send',     'done',       1, now(), NULL, NULL, NULL, now()),
   ('email', 'send',     'done',       1, now(), NULL, NULL, NULL, now()),
-  ('email', 'send',     'dead',       1, now(), NULL, NULL, 'exhausted', now() - interval '40 days'),
-  ('email', 'send',     'dead',       1, now(), NULL, NULL, 'exhausted', now() - interval '1 hour'),
-  ('email', 'send',     'dead',       1, now(), NULL, NULL, 'permanent', now() - interval '2 hours'),
+  ('email', 'send',     'dead',   1, now(), NULL, NULL, 'exhausted', now() - interval '40 days'),
+  ('email', 'send',     'dead',   1, now(), NULL, NULL, 'exhausted', now() - interval '1 hour'),
+  ('email', 'send',     'dead',   1, now(), NULL, NULL, 'permanent', now() - interval '2 hours'),
   ('email', 'send',     'cancelled',  1, now(), NULL, NULL, NULL, now()),
-  ('billing', 'charge', 'dead',       1, now(), NULL, NULL, 'abandoned', now() - interval '3 hours');
+  ('billing', 'charge', 'dead',   1, now(), NULL, NULL, 'abandoned', now() - interval '3 hours');
 UPDATE workerpool_jobs SET attempts = 5, max_attempts = 5 WHERE state = 'dead';
 INSERT INTO workerpool_workers (id, host, pid, queue, tasks, last_seen) VALUES
   ('h:1:a', 'h', 1, 'email', '{"send": 2}', now() - interval '2 seconds'),

@@ -89,7 +89,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     pool = _pool_for(args)
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     data = status.collect(pool.engine, known)
-    print(json.dumps(data, indent=2) if args.json else status.render(data), end="\n" if args.json else "")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(status.render(data), end="")
     return EXIT_OK
 
 
@@ -276,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_status_parser(sub: Any) -> None:
-    status = sub.add_parser("status", help="per queue: counts, oldest due job, dead, crons, workers")
+    status = sub.add_parser("status", help="queues (counts, oldest due, dead), crons, workers")
     status.add_argument("--json", action="store_true", help="stable JSON for scripts")
     status.add_argument("--app", metavar="APP:POOL", default=None,
                         help="judge runnable rows by this app's tasks instead of live workers'")

@@ -1,4 +1,4 @@
-"""Cron scheduling: each tick of each schedule becomes at most one job, across any number of replicas.
+"""Cron scheduling: each tick of each schedule becomes at most one job, across all replicas.
 
 One pass (run by every maintenance child, on every replica) does, in one transaction:
 
@@ -32,7 +32,8 @@ log = logging.getLogger("workerpool.cron")
 #: Passes run every second; being a minute late means no scheduler was running.
 MISSED_GRACE = timedelta(seconds=60)
 
-WAIT, ENQUEUE, SKIP_OVERLAP, SKIP_MISSED, RESET = "wait", "enqueue", "skip_overlap", "skip_missed", "reset"
+WAIT, ENQUEUE, RESET = "wait", "enqueue", "reset"
+SKIP_OVERLAP, SKIP_MISSED = "skip_overlap", "skip_missed"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def tick_key(name: str, tick: datetime) -> str:
 
 
 def decide(spec: CronSpec, row: Any, now: datetime) -> Decision:
-    """Pure: from the schedule row (``next_tick``, ``last_job_state``...) and ``now`` to a Decision."""
+    """Pure: from the schedule row (``next_tick``, ``last_job_state``...) and ``now``."""
     if row.next_tick is None or (row.expression, row.timezone) != (spec.expression, spec.timezone):
         return Decision(RESET, next_tick=next_tick_after(spec, now))  # new or changed: from now on
     if now < row.next_tick:

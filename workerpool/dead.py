@@ -133,7 +133,8 @@ class DeadFilter:
                 except ValueError as exc:
                     raise InvalidFilter(str(exc)) from None
         if self.reason is not None and self.reason not in DEAD_REASONS:
-            raise InvalidFilter(f"reason must be one of {', '.join(DEAD_REASONS)}; got {self.reason!r}")
+            raise InvalidFilter(
+                f"reason must be one of {', '.join(DEAD_REASONS)}; got {self.reason!r}")
         if isinstance(self.since, datetime) and self.since.utcoffset() is None:
             raise InvalidFilter("since must be timezone-aware (e.g. 2024-05-01T10:00:00+00:00)")
         if self.since is not None and not isinstance(self.since, datetime | timedelta):
@@ -277,7 +278,8 @@ def retry(
     not_dead = sorted(set(filters.ids or ()) - set(todo))
     if dry_run or not todo:
         return ReplayResult(todo, by_task, dry_run, not_dead)
-    replayed = _in_batches(pool, todo, batch, progress, lambda c, chunk: _replay(pool, c, chunk, by))
+    replayed = _in_batches(pool, todo, batch, progress,
+                           lambda conn, chunk: _replay(pool, conn, chunk, by))
     log.info("replayed %d dead jobs", len(replayed), extra={"event": "dead_replayed", "by": by})
     return ReplayResult(sorted(replayed), by_task, False, not_dead)
 

@@ -254,7 +254,7 @@ class WorkerPool:
         if callable(expression):
             raise ConfigError("use @pool.cron(expression, queue=...), not bare @pool.cron")
         if queue is None:
-            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type to run it)")
+            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
 
         def register(func: Callable) -> Callable:
             cron_name = check_name("cron", name or func.__name__)
@@ -458,7 +458,8 @@ def check_timezone(name: str, timezone: Any) -> str:
     try:
         ZoneInfo(timezone)
     except Exception:
-        raise ConfigError(f"cron {name}: unknown timezone {timezone!r} (use an IANA name)") from None
+        raise ConfigError(f"cron {name}: unknown timezone {timezone!r} (use an IANA name)") \
+            from None
     return timezone
 
 

@@ -539,7 +539,8 @@ def advance_cron(
     job_id: int | None = None,
     skipped: bool = False,
 ) -> None:
-    """Tick ``tick`` is handled: it became job ``job_id``, or was skipped (counted if ``skipped``)."""
+    """Tick ``tick`` is handled: it became job ``job_id``, or was skipped (counted if
+    ``skipped``)."""
     values: dict[str, Any] = {
         "queue": queue, "last_tick": tick, "next_tick": next_tick, "updated_at": func.now()}
     if job_id is not None:
@@ -570,7 +571,8 @@ def prune_finished_statement(older_than: float, limit: int):
         .cte("doomed")
     )
     # = ANY(ARRAY(...)): probes the primary key; a join to the CTE may hash the whole table
-    return jobs.delete().where(jobs.c.id == func.any(func.array(select(doomed.c.id).scalar_subquery())))
+    ids = func.array(select(doomed.c.id).scalar_subquery())
+    return jobs.delete().where(jobs.c.id == func.any(ids))
 
 
 def dead_where(
@@ -672,7 +674,8 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
 
 def purge_dead(conn: Connection, ids: Sequence[int]) -> list[int]:
     """Delete these rows if they are still dead; returns the ids deleted."""
-    return list(conn.execute(jobs.delete().where(dead_where(ids=ids)).returning(jobs.c.id)).scalars())
+    stmt = jobs.delete().where(dead_where(ids=ids)).returning(jobs.c.id)
+    return list(conn.execute(stmt).scalars())
 
 
 def state_counts(conn: Connection) -> list[Any]:

@@ -188,8 +188,9 @@ def job_label(cron: Mapping[str, Any]) -> str | None:
 
 
 def render_workers(workers: list[Mapping[str, Any]]) -> str:
-    rows = [[w["queue"], w["host"], w["pid"], short(w["started_at"]), age(w["last_seen_age_s"]) + " ago",
-             "live" if w["live"] else "stale", w["id"]] for w in workers]
+    rows = [[w["queue"], w["host"], w["pid"], short(w["started_at"]),
+             age(w["last_seen_age_s"]) + " ago", "live" if w["live"] else "stale", w["id"]]
+            for w in workers]
     headers = ["TYPE", "HOST", "PID", "STARTED", "LAST SEEN", "STATE", "ID"]
     return "WORKERS\n" + table(headers, rows)
 
