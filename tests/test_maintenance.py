@@ -163,3 +163,12 @@ def test_the_worker_runtime_reports_its_dead_jobs_through_on_dead(app, sql, capl
     assert [r.getMessage() for r in caplog.records if r.name == "workerpool.dead"] == [
         f"job dead: queue=q id={job_id} task=refuse attempts=1 reason=permanent "
         "last_error=Permanent: 422: no such mailbox"]
+
+
+def test_workers_beat_well_within_the_window_status_calls_live(app):
+    from workerpool.status import LIVE_WORKER_WINDOW
+    from workerpool.worker import Worker
+
+    assert app.queue_spec("q").stale_after == 300  # leases renewed every 100 s would be too rare
+    assert Worker(app, "q").renew_every <= LIVE_WORKER_WINDOW / 6
+    assert app.maintenance_settings.worker_ttl >= 2 * LIVE_WORKER_WINDOW

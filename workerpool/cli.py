@@ -157,10 +157,14 @@ def dead_retry(args: argparse.Namespace) -> int:
         return EXIT_OK
     verb = "dry run: would replay" if result.dry_run else "replayed"
     tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
-    print(f"{verb} {len(result.ids)} dead jobs ({tasks})")
+    print(f"{verb} {plural(len(result.ids), 'dead job')} ({tasks})")
     if result.ids:
         print(f"ids: {_ids_text(result.ids)}")
     return EXIT_OK
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _ids_text(ids: Sequence[int], limit: int = 50) -> str:
@@ -183,7 +187,7 @@ def dead_purge(args: argparse.Namespace) -> int:
         print(json.dumps({"dry_run": result.dry_run, "count": result.count}))
     else:
         verb = "dry run: would purge" if result.dry_run else "purged"
-        print(f"{verb} {result.count} dead jobs older than {args.older_than}")
+        print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
     return EXIT_OK
 def cmd_run(args: argparse.Namespace) -> int:
     from . import config

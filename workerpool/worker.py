@@ -69,6 +69,7 @@ EXIT_RECYCLE = 75  # a handler ignored its timeout: restart me
 FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "no_lease_renewal"
 RECYCLE_GRACE = 5.0  # seconds a timed-out handler gets before the child is recycled
 RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
+REGISTRY_BEAT = 10.0  # seconds between beats at most (status: live if seen within 60 s)
 RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
 
 #: Limits on every transaction the worker runs (seconds; set locally, PgBouncer-safe).
@@ -207,7 +208,8 @@ class Worker:
         self.tasks: dict[str, TaskSpec] = {name: pool.task_spec(name)
                                            for name in self.task_versions}
         self.stale_after = pool.stale_after(queue)
-        self.renew_every = self.stale_after / 3
+        # also the beat of the workers registry: `workerpool status` needs one every few seconds
+        self.renew_every = min(self.stale_after / 3, REGISTRY_BEAT)
         self.renew_leases = os.environ.get(FAULT_ENV, "") != "no_lease_renewal"
         self.counters = Counters()
         self.engine: Engine | None = None
