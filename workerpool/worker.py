@@ -111,7 +111,7 @@ class InFlight:
 
 
 class DeadJob(NamedTuple):
-    """A job this worker moved to ``dead`` (what ``report_dead`` receives)."""
+    """A job this worker moved to ``dead``: a row as ``workerpool.dead.report_dead`` takes it."""
 
     id: int
     queue: str
@@ -119,7 +119,7 @@ class DeadJob(NamedTuple):
     state: str
     attempts: int
     dead_reason: str
-    error: dict[str, Any] | None = None
+    last_error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -444,8 +444,8 @@ class Worker:
         if not rows:
             return
         try:
-            from .maintenance import report_dead
-        except ImportError:
+            from .dead import report_dead
+        except ImportError:  # before the dead-letter module is merged: log only
             for row in rows:
                 log.error("job %s (%s) is dead: %s", row.id, row.task, row.dead_reason,
                           extra={"event": "job_dead", "queue": row.queue, "job_id": row.id,
@@ -614,7 +614,8 @@ class Worker:
         while self._running() and not self._stop_now.is_set() and time.monotonic() < deadline:
             self._pass(claiming=False)
             self._wait(until=deadline)
-        self._pass(claiming=False)  # write what finished meanwhile
+        if self._in_flight or self._unwritten:
+            self._pass(claiming=False)  # write what finished meanwhile
         self._release_unfinished()
 
     def _running(self) -> list[InFlight]:
