@@ -282,7 +282,11 @@ class WorkerPool:
         With ``conn=`` the row is written in the caller's transaction: the job exists if and only
         if that transaction commits. A ``key`` already taken returns the existing job's id.
         """
-        return self.enqueue_many([(task, payload, options)], conn=conn)[0]
+        row = self.build(task, payload, **options)
+        if conn is not None:
+            return queries.insert_one(conn, row, notify_queue=self.notify)
+        with self.engine.begin() as own:
+            return queries.insert_one(own, row, notify_queue=self.notify)
 
     def enqueue_many(
         self,
