@@ -351,8 +351,8 @@ def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
     with running(pool, "q", orphans=("dead:1:x",)):
         wait_until(lambda: states(sql) == {"dead": 1, "done": 1}, 10)
     assert sql("SELECT task, attempts FROM workerpool_jobs WHERE state='done'") == [("ok2", 2)]
-    assert sql("SELECT dead_reason, errors->0->>'type' FROM workerpool_jobs"
-               " WHERE state='dead'") == [("abandoned", "WorkerLost")]
+    assert sql("SELECT dead_reason, errors->0->>'type', errors->0->'attempt' FROM workerpool_jobs"
+               " WHERE state='dead'") == [("abandoned", "WorkerLost", 1)]
 
 
 # -- payload versions --------------------------------------------------------------------------

@@ -214,7 +214,8 @@ def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
         "SELECT attempts, checkpoint, errors FROM workerpool_jobs WHERE id = %s", job_id)[0]
     assert attempts == 2
     assert checkpoint == {"step": 2, "resumed_from": {"step": 1}, "attempt": 2}
-    assert [(e["type"], e["worker"]) for e in errors] == [("WorkerLost", first.id)]
+    assert [(e["type"], e["worker"], e["attempt"]) for e in errors] == [
+        ("WorkerLost", first.id, 1)]
     assert second.stop() == 0
 
 

@@ -70,6 +70,7 @@ FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "no_lease_renewal"
 RECYCLE_GRACE = 5.0  # seconds a timed-out handler gets before the child is recycled
 RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
 RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
+LISTEN_SLICE = 0.25  # seconds the listener waits for notifications before checking for a stop
 
 #: Limits on every transaction the worker runs (seconds; set locally, PgBouncer-safe).
 STATEMENT_TIMEOUT = 15.0
@@ -741,6 +742,6 @@ class Listener(threading.Thread):
             self.connected.set()
             self.wake.set()
             while not self._halt.is_set():
-                for note in conn.notifies(timeout=1.0):
+                for note in conn.notifies(timeout=LISTEN_SLICE):
                     if self.queue in note.payload.split(","):
                         self.wake.set()
