@@ -5,8 +5,9 @@
 
 Creates a scratch database on that server, runs one worker process (concurrency 4) per mode,
 enqueues jobs one at a time with random gaps (so the worker is idle when each arrives: this
-measures wake-up, not queueing), and prints p50/p99/max of (handler start - enqueue call), both
-read from the same machine's wall clock. Drops the scratch database at the end.
+measures wake-up, not queueing), and prints p50/p99/max of handler start minus (a) the moment
+``enqueue()`` was called and (b) the moment it returned (committed). Both ends are read from the
+same machine's wall clock. Drops the scratch database at the end.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
     def stamp(job: Job) -> None:
         started = time.time()
         with open(os.environ["LATENCY_OUT"], "a") as out:
-            out.write(f"{started - job.payload['sent']:.6f}\n")
+            out.write(f"{job.id} {started:.6f}\n")
 
     return pool
 
@@ -53,28 +54,34 @@ def run_worker(url: str, notify: bool, poll: float) -> int:
     return worker.run()
 
 
-def measure(url: str, *, notify: bool, jobs: int, poll: float) -> list[float]:
+def measure(url: str, *, notify: bool, jobs: int, poll: float) -> tuple[list[float], list[float]]:
+    """Latencies in seconds: (from the enqueue call, from its return), one per job."""
     with tempfile.NamedTemporaryFile("r", suffix=".latency") as out:
         env = {**os.environ, "LATENCY_OUT": out.name, "PYTHONPATH": str(ROOT)}
         worker = subprocess.Popen([sys.executable, __file__, "--worker", url,
                                    "--notify", "on" if notify else "off", "--poll", str(poll)],
                                   env=env)
         pool = build_pool(url, notify=notify, poll=poll)
+        sent: dict[int, tuple[float, float]] = {}
         try:
             wait_for_worker(pool)
             for _ in range(jobs):
                 time.sleep(random.uniform(0.02, 0.08))
-                pool.enqueue("stamp", {"sent": time.time()})
+                called = time.time()
+                job_id = pool.enqueue("stamp", {})
+                sent[job_id] = (called, time.time())
             deadline = time.monotonic() + 30
-            while len(out.read().split()) < jobs and time.monotonic() < deadline:
+            while len(out.read().splitlines()) < jobs and time.monotonic() < deadline:
                 out.seek(0)
                 time.sleep(0.05)
             out.seek(0)
-            return [float(x) for x in out.read().split()]
+            started = {int(i): float(t) for i, t in (line.split() for line in out)}
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
             pool.dispose()
+    return ([started[i] - sent[i][0] for i in started],
+            [started[i] - sent[i][1] for i in started])
 
 
 def wait_for_worker(pool: WorkerPool) -> None:
@@ -114,11 +121,12 @@ def main() -> None:
         upgrade(url)
         text_url = url.render_as_string(hide_password=False)
         for notify in (True, False):
-            latencies = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)
-            ms = [1000 * x for x in latencies]
-            print(f"notify={'on ' if notify else 'off'} poll={args.poll:g}s jobs={len(ms)}: "
-                  f"p50 {percentile(ms, 50):7.1f} ms   p99 {percentile(ms, 99):7.1f} ms   "
-                  f"max {max(ms):7.1f} ms", flush=True)
+            called, committed = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)
+            for label, latencies in (("enqueue call", called), ("commit", committed)):
+                ms = [1000 * x for x in latencies]
+                print(f"notify={'on ' if notify else 'off'} poll={args.poll:g}s jobs={len(ms)} "
+                      f"from {label:12}: p50 {percentile(ms, 50):7.1f} ms   "
+                      f"p99 {percentile(ms, 99):7.1f} ms   max {max(ms):7.1f} ms", flush=True)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

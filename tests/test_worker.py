@@ -136,7 +136,8 @@ def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql)
     with running(pool, "q") as worker:
         wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10)
         killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name = 'workerpool-listen:q'")
+                     " WHERE datname = current_database()"
+                     " AND application_name = 'workerpool-listen:q'")
         assert killed == [(True,)]
         wait_until(lambda: worker.listener.reconnects == 1 and worker.listener.connected.is_set(),
                    10, message="listener reconnected")

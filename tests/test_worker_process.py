@@ -282,7 +282,8 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
         wait_until(lambda: counts(sql) == {"done": 60}, 30, message="every job done")
         assert sql("SELECT max(attempts) FROM workerpool_jobs") == [(1,)]  # nothing re-run
         wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
-                               " WHERE application_name = 'workerpool-listen:work'") == [(1,)],
+                               " WHERE datname = current_database()"
+                               " AND application_name = 'workerpool-listen:work'") == [(1,)],
                    10, message="the listener subscribed again")
         assert run.lines("listener_reconnect")
         assert run.lines("child_exited") == []  # no child crashed, none was restarted
