@@ -283,6 +283,23 @@ def test_term_to_the_whole_group_drains_once(start, app, sql):
     assert not [pid for pid in children if alive(pid)]
 
 
+def test_a_child_that_cannot_drain_is_killed_at_the_deadline(start, app, sql):
+    sup = start()
+    sup.wait_running("fast", "slow")
+    victim = sup.child_pid("fast")
+    job = app.enqueue("hog", {})  # holds the GIL: the child cannot even see its SIGTERM
+    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="hog claimed")
+    sent = time.monotonic()
+    os.kill(sup.pid, signal.SIGTERM)
+    assert sup.wait_exit(basic.DRAIN + DRAIN_MARGIN + 10) == 0
+    took = time.monotonic() - sent
+    assert sup.events("killed_at_deadline", worker="fast", pid=str(victim))
+    assert sup.events("child_exited", worker="fast")[-1].fields["status"] == "signal:SIGKILL"
+    assert sup.events("child_exited", worker="slow")[-1].fields["status"] == "exit:0"
+    assert took >= basic.DRAIN + DRAIN_MARGIN - 0.1  # it waited for the full drain first
+    assert not alive(victim)
+
+
 # -- crashes and hangs ----------------------------------------------------------------------
 
 
@@ -364,7 +381,7 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
     children = [sup.child_pid("fast"), sup.child_pid("slow")]
     killed = time.monotonic()
     os.kill(sup.pid, signal.SIGKILL)
-    wait_until(lambda: not [p for p in children if alive(p)], basic.DRAIN + DRAIN_MARGIN + 2,
+    wait_until(lambda: not [p for p in children if alive(p)], basic.DRAIN + DRAIN_MARGIN + 1,
                message="children gone after the parent died")
     gone = time.monotonic() - killed
     row = job_row(sql, job)

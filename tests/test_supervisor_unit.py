@@ -243,7 +243,7 @@ def test_boot_failed_child_backs_off_then_fatal(fake, tmp_path):
     assert sup.step() == EXIT_FATAL
 
 
-def test_a_child_that_ran_then_crashes_fast_repeatedly_backs_off_without_going_fatal(fake, tmp_path):
+def test_a_child_that_ran_then_keeps_crashing_fast_backs_off_without_going_fatal(fake, tmp_path):
     sup = make(fake, tmp_path, worker("email"), restart_delay=1.0, boot_retries=2)
     delays = []
     for _ in range(5):

@@ -188,7 +188,7 @@ def _apply(runner: Runner, how: str) -> None:
 
 
 class MaintenanceLoop:
-    """The maintenance child's loop: ``run_pass()`` every ``interval`` seconds, a tick after each."""
+    """The maintenance child: ``run_pass()`` every ``interval`` seconds, a tick after each."""
 
     def __init__(self, pool: Any, *, worker_id: str, on_tick: Callable[[], None],
                  parent_alive: Callable[[], bool]) -> None:
