@@ -89,9 +89,15 @@ def _after(delay_seconds: float):
 
 
 def _errors_append(entry: Mapping[str, Any]):
-    """``errors || [entry + {"at": now()}]``: the entry's time comes from the database clock."""
-    stamped = cast(literal(json.dumps(entry, default=str), Text), JSONB).op("||")(
-        func.jsonb_build_object("at", func.now())
+    """``errors || [{"attempt": attempts} + entry + {"at": now()}]``.
+
+    The time comes from the database clock; the attempt from the row unless the entry names it
+    (bulk releases and sweeps write one entry to rows at different attempts).
+    """
+    stamped = (
+        func.jsonb_build_object("attempt", jobs.c.attempts)
+        .op("||")(cast(literal(json.dumps(entry, default=str), Text), JSONB))
+        .op("||")(func.jsonb_build_object("at", func.now()))
     )
     return jobs.c.errors.op("||")(func.jsonb_build_array(stamped))
 
