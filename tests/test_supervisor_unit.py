@@ -338,6 +338,9 @@ class StandInMaintenance:
     def run_pass(self) -> None:
         self.passes += 1
 
+    def close(self) -> None:
+        self.closed = True
+
 
 def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     import sys
@@ -359,6 +362,7 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     loop.stop()
     thread.join(5)
     assert result == [0] and loop.maintenance.passes >= len(ticks) >= 3
+    assert loop.maintenance.closed  # left the workers registry on a clean stop
 
     orphaned = MaintenanceLoop(None, worker_id="w", on_tick=lambda: None,
                                parent_alive=lambda: False)

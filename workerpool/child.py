@@ -220,6 +220,10 @@ class MaintenanceLoop:
                 log.warning("parent is gone; stopping", extra={"event": "parent_gone"})
                 break
             self._stopping.wait(self.maintenance.interval)
+        try:
+            self.maintenance.close()  # leave the workers registry on a clean stop
+        except (OperationalError, DBAPIError, psycopg.Error):
+            pass  # the row is pruned after worker_ttl anyway
         log.info("maintenance stopped", extra={"event": "worker_stopped", "worker": "maintenance"})
         return 0
 

@@ -87,7 +87,10 @@ def load(
 
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
     """
+    from .pool import validate_crons  # lazily: `healthcheck` imports this module and stays cheap
+
     names = _queue_names(pool, queues)
+    validate_crons(pool)  # a cron on a queue no worker type serves: refused before any fork
     _apply_drain_override(pool, names)
     workers = [_queue_type(pool, name) for name in names]
     if maintenance_interval is not None:
