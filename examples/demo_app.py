@@ -9,12 +9,12 @@ Three worker types (queues), each a child process under ``workerpool run``:
   enqueues one job, and the provider receives the same key, so a job re-run after a crash
   sends nothing twice. One user's name makes the template renderer blow up its process (the
   poison message): it ends ``dead/abandoned`` after ``max_attempts`` claims and never loops.
-- ``user_deletion``: deleting a user touches several stores (sessions, posts, object storage,
-  audit log, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
+- ``user_deletion``: deleting a user touches several stores (sessions and tokens, posts, object
+  storage, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
   first step not yet done instead of leaving half a user behind.
-- ``housekeeping``: the hourly TTL sweep of expired sessions, tokens and old audit rows, a cron
-  job that never overlaps itself (the demo runs it every few seconds through
-  ``$DEMO_SWEEP_SCHEDULE``).
+- ``housekeeping``: the hourly TTL sweep of expired sessions, API tokens and old audit rows
+  (``examples/session_cleanup.py``), a cron job that never overlaps itself (the demo runs it
+  every few seconds through ``$SESSION_CLEANUP_SCHEDULE``).
 
 The "web backend" side is the three functions ``signup``, ``request_password_reset`` and
 ``request_deletion``: each writes its rows and enqueues its job in one transaction.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import threading
 import time
@@ -49,12 +50,12 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from workerpool import Backoff, Job, Permanent, RetryLater, WorkerPool
 
+from . import session_cleanup
 from .fake_provider import EmailProvider, ProviderError, inbox
 from .fake_provider import metadata as provider_metadata
 from .fake_provider import requests as provider_requests
@@ -63,15 +64,22 @@ pool = WorkerPool()
 pool.queue("email", concurrency=4, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("user_deletion", concurrency=2, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("housekeeping", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
+# The hourly TTL sweep from examples/session_cleanup.py, as a cron job on our housekeeping queue.
+# Its schedule is $SESSION_CLEANUP_SCHEDULE (the demo sets "* * * * * */3": every 3 seconds).
+session_cleanup.register(pool, queue="housekeeping")
 
 #: Production would keep the default (30 s * 4^(n-1)); the demo retries within seconds.
 QUICK_BACKOFF = Backoff(base=0.5, factor=2, cap=4, jitter=0.5)
 #: The user whose name crashes the template renderer (an OOM kill, simulated with SIGKILL).
 POISON_NAME = "Zalgo \u0336\u0334\u0335 the Unrenderable"
-DELETION_STEPS = ("sessions", "posts", "uploads", "audit", "account")
-AUDIT_RETENTION = timedelta(days=90)
+DELETION_STEPS = ("sessions", "posts", "uploads", "account")
 
 # -- the application's tables (its own metadata, next to workerpool's) -------------------------
+# Sessions, API tokens and the audit log are session_cleanup's tables: the sweep cleans them.
+
+sessions = session_cleanup.sessions
+api_tokens = session_cleanup.api_tokens
+audit_log = session_cleanup.audit_log
 
 metadata = MetaData()
 TZ = DateTime(timezone=True)
@@ -83,17 +91,10 @@ users = Table(
     Column("name", Text, nullable=False),
     Column("created_at", TZ, nullable=False, server_default=func.now()),
 )
-sessions = Table(
-    "demo_sessions", metadata,
+reset_tokens = Table(
+    "demo_reset_tokens", metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
-    Column("expires_at", TZ, nullable=False),
-)
-tokens = Table(
-    "demo_tokens", metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
-    Column("purpose", Text, nullable=False),
     Column("expires_at", TZ, nullable=False),
 )
 posts = Table(
@@ -108,13 +109,6 @@ uploads = Table(  # files in object storage, one row per object
     Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
     Column("object_key", Text, nullable=False),
 )
-audit = Table(
-    "demo_audit", metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("user_id", BigInteger, ForeignKey("demo_users.id"), index=True),
-    Column("action", Text, nullable=False),
-    Column("at", TZ, nullable=False, server_default=func.now()),
-)
 deletion_steps = Table(  # one row per step actually executed: shows resumption
     "demo_deletion_steps", metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
@@ -124,21 +118,12 @@ deletion_steps = Table(  # one row per step actually executed: shows resumption
     Column("step", Text, nullable=False),
     Column("at", TZ, nullable=False, server_default=func.now()),
 )
-cleanup_runs = Table(  # one row per completed sweep, with its wall-clock interval
-    "demo_cleanup_runs", metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("job_id", BigInteger, nullable=False),
-    Column("started_at", TZ, nullable=False),
-    Column("finished_at", TZ, nullable=False),
-    Column("sessions", Integer, nullable=False),
-    Column("tokens", Integer, nullable=False),
-    Column("audit", Integer, nullable=False),
-)
 
 
 def create_tables(engine: Engine) -> None:
     metadata.create_all(engine)
     provider_metadata.create_all(engine)
+    session_cleanup.create_tables(engine)
 
 
 # -- the web backend: each request writes its rows and enqueues its job in one transaction -----
@@ -150,15 +135,16 @@ def signup(conn: Connection, email: str, name: str) -> int:
     stmt = stmt.on_conflict_do_update(index_elements=[users.c.email], set_={"name": name})
     user_id = conn.execute(stmt.returning(users.c.id)).scalar_one()
     conn.execute(insert(sessions).values(user_id=user_id, expires_at=_in(timedelta(days=1))))
+    conn.execute(insert(audit_log).values(event="signup"))
     pool.enqueue(send_welcome, {"user_id": user_id}, key=f"welcome:{user_id}", conn=conn)
     return user_id
 
 
 def request_password_reset(conn: Connection, user_id: int) -> int:
     token_id = conn.execute(
-        insert(tokens)
-        .values(user_id=user_id, purpose="password_reset", expires_at=_in(timedelta(hours=1)))
-        .returning(tokens.c.id)
+        insert(reset_tokens)
+        .values(user_id=user_id, expires_at=_in(timedelta(hours=1)))
+        .returning(reset_tokens.c.id)
     ).scalar_one()
     pool.enqueue(send_password_reset, {"user_id": user_id, "token_id": token_id},
                  key=f"reset:{token_id}", conn=conn)
@@ -166,12 +152,13 @@ def request_password_reset(conn: Connection, user_id: int) -> int:
 
 
 def request_deletion(conn: Connection, user_id: int) -> int:
-    conn.execute(insert(audit).values(user_id=user_id, action="deletion requested"))
+    conn.execute(insert(audit_log).values(event="account deletion requested"))
     return pool.enqueue(delete_user, {"user_id": user_id}, key=f"delete:{user_id}", conn=conn)
 
 
 def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> list[int]:
-    """Users who signed up long ago: sessions (some expired), tokens, posts, files, audit rows."""
+    """Users who signed up long ago: sessions and API tokens (some expired), posts, files, and
+    audit rows (some past retention)."""
     ids = []
     for n in range(count):
         user_id = conn.execute(insert(users).values(
@@ -182,9 +169,11 @@ def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> lis
             expired = rng.random() < 0.5
             expires_at = _ago(timedelta(hours=1)) if expired else _in(timedelta(hours=2))
             conn.execute(insert(sessions).values(user_id=user_id, expires_at=expires_at))
-        conn.execute(insert(tokens).values(
-            user_id=user_id, purpose="email_change", expires_at=_ago(timedelta(days=3))
-        ))
+        conn.execute(insert(api_tokens).values([
+            {"user_id": user_id, "token_hash": secrets.token_hex(16),
+             "expires_at": _ago(timedelta(days=3)) if k == 0 else _in(timedelta(days=30))}
+            for k in range(2)
+        ]))
         conn.execute(insert(posts).values([
             {"user_id": user_id, "body": f"post {k}"} for k in range(rng.randint(1, 6))
         ]))
@@ -192,9 +181,8 @@ def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> lis
             {"user_id": user_id, "object_key": f"u/{user_id}/{k}.jpg"}
             for k in range(rng.randint(2, 6))
         ]))
-        conn.execute(insert(audit).values([
-            {"user_id": user_id, "action": "login", "at": _ago(timedelta(days=rng.randint(1, 200)))}
-            for _ in range(3)
+        conn.execute(insert(audit_log).values([
+            {"event": "login", "at": _ago(timedelta(days=rng.randint(1, 200)))} for _ in range(3)
         ]))
     return ids
 
@@ -260,9 +248,9 @@ def send_welcome(job: Job) -> None:
 def send_password_reset(job: Job) -> None:
     with pool.engine.connect() as conn:
         row = conn.execute(
-            select(users.c.email, users.c.name, tokens.c.expires_at > func.now())
-            .join(tokens, tokens.c.user_id == users.c.id)
-            .where(tokens.c.id == job.payload["token_id"])
+            select(users.c.email, users.c.name, reset_tokens.c.expires_at > func.now())
+            .join(reset_tokens, reset_tokens.c.user_id == users.c.id)
+            .where(reset_tokens.c.id == job.payload["token_id"])
         ).first()
     if row is None or not row[2]:
         return  # token used, expired or user deleted: a stale reset link helps nobody
@@ -294,9 +282,10 @@ def delete_user(job: Job) -> None:
 
 
 def _delete_sessions(user_id: int) -> None:
+    """Log the user out everywhere: sessions, API tokens, pending password resets."""
     with pool.engine.begin() as conn:
-        conn.execute(delete(sessions).where(sessions.c.user_id == user_id))
-        conn.execute(delete(tokens).where(tokens.c.user_id == user_id))
+        for table in (sessions, api_tokens, reset_tokens):
+            conn.execute(delete(table).where(table.c.user_id == user_id))
 
 
 def _delete_posts(user_id: int) -> None:
@@ -319,21 +308,16 @@ def _delete_uploads(user_id: int) -> None:
             conn.execute(delete(uploads).where(uploads.c.id == upload_id))
 
 
-def _anonymise_audit(user_id: int) -> None:
-    with pool.engine.begin() as conn:
-        conn.execute(update(audit).where(audit.c.user_id == user_id).values(user_id=None))
-
-
 def _delete_account(user_id: int) -> None:
     with pool.engine.begin() as conn:
         conn.execute(delete(users).where(users.c.id == user_id))
+        conn.execute(insert(audit_log).values(event="account deleted"))
 
 
 STEP_FUNCTIONS = {
     "sessions": _delete_sessions,
     "posts": _delete_posts,
     "uploads": _delete_uploads,
-    "audit": _anonymise_audit,
     "account": _delete_account,
 }
 
@@ -342,10 +326,10 @@ def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:
     """What is left of a user in each store (all zeros once the deletion is complete)."""
     counts = {
         "sessions": select(func.count()).where(sessions.c.user_id == user_id),
-        "tokens": select(func.count()).where(tokens.c.user_id == user_id),
+        "api_tokens": select(func.count()).where(api_tokens.c.user_id == user_id),
+        "reset_tokens": select(func.count()).where(reset_tokens.c.user_id == user_id),
         "posts": select(func.count()).where(posts.c.user_id == user_id),
         "uploads": select(func.count()).where(uploads.c.user_id == user_id),
-        "audit": select(func.count()).where(audit.c.user_id == user_id),
         "account": select(func.count()).where(users.c.id == user_id),
     }
     return {store: conn.execute(query).scalar_one() for store, query in counts.items()}
@@ -365,48 +349,6 @@ def resumed_deletions(conn: Connection) -> int:
         .where(deletion_steps.c.step != DELETION_STEPS[0])
     )
     return conn.execute(stmt).scalar_one()
-
-
-# -- session cleanup (cron) -----------------------------------------------------------------------
-
-
-SWEEP_BATCH = 500
-
-
-def sweep_expired(job: Job) -> None:
-    """The hourly TTL sweep: expired sessions and tokens, audit rows past retention.
-
-    Deletes in small batches, each its own short transaction, so a big backlog never holds locks
-    for long; records the run (with its wall-clock interval) when it is complete.
-    """
-    with pool.engine.connect() as conn:
-        started = conn.execute(select(func.clock_timestamp())).scalar_one()
-    counts = {
-        "sessions": _sweep(sessions, sessions.c.expires_at < func.now()),
-        "tokens": _sweep(tokens, tokens.c.expires_at < func.now()),
-        "audit": _sweep(audit, audit.c.at < _ago(AUDIT_RETENTION)),
-    }
-    with pool.engine.begin() as conn:
-        conn.execute(insert(cleanup_runs).values(
-            job_id=job.id, started_at=started, finished_at=func.clock_timestamp(), **counts
-        ))
-
-
-def _sweep(table: Table, expired: Any) -> int:
-    total = 0
-    while True:
-        batch = select(table.c.id).where(expired).limit(SWEEP_BATCH).scalar_subquery()
-        with pool.engine.begin() as conn:
-            deleted = conn.execute(delete(table).where(table.c.id.in_(batch))).rowcount
-        total += deleted
-        if deleted < SWEEP_BATCH:
-            return total
-        time.sleep(0.05)  # let replicas and other writers breathe between batches
-
-
-def cleanup_history(conn: Connection) -> list[Any]:
-    """Completed sweeps in start order, with their wall-clock intervals and what they removed."""
-    return list(conn.execute(select(cleanup_runs).order_by(cleanup_runs.c.started_at)))
 
 
 # -- read-outs for the demo's summary -----------------------------------------------------------

@@ -7,6 +7,7 @@ die, one delivered email per idempotency key, every deletion complete.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -83,7 +84,7 @@ def assert_database_agrees(sql: Callable[[str], list[tuple]]) -> None:
     assert abandoned[0][2] == abandoned[0][3], "the poison ran exactly max_attempts times"
     assert all(reason in ("permanent", "abandoned") for _, reason, *_ in dead)
     left = sql("SELECT task, state FROM workerpool_jobs "
-               "WHERE state NOT IN ('done', 'dead') AND task <> 'sweep_expired'")
+               "WHERE state NOT IN ('done', 'dead') AND task <> 'session_cleanup'")
     assert left == [], left
     twice = sql("SELECT idempotency_key FROM demo_inbox GROUP BY 1 HAVING count(*) > 1")
     assert twice == []
@@ -95,7 +96,10 @@ def assert_database_agrees(sql: Callable[[str], list[tuple]]) -> None:
     for (user_id,) in deleted:
         assert sql(f"SELECT count(*) FROM demo_users WHERE id = {user_id}") == [(0,)]
         assert sql(f"SELECT count(*) FROM demo_uploads WHERE user_id = {user_id}") == [(0,)]
-    assert sql("SELECT count(*) FROM demo_cleanup_runs")[0][0] >= 1
+    runs = sql("SELECT claimed_at, finished_at FROM workerpool_jobs "
+               "WHERE task = 'session_cleanup' AND state = 'done' ORDER BY claimed_at")
+    assert runs, "the cron job ran"
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(runs)), runs
 
 
 def test_demo_runs_end_to_end_and_checks_itself(demo) -> None:

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 from supervisor.datatypes import dict_of_key_value_pairs
-from workerpool.config import DRAIN_MARGIN, GRACE_ENV
 
 from tests.conftest import wait_until
+from workerpool.config import DRAIN_MARGIN, GRACE_ENV
 from workerpool.pool import QueueSpec
 
 ROOT = Path(__file__).resolve().parent.parent
