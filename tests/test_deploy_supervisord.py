@@ -78,8 +78,8 @@ def configure(directory: Path, db_url) -> Path:
     """The shipped file with this machine's paths, plus the sections supervisord itself needs."""
     parser = shipped()
     program = parser[PROGRAM]
-    program["command"] = f"{sys.executable} -m workerpool run supervised_app:pool"
-    program["directory"] = str(directory)
+    program["command"] = literal(f"{sys.executable} -m workerpool run supervised_app:pool")
+    program["directory"] = literal(str(directory))
     program.pop("user", None)  # run as whoever runs the test
     env = dict_of_key_value_pairs(program["environment"])
     env.update({
@@ -88,7 +88,7 @@ def configure(directory: Path, db_url) -> Path:
         "WORKERPOOL_HEARTBEAT_DIR": str(directory / "heartbeat"),
         "PYTHONPATH": f"{ROOT}{os.pathsep}{directory}",
     })
-    program["environment"] = ",".join(f'{k}="{v}"' for k, v in env.items())
+    program["environment"] = ",".join(f'{k}="{literal(v)}"' for k, v in env.items())
     program["stdout_logfile"] = str(directory / "workerpool.log")
     socket = directory / "supervisor.sock"
     parser["supervisord"] = {
@@ -108,6 +108,11 @@ def configure(directory: Path, db_url) -> Path:
     return path
 
 
+def literal(value: str) -> str:
+    """supervisord expands %(name)s in values: a literal % (e.g. %2F in a URL) is written %%."""
+    return value.replace("%", "%%")
+
+
 def ctl(conf: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "supervisor.supervisorctl", "-c", str(conf), *args],
@@ -119,13 +124,17 @@ def ctl(conf: Path, *args: str) -> subprocess.CompletedProcess:
 def supervisord(short_dir: Path, db_url) -> Iterator[Path]:
     (short_dir / "supervised_app.py").write_text(APP)
     conf = configure(short_dir, db_url)
+    output = (short_dir / "supervisord.out").open("w")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        wait_until(lambda: "RUNNING" in ctl(conf, "status", "workerpool").stdout, timeout=30,
-                   message="supervisord to report workerpool RUNNING")
+        try:
+            wait_until(lambda: "RUNNING" in ctl(conf, "status", "workerpool").stdout,
+                       timeout=30, message="supervisord to report workerpool RUNNING")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{logs(short_dir)}") from None
         yield conf
     finally:
         ctl(conf, "shutdown")
@@ -134,6 +143,17 @@ def supervisord(short_dir: Path, db_url) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait()
+        output.close()
+
+
+def logs(directory: Path) -> str:
+    """What supervisord and the program wrote, for a failure message."""
+    parts = []
+    for name in ("supervisord.out", "supervisord.log", "workerpool.log"):
+        path = directory / name
+        text = path.read_text(errors="replace")[-3000:] if path.exists() else "(missing)"
+        parts.append(f"--- {name}\n{text}")
+    return "\n".join(parts)
 
 
 def children_of(pid: int) -> list[int]:
