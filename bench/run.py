@@ -1,0 +1,144 @@
+"""One benchmark run: what to measure (Plan), the figures (declare), and the measuring (Bench).
+
+Repeats are interleaved: every repeat runs each throughput configuration once (ceiling, drain
+with one child, drain with two), so slow drift on a shared machine spreads over all of them
+instead of biasing one. Ratios compare medians measured in this same run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from workerpool import WorkerPool
+
+from . import ceiling, enqueue, scale
+from .app import QUEUE, make_pool, noop
+from .database import BenchDatabase
+from .report import Report, Target
+
+log = logging.getLogger("workerpool.bench")
+
+SECTIONS = ("ceiling", "drain", "pickup", "enqueue", "scale", "memory")
+CEILING = "ceiling_jobs_per_s"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and switches of one run (``--quick`` shrinks them for the smoke test)."""
+
+    n: int
+    repeats: int
+    sections: tuple[str, ...]
+    claims: int  # timed claims per round (scale)
+    claim_limit: int  # rows per claim (scale)
+    history: int  # done rows in the large table (scale)
+    backlog: int  # pending rows in the large table (scale)
+    single: int  # single transactional enqueues per repeat
+    pickup_jobs: int
+    pickup_gap_ms: float
+    quick: bool = False
+
+    def wants(self, section: str) -> bool:
+        return section in self.sections
+
+
+def declare(report: Report, plan: Plan) -> None:
+    """Every figure this run can produce, with its unit, reference and target."""
+    if plan.wants("ceiling") or plan.wants("drain"):
+        report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
+        report.declare("ceiling_2proc_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       note="the same loop in 2 processes")
+    if plan.wants("enqueue"):
+        report.declare("enqueue_bulk_rows_per_s", "rows/s", target=Target(">=", 100_000),
+                       note="enqueue_many, 1000 jobs per call and transaction")
+        report.declare("enqueue_single_tx_per_s", "jobs/s", target=Target(">=", 3_000),
+                       note="enqueue(conn=...) in its own transaction, one job per commit")
+    if plan.wants("scale"):
+        empty_p99 = "claim_empty_p99_ms"
+        report.declare("claim_empty_p50_ms", "ms")
+        report.declare(empty_p99, "ms")
+        report.declare("claim_large_p50_ms", "ms", ratio_to="claim_empty_p50_ms")
+        report.declare("claim_large_p99_ms", "ms", ratio_to=empty_p99,
+                       target=Target("<=", 2.0, on_ratio=True))
+
+
+class Bench:
+    """Measures into ``report`` on the private database ``bench_db``."""
+
+    def __init__(self, plan: Plan, bench_db: BenchDatabase, report: Report) -> None:
+        self.plan = plan
+        self.db = bench_db
+        self.report = report
+        self.pool: WorkerPool = make_pool(bench_db.url)
+
+    def close(self) -> None:
+        self.pool.dispose()
+
+    def run(self) -> None:
+        for repeat in range(self.plan.repeats):
+            log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
+            if self.plan.wants("ceiling") or self.plan.wants("drain"):
+                self.measure_ceiling(processes=1, figure=CEILING)
+                self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
+            if self.plan.wants("enqueue"):
+                self.measure_enqueue()
+        if self.plan.wants("scale"):
+            self.measure_scale()
+
+    # -- (1) ceiling ---------------------------------------------------------------------------
+
+    def measure_ceiling(self, *, processes: int, figure: str) -> None:
+        self.load_drain_jobs()
+        ceiling.run(self.db.dsn, QUEUE, processes)
+        self.record_drain(figure)
+
+    def load_drain_jobs(self) -> None:
+        self.db.reset()
+        enqueue.load_for_drain(self.pool, self.plan.n)
+        self.db.vacuum()
+
+    def record_drain(self, figure: str) -> None:
+        done, seconds = self.db.drain_window()
+        if done != self.plan.n:
+            raise RuntimeError(f"{figure}: {done} of {self.plan.n} jobs done after the drain")
+        rate = done / seconds if seconds > 0 else float("inf")
+        self.report.add(figure, rate)
+        log.info("%s: %.0f jobs/s (%d jobs in %.3f s)", figure, rate, done, seconds)
+
+    # -- (4) enqueue ---------------------------------------------------------------------------
+
+    def measure_enqueue(self) -> None:
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        bulk = enqueue.bulk_rows_per_second(self.pool, self.plan.n)
+        self.report.add("enqueue_bulk_rows_per_s", bulk)
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        single = enqueue.single_per_second(self.pool, self.plan.single)
+        self.report.add("enqueue_single_tx_per_s", single)
+        log.info("enqueue: bulk %.0f rows/s, single %.0f/s", bulk, single)
+
+    # -- (5) scale -----------------------------------------------------------------------------
+
+    def measure_scale(self) -> None:
+        plan = self.plan
+        self.db.reset()
+        self.db.load_pending(QUEUE, noop.__name__,
+                             scale.rows_needed(plan.claims, plan.claim_limit, plan.repeats))
+        self.db.vacuum()
+        self.claim_rounds("empty")
+        self.db.reset()
+        self.db.load_finished(QUEUE, noop.__name__, plan.history)
+        self.db.load_pending(QUEUE, noop.__name__, plan.backlog)
+        self.db.vacuum()
+        self.claim_rounds("large")
+
+    def claim_rounds(self, table: str) -> None:
+        scale.warm_up(self.pool, self.plan.claim_limit)
+        for _ in range(self.plan.repeats):
+            latencies = scale.claim_latencies_ms(self.pool, self.plan.claims, self.plan.claim_limit)
+            p50, p99 = scale.p50_p99(latencies)
+            self.report.add(f"claim_{table}_p50_ms", p50)
+            self.report.add(f"claim_{table}_p99_ms", p99)
+            log.info("claim on the %s table: p50 %.3f ms, p99 %.3f ms", table, p50, p99)
