@@ -1,4 +1,4 @@
-"""``python -m bench``: measure workerpool against a PostgreSQL server, print a table and JSON lines.
+"""``python -m bench``: measure workerpool on a PostgreSQL server; print a table and JSON lines.
 
     python -m bench --url postgresql://postgres@127.0.0.1:5432/postgres --n 50000 --repeats 3
     python -m bench --quick                      # a smoke run with tiny sizes (CI)
@@ -66,7 +66,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
             sizes[name] = value
     if not args.quick and sizes["n"] < FULL_MIN_N:
-        raise UsageError(f"--n must be >= {FULL_MIN_N} for a full run (use --quick for a smoke run)")
+        raise UsageError(f"--n must be >= {FULL_MIN_N} for a full run "
+                         "(use --quick for a smoke run)")
     if not args.quick and sizes["repeats"] < FULL_MIN_REPEATS:
         raise UsageError(f"--repeats must be >= {FULL_MIN_REPEATS} for a full run "
                          "(use --quick for a smoke run)")
