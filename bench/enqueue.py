@@ -1,8 +1,17 @@
-"""Figure 4, enqueue: bulk ``enqueue_many`` rows/s and single transactional enqueues per second."""
+"""Figure 4, enqueue: bulk ``enqueue_many`` rows/s and single transactional enqueues per second.
+
+Each has a plain-psycopg reference measured in the same run (the floor this machine allows for
+the same rows): a bulk ``INSERT ... SELECT FROM unnest(jsonb[])`` of the payloads alone, and one
+``INSERT`` per ``BEGIN``/``COMMIT``. workerpool adds validation, keys, ids in input order and the
+NOTIFY on top of those.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+
+import psycopg
 
 from workerpool import WorkerPool
 
@@ -33,6 +42,37 @@ def single_per_second(pool: WorkerPool, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+RAW_BULK_SQL = (
+    "INSERT INTO workerpool_jobs (queue, task, payload)"
+    " SELECT %s, %s, p FROM unnest(%s::jsonb[]) AS p"
+)
+RAW_SINGLE_SQL = (
+    "INSERT INTO workerpool_jobs (queue, task, payload) VALUES (%s, %s, %s) RETURNING id"
+)
+
+
+def raw_bulk_rows_per_second(dsn: str, total: int, batch: int = BULK_BATCH) -> float:
+    """The reference: the same payloads, 1000 per autocommit statement, nothing else."""
+    batches = [[json.dumps({"i": i}) for i in range(start, min(total, start + batch))]
+               for start in range(0, total, batch)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, batches[0][:1]))
+        started = time.perf_counter()
+        for payload_texts in batches:
+            conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, payload_texts))
+        return total / (time.perf_counter() - started)
+
+
+def raw_single_per_second(dsn: str, count: int) -> float:
+    """The reference: ``BEGIN; INSERT ... RETURNING id; COMMIT`` per job on one connection."""
+    with psycopg.connect(dsn) as conn:
+        started = time.perf_counter()
+        for i in range(count):
+            with conn.transaction():
+                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
+        return count / (time.perf_counter() - started)
+
+
 def load_for_drain(pool: WorkerPool, total: int, chunk: int = 5000) -> None:
     """``total`` no-op jobs in bulk, committed in one transaction so they appear together."""
     with pool.engine.begin() as conn:
@@ -47,4 +87,11 @@ def warm_up(pool: WorkerPool) -> None:
         pool.enqueue(noop.__name__, {"warm": True}, conn=conn)
 
 
-__all__ = ["QUEUE", "bulk_rows_per_second", "load_for_drain", "single_per_second", "warm_up"]
+__all__ = [
+    "bulk_rows_per_second",
+    "load_for_drain",
+    "raw_bulk_rows_per_second",
+    "raw_single_per_second",
+    "single_per_second",
+    "warm_up",
+]

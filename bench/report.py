@@ -144,5 +144,9 @@ def _fmt(value: float | None) -> str:
 
 
 def _short(name: str | None) -> str:
-    return {"ceiling_jobs_per_s": "ceiling"}.get(name or "", (name or "").split("_p")[0])
+    """A reference's name without its unit suffix, for the table's ratio column."""
+    name = name or ""
+    for suffix in ("_per_s", "_ms"):
+        name = name.removesuffix(suffix)
+    return name
 

@@ -304,10 +304,21 @@ def claim(
     """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted."""
     if limit <= 0 or not task_versions:
         return []
-    stmt = claim_statement(
-        queue=queue, worker=worker, limit=limit, task_versions=task_versions, stale_after=stale_after
-    )
-    return list(conn.execute(stmt))
+    versions = tuple(sorted(task_versions.items()))
+    return list(conn.execute(_claim_statement_for(queue, worker, limit, versions, stale_after)))
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_statement_for(
+    queue: str, worker: str, limit: int, versions: tuple[tuple[str, int], ...], stale_after: float
+):
+    """A worker claims with the same arguments on every pass: build the expression once.
+
+    Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
+    statements are immutable, so one object serves every thread of the process.
+    """
+    return claim_statement(queue=queue, worker=worker, limit=limit,
+                           task_versions=dict(versions), stale_after=stale_after)
 
 
 # ---------------------------------------------------------------------------------------------
