@@ -35,12 +35,11 @@ def drift(connection: Connection) -> list:
 
 def script_location() -> str:
     """The migration scripts: packaged as ``workerpool._alembic``, or ``alembic/`` in a checkout."""
-    checkout = Path(__file__).resolve().parent.parent / "alembic"
-    if (checkout / "env.py").exists():
-        return str(checkout)
-    from importlib.resources import files
-
-    return str(files("workerpool._alembic"))
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "alembic", here / "_alembic"):
+        if (candidate / "env.py").exists():
+            return str(candidate)
+    raise FileNotFoundError(f"workerpool's migration scripts are missing under {here}")
 
 
 def alembic_config(url: URL | None = None, connection: Connection | None = None) -> Config:

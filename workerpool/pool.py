@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from .schema import PAYLOAD_HARD_LIMIT
 log = logging.getLogger("workerpool")
 
 MAX_ATTEMPTS_CAP = 1000
+STALE_ENV = "WORKER_CLAIM_STALE_MS"
 PRIORITY_RANGE = (-32768, 32767)
 NAME_PATTERN = "letters, digits, '_', '-', '.' and ':' (1 to 100 characters)"
 
@@ -189,6 +191,17 @@ class WorkerPool:
             raise UnknownQueue(f"unknown queue {name!r}; declared: {sorted(self.queues)}")
         return self.queues[name]
 
+    def stale_after(self, queue: str) -> float:
+        """Seconds before a lease is stale: ``$WORKER_CLAIM_STALE_MS`` if set, else the queue's."""
+        raw = os.environ.get(STALE_ENV)
+        if raw is None or raw == "":
+            return self.queue_spec(queue).stale_after
+        try:
+            value = float(raw) / 1000
+        except ValueError:
+            raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
+        return _positive(STALE_ENV, value, minimum=0)
+
     def task_versions(self, queue: str) -> dict[str, int]:
         """What a worker of ``queue`` can run: task name → newest payload version it knows."""
         return {t.name: t.version for t in self.tasks.values() if t.queue == queue}
@@ -269,7 +282,11 @@ class WorkerPool:
         With ``conn=`` the row is written in the caller's transaction: the job exists if and only
         if that transaction commits. A ``key`` already taken returns the existing job's id.
         """
-        return self.enqueue_many([(task, payload, options)], conn=conn)[0]
+        row = self.build(task, payload, **options)
+        if conn is not None:
+            return queries.insert_one(conn, row, notify_queue=self.notify)
+        with self.engine.begin() as own:
+            return queries.insert_one(own, row, notify_queue=self.notify)
 
     def enqueue_many(
         self,

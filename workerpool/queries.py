@@ -175,6 +175,33 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     return result  # type: ignore[return-value]
 
 
+def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
+    """Insert one job (and NOTIFY) in a single round trip; an existing key returns its job's id."""
+    inserted = conn.execute(_INSERT_ONE_NOTIFY if notify_queue else _INSERT_ONE, {
+        "queue": row.queue, "task": row.task, "payload": row.payload_json,
+        "payload_version": row.payload_version, "priority": row.priority,
+        "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
+        "delay": row.delay, "channel": NOTIFY_CHANNEL,
+    }).scalar()
+    if inserted is not None:
+        return inserted
+    return _match_existing(row, _existing_by_key(conn, {row.key}).get(row.key))
+
+
+_INSERT_ONE_SQL = (
+    f"INSERT INTO {jobs.name} (queue, task, payload, payload_version, priority, max_attempts, key,"
+    " run_at) VALUES (:queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
+    " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
+    " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))))"
+    " ON CONFLICT (key) DO NOTHING RETURNING id"
+)
+_INSERT_ONE = text(_INSERT_ONE_SQL)
+_INSERT_ONE_NOTIFY = text(
+    f"WITH inserted AS ({_INSERT_ONE_SQL}) "
+    "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)"
+)
+
+
 def _rows_document(rows: Sequence[NewJob]) -> str:
     """The batch as one JSON array; each payload is already-validated JSON text, spliced in."""
     return "[" + ",".join(map(_row_json, rows)) + "]"
