@@ -1,39 +1,62 @@
-"""The worker runtime in-process (threads), against real PostgreSQL."""
+"""The worker runtime in-process (the Worker on a thread), against real PostgreSQL.
+
+Real processes (database restart, terminated backends, recycle, crash) are in
+tests/test_worker_process.py.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
+import psycopg
 import pytest
 
 from tests.conftest import wait_until
 from workerpool import Permanent, RetryLater, WorkerPool
-from workerpool.worker import Worker
+from workerpool.worker import EXIT_OK, EXIT_RECYCLE, FAULT_ENV, Worker
+
+ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
 
 @contextmanager
 def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
     worker = Worker(pool, queue, **kwargs)
-    thread = threading.Thread(target=worker.run, daemon=True)
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     thread.start()
     try:
         yield worker
     finally:
         worker.stop()
         thread.join(30)
-        assert not thread.is_alive()
+        assert not thread.is_alive(), "worker did not stop"
+    assert code == [EXIT_OK]
 
 
 def states(sql) -> dict[str, int]:
     return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
 
 
-def test_concurrency_overlaps_jobs(pool, sql):
+def job_row(sql, job_id: int) -> dict:
+    cols = ("state", "dead_reason", "attempts", "errors", "checkpoint", "claimed_by",
+            "finished", "wait")
+    row = sql("SELECT state, dead_reason, attempts, errors, checkpoint, claimed_by,"
+              " finished_at IS NOT NULL, run_at - now() FROM workerpool_jobs WHERE id = %s",
+              job_id)[0]
+    return dict(zip(cols, row, strict=True))
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def test_concurrency_overlaps_jobs_and_claims_only_free_slots(pool, sql):
     pool.queue("q", concurrency=4, poll_interval=0.05)
-    active, peak, lock = [0], [0], threading.Lock()
+    active, peak, processing, lock = [0], [0], [], threading.Lock()
     gate = threading.Barrier(4, timeout=10)
 
     @pool.task(queue="q")
@@ -41,14 +64,41 @@ def test_concurrency_overlaps_jobs(pool, sql):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        gate.wait()  # only passes if four handlers run at once
+        processing.append(sql("SELECT count(*) FROM workerpool_jobs"
+                              " WHERE state = 'processing'")[0][0])
+        gate.wait()  # only passes when four handlers run at the same time
         with lock:
             active[0] -= 1
 
-    pool.enqueue_many([("overlap", {"n": i}) for i in range(8)])
+    pool.enqueue_many([("overlap", {"n": i}) for i in range(12)])
     with running(pool, "q"):
-        wait_until(lambda: states(sql) == {"done": 8}, 20, message="8 jobs done")
+        wait_until(lambda: states(sql) == {"done": 12}, 20, message="12 jobs done")
     assert peak[0] == 4
+    assert max(processing) <= 4  # never claims more than its free slots
+
+
+def test_async_handlers_overlap_on_the_event_loop(pool, sql):
+    pool.queue("q", concurrency=4, poll_interval=0.05)
+    active, peak = [0], [0]
+
+    @pool.task(queue="q", max_attempts=1)
+    async def gather(job):
+        active[0] += 1  # one event loop thread: no lock needed
+        peak[0] = max(peak[0], active[0])
+        deadline = time.monotonic() + 10
+        while peak[0] < 4:  # only finishes once four coroutines ran at the same time
+            if time.monotonic() > deadline:
+                raise AssertionError("async handlers did not overlap")
+            await asyncio.sleep(0.01)
+        active[0] -= 1
+
+    pool.enqueue_many([("gather", {"n": i}) for i in range(8)])
+    with running(pool, "q"):
+        wait_until(lambda: states(sql) == {"done": 8}, 20, message="8 async jobs done")
+    assert peak[0] == 4
+
+
+# -- wake-ups ----------------------------------------------------------------------------------
 
 
 def test_notification_wakes_an_idle_worker_long_before_the_poll(pool, sql):
@@ -56,54 +106,163 @@ def test_notification_wakes_an_idle_worker_long_before_the_poll(pool, sql):
     started: list[float] = []
     pool.task(queue="q", name="ping")(lambda job: started.append(time.monotonic()))
     with running(pool, "q") as worker:
-        wait_until(lambda: worker._listener and worker._listener.connected.is_set(), 10,
+        wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10,
                    message="listener connected")
-        wait_until(lambda: worker.counters.claimed == 0 and worker._wake.is_set() is False, 5)
+        wait_until(lambda: worker.counters.claimed == 0 and not worker._wake.is_set(), 5)
         sent = time.monotonic()
         pool.enqueue("ping", {})
         wait_until(lambda: started, 10, message="job started")
-    assert started[0] - sent < 10  # far below the 30 s poll interval
+    assert started[0] - sent < 5  # the poll would take 30 s
 
 
-def test_without_notifications_the_poll_still_finds_the_job(pool, sql):
-    pool.queue("q", poll_interval=0.1, notify=False)
+def test_with_notifications_off_the_poll_still_finds_the_job(db_url, sql):
+    pool = WorkerPool(db_url, notify=False)  # e.g. behind PgBouncer transaction pooling
+    pool.queue("q", poll_interval=0.1)
     pool.task(queue="q", name="ping")(lambda job: None)
+    try:
+        with running(pool, "q") as worker:
+            assert worker.listener is None
+            pool.enqueue("ping", {})
+            wait_until(lambda: states(sql) == {"done": 1}, 10, message="job done by polling")
+    finally:
+        pool.dispose()
+
+
+def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql):
+    pool.queue("q", poll_interval=30)
+    started: list[float] = []
+    pool.task(queue="q", name="ping")(lambda job: started.append(time.monotonic()))
     with running(pool, "q") as worker:
-        assert worker._listener is None
+        wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10)
+        killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name = 'workerpool-listen:q'")
+        assert killed == [(True,)]
+        wait_until(lambda: worker.listener.reconnects == 1 and worker.listener.connected.is_set(),
+                   10, message="listener reconnected")
+        wait_until(lambda: not worker._wake.is_set(), 5)
+        sent = time.monotonic()
         pool.enqueue("ping", {})
-        wait_until(lambda: states(sql) == {"done": 1}, 10, message="job done by polling")
+        wait_until(lambda: started, 10, message="job started after the reconnect")
+    assert started[0] - sent < 5
 
 
-def test_every_outcome_path(pool, sql):
+# -- leases ------------------------------------------------------------------------------------
+
+
+def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql, monkeypatch):
+    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "500")  # renewed every ~0.17 s
+    pool.queue("q", concurrency=2, poll_interval=0.05)
+    runs: list[int] = []
+
+    @pool.task(queue="q")
+    def long(job):
+        runs.append(job.attempt)
+        time.sleep(1.5)  # the handler's own work: 3x stale_after
+
+    job_id = pool.enqueue("long", {})
+    with running(pool, "q") as first:
+        wait_until(lambda: runs, 10, message="first worker started the job")
+        with running(pool, "q") as second:  # polls the stale arm every 50 ms meanwhile
+            wait_until(lambda: states(sql) == {"done": 1}, 10, message="job done")
+    row = job_row(sql, job_id)
+    assert (row["state"], row["attempts"], row["claimed_by"]) == ("done", 1, first.id)
+    assert runs == [1] and second.counters.claimed == 0 and first.counters.lost == 0
+
+
+def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_rejected(
+    pool, sql, monkeypatch
+):
+    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "500")
+    pool.queue("q", concurrency=1, poll_interval=0.05)
+    runs: list[int] = []
+    second_done = threading.Event()
+
+    @pool.task(queue="q")
+    def contested(job):
+        runs.append(job.attempt)
+        if job.attempt == 1:
+            second_done.wait(20)  # the first owner finishes late, after the second owner
+        else:
+            second_done.set()
+
+    job_id = pool.enqueue("contested", {})
+    monkeypatch.setenv(FAULT_ENV, "no_lease_renewal")
+    with running(pool, "q") as first:
+        monkeypatch.delenv(FAULT_ENV)
+        wait_until(lambda: runs, 10, message="first owner started")
+        with running(pool, "q") as second:
+            wait_until(lambda: first.counters.lost == 1, 15, message="late completion rejected")
+    row = job_row(sql, job_id)
+    assert (row["state"], row["attempts"], row["claimed_by"]) == ("done", 2, second.id)
+    assert runs == [1, 2]
+    assert first.counters.states == {} and second.counters.states == {"done": 1}
+
+
+# -- outcomes ----------------------------------------------------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no")
+
+
+def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(pool, sql):
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
 
-    @pool.task(queue="q", name="boom", max_attempts=3)
-    def boom(job):
-        raise ValueError("boom")
+    @pool.task(queue="q", name="flaky", max_attempts=3)
+    def flaky(job):
+        raise ValueError(f"boom on attempt {job.attempt}")
+
+    @pool.task(queue="q", name="last", max_attempts=1)
+    def last(job):
+        raise ConnectionError("x" * 10_000)
 
     @pool.task(queue="q", name="perm")
     def perm(job):
-        raise Permanent("422")
+        raise Permanent("422: invalid address")
 
-    @pool.task(queue="q", name="later")
+    @pool.task(queue="q", name="later", max_attempts=1)
     def later(job):
         raise RetryLater(3600)
 
-    ids = {name: pool.enqueue(name, {}) for name in ("ok", "boom", "perm", "later")}
-    with running(pool, "q"):
-        wait_until(lambda: sql(
-            "SELECT count(*) FROM workerpool_jobs WHERE state IN ('done', 'failed', 'dead')"
-            " OR run_at > now() + interval '50 minutes'") == [(4,)], 10, message="4 outcomes")
-    rows = {r[0]: r[1:] for r in sql(
-        "SELECT id, state, dead_reason, attempts, jsonb_array_length(errors) FROM workerpool_jobs")}
-    assert rows[ids["ok"]] == ("done", None, 1, 0)
-    assert rows[ids["boom"]] == ("failed", None, 1, 1)
-    assert rows[ids["perm"]] == ("dead", "permanent", 1, 1)
-    assert rows[ids["later"]] == ("pending", None, 0, 0)
+    @pool.task(queue="q", name="weird", max_attempts=1)
+    def weird(job):
+        raise Unprintable()
+
+    ids = {name: pool.enqueue(name, {}) for name in ("ok", "flaky", "last", "perm", "later",
+                                                      "weird")}
+    with running(pool, "q") as worker:
+        wait_until(lambda: worker.counters.finished == 6, 10, message="6 outcomes")
+    rows = {name: job_row(sql, job_id) for name, job_id in ids.items()}
+    summary = {name: (r["state"], r["dead_reason"], r["attempts"], r["finished"], len(r["errors"]))
+               for name, r in rows.items()}
+    assert summary == {
+        "ok": ("done", None, 1, True, 0),
+        "flaky": ("failed", None, 1, False, 1),
+        "last": ("dead", "exhausted", 1, True, 1),
+        "perm": ("dead", "permanent", 1, True, 1),
+        "later": ("pending", None, 0, False, 0),  # snoozed: the attempt is given back
+        "weird": ("dead", "exhausted", 1, True, 1),
+    }
+    assert timedelta(seconds=10) < rows["flaky"]["wait"] <= timedelta(seconds=30)  # backoff
+    assert timedelta(minutes=59) < rows["later"]["wait"] <= timedelta(hours=1)
+    for name in ("flaky", "last", "perm", "weird"):
+        entry = rows[name]["errors"][0]
+        assert set(entry) == ENTRY_KEYS
+        assert (entry["attempt"], entry["worker"]) == (1, worker.id)
+        assert "Traceback" in entry["traceback"] and len(entry["traceback"]) <= 8100
+    assert rows["flaky"]["errors"][0]["type"] == "ValueError"
+    assert rows["flaky"]["errors"][0]["message"] == "boom on attempt 1"
+    assert rows["last"]["errors"][0]["message"].endswith("… [8000 more characters]")
+    assert rows["weird"]["errors"][0]["message"] == (
+        "<unprintable Unprintable: str() raised RuntimeError>")
+    assert worker.counters.states == {"done": 1, "failed": 1, "dead": 3, "pending": 1}
 
 
-def test_timeout_is_a_failure_and_a_stuck_handler_recycles_the_worker(pool, sql, monkeypatch):
+def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worker(
+    pool, sql, monkeypatch
+):
     monkeypatch.setattr("workerpool.worker.RECYCLE_GRACE", 0.3)
     pool.queue("q", poll_interval=0.05)
     release = threading.Event()
@@ -112,37 +271,73 @@ def test_timeout_is_a_failure_and_a_stuck_handler_recycles_the_worker(pool, sql,
     def stuck(job):
         release.wait(20)
 
-    pool.enqueue("stuck", {})
+    job_id = pool.enqueue("stuck", {})
     worker = Worker(pool, "q")
     code: list[int] = []
     thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     thread.start()
     wait_until(lambda: code, 15, message="worker to exit for recycling")
     release.set()
-    assert code == [75]
-    state, errors = sql("SELECT state, errors FROM workerpool_jobs")[0]
-    assert state == "failed"
-    assert errors[0]["type"] == "TimeoutError"
+    assert code == [EXIT_RECYCLE]
+    row = job_row(sql, job_id)
+    assert (row["state"], row["attempts"]) == ("failed", 1)
+    entry = row["errors"][0]
+    assert (entry["type"], entry["attempt"]) == ("TimeoutError", 1)
+    assert "exceeded its timeout of 0.2s" in entry["message"]
+    assert "in stuck" in entry["traceback"]  # where the handler was when time ran out
 
 
-def test_drain_releases_jobs_that_outlive_the_drain_timeout(pool, sql):
+def test_an_async_handler_past_its_timeout_is_cancelled_and_frees_its_slot(pool, sql):
+    pool.queue("q", concurrency=1, poll_interval=0.05)
+    cancelled = threading.Event()
+
+    @pool.task(queue="q", timeout=0.2, max_attempts=1)
+    async def sleepy(job):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    pool.task(queue="q", name="after")(lambda job: None)
+    slow_id = pool.enqueue("sleepy", {})
+    after_id = pool.enqueue("after", {}, priority=-1)
+    with running(pool, "q") as worker:  # exits 0: no recycle needed
+        wait_until(lambda: job_row(sql, after_id)["state"] == "done", 10,
+                   message="the next job ran in the freed slot")
+    assert cancelled.is_set()
+    row = job_row(sql, slow_id)
+    assert (row["state"], row["dead_reason"], row["errors"][0]["type"]) == (
+        "dead", "exhausted", "TimeoutError")
+    assert worker.counters.timeouts == 1
+
+
+# -- checkpoints and drain ---------------------------------------------------------------------
+
+
+def test_a_checkpoint_survives_a_drain_release_and_the_next_attempt_resumes(pool, sql):
     pool.queue("q", poll_interval=0.05, drain_timeout=0.3)
     release = threading.Event()
+    seen: list = []
 
     @pool.task(queue="q")
-    def slow(job):
-        job.checkpoint({"step": 1})
-        release.wait(20)
+    def resumable(job):
+        seen.append((job.attempt, job.checkpoint_data))
+        if job.checkpoint_data is None:
+            job.checkpoint({"step": 1})
+            release.wait(20)
 
-    pool.enqueue("slow", {})
+    job_id = pool.enqueue("resumable", {})
     with running(pool, "q") as worker:
-        wait_until(lambda: sql("SELECT checkpoint FROM workerpool_jobs")[0][0], 10)
+        wait_until(lambda: job_row(sql, job_id)["checkpoint"], 10, message="checkpoint saved")
     release.set()
     assert worker.counters.released == 1
-    state, attempts, checkpoint, errors = sql(
-        "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
-    assert (state, attempts, checkpoint) == ("pending", 0, {"step": 1})
-    assert errors[-1]["type"] == "Interrupted"
+    row = job_row(sql, job_id)
+    assert (row["state"], row["attempts"], row["checkpoint"]) == ("pending", 0, {"step": 1})
+    assert row["errors"][-1]["type"] == "Interrupted"
+    with running(pool, "q"):
+        wait_until(lambda: job_row(sql, job_id)["state"] == "done", 10)
+    assert seen == [(1, None), (1, {"step": 1})]  # same attempt number: the drain refunded it
 
 
 def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
@@ -155,35 +350,126 @@ def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
     with running(pool, "q", orphans=("dead:1:x",)):
         wait_until(lambda: states(sql) == {"dead": 1, "done": 1}, 10)
     assert sql("SELECT task, attempts FROM workerpool_jobs WHERE state='done'") == [("ok2", 2)]
-    assert sql("SELECT dead_reason FROM workerpool_jobs WHERE state='dead'") == [("abandoned",)]
+    assert sql("SELECT dead_reason, errors->0->>'type' FROM workerpool_jobs"
+               " WHERE state='dead'") == [("abandoned", "WorkerLost")]
+
+
+# -- payload versions --------------------------------------------------------------------------
+
+
+def test_an_old_worker_never_claims_a_newer_payload_version(pool, db_url, sql):
+    pool.queue("q", poll_interval=0.05)  # the old deployment: greet v1
+    old_seen: list = []
+    pool.task(queue="q", name="greet", version=1)(lambda job: old_seen.append(job.payload))
+    new = WorkerPool(db_url)  # the new deployment: greet v2, with an upcaster from v1
+    new.queue("q", poll_interval=0.05)
+    new_seen: list = []
+
+    @new.task(queue="q", version=2, upcasters={1: lambda p: {"first_name": p["name"]}})
+    def greet(job):
+        new_seen.append((job.payload_version, job.payload))
+
+    try:
+        v2 = new.enqueue("greet", {"first_name": "Grace"}, priority=5)
+        v1 = pool.enqueue("greet", {"name": "Ada"})
+        ticks = [0]
+        with running(pool, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1)):
+            wait_until(lambda: job_row(sql, v1)["state"] == "done", 10)
+            seen_at = ticks[0]
+            wait_until(lambda: ticks[0] >= seen_at + 5, 10, message="more claim passes")
+        assert old_seen == [{"name": "Ada"}]
+        assert job_row(sql, v2)["state"] == "pending"  # left alone by the old worker
+        v1_again = pool.enqueue("greet", {"name": "Alan"})
+        with running(new, "q"):
+            wait_until(lambda: states(sql) == {"done": 3}, 10)
+        assert sorted(new_seen) == [(1, {"first_name": "Alan"}), (2, {"first_name": "Grace"})]
+        assert sql("SELECT payload_version FROM workerpool_jobs WHERE id = %s", v1_again) == [(1,)]
+    finally:
+        new.dispose()
+
+
+def test_an_upcaster_that_raises_fails_the_attempt_and_the_worker_carries_on(pool, db_url, sql):
+    old = WorkerPool(db_url)
+    old.task(queue="q", name="greet", version=1)(lambda job: None)
+    bad = old.enqueue("greet", {"nom": "Ada"})
+    old.dispose()
+    pool.queue("q", poll_interval=0.05)
+    pool.task(queue="q", name="greet", version=2, max_attempts=2,
+              upcasters={1: lambda p: {"first_name": p["name"]}})(lambda job: None)
+    good = pool.enqueue("greet", {"first_name": "Grace"})
+    with running(pool, "q"):
+        wait_until(lambda: job_row(sql, good)["state"] == "done"
+                   and job_row(sql, bad)["state"] == "failed", 10)
+    entry = job_row(sql, bad)["errors"][0]
+    assert entry["type"] == "UpcastError"
+    assert entry["message"] == "task greet: upcaster 1->2 raised KeyError: 'name'"
+
+
+# -- transactions and time limits --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_handlers_do_not_hold_a_transaction_open(pool, sql, kind):
-    pool.queue("q", poll_interval=0.05)
-    inside = threading.Event()
-    release = threading.Event()
+def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one(
+    pool, sql, dsn, kind
+):
+    pool.queue("q", poll_interval=0.05, concurrency=2)
+    inside, release = threading.Event(), threading.Event()
+
+    def own_transaction():
+        conn = psycopg.connect(dsn, application_name="handler-own")
+        conn.execute("SELECT 1")  # psycopg opens a transaction and leaves it open
+        return conn
 
     if kind == "sync":
         @pool.task(queue="q", name="hold")
         def hold(job):
-            inside.set()
-            release.wait(20)
+            with own_transaction():
+                inside.set()
+                release.wait(20)
     else:
-        import asyncio
-
         @pool.task(queue="q", name="hold")
         async def hold(job):
-            inside.set()
-            while not release.is_set():
-                await asyncio.sleep(0.01)
+            with own_transaction():
+                inside.set()
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
 
     pool.enqueue("hold", {})
+    samples: list[list[tuple]] = []
+
+    def sample() -> bool:
+        samples.append(sql(
+            "SELECT application_name, state, clock_timestamp() - xact_start > interval '300 ms'"
+            " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND xact_start IS NOT NULL"))
+        return len(samples) >= 20
+
     with running(pool, "q"):
         wait_until(inside.is_set, 10)
-        idle_in_tx = sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                         " AND application_name LIKE 'workerpool%%'"
-                         " AND state LIKE 'idle in transaction%%'")
+        wait_until(sample, 10, interval=0.05, message="20 samples of pg_stat_activity")
         release.set()
         wait_until(lambda: states(sql) == {"done": 1}, 10)
-    assert idle_in_tx == [(0,)]
+    held = {(name, state, old) for rows in samples for name, state, old in rows}
+    assert ("handler-own", "idle in transaction", True) in held  # the check sees a held one
+    assert {row for row in held if row[0].startswith("workerpool") and row[2]} == set()
+
+
+def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
+    pool, sql, dsn, monkeypatch
+):
+    monkeypatch.setattr("workerpool.worker.LOCK_TIMEOUT", 0.2)
+    pool.queue("q", poll_interval=0.05)
+    pool.task(queue="q", name="ok")(lambda job: None)
+    pool.enqueue("ok", {})
+    ticks = [0]
+    blocker = psycopg.connect(dsn)
+    try:
+        blocker.execute("LOCK TABLE workerpool_jobs IN ACCESS EXCLUSIVE MODE")  # DDL-like lock
+        with running(pool, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1)) as worker:
+            wait_until(lambda: worker.counters.db_errors >= 3, 10, message="claims time out")
+            assert ticks[0] == 0  # no heartbeat while the database cannot serve the claim
+            blocker.rollback()
+            wait_until(lambda: states(sql) == {"done": 1}, 10, message="job done after unlock")
+            wait_until(lambda: ticks[0] > 0, 5, message="ticks resume")
+    finally:
+        blocker.close()

@@ -1,26 +1,65 @@
-"""workerpool: durable background jobs for Python on PostgreSQL, run by a pre-fork supervisor."""
+"""workerpool: durable background jobs for Python on PostgreSQL, run by a pre-fork supervisor.
+
+Public names are imported on first use (PEP 562), so that `workerpool healthcheck`, an exec probe,
+does not pay for SQLAlchemy and psycopg.
+"""
 
 from __future__ import annotations
 
-from .backoff import Backoff
-from .errors import (
-    ConfigError,
-    DatabaseNotConfigured,
-    IdempotencyConflict,
-    InvalidJob,
-    LeaseLost,
-    PayloadError,
-    PayloadTooLarge,
-    Permanent,
-    RetryLater,
-    UnknownQueue,
-    UnknownTask,
-    WorkerpoolError,
-)
-from .jobs import Job
-from .pool import WorkerPool
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backoff import Backoff
+    from .errors import (
+        ConfigError,
+        DatabaseNotConfigured,
+        IdempotencyConflict,
+        InvalidJob,
+        LeaseLost,
+        PayloadError,
+        PayloadTooLarge,
+        Permanent,
+        RetryLater,
+        UnknownQueue,
+        UnknownTask,
+        WorkerpoolError,
+    )
+    from .jobs import Job
+    from .pool import WorkerPool
 
 __version__ = "0.1.0"
+
+_ERRORS = (
+    "ConfigError",
+    "DatabaseNotConfigured",
+    "IdempotencyConflict",
+    "InvalidJob",
+    "LeaseLost",
+    "PayloadError",
+    "PayloadTooLarge",
+    "Permanent",
+    "RetryLater",
+    "UnknownQueue",
+    "UnknownTask",
+    "WorkerpoolError",
+)
+_WHERE = {"Backoff": ".backoff", "Job": ".jobs", "WorkerPool": ".pool"}
+_WHERE.update(dict.fromkeys(_ERRORS, ".errors"))
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workerpool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "Backoff",

@@ -73,13 +73,53 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import config
+    from .child import maintenance_available
+    from .log import configure_logging
+    from .supervisor import Supervisor
+
+    configure_logging(args.log_level)
+    pool = load_pool(args.app)
+    interval = None
+    if maintenance_available():
+        interval = getattr(getattr(pool, "maintenance_settings", None), "interval", 1.0)
+    settings = config.load(
+        pool, args.queue, heartbeat_dir=args.heartbeat_dir, grace=args.grace,
+        restart_delay=args.restart_delay, boot_retries=args.boot_retries,
+        maintenance_interval=interval,
+    )
+    pool.url  # noqa: B018 - resolve once here: the embedded PostgreSQL starts before any fork
+    return Supervisor(pool, settings).run()
+
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import heartbeat
+    from .healthcheck import EXIT_HEALTHY, EXIT_UNHEALTHY, check
+
+    if not args.max_age > 0:
+        raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
+    directory = Path(args.dir) if args.dir else heartbeat.default_dir()
+    verdict = check(directory, args.max_age, args.workers)
+    if not verdict.healthy:
+        raise CliError(verdict.message)
+    print(f"workerpool healthcheck: {verdict.message}")
+    return EXIT_HEALTHY if verdict.healthy else EXIT_UNHEALTHY
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
+    "run": cmd_run,
+    "healthcheck": cmd_healthcheck,
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import config, heartbeat
+
     parser = argparse.ArgumentParser(prog="workerpool", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -94,6 +134,31 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--delay", type=float, default=None, help="seconds before it may run")
     enqueue.add_argument("--priority", type=int, default=None)
     enqueue.add_argument("--max-attempts", type=int, default=None)
+
+    run = sub.add_parser("run", help="the supervisor: fork one child per queue and keep them up")
+    run.add_argument("app", metavar="APP:POOL")
+    run.add_argument("--queue", action="append", default=None, metavar="Q",
+                     help="run only this queue (repeatable; default: every declared queue)")
+    run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
+                     help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
+                          "else /dev/shm/workerpool-<uid>)")
+    run.add_argument("--grace", default=None, metavar="SECONDS",
+                     help="the orchestrator's stop grace period (default: "
+                          "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it")
+    run.add_argument("--restart-delay", type=float, default=config.RESTART_DELAY, metavar="SECONDS",
+                     help="base of the restart backoff after repeated fast crashes (default 1)")
+    run.add_argument("--boot-retries", type=int, default=config.BOOT_RETRIES, metavar="N",
+                     help="exit non-zero after a worker type fails to start N times in a row")
+    run.add_argument("--log-level", default="INFO",
+                     choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    health = sub.add_parser("healthcheck", help="exit 0 iff every heartbeat file is fresh")
+    health.add_argument("workers", nargs="*", metavar="WORKER",
+                        help="heartbeat names to check (default: every file in the directory)")
+    health.add_argument("--dir", default=None,
+                        help="heartbeat directory (default: as for `workerpool run`)")
+    health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
+                        metavar="SECONDS", help="older than this is stale (default %(default)g)")
     return parser
 
 

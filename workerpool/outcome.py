@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import queries
-from .errors import Permanent, RetryLater
+from .errors import Permanent, RetryLater, WorkerpoolError
 from .pool import TaskSpec
 
 MESSAGE_LIMIT = 2000
@@ -43,12 +43,30 @@ def safe_text(value: Any, limit: int) -> str:
 
 def error_entry(exc: BaseException | None, *, attempt: int, worker: str, kind: str = "") -> dict:
     """One entry of a job's ``errors`` history (``at`` is stamped by the database)."""
-    entry = {"attempt": attempt, "worker": worker, "type": kind or type(exc).__name__}
+    entry = {"attempt": attempt, "worker": worker,
+             "type": safe_text(kind or type(exc).__name__, MESSAGE_LIMIT)}
     entry["message"] = safe_text(exc, MESSAGE_LIMIT) if exc is not None else ""
     if exc is not None and exc.__traceback__ is not None:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        entry["traceback"] = safe_text(text[-TRACEBACK_LIMIT:], TRACEBACK_LIMIT)
+        entry["traceback"] = format_traceback(exc)
     return entry
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The traceback as text, at most TRACEBACK_LIMIT characters, frames kept readable.
+
+    Each chunk (a frame, the final message line) is capped first, so a huge exception message
+    cannot push the frames out; then the innermost part is kept (where the error happened).
+    """
+    try:
+        chunks = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    except Exception as failure:  # a broken exception object: say so, do not fail the outcome
+        return f"<traceback unavailable: {type(failure).__name__}>"
+    text = "".join(safe_text(chunk, MESSAGE_LIMIT) for chunk in chunks)
+    if len(text) <= TRACEBACK_LIMIT:
+        return text
+    head = chunks[0] if chunks and chunks[0].startswith("Traceback") else ""
+    marker = "  [... earlier frames cut ...]\n"
+    return head + marker + text[-(TRACEBACK_LIMIT - len(head) - len(marker)):]
 
 
 def classify(
@@ -63,6 +81,44 @@ def classify(
     if isinstance(exc, Permanent):
         return Outcome(PERMANENT, entry)
     return Outcome(FAIL, entry, delay=spec.backoff.delay(attempt, rng))
+
+
+def timed_out(spec: TaskSpec, lease: queries.Lease, stack: str = "", rng=random) -> Outcome:
+    """The attempt overran ``spec.timeout``: a failure like any other (retried per policy).
+
+    ``stack`` is where the handler was when its time ran out, stored as the entry's traceback.
+    """
+    exc = TimeoutError(f"task {spec.name} exceeded its timeout of {spec.timeout:g}s")
+    entry = error_entry(exc, attempt=lease.attempt, worker=lease.worker)
+    if stack:
+        entry["traceback"] = safe_text(stack[-TRACEBACK_LIMIT:], TRACEBACK_LIMIT)  # innermost
+    return Outcome(FAIL, entry, delay=spec.backoff.delay(lease.attempt, rng))
+
+
+class UpcastError(WorkerpoolError):
+    """An upcaster could not turn a stored payload into the task's current shape."""
+
+
+def upcast(spec: TaskSpec, payload: dict[str, Any], version: int) -> dict[str, Any]:
+    """``payload`` written at ``version``, brought to ``spec.version`` one upcaster at a time.
+
+    ``spec.upcasters[n]`` turns a version-n payload into a version-(n+1) one; missing steps
+    leave the payload as it is. A step that raises or returns something other than a dict
+    raises UpcastError naming the task and the step (the attempt then fails and is retried).
+    """
+    for step in range(version, spec.version):
+        upcaster = spec.upcasters.get(step)
+        if upcaster is None:
+            continue
+        where = f"task {spec.name}: upcaster {step}->{step + 1}"
+        try:
+            payload = upcaster(payload)
+        except Exception as exc:
+            raise UpcastError(f"{where} raised {type(exc).__name__}: "
+                              f"{safe_text(exc, MESSAGE_LIMIT)}") from exc
+        if not isinstance(payload, dict):
+            raise UpcastError(f"{where} returned {type(payload).__name__}, not a dict")
+    return payload
 
 
 def interrupted(lease: queries.Lease, reason: str) -> Outcome:

@@ -534,9 +534,39 @@ def database_now(conn: Connection) -> datetime:
     return conn.execute(select(func.now())).scalar_one()
 
 
+# ---------------------------------------------------------------------------------------------
+# worker runtime: time limits
+
+
+def _milliseconds(value: float) -> str:
+    return f"{max(1, round(value * 1000))}ms"
+
+
+def bound_transaction(
+    conn: Connection, *, statement_timeout: float, lock_timeout: float, idle_timeout: float
+) -> None:
+    """Time limits (seconds) for the rest of this transaction only.
+
+    ``set_config(..., is_local => true)`` is ``SET LOCAL``: nothing outlives the transaction, so
+    it is safe behind PgBouncer in transaction pooling mode. A statement that runs too long
+    (57014), waits too long for a lock (55P03) or a transaction left idle (25P03) errors out
+    instead of hanging the worker.
+    """
+    settings = {
+        "statement_timeout": statement_timeout,
+        "lock_timeout": lock_timeout,
+        "idle_in_transaction_session_timeout": idle_timeout,
+    }
+    conn.execute(select(*(
+        func.set_config(name, _milliseconds(value), literal(True))
+        for name, value in settings.items()
+    )))
+
+
 __all__ = [
     "Lease",
     "NewJob",
+    "bound_transaction",
     "claim",
     "claim_statement",
     "complete",

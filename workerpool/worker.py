@@ -1,40 +1,62 @@
 """The worker runtime: what one child process does between claim and outcome.
 
 One ``Worker`` serves one queue. Its main loop (the thread that calls :meth:`Worker.run`) is the
-only thread that claims, renews and records outcomes; handlers run on a thread pool of
-``concurrency`` threads and hand their outcomes back through a queue. No transaction is ever
-open while a handler runs: every database call is its own short transaction.
+only thread that claims, renews and records outcomes; handlers run on ``concurrency`` daemon
+threads (``async def`` handlers on one event loop thread) and hand their outcomes back through a
+queue. No transaction is ever open while a handler runs: every database call is its own short
+transaction, bounded by ``statement_timeout``/``lock_timeout`` set locally.
 
 Each pass of the main loop:
-  1. renews leases that are due (before anything else after a database outage),
-  2. writes finished outcomes in one batch,
-  3. fails jobs that overran their ``timeout``,
-  4. claims as many jobs as there are free slots,
-  5. reports a tick (the heartbeat) if the pass reached the database,
-  6. waits for a notification, a finished job, a stop request or the poll interval.
+  1. registers the process and releases its dead predecessors' claims (once),
+  2. renews the leases that are due (first thing after a database outage, before any claim),
+  3. fails jobs that overran their ``timeout`` (and asks for a recycle if one will not stop),
+  4. writes finished outcomes in one batch, fenced on each lease,
+  5. claims as many jobs as there are free slots,
+  6. reports a tick (the heartbeat) if the pass reached the database,
+then waits for a notification, a finished job, a stop request or the next deadline (poll
+interval, lease renewal, job timeout), whichever comes first. While the database is unreachable
+it retries with capped backoff, keeps handlers running, keeps their outcomes, and sends no tick.
+
+Built before a fork, started after it: ``__init__`` opens nothing; ``run()`` creates the engine,
+the threads and the listener in the process that runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import inspect
 import logging
 import os
 import queue as queue_module
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 import psycopg
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from . import queries
-from .errors import LeaseLost
+from . import db, queries
+from .errors import LeaseLost, Permanent
 from .jobs import Job, new_worker_id
-from .outcome import FAIL, Outcome, classify, error_entry, interrupted, record_many
+from .outcome import (
+    FAIL,
+    PERMANENT,
+    Outcome,
+    classify,
+    error_entry,
+    interrupted,
+    record_many,
+    timed_out,
+    upcast,
+)
 from .payload import dumps
 from .pool import QueueSpec, TaskSpec, WorkerPool
 
@@ -46,24 +68,63 @@ EXIT_RECYCLE = 75  # a handler ignored its timeout: restart me
 
 FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "no_lease_renewal"
 RECYCLE_GRACE = 5.0  # seconds a timed-out handler gets before the child is recycled
-RECONNECT_MAX = 5.0
+RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
+RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
+
+#: Limits on every transaction the worker runs (seconds; set locally, PgBouncer-safe).
+STATEMENT_TIMEOUT = 15.0
+LOCK_TIMEOUT = 3.0
+IDLE_IN_TRANSACTION_TIMEOUT = 15.0
+
+#: What "the database is in trouble" looks like: retried with backoff, never a crash.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, psycopg.Error, OSError)
 
 
-@dataclass
+@dataclass(eq=False)
 class InFlight:
-    """A claimed job this process is running."""
+    """A claimed job this process is running.
+
+    Written by the main loop, except ``thread``, ``future`` and ``returned`` which the handler
+    thread sets (the last two under ``Worker._settle``, the lock that decides whether the
+    handler's own result or the timeout is the attempt's outcome).
+    """
 
     lease: queries.Lease
     spec: TaskSpec
     started: float  # monotonic
     deadline: float | None  # monotonic; None when the task has no timeout
-    timed_out: bool = False
-    lost: bool = False
+    thread: int | None = None  # ident of the handler thread
+    future: concurrent.futures.Future | None = None  # set for async handlers
+    returned: bool = False  # the handler is no longer running
+    timed_out: bool = False  # the timeout, not the handler, decided the outcome
+    recorded: bool = False  # the outcome is written (or was fenced out)
+    lost: bool = False  # another process owns the row now
+
+    @property
+    def holds_lease(self) -> bool:
+        return not (self.timed_out or self.recorded or self.lost)
+
+    @property
+    def running(self) -> bool:
+        """Still running and still ours to finish (a timed-out handler is already failed)."""
+        return not (self.returned or self.timed_out)
+
+
+class DeadJob(NamedTuple):
+    """A job this worker moved to ``dead`` (what ``report_dead`` receives)."""
+
+    id: int
+    queue: str
+    task: str
+    state: str
+    attempts: int
+    dead_reason: str
+    error: dict[str, Any] | None = None
 
 
 @dataclass
-class Backoff:
-    """Capped exponential delay for reconnects (a loop, not a crash loop)."""
+class Reconnect:
+    """Capped exponential delay between attempts to reach the database (a loop, not a crash)."""
 
     delay: float = 0.0
     failures: int = 0
@@ -83,8 +144,43 @@ class Counters:
     finished: int = 0
     lost: int = 0
     released: int = 0
+    timeouts: int = 0
     db_errors: int = 0
     states: dict[str, int] = field(default_factory=dict)
+
+
+class HandlerThreads:
+    """``size`` daemon threads running submitted calls.
+
+    Daemon threads, not a ThreadPoolExecutor: the interpreter joins executor threads at exit, so
+    one handler that never returns would keep a recycled process alive forever.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size, self.name = size, name
+        self._calls: queue_module.SimpleQueue[Callable[[], None] | None] = (
+            queue_module.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for number in range(self.size):
+            thread = threading.Thread(target=self._serve, name=f"{self.name}-{number}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def submit(self, call: Callable[[], None]) -> None:
+        self._calls.put(call)
+
+    def shutdown(self) -> None:
+        """Let idle threads exit; busy ones finish their call first (nobody waits for them)."""
+        for _ in self._threads:
+            self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call()
 
 
 class Worker:
@@ -108,24 +204,32 @@ class Worker:
         self.parent_alive = parent_alive or (lambda: True)
         self.orphans = list(orphans)
         self.task_versions = pool.task_versions(queue)
+        self.tasks: dict[str, TaskSpec] = {name: pool.task_spec(name)
+                                           for name in self.task_versions}
         self.stale_after = pool.stale_after(queue)
         self.renew_every = self.stale_after / 3
         self.renew_leases = os.environ.get(FAULT_ENV, "") != "no_lease_renewal"
         self.counters = Counters()
+        self.engine: Engine | None = None
         self._in_flight: dict[int, InFlight] = {}
-        self._results: queue_module.SimpleQueue[tuple[queries.Lease, Outcome | None]] = (
+        self._results: queue_module.SimpleQueue[tuple[InFlight, Outcome | None]] = (
             queue_module.SimpleQueue()
         )
-        self._unwritten: list[tuple[queries.Lease, Outcome]] = []
+        self._unwritten: list[tuple[InFlight, Outcome]] = []
+        self._settle = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
         self._recycle = False
-        self._db = Backoff()
+        self._db = Reconnect()
         self._last_renew = time.monotonic()
+        self._renew_now = False  # after an outage: renew before anything is claimed
+        self._last_contact = 0.0  # monotonic time of the last successful database round trip
+        self._reached_db = False  # this pass made a successful round trip
         self._registered = False
-        self._executor = ThreadPoolExecutor(self.spec.concurrency, thread_name_prefix=queue)
+        self._threads = HandlerThreads(self.spec.concurrency, f"wp-{queue}")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
         self._loop_thread: threading.Thread | None = None
         self._listener: Listener | None = None
 
@@ -145,13 +249,17 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    @property
+    def listener(self) -> Listener | None:
+        return self._listener
+
     # -- the main loop ----------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until stopped; drain; return the exit code for the supervisor."""
-        log.info("worker started", extra={"event": "worker_started", "queue": self.queue,
-                                          "worker": self.id})
-        self._start_listener()
+        log.info("worker %s started on queue %s", self.id, self.queue,
+                 extra={"event": "worker_started", "queue": self.queue, "worker": self.id})
+        self._open()
         try:
             while not self._stopping.is_set():
                 self._pass()
@@ -162,130 +270,196 @@ class Worker:
                 self._wait()
             self._drain()
         finally:
-            self._shutdown()
+            self._close()
         return EXIT_RECYCLE if self._recycle else EXIT_OK
 
-    def _pass(self) -> None:
+    def _pass(self, *, claiming: bool = True) -> None:
+        self._reached_db = False
         try:
-            self._boot_once()
+            self._register_once()
             self._renew_if_due()
-            self._write_outcomes()
+            self._collect_results()
             self._enforce_timeouts()
-            if not self._recycle:
+            self._write_outcomes()
+            if claiming:
                 self._claim()
-            self._db.succeeded()
-        except (OperationalError, DBAPIError, psycopg.Error) as exc:
+            self._beat_if_quiet()
+        except DATABASE_ERRORS as exc:
             self._database_failed(exc)
             return
-        self.on_tick()
+        if self._db.failures:
+            log.info("database reachable again", extra={"event": "database_back",
+                                                        "queue": self.queue})
+        self._db.succeeded()
+        if self._reached_db:
+            self.on_tick()
 
-    def _wait(self) -> None:
-        delay = self._db.delay or self.spec.poll_interval
-        if self._next_deadline() is not None:
-            delay = min(delay, max(0.0, self._next_deadline() - time.monotonic()))
-        self._wake.wait(delay)
+    def _wait(self, until: float | None = None) -> None:
+        """Sleep until woken or the next thing is due; during an outage, the backoff delay."""
+        now = time.monotonic()
+        if self._db.failures:
+            # Finished handlers must not turn the backoff into a tight reconnect loop.
+            if until is None:
+                self._stopping.wait(self._db.delay)
+            else:
+                self._stop_now.wait(min(self._db.delay, max(0.0, until - now)))
+            return
+        due = [self.spec.poll_interval, self.spec.hang_timeout / 4,
+               self._last_renew + self.renew_every - now]
+        due += [deadline - now for deadline in self._deadlines()]
+        if until is not None:
+            due.append(until - now)
+        self._wake.wait(max(0.0, min(due)))
         self._wake.clear()
+
+    def _deadlines(self) -> Iterator[float]:
+        """When each in-flight job times out, or when a timed-out one warrants a recycle."""
+        for flight in self._in_flight.values():
+            if flight.deadline is None or flight.returned:
+                continue
+            yield flight.deadline + (RECYCLE_GRACE if flight.timed_out else 0.0)
 
     def _database_failed(self, exc: BaseException) -> None:
         self.counters.db_errors += 1
         delay = self._db.failed()
+        self._renew_now = True  # leases may have gone stale meanwhile: renew before claiming
         log.warning("database call failed (%s: %s); retrying in %.1fs", type(exc).__name__,
-                    str(exc).splitlines()[0] if str(exc) else "", delay,
+                    _first_line(exc), delay,
                     extra={"event": "database_error", "queue": self.queue})
-        # After an outage, renew leases before claiming anything new.
-        self._last_renew = 0.0
+
+    @contextmanager
+    def _transaction(self, *, main_loop: bool = True) -> Iterator[Connection]:
+        """One short, time-bounded transaction on the worker's engine."""
+        assert self.engine is not None, "Worker.run() opens the engine"
+        with self.engine.begin() as conn:
+            queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
+                                      lock_timeout=LOCK_TIMEOUT,
+                                      idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+            yield conn
+        if main_loop:
+            self._reached_db = True
+            self._last_contact = time.monotonic()
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _boot_once(self) -> None:
+    def _register_once(self) -> None:
         """Register this process and release the claims of the predecessors it replaces."""
         if self._registered:
             return
-        with self.pool.engine.begin() as conn:
+        with self._transaction() as conn:
             queries.register_worker(conn, self.id, host=socket.gethostname(), pid=os.getpid(),
                                     queue=self.queue, tasks=self.task_versions)
-            for dead in self.orphans:
-                self._release_orphan(conn, dead)
+            dead = [row for orphan in self.orphans for row in self._release_orphan(conn, orphan)]
         self.orphans.clear()
         self._registered = True
+        self._report_dead(dead)
 
-    def _release_orphan(self, conn: Any, dead: str) -> None:
-        entry = {"type": "WorkerLost", "worker": dead,
-                 "message": f"worker {dead} died while running this job"}
-        rows = queries.release_worker(conn, dead, entry)
+    def _release_orphan(self, conn: Connection, orphan: str) -> list[DeadJob]:
+        entry = {"type": "WorkerLost", "worker": orphan,
+                 "message": f"worker {orphan} died while running this job"}
+        rows = queries.release_worker(conn, orphan, entry)
         if rows:
-            log.warning("released %d job(s) of dead worker %s", len(rows), dead,
-                        extra={"event": "orphans_released", "worker": dead, "count": len(rows)})
-        queries.unregister_worker(conn, dead)
-        self._report_dead([r for r in rows if r.state == "dead"], "abandoned")
+            log.warning("released %d job(s) of dead worker %s", len(rows), orphan,
+                        extra={"event": "orphans_released", "worker": orphan,
+                               "count": len(rows)})
+        queries.unregister_worker(conn, orphan)
+        return [DeadJob(r.id, r.queue, r.task, r.state, r.attempts, "abandoned", entry)
+                for r in rows if r.state == "dead"]
 
     def _renew_if_due(self) -> None:
+        """Extend the leases of running jobs every stale_after/3; beat the worker registry."""
         now = time.monotonic()
-        if now - self._last_renew < self.renew_every:
+        if not self._renew_now and now - self._last_renew < self.renew_every:
             return
-        held = [f for f in self._in_flight.values() if not f.timed_out and not f.lost]
-        if held and self.renew_leases:
-            leases = [(f.lease.job_id, f.lease.attempt) for f in held]
-            with self.pool.engine.begin() as conn:
-                renewed = queries.renew(conn, self.id, leases)
-                queries.beat_worker(conn, self.id)
+        held = [f for f in self._in_flight.values() if f.holds_lease]
+        renewing = self.renew_leases and bool(held)
+        with self._transaction() as conn:
+            if renewing:
+                renewed = queries.renew(conn, self.id,
+                                        [(f.lease.job_id, f.lease.attempt) for f in held])
+            registered = queries.beat_worker(conn, self.id)
+        if renewing:
             self._mark_lost(f for f in held if f.lease.job_id not in renewed)
-        elif self._registered:
-            with self.pool.engine.begin() as conn:
-                if not queries.beat_worker(conn, self.id):
-                    self._registered = False  # pruned: register again next pass
-        self._last_renew = now
+        if not registered:
+            self._registered = False  # pruned while we were away: register again
+        self._last_renew, self._renew_now = now, False
 
-    def _mark_lost(self, flights) -> None:
+    def _mark_lost(self, flights: Iterable[InFlight]) -> None:
         for flight in flights:
             if not flight.lost:
                 flight.lost = True
                 self.counters.lost += 1
-                log.warning("lease lost on job %s", flight.lease.job_id,
+                log.warning("lease lost on job %s: another process may run it",
+                            flight.lease.job_id,
                             extra={"event": "lease_lost", "job_id": flight.lease.job_id})
 
-    def _write_outcomes(self) -> None:
+    def _collect_results(self) -> None:
         while True:
             try:
-                lease, outcome = self._results.get_nowait()
+                flight, outcome = self._results.get_nowait()
             except queue_module.Empty:
-                break
-            if outcome is None:
-                self._in_flight.pop(lease.job_id, None)
+                return
+            if outcome is None:  # it had timed out: the timeout is its outcome
+                self._retire(flight)
             else:
-                self._unwritten.append((lease, outcome))
+                self._unwritten.append((flight, outcome))
+
+    def _write_outcomes(self) -> None:
+        """Write every outcome waiting, in one transaction; kept for the next pass on failure."""
         if not self._unwritten:
             return
         batch = self._unwritten
-        with self.pool.engine.begin() as conn:
-            states = record_many(conn, self.id, batch)
+        with self._transaction() as conn:
+            states = record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
         self._unwritten = []
-        for lease, outcome in batch:
-            self._finished(lease, outcome, states.get(lease.job_id))
+        dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
+                for flight, outcome in batch]
+        self._report_dead([d for d in dead if d is not None])
 
-    def _finished(self, lease: queries.Lease, outcome: Outcome, state: str | None) -> None:
-        self._in_flight.pop(lease.job_id, None)
+    def _recorded(self, flight: InFlight, outcome: Outcome, state: str | None) -> DeadJob | None:
+        flight.recorded = True
+        self._retire(flight)
         self.counters.finished += 1
+        job_id = flight.lease.job_id
         if state is None:
             self.counters.lost += 1
-            log.warning("outcome of job %s not written: lease lost", lease.job_id,
-                        extra={"event": "outcome_fenced_out", "job_id": lease.job_id})
-            return
+            log.warning("outcome of job %s not written: lease lost (or written before a"
+                        " connection drop)", job_id,
+                        extra={"event": "outcome_fenced_out", "job_id": job_id})
+            return None
         self.counters.states[state] = self.counters.states.get(state, 0) + 1
-        if state == "dead":
-            reason = "permanent" if outcome.kind != FAIL else "exhausted"
-            self._report_dead([(lease.job_id, outcome)], reason)
+        if state != "dead":
+            return None
+        reason = "permanent" if outcome.kind == PERMANENT else "exhausted"
+        return DeadJob(job_id, self.queue, flight.spec.name, state, flight.lease.attempt,
+                       reason, outcome.error or None)
 
-    def _report_dead(self, rows: list[Any], reason: str) -> None:
-        for row in rows:
-            log.error("job %s gave up (%s)", row[0], reason,
-                      extra={"event": "job_dead", "queue": self.queue, "job_id": row[0],
-                             "reason": reason})
+    def _retire(self, flight: InFlight) -> None:
+        """Forget a job once its handler has returned and its outcome is written."""
+        if flight.returned and flight.recorded:
+            self._in_flight.pop(flight.lease.job_id, None)
+
+    def _report_dead(self, rows: list[DeadJob]) -> None:
+        """The one place this process reports jobs it moved to ``dead`` (log + on_dead hooks)."""
+        if not rows:
+            return
+        try:
+            from .maintenance import report_dead
+        except ImportError:
+            for row in rows:
+                log.error("job %s (%s) is dead: %s", row.id, row.task, row.dead_reason,
+                          extra={"event": "job_dead", "queue": row.queue, "job_id": row.id,
+                                 "reason": row.dead_reason})
+            return
+        try:
+            report_dead(self.pool, rows)
+        except Exception:
+            log.exception("reporting dead jobs failed", extra={"event": "report_dead_failed"})
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
         for flight in list(self._in_flight.values()):
-            if flight.deadline is None or now < flight.deadline:
+            if flight.deadline is None or now < flight.deadline or flight.returned:
                 continue
             if not flight.timed_out:
                 self._time_out(flight)
@@ -297,195 +471,272 @@ class Worker:
                 self.stop()
 
     def _time_out(self, flight: InFlight) -> None:
-        flight.timed_out = True
-        exc = TimeoutError(f"task {flight.spec.name} exceeded its timeout of "
-                           f"{flight.spec.timeout:g}s")
-        outcome = Outcome(FAIL, error_entry(exc, attempt=flight.lease.attempt, worker=self.id),
-                          delay=flight.spec.backoff.delay(flight.lease.attempt))
-        with self.pool.engine.begin() as conn:
-            states = record_many(conn, self.id, [(flight.lease, outcome)])
-        self.counters.states["timeout"] = self.counters.states.get("timeout", 0) + 1
-        state = states.get(flight.lease.job_id)
-        if state == "dead":
-            self._report_dead([(flight.lease.job_id, outcome)], "exhausted")
+        """The timeout decides this attempt: record a TimeoutError; cancel an async handler."""
+        with self._settle:
+            if flight.returned:
+                return
+            flight.timed_out = True
+            future = flight.future
+        stack = self._stack_of(flight)
+        if future is not None:
+            future.cancel()
+        self.counters.timeouts += 1
+        self._unwritten.append((flight, timed_out(flight.spec, flight.lease, stack)))
+        log.warning("job %s exceeded its timeout of %gs", flight.lease.job_id,
+                    flight.spec.timeout,
+                    extra={"event": "job_timeout", "job_id": flight.lease.job_id})
 
-    def _next_deadline(self) -> float | None:
-        deadlines = [f.deadline for f in self._in_flight.values()
-                     if f.deadline is not None and not f.timed_out]
-        return min(deadlines) if deadlines else None
+    @staticmethod
+    def _stack_of(flight: InFlight) -> str:
+        """Where a sync handler is right now (what its timeout entry shows as traceback)."""
+        frame = sys._current_frames().get(flight.thread) if flight.thread else None
+        if frame is None or flight.future is not None:
+            return ""
+        return ("Handler stack when its timeout expired (most recent call last):\n"
+                + "".join(traceback.format_stack(frame)))
 
     def _claim(self) -> None:
         free = self.spec.concurrency - len(self._in_flight)
-        if free <= 0 or self._stopping.is_set():
+        if free <= 0 or self._stopping.is_set() or self._recycle:
             return
-        with self.pool.engine.begin() as conn:
+        with self._transaction() as conn:
             rows = queries.claim(conn, queue=self.queue, worker=self.id, limit=free,
                                  task_versions=self.task_versions, stale_after=self.stale_after)
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
 
+    def _beat_if_quiet(self) -> None:
+        """A pass with nothing to do still proves, once per poll interval, that the DB answers."""
+        if self._reached_db or time.monotonic() - self._last_contact < self.spec.poll_interval:
+            return
+        with self._transaction() as conn:
+            if not queries.beat_worker(conn, self.id):
+                self._registered = False
+
     def _start(self, row: Any) -> None:
-        spec = self.pool.task_spec(row.task)
-        lease = queries.Lease(row.id, row.attempts, self.id)
         now = time.monotonic()
+        lease = queries.Lease(row.id, row.attempts, self.id)
+        spec = self.tasks.get(row.task)
+        if spec is None:  # the claim filters on known tasks; never run what we cannot
+            self._refuse(row, lease)
+            return
         deadline = now + spec.timeout if spec.timeout else None
-        self._in_flight[row.id] = InFlight(lease, spec, now, deadline)
-        self._executor.submit(self._execute, spec, row, lease)
+        flight = InFlight(lease, spec, now, deadline)
+        self._in_flight[row.id] = flight
+        self._threads.submit(lambda: self._execute(flight, row))
+
+    def _refuse(self, row: Any, lease: queries.Lease) -> None:
+        spec = TaskSpec(name=row.task, queue=self.queue, fn=lambda job: None)
+        flight = InFlight(lease, spec, time.monotonic(), None, returned=True)
+        self._in_flight[row.id] = flight
+        error = Permanent(f"no handler for task {row.task!r} in this worker")
+        self._unwritten.append((flight, classify(error, spec, lease.attempt, self.id)))
 
     # -- handler threads --------------------------------------------------------------------------
 
-    def _execute(self, spec: TaskSpec, row: Any, lease: queries.Lease) -> None:
+    def _execute(self, flight: InFlight, row: Any) -> None:
+        flight.thread = threading.get_ident()
         try:
-            job = self._job(spec, row, lease)
-            exc = self._call(spec, job)
-        except Exception as setup_error:  # e.g. an upcaster that raised
+            exc = self._call(flight, self._job(flight, row))
+        except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
-        flight = self._in_flight.get(lease.job_id)
-        if flight is not None and flight.timed_out:
-            self._results.put((lease, None))  # its failure was already recorded
-        else:
-            self._results.put((lease, classify(exc, spec, lease.attempt, self.id)))
+        try:
+            outcome = classify(exc, flight.spec, flight.lease.attempt, self.id)
+        except BaseException as classify_error:  # never lose a result, whatever was raised
+            outcome = Outcome(FAIL, error_entry(classify_error, attempt=flight.lease.attempt,
+                                                worker=self.id), delay=60.0)
+        with self._settle:
+            flight.returned = True
+            late = flight.timed_out
+        self._results.put((flight, None if late else outcome))
         self._wake.set()
 
-    def _job(self, spec: TaskSpec, row: Any, lease: queries.Lease) -> Job:
-        payload = spec.upcast(row.payload, row.payload_version)
+    def _job(self, flight: InFlight, row: Any) -> Job:
         job = Job.from_row(row, worker=self.id, saver=self._save_checkpoint)
-        return Job(**{**job.__dict__, "payload": payload})
+        return replace(job, payload=upcast(flight.spec, row.payload, row.payload_version))
 
-    def _call(self, spec: TaskSpec, job: Job) -> BaseException | None:
+    def _call(self, flight: InFlight, job: Job) -> BaseException | None:
         try:
-            result = spec.fn(job)
-            if asyncio.iscoroutine(result):
-                asyncio.run_coroutine_threadsafe(result, self._event_loop()).result()
-        except Exception as exc:
+            result = flight.spec.fn(job)
+            if inspect.isawaitable(result):
+                self._await(flight, result)
+        except BaseException as exc:
             return exc
         return None
+
+    def _await(self, flight: InFlight, awaitable: Any) -> None:
+        """Run an ``async def`` handler on the worker's event loop; many overlap there."""
+        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._event_loop())
+        with self._settle:
+            flight.future = future
+            cancel = flight.timed_out
+        if cancel:
+            future.cancel()
+        future.result()
 
     def _save_checkpoint(self, job: Job, data: Any) -> None:
         text = dumps(data, limit=self.pool.payload_limit, what="checkpoint", object_only=False)
         lease = queries.Lease(job.id, job.attempt, self.id)
-        with self.pool.engine.begin() as conn:
-            if not queries.save_checkpoint(conn, lease, text):
-                raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
+        with self._transaction(main_loop=False) as conn:
+            saved = queries.save_checkpoint(conn, lease, text)
+        if not saved:
+            raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """One event loop thread per worker for ``async def`` handlers (started on first use)."""
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=loop.run_forever, name="asyncio",
-                                                 daemon=True)
-            self._loop_thread.start()
-            self._loop = loop
-        return self._loop
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._loop_thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                                     name=f"wp-{self.queue}-asyncio")
+                self._loop_thread.start()
+                self._loop = loop
+            return self._loop
 
-    # -- shutdown ---------------------------------------------------------------------------------
+    # -- start and shutdown -----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        name = f"workerpool:{self.queue}"[:63]
+        size = min(self.spec.concurrency, 16) + 2  # handler checkpoints + the main loop
+        self.engine = db.create(self.pool.url, application_name=name, pool_size=size)
+        self._threads.start()
+        if self.spec.notify and self.pool.notify:
+            self._listener = Listener(self.pool, self.queue, self._wake)
+            self._listener.start()
 
     def _drain(self) -> None:
         """Let in-flight jobs finish within drain_timeout, then release what is left."""
-        deadline = time.monotonic() + (0 if self._stop_now.is_set() else self.spec.drain_timeout)
-        if self._in_flight:
-            log.info("draining %d job(s)", len(self._in_flight),
+        deadline = time.monotonic() + self.spec.drain_timeout
+        if self._running():
+            log.info("draining %d job(s)", len(self._running()),
                      extra={"event": "drain_started", "queue": self.queue})
-        while self._unfinished() and time.monotonic() < deadline:
-            self._flush_quietly()
-            self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-            self._wake.clear()
-        self._flush_quietly()
+        while self._running() and not self._stop_now.is_set() and time.monotonic() < deadline:
+            self._pass(claiming=False)
+            self._wait(until=deadline)
+        self._pass(claiming=False)  # write what finished meanwhile
         self._release_unfinished()
 
-    def _unfinished(self) -> list[InFlight]:
-        return [f for f in self._in_flight.values() if not f.timed_out]
-
-    def _flush_quietly(self) -> None:
-        try:
-            self._write_outcomes()
-        except (OperationalError, DBAPIError, psycopg.Error) as exc:
-            self._database_failed(exc)
+    def _running(self) -> list[InFlight]:
+        return [flight for flight in self._in_flight.values() if flight.running]
 
     def _release_unfinished(self) -> None:
-        left = self._unfinished()
-        if not left:
+        """Give back what is still running: pending now, attempt refunded, checkpoint kept."""
+        left = self._running()
+        if not left and not self._unwritten:
             return
-        results = [(f.lease, interrupted(f.lease, "drain timeout: worker shutting down"))
-                   for f in left]
-        for attempt in range(3):
+        reason = "worker stopped now" if self._stop_now.is_set() else "drain timeout"
+        self._unwritten += [(f, interrupted(f.lease, f"{reason}: worker shutting down"))
+                            for f in left]
+        for attempt in range(RELEASE_TRIES):
             try:
-                with self.pool.engine.begin() as conn:
-                    record_many(conn, self.id, results)
+                self._write_outcomes()
                 break
-            except (OperationalError, DBAPIError, psycopg.Error) as exc:
+            except DATABASE_ERRORS as exc:
                 self._database_failed(exc)
                 time.sleep(0.2 * (attempt + 1))
-        self.counters.released += len(left)
-        log.warning("released %d unfinished job(s) at the drain deadline", len(left),
-                    extra={"event": "drain_released", "queue": self.queue, "count": len(left)})
+        else:
+            log.error("could not release %d job(s); the next worker releases them",
+                      len(left), extra={"event": "release_failed", "queue": self.queue})
+        if left:
+            self.counters.released += len(left)
+            log.warning("released %d unfinished job(s) at the drain deadline", len(left),
+                        extra={"event": "drain_released", "queue": self.queue,
+                               "count": len(left)})
         for flight in left:
             self._in_flight.pop(flight.lease.job_id, None)
 
-    def _shutdown(self) -> None:
+    def _close(self) -> None:
         if self._listener is not None:
             self._listener.stop()
             self._listener.join(3)
         try:
-            with self.pool.engine.begin() as conn:
-                queries.unregister_worker(conn, self.id)
-        except Exception:  # the database may be gone; the row is pruned later
+            if self.engine is not None and self._registered:
+                with self._transaction(main_loop=False) as conn:
+                    queries.unregister_worker(conn, self.id)
+        except DATABASE_ERRORS:  # the database may be gone; the row is pruned later
             pass
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join(5)
-            if not self._loop.is_running():
-                self._loop.close()
-        log.info("worker stopped", extra={"event": "worker_stopped", "queue": self.queue,
-                                          "worker": self.id})
+            self._close_event_loop(self._loop)
+        if self.engine is not None:
+            self.engine.dispose()
+        log.info("worker %s stopped", self.id, extra={"event": "worker_stopped",
+                                                      "queue": self.queue, "worker": self.id})
 
-    def _start_listener(self) -> None:
-        if self.spec.notify and self.pool.notify:
-            self._listener = Listener(self.pool, self.queue, self._wake)
-            self._listener.start()
+
+    def _close_event_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stop the loop; close it unless a handler blocks it (a daemon thread: exit anyway)."""
+        loop.call_soon_threadsafe(loop.stop)
+        if self._loop_thread is not None:
+            self._loop_thread.join(2)
+        if not loop.is_running():
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.close()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _first_line(exc: BaseException) -> str:
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:
+        return "?"
+    return lines[0] if lines else ""
 
 
 class Listener(threading.Thread):
     """A dedicated autocommit connection that LISTENs and wakes the claim loop.
 
-    Notifications are hints: a lost one costs latency (the loop also polls), never a job.
-    Reconnects with capped backoff and re-subscribes.
+    Notifications are hints: a lost one costs latency (the loop also polls), never a job. It
+    reconnects with capped backoff, subscribes again, and wakes the loop after every reconnect
+    (notifications sent meanwhile are lost). Not used behind PgBouncer transaction pooling:
+    ``WorkerPool(notify=False)`` or ``pool.queue(..., notify=False)`` turn it off.
     """
 
     def __init__(self, pool: WorkerPool, queue: str, wake: threading.Event) -> None:
-        super().__init__(name=f"listen-{queue}", daemon=True)
-        self.url = pool.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        super().__init__(name=f"wp-{queue}-listen", daemon=True)
+        self.url = pool.url.set(drivername="postgresql")
         self.queue = queue
         self.wake = wake
-        self._halt = threading.Event()
         self.connected = threading.Event()
+        self.reconnects = 0
+        self._halt = threading.Event()
 
     def stop(self) -> None:
         self._halt.set()
 
     def run(self) -> None:
-        backoff = Backoff()
+        retry = Reconnect()
         while not self._halt.is_set():
             try:
-                self._listen()
-                backoff.succeeded()
-            except psycopg.Error as exc:
+                self._listen(retry)
+            except Exception as exc:  # any failure: reconnect, never die
                 self.connected.clear()
-                delay = backoff.failed()
-                log.info("listener disconnected (%s); reconnecting in %.1fs",
-                         type(exc).__name__, delay, extra={"event": "listener_reconnect"})
+                delay = retry.failed()
+                log.info("listener disconnected (%s: %s); reconnecting in %.1fs",
+                         type(exc).__name__, _first_line(exc), delay,
+                         extra={"event": "listener_reconnect", "queue": self.queue})
                 self.wake.set()  # poll now: notifications may have been lost meanwhile
                 self._halt.wait(delay)
 
-    def _listen(self) -> None:
-        from .db import CONNECT_ARGS
+    def _connect_args(self) -> dict[str, Any]:
+        args = dict(db.CONNECT_ARGS)
+        if str(self.url.query.get("host", "")).startswith("/"):
+            args.pop("tcp_user_timeout")  # unix socket: no TCP
+        return args
 
-        args = {k: v for k, v in CONNECT_ARGS.items() if k != "tcp_user_timeout"}
-        with psycopg.connect(self.url, autocommit=True, application_name="workerpool-listen",
-                             **args) as conn:
+    def _listen(self, retry: Reconnect) -> None:
+        dsn = self.url.render_as_string(hide_password=False)
+        with psycopg.connect(dsn, autocommit=True, application_name=f"workerpool-listen:"
+                             f"{self.queue}"[:63], **self._connect_args()) as conn:
             conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
+            if retry.failures:
+                self.reconnects += 1
+            retry.succeeded()
             self.connected.set()
             self.wake.set()
             while not self._halt.is_set():

@@ -1,0 +1,444 @@
+"""`workerpool run` as a user runs it: real processes, real signals, real PostgreSQL.
+
+Each test starts the supervisor on ``tests/apps/basic.py`` in its own process group (drain 1 s,
+hang_timeout 2 s, poll 0.1 s unless stretched), with ``WORKER_CLAIM_STALE_MS`` at one hour so
+that any recovery seen within seconds is the fast path, not the stale arm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.apps import basic
+from tests.conftest import wait_until
+from workerpool.config import DRAIN_MARGIN
+
+ROOT = Path(__file__).resolve().parent.parent
+STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
+LINE = re.compile(r" (?P<logger>[\w.]+)\[(?P<pid>\d+)\] (?P<event>\w+): (?P<message>.*)$")
+PAIR = re.compile(r"(\w+)=(\S+)")
+MEASURES = ROOT / ".workerpool" / "measurements.jsonl"
+
+
+@dataclass
+class Event:
+    name: str
+    logger: str
+    message: str
+    fields: dict[str, str]
+    at: float  # seconds since the epoch, from the log line
+
+
+@dataclass
+class Supervisor:
+    """A running `workerpool run`, its log, and its heartbeat directory."""
+
+    proc: subprocess.Popen
+    log_path: Path
+    heartbeat_dir: Path
+    env: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def events(self, name: str | None = None, *, logger: str = "supervisor",
+               **match: str) -> list[Event]:
+        """Log events of ``name`` from ``workerpool.<logger>`` whose key=value fields match."""
+        found = []
+        for line in self.log().splitlines():
+            parsed = LINE.search(line)
+            if not parsed or (name and parsed["event"] != name):
+                continue
+            if parsed["logger"] != f"workerpool.{logger}":
+                continue
+            fields = dict(PAIR.findall(parsed["message"]))
+            if all(fields.get(k) == v for k, v in match.items()):
+                found.append(Event(parsed["event"], parsed["logger"], parsed["message"], fields,
+                                   _stamp(line)))
+        return found
+
+    def child_pid(self, worker: str) -> int:
+        """The pid of the newest child serving ``worker``."""
+        started = wait_until(lambda: self.events("child_started", worker=worker), 15,
+                             message=f"{worker} child started")
+        return int(started[-1].fields["pid"])
+
+    def wait_running(self, *workers: str) -> None:
+        for worker in workers:
+            wait_until(lambda w=worker: self.events("child_running", worker=w), 15,
+                       message=f"{worker} child running\n{self.log()}")
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"supervisor still running after {timeout}s\n{self.log()}")
+
+    def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "workerpool", "healthcheck", "--dir", str(self.heartbeat_dir),
+             *args], env=self.env, capture_output=True, text=True, timeout=30)
+
+    def heartbeat_mtime(self, worker: str) -> float:
+        try:
+            return (self.heartbeat_dir / f"{worker}.heartbeat").stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+
+def _stamp(line: str) -> float:
+    from datetime import datetime
+
+    text = line[:23]  # "2026-01-01 12:00:00,123"
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie or a vanished pid is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def record(name: str, **values: float) -> None:
+    """Keep a measured figure (for the README and the notes): .workerpool/measurements.jsonl."""
+    MEASURES.parent.mkdir(exist_ok=True)
+    with MEASURES.open("a") as out:
+        out.write(json.dumps({"measure": name, **values}) + "\n")
+    print(name, values)
+
+
+@pytest.fixture
+def start(db_url, tmp_path) -> Iterator:
+    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards."""
+    running: list[Supervisor] = []
+
+    def launch(*args: str, env: dict[str, str] | None = None) -> Supervisor:
+        heartbeat_dir = tmp_path / "heartbeats"
+        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+        full_env.update({
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "WORKER_CLAIM_STALE_MS": STALE_MS,
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        })
+        log_path = tmp_path / f"supervisor-{len(running)}.log"
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool",
+                 "--heartbeat-dir", str(heartbeat_dir), *args],
+                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True, cwd=ROOT,
+            )
+        sup = Supervisor(proc, log_path, heartbeat_dir, full_env)
+        running.append(sup)
+        return sup
+
+    yield launch
+    for sup in running:
+        try:
+            os.killpg(sup.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        sup.proc.wait(10)
+
+
+@pytest.fixture
+def app(db_url):
+    pool = basic.build(db_url)
+    yield pool
+    pool.dispose()
+
+
+def job_row(sql, job_id: int) -> dict:
+    rows = sql("SELECT state, attempts, checkpoint, errors, claimed_by FROM workerpool_jobs "
+               "WHERE id = %s", job_id)
+    state, attempts, checkpoint, errors, claimed_by = rows[0]
+    return {"state": state, "attempts": attempts, "checkpoint": checkpoint, "errors": errors,
+            "claimed_by": claimed_by}
+
+
+def interruptions(row: dict) -> list[dict]:
+    return [e for e in row["errors"] if e.get("type") == "Interrupted"]
+
+
+# -- shutdown -----------------------------------------------------------------------------------
+
+
+def test_term_while_short_jobs_run_lets_them_all_finish(start, app, sql):
+    sup = start(env={"TEST_DRAIN": "8"})
+    sup.wait_running("fast", "slow")
+    ids = app.enqueue_many([("quick", {"seconds": 0.6}) for _ in range(4)])
+    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")
+               == [(4,)], 15, message="four jobs in flight")
+    # the parent: one thread, no socket (no database connection), titled
+    assert "Threads:\t1\n" in Path(f"/proc/{sup.pid}/status").read_text()
+    fds = [os.readlink(fd) for fd in Path(f"/proc/{sup.pid}/fd").iterdir()]
+    assert not [fd for fd in fds if fd.startswith("socket:")], fds
+    assert Path(f"/proc/{sup.pid}/cmdline").read_bytes().startswith(b"workerpool: supervisor")
+    fast = sup.child_pid("fast")
+    assert Path(f"/proc/{fast}/cmdline").read_bytes().startswith(b"workerpool: fast")
+    sent = time.monotonic()
+    os.kill(sup.pid, signal.SIGTERM)
+    assert sup.wait_exit(15) == 0
+    took = time.monotonic() - sent
+    assert [job_row(sql, i)["state"] for i in ids] == ["done"] * 4
+    assert took < 8, f"exit took {took:.1f}s: the drain waited for nothing"
+    assert len(sup.events("drain_started")) == 1 and sup.events("drain_finished")
+    assert not sup.events("killed_at_deadline")
+
+
+def test_term_past_the_drain_releases_the_job_and_a_new_supervisor_resumes_it(start, app, sql):
+    sup = start()
+    sup.wait_running("slow")
+    job = app.enqueue("steps", {"n": 30, "step": 0.1})
+    wait_until(lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 3, 15,
+               message="three steps checkpointed")
+    sent = time.monotonic()
+    os.kill(sup.pid, signal.SIGTERM)
+    assert sup.wait_exit(15) == 0
+    took = time.monotonic() - sent
+    row = job_row(sql, job)
+    assert row["state"] == "pending" and row["attempts"] == 0  # attempt refunded
+    assert row["checkpoint"]["done"] >= 3  # progress kept
+    assert len(interruptions(row)) == 1
+    assert took < basic.DRAIN + DRAIN_MARGIN + 1.0, f"exit took {took:.1f}s"
+    record("term_past_drain_exit_seconds", seconds=round(took, 2), drain=basic.DRAIN)
+
+    again = start()
+    wait_until(lambda: job_row(sql, job)["state"] == "done", 20, message="job resumed and done")
+    row = job_row(sql, job)
+    assert row["attempts"] == 1 and row["checkpoint"]["resumed_from"] >= 3
+    os.kill(again.pid, signal.SIGTERM)
+    assert again.wait_exit(15) == 0
+
+
+def test_quit_stops_at_once_and_releases_the_job(start, app, sql):
+    sup = start(env={"TEST_DRAIN": "20"})
+    sup.wait_running("slow")
+    job = app.enqueue("steps", {"n": 300, "step": 0.1})
+    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    sent = time.monotonic()
+    os.kill(sup.pid, signal.SIGQUIT)
+    assert sup.wait_exit(15) == 0
+    assert time.monotonic() - sent < 10  # far inside the 20 s drain
+    row = job_row(sql, job)
+    assert row["state"] == "pending" and row["attempts"] == 0
+    assert sup.events("stop_now")
+
+
+def test_term_to_the_whole_group_drains_once(start, app, sql):
+    sup = start()
+    sup.wait_running("fast", "slow")
+    job = app.enqueue("steps", {"n": 40, "step": 0.1})
+    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    children = [sup.child_pid("fast"), sup.child_pid("slow")]
+    os.killpg(sup.pid, signal.SIGTERM)  # kill -TERM -- -<pgid>: parent and children at once
+    assert sup.wait_exit(15) == 0
+    row = job_row(sql, job)
+    assert row["state"] == "pending" and row["attempts"] == 0
+    assert len(interruptions(row)) == 1  # released exactly once
+    assert len(sup.events("drain_started")) == 1
+    for worker in ("fast", "slow"):  # each child noted one stop request, then drained once
+        assert len(sup.events("child_stopping", logger="child", worker=worker)) == 1
+        assert sup.events("child_exited", worker=worker)[-1].fields["status"] == "exit:0"
+    assert not [pid for pid in children if alive(pid)]
+
+
+# -- crashes and hangs ----------------------------------------------------------------------
+
+
+def test_kill_9_of_a_child_reruns_its_job_within_seconds(start, app, sql):
+    sup = start()
+    sup.wait_running("slow")
+    job = app.enqueue("steps", {"n": 15, "step": 0.1})
+    wait_until(lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 2, 15,
+               message="job running")
+    victim = sup.child_pid("slow")
+    killed_wall, killed = time.time(), time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+
+    wait_until(lambda: sup.child_pid("slow") != victim, 15, message="a new slow child")
+    wait_until(lambda: sup.heartbeat_mtime("slow") > killed_wall, 15,
+               message="the new child's heartbeat")
+    fresh = time.monotonic() - killed
+    wait_until(lambda: job_row(sql, job)["attempts"] == 2, 15, message="job claimed again")
+    rerun = time.monotonic() - killed
+    wait_until(lambda: job_row(sql, job)["state"] == "done", 20, message="job done")
+
+    row = job_row(sql, job)
+    assert row["attempts"] == 2  # the killed attempt counts
+    assert [e["type"] for e in row["errors"]] == ["WorkerLost"]
+    assert row["checkpoint"]["resumed_from"] >= 2
+    exited = sup.events("child_exited", worker="slow", pid=str(victim))
+    assert exited and exited[0].fields["status"] == "signal:SIGKILL"
+    assert rerun < 10, f"job ran again only after {rerun:.1f}s"  # stale_after is one hour
+    record("kill9_child_recovery_seconds", job_rerun=round(rerun, 2),
+           heartbeat_fresh=round(fresh, 2))
+
+
+def test_a_stopped_child_goes_stale_then_is_killed_and_replaced(start, app, sql):
+    sup = start(env={"TEST_HANG": "3"})
+    sup.wait_running("fast", "slow")
+    wait_until(lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15,
+               message="healthy at start")
+    victim = sup.child_pid("fast")
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        stale = wait_until(lambda: (lambda r: r.returncode == 1 and r)(
+            sup.healthcheck("--max-age", "1.5", "fast")), 15, message="fast heartbeat stale")
+        assert re.fullmatch(r"workerpool healthcheck: fast: heartbeat is [\d.]+s old "
+                            r"\(max 1\.5s\)\n", stale.stderr), stale.stderr
+        wait_until(lambda: sup.events("hang_detected", worker="fast", pid=str(victim)), 15,
+                   message="hang detected")
+        wait_until(lambda: sup.child_pid("fast") != victim, 15, message="replacement child")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+    assert sup.events("child_exited", pid=str(victim))[0].fields["status"] == "signal:SIGKILL"
+    wait_until(lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15,
+               message="healthy again")
+    assert not alive(victim)
+
+
+def test_a_child_starved_in_c_code_has_its_stack_dumped_then_is_replaced(start, app, sql):
+    sup = start()
+    sup.wait_running("fast")
+    victim = sup.child_pid("fast")
+    job = app.enqueue("hog", {})
+    wait_until(lambda: sup.events("hang_detected", worker="fast", pid=str(victim)), 15,
+               message="hang detected")
+    wait_until(lambda: sup.child_pid("fast") != victim, 15, message="replacement child")
+    # faulthandler's dump, written by the starved child itself: every thread, the hog's frame
+    assert "Current thread" in sup.log() or "Thread 0x" in sup.log()
+    assert 'in hog' in sup.log()
+    assert sup.events("child_exited", pid=str(victim))[0].fields["status"] == "signal:SIGKILL"
+    wait_until(lambda: job_row(sql, job)["state"] == "dead", 15,
+               message="its only attempt released as dead/abandoned by the replacement")
+    assert sql("SELECT dead_reason FROM workerpool_jobs WHERE id = %s", job) == [("abandoned",)]
+
+
+def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
+    sup = start()
+    sup.wait_running("fast", "slow")
+    job = app.enqueue("steps", {"n": 100, "step": 0.1})
+    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    children = [sup.child_pid("fast"), sup.child_pid("slow")]
+    killed = time.monotonic()
+    os.kill(sup.pid, signal.SIGKILL)
+    wait_until(lambda: not [p for p in children if alive(p)], basic.DRAIN + DRAIN_MARGIN + 2,
+               message="children gone after the parent died")
+    gone = time.monotonic() - killed
+    row = job_row(sql, job)
+    assert row["state"] == "pending" and row["attempts"] == 0  # drained and released
+    record("kill9_parent_children_gone_seconds", seconds=round(gone, 2), drain=basic.DRAIN)
+
+
+def test_a_worker_type_failing_at_boot_backs_off_then_the_supervisor_gives_up(start, app, sql):
+    job = app.enqueue("quick", {"seconds": 0})
+    sup = start("--restart-delay", "0.3", "--boot-retries", "4",
+                env={"WORKERPOOL_FAULT": "crash_at_boot:slow"})
+    assert sup.wait_exit(30) == 3
+    delays = [float(e.fields["delay"].rstrip("s"))
+              for e in sup.events("restart_scheduled", worker="slow")]
+    assert delays == [0.0, 0.3, 0.6]
+    starts = [e.at for e in sup.events("child_started", worker="slow")]
+    exits = [e.at for e in sup.events("child_exited", worker="slow")]
+    gaps = [start_at - exit_at for exit_at, start_at in zip(exits, starts[1:], strict=False)]
+    assert len(starts) == 4 and all(g >= d - 0.05 for g, d in zip(gaps, delays, strict=True))
+    assert sup.events("worker_fatal", worker="slow")
+    # the other worker type kept running: one child for the whole time, its job done
+    assert len(sup.events("child_started", worker="fast")) == 1
+    assert sup.events("child_exited", worker="fast")[-1].fields["status"] == "exit:0"
+    assert job_row(sql, job)["state"] == "done"
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def run_refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+    full_env.update({"PYTHONPATH": str(ROOT),
+                     "WORKERPOOL_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+                     **(env or {})})
+    return subprocess.run([sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool",
+                           *args], env=full_env, capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+
+
+def test_bad_configurations_are_refused_with_one_line(tmp_path):
+    good = tmp_path / "hb"
+    good.mkdir(mode=0o700)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    cases = [
+        (["--heartbeat-dir", str(good), "--queue", "nope"], {}, "unknown queue 'nope'"),
+        (["--heartbeat-dir", str(good), "--grace", "3"], {}, "orchestrator grace period (3s)"),
+        (["--heartbeat-dir", str(good)], {"WORKERPOOL_GRACE_PERIOD": "30",
+                                          "WORKERPOOL_DRAIN_TIMEOUT": "29"},
+         "drain_timeout of fast (29s)"),
+        (["--heartbeat-dir", str(open_dir)], {}, "group- or world-writable (mode 0777)"),
+        (["--heartbeat-dir", str(link)], {}, "is a symlink"),
+        (["--heartbeat-dir", str(good)], {"TEST_HANG": "0.1"}, "hang_timeout (0.1s) must be"),
+        (["--heartbeat-dir", str(good)], {"WORKER_CLAIM_STALE_MS": "500"},
+         "stale_after is 0.5s"),
+    ]
+    for args, env, message in cases:
+        done = run_refused(tmp_path, *args, env=env)
+        assert done.returncode == 1, (args, env, done.stderr)
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("workerpool run: "), done.stderr
+        assert message in lines[0], (message, lines[0])
+
+
+def test_term_right_after_the_forks_still_drains_cleanly(start):
+    """TERM to the group while children may still be between fork and their own handlers."""
+    sup = start()
+    wait_until(lambda: len(sup.events("child_started")) == 2, 15, message="both forked")
+    os.killpg(sup.pid, signal.SIGTERM)
+    assert sup.wait_exit(basic.DRAIN + DRAIN_MARGIN + 5) == 0
+    assert wait_until(lambda: not group_alive(sup.pid), 5, message="the group is empty")
+    statuses = [e.fields["status"] for e in sup.events("child_exited")]
+    assert statuses == ["exit:0", "exit:0"], sup.log()

@@ -1,0 +1,45 @@
+"""`workerpool healthcheck`: exit 0 iff every heartbeat file is fresh. An exec probe.
+
+Standard library only, touches no database and imports nothing heavy: a Kubernetes exec probe
+pays for a Python start-up and a few ``stat`` calls, nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import heartbeat
+
+EXIT_HEALTHY = 0
+EXIT_UNHEALTHY = 1
+
+
+@dataclass(frozen=True)
+class Verdict:
+    healthy: bool
+    message: str
+
+
+def check(directory: Path, max_age: float, workers: list[str] | None = None,
+          now: float | None = None) -> Verdict:
+    """Judge the heartbeat files of ``workers`` (default: every file in ``directory``)."""
+    now = time.time() if now is None else now
+    names = list(workers) if workers else heartbeat.list_workers(directory)
+    if not names:
+        return Verdict(False, f"no heartbeat files in {directory}")
+    ages: dict[str, float] = {}
+    for name in names:
+        try:
+            ages[name] = heartbeat.age(heartbeat.path_for(directory, name), now)
+        except FileNotFoundError:
+            return Verdict(False, f"{name}: no heartbeat file in {directory}")
+        except OSError as exc:
+            return Verdict(False, f"{name}: cannot read its heartbeat file ({exc.strerror})")
+    stalest = max(ages, key=ages.__getitem__)
+    if ages[stalest] > max_age:
+        return Verdict(False, f"{stalest}: heartbeat is {ages[stalest]:.1f}s old "
+                              f"(max {max_age:g}s)")
+    summary = ", ".join(f"{name} {value:.1f}s" for name, value in sorted(ages.items()))
+    return Verdict(True, f"ok: {summary}")

@@ -1,0 +1,442 @@
+"""The supervisor: the parent process of `workerpool run`.
+
+Single-threaded, no database connection, never runs a job. It forks one child per worker type
+(queue, plus ``maintenance``), reads their progress ticks, touches their heartbeat files, reaps
+and replaces children that exit, kills children that stop ticking, and drains them all on
+SIGTERM. Signal handlers only record the signal; the main loop does the work, one named step at a
+time.
+
+A worker type's life (supervisord's state machine)::
+
+    BACKOFF --spawn--> STARTING --first tick--> RUNNING
+       ^                   |                       |
+       +----- exited ------+-----------------------+     (restart delay grows on fast failures)
+    STARTING --exited, boot_retries times in a row--> FATAL  (the supervisor drains, exits 3)
+    STARTING/RUNNING --SIGTERM sent--> STOPPING --exited--> EXITED
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import heartbeat
+from .config import STABLE_AFTER, RunSettings, WorkerType
+from .oslayer import RealOS, describe_status
+
+log = logging.getLogger("workerpool.supervisor")
+
+EXIT_OK = 0
+EXIT_FATAL = 3  # a worker type kept failing at boot
+#: Seconds between the stack-dump signal and SIGKILL for a hung child.
+DUMP_GRACE = 0.5
+#: After SIGKILL at the deadline, how long to wait for the kernel before giving up on a child.
+KILL_WAIT = 5.0
+#: Longest sleep of the main loop (seconds): it also keeps supervisor.heartbeat fresh.
+MAX_WAIT = 0.5
+DUMP_SIGNAL = signal.SIGUSR2
+
+
+class ChildState(enum.Enum):
+    BACKOFF = "backoff"  # waiting to (re)start
+    STARTING = "starting"  # forked, no tick yet
+    RUNNING = "running"  # has ticked at least once
+    STOPPING = "stopping"  # asked to stop
+    EXITED = "exited"  # gone, not to be restarted
+    FATAL = "fatal"  # failed at boot too often
+
+
+class Mood(enum.Enum):
+    RUNNING = "running"
+    DRAINING = "draining"  # SIGTERM sent to the children; waiting up to drain + margin
+    STOPPING_NOW = "stopping_now"  # SIGQUIT sent; waiting only the margin
+
+
+LIVE = (ChildState.STARTING, ChildState.RUNNING, ChildState.STOPPING)
+
+
+@dataclass
+class Slot:
+    """One worker type and the process currently serving it."""
+
+    worker: WorkerType
+    state: ChildState = ChildState.BACKOFF
+    pid: int | None = None
+    fd: int | None = None
+    buffer: bytes = b""
+    worker_id: str | None = None
+    started: float = 0.0
+    last_tick: float = 0.0
+    last_touch: float = float("-inf")
+    restart_at: float = 0.0
+    crashes: int = 0  # consecutive fast exits
+    boot_failures: int = 0  # consecutive exits before the first tick
+    orphans: list[str] = field(default_factory=list)  # dead worker ids still to release
+    given: tuple[str, ...] = ()  # orphans handed to the current child
+    ticked: bool = False  # the current child has reported progress at least once
+    kill_at: float | None = None  # hung: SIGKILL at this time (after the stack dump)
+    killed: bool = False  # we sent SIGKILL
+
+    @property
+    def name(self) -> str:
+        return self.worker.name
+
+
+ChildFactory = Callable[..., Any]
+
+
+class Supervisor:
+    """Keeps one child per worker type alive until told to stop."""
+
+    def __init__(self, pool: Any, settings: RunSettings, *, os_layer: Any = None,
+                 child_factory: ChildFactory | None = None) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.os = os_layer or RealOS()
+        self.child_factory = child_factory or _default_child_factory
+        self.slots = [Slot(worker) for worker in settings.workers]
+        self.mood = Mood.RUNNING
+        self.deadline: float | None = None
+        self.exit_code = EXIT_OK
+        self._signals: deque[int] = deque()
+        self._own_touch = float("-inf")
+        self._touch_failed_at = float("-inf")
+        self._forced_exit_at: float | None = None
+
+    # -- entry point ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until every child is gone after a stop signal; return the exit code."""
+        from .oslayer import set_title
+
+        set_title("workerpool: supervisor")
+        self.os.install_signals(self.on_signal)
+        try:
+            self.start()
+            while (code := self.step()) is None:
+                pass
+            return code
+        finally:
+            self.os.restore_signals()
+
+    def on_signal(self, signum: int, frame: object = None) -> None:
+        """The signal handler: record, nothing else (the main loop acts on it)."""
+        self._signals.append(signum)
+
+    def start(self) -> None:
+        removed = heartbeat.remove_all(self.settings.heartbeat_dir)
+        self._touch_own_heartbeat()
+        log.info("supervisor started pid=%d workers=%s heartbeat_dir=%s drain=%gs%s",
+                 self.os.getpid(), ",".join(s.name for s in self.slots),
+                 self.settings.heartbeat_dir, self.settings.drain_timeout,
+                 f" (removed old heartbeats: {','.join(removed)})" if removed else "",
+                 extra={"event": "supervisor_started"})
+
+    def step(self) -> int | None:
+        """One pass of the main loop. Returns the exit code once everything has stopped."""
+        ready = self.os.wait(self._watched_fds(), self._wait_timeout())
+        self._read_reports(ready)
+        self._dispatch_signals()
+        self._reap_children()
+        self._murder_hung_children()
+        self._enforce_deadline()
+        self._spawn_due_children()
+        self._touch_own_heartbeat()
+        return self._finished()
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _dispatch_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.popleft()
+            name = signal.Signals(signum).name.lower()  # sigterm -> handle_term
+            getattr(self, f"handle_{name[3:]}", self.handle_other)(signum)
+
+    def handle_term(self, signum: int = signal.SIGTERM) -> None:
+        """Drain: forward SIGTERM to every child once, wait up to drain + margin."""
+        if self.mood is Mood.RUNNING:
+            self._begin_drain(signal.Signals(signum).name)
+
+    handle_hup = handle_term
+
+    def handle_int(self, signum: int = signal.SIGINT) -> None:
+        """First SIGINT drains, a second one stops at once."""
+        if self.mood is Mood.RUNNING:
+            self._begin_drain("SIGINT")
+        elif self.mood is Mood.DRAINING:
+            self._stop_now("second SIGINT")
+
+    def handle_quit(self, signum: int = signal.SIGQUIT) -> None:
+        """Stop at once: children release their jobs and exit without draining."""
+        if self.mood is not Mood.STOPPING_NOW:
+            self._stop_now("SIGQUIT")
+
+    def handle_chld(self, signum: int = signal.SIGCHLD) -> None:
+        """Nothing to do here: every pass reaps."""
+
+    def handle_other(self, signum: int) -> None:
+        log.debug("ignored signal %s", signum, extra={"event": "signal_ignored"})
+
+    def _begin_drain(self, reason: str) -> None:
+        now = self.os.monotonic()
+        self.mood = Mood.DRAINING  # RUNNING -> DRAINING
+        self.deadline = now + self.settings.drain_timeout + self.settings.drain_margin
+        live = self._live_slots()
+        log.info("drain started (%s): SIGTERM to %d child(ren), deadline in %gs", reason,
+                 len(live), self.deadline - now, extra={"event": "drain_started"})
+        for slot in self.slots:
+            if slot.state in (ChildState.STARTING, ChildState.RUNNING):
+                slot.state = ChildState.STOPPING  # RUNNING -> STOPPING
+                self.os.kill(slot.pid, signal.SIGTERM)
+            elif slot.state is ChildState.BACKOFF:
+                slot.state = ChildState.EXITED  # BACKOFF -> EXITED: not restarted
+
+    def _stop_now(self, reason: str) -> None:
+        now = self.os.monotonic()
+        self.mood = Mood.STOPPING_NOW  # * -> STOPPING_NOW
+        self.deadline = now + self.settings.drain_margin
+        log.warning("stopping now (%s): SIGQUIT to every child", reason,
+                    extra={"event": "stop_now"})
+        for slot in self.slots:
+            if slot.state in LIVE:
+                slot.state = ChildState.STOPPING
+                self.os.kill(slot.pid, signal.SIGQUIT)
+            elif slot.state is ChildState.BACKOFF:
+                slot.state = ChildState.EXITED
+
+    # -- reports from the children -------------------------------------------------------------
+
+    def _watched_fds(self) -> list[int]:
+        return [slot.fd for slot in self.slots if slot.fd is not None]
+
+    def _read_reports(self, ready: list[int]) -> None:
+        for slot in self.slots:
+            if slot.fd is not None and slot.fd in ready:
+                self._read_pipe(slot)
+
+    def _read_pipe(self, slot: Slot) -> None:
+        data = self.os.read(slot.fd)
+        if data is None:
+            return
+        if data == b"":  # end of file: the child is exiting; the reap step decides
+            self.os.close(slot.fd)
+            slot.fd = None
+            return
+        *lines, slot.buffer = (slot.buffer + data).split(b"\n")
+        for line in lines:
+            self._handle_report(slot, line.decode("utf-8", "replace"))
+
+    def _handle_report(self, slot: Slot, line: str) -> None:
+        if line.startswith("w "):
+            slot.worker_id = line[2:].strip()
+        elif line == "t":
+            self._ticked(slot)
+
+    def _ticked(self, slot: Slot) -> None:
+        now = self.os.monotonic()
+        slot.last_tick = now
+        if not slot.ticked:
+            slot.ticked = True
+            slot.boot_failures = 0
+            slot.given = ()  # its first pass released them
+        if slot.state is ChildState.STARTING:
+            slot.state = ChildState.RUNNING  # STARTING -> RUNNING
+            log.info("child running worker=%s pid=%d", slot.name, slot.pid,
+                     extra={"event": "child_running", "worker": slot.name, "pid": slot.pid})
+        if now - slot.last_touch >= heartbeat.HEARTBEAT_PERIOD:
+            slot.last_touch = now
+            self._touch(heartbeat.path_for(self.settings.heartbeat_dir, slot.name))
+
+    # -- reaping -------------------------------------------------------------------------------
+
+    def _reap_children(self) -> None:
+        for pid, status in self.os.reap():
+            slot = next((s for s in self.slots if s.pid == pid and s.state in LIVE), None)
+            if slot is None:  # we may be PID 1: orphans of the container get reaped here too
+                log.debug("reaped unknown pid=%d status=%s", pid, describe_status(status),
+                          extra={"event": "unknown_child_reaped", "pid": pid})
+                continue
+            self._child_exited(slot, status)
+
+    def _child_exited(self, slot: Slot, status: int) -> None:
+        if slot.fd is not None:  # the last words: its worker id may still be in the pipe
+            self._read_pipe(slot)
+            if slot.fd is not None:
+                self.os.close(slot.fd)
+                slot.fd = None
+        self._log_exit(slot, status)
+        dead = [slot.worker_id] if slot.worker_id else []
+        slot.orphans = list(dict.fromkeys([*slot.given, *slot.orphans, *dead]))
+        slot.given, slot.worker_id, slot.buffer = (), None, b""
+        if self.mood is not Mood.RUNNING or slot.state is ChildState.STOPPING:
+            slot.state, slot.pid = ChildState.EXITED, None  # STOPPING -> EXITED
+            return
+        slot.pid = None
+        self._schedule_restart(slot, failed_boot=not slot.ticked)
+
+    def _log_exit(self, slot: Slot, status: int) -> None:
+        text = describe_status(status)
+        level = logging.INFO
+        if slot.state is not ChildState.STOPPING:
+            level = logging.ERROR if "SIGKILL" in text and not slot.killed else logging.WARNING
+        hint = " (not sent by the supervisor: possibly the OOM killer)" if (
+            "SIGKILL" in text and not slot.killed) else ""
+        log.log(level, "child exited worker=%s pid=%d status=%s%s", slot.name, slot.pid, text, hint,
+                extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid,
+                       "status": text})
+
+    def _schedule_restart(self, slot: Slot, *, failed_boot: bool) -> None:
+        now = self.os.monotonic()
+        fast = failed_boot or now - slot.started < STABLE_AFTER
+        slot.crashes = slot.crashes + 1 if fast else 1
+        if failed_boot:
+            slot.boot_failures += 1
+        if slot.boot_failures >= self.settings.boot_retries:
+            slot.state = ChildState.FATAL  # STARTING -> FATAL
+            log.error("worker=%s failed to start %d times in a row; giving up", slot.name,
+                      slot.boot_failures, extra={"event": "worker_fatal", "worker": slot.name})
+            self.exit_code = EXIT_FATAL
+            self._begin_drain(f"{slot.name} cannot start")
+            return
+        delay = self._restart_delay(slot.crashes)
+        slot.state, slot.restart_at = ChildState.BACKOFF, now + delay  # -> BACKOFF
+        log.info("restart scheduled worker=%s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
+                 delay, slot.crashes, slot.boot_failures,
+                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay})
+
+    def _restart_delay(self, crashes: int) -> float:
+        """0 for the first crash; then restart_delay * 2**(n-2), capped."""
+        from .config import RESTART_DELAY_CAP
+
+        if crashes <= 1:
+            return 0.0
+        return min(RESTART_DELAY_CAP, self.settings.restart_delay * 2 ** min(crashes - 2, 16))
+
+    # -- hung children -------------------------------------------------------------------------
+
+    def _murder_hung_children(self) -> None:
+        if self.mood is not Mood.RUNNING:
+            return
+        now = self.os.monotonic()
+        for slot in self.slots:
+            if slot.state not in (ChildState.STARTING, ChildState.RUNNING):
+                continue
+            if slot.kill_at is not None:
+                if now >= slot.kill_at and not slot.killed:
+                    self._kill(slot, "hang_killed")
+            elif now - slot.last_tick > slot.worker.hang_timeout:
+                self._dump_stack(slot, now)
+
+    def _dump_stack(self, slot: Slot, now: float) -> None:
+        log.error("hang detected worker=%s pid=%d silent=%.1fs hang_timeout=%gs: "
+                  "dumping its stack, then SIGKILL", slot.name, slot.pid, now - slot.last_tick,
+                  slot.worker.hang_timeout,
+                  extra={"event": "hang_detected", "worker": slot.name, "pid": slot.pid})
+        self.os.kill(slot.pid, DUMP_SIGNAL)
+        slot.kill_at = now + DUMP_GRACE
+
+    def _kill(self, slot: Slot, event: str) -> None:
+        log.error("SIGKILL worker=%s pid=%d (%s)", slot.name, slot.pid, event.replace("_", " "),
+                  extra={"event": event, "worker": slot.name, "pid": slot.pid})
+        slot.killed = True
+        self.os.kill(slot.pid, signal.SIGKILL)
+
+    # -- shutdown deadline ---------------------------------------------------------------------
+
+    def _enforce_deadline(self) -> None:
+        if self.deadline is None or self.os.monotonic() < self.deadline:
+            return
+        for slot in self._live_slots():
+            if not slot.killed:
+                self._kill(slot, "killed_at_deadline")
+        self.deadline = None  # escalate once
+        self._forced_exit_at = self.os.monotonic() + KILL_WAIT
+
+    # -- spawning ------------------------------------------------------------------------------
+
+    def _spawn_due_children(self) -> None:
+        if self.mood is not Mood.RUNNING:
+            return
+        now = self.os.monotonic()
+        for slot in self.slots:
+            if slot.state is ChildState.BACKOFF and now >= slot.restart_at:
+                self._spawn(slot, now)
+
+    def _spawn(self, slot: Slot, now: float) -> None:
+        others = tuple(s.fd for s in self.slots if s.fd is not None)
+        child = self.child_factory(self.pool, slot.worker, parent_pid=self.os.getpid(),
+                                   orphans=tuple(slot.orphans),
+                                   close_fds=others + tuple(self.os.own_fds()))
+        try:
+            pid, fd = self.os.spawn(child.start)
+        except OSError as exc:
+            log.error("fork failed worker=%s: %s", slot.name, exc, extra={"event": "fork_failed"})
+            slot.restart_at = now + max(1.0, self.settings.restart_delay)
+            return
+        slot.state, slot.pid, slot.fd = ChildState.STARTING, pid, fd  # BACKOFF -> STARTING
+        slot.given, slot.orphans = tuple(slot.orphans), []
+        slot.started = slot.last_tick = now
+        slot.kill_at, slot.killed, slot.ticked = None, False, False
+        slot.last_touch = float("-inf")
+        log.info("child started worker=%s pid=%d%s", slot.name, pid,
+                 f" releasing {len(slot.given)} dead worker(s)" if slot.given else "",
+                 extra={"event": "child_started", "worker": slot.name, "pid": pid})
+
+    # -- heartbeat files -----------------------------------------------------------------------
+
+    def _touch_own_heartbeat(self) -> None:
+        now = self.os.monotonic()
+        if now - self._own_touch >= heartbeat.HEARTBEAT_PERIOD:
+            self._own_touch = now
+            self._touch(heartbeat.path_for(self.settings.heartbeat_dir, heartbeat.SUPERVISOR))
+
+    def _touch(self, path: Any) -> None:
+        try:
+            self.os.touch(path)
+        except OSError as exc:  # not fatal, but visible (at most once a minute)
+            now = self.os.monotonic()
+            if now - self._touch_failed_at >= 60:
+                self._touch_failed_at = now
+                log.warning("cannot touch %s: %s", path, exc,
+                            extra={"event": "heartbeat_write_failed"})
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _live_slots(self) -> list[Slot]:
+        return [slot for slot in self.slots if slot.state in LIVE]
+
+    def _wait_timeout(self) -> float:
+        now = self.os.monotonic()
+        moments = [now + MAX_WAIT]
+        moments += [s.restart_at for s in self.slots if s.state is ChildState.BACKOFF]
+        moments += [s.kill_at for s in self.slots if s.kill_at is not None and not s.killed]
+        if self.mood is Mood.RUNNING:
+            moments += [s.last_tick + s.worker.hang_timeout for s in self.slots
+                        if s.state in (ChildState.STARTING, ChildState.RUNNING)
+                        and s.kill_at is None]
+        moments += [t for t in (self.deadline, self._forced_exit_at) if t is not None]
+        return max(0.0, min(moments) - now)
+
+    def _finished(self) -> int | None:
+        if self.mood is Mood.RUNNING:
+            return None
+        live = self._live_slots()
+        if live and (self._forced_exit_at is None or self.os.monotonic() < self._forced_exit_at):
+            return None
+        for slot in live:
+            log.error("worker=%s pid=%d did not die after SIGKILL; leaving it", slot.name, slot.pid,
+                      extra={"event": "child_unkillable", "worker": slot.name, "pid": slot.pid})
+        log.info("drain finished: supervisor exiting with %d", self.exit_code,
+                 extra={"event": "drain_finished"})
+        return self.exit_code
+
+
+def _default_child_factory(pool: Any, worker: WorkerType, **kwargs: Any) -> Any:
+    from .child import Child
+
+    return Child(pool, worker, **kwargs)
