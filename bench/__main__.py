@@ -109,7 +109,8 @@ def run(plan: Plan, url: str | None) -> tuple[str, Report]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="bench: %(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="bench [%(relativeCreated)6.0f ms] %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:

@@ -8,11 +8,13 @@ instead of biasing one. Ratios compare medians measured in this same run.
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, scale
+from . import ceiling, enqueue, scale, supervised
 from .app import QUEUE, make_pool, noop
 from .database import BenchDatabase
 from .report import Report, Target
@@ -49,6 +51,23 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
         report.declare("ceiling_2proc_jobs_per_s", "jobs/s", ratio_to=CEILING,
                        note="the same loop in 2 processes")
+    if plan.wants("drain"):
+        report.declare("drain_1child_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       note="workerpool run, 1 worker child, no-op jobs")
+        report.declare("drain_2children_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       target=Target(">=", 0.5, on_ratio=True),
+                       note="2 x workerpool run (1 worker child each) on one queue")
+    if plan.wants("pickup"):
+        for mode in ("notify", "poll"):
+            for p in (50, 90, 99):
+                target = None
+                if mode == "notify" and p in (50, 99):
+                    target = Target("<=", 2.0 if p == 50 else 10.0)
+                report.declare(f"pickup_{mode}_p{p}_ms", "ms", target=target)
+    if plan.wants("memory"):
+        report.declare("rss_parent_peak_mb", "MiB", note="VmHWM of the supervisor after a drain")
+        report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 80),
+                       note="VmHWM of a worker child after a drain")
     if plan.wants("enqueue"):
         report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
                        note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
@@ -77,20 +96,62 @@ class Bench:
         self.db = bench_db
         self.report = report
         self.pool: WorkerPool = make_pool(bench_db.url)
+        self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False)
 
     def close(self) -> None:
         self.pool.dispose()
+        self.quiet_pool.dispose()
 
     def run(self) -> None:
-        for repeat in range(self.plan.repeats):
-            log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
-            if self.plan.wants("ceiling") or self.plan.wants("drain"):
-                self.measure_ceiling(processes=1, figure=CEILING)
-                self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
-            if self.plan.wants("enqueue"):
-                self.measure_enqueue()
+        with tempfile.TemporaryDirectory(prefix="wp-bench-") as workdir:
+            self.launcher = supervised.Launcher(self.db, Path(workdir))
+            for repeat in range(self.plan.repeats):
+                log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
+                self.run_once()
         if self.plan.wants("scale"):
             self.measure_scale()
+
+    def run_once(self) -> None:
+        plan = self.plan
+        if plan.wants("ceiling") or plan.wants("drain"):
+            self.measure_ceiling(processes=1, figure=CEILING)
+            self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
+        if plan.wants("drain") or plan.wants("memory"):
+            self.measure_drains()
+        if plan.wants("pickup"):
+            self.measure_pickup(notify=True)
+            self.measure_pickup(notify=False)
+        if plan.wants("enqueue"):
+            self.measure_enqueue()
+
+    # -- (2) drain and (6) memory ----------------------------------------------------------------
+
+    def measure_drains(self) -> None:
+        results = []
+        for children, figure in ((1, "drain_1child_jobs_per_s"), (2, "drain_2children_jobs_per_s")):
+            result = supervised.drain(self.launcher, self.pool, self.plan.n, children,
+                                      enqueue.load_for_drain)
+            results.append(result)
+            log.info("%s: %.0f jobs/s (peak RSS parent %.1f MiB, child %.1f MiB)", figure,
+                     result.jobs_per_s, result.parent_peak_mb, result.child_peak_mb)
+            if self.plan.wants("drain"):
+                self.report.add(figure, result.jobs_per_s)
+        if self.plan.wants("memory"):
+            self.report.add("rss_parent_peak_mb", max(r.parent_peak_mb for r in results))
+            self.report.add("rss_child_peak_mb", max(r.child_peak_mb for r in results))
+
+    # -- (3) pickup latency ----------------------------------------------------------------------
+
+    def measure_pickup(self, *, notify: bool) -> None:
+        mode = "notify" if notify else "poll"
+        enqueuer = self.pool if notify else self.quiet_pool
+        latencies = supervised.pickup_latencies_ms(
+            self.launcher, enqueuer, self.plan.pickup_jobs, self.plan.pickup_gap_ms / 1000.0,
+            notify=notify)
+        p50, p90, p99 = supervised.p50_p90_p99(latencies)
+        for p, value in ((50, p50), (90, p90), (99, p99)):
+            self.report.add(f"pickup_{mode}_p{p}_ms", value)
+        log.info("pickup (%s): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", mode, p50, p90, p99)
 
     # -- (1) ceiling ---------------------------------------------------------------------------
 

@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {
     "ceiling_jobs_per_s",
     "ceiling_2proc_jobs_per_s",
+    "drain_1child_jobs_per_s",
+    "drain_2children_jobs_per_s",
+    *(f"pickup_{mode}_p{p}_ms" for mode in ("notify", "poll") for p in (50, 90, 99)),
+    "rss_parent_peak_mb",
+    "rss_child_peak_mb",
     "enqueue_bulk_raw_rows_per_s",
     "enqueue_bulk_rows_per_s",
     "enqueue_single_raw_tx_per_s",
@@ -83,6 +88,8 @@ def test_ratios_point_at_figures_of_the_same_run(quick_run):
                 figure["value"] / found[figure["ratio_to"]]["value"], rel=0.01, abs=0.001
             )
     assert found["ceiling_2proc_jobs_per_s"]["ratio_to"] == "ceiling_jobs_per_s"
+    assert found["drain_2children_jobs_per_s"]["ratio_to"] == "ceiling_jobs_per_s"
+    assert found["drain_2children_jobs_per_s"]["target"] == ">= 0.5x"
     assert found["claim_large_p99_ms"]["target"] == "<= 2x"
 
 
