@@ -16,7 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
+    Integer,
     and_,
     bindparam,
     case,
@@ -25,7 +27,6 @@ from sqlalchemy import (
     literal,
     select,
     text,
-    tuple_,
     union_all,
     update,
 )
@@ -105,12 +106,29 @@ def _fence(lease: Lease):
     )
 
 
-def _fence_many(worker: str, leases: Sequence[tuple[int, int]]):
-    return and_(
-        tuple_(jobs.c.id, jobs.c.attempts).in_([tuple(lease) for lease in leases]),
-        jobs.c.state == "processing",
-        jobs.c.claimed_by == worker,
-    )
+#: ``(job_id, attempt)`` leases as two array parameters: one statement text whatever the batch
+#: size (prepared once, nothing to build per call), instead of one bound pair per lease.
+_LEASE_IDS = bindparam("lease_ids", type_=ARRAY(BigInteger))
+_LEASES = (
+    func.unnest(_LEASE_IDS, bindparam("lease_attempts", type_=ARRAY(Integer)))
+    .table_valued("id", "attempt")
+    .render_derived(name="lease")
+)
+_FENCE_MANY = and_(
+    jobs.c.id == func.any(_LEASE_IDS),  # primary-key lookups, whatever else is in flight
+    jobs.c.id == _LEASES.c.id,
+    jobs.c.attempts == _LEASES.c.attempt,
+    jobs.c.state == "processing",
+    jobs.c.claimed_by == bindparam("lease_worker", type_=Text),
+)
+
+
+def _lease_params(worker: str, leases: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    return {
+        "lease_worker": worker,
+        "lease_ids": [job_id for job_id, _ in leases],
+        "lease_attempts": [attempt for _, attempt in leases],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,13 +374,15 @@ def complete(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -
     """Mark ``(job_id, attempt)`` leases done in one statement; returns the ids that applied."""
     if not leases:
         return set()
-    stmt = (
-        update(jobs)
-        .where(_fence_many(worker, leases))
-        .values(state="done", finished_at=func.now())
-        .returning(jobs.c.id)
-    )
-    return set(conn.execute(stmt).scalars())
+    return set(conn.execute(_COMPLETE, _lease_params(worker, leases)).scalars())
+
+
+_COMPLETE = (
+    update(jobs)
+    .where(_FENCE_MANY)
+    .values(state="done", finished_at=func.now())
+    .returning(jobs.c.id)
+)
 
 
 def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float) -> str | None:
@@ -430,13 +450,10 @@ def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> s
     """Extend the leases still held by ``worker``; returns the ids renewed."""
     if not leases:
         return set()
-    stmt = (
-        update(jobs)
-        .where(_fence_many(worker, leases))
-        .values(claimed_at=func.now())
-        .returning(jobs.c.id)
-    )
-    return set(conn.execute(stmt).scalars())
+    return set(conn.execute(_RENEW, _lease_params(worker, leases)).scalars())
+
+
+_RENEW = update(jobs).where(_FENCE_MANY).values(claimed_at=func.now()).returning(jobs.c.id)
 
 
 def save_checkpoint(conn: Connection, lease: Lease, checkpoint_json: str) -> bool:
@@ -552,15 +569,19 @@ def bound_transaction(
     (57014), waits too long for a lock (55P03) or a transaction left idle (25P03) errors out
     instead of hanging the worker.
     """
-    settings = {
-        "statement_timeout": statement_timeout,
-        "lock_timeout": lock_timeout,
-        "idle_in_transaction_session_timeout": idle_timeout,
-    }
-    conn.execute(select(*(
-        func.set_config(name, _milliseconds(value), literal(True))
-        for name, value in settings.items()
-    )))
+    conn.execute(_BOUND_TRANSACTION, {
+        "statement_timeout": _milliseconds(statement_timeout),
+        "lock_timeout": _milliseconds(lock_timeout),
+        "idle_timeout": _milliseconds(idle_timeout),
+    })
+
+
+#: Built once: this runs at the start of every worker transaction.
+_BOUND_TRANSACTION = text(
+    "SELECT set_config('statement_timeout', :statement_timeout, true),"
+    " set_config('lock_timeout', :lock_timeout, true),"
+    " set_config('idle_in_transaction_session_timeout', :idle_timeout, true)"
+)
 
 
 __all__ = [
