@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from workerpool import db
 
 from . import scale
+from .app import DEFAULT_CONCURRENCY
 from .database import BenchDatabase
 from .report import Report
 from .run import SECTIONS, Bench, Plan, declare
@@ -29,6 +30,7 @@ from .run import SECTIONS, Bench, Plan, declare
 log = logging.getLogger("workerpool.bench")
 
 FULL_MIN_N = 50_000
+MAX_CONCURRENCY = 1000
 FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
         "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0}
@@ -54,12 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backlog", type=int, help="pending rows in the large table (scale)")
     parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
     parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
+    parser.add_argument("--concurrency", type=int,
+                        help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}, "
+                             "the library default)")
     return parser
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
     sizes = dict(QUICK if args.quick else FULL)
-    for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs"):
+    sizes["concurrency"] = DEFAULT_CONCURRENCY
+    for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs",
+                 "concurrency"):
         value = getattr(args, name)
         if value is not None:
             if value < 1:
@@ -71,6 +78,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if not args.quick and sizes["repeats"] < FULL_MIN_REPEATS:
         raise UsageError(f"--repeats must be >= {FULL_MIN_REPEATS} for a full run "
                          "(use --quick for a smoke run)")
+    if sizes["concurrency"] > MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency must be within 1..{MAX_CONCURRENCY}")
     sections = tuple(SECTIONS)
     if args.only:
         sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
@@ -90,7 +99,8 @@ def header(bench_db: BenchDatabase, plan: Plan) -> str:
     return (f"# workerpool bench {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: "
             f"PostgreSQL {facts['server_version']} ({settings}); "
             f"Python {platform.python_version()}; {os.cpu_count()} CPUs; "
-            f"n={plan.n} repeats={plan.repeats}{' QUICK' if plan.quick else ''}")
+            f"n={plan.n} repeats={plan.repeats} concurrency={plan.concurrency}"
+            f"{' QUICK' if plan.quick else ''}")
 
 
 def run(plan: Plan, url: str | None) -> tuple[str, Report]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from workerpool import WorkerPool
 
 from . import ceiling, enqueue, scale, supervised
-from .app import QUEUE, make_pool, noop
+from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
 from .database import BenchDatabase
 from .report import Report, Target
 
@@ -39,6 +39,7 @@ class Plan:
     single: int  # single transactional enqueues per repeat
     pickup_jobs: int
     pickup_gap_ms: float
+    concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
     quick: bool = False
 
     def wants(self, section: str) -> bool:
@@ -95,8 +96,9 @@ class Bench:
         self.plan = plan
         self.db = bench_db
         self.report = report
-        self.pool: WorkerPool = make_pool(bench_db.url)
-        self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False)
+        self.pool: WorkerPool = make_pool(bench_db.url, concurrency=plan.concurrency)
+        self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False,
+                                                concurrency=plan.concurrency)
 
     def close(self) -> None:
         self.pool.dispose()
@@ -104,7 +106,7 @@ class Bench:
 
     def run(self) -> None:
         with tempfile.TemporaryDirectory(prefix="wp-bench-") as workdir:
-            self.launcher = supervised.Launcher(self.db, Path(workdir))
+            self.launcher = supervised.Launcher(self.db, Path(workdir), self.plan.concurrency)
             for repeat in range(self.plan.repeats):
                 log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
                 self.run_once()

@@ -103,9 +103,11 @@ def peak_rss_mb(pid: int) -> float | None:
 class Launcher:
     """Starts supervisors on the bench database and waits until their children are working."""
 
-    def __init__(self, bench_db: BenchDatabase, workdir: Path) -> None:
+    def __init__(self, bench_db: BenchDatabase, workdir: Path,
+                 concurrency: int = app.DEFAULT_CONCURRENCY) -> None:
         self.db = bench_db
         self.workdir = workdir
+        self.concurrency = concurrency
         self._count = 0
 
     def env(self, *, notify: bool, stamp_file: Path | None) -> dict[str, str]:
@@ -113,6 +115,7 @@ class Launcher:
         env["WORKERPOOL_DATABASE_URL"] = libpq(self.db.url)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env[app.NOTIFY_ENV] = "1" if notify else "0"
+        env[app.CONCURRENCY_ENV] = str(self.concurrency)
         if stamp_file is not None:
             env[app.STAMP_FILE_ENV] = str(stamp_file)
         return env

@@ -109,6 +109,7 @@ def test_table_lists_the_figures_and_the_private_database_is_dropped(quick_run, 
         (["--repeats", "1"], "--repeats must be >= 3"),
         (["--quick", "--n", "0"], "--n must be >= 1"),
         (["--quick", "--only", "ceiling,bogus"], "unknown section"),
+        (["--quick", "--concurrency", "1001"], "--concurrency must be within 1..1000"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_database_is_created(server_url, args, message):

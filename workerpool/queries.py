@@ -350,7 +350,8 @@ def claim(
     if limit <= 0 or not task_versions:
         return []
     versions = tuple(sorted(task_versions.items()))
-    return list(conn.execute(_claim_statement_for(queue, worker, limit, versions, stale_after)))
+    statement = _claim_statement_for(queue, worker, limit, versions, stale_after)
+    return list(conn.execute(statement).all())
 
 
 @functools.lru_cache(maxsize=256)
