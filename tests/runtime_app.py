@@ -1,6 +1,8 @@
 """A small application for the worker runtime's real-process tests (tests/test_worker_process.py).
 
-The database URL comes from ``$WORKERPOOL_DATABASE_URL``; queue timings from ``$RUNTIME_APP_*``.
+The database URL comes from ``$WORKERPOOL_DATABASE_URL``; queue timings from ``$RUNTIME_APP_*``;
+``$RUNTIME_RECYCLE_GRACE`` shortens the grace a timed-out handler gets before its process is
+recycled (set at import, so forked children of `workerpool run` inherit it).
 """
 
 from __future__ import annotations
@@ -8,7 +10,9 @@ from __future__ import annotations
 import os
 import time
 
-from workerpool import Job, WorkerPool
+from workerpool import Job, WorkerPool, worker
+
+worker.RECYCLE_GRACE = float(os.environ.get("RUNTIME_RECYCLE_GRACE", worker.RECYCLE_GRACE))
 
 pool = WorkerPool()
 pool.queue(
@@ -16,6 +20,7 @@ pool.queue(
     concurrency=int(os.environ.get("RUNTIME_APP_CONCURRENCY", "4")),
     poll_interval=float(os.environ.get("RUNTIME_APP_POLL", "0.05")),
     drain_timeout=2.0,
+    hang_timeout=10.0,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import inspect
 
 from workerpool import db
-from workerpool.migrate import downgrade, drift, upgrade
+from workerpool.migrate import alembic_config, downgrade, drift, upgrade
 from workerpool.schema import metadata
 
 
@@ -45,5 +45,11 @@ def test_own_version_table_leaves_the_applications_alembic_alone(empty_db_url):
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "app_rev_1"
         assert conn.exec_driver_sql(
-            "SELECT version_num FROM workerpool_alembic_version").scalar() == "0001"
+            "SELECT version_num FROM workerpool_alembic_version").scalar() == head_revision()
     engine.dispose()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -243,7 +243,7 @@ def test_boot_failed_child_backs_off_then_fatal(fake, tmp_path):
     assert sup.step() == EXIT_FATAL
 
 
-def test_a_child_that_ran_then_crashes_fast_repeatedly_backs_off_without_going_fatal(fake, tmp_path):
+def test_a_child_that_ran_then_keeps_crashing_fast_backs_off_without_going_fatal(fake, tmp_path):
     sup = make(fake, tmp_path, worker("email"), restart_delay=1.0, boot_retries=2)
     delays = []
     for _ in range(5):
@@ -338,6 +338,9 @@ class StandInMaintenance:
     def run_pass(self) -> None:
         self.passes += 1
 
+    def close(self) -> None:
+        self.closed = True
+
 
 def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     import sys
@@ -359,6 +362,7 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     loop.stop()
     thread.join(5)
     assert result == [0] and loop.maintenance.passes >= len(ticks) >= 3
+    assert loop.maintenance.closed  # left the workers registry on a clean stop
 
     orphaned = MaintenanceLoop(None, worker_id="w", on_tick=lambda: None,
                                parent_alive=lambda: False)

@@ -7,6 +7,7 @@ tests/test_worker_process.py.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_until
-from workerpool import Permanent, RetryLater, WorkerPool
+from workerpool import Permanent, RetryLater, WorkerPool, db
 from workerpool.worker import EXIT_OK, EXIT_RECYCLE, FAULT_ENV, Worker
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
@@ -135,7 +136,8 @@ def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql)
     with running(pool, "q") as worker:
         wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10)
         killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name = 'workerpool-listen:q'")
+                     " WHERE datname = current_database()"
+                     " AND application_name = 'workerpool-listen:q'")
         assert killed == [(True,)]
         wait_until(lambda: worker.listener.reconnects == 1 and worker.listener.connected.is_set(),
                    10, message="listener reconnected")
@@ -350,8 +352,8 @@ def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
     with running(pool, "q", orphans=("dead:1:x",)):
         wait_until(lambda: states(sql) == {"dead": 1, "done": 1}, 10)
     assert sql("SELECT task, attempts FROM workerpool_jobs WHERE state='done'") == [("ok2", 2)]
-    assert sql("SELECT dead_reason, errors->0->>'type' FROM workerpool_jobs"
-               " WHERE state='dead'") == [("abandoned", "WorkerLost")]
+    assert sql("SELECT dead_reason, errors->0->>'type', errors->0->'attempt' FROM workerpool_jobs"
+               " WHERE state='dead'") == [("abandoned", "WorkerLost", 1)]
 
 
 # -- payload versions --------------------------------------------------------------------------
@@ -473,3 +475,26 @@ def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
             wait_until(lambda: ticks[0] > 0, 5, message="ticks resume")
     finally:
         blocker.close()
+
+
+def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):
+    """A server that accepts TCP and never answers: connect_timeout bounds every attempt."""
+    monkeypatch.setitem(db.CONNECT_ARGS, "connect_timeout", 2)  # libpq's minimum
+    hole = socket.create_server(("127.0.0.1", 0), backlog=16)  # never accept()s, never replies
+    port = hole.getsockname()[1]
+    pool = WorkerPool(f"postgresql://postgres@127.0.0.1:{port}/nowhere")
+    pool.queue("q", poll_interval=0.05)
+    pool.task(queue="q", name="ok")(lambda job: None)
+    ticks = [0]
+    worker = Worker(pool, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    try:
+        thread.start()
+        wait_until(lambda: worker.counters.db_errors >= 1, 8, message="connect attempt timed out")
+        assert ticks[0] == 0 and thread.is_alive()
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        worker.stop()
+        hole.close()

@@ -1,5 +1,8 @@
-"""The worker runtime as a real process (tests/worker_runner.py running tests/runtime_app.py):
-database restarts, terminated backends, a handler that never returns, kill -9.
+"""The worker runtime as a real process: database restarts, terminated backends, a handler that
+never returns, kill -9.
+
+Most tests run one Worker per process through tests/worker_runner.py (stdout reports its ticks);
+the ones about children and restarts run `workerpool run tests.runtime_app:pool`.
 """
 
 from __future__ import annotations
@@ -175,31 +178,6 @@ def test_a_postgres_restart_loses_nothing_and_the_worker_rides_it_out(cluster, s
         pool.dispose()
 
 
-def test_terminating_every_worker_backend_mid_run_loses_nothing(db_url, sql, spawn):
-    pool = WorkerPool(db_url)
-    pool.queue("work")
-    pool.task(queue="work", name="nap")(lambda job: None)
-    try:
-        pool.enqueue_many([("nap", {"seconds": 0.05}) for _ in range(60)])
-        worker = spawn(db_url)
-        for round_ in range(1, 5):
-            wait_until(lambda r=round_: counts(sql).get("done", 0) >= 10 * r, 20)
-            killed = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                         " AND application_name LIKE 'workerpool%%'")
-            assert killed[0][0] >= 1
-        wait_until(lambda: counts(sql) == {"done": 60}, 30, message="every job done")
-        assert sql("SELECT max(attempts) FROM workerpool_jobs") == [(1,)]  # nothing re-run
-        assert worker.logged("listener disconnected")
-        wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
-                               " WHERE application_name = 'workerpool-listen:work'") == [(1,)],
-                   10, message="the listener subscribed again")
-        assert worker.proc.poll() is None
-        assert worker.stop() == 0
-    finally:
-        pool.dispose()
-
-
 def test_a_handler_that_ignores_its_timeout_gets_the_process_recycled(db_url, sql, spawn):
     pool = WorkerPool(db_url)
     pool.queue("work")
@@ -236,5 +214,104 @@ def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
         "SELECT attempts, checkpoint, errors FROM workerpool_jobs WHERE id = %s", job_id)[0]
     assert attempts == 2
     assert checkpoint == {"step": 2, "resumed_from": {"step": 1}, "attempt": 2}
-    assert [(e["type"], e["worker"]) for e in errors] == [("WorkerLost", first.id)]
+    assert [(e["type"], e["worker"], e["attempt"]) for e in errors] == [
+        ("WorkerLost", first.id, 1)]
     assert second.stop() == 0
+
+
+# -- under `workerpool run` ---------------------------------------------------------------------
+
+
+class Supervised:
+    """`workerpool run tests.runtime_app:pool` in its own session, logging to a file."""
+
+    def __init__(self, url: URL, tmp: Path, **env: str) -> None:
+        heartbeats = tmp / "heartbeats"
+        heartbeats.mkdir(mode=0o700, parents=True)
+        self.log_path = tmp / "supervisor.log"
+        environ = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("WORKERPOOL_", "WORKER_", "RUNTIME_"))}
+        environ.update({"PYTHONPATH": str(ROOT), **env,
+                        "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False)})
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "workerpool", "run", "tests.runtime_app:pool",
+                 "--queue", "work", "--heartbeat-dir", str(heartbeats)],
+                env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, cwd=ROOT)
+
+    def lines(self, event: str, *fields: str) -> list[str]:
+        text = self.log_path.read_text(errors="replace")
+        return [line for line in text.splitlines()
+                if f" {event}: " in line and all(f in line for f in fields)]
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def supervise(tmp_path) -> Iterator:
+    started: list[Supervised] = []
+
+    def start(url: URL, **env: str) -> Supervised:
+        started.append(Supervised(url, tmp_path / str(len(started)), **env))
+        return started[-1]
+
+    yield start
+    for supervisor in started:
+        supervisor.close()
+
+
+def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url, sql, supervise):
+    pool = WorkerPool(db_url)
+    pool.queue("work")
+    pool.task(queue="work", name="nap")(lambda job: None)
+    try:
+        pool.enqueue_many([("nap", {"seconds": 0.05}) for _ in range(60)])
+        run = supervise(db_url)
+        for round_ in range(1, 5):
+            wait_until(lambda r=round_: counts(sql).get("done", 0) >= 10 * r, 30)
+            killed = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                         " AND application_name LIKE 'workerpool%%'")
+            assert killed[0][0] >= 1
+        wait_until(lambda: counts(sql) == {"done": 60}, 30, message="every job done")
+        assert sql("SELECT max(attempts) FROM workerpool_jobs") == [(1,)]  # nothing re-run
+        wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
+                               " WHERE datname = current_database()"
+                               " AND application_name = 'workerpool-listen:work'") == [(1,)],
+                   10, message="the listener subscribed again")
+        assert run.lines("listener_reconnect")
+        assert run.lines("child_exited") == []  # no child crashed, none was restarted
+        assert len(run.lines("child_started", "worker=work")) == 1
+    finally:
+        pool.dispose()
+
+
+def test_under_workerpool_run_a_stuck_handler_recycles_its_child_and_work_goes_on(
+    db_url, sql, supervise
+):
+    pool = WorkerPool(db_url)
+    pool.queue("work")
+    pool.task(queue="work", name="stuck", timeout=0.3, max_attempts=3)(lambda job: None)
+    pool.task(queue="work", name="nap", max_attempts=10)(lambda job: None)
+    try:
+        stuck_id = pool.enqueue("stuck", {})
+        run = supervise(db_url, RUNTIME_RECYCLE_GRACE="0.5")
+        wait_until(lambda: run.lines("child_exited", "worker=work", "status=exit:75"), 30,
+                   message="the child exits for recycling")
+        wait_until(lambda: len(run.lines("child_started", "worker=work")) == 2, 15,
+                   message="the supervisor starts a replacement")
+        nap_id = pool.enqueue("nap", {"seconds": 0})
+        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", nap_id)
+                   == [("done",)], 15, message="the replacement runs new work")
+        state, errors = sql("SELECT state, errors FROM workerpool_jobs WHERE id = %s",
+                            stuck_id)[0]
+        assert state == "failed" and [e["type"] for e in errors] == ["TimeoutError"]
+        assert run.proc.poll() is None
+    finally:
+        pool.dispose()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import signal
 import sys
 
@@ -21,8 +20,6 @@ def main(argv: list[str]) -> int:
     target, queue, *orphans = argv
     module_name, _, attribute = target.partition(":")
     pool = getattr(importlib.import_module(module_name), attribute)
-    if "RUNTIME_RECYCLE_GRACE" in os.environ:
-        worker_module.RECYCLE_GRACE = float(os.environ["RUNTIME_RECYCLE_GRACE"])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     worker = worker_module.Worker(pool, queue, orphans=tuple(orphans),

@@ -188,7 +188,7 @@ def _apply(runner: Runner, how: str) -> None:
 
 
 class MaintenanceLoop:
-    """The maintenance child's loop: ``run_pass()`` every ``interval`` seconds, a tick after each."""
+    """The maintenance child: ``run_pass()`` every ``interval`` seconds, a tick after each."""
 
     def __init__(self, pool: Any, *, worker_id: str, on_tick: Callable[[], None],
                  parent_alive: Callable[[], bool]) -> None:
@@ -220,6 +220,10 @@ class MaintenanceLoop:
                 log.warning("parent is gone; stopping", extra={"event": "parent_gone"})
                 break
             self._stopping.wait(self.maintenance.interval)
+        try:
+            self.maintenance.close()  # leave the workers registry on a clean stop
+        except (OperationalError, DBAPIError, psycopg.Error):
+            pass  # the row is pruned after worker_ttl anyway
         log.info("maintenance stopped", extra={"event": "worker_stopped", "worker": "maintenance"})
         return 0
 

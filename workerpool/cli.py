@@ -73,6 +73,122 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# -- status and the dead-letter queue (issue 5) ----------------------------------------------
+
+
+def _pool_for(args: argparse.Namespace) -> Any:
+    """The app's pool with ``--app``, else a bare pool on the configured database URL."""
+    from .pool import WorkerPool
+
+    return load_pool(args.app) if getattr(args, "app", None) else WorkerPool()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from . import status
+
+    pool = _pool_for(args)
+    known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
+    data = status.collect(pool.engine, known)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(status.render(data), end="")
+    return EXIT_OK
+
+
+def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> Any:
+    from .dead import DeadFilter, parse_since
+
+    since = parse_since(args.since) if getattr(args, "since", None) else None
+    return DeadFilter(queue=args.queue, task=args.task, reason=args.reason, since=since,
+                      ids=tuple(ids) if ids else None)
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    return {"list": dead_list, "retry": dead_retry, "purge": dead_purge}[args.dead_command](args)
+
+
+def dead_list(args: argparse.Namespace) -> int:
+    from . import dead
+
+    if args.limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all), got {args.limit}")
+    page = dead.list_dead(_pool_for(args), _dead_filter(args), limit=args.limit or None)
+    if args.json:
+        print(json.dumps({"total": page.total, "jobs": [j.to_json() for j in page.jobs]}, indent=2))
+        return EXIT_OK
+    from .status import table
+
+    rows = [[j.id, j.queue, j.task, j.reason, f"{j.attempts}/{j.max_attempts}",
+             j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
+             _error_line(j.last_error)] for j in page.jobs]
+    headers = ["ID", "QUEUE", "TASK", "REASON", "ATTEMPTS", "DIED", "LAST ERROR"]
+    print(table(headers, rows, empty="(no dead jobs match)"))
+    print(f"{len(page.jobs)} of {page.total} matching dead jobs shown")
+    return EXIT_OK
+
+
+def _error_line(error: Any) -> str:
+    if not error:
+        return "-"
+    text = f"{error.get('type', '?')}: {error.get('message', '')}".strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
+def dead_retry(args: argparse.Namespace) -> int:
+    from . import dead
+    from .progress import ProgressBar
+
+    if bool(args.ids) == bool(args.all):
+        raise CliError("give job IDS or --all (with optional filters), not both and not neither")
+    bar = ProgressBar("replaying")
+    try:
+        result = dead.retry(_pool_for(args), args.ids or None, all_matching=args.all,
+                            filters=_dead_filter(args), dry_run=args.dry_run, progress=bar)
+    finally:
+        bar.close()
+    if result.not_dead:
+        print(f"workerpool dead retry: {len(result.not_dead)} id(s) are not dead jobs, left alone: "
+              f"{_ids_text(result.not_dead)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"dry_run": result.dry_run, "count": len(result.ids), "ids": result.ids,
+                          "by_task": result.by_task, "not_dead": result.not_dead}, indent=2))
+        return EXIT_OK
+    verb = "dry run: would replay" if result.dry_run else "replayed"
+    tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
+    print(f"{verb} {plural(len(result.ids), 'dead job')} ({tasks})")
+    if result.ids:
+        print(f"ids: {_ids_text(result.ids)}")
+    return EXIT_OK
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _ids_text(ids: Sequence[int], limit: int = 50) -> str:
+    shown = " ".join(str(i) for i in ids[:limit])
+    return shown + (f" ... (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def dead_purge(args: argparse.Namespace) -> int:
+    from . import dead
+    from .progress import ProgressBar
+
+    older_than = dead.parse_duration(args.older_than)
+    bar = ProgressBar("purging")
+    try:
+        result = dead.purge(_pool_for(args), older_than, _dead_filter(args),
+                            dry_run=args.dry_run, progress=bar)
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps({"dry_run": result.dry_run, "count": result.count}))
+    else:
+        verb = "dry run: would purge" if result.dry_run else "purged"
+        print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
+    return EXIT_OK
 def cmd_run(args: argparse.Namespace) -> int:
     from . import config
     from .child import maintenance_available
@@ -112,6 +228,8 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
+    "status": cmd_status,
+    "dead": cmd_dead,
     "run": cmd_run,
     "healthcheck": cmd_healthcheck,
 }
@@ -135,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--priority", type=int, default=None)
     enqueue.add_argument("--max-attempts", type=int, default=None)
 
+    add_status_parser(sub)
+    add_dead_parser(sub)
     run = sub.add_parser("run", help="the supervisor: fork one child per queue and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",
@@ -160,6 +280,47 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
                         metavar="SECONDS", help="older than this is stale (default %(default)g)")
     return parser
+
+
+def add_status_parser(sub: Any) -> None:
+    status = sub.add_parser("status", help="queues (counts, oldest due, dead), crons, workers")
+    status.add_argument("--json", action="store_true", help="stable JSON for scripts")
+    status.add_argument("--app", metavar="APP:POOL", default=None,
+                        help="judge runnable rows by this app's tasks instead of live workers'")
+
+
+def add_dead_parser(sub: Any) -> None:
+    dead = sub.add_parser("dead", help="the dead-letter queue: list, retry (replay), purge")
+    verbs = dead.add_subparsers(dest="dead_command", required=True)
+
+    listing = verbs.add_parser("list", help="list dead jobs, most recent first")
+    _add_filters(listing)
+    listing.add_argument("--limit", type=int, default=100, help="rows to show (0 = all)")
+    listing.add_argument("--json", action="store_true")
+
+    retry = verbs.add_parser("retry", help="replay dead jobs: attempts reset, history kept")
+    retry.add_argument("ids", nargs="*", type=int, metavar="ID")
+    retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
+    _add_filters(retry)
+    retry.add_argument("--dry-run", action="store_true", help="show what would be replayed")
+    retry.add_argument("--app", metavar="APP:POOL", default=None,
+                       help="check tasks against this app (default: what live workers run)")
+    retry.add_argument("--json", action="store_true")
+
+    purge = verbs.add_parser("purge", help="delete dead jobs that died long enough ago")
+    purge.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 3600")
+    _add_filters(purge, since=False)
+    purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
+    purge.add_argument("--json", action="store_true")
+
+
+def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
+    parser.add_argument("--queue", default=None)
+    parser.add_argument("--task", default=None)
+    parser.add_argument("--reason", default=None, help="exhausted, permanent or abandoned")
+    if since:
+        parser.add_argument("--since", default=None,
+                            help="died within this duration (2h, 7d) or after this ISO time")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -87,7 +87,10 @@ def load(
 
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
     """
+    from .pool import validate_crons  # lazily: `healthcheck` imports this module and stays cheap
+
     names = _queue_names(pool, queues)
+    validate_crons(pool)  # a cron on a queue no worker type serves: refused before any fork
     _apply_drain_override(pool, names)
     workers = [_queue_type(pool, name) for name in names]
     if maintenance_interval is not None:
@@ -110,7 +113,8 @@ def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
     names = list(dict.fromkeys(queues or pool.queues))
     for name in names:
         if name not in pool.queues:
-            raise UnknownQueue(f"unknown queue {name!r}; declared: {', '.join(sorted(pool.queues))}")
+            declared = ", ".join(sorted(pool.queues))
+            raise UnknownQueue(f"unknown queue {name!r}; declared: {declared}")
         if name in RESERVED_NAMES:
             raise ConfigError(f"queue name {name!r} is reserved for the supervisor's own "
                               f"processes ({', '.join(RESERVED_NAMES)}); rename the queue")
@@ -134,7 +138,8 @@ def _queue_type(pool: Any, name: str) -> WorkerType:
                           f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)")
     if spec.drain_timeout >= stale_after:
         raise ConfigError(f"queue {name}: drain_timeout ({spec.drain_timeout:g}s) must be below "
-                          f"stale_after ({stale_after:g}s), or draining jobs could be claimed twice")
+                          f"stale_after ({stale_after:g}s), or a draining job could be claimed "
+                          f"twice")
     if spec.hang_timeout < 2 * spec.poll_interval:
         raise ConfigError(f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
                           f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "

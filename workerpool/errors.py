@@ -66,3 +66,14 @@ class HaltSupervisor(BaseException):
 
 class LeaseLost(WorkerpoolError):
     """This process no longer owns the job (its lease went stale and another process claimed it)."""
+
+
+# -- dead-letter queue ----------------------------------------------------------------------------
+
+
+class InvalidFilter(WorkerpoolError, ValueError):
+    """Invalid dead-letter filter (queue, task, reason, since, ids or age)."""
+
+
+class ReplayRefused(WorkerpoolError):
+    """These dead jobs cannot be replayed (their task is no longer registered); nothing was changed."""

@@ -96,7 +96,7 @@ def prepare_dir(directory: Path) -> None:
 
 
 def remove_all(directory: Path) -> list[str]:
-    """Delete the child heartbeat files a previous supervisor left (they describe dead processes)."""
+    """Delete the child heartbeat files an earlier supervisor left (dead processes)."""
     removed = []
     for worker in list_workers(directory):
         if worker == SUPERVISOR:

@@ -131,7 +131,8 @@ def interrupted(lease: queries.Lease, reason: str) -> Outcome:
 def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | None:
     """Write one outcome, fenced on the lease. Returns the job's new state, None if lease lost."""
     if outcome.kind == DONE:
-        return "done" if queries.complete(conn, lease.worker, [(lease.job_id, lease.attempt)]) else None
+        done = queries.complete(conn, lease.worker, [(lease.job_id, lease.attempt)])
+        return "done" if done else None
     if outcome.kind == FAIL:
         return queries.fail(conn, lease, outcome.error, outcome.delay)
     if outcome.kind == PERMANENT:

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -97,9 +97,18 @@ class TaskSpec:
         return payload
 
 
+OVERLAP_POLICIES = ("skip", "allow")
+MISSED_POLICIES = ("run_once", "skip")
+
+
 @dataclass(frozen=True)
 class CronSpec:
-    """A recurring job: each tick of ``expression`` becomes at most one job row."""
+    """A recurring job: each tick of ``expression`` becomes at most one job row.
+
+    ``overlap="skip"``: a tick whose previous run is still pending, processing or failed (waiting
+    to retry) is skipped and counted. ``missed="run_once"``: after downtime the latest missed tick
+    runs once; ``"skip"``: nothing runs until the next tick. The task has the cron's name.
+    """
 
     name: str
     expression: str
@@ -107,6 +116,44 @@ class CronSpec:
     overlap: str = "skip"
     missed: str = "run_once"
     timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        check_name("cron", self.name)
+        check_name("queue", self.queue)
+        check_cron_expression(self.name, self.expression)
+        check_timezone(self.name, self.timezone)
+        _choice(f"cron {self.name}: overlap", self.overlap, OVERLAP_POLICIES)
+        _choice(f"cron {self.name}: missed", self.missed, MISSED_POLICIES)
+
+
+@dataclass(frozen=True)
+class MaintenanceSpec:
+    """What the maintenance child does besides cron: pruning and worker bookkeeping (seconds)."""
+
+    retention: float = 7 * 24 * 3600.0  # done and cancelled rows older than this are deleted
+    prune_batch: int = 1000  # rows deleted per statement (short transactions, small WAL bursts)
+    prune_batches_per_pass: int = 10  # bound one pass's work; the next pass continues
+    worker_ttl: float = 120.0  # workers rows not seen for this long are pruned
+    interval: float = 1.0  # seconds between passes (one-second crons need 1.0)
+
+    def __post_init__(self) -> None:
+        _positive("maintenance: retention", self.retention)
+        _positive("maintenance: worker_ttl", self.worker_ttl)
+        _positive("maintenance: interval", self.interval)
+        for name in ("prune_batch", "prune_batches_per_pass"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise ConfigError(f"maintenance: {name} must be an int within 1..100000")
+
+
+class Hooks(list):
+    """Callbacks run for every job that goes dead. ``pool.on_dead(fn)`` adds one (a decorator)."""
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise ConfigError(f"on_dead hook must be callable, got {type(fn).__name__}")
+        self.append(fn)
+        return fn
 
 
 class WorkerPool:
@@ -133,7 +180,8 @@ class WorkerPool:
         self.queues: dict[str, QueueSpec] = {}
         self.tasks: dict[str, TaskSpec] = {}
         self.crons: dict[str, CronSpec] = {}
-        self.on_dead: list[Callable[..., Any]] = []
+        self.on_dead: Hooks = Hooks()  # pool.on_dead(fn): fn(notice) for every job that goes dead
+        self.maintenance_settings = MaintenanceSpec()
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -170,15 +218,68 @@ class WorkerPool:
                 priority=check_priority(priority),
                 upcasters=dict(upcasters or {}),
             )
-            if spec.name in self.tasks and self.tasks[spec.name].fn is not func:
-                raise ConfigError(f"task {spec.name!r} is registered twice")
-            self.tasks[spec.name] = spec
+            self._check_new_task(spec)
+            self._add_task(spec)
             if queue not in self.queues:
                 self.queue(queue)
-            func.__workerpool_task__ = spec.name  # type: ignore[attr-defined]
             return func
 
         return register(fn) if fn is not None else register
+
+    def _check_new_task(self, spec: TaskSpec) -> None:
+        if spec.name in self.tasks and self.tasks[spec.name].fn is not spec.fn:
+            raise ConfigError(f"task {spec.name!r} is registered twice")
+
+    def _add_task(self, spec: TaskSpec) -> None:
+        self.tasks[spec.name] = spec
+        spec.fn.__workerpool_task__ = spec.name  # type: ignore[attr-defined]
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        overlap: str = "skip",
+        missed: str = "run_once",
+        timezone: str = "UTC",
+        **task_options: Any,
+    ) -> Callable[[Callable], Callable]:
+        """Run the decorated function on a schedule: ``@pool.cron("0 * * * *", queue="ops")``.
+
+        The function becomes a task (named after it unless ``name=``; ``task_options`` are those of
+        :meth:`task`) and a cron job. Bad expression, timezone or policy, or a duplicate name,
+        raise ConfigError here; an undeclared queue is refused at start (:func:`validate_crons`).
+        """
+        if callable(expression):
+            raise ConfigError("use @pool.cron(expression, queue=...), not bare @pool.cron")
+        if queue is None:
+            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
+
+        def register(func: Callable) -> Callable:
+            cron_name = check_name("cron", name or func.__name__)
+            spec = CronSpec(cron_name, expression, queue, overlap, missed, timezone)
+            if cron_name in self.crons:
+                raise ConfigError(f"cron {cron_name!r} is declared twice")
+            if cron_name in self.tasks:
+                raise ConfigError(f"cron {cron_name!r}: a task of that name exists; pass name=")
+            options = _cron_task_options(cron_name, task_options)
+            task = TaskSpec(name=cron_name, queue=queue, fn=func, **options)
+            self._add_task(task)  # its queue is not declared here: validate_crons checks it
+            self.crons[cron_name] = spec
+            return func
+
+        return register
+
+    def maintenance(self, **settings: Any) -> MaintenanceSpec:
+        """Set what the maintenance child does: ``retention`` (seconds or timedelta), etc."""
+        if isinstance(settings.get("retention"), timedelta):
+            settings["retention"] = settings["retention"].total_seconds()
+        self.maintenance_settings = MaintenanceSpec(**settings)
+        return self.maintenance_settings
+
+    def validate_crons(self) -> None:
+        validate_crons(self)
 
     def task_spec(self, task: str | Callable) -> TaskSpec:
         name = getattr(task, "__workerpool_task__", task)
@@ -323,6 +424,72 @@ def _dedupe_within_batch(rows: list[queries.NewJob]) -> list[queries.NewJob]:
         if (first.task, first.payload_json) != (row.task, row.payload_json):
             raise IdempotencyConflict(f"key {row.key!r} is used twice in one batch with different jobs")
     return rows
+
+
+def validate_crons(pool: WorkerPool) -> None:
+    """Refuse at start a cron whose queue no worker type serves (one clear ConfigError)."""
+    for spec in pool.crons.values():
+        if spec.queue not in pool.queues:
+            raise ConfigError(
+                f"cron {spec.name!r}: queue {spec.queue!r} is not declared "
+                f"(declared: {sorted(pool.queues)}); add pool.queue({spec.queue!r})"
+            )
+
+
+def check_cron_expression(name: str, expression: Any) -> str:
+    """A croniter expression that yields ticks (5 fields, a 6th for seconds, or @hourly etc.)."""
+    from croniter import croniter
+
+    if not isinstance(expression, str) or not expression.strip():
+        raise ConfigError(f"cron {name}: expression must be a non-empty string, got {expression!r}")
+    try:
+        croniter(expression, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except Exception as exc:  # croniter raises several unrelated classes for bad input
+        raise ConfigError(f"cron {name}: bad expression {expression!r}: {exc}") from None
+    return expression
+
+
+def check_timezone(name: str, timezone: Any) -> str:
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(timezone)
+    except Exception:
+        raise ConfigError(f"cron {name}: unknown timezone {timezone!r} (use an IANA name)") \
+            from None
+    return timezone
+
+
+def _choice(what: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{what} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _cron_task_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    allowed = {"max_attempts", "timeout", "version", "backoff", "priority"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigError(f"cron {name}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+    try:
+        return _checked_task_options(options)
+    except ValueError as exc:
+        raise ConfigError(f"cron {name}: {exc}") from None
+
+
+def _checked_task_options(options: dict[str, Any]) -> dict[str, Any]:
+    checked = dict(options)
+    if "max_attempts" in checked:
+        checked["max_attempts"] = check_max_attempts(checked["max_attempts"])
+    if "timeout" in checked:
+        checked["timeout"] = _positive("timeout", checked["timeout"], allow_none=True)
+    if "version" in checked:
+        checked["version"] = check_version(checked["version"])
+    if "priority" in checked:
+        checked["priority"] = check_priority(checked["priority"])
+    if checked.get("backoff") is None:
+        checked.pop("backoff", None)
+    return checked
 
 
 def check_max_attempts(value: Any, error: type[Exception] = ConfigError) -> int:

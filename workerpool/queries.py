@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import Text
 
 from .errors import IdempotencyConflict
-from .schema import jobs, workers
+from .schema import cron, jobs, workers
 
 NOTIFY_CHANNEL = "workerpool_jobs"
 LIVE_STATES = ("pending", "processing", "failed")
@@ -90,9 +90,15 @@ def _after(delay_seconds: float):
 
 
 def _errors_append(entry: Mapping[str, Any]):
-    """``errors || [entry + {"at": now()}]``: the entry's time comes from the database clock."""
-    stamped = cast(literal(json.dumps(entry, default=str), Text), JSONB).op("||")(
-        func.jsonb_build_object("at", func.now())
+    """``errors || [{"attempt": attempts} + entry + {"at": now()}]``.
+
+    The time comes from the database clock; the attempt from the row unless the entry names it
+    (bulk releases and sweeps write one entry to rows at different attempts).
+    """
+    stamped = (
+        func.jsonb_build_object("attempt", jobs.c.attempts)
+        .op("||")(cast(literal(json.dumps(entry, default=str), Text), JSONB))
+        .op("||")(func.jsonb_build_object("at", func.now()))
     )
     return jobs.c.errors.op("||")(func.jsonb_build_array(stamped))
 
@@ -553,6 +559,259 @@ def database_now(conn: Connection) -> datetime:
 
 
 # ---------------------------------------------------------------------------------------------
+# cron, maintenance, dead-letter queue and status (issue 5)
+
+
+def ensure_crons(conn: Connection, specs: Sequence[tuple[str, str, str, str]]) -> None:
+    """Create the schedule row of each ``(name, queue, expression, timezone)`` not seen before."""
+    if not specs:
+        return
+    rows = [{"name": n, "queue": q, "expression": e, "timezone": tz} for n, q, e, tz in specs]
+    conn.execute(insert(cron).values(rows).on_conflict_do_nothing(index_elements=[cron.c.name]))
+
+
+def lock_crons(conn: Connection, names: Sequence[str]) -> list[Any]:
+    """Lock the schedule rows no other scheduler holds; each comes with its last job's state.
+
+    ``SKIP LOCKED``: a row another replica is scheduling right now is its business this pass.
+    """
+    locked = (
+        select(cron)
+        .where(cron.c.name.in_(list(names)))
+        .order_by(cron.c.name)
+        .with_for_update(skip_locked=True)
+        .cte("locked")
+    )
+    stmt = select(locked, jobs.c.state.label("last_job_state")).outerjoin(
+        jobs, jobs.c.id == locked.c.last_job_id
+    )
+    return list(conn.execute(stmt))
+
+
+def reset_cron(
+    conn: Connection, name: str, *, queue: str, expression: str, timezone: str, next_tick: datetime
+) -> None:
+    """A new or changed schedule: its first tick is ``next_tick``."""
+    stmt = (
+        update(cron)
+        .where(cron.c.name == name)
+        .values(queue=queue, expression=expression, timezone=timezone, next_tick=next_tick,
+                updated_at=func.now())
+    )
+    conn.execute(stmt)
+
+
+def advance_cron(
+    conn: Connection,
+    name: str,
+    *,
+    queue: str,
+    tick: datetime,
+    next_tick: datetime,
+    job_id: int | None = None,
+    skipped: bool = False,
+) -> None:
+    """Tick ``tick`` is handled: it became job ``job_id``, or was skipped (counted if
+    ``skipped``)."""
+    values: dict[str, Any] = {
+        "queue": queue, "last_tick": tick, "next_tick": next_tick, "updated_at": func.now()}
+    if job_id is not None:
+        values["last_job_id"] = job_id
+    if skipped:
+        values["skipped"] = cron.c.skipped + 1
+    conn.execute(update(cron).where(cron.c.name == name).values(**values))
+
+
+def prune_finished(conn: Connection, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` done/cancelled rows finished more than ``older_than`` seconds ago.
+
+    Dead rows are never pruned: they stay until an operator purges them.
+    """
+    return conn.execute(prune_finished_statement(older_than, limit)).rowcount
+
+
+def prune_finished_statement(older_than: float, limit: int):
+    doomed = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.state.in_(("done", "cancelled")),
+            jobs.c.finished_at < func.now() - bindparam("older", seconds(older_than)),
+        )
+        .order_by(jobs.c.finished_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    # = ANY(ARRAY(...)): probes the primary key; a join to the CTE may hash the whole table
+    ids = func.array(select(doomed.c.id).scalar_subquery())
+    return jobs.delete().where(jobs.c.id == func.any(ids))
+
+
+def dead_where(
+    *,
+    queue: str | None = None,
+    task: str | None = None,
+    reason: str | None = None,
+    since: datetime | timedelta | None = None,
+    older_than: timedelta | None = None,
+    ids: Sequence[int] | None = None,
+):
+    """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed)."""
+    clauses = [jobs.c.state == "dead"]
+    if queue is not None:
+        clauses.append(jobs.c.queue == queue)
+    if task is not None:
+        clauses.append(jobs.c.task == task)
+    if reason is not None:
+        clauses.append(jobs.c.dead_reason == reason)
+    if isinstance(since, timedelta):
+        clauses.append(jobs.c.finished_at >= func.now() - bindparam("since_age", since))
+    elif since is not None:
+        clauses.append(jobs.c.finished_at >= bindparam("since", since))
+    if older_than is not None:
+        clauses.append(jobs.c.finished_at < func.now() - bindparam("older_than", older_than))
+    if ids is not None:
+        clauses.append(jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
+    return and_(*clauses)
+
+
+DEAD_COLUMNS = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.task,
+    jobs.c.payload,
+    jobs.c.payload_version,
+    jobs.c.dead_reason,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.key,
+    jobs.c.created_at,
+    jobs.c.finished_at,
+    jobs.c.replays,
+    func.jsonb_array_length(jobs.c.errors).label("error_count"),
+    jobs.c.errors.op("->")(-1).label("last_error"),
+)
+
+
+def list_dead(conn: Connection, where, limit: int | None) -> list[Any]:
+    """Dead rows matching ``where``, most recently dead first (errors: count and last only)."""
+    stmt = select(*DEAD_COLUMNS).where(where).order_by(jobs.c.finished_at.desc(), jobs.c.id.desc())
+    return list(conn.execute(stmt.limit(limit) if limit else stmt))
+
+
+def count_dead(conn: Connection, where) -> int:
+    return conn.execute(select(func.count()).select_from(jobs).where(where)).scalar_one()
+
+
+def dead_ids(conn: Connection, where) -> list[int]:
+    return list(conn.execute(select(jobs.c.id).where(where).order_by(jobs.c.id)).scalars())
+
+
+def dead_tasks(conn: Connection, where) -> dict[str, int]:
+    """How many matching dead rows each task has."""
+    stmt = select(jobs.c.task, func.count()).where(where).group_by(jobs.c.task)
+    return {task: count for task, count in conn.execute(stmt)}
+
+
+def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
+    """Dead rows back to ``pending`` now with attempts reset; errors kept; lineage appended.
+
+    Each row's ``replays`` gets ``{at, attempts, dead_reason, finished_at, by}``. Rows that are no
+    longer dead are left alone (replaying twice is a no-op). Returns ``(id, queue)`` replayed.
+    """
+    entry = func.jsonb_build_object(
+        "at", func.now(),
+        "attempts", jobs.c.attempts,
+        "dead_reason", jobs.c.dead_reason,
+        "finished_at", jobs.c.finished_at,
+        "by", literal(by, Text),
+    )
+    stmt = (
+        update(jobs)
+        .where(dead_where(ids=ids))
+        .values(
+            state="pending",
+            dead_reason=None,
+            attempts=0,
+            run_at=func.now(),
+            finished_at=None,
+            claimed_by=None,
+            claimed_at=None,
+            replays=jobs.c.replays.op("||")(func.jsonb_build_array(entry)),
+        )
+        .returning(jobs.c.id, jobs.c.queue)
+    )
+    return list(conn.execute(stmt))
+
+
+def purge_dead(conn: Connection, ids: Sequence[int]) -> list[int]:
+    """Delete these rows if they are still dead; returns the ids deleted."""
+    stmt = jobs.delete().where(dead_where(ids=ids)).returning(jobs.c.id)
+    return list(conn.execute(stmt).scalars())
+
+
+def state_counts(conn: Connection) -> list[Any]:
+    """``(queue, state, dead_reason, count)`` over the whole table."""
+    stmt = select(jobs.c.queue, jobs.c.state, jobs.c.dead_reason, func.count().label("count"))
+    return list(conn.execute(stmt.group_by(jobs.c.queue, jobs.c.state, jobs.c.dead_reason)))
+
+
+def oldest_due_ages(conn: Connection) -> dict[str, float]:
+    """Per queue: seconds the oldest due (pending or failed, ``run_at`` passed) row has waited."""
+    age = func.extract("epoch", func.now() - func.min(jobs.c.run_at))
+    stmt = (
+        select(jobs.c.queue, age)
+        .where(jobs.c.state.in_(("pending", "failed")), jobs.c.run_at <= func.now())
+        .group_by(jobs.c.queue)
+    )
+    return {queue: float(seconds_) for queue, seconds_ in conn.execute(stmt)}
+
+
+def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]]) -> list[Any]:
+    """Waiting rows of the queues in ``known`` that no listed task version can run.
+
+    ``known``: queue → task → newest payload version a worker knows. Returns
+    ``(queue, task, payload_version, count, known_version)``; ``known_version`` None = unknown task.
+    """
+    if not known:
+        return []
+    stmt = text(
+        f"""
+        WITH known AS (
+            SELECT q.key AS queue, t.key AS task, t.value::int AS version
+            FROM jsonb_each(CAST(:known AS jsonb)) AS q, jsonb_each_text(q.value) AS t)
+        SELECT j.queue, j.task, j.payload_version, count(*) AS count,
+               max(k.version) AS known_version
+        FROM {jobs.name} AS j
+        LEFT JOIN known AS k ON k.queue = j.queue AND k.task = j.task
+        WHERE j.state IN ('pending', 'failed') AND j.queue = ANY(:queues)
+        GROUP BY j.queue, j.task, j.payload_version
+        HAVING max(k.version) IS NULL OR j.payload_version > max(k.version)
+        ORDER BY j.queue, j.task, j.payload_version
+        """
+    )
+    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known)}
+    return list(conn.execute(stmt, params))
+
+
+def list_workers(conn: Connection) -> list[Any]:
+    """Every registered process with the seconds since it was last seen (database clock)."""
+    age = func.extract("epoch", func.now() - workers.c.last_seen).label("age")
+    stmt = select(workers, age).order_by(workers.c.queue, workers.c.host, workers.c.pid)
+    return list(conn.execute(stmt))
+
+
+def list_crons(conn: Connection) -> list[Any]:
+    """Every schedule row with its last job's state."""
+    stmt = (
+        select(cron, jobs.c.state.label("last_job_state"))
+        .outerjoin(jobs, jobs.c.id == cron.c.last_job_id)
+        .order_by(cron.c.name)
+    )
+    return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------------------------------
 # worker runtime: time limits
 
 
@@ -586,6 +845,7 @@ _BOUND_TRANSACTION = text(
 
 
 __all__ = [
+    "DEAD_COLUMNS",
     "Lease",
     "NewJob",
     "bound_transaction",
@@ -607,4 +867,23 @@ __all__ = [
     "snooze",
     "sweep_abandoned",
     "unregister_worker",
+    # issue 5: cron, maintenance, dead-letter queue, status
+    "advance_cron",
+    "count_dead",
+    "dead_ids",
+    "dead_tasks",
+    "dead_where",
+    "ensure_crons",
+    "list_crons",
+    "list_dead",
+    "list_workers",
+    "lock_crons",
+    "oldest_due_ages",
+    "prune_finished",
+    "prune_finished_statement",
+    "purge_dead",
+    "replay_dead",
+    "reset_cron",
+    "state_counts",
+    "unrunnable",
 ]

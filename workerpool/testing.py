@@ -12,7 +12,7 @@ from typing import Any
 from . import queries
 from .errors import LeaseLost
 from .jobs import Job, new_worker_id
-from .outcome import Outcome, classify, record
+from .outcome import Outcome, classify, record, upcast
 from .payload import dumps
 from .pool import TaskSpec, WorkerPool
 
@@ -30,7 +30,7 @@ def call_handler(spec: TaskSpec, job: Job) -> BaseException | None:
 
 def make_job(pool: WorkerPool, row: Any, worker: str) -> tuple[TaskSpec, Job]:
     spec = pool.task_spec(row.task)
-    payload = spec.upcast(row.payload, row.payload_version)
+    payload = upcast(spec, row.payload, row.payload_version)
 
     def saver(job: Job, data: Any) -> None:
         text = dumps(data, limit=pool.payload_limit, what="checkpoint", object_only=False)

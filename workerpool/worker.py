@@ -70,7 +70,9 @@ EXIT_RECYCLE = 75  # a handler ignored its timeout: restart me
 FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "no_lease_renewal"
 RECYCLE_GRACE = 5.0  # seconds a timed-out handler gets before the child is recycled
 RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
+REGISTRY_BEAT = 10.0  # seconds between beats at most (status: live if seen within 60 s)
 RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
+LISTEN_SLICE = 0.25  # seconds the listener waits for notifications before checking for a stop
 
 #: Limits on every transaction the worker runs (seconds; set locally, PgBouncer-safe).
 STATEMENT_TIMEOUT = 15.0
@@ -112,7 +114,7 @@ class InFlight:
 
 
 class DeadJob(NamedTuple):
-    """A job this worker moved to ``dead`` (what ``report_dead`` receives)."""
+    """A job this worker moved to ``dead``: a row as ``workerpool.dead.report_dead`` takes it."""
 
     id: int
     queue: str
@@ -120,7 +122,7 @@ class DeadJob(NamedTuple):
     state: str
     attempts: int
     dead_reason: str
-    error: dict[str, Any] | None = None
+    last_error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -208,7 +210,8 @@ class Worker:
         self.tasks: dict[str, TaskSpec] = {name: pool.task_spec(name)
                                            for name in self.task_versions}
         self.stale_after = pool.stale_after(queue)
-        self.renew_every = self.stale_after / 3
+        # also the beat of the workers registry: `workerpool status` needs one every few seconds
+        self.renew_every = min(self.stale_after / 3, REGISTRY_BEAT)
         self.renew_leases = os.environ.get(FAULT_ENV, "") != "no_lease_renewal"
         self.counters = Counters()
         self.engine: Engine | None = None
@@ -485,8 +488,8 @@ class Worker:
         if not rows:
             return
         try:
-            from .maintenance import report_dead
-        except ImportError:
+            from .dead import report_dead
+        except ImportError:  # before the dead-letter module is merged: log only
             for row in rows:
                 log.error("job %s (%s) is dead: %s", row.id, row.task, row.dead_reason,
                           extra={"event": "job_dead", "queue": row.queue, "job_id": row.id,
@@ -670,7 +673,8 @@ class Worker:
         while self._running() and not self._stop_now.is_set() and time.monotonic() < deadline:
             self._pass(claiming=False)
             self._wait(until=deadline)
-        self._pass(claiming=False)  # write what finished meanwhile
+        if self._in_flight or self._unwritten:
+            self._pass(claiming=False)  # write what finished meanwhile
         self._release_unfinished()
 
     def _running(self) -> list[InFlight]:
@@ -797,6 +801,6 @@ class Listener(threading.Thread):
             self.connected.set()
             self.wake.set()
             while not self._halt.is_set():
-                for note in conn.notifies(timeout=1.0):
+                for note in conn.notifies(timeout=LISTEN_SLICE):
                     if self.queue in note.payload.split(","):
                         self.wake.set()

@@ -1,0 +1,214 @@
+"""`workerpool status`: what the database says about queues, dead jobs, crons and live workers.
+
+:func:`collect` returns a plain dict (the stable JSON of ``workerpool status --json``);
+:func:`render` turns it into tables for people. Only the database URL is needed: which tasks and
+payload versions can run comes from what live workers registered (or from ``--app``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from . import queries
+from .schema import DEAD_REASONS, STATES
+
+#: A worker seen within this many seconds is live (workers beat well inside it).
+LIVE_WORKER_WINDOW = 60.0
+SCHEMA_VERSION = 1
+
+
+def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+    """Everything ``workerpool status`` shows, as JSON-ready data.
+
+    ``known`` (queue → task → newest payload version) replaces what live workers registered when
+    deciding which waiting rows nobody can run (``--app``).
+    """
+    with engine.connect() as conn:
+        now = queries.database_now(conn)
+        counts = queries.state_counts(conn)
+        oldest = queries.oldest_due_ages(conn)
+        workers = [worker_json(row) for row in queries.list_workers(conn)]
+        crons = [cron_json(row) for row in queries.list_crons(conn)]
+        runnable = dict(known) if known is not None else live_task_versions(workers)
+        blocked = queries.unrunnable(conn, runnable)
+    queues = sorted(
+        {row.queue for row in counts} | set(oldest) | set(runnable)
+        | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
+    )
+    return {
+        "version": SCHEMA_VERSION,
+        "generated_at": now.isoformat(),
+        "source": "app" if known is not None else "live workers",
+        "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked) for q in queues},
+        "crons": crons,
+        "workers": workers,
+    }
+
+
+def is_queue(name: str) -> bool:
+    return not name.startswith("@")  # '@maintenance' is a process type, not a queue
+
+
+def live_task_versions(workers: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """queue → task → the newest payload version any live worker of that queue knows."""
+    known: dict[str, dict[str, int]] = {}
+    for worker in workers:
+        if not worker["live"] or not is_queue(worker["queue"]):
+            continue
+        tasks = known.setdefault(worker["queue"], {})
+        for task, version in (worker["tasks"] or {}).items():
+            tasks[task] = max(int(version), tasks.get(task, 0))
+    return known
+
+
+def queue_json(queue: str, counts: list[Any], oldest: Mapping[str, float],
+               workers: list[dict[str, Any]], runnable: Mapping[str, Any],
+               blocked: list[Any]) -> dict[str, Any]:
+    by_state = dict.fromkeys(STATES, 0)
+    dead_by_reason = dict.fromkeys(DEAD_REASONS, 0)
+    for row in counts:
+        if row.queue != queue:
+            continue
+        by_state[row.state] = by_state.get(row.state, 0) + row.count
+        if row.state == "dead" and row.dead_reason:
+            dead_by_reason[row.dead_reason] = dead_by_reason.get(row.dead_reason, 0) + row.count
+    return {
+        "counts": by_state,
+        "oldest_pending_age_s": round(oldest[queue], 3) if queue in oldest else None,
+        "dead_by_reason": dead_by_reason,
+        "unrunnable": [unrunnable_json(row) for row in blocked if row.queue == queue]
+        if queue in runnable else None,
+        "live_workers": sum(1 for w in workers if w["queue"] == queue and w["live"]),
+    }
+
+
+def unrunnable_json(row: Any) -> dict[str, Any]:
+    if row.known_version is None:
+        reason = "unknown task"
+    else:
+        reason = f"payload version {row.payload_version} is newer than {row.known_version}"
+    return {"task": row.task, "payload_version": row.payload_version, "count": row.count,
+            "reason": reason}
+
+
+def worker_json(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "queue": row.queue,
+        "host": row.host,
+        "pid": row.pid,
+        "tasks": dict(row.tasks or {}),
+        "started_at": row.started_at.isoformat(),
+        "last_seen": row.last_seen.isoformat(),
+        "last_seen_age_s": round(float(row.age), 3),
+        "live": float(row.age) <= LIVE_WORKER_WINDOW,
+    }
+
+
+def cron_json(row: Any) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "queue": row.queue,
+        "expression": row.expression,
+        "timezone": row.timezone,
+        "last_tick": iso(row.last_tick),
+        "next_tick": iso(row.next_tick),
+        "last_job_id": row.last_job_id,
+        "last_job_state": row.last_job_state,
+        "skipped": row.skipped,
+    }
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# -- rendering for people -------------------------------------------------------------------------
+
+
+def render(status: Mapping[str, Any]) -> str:
+    """The status as plain-text tables."""
+    parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
+    dead = render_dead(status["queues"])
+    blocked = render_unrunnable(status["queues"], status["source"])
+    parts += [p for p in (dead, blocked) if p]
+    parts += [render_crons(status["crons"]), render_workers(status["workers"])]
+    return "\n\n".join(parts) + "\n"
+
+
+def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> str:
+    if not rows:
+        return "  " + empty
+    cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in cells]
+    return "\n".join(lines)
+
+
+def render_queues(queues: Mapping[str, Any]) -> str:
+    headers = ["QUEUE", *(s.upper() for s in STATES), "OLDEST DUE", "WORKERS"]
+    rows = [[name, *(q["counts"][s] for s in STATES), age(q["oldest_pending_age_s"]),
+             q["live_workers"]] for name, q in queues.items()]
+    return "QUEUES\n" + table(headers, rows)
+
+
+def render_dead(queues: Mapping[str, Any]) -> str:
+    rows = [[name, *(q["dead_by_reason"][r] for r in DEAD_REASONS)]
+            for name, q in queues.items() if q["counts"]["dead"]]
+    if not rows:
+        return ""
+    return "DEAD BY REASON\n" + table(["QUEUE", *(r.upper() for r in DEAD_REASONS)], rows)
+
+
+def render_unrunnable(queues: Mapping[str, Any], source: str) -> str:
+    rows = [[name, item["task"], item["payload_version"], item["count"], item["reason"]]
+            for name, q in queues.items() for item in (q["unrunnable"] or [])]
+    if not rows:
+        return ""
+    title = f"WAITING ROWS NO {'TASK OF THE APP' if source == 'app' else 'LIVE WORKER'} CAN RUN"
+    return title + "\n" + table(["QUEUE", "TASK", "VERSION", "ROWS", "WHY"], rows)
+
+
+def render_crons(crons: list[Mapping[str, Any]]) -> str:
+    rows = [[c["name"], c["queue"], c["expression"], c["timezone"], short(c["last_tick"]),
+             short(c["next_tick"]), job_label(c), c["skipped"]] for c in crons]
+    headers = ["CRON", "QUEUE", "EXPRESSION", "TZ", "LAST TICK", "NEXT TICK", "LAST JOB", "SKIPPED"]
+    return "CRON\n" + table(headers, rows)
+
+
+def job_label(cron: Mapping[str, Any]) -> str | None:
+    if cron["last_job_id"] is None:
+        return None
+    return f"{cron['last_job_id']} ({cron['last_job_state'] or 'pruned'})"
+
+
+def render_workers(workers: list[Mapping[str, Any]]) -> str:
+    rows = [[w["queue"], w["host"], w["pid"], short(w["started_at"]),
+             age(w["last_seen_age_s"]) + " ago", "live" if w["live"] else "stale", w["id"]]
+            for w in workers]
+    headers = ["TYPE", "HOST", "PID", "STARTED", "LAST SEEN", "STATE", "ID"]
+    return "WORKERS\n" + table(headers, rows)
+
+
+def short(moment: str | None) -> str | None:
+    """An ISO time to the second, for tables."""
+    if moment is None:
+        return None
+    return datetime.fromisoformat(moment).isoformat(sep=" ", timespec="seconds")
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
