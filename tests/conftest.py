@@ -10,6 +10,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -67,26 +68,32 @@ def template_db(server_url: URL) -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def _scratch_database(server_url: URL, prefix: str, template: str | None = None) -> Iterator[URL]:
+    """Create a randomly named database (optionally from ``template``); drop it afterwards."""
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    source = f' TEMPLATE "{template}"' if template else ""
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"{source}')
+    try:
+        yield server_url.set(database=name)
+    finally:
+        with _admin(server_url) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def db_url(server_url: URL, template_db: str) -> Iterator[URL]:
     """A fresh, migrated database for this test, dropped afterwards."""
-    name = f"wp_t_{secrets.token_hex(6)}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield server_url.set(database=name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database(server_url, "wp_t", template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_db_url(server_url: URL) -> Iterator[URL]:
     """A fresh database with no tables (for migration tests)."""
-    name = f"wp_e_{secrets.token_hex(6)}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield server_url.set(database=name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database(server_url, "wp_e") as url:
+        yield url
 
 
 @pytest.fixture

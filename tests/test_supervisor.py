@@ -453,7 +453,7 @@ def test_bad_configurations_are_refused_with_one_line(tmp_path):
 def test_term_right_after_the_forks_still_drains_cleanly(start):
     """TERM to the group while children may still be between fork and their own handlers."""
     sup = start()
-    children = {"fast", "slow", "maintenance"}  # one per queue, plus the maintenance child
+    children = {"fast", "slow", "@maintenance"}  # one per queue, plus the maintenance child
     wait_until(lambda: {e.fields["worker"] for e in sup.events("child_started")} == children, 15,
                message="all forked")
     os.killpg(sup.pid, signal.SIGTERM)

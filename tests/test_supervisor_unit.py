@@ -376,7 +376,7 @@ def test_maintenance_worker_type_outlives_every_queue_timing(tmp_path):
     pool.queue("email", drain_timeout=7, hang_timeout=90)
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb", maintenance_interval=1.0)
     maintenance = settings.workers[-1]
-    assert (maintenance.name, maintenance.kind) == ("maintenance", "maintenance")
+    assert (maintenance.name, maintenance.kind) == ("@maintenance", "maintenance")
     assert maintenance.hang_timeout == 90 and maintenance.drain_timeout == 7
 
 
@@ -390,3 +390,13 @@ def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monk
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb")
     assert [w.drain_timeout for w in settings.workers] == [4.5, 4.5]
     assert pool.queues["email"].drain_timeout == 4.5  # what the children's Worker reads
+
+
+def test_a_queue_named_maintenance_does_not_collide_with_the_maintenance_child(tmp_path):
+    from workerpool import WorkerPool, config
+
+    pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
+    pool.queue("maintenance")  # DESIGN §6's own cron example uses this queue name
+    settings = config.load(pool, heartbeat_dir=tmp_path / "hb", maintenance_interval=1.0)
+    assert [(w.name, w.kind) for w in settings.workers] == [
+        ("maintenance", "queue"), ("@maintenance", "maintenance")]

@@ -17,9 +17,11 @@ from pathlib import Path
 DIR_ENV = "WORKERPOOL_HEARTBEAT_DIR"
 SUFFIX = ".heartbeat"
 SUPERVISOR = "supervisor"
-MAINTENANCE = "maintenance"
+#: The maintenance child's name. '@' cannot start a queue name, so it never collides with one
+#: (DESIGN's own example declares a queue called "maintenance").
+MAINTENANCE = "@maintenance"
 #: Worker names the supervisor uses itself; a queue may not take them.
-RESERVED_NAMES = (SUPERVISOR, MAINTENANCE)
+RESERVED_NAMES = (SUPERVISOR,)
 #: A file is touched at most this often (seconds).
 HEARTBEAT_PERIOD = 1.0
 #: `workerpool healthcheck` default: older than this is stale (seconds). Keep it above the
