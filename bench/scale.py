@@ -14,7 +14,7 @@ import time
 from workerpool import WorkerPool, queries
 from workerpool.jobs import new_worker_id
 
-from .app import QUEUE, noop
+from .app import QUEUE
 from .report import percentile
 
 WARM_UP_CLAIMS = 20
@@ -49,4 +49,4 @@ def warm_up(pool: WorkerPool, limit: int) -> None:
     claim_latencies_ms(pool, WARM_UP_CLAIMS, limit)
 
 
-__all__ = ["QUEUE", "claim_latencies_ms", "noop", "p50_p99", "rows_needed", "warm_up"]
+__all__ = ["claim_latencies_ms", "p50_p99", "rows_needed", "warm_up"]
