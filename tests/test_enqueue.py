@@ -180,3 +180,11 @@ def test_timedelta_delay(app, sql):
     assert sql(
         "SELECT run_at > now() + interval '4 minutes' FROM workerpool_jobs WHERE id=%s", job_id
     ) == [(True,)]
+
+
+def test_text_round_trips_exactly_through_the_bulk_insert(app, sql):
+    odd = "clé-ü-😀-\\u0041-\"q\"-\n-\t-'"
+    ids = app.enqueue_many([("send", {"s": odd, odd: [odd]}, {"key": odd}), ("send", {"n": 1})])
+    row = sql("SELECT key, payload FROM workerpool_jobs WHERE id = %s", ids[0])[0]
+    assert row == (odd, {"s": odd, odd: [odd]})
+    assert app.enqueue("send", {"s": odd, odd: [odd]}, key=odd) == ids[0]

@@ -12,6 +12,9 @@ DEFAULT_PAYLOAD_LIMIT = 64 * 1024
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 4000
 
+#: Built once: ``json.dumps`` with non-default options builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def dumps(
     payload: Any, *, limit: int = DEFAULT_PAYLOAD_LIMIT, what: str = "payload", object_only=True
@@ -20,7 +23,7 @@ def dumps(
     if object_only and not isinstance(payload, dict):
         raise PayloadError(f"{what} must be a JSON object (dict), got {type(payload).__name__}")
     check_value(payload, "$", 0, what)
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = _ENCODER.encode(payload)
     size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadTooLarge(size, limit)

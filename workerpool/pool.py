@@ -409,10 +409,7 @@ class WorkerPool:
             return self._write(own, rows)
 
     def _write(self, conn: Connection, rows: list[queries.NewJob]) -> list[int]:
-        ids = queries.insert_jobs(conn, rows)
-        if rows and self.notify:
-            queries.notify(conn, (row.queue for row in rows))
-        return ids
+        return queries.insert_jobs(conn, rows, notify=self.notify)
 
 
 def _dedupe_within_batch(rows: list[queries.NewJob]) -> list[queries.NewJob]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
@@ -235,6 +236,7 @@ class Worker:
         self._loop_lock = threading.Lock()
         self._loop_thread: threading.Thread | None = None
         self._listener: Listener | None = None
+        self._main_conn: Connection | None = None  # the main loop's, kept across passes
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
 
@@ -283,9 +285,10 @@ class Worker:
             self._renew_if_due()
             self._collect_results()
             self._enforce_timeouts()
-            self._write_outcomes()
-            if claiming:
-                self._claim()
+            if claiming and self._free_slots() > 0:
+                self._write_outcomes_and_claim()
+            else:
+                self._write_outcomes()
             self._beat_if_quiet()
         except DATABASE_ERRORS as exc:
             self._database_failed(exc)
@@ -332,15 +335,48 @@ class Worker:
 
     @contextmanager
     def _transaction(self, *, main_loop: bool = True) -> Iterator[Connection]:
-        """One short, time-bounded transaction on the worker's engine."""
+        """One short, time-bounded transaction on the worker's engine.
+
+        The main loop keeps one connection across passes: no pool checkout and pre-ping round
+        trip per transaction. After any error it is invalidated, so the next pass checks out a
+        fresh one (pinged by the pool). Handler threads (checkpoints) use pooled connections.
+        """
         assert self.engine is not None, "Worker.run() opens the engine"
-        with self.engine.begin() as conn:
-            queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
-                                      lock_timeout=LOCK_TIMEOUT,
-                                      idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
-            yield conn
-        if main_loop:
-            self._reached_db = True
+        if not main_loop:
+            with self.engine.begin() as conn:
+                self._bound(conn)
+                yield conn
+            return
+        conn = self._main_connection()
+        try:
+            with conn.begin():
+                self._bound(conn)
+                yield conn
+        except BaseException:
+            self._drop_main_connection()
+            raise
+        self._reached_db = True
+
+    @staticmethod
+    def _bound(conn: Connection) -> None:
+        queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
+                                  lock_timeout=LOCK_TIMEOUT,
+                                  idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+
+    def _main_connection(self) -> Connection:
+        if self._main_conn is None:
+            assert self.engine is not None
+            self._main_conn = self.engine.connect()
+        return self._main_conn
+
+    def _drop_main_connection(self, *, broken: bool = True) -> None:
+        conn, self._main_conn = self._main_conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if broken:
+                conn.invalidate()  # its state is unknown after an error: never reuse it
+            conn.close()
             self._last_contact = time.monotonic()
 
     # -- steps ------------------------------------------------------------------------------------
@@ -414,7 +450,12 @@ class Worker:
         batch = self._unwritten
         with self._transaction() as conn:
             states = record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
-        self._unwritten = []
+        self._outcomes_written(batch, states)
+
+    def _outcomes_written(self, batch: list[tuple[InFlight, Outcome]],
+                          states: dict[int, str | None]) -> None:
+        """After the commit: forget the written outcomes, retire their jobs, report the dead."""
+        self._unwritten = self._unwritten[len(batch):]
         dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
                 for flight, outcome in batch]
         self._report_dead([d for d in dead if d is not None])
@@ -498,13 +539,28 @@ class Worker:
         return ("Handler stack when its timeout expired (most recent call last):\n"
                 + "".join(traceback.format_stack(frame)))
 
-    def _claim(self) -> None:
-        free = self.spec.concurrency - len(self._in_flight)
-        if free <= 0 or self._stopping.is_set() or self._recycle:
-            return
+    def _free_slots(self) -> int:
+        """Handler slots free once the waiting outcomes are written (0 when not claiming)."""
+        if self._stopping.is_set() or self._recycle:
+            return 0
+        freed = sum(1 for flight, _ in self._unwritten if flight.returned)
+        return self.spec.concurrency - len(self._in_flight) + freed
+
+    def _write_outcomes_and_claim(self) -> None:
+        """Write the waiting outcomes and claim into the free slots, in one transaction.
+
+        One BEGIN/limits/COMMIT per pass instead of two. Nothing changes in memory before the
+        commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
+        """
+        batch = list(self._unwritten)
         with self._transaction() as conn:
-            rows = queries.claim(conn, queue=self.queue, worker=self.id, limit=free,
-                                 task_versions=self.task_versions, stale_after=self.stale_after)
+            states = (record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
+                      if batch else {})
+            rows = queries.claim(conn, queue=self.queue, worker=self.id,
+                                 limit=self._free_slots(), task_versions=self.task_versions,
+                                 stale_after=self.stale_after)
+        if batch:
+            self._outcomes_written(batch, states)
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
@@ -663,6 +719,7 @@ class Worker:
         self._threads.shutdown()
         if self._loop is not None:
             self._close_event_loop(self._loop)
+        self._drop_main_connection(broken=False)
         if self.engine is not None:
             self.engine.dispose()
         log.info("worker %s stopped", self.id, extra={"event": "worker_stopped",

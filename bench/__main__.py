@@ -1,0 +1,149 @@
+"""``python -m bench``: measure workerpool on a PostgreSQL server; print a table and JSON lines.
+
+    python -m bench --url postgresql://postgres@127.0.0.1:5432/postgres --n 50000 --repeats 3
+    python -m bench --quick                      # a smoke run with tiny sizes (CI)
+
+The URL names a server (and a database to connect to for administration); the run creates its
+own randomly named database there, migrates it, and drops it at the end. Without ``--url``:
+``$WORKERPOOL_DATABASE_URL``, else the embedded PostgreSQL. Progress goes to stderr; stdout gets
+a header line, the table, then one JSON object per line per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+
+from workerpool import db
+
+from . import scale
+from .app import DEFAULT_CONCURRENCY
+from .database import BenchDatabase
+from .report import Report
+from .run import SECTIONS, Bench, Plan, declare
+
+log = logging.getLogger("workerpool.bench")
+
+FULL_MIN_N = 50_000
+MAX_CONCURRENCY = 1000
+FULL_MIN_REPEATS = 3
+FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
+        "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0}
+QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
+         "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0}
+
+
+class UsageError(Exception):
+    """Bad command-line input, reported as one line before anything is created."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="PostgreSQL server URL (default: $WORKERPOOL_DATABASE_URL, "
+                                      "else the embedded PostgreSQL)")
+    parser.add_argument("--n", type=int, help="jobs per drain and per bulk enqueue (>= 50000)")
+    parser.add_argument("--repeats", type=int, help="repeats per figure, median reported (>= 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and 1 repeat: proves the harness works, not for figures")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--claims", type=int, help="timed claims per round (scale)")
+    parser.add_argument("--history", type=int, help="done rows in the large table (scale)")
+    parser.add_argument("--backlog", type=int, help="pending rows in the large table (scale)")
+    parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
+    parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
+    parser.add_argument("--concurrency", type=int,
+                        help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}: "
+                             "claims of up to 100 rows, like the ceiling loop; the library's "
+                             "default is 10)")
+    return parser
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    sizes = dict(QUICK if args.quick else FULL)
+    sizes["concurrency"] = DEFAULT_CONCURRENCY
+    for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs",
+                 "concurrency"):
+        value = getattr(args, name)
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            sizes[name] = value
+    if not args.quick and sizes["n"] < FULL_MIN_N:
+        raise UsageError(f"--n must be >= {FULL_MIN_N} for a full run "
+                         "(use --quick for a smoke run)")
+    if not args.quick and sizes["repeats"] < FULL_MIN_REPEATS:
+        raise UsageError(f"--repeats must be >= {FULL_MIN_REPEATS} for a full run "
+                         "(use --quick for a smoke run)")
+    if sizes["concurrency"] > MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency must be within 1..{MAX_CONCURRENCY}")
+    sections = tuple(SECTIONS)
+    if args.only:
+        sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
+        unknown = sorted(set(sections) - set(SECTIONS))
+        if unknown or not sections:
+            raise UsageError(f"--only: unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    needed = scale.rows_needed(sizes["claims"], sizes["claim_limit"], sizes["repeats"])
+    if "scale" in sections and sizes["backlog"] < needed:
+        raise UsageError(f"--backlog must be >= {needed} for {sizes['claims']} claims x "
+                         f"{sizes['repeats']} repeats")
+    return Plan(sections=sections, quick=args.quick, **sizes)
+
+
+def header(bench_db: BenchDatabase, plan: Plan) -> str:
+    facts = bench_db.server_facts()
+    settings = " ".join(f"{k}={v}" for k, v in sorted(facts.items()) if k != "server_version")
+    return (f"# workerpool bench {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: "
+            f"PostgreSQL {facts['server_version']} ({settings}); "
+            f"Python {platform.python_version()}; {os.cpu_count()} CPUs; "
+            f"n={plan.n} repeats={plan.repeats} concurrency={plan.concurrency}"
+            f"{' QUICK' if plan.quick else ''}")
+
+
+def run(plan: Plan, url: str | None) -> tuple[str, Report]:
+    server = db.resolve_url(url)
+    report = Report()
+    declare(report, plan)
+    with BenchDatabase(server) as bench_db:
+        log.info("database %s on %s", bench_db.name, db.redact(server))
+        title = header(bench_db, plan)
+        bench = Bench(plan, bench_db, report)
+        try:
+            bench.run()
+        finally:
+            bench.close()
+    return title, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="bench [%(relativeCreated)6.0f ms] %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        plan = make_plan(args)
+        title, report = run(plan, args.url)
+    except UsageError as exc:
+        print(f"python -m bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a database or subprocess failure: one password-free line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"python -m bench: {type(exc).__name__}: {first}", file=sys.stderr)
+        return 1
+    print(title)
+    print()
+    print(report.table())
+    print()
+    for line in report.json_lines():
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

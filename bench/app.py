@@ -1,0 +1,70 @@
+"""The application the benchmark runs: ``workerpool run bench.app:pool``.
+
+Two handlers on one queue: ``noop`` (the drain) and ``stamp``, which records when it started so
+the benchmark can compute pickup latency. ``stamp`` appends one short line to a file
+(``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one syscall, no database round trip, so it
+perturbs the worker far less than writing the time into a table would. The times are
+``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one clock for every process on the
+machine, so the enqueuing process and the worker child can be compared directly.
+
+Notifications are on unless ``$BENCH_NOTIFY`` is ``0``; the queue's concurrency is
+``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sqlalchemy.engine import URL
+
+from workerpool import Job, WorkerPool
+
+QUEUE = "bench"
+STAMP_FILE_ENV = "BENCH_STAMP_FILE"
+NOTIFY_ENV = "BENCH_NOTIFY"
+CONCURRENCY_ENV = "BENCH_CONCURRENCY"
+#: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
+#: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
+#: measures the library's default, where a pass can claim at most 10).
+DEFAULT_CONCURRENCY = 100
+
+_stamp_fd: tuple[int, int] | None = None  # (pid, fd): opened after the fork, in the child
+
+
+def noop(job: Job) -> None:
+    """The drain's job: nothing at all, so only the queue's own cost is measured."""
+
+
+def stamp(job: Job) -> None:
+    """Record ``<job id> <monotonic seconds>`` the moment the handler starts."""
+    started = time.monotonic()
+    os.write(_stamp_file(), f"{job.id} {started!r}\n".encode())
+
+
+def _stamp_file() -> int:
+    global _stamp_fd
+    if _stamp_fd is None or _stamp_fd[0] != os.getpid():
+        path = os.environ[STAMP_FILE_ENV]
+        _stamp_fd = (os.getpid(), os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+    return _stamp_fd[1]
+
+
+def make_pool(url: str | URL | None = None, *, notify: bool = True,
+              concurrency: int = DEFAULT_CONCURRENCY) -> WorkerPool:
+    """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
+    pool = WorkerPool(url, notify=notify)
+    pool.queue(QUEUE, concurrency=concurrency, notify=notify)
+    pool.task(noop, queue=QUEUE)
+    pool.task(stamp, queue=QUEUE)
+    return pool
+
+
+def notify_from_env() -> bool:
+    return os.environ.get(NOTIFY_ENV, "1") != "0"
+
+
+pool = make_pool(
+    notify=notify_from_env(),
+    concurrency=int(os.environ.get(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)),
+)

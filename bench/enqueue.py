@@ -1,0 +1,97 @@
+"""Figure 4, enqueue: bulk ``enqueue_many`` rows/s and single transactional enqueues per second.
+
+Each has a plain-psycopg reference measured in the same run (the floor this machine allows for
+the same rows): a bulk ``INSERT ... SELECT FROM unnest(jsonb[])`` of the payloads alone, and one
+``INSERT`` per ``BEGIN``/``COMMIT``. workerpool adds validation, keys, ids in input order and the
+NOTIFY on top of those.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+
+from workerpool import WorkerPool
+
+from .app import QUEUE, noop
+
+BULK_BATCH = 1000
+
+
+def payloads(count: int, start: int = 0) -> list[tuple[str, dict]]:
+    return [(noop.__name__, {"i": i}) for i in range(start, start + count)]
+
+
+def bulk_rows_per_second(pool: WorkerPool, total: int, batch: int = BULK_BATCH) -> float:
+    """``enqueue_many`` calls of ``batch`` jobs (one transaction each) until ``total`` rows."""
+    batches = [payloads(min(batch, total - start), start) for start in range(0, total, batch)]
+    started = time.perf_counter()
+    for items in batches:
+        pool.enqueue_many(items)
+    return total / (time.perf_counter() - started)
+
+
+def single_per_second(pool: WorkerPool, count: int) -> float:
+    """One job per transaction, written in the caller's transaction (``conn=``), then committed."""
+    started = time.perf_counter()
+    for i in range(count):
+        with pool.engine.begin() as conn:
+            pool.enqueue(noop.__name__, {"i": i}, conn=conn)
+    return count / (time.perf_counter() - started)
+
+
+RAW_BULK_SQL = (
+    "INSERT INTO workerpool_jobs (queue, task, payload)"
+    " SELECT %s, %s, p FROM unnest(%s::jsonb[]) AS p"
+)
+RAW_SINGLE_SQL = (
+    "INSERT INTO workerpool_jobs (queue, task, payload) VALUES (%s, %s, %s) RETURNING id"
+)
+
+
+def raw_bulk_rows_per_second(dsn: str, total: int, batch: int = BULK_BATCH) -> float:
+    """The reference: the same payloads, 1000 per autocommit statement, nothing else."""
+    batches = [[json.dumps({"i": i}) for i in range(start, min(total, start + batch))]
+               for start in range(0, total, batch)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, batches[0][:1]))
+        started = time.perf_counter()
+        for payload_texts in batches:
+            conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, payload_texts))
+        return total / (time.perf_counter() - started)
+
+
+def raw_single_per_second(dsn: str, count: int) -> float:
+    """The reference: ``BEGIN; INSERT ... RETURNING id; COMMIT`` per job on one connection."""
+    with psycopg.connect(dsn) as conn:
+        started = time.perf_counter()
+        for i in range(count):
+            with conn.transaction():
+                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
+        return count / (time.perf_counter() - started)
+
+
+def load_for_drain(pool: WorkerPool, total: int, chunk: int = 5000) -> None:
+    """``total`` no-op jobs in bulk, committed in one transaction so they appear together."""
+    with pool.engine.begin() as conn:
+        for start in range(0, total, chunk):
+            pool.enqueue_many(payloads(min(chunk, total - start), start), conn=conn)
+
+
+def warm_up(pool: WorkerPool) -> None:
+    """Connect and compile the statements once, outside any timed window."""
+    pool.enqueue_many(payloads(10))
+    with pool.engine.begin() as conn:
+        pool.enqueue(noop.__name__, {"warm": True}, conn=conn)
+
+
+__all__ = [
+    "bulk_rows_per_second",
+    "load_for_drain",
+    "raw_bulk_rows_per_second",
+    "raw_single_per_second",
+    "single_per_second",
+    "warm_up",
+]

@@ -1,0 +1,222 @@
+"""One benchmark run: what to measure (Plan), the figures (declare), and the measuring (Bench).
+
+Repeats are interleaved: every repeat runs each throughput configuration once (ceiling, drain
+with one child, drain with two), so slow drift on a shared machine spreads over all of them
+instead of biasing one. Ratios compare medians measured in this same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from workerpool import WorkerPool
+
+from . import ceiling, enqueue, scale, supervised
+from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
+from .database import BenchDatabase
+from .report import Report, Target
+
+log = logging.getLogger("workerpool.bench")
+
+SECTIONS = ("ceiling", "drain", "pickup", "enqueue", "scale", "memory")
+CEILING = "ceiling_jobs_per_s"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and switches of one run (``--quick`` shrinks them for the smoke test)."""
+
+    n: int
+    repeats: int
+    sections: tuple[str, ...]
+    claims: int  # timed claims per round (scale)
+    claim_limit: int  # rows per claim (scale)
+    history: int  # done rows in the large table (scale)
+    backlog: int  # pending rows in the large table (scale)
+    single: int  # single transactional enqueues per repeat
+    pickup_jobs: int
+    pickup_gap_ms: float
+    concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
+    quick: bool = False
+
+    def wants(self, section: str) -> bool:
+        return section in self.sections
+
+
+def declare(report: Report, plan: Plan) -> None:
+    """Every figure this run can produce, with its unit, reference and target."""
+    if plan.wants("ceiling") or plan.wants("drain"):
+        report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
+        report.declare("ceiling_2proc_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       note="the same loop in 2 processes")
+    if plan.wants("drain"):
+        report.declare("drain_1child_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       note="workerpool run, 1 worker child, no-op jobs")
+        report.declare("drain_2children_jobs_per_s", "jobs/s", ratio_to=CEILING,
+                       target=Target(">=", 0.5, on_ratio=True),
+                       note="2 x workerpool run (1 worker child each) on one queue")
+    if plan.wants("pickup"):
+        for mode in ("notify", "poll"):
+            for p in (50, 90, 99):
+                target = None
+                if mode == "notify" and p in (50, 99):
+                    target = Target("<=", 2.0 if p == 50 else 10.0)
+                report.declare(f"pickup_{mode}_p{p}_ms", "ms", target=target)
+    if plan.wants("memory"):
+        report.declare("rss_parent_peak_mb", "MiB", note="VmHWM of the supervisor after a drain")
+        report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 80),
+                       note="VmHWM of a worker child after a drain")
+    if plan.wants("enqueue"):
+        report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
+                       note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
+        report.declare("enqueue_bulk_rows_per_s", "rows/s", ratio_to="enqueue_bulk_raw_rows_per_s",
+                       target=Target(">=", 100_000),
+                       note="enqueue_many, 1000 jobs per call and transaction")
+        report.declare("enqueue_single_raw_tx_per_s", "jobs/s",
+                       note="plain psycopg BEGIN; INSERT; COMMIT per job")
+        report.declare("enqueue_single_tx_per_s", "jobs/s", ratio_to="enqueue_single_raw_tx_per_s",
+                       target=Target(">=", 3_000),
+                       note="enqueue(conn=...) in the caller's transaction, one job per commit")
+    if plan.wants("scale"):
+        empty_p99 = "claim_empty_p99_ms"
+        report.declare("claim_empty_p50_ms", "ms")
+        report.declare(empty_p99, "ms")
+        report.declare("claim_large_p50_ms", "ms", ratio_to="claim_empty_p50_ms")
+        report.declare("claim_large_p99_ms", "ms", ratio_to=empty_p99,
+                       target=Target("<=", 2.0, on_ratio=True))
+
+
+class Bench:
+    """Measures into ``report`` on the private database ``bench_db``."""
+
+    def __init__(self, plan: Plan, bench_db: BenchDatabase, report: Report) -> None:
+        self.plan = plan
+        self.db = bench_db
+        self.report = report
+        self.pool: WorkerPool = make_pool(bench_db.url, concurrency=plan.concurrency)
+        self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False,
+                                                concurrency=plan.concurrency)
+
+    def close(self) -> None:
+        self.pool.dispose()
+        self.quiet_pool.dispose()
+
+    def run(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="wp-bench-") as workdir:
+            self.launcher = supervised.Launcher(self.db, Path(workdir), self.plan.concurrency)
+            for repeat in range(self.plan.repeats):
+                log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
+                self.run_once()
+        if self.plan.wants("scale"):
+            self.measure_scale()
+
+    def run_once(self) -> None:
+        plan = self.plan
+        if plan.wants("ceiling") or plan.wants("drain"):
+            self.measure_ceiling(processes=1, figure=CEILING)
+            self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
+        if plan.wants("drain") or plan.wants("memory"):
+            self.measure_drains()
+        if plan.wants("pickup"):
+            self.measure_pickup(notify=True)
+            self.measure_pickup(notify=False)
+        if plan.wants("enqueue"):
+            self.measure_enqueue()
+
+    # -- (2) drain and (6) memory ----------------------------------------------------------------
+
+    def measure_drains(self) -> None:
+        results = []
+        for children, figure in ((1, "drain_1child_jobs_per_s"), (2, "drain_2children_jobs_per_s")):
+            result = supervised.drain(self.launcher, self.pool, self.plan.n, children,
+                                      enqueue.load_for_drain)
+            results.append(result)
+            log.info("%s: %.0f jobs/s (peak RSS parent %.1f MiB, child %.1f MiB)", figure,
+                     result.jobs_per_s, result.parent_peak_mb, result.child_peak_mb)
+            if self.plan.wants("drain"):
+                self.report.add(figure, result.jobs_per_s)
+        if self.plan.wants("memory"):
+            self.report.add("rss_parent_peak_mb", max(r.parent_peak_mb for r in results))
+            self.report.add("rss_child_peak_mb", max(r.child_peak_mb for r in results))
+
+    # -- (3) pickup latency ----------------------------------------------------------------------
+
+    def measure_pickup(self, *, notify: bool) -> None:
+        mode = "notify" if notify else "poll"
+        enqueuer = self.pool if notify else self.quiet_pool
+        latencies = supervised.pickup_latencies_ms(
+            self.launcher, enqueuer, self.plan.pickup_jobs, self.plan.pickup_gap_ms / 1000.0,
+            notify=notify)
+        p50, p90, p99 = supervised.p50_p90_p99(latencies)
+        for p, value in ((50, p50), (90, p90), (99, p99)):
+            self.report.add(f"pickup_{mode}_p{p}_ms", value)
+        log.info("pickup (%s): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", mode, p50, p90, p99)
+
+    # -- (1) ceiling ---------------------------------------------------------------------------
+
+    def measure_ceiling(self, *, processes: int, figure: str) -> None:
+        self.load_drain_jobs()
+        ceiling.run(self.db.dsn, QUEUE, processes)
+        self.record_drain(figure)
+
+    def load_drain_jobs(self) -> None:
+        self.db.reset()
+        enqueue.load_for_drain(self.pool, self.plan.n)
+        self.db.vacuum()
+
+    def record_drain(self, figure: str) -> None:
+        done, seconds = self.db.drain_window()
+        if done != self.plan.n:
+            raise RuntimeError(f"{figure}: {done} of {self.plan.n} jobs done after the drain")
+        rate = done / seconds if seconds > 0 else float("inf")
+        self.report.add(figure, rate)
+        log.info("%s: %.0f jobs/s (%d jobs in %.3f s)", figure, rate, done, seconds)
+
+    # -- (4) enqueue ---------------------------------------------------------------------------
+
+    def measure_enqueue(self) -> None:
+        n, single = self.plan.n, self.plan.single
+        self.db.reset()
+        self.measure("enqueue_bulk_raw_rows_per_s", enqueue.raw_bulk_rows_per_second,
+                     self.db.dsn, n)
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        self.measure("enqueue_bulk_rows_per_s", enqueue.bulk_rows_per_second, self.pool, n)
+        self.db.reset()
+        self.measure("enqueue_single_raw_tx_per_s", enqueue.raw_single_per_second, self.db.dsn,
+                     single)
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        self.measure("enqueue_single_tx_per_s", enqueue.single_per_second, self.pool, single)
+
+    def measure(self, figure: str, how, *args) -> None:
+        value = how(*args)
+        self.report.add(figure, value)
+        log.info("%s: %.0f", figure, value)
+
+    # -- (5) scale -----------------------------------------------------------------------------
+
+    def measure_scale(self) -> None:
+        plan = self.plan
+        self.db.reset()
+        self.db.load_pending(QUEUE, noop.__name__,
+                             scale.rows_needed(plan.claims, plan.claim_limit, plan.repeats))
+        self.db.vacuum()
+        self.claim_rounds("empty")
+        self.db.reset()
+        self.db.load_finished(QUEUE, noop.__name__, plan.history)
+        self.db.load_pending(QUEUE, noop.__name__, plan.backlog)
+        self.db.vacuum()
+        self.claim_rounds("large")
+
+    def claim_rounds(self, table: str) -> None:
+        scale.warm_up(self.pool, self.plan.claim_limit)
+        for _ in range(self.plan.repeats):
+            latencies = scale.claim_latencies_ms(self.pool, self.plan.claims, self.plan.claim_limit)
+            p50, p99 = scale.p50_p99(latencies)
+            self.report.add(f"claim_{table}_p50_ms", p50)
+            self.report.add(f"claim_{table}_p99_ms", p99)
+            log.info("claim on the %s table: p50 %.3f ms, p99 %.3f ms", table, p50, p99)

@@ -1,0 +1,122 @@
+"""``python -m bench --quick`` works end to end: figures come out as parseable JSON lines.
+
+Never asserts a timing: the figures of a CI machine mean nothing. It proves the harness runs
+against a real server, reports every figure it promises, and cleans up its private database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import URL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXPECTED = {
+    "ceiling_jobs_per_s",
+    "ceiling_2proc_jobs_per_s",
+    "drain_1child_jobs_per_s",
+    "drain_2children_jobs_per_s",
+    *(f"pickup_{mode}_p{p}_ms" for mode in ("notify", "poll") for p in (50, 90, 99)),
+    "rss_parent_peak_mb",
+    "rss_child_peak_mb",
+    "enqueue_bulk_raw_rows_per_s",
+    "enqueue_bulk_rows_per_s",
+    "enqueue_single_raw_tx_per_s",
+    "enqueue_single_tx_per_s",
+    "claim_empty_p50_ms",
+    "claim_empty_p99_ms",
+    "claim_large_p50_ms",
+    "claim_large_p99_ms",
+}
+FIELDS = {"name", "value", "unit", "median_of", "samples", "ratio", "ratio_to", "target", "met"}
+
+
+def libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def run_bench(url: URL, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("WORKERPOOL_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "--url", libpq(url), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def bench_databases(url: URL) -> set[str]:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'wp_bench_%'")
+        return {name for (name,) in rows}
+
+
+@pytest.fixture(scope="module")
+def quick_run(server_url: URL) -> subprocess.CompletedProcess:
+    return run_bench(server_url, "--quick")
+
+
+def figures(result: subprocess.CompletedProcess) -> dict[str, dict]:
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    parsed = [json.loads(line) for line in lines]
+    return {figure["name"]: figure for figure in parsed}
+
+
+def test_quick_run_prints_every_figure_as_a_json_line(quick_run):
+    assert quick_run.returncode == 0, quick_run.stderr
+    found = figures(quick_run)
+    assert set(found) == EXPECTED
+    for figure in found.values():
+        assert set(figure) == FIELDS, figure
+        assert figure["median_of"] == len(figure["samples"]) >= 1
+        assert isinstance(figure["value"], int | float) and figure["value"] > 0, figure
+
+
+def test_ratios_point_at_figures_of_the_same_run(quick_run):
+    found = figures(quick_run)
+    for figure in found.values():
+        if figure["ratio_to"] is not None:
+            assert figure["ratio_to"] in found
+            assert figure["ratio"] == pytest.approx(
+                figure["value"] / found[figure["ratio_to"]]["value"], rel=0.01, abs=0.001
+            )
+    assert found["ceiling_2proc_jobs_per_s"]["ratio_to"] == "ceiling_jobs_per_s"
+    assert found["drain_2children_jobs_per_s"]["ratio_to"] == "ceiling_jobs_per_s"
+    assert found["drain_2children_jobs_per_s"]["target"] == ">= 0.5x"
+    assert found["claim_large_p99_ms"]["target"] == "<= 2x"
+
+
+def test_table_lists_the_figures_and_the_private_database_is_dropped(quick_run, server_url):
+    table = [line for line in quick_run.stdout.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[1].strip() == "figure"
+    assert {line.split("|")[1].strip() for line in table[2:]} == EXPECTED
+    created = re.findall(r"created (wp_bench_[0-9a-f]+)", quick_run.stderr)
+    assert len(created) == 1
+    assert created[0] not in bench_databases(server_url)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--n", "1000"], "--n must be >= 50000"),
+        (["--repeats", "1"], "--repeats must be >= 3"),
+        (["--quick", "--n", "0"], "--n must be >= 1"),
+        (["--quick", "--only", "ceiling,bogus"], "unknown section"),
+        (["--quick", "--concurrency", "1001"], "--concurrency must be within 1..1000"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_database_is_created(server_url, args, message):
+    before = bench_databases(server_url)
+    result = run_bench(server_url, *args, timeout=30)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == ""
+    assert bench_databases(server_url) <= before
