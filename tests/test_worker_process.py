@@ -123,6 +123,11 @@ class PrivateCluster:
                     "start")
 
     def close(self) -> None:
+        # pgserver's cleanup() does not stop a postmaster that pg_ctl (re)started: stop it here.
+        try:
+            self.stop("immediate")
+        except Exception:  # already stopped
+            pass
         self.server.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
 
