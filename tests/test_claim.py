@@ -252,3 +252,16 @@ def test_worker_registry_register_beat_prune(app, sql):
         assert queries.beat_worker(conn, "h:2:b") is False
         queries.unregister_worker(conn, "h:1:a")
     assert sql("SELECT count(*) FROM workerpool_workers") == [(0,)]
+
+
+def test_crash_release_spreads_the_jobs_that_died_together(app, sql):
+    app.enqueue_many([("work", {"n": i}) for i in range(40)])
+    claim(app, "crashed", limit=40)
+    sql("UPDATE workerpool_jobs SET attempts = 2")  # second crash: window 0..1 s
+    with app.engine.begin() as conn:
+        queries.release_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
+    offsets = [r[0] for r in sql(  # run_at relative to the release's own now()
+        "SELECT extract(epoch FROM run_at - (errors->-1->>'at')::timestamptz)::float"
+        " FROM workerpool_jobs")]
+    assert all(0 <= o <= 1 for o in offsets), offsets
+    assert len({round(o, 3) for o in offsets}) > 20  # not one instant: no herd re-claimed at once

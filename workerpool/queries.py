@@ -480,13 +480,24 @@ def save_checkpoint(conn: Connection, lease: Lease, checkpoint_json: str) -> boo
 # recovery
 
 
+#: A crashed process's jobs come back spread over ``random() * min(cap, 0.5 s * 2^(attempts-1))``:
+#: jobs that died together (a poison message and its innocent neighbours in one process) are
+#: then rarely claimed together again, so the neighbours do not spend their attempts with it.
+ORPHAN_SPREAD_CAP = 30.0
+
+
+def _orphan_spread():
+    window = func.least(ORPHAN_SPREAD_CAP, 0.5 * func.power(2.0, jobs.c.attempts - 1))
+    return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, func.random() * window)
+
+
 def _orphan_values(error: Mapping[str, Any]) -> dict[str, Any]:
     exhausted = jobs.c.attempts >= jobs.c.max_attempts
     return {
         "state": case((exhausted, "dead"), else_="pending"),
         "dead_reason": case((exhausted, "abandoned"), else_=None),
         "finished_at": case((exhausted, func.now()), else_=None),
-        "run_at": case((exhausted, jobs.c.run_at), else_=func.now()),
+        "run_at": case((exhausted, jobs.c.run_at), else_=_orphan_spread()),
         "errors": _errors_append(error),
     }
 
