@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine
@@ -20,6 +21,7 @@ log = logging.getLogger("workerpool.db")
 
 URL_ENV = "WORKERPOOL_DATABASE_URL"
 EMBEDDED_DIR_ENV = "WORKERPOOL_EMBEDDED_DIR"
+PGBOUNCER_ENV = "WORKERPOOL_PGBOUNCER"
 DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
 
 #: libpq settings that bound every network wait, so a black-holed connection errors out.
@@ -74,14 +76,27 @@ def embedded_url() -> URL:
         ) from None
     data_dir = embedded_dir()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir, cleanup_mode=None)
+    with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        server = pgserver.get_server(data_dir, cleanup_mode=None)
     log.debug("embedded PostgreSQL at %s", data_dir)
     return normalise(make_url(server.get_uri()))
+
+
+def transaction_pooling() -> bool:
+    """``$WORKERPOOL_PGBOUNCER=1``: connections go through PgBouncer in transaction pooling mode.
+
+    Then no session state is used: no server-side prepared statements and no LISTEN (workers
+    rely on polling; NOTIFY at enqueue is harmless and stays).
+    """
+    return os.environ.get(PGBOUNCER_ENV, "").lower() in ("1", "true", "yes", "on")
 
 
 def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Engine:
     """An engine for one process. Never share it across a fork: build a new one in the child."""
     args = dict(CONNECT_ARGS, application_name=application_name)
+    if transaction_pooling():
+        args["prepare_threshold"] = None
     if url.query.get("host", "").startswith("/"):
         args.pop("tcp_user_timeout")  # unix socket: no TCP
     return create_engine(

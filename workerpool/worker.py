@@ -660,7 +660,7 @@ class Worker:
         size = min(self.spec.concurrency, 16) + 2  # handler checkpoints + the main loop
         self.engine = db.create(self.pool.url, application_name=name, pool_size=size)
         self._threads.start()
-        if self.spec.notify and self.pool.notify:
+        if self.spec.notify and self.pool.notify and not db.transaction_pooling():
             self._listener = Listener(self.pool, self.queue, self._wake)
             self._listener.start()
 
