@@ -144,8 +144,8 @@ def launch(db_url: URL, bouncer: Bouncer, tmp_path: Path) -> Iterator:
         heartbeat_dir.mkdir(mode=0o700)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        env.update(WORKERPOOL_DATABASE_URL=bouncer.url(db_url).render_as_string(hide_password=False),
-                   PYTHONPATH=str(ROOT))
+        url = bouncer.url(db_url).render_as_string(hide_password=False)
+        env.update(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(ROOT))
         if pgbouncer_mode:
             env[db.PGBOUNCER_ENV] = "1"
         log_path = tmp_path / f"supervisor{len(running)}.log"
@@ -257,7 +257,7 @@ def test_without_the_flag_transaction_pooling_breaks_prepared_statements(launch,
 
 
 def test_migrate_through_the_bouncer(bouncer, empty_db_url, tmp_path):
-    """`workerpool migrate` is one transaction of distinct statements: it works through the bouncer."""
+    """`workerpool migrate` (one transaction of distinct statements) works through the bouncer."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
     env.update({"WORKERPOOL_DATABASE_URL":
                 bouncer.url(empty_db_url).render_as_string(hide_password=False),
