@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -68,9 +68,12 @@ class Lease:
     worker: str
 
 
-@dataclass(frozen=True)
-class NewJob:
-    """A validated row to insert (built by WorkerPool, never by users)."""
+class NewJob(NamedTuple):
+    """A validated row to insert (built by WorkerPool, never by users).
+
+    A NamedTuple, not a frozen dataclass: built once per enqueued job, and a frozen dataclass's
+    ``__init__`` costs ~1.8 us against ~0.3 us.
+    """
 
     queue: str
     task: str
