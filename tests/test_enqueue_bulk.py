@@ -61,3 +61,12 @@ def test_a_conflict_late_in_a_keyed_batch_rolls_back_its_new_rows(app, sql):
     with pytest.raises(IdempotencyConflict, match="held"):
         app.enqueue_many([("work", {"n": 0}, {"key": "new"}), ("work", {"n": 9}, {"key": "held"})])
     assert sql("SELECT key FROM workerpool_jobs") == [("held",)]
+
+
+@pytest.mark.parametrize("item", [("work",), ("work", {}, {}, "extra"), "work", ("work", {}, "key")])
+def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, item):
+    from workerpool import InvalidJob
+
+    with pytest.raises(InvalidJob, match="task, payload"):
+        app.enqueue_many([("work", {"n": 0}), item])
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
