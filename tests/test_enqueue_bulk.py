@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workerpool import IdempotencyConflict, WorkerPool
+from workerpool import IdempotencyConflict, InvalidJob, WorkerPool
 
 
 @pytest.fixture
@@ -63,10 +63,11 @@ def test_a_conflict_late_in_a_keyed_batch_rolls_back_its_new_rows(app, sql):
     assert sql("SELECT key FROM workerpool_jobs") == [("held",)]
 
 
-@pytest.mark.parametrize("item", [("work",), ("work", {}, {}, "extra"), "work", ("work", {}, "key")])
-def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, item):
-    from workerpool import InvalidJob
+MALFORMED = [("work",), ("work", {}, {}, "extra"), "work", ("work", {}, "key")]
 
+
+@pytest.mark.parametrize("item", MALFORMED)
+def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, item):
     with pytest.raises(InvalidJob, match="task, payload"):
         app.enqueue_many([("work", {"n": 0}), item])
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]

@@ -416,7 +416,9 @@ class WorkerPool:
             return self.build(item[0], item[1])
         if isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping):
             return self.build(item[0], item[1], **item[2])
-        raise InvalidJob(f"each job is (task, payload) or (task, payload, options), got {item!r:.80}")
+        raise InvalidJob(
+            f"each job is (task, payload) or (task, payload, options), got {item!r:.80}"
+        )
 
     @contextmanager
     def _single_statement(self) -> Iterator[Connection]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
-from operator import itemgetter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
