@@ -71,3 +71,16 @@ def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, ite
     with pytest.raises(InvalidJob, match="task, payload"):
         app.enqueue_many([("work", {"n": 0}), item])
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
+def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def batch(first: int) -> list[int]:
+        return app.enqueue_many([("work", {"n": first + n}) for n in range(2000)])
+
+    with ThreadPoolExecutor(2) as run:  # the two statements draw from the sequence at once
+        results = list(run.map(batch, (0, 10_000)))
+    stored = payload_by_id(sql)
+    for first, ids in zip((0, 10_000), results, strict=True):
+        assert [stored[job_id] for job_id in ids] == [first + n for n in range(2000)]
