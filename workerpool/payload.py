@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
 from .errors import PayloadError, PayloadTooLarge
@@ -16,18 +19,70 @@ MAX_INT_DIGITS = 4000
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _refuse_unknown(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def _build_fast_encode() -> Callable[[Any], str]:
+    """The C encoder called directly: ``JSONEncoder.encode`` rebuilds it on every call."""
+    if c_make_encoder is None:  # a Python without the _json accelerator
+        return _ENCODER.encode
+    # markers=None: no circular check; a cycle ends in RecursionError and the walk names it.
+    encode = c_make_encoder(
+        None, _refuse_unknown, encode_basestring, None, ":", ",", False, False, False
+    )
+    return lambda value: "".join(encode(value, 0))
+
+
+_fast_encode = _build_fast_encode()
+_scan = json.JSONDecoder().scan_once
+_LONG_NUMBER = re.compile(r"\d{%d}" % (MAX_INT_DIGITS + 1))
+
+
 def dumps(
     payload: Any, *, limit: int = DEFAULT_PAYLOAD_LIMIT, what: str = "payload", object_only=True
 ) -> str:
-    """Validate ``payload`` as a JSON object (or any JSON value) and return compact JSON text."""
+    """Validate ``payload`` as a JSON object (or any JSON value) and return compact JSON text.
+
+    Fast path: encode in C and check the text; only when the text cannot prove the value plain
+    JSON does :func:`check_value` walk it, to accept it or to name the path of the problem.
+    """
     if object_only and not isinstance(payload, dict):
         raise PayloadError(f"{what} must be a JSON object (dict), got {type(payload).__name__}")
-    check_value(payload, "$", 0, what)
-    text = _ENCODER.encode(payload)
+    text = _encode_plain(payload)
+    if text is None:
+        check_value(payload, "$", 0, what)  # raises, naming the path, unless a false alarm
+        text = _ENCODER.encode(payload)
     size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadTooLarge(size, limit)
     return text
+
+
+def _encode_plain(value: Any) -> str | None:
+    """JSON text for ``value`` when the text itself shows that the value passes
+    :func:`check_value`; None when it may not (then the walk decides).
+
+    Each walk check has a text-side witness: an unknown type, NaN/Infinity, a cycle or a
+    too-long int fails the C encoder; a lone surrogate fails UTF-8 encoding; ``\\x00`` is
+    escaped as ``\\u0000``; depth needs more than MAX_DEPTH brackets; an int of too many digits
+    shows as a long digit run; a non-string key or a tuple is coerced by the encoder, so the
+    text does not decode back to an equal value. False alarms only cost the walk.
+    """
+    try:
+        text = _fast_encode(value)
+        text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return None
+    if "\\u0000" in text or text.count("{") + text.count("[") > MAX_DEPTH:
+        return None
+    if len(text) > MAX_INT_DIGITS and _LONG_NUMBER.search(text):
+        return None
+    try:
+        decoded, end = _scan(text, 0)
+    except (ValueError, StopIteration, RecursionError):
+        return None
+    return text if end == len(text) and decoded == value else None
 
 
 def check_value(value: Any, path: str, depth: int, what: str = "payload") -> None:

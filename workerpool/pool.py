@@ -6,7 +6,8 @@ import inspect
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -356,18 +357,17 @@ class WorkerPool:
     ) -> queries.NewJob:
         """Validate one job. Raises a named error for any bad input; touches no database."""
         spec = self.task_spec(task)
-        return queries.NewJob(
-            queue=spec.queue,
-            task=spec.name,
-            payload_json=dumps({} if payload is None else payload, limit=self.payload_limit),
-            payload_version=spec.version,
-            priority=spec.priority if priority is None else check_priority(priority),
-            max_attempts=spec.max_attempts if max_attempts is None else check_max_attempts(
-                max_attempts, InvalidJob
-            ),
-            key=check_key(key),
-            run_at=check_run_at(run_at),
-            delay=check_delay(delay, run_at),
+        return queries.NewJob(  # positional, and option checks only when given: this is per row
+            spec.queue,
+            spec.name,
+            dumps({} if payload is None else payload, limit=self.payload_limit),
+            spec.version,
+            spec.priority if priority is None else check_priority(priority),
+            spec.max_attempts if max_attempts is None
+            else check_max_attempts(max_attempts, InvalidJob),
+            None if key is None else check_key(key),
+            None if run_at is None else check_run_at(run_at),
+            None if delay is None else check_delay(delay, run_at),
         )
 
     def enqueue(
@@ -386,7 +386,7 @@ class WorkerPool:
         row = self.build(task, payload, **options)
         if conn is not None:
             return queries.insert_one(conn, row, notify_queue=self.notify)
-        with self.engine.begin() as own:
+        with self._single_statement() as own:  # a taken key writes nothing: no rollback needed
             return queries.insert_one(own, row, notify_queue=self.notify)
 
     def enqueue_many(
@@ -401,12 +401,31 @@ class WorkerPool:
         Each item is ``(task, payload)`` or ``(task, payload, options)`` where options are the
         keyword arguments of :meth:`enqueue`. Every item is validated before anything is written.
         """
-        rows = [self.build(item[0], item[1], **(item[2] if len(item) > 2 else {})) for item in jobs]
+        rows = [self._build_item(item) for item in jobs]
         rows = _dedupe_within_batch(rows)
         if conn is not None:
             return self._write(conn, rows)
-        with self.engine.begin() as own:
+        if all(row.key is None for row in rows):  # no key, no conflict: nothing to roll back
+            with self._single_statement() as own:
+                return self._write(own, rows)
+        with self.engine.begin() as own:  # a taken key may raise after new rows are in
             return self._write(own, rows)
+
+    def _build_item(self, item: Any) -> queries.NewJob:
+        if isinstance(item, tuple | list) and len(item) == 2:
+            return self.build(item[0], item[1])
+        if isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping):
+            return self.build(item[0], item[1], **item[2])
+        raise InvalidJob(
+            f"each job is (task, payload) or (task, payload, options), got {item!r:.80}"
+        )
+
+    @contextmanager
+    def _single_statement(self) -> Iterator[Connection]:
+        """A connection in autocommit, for a write that is one statement: the statement is its
+        own transaction, which saves the BEGIN and COMMIT round trips."""
+        with self.engine.connect() as own:
+            yield own.execution_options(isolation_level="AUTOCOMMIT")
 
     def _write(self, conn: Connection, rows: list[queries.NewJob]) -> list[int]:
         return queries.insert_jobs(conn, rows, notify=self.notify)

@@ -1,0 +1,86 @@
+"""enqueue_many's one statement: ids line up with the input however keys and new rows mix."""
+
+from __future__ import annotations
+
+import pytest
+
+from workerpool import IdempotencyConflict, InvalidJob, WorkerPool
+
+
+@pytest.fixture
+def app(pool: WorkerPool) -> WorkerPool:
+    @pool.task(queue="bulk")
+    def work(job):
+        return None
+
+    return pool
+
+
+def payload_by_id(sql) -> dict[int, int]:
+    return dict(sql("SELECT id, (payload->>'n')::int FROM workerpool_jobs"))
+
+
+def test_large_batch_without_keys_returns_ids_in_input_order(app, sql):
+    ids = app.enqueue_many([("work", {"n": n}) for n in range(3000)])
+    stored = payload_by_id(sql)
+    assert [stored[job_id] for job_id in ids] == list(range(3000))
+
+
+def test_mixed_batch_lines_up_new_taken_and_repeated_keys(app, sql):
+    taken = app.enqueue("work", {"n": 100}, key="taken")
+    items = [
+        ("work", {"n": 0}),
+        ("work", {"n": 100}, {"key": "taken"}),  # an earlier job holds it: that job's id
+        ("work", {"n": 2}, {"key": "fresh"}),
+        ("work", {"n": 3}),
+        ("work", {"n": 2}, {"key": "fresh"}),  # same job twice in one batch: one row
+        ("work", {"n": 100}, {"key": "taken"}),
+        ("work", {"n": 6}, {"delay": 60}),
+        ("work", {"n": 7}, {"key": "last"}),
+    ]
+    ids = app.enqueue_many(items)
+    assert ids[1] == ids[5] == taken
+    assert ids[2] == ids[4]
+    assert len(set(ids)) == 6
+    stored = payload_by_id(sql)
+    assert [stored[job_id] for job_id in ids] == [0, 100, 2, 3, 2, 100, 6, 7]
+    keys = dict(sql("SELECT id, key FROM workerpool_jobs WHERE key IS NOT NULL"))
+    assert (keys[ids[2]], keys[ids[7]]) == ("fresh", "last")
+    assert len(stored) == 6  # the earlier job plus five new rows
+
+
+def test_a_batch_whose_keys_are_all_taken_writes_nothing_and_returns_the_holders(app, sql):
+    first = app.enqueue_many([("work", {"n": n}, {"key": f"k{n}"}) for n in range(5)])
+    again = app.enqueue_many([("work", {"n": n}, {"key": f"k{n}"}) for n in reversed(range(5))])
+    assert again == list(reversed(first))
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(5,)]
+
+
+def test_a_conflict_late_in_a_keyed_batch_rolls_back_its_new_rows(app, sql):
+    app.enqueue("work", {"n": 1}, key="held")
+    with pytest.raises(IdempotencyConflict, match="held"):
+        app.enqueue_many([("work", {"n": 0}, {"key": "new"}), ("work", {"n": 9}, {"key": "held"})])
+    assert sql("SELECT key FROM workerpool_jobs") == [("held",)]
+
+
+MALFORMED = [("work",), ("work", {}, {}, "extra"), "work", ("work", {}, "key")]
+
+
+@pytest.mark.parametrize("item", MALFORMED)
+def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, item):
+    with pytest.raises(InvalidJob, match="task, payload"):
+        app.enqueue_many([("work", {"n": 0}), item])
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
+def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def batch(first: int) -> list[int]:
+        return app.enqueue_many([("work", {"n": first + n}) for n in range(2000)])
+
+    with ThreadPoolExecutor(2) as run:  # the two statements draw from the sequence at once
+        results = list(run.map(batch, (0, 10_000)))
+    stored = payload_by_id(sql)
+    for first, ids in zip((0, 10_000), results, strict=True):
+        assert [stored[job_id] for job_id in ids] == [first + n for n in range(2000)]
