@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import warnings
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DisconnectionError
 
 from .errors import ConfigError, DatabaseNotConfigured
 
@@ -102,42 +99,11 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
         args["prepare_threshold"] = None
     if url.query.get("host", "").startswith("/"):
         args.pop("tcp_user_timeout")  # unix socket: no TCP
-    engine = create_engine(
+    return create_engine(
         url,
         connect_args=args,
-        pool_pre_ping=False,  # replaced by ping_idle_checkouts: no round trip on a hot connection
+        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=3600,
     )
-    ping_idle_checkouts(engine)
-    return engine
-
-
-#: A pooled connection that sat idle longer than this (seconds) is pinged before it is handed
-#: out; one checked in moments ago is not. SQLAlchemy's ``pool_pre_ping`` pings on every
-#: checkout: ~0.2 ms, a round trip per transaction (measured: ~15 % of a transactional enqueue).
-#: A server restart or an idle-connection drop leaves connections idle far longer than this, so
-#: they are still pinged and replaced before use.
-PING_AFTER_IDLE = 1.0
-
-
-def ping_idle_checkouts(engine: Engine, idle: float | None = None) -> None:
-    """Pessimistic disconnect handling, only for connections idle longer than ``idle``
-    (default :data:`PING_AFTER_IDLE`); a failed ping makes the pool connect afresh."""
-    idle = PING_AFTER_IDLE if idle is None else idle
-
-    @event.listens_for(engine, "checkin")
-    def stamp(dbapi_connection: Any, record: Any) -> None:
-        record.info["workerpool_idle_since"] = time.monotonic()
-
-    @event.listens_for(engine, "checkout")
-    def ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        since = record.info.get("workerpool_idle_since")
-        if since is None or time.monotonic() - since <= idle:
-            return  # a new connection, or one in use a moment ago
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except engine.dialect.loaded_dbapi.Error as exc:
-            log.info("pooled connection is dead; reconnecting", extra={"event": "db_reconnect"})
-            raise DisconnectionError("ping of an idle pooled connection failed") from exc
