@@ -280,6 +280,12 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
         run = supervise(db_url)
         for round_ in range(1, 5):
             wait_until(lambda r=round_: counts(sql).get("done", 0) >= 10 * r, 30)
+            # prefetched jobs run on during the outage, so one write may finish several rounds'
+            # worth of jobs: kill only once the child has reconnected
+            wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE datname = current_database()"
+                                   " AND application_name = 'workerpool:work'")[0][0] >= 1,
+                       30, message="the child reconnected")
             killed = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                          " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                          " AND application_name LIKE 'workerpool%%'")
