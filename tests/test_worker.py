@@ -56,7 +56,7 @@ def job_row(sql, job_id: int) -> dict:
 
 
 def test_concurrency_overlaps_jobs_and_claims_only_free_slots(pool, sql):
-    pool.queue("q", concurrency=4, poll_interval=0.05)
+    pool.queue("q", concurrency=4, prefetch=0, poll_interval=0.05)  # tests/test_prefetch.py: >0
     active, peak, processing, lock = [0], [0], [], threading.Lock()
     gate = threading.Barrier(4, timeout=10)
 
@@ -175,7 +175,8 @@ def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_reject
     pool, sql, monkeypatch
 ):
     monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "500")
-    pool.queue("q", concurrency=1, poll_interval=0.05)
+    # prefetch=0: with buffer room the first worker could re-claim its own stale job itself
+    pool.queue("q", concurrency=1, prefetch=0, poll_interval=0.05)
     runs: list[int] = []
     second_done = threading.Event()
 

@@ -278,8 +278,17 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
     try:
         pool.enqueue_many([("nap", {"seconds": 0.05}) for _ in range(60)])
         run = supervise(db_url)
+        last_kill = sql("SELECT now() - interval '1 hour'")[0][0]
         for round_ in range(1, 5):
             wait_until(lambda r=round_: counts(sql).get("done", 0) >= 10 * r, 30)
+            # prefetched jobs run on during the outage, so one write may finish several rounds'
+            # worth of jobs: kill only once the child has reconnected (a backend started after
+            # the last kill; a killed one may still be listed while it exits)
+            wait_until(lambda since=last_kill: sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'workerpool:work' AND backend_start > %s",
+                since)[0][0] >= 1, 30, message="the child reconnected")
+            last_kill = sql("SELECT clock_timestamp()")[0][0]
             killed = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                          " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                          " AND application_name LIKE 'workerpool%%'")

@@ -33,12 +33,14 @@ class Job:
     )
 
     @classmethod
-    def from_row(cls, row: Any, worker: str = "", saver: Callable | None = None) -> Job:
+    def from_row(cls, row: Any, worker: str = "", saver: Callable | None = None,
+                 payload: dict[str, Any] | None = None) -> Job:
+        """``payload``: the row's payload brought to the task's current shape (default: as is)."""
         return cls(
             id=row.id,
             queue=row.queue,
             task=row.task,
-            payload=row.payload,
+            payload=row.payload if payload is None else payload,
             payload_version=row.payload_version,
             attempt=row.attempts,
             max_attempts=row.max_attempts,

@@ -18,6 +18,8 @@ MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 8000
 
 DONE, FAIL, PERMANENT, SNOOZE, RELEASE = "done", "fail", "permanent", "snooze", "release"
+#: A prefetched job given back before its handler started: nothing ran, nothing to record.
+UNSTARTED = "unstarted"
 
 
 @dataclass(frozen=True)
@@ -141,19 +143,26 @@ def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | No
         return "pending" if queries.snooze(conn, lease, outcome.delay) else None
     if outcome.kind == RELEASE:
         return "pending" if queries.release(conn, lease, outcome.error) else None
+    if outcome.kind == UNSTARTED:
+        return "pending" if queries.unclaim(conn, lease.worker, [(lease.job_id, lease.attempt)]) \
+            else None
     raise ValueError(f"unknown outcome {outcome.kind!r}")
 
 
 def record_many(
     conn: Connection, worker: str, results: Sequence[tuple[queries.Lease, Outcome]]
 ) -> dict[int, str | None]:
-    """Write a batch of outcomes: every ``done`` in one statement, the rest one by one."""
-    done = [(lease.job_id, lease.attempt) for lease, outcome in results if outcome.kind == DONE]
-    applied = queries.complete(conn, worker, done)
-    states: dict[int, str | None] = {job_id: "done" for job_id in applied}
-    for job_id, _ in done:
-        states.setdefault(job_id, None)
+    """Write a batch of outcomes: every ``done`` in one statement, every ``unstarted`` in one,
+    the rest one by one."""
+    states: dict[int, str | None] = {}
+    for kind, write, state in ((DONE, queries.complete, "done"),
+                               (UNSTARTED, queries.unclaim, "pending")):
+        leases = [(lease.job_id, lease.attempt) for lease, outcome in results
+                  if outcome.kind == kind]
+        if leases:
+            applied = write(conn, worker, leases)
+            states.update((job_id, state if job_id in applied else None) for job_id, _ in leases)
     for lease, outcome in results:
-        if outcome.kind != DONE:
+        if outcome.kind not in (DONE, UNSTARTED):
             states[lease.job_id] = record(conn, lease, outcome)
     return states

@@ -46,12 +46,24 @@ def _positive(name: str, value: Any, *, minimum: float = 0.0, allow_none: bool =
     return value
 
 
+#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch): chosen by measurement,
+#: see README "Performance".
+DEFAULT_PREFETCH = 50
+
+
 @dataclass(frozen=True)
 class QueueSpec:
-    """One worker type: the supervisor forks one child process per queue."""
+    """One worker type: the supervisor forks one child process per queue.
+
+    ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
+    slots, leased and waiting in claim order for the next free slot (0: claim only into free
+    slots). It lets one claim fetch many rows; it is also how much of a backlog one child can
+    hold back from other replicas, so keep it small.
+    """
 
     name: str
     concurrency: int = 10
+    prefetch: int = DEFAULT_PREFETCH
     stale_after: float = 300.0
     drain_timeout: float = 30.0
     hang_timeout: float = 60.0
@@ -64,6 +76,10 @@ class QueueSpec:
             raise ConfigError(f"queue {self.name}: concurrency must be an int")
         if not 1 <= self.concurrency <= 1000:
             raise ConfigError(f"queue {self.name}: concurrency must be within 1..1000")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
+            raise ConfigError(f"queue {self.name}: prefetch must be an int")
+        if not 0 <= self.prefetch <= 1000:
+            raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
         _positive(f"queue {self.name}: stale_after", self.stale_after, minimum=0)
         _positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
         _positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)

@@ -958,6 +958,28 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
     )
     return list(conn.execute(stmt))
 
+# ---------------------------------------------------------------------------------------------
+# prefetch: claimed jobs a worker gives back before any handler started them
+
+
+def unclaim(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+    """Give back prefetched jobs that never started: ``pending``, attempt refunded, no error.
+
+    ``run_at`` is kept, so each job keeps its place in line (it is already due). Fenced on the
+    leases like every finishing write; returns the ids given back.
+    """
+    if not leases:
+        return set()
+    return set(conn.execute(_UNCLAIM, _lease_params(worker, leases)).scalars())
+
+
+_UNCLAIM = (
+    update(jobs)
+    .where(_FENCE_MANY)
+    .values(state="pending", attempts=jobs.c.attempts - 1)
+    .returning(jobs.c.id)
+)
+
 __all__ = [
     "DEAD_COLUMNS",
     "Lease",
@@ -1003,4 +1025,6 @@ __all__ = [
     "reset_cron",
     "state_counts",
     "unrunnable",
+    # prefetch
+    "unclaim",
 ]

@@ -11,10 +11,19 @@ Each pass of the main loop:
   2. renews the leases that are due (first thing after a database outage, before any claim),
   3. fails jobs that overran their ``timeout`` (and asks for a recycle if one will not stop),
   4. writes finished outcomes in one batch, fenced on each lease,
-  5. claims as many jobs as there are free slots,
+  5. claims into its free room (``concurrency`` handler slots plus ``prefetch`` buffered jobs)
+     when a handler slot is idle or at least half the prefetch buffer has been used up;
+     otherwise outcomes wait, at most OUTCOME_FLUSH seconds, to ride with the next claim,
   6. reports a tick (the heartbeat) if the pass reached the database,
-then waits for a notification, a finished job, a stop request or the next deadline (poll
-interval, lease renewal, job timeout), whichever comes first. While the database is unreachable
+then waits for a notification, a finished job that left the buffer low, a stop request or the
+next deadline (poll interval, lease renewal, job timeout, outcome flush), whichever comes first.
+
+Prefetch: claimed jobs beyond the free handler slots wait, leased (renewal covers them), in the
+handler threads' FIFO queue in claim order (priority first); a handler thread that finishes
+takes the next one at once, without a round trip through the main loop. A job's ``timeout``
+starts when its handler starts. On drain, jobs no handler has started are given back at once
+(``pending``, attempt refunded, ``run_at`` kept, no error entry: nothing ran); a crashed
+process's buffered jobs are released with its other claims. While the database is unreachable
 it retries with capped backoff, keeps handlers running, keeps their outcomes, and sends no tick.
 
 Built before a fork, started after it: ``__init__`` opens nothing; ``run()`` creates the engine,
@@ -37,7 +46,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import psycopg
@@ -50,6 +59,7 @@ from .jobs import Job, new_worker_id
 from .outcome import (
     FAIL,
     PERMANENT,
+    UNSTARTED,
     Outcome,
     classify,
     error_entry,
@@ -73,6 +83,7 @@ RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
 REGISTRY_BEAT = 10.0  # seconds between beats at most (status: live if seen within 60 s)
 RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
 LISTEN_SLICE = 0.25  # seconds the listener waits for notifications before checking for a stop
+OUTCOME_FLUSH = 0.1  # seconds a finished job's outcome may wait to ride with the next claim
 
 #: Limits on every transaction the worker runs (seconds; set locally, PgBouncer-safe).
 STATEMENT_TIMEOUT = 15.0
@@ -94,14 +105,16 @@ class InFlight:
 
     lease: queries.Lease
     spec: TaskSpec
-    started: float  # monotonic
-    deadline: float | None  # monotonic; None when the task has no timeout
+    started: float  # monotonic: when claimed, then when its handler started
+    deadline: float | None  # monotonic; None when the task has no timeout or has not started
     thread: int | None = None  # ident of the handler thread
     future: concurrent.futures.Future | None = None  # set for async handlers
     returned: bool = False  # the handler is no longer running
     timed_out: bool = False  # the timeout, not the handler, decided the outcome
     recorded: bool = False  # the outcome is written (or was fenced out)
     lost: bool = False  # another process owns the row now
+    begun: bool = False  # a handler thread took it from the buffer (under ``_settle``)
+    withdrawn: bool = False  # taken back from the buffer before any handler started it
 
     @property
     def holds_lease(self) -> bool:
@@ -147,6 +160,7 @@ class Counters:
     finished: int = 0
     lost: int = 0
     released: int = 0
+    unstarted: int = 0  # prefetched jobs given back without running
     timeouts: int = 0
     db_errors: int = 0
     states: dict[str, int] = field(default_factory=dict)
@@ -175,6 +189,10 @@ class HandlerThreads:
 
     def submit(self, call: Callable[[], None]) -> None:
         self._calls.put(call)
+
+    def waiting(self) -> int:
+        """Calls submitted that no thread has taken yet (the prefetch buffer)."""
+        return self._calls.qsize()
 
     def shutdown(self) -> None:
         """Let idle threads exit; busy ones finish their call first (nobody waits for them)."""
@@ -213,6 +231,10 @@ class Worker:
         # also the beat of the workers registry: `workerpool status` needs one every few seconds
         self.renew_every = min(self.stale_after / 3, REGISTRY_BEAT)
         self.renew_leases = os.environ.get(FAULT_ENV, "") != "no_lease_renewal"
+        self.capacity = self.spec.concurrency + self.spec.prefetch  # jobs held at most
+        self._refill = max(1, self.spec.prefetch // 2)  # claim no fewer while slots are busy
+        self._next_wake = 0.0  # monotonic: when the main loop wakes at the latest
+        self._last_write = 0.0  # monotonic: the last outcomes write
         self.counters = Counters()
         self.engine: Engine | None = None
         self._in_flight: dict[int, InFlight] = {}
@@ -285,9 +307,9 @@ class Worker:
             self._renew_if_due()
             self._collect_results()
             self._enforce_timeouts()
-            if claiming and self._free_slots() > 0:
+            if claiming and self._should_claim():
                 self._write_outcomes_and_claim()
-            else:
+            elif not claiming or self._outcomes_due():
                 self._write_outcomes()
             self._beat_if_quiet()
         except DATABASE_ERRORS as exc:
@@ -315,7 +337,11 @@ class Worker:
         due += [deadline - now for deadline in self._deadlines()]
         if until is not None:
             due.append(until - now)
-        self._wake.wait(max(0.0, min(due)))
+        if self.spec.prefetch and (self._in_flight or self._unwritten):
+            due.append(OUTCOME_FLUSH)  # handlers do not wake the loop while the buffer is deep
+        timeout = max(0.0, min(due))
+        self._next_wake = now + timeout
+        self._wake.wait(timeout)
         self._wake.clear()
 
     def _deadlines(self) -> Iterator[float]:
@@ -356,6 +382,7 @@ class Worker:
             self._drop_main_connection()
             raise
         self._reached_db = True
+        self._last_contact = time.monotonic()
 
     @staticmethod
     def _bound(conn: Connection) -> None:
@@ -418,7 +445,7 @@ class Worker:
                                         [(f.lease.job_id, f.lease.attempt) for f in held])
             registered = queries.beat_worker(conn, self.id)
         if renewing:
-            self._mark_lost(f for f in held if f.lease.job_id not in renewed)
+            self._mark_lost([f for f in held if f.lease.job_id not in renewed])
         if not registered:
             self._registered = False  # pruned while we were away: register again
         self._last_renew, self._renew_now = now, False
@@ -431,6 +458,26 @@ class Worker:
                 log.warning("lease lost on job %s: another process may run it",
                             flight.lease.job_id,
                             extra={"event": "lease_lost", "job_id": flight.lease.job_id})
+                if self._withdraw(flight):  # still buffered: never start it
+                    flight.recorded = True  # nothing to write: the row is not ours
+                    self._retire(flight)
+
+    def _withdraw(self, flight: InFlight) -> bool:
+        """Take a buffered job back before a handler starts it; False if one already has."""
+        with self._settle:
+            if flight.begun or flight.withdrawn or flight.returned:
+                return False
+            flight.withdrawn = flight.returned = True
+            return True
+
+    def _withdraw_unstarted(self) -> None:
+        """Drain: give back at once every buffered job no handler has started."""
+        taken = [f for f in list(self._in_flight.values()) if self._withdraw(f)]
+        if not taken:
+            return
+        self._unwritten += [(flight, Outcome(UNSTARTED)) for flight in taken]
+        log.info("giving back %d prefetched job(s) no handler started", len(taken),
+                 extra={"event": "prefetch_returned", "queue": self.queue, "count": len(taken)})
 
     def _collect_results(self) -> None:
         while True:
@@ -450,6 +497,7 @@ class Worker:
         batch = self._unwritten
         with self._transaction() as conn:
             states = record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
+        self._last_write = time.monotonic()
         self._outcomes_written(batch, states)
 
     def _outcomes_written(self, batch: list[tuple[InFlight, Outcome]],
@@ -463,8 +511,11 @@ class Worker:
     def _recorded(self, flight: InFlight, outcome: Outcome, state: str | None) -> DeadJob | None:
         flight.recorded = True
         self._retire(flight)
-        self.counters.finished += 1
         job_id = flight.lease.job_id
+        if outcome.kind == UNSTARTED:
+            self.counters.unstarted += state is not None
+            return None
+        self.counters.finished += 1
         if state is None:
             self.counters.lost += 1
             log.warning("outcome of job %s not written: lease lost (or written before a"
@@ -539,12 +590,34 @@ class Worker:
         return ("Handler stack when its timeout expired (most recent call last):\n"
                 + "".join(traceback.format_stack(frame)))
 
+    def _busy(self) -> int:
+        """Jobs held once the waiting outcomes are written: running (timed-out ones too),
+        buffered, or finished with the outcome not collected yet (still ``processing``)."""
+        freed = sum(1 for flight, _ in self._unwritten if flight.returned)
+        return len(self._in_flight) - freed
+
     def _free_slots(self) -> int:
-        """Handler slots free once the waiting outcomes are written (0 when not claiming)."""
+        """Jobs this worker may still claim: its free slots plus free buffer places."""
         if self._stopping.is_set() or self._recycle:
             return 0
-        freed = sum(1 for flight, _ in self._unwritten if flight.returned)
-        return self.spec.concurrency - len(self._in_flight) + freed
+        return self.capacity - self._busy()
+
+    def _should_claim(self) -> bool:
+        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.
+
+        Claiming a few rows each time one job finishes would cost a transaction per job; the
+        refill threshold makes each claim fetch at least half the prefetch (prefetch 0: claim
+        into any free slot, as without a buffer).
+        """
+        room = self._free_slots()
+        return room > 0 and (room >= self._refill or self.capacity - room < self.spec.concurrency)
+
+    def _outcomes_due(self) -> bool:
+        """Outcomes not riding with a claim are written within OUTCOME_FLUSH seconds."""
+        if not self._unwritten:
+            return False
+        return (not self.spec.prefetch
+                or time.monotonic() - self._last_write >= OUTCOME_FLUSH)
 
     def _write_outcomes_and_claim(self) -> None:
         """Write the waiting outcomes and claim into the free slots, in one transaction.
@@ -559,8 +632,11 @@ class Worker:
             rows = queries.claim(conn, queue=self.queue, worker=self.id,
                                  limit=self._free_slots(), task_versions=self.task_versions,
                                  stale_after=self.stale_after)
+        self._last_write = time.monotonic()
         if batch:
             self._outcomes_written(batch, states)
+        if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
+            rows.sort(key=_claim_order)
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
@@ -574,14 +650,13 @@ class Worker:
                 self._registered = False
 
     def _start(self, row: Any) -> None:
-        now = time.monotonic()
+        """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""
         lease = queries.Lease(row.id, row.attempts, self.id)
         spec = self.tasks.get(row.task)
         if spec is None:  # the claim filters on known tasks; never run what we cannot
             self._refuse(row, lease)
             return
-        deadline = now + spec.timeout if spec.timeout else None
-        flight = InFlight(lease, spec, now, deadline)
+        flight = InFlight(lease, spec, time.monotonic(), None)
         self._in_flight[row.id] = flight
         self._threads.submit(lambda: self._execute(flight, row))
 
@@ -594,8 +669,23 @@ class Worker:
 
     # -- handler threads --------------------------------------------------------------------------
 
-    def _execute(self, flight: InFlight, row: Any) -> None:
+    def _begin(self, flight: InFlight) -> bool:
+        """A handler thread takes the job: its timeout starts now. False if it was withdrawn."""
+        with self._settle:
+            if flight.withdrawn:
+                return False
+            flight.begun = True
         flight.thread = threading.get_ident()
+        flight.started = now = time.monotonic()
+        if flight.spec.timeout:
+            flight.deadline = now + flight.spec.timeout
+            if flight.deadline < self._next_wake:
+                self._wake.set()  # the main loop must enforce it before it planned to wake
+        return True
+
+    def _execute(self, flight: InFlight, row: Any) -> None:
+        if not self._begin(flight):
+            return
         try:
             exc = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
@@ -609,11 +699,14 @@ class Worker:
             flight.returned = True
             late = flight.timed_out
         self._results.put((flight, None if late else outcome))
-        self._wake.set()
+        if not self.spec.prefetch or late or self._threads.waiting() < self._refill:
+            self._wake.set()  # the buffer runs low (or no buffer): time to claim
 
     def _job(self, flight: InFlight, row: Any) -> Job:
-        job = Job.from_row(row, worker=self.id, saver=self._save_checkpoint)
-        return replace(job, payload=upcast(flight.spec, row.payload, row.payload_version))
+        payload = row.payload
+        if row.payload_version < flight.spec.version:
+            payload = upcast(flight.spec, payload, row.payload_version)
+        return Job.from_row(row, worker=self.id, saver=self._save_checkpoint, payload=payload)
 
     def _call(self, flight: InFlight, job: Job) -> BaseException | None:
         try:
@@ -665,7 +758,8 @@ class Worker:
             self._listener.start()
 
     def _drain(self) -> None:
-        """Let in-flight jobs finish within drain_timeout, then release what is left."""
+        """Give back buffered jobs; let running ones finish within drain_timeout; release the rest."""
+        self._withdraw_unstarted()
         deadline = time.monotonic() + self.spec.drain_timeout
         if self._running():
             log.info("draining %d job(s)", len(self._running()),
@@ -735,6 +829,11 @@ class Worker:
             for task in asyncio.all_tasks(loop):
                 task.cancel()
             loop.close()
+
+
+def _claim_order(row: Any) -> tuple:
+    """The due arm's order (priority, then run_at, then id): the claim returns rows unordered."""
+    return (-row.priority, row.run_at, row.id)
 
 
 async def _awaited(awaitable: Any) -> Any:
