@@ -24,6 +24,8 @@ QUEUE = "bench"
 STAMP_FILE_ENV = "BENCH_STAMP_FILE"
 NOTIFY_ENV = "BENCH_NOTIFY"
 CONCURRENCY_ENV = "BENCH_CONCURRENCY"
+#: The bench queue prefetches (the library default is 0): ``$BENCH_PREFETCH`` overrides.
+BENCH_PREFETCH = int(os.environ.get("BENCH_PREFETCH", "50"))
 #: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
 #: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
 #: measures the library's default, where a pass can claim at most 10).
@@ -54,7 +56,7 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
               concurrency: int = DEFAULT_CONCURRENCY) -> WorkerPool:
     """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
     pool = WorkerPool(url, notify=notify)
-    pool.queue(QUEUE, concurrency=concurrency, notify=notify)
+    pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH)
     pool.task(noop, queue=QUEUE)
     pool.task(stamp, queue=QUEUE)
     return pool

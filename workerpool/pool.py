@@ -46,9 +46,10 @@ def _positive(name: str, value: Any, *, minimum: float = 0.0, allow_none: bool =
     return value
 
 
-#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch): chosen by measurement,
-#: see README "Performance".
-DEFAULT_PREFETCH = 50
+#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). Off by default: a
+#: prefetched job has its attempt counted at claim, so if a poison message kills the process,
+#: every buffered job spends an attempt with it. Turn it on for throughput (README "Performance").
+DEFAULT_PREFETCH = 0
 
 
 @dataclass(frozen=True)
