@@ -156,3 +156,15 @@ def test_error_entries_are_always_storable(exc, expected, app, sql):
 
 def test_safe_text_decodes_bytes():
     assert safe_text(b"caf\xc3\xa9 \xff", 100) == "café \ufffd"
+
+
+@pytest.mark.parametrize("delay", [float("inf"), 1e18, -1])
+def test_a_retry_later_delay_out_of_range_fails_the_attempt_by_name(app, sql, delay):
+    @app.task(queue="q", name="odd_snooze", backoff=Backoff(base=0, cap=0))
+    def odd_snooze(job):
+        raise RetryLater(delay)
+
+    job_id = app.enqueue("odd_snooze", {})
+    assert testing.drain(app, "q")[0] == (job_id, "failed")
+    [(errors,)] = sql("SELECT errors FROM workerpool_jobs WHERE id = %s", job_id)
+    assert errors[0]["type"] == "InvalidJob" and "RetryLater delay" in errors[0]["message"]

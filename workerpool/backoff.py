@@ -6,7 +6,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .errors import MAX_DELAY, ConfigError
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Backoff:
                 raise ConfigError(f"Backoff.{name} must be finite, got {value!r}")
         if self.base < 0 or self.cap < self.base:
             raise ConfigError(f"Backoff needs 0 <= base <= cap, got base={self.base} cap={self.cap}")
+        if self.cap > MAX_DELAY:
+            raise ConfigError(f"Backoff.cap must be at most {MAX_DELAY:.0f}s, got {self.cap}")
         if self.factor < 1:
             raise ConfigError(f"Backoff.factor must be >= 1, got {self.factor}")
         if not 0 <= self.jitter <= 1:

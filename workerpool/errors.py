@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+#: The longest delay anything may ask for (ten years, in seconds): a snooze, a backoff cap or an
+#: enqueue delay beyond it is refused, so a run_at is always a valid PostgreSQL timestamp.
+MAX_DELAY = 10 * 365.25 * 86400
+
+
 class WorkerpoolError(Exception):
     """workerpool error."""
 
@@ -54,8 +59,13 @@ class RetryLater(Exception):  # noqa: N818 - public name fixed by the design
     """Raised by a handler: run this job again after `delay` seconds without spending an attempt."""
 
     def __init__(self, delay: float = 60.0, reason: str = "") -> None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
-            raise InvalidJob(f"RetryLater delay must be a number of seconds >= 0, got {delay!r}")
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not (
+            0 <= delay <= MAX_DELAY
+        ):
+            raise InvalidJob(
+                f"RetryLater delay must be a number of seconds within 0..{MAX_DELAY:.0f},"
+                f" got {delay!r}"
+            )
         self.delay = float(delay)
         super().__init__(reason or f"retry in {self.delay:g}s")
 

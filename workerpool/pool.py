@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from . import db, queries
 from .backoff import Backoff
-from .errors import ConfigError, InvalidJob, UnknownQueue, UnknownTask
+from .errors import MAX_DELAY, ConfigError, InvalidJob, UnknownQueue, UnknownTask
 from .payload import DEFAULT_PAYLOAD_LIMIT, check_key, dumps
 from .schema import PAYLOAD_HARD_LIMIT
 
@@ -566,6 +566,6 @@ def check_delay(value: Any, run_at: datetime | None) -> float | None:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidJob(f"delay must be a finite number of seconds, got {value!r}")
-    if value < 0:
-        raise InvalidJob(f"delay must be >= 0 seconds, got {value!r}")
+    if not 0 <= value <= MAX_DELAY:
+        raise InvalidJob(f"delay must be within 0..{MAX_DELAY:.0f} seconds, got {value!r}")
     return float(value)

@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import Text
 
-from .errors import IdempotencyConflict
+from .errors import MAX_DELAY, IdempotencyConflict
 from .schema import cron, jobs, workers
 
 NOTIFY_CHANNEL = "workerpool_jobs"
@@ -92,8 +92,9 @@ def seconds(value: float) -> timedelta:
 
 
 def _after(delay_seconds: float):
-    """``now() + delay`` on the database clock."""
-    return func.now() + bindparam("delay", seconds(delay_seconds), unique=True)
+    """``now() + delay`` on the database clock (delays are bounded by ``MAX_DELAY``)."""
+    bounded = min(max(0.0, delay_seconds), MAX_DELAY)
+    return func.now() + bindparam("delay", seconds(bounded), unique=True)
 
 
 def _errors_append(entry: Mapping[str, Any]):
