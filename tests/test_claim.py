@@ -193,6 +193,10 @@ def test_release_refunds_the_attempt_keeps_the_checkpoint_and_records_why(app, s
         "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
     assert (state, attempts, checkpoint) == ("pending", 0, {"step": 2})
     assert [e["type"] for e in errors] == ["Interrupted"]
+    # Held for RELEASE_HOLD: the exiting process's handler may still be running.
+    assert claim(app, "w2") == []
+    assert sql("SELECT run_at > now() + interval '2 seconds' FROM workerpool_jobs") == [(True,)]
+    sql("UPDATE workerpool_jobs SET run_at = now()")
     [again] = claim(app, "w2")
     assert (again.attempts, again.checkpoint) == (1, {"step": 2})
 

@@ -495,15 +495,21 @@ def snooze(conn: Connection, lease: Lease, delay: float) -> bool:
     return conn.execute(stmt).rowcount == 1
 
 
+#: A released job waits this long before anyone may claim it again: its handler may still be
+#: running in the exiting process, which is gone by then (the supervisor SIGKILLs what is left
+#: 2 s after the drain deadline). Without it another replica could run the job twice at once.
+RELEASE_HOLD = 3.0
+
+
 def release(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
-    """Drain: pending again now, attempt refunded, interruption recorded, checkpoint kept."""
+    """Drain: pending again shortly, attempt refunded, interruption recorded, checkpoint kept."""
     stmt = (
         update(jobs)
         .where(_fence(lease))
         .values(
             state="pending",
             attempts=jobs.c.attempts - 1,
-            run_at=func.now(),
+            run_at=_after(RELEASE_HOLD),
             errors=_errors_append(error),
         )
     )

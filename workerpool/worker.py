@@ -245,6 +245,7 @@ class Worker:
         self._settle = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._stop_requested_at: float | None = None
         self._stop_now = threading.Event()
         self._recycle = False
         self._db = Reconnect()
@@ -263,7 +264,12 @@ class Worker:
     # -- control (thread- and signal-safe) -----------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming and drain (idempotent: a second call changes nothing)."""
+        """Stop claiming and drain (idempotent: a second call changes nothing).
+
+        The drain's deadline counts from the first call, not from when the main loop notices.
+        """
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
         self._stopping.set()
         self._wake.set()
 
@@ -760,7 +766,7 @@ class Worker:
     def _drain(self) -> None:
         """Give back buffered jobs; let running ones finish within drain_timeout; release the rest."""
         self._withdraw_unstarted()
-        deadline = time.monotonic() + self.spec.drain_timeout
+        deadline = (self._stop_requested_at or time.monotonic()) + self.spec.drain_timeout
         if self._running():
             log.info("draining %d job(s)", len(self._running()),
                      extra={"event": "drain_started", "queue": self.queue})
