@@ -896,9 +896,12 @@ class Listener(threading.Thread):
         return args
 
     def _listen(self, retry: Reconnect) -> None:
-        dsn = self.url.render_as_string(hide_password=False)
-        with psycopg.connect(dsn, autocommit=True, application_name=f"workerpool-listen:"
-                             f"{self.queue}"[:63], **self._connect_args()) as conn:
+        # Keyword arguments, not a DSN string: the password never sits in text that an error
+        # message could echo into the log.
+        target = self.url.translate_connect_args(username="user", database="dbname")
+        target.update({key: str(value) for key, value in self.url.query.items()})
+        with psycopg.connect(autocommit=True, application_name=f"workerpool-listen:"
+                             f"{self.queue}"[:63], **target, **self._connect_args()) as conn:
             conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
             if retry.failures:
                 self.reconnects += 1
