@@ -183,6 +183,8 @@ def test_retry_needs_ids_or_all_but_not_both(app):
         retry(app, [1], all_matching=True)
     with pytest.raises(InvalidFilter, match="older_than must be >= 0"):
         purge(app, -5)
+    with pytest.raises(InvalidFilter, match="finite number of seconds"):
+        purge(app, float("nan"))
 
 
 def test_durations_and_since():

@@ -226,10 +226,3 @@ class MaintenanceLoop:
             pass  # the row is pruned after worker_ttl anyway
         log.info("maintenance stopped", extra={"event": "worker_stopped", "worker": "maintenance"})
         return 0
-
-
-def maintenance_available() -> bool:
-    """True once workerpool.maintenance exists (it is written in parallel)."""
-    import importlib.util
-
-    return importlib.util.find_spec("workerpool.maintenance") is not None

@@ -199,17 +199,16 @@ def dead_purge(args: argparse.Namespace) -> int:
         verb = "dry run: would purge" if result.dry_run else "purged"
         print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
     return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from . import config
-    from .child import maintenance_available
     from .log import configure_logging
     from .supervisor import Supervisor
 
     configure_logging(args.log_level)
     pool = load_pool(args.app)
-    interval = None
-    if maintenance_available():
-        interval = getattr(getattr(pool, "maintenance_settings", None), "interval", 1.0)
+    interval = pool.maintenance_settings.interval
     settings = config.load(
         pool, args.queue, heartbeat_dir=args.heartbeat_dir, grace=args.grace,
         restart_delay=args.restart_delay, boot_retries=args.boot_retries,
@@ -357,7 +356,7 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .errors import WorkerpoolError
+    from .errors import WorkerpoolError, first_line
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -370,11 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(f"workerpool {args.command}: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else ""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import math
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -368,8 +369,9 @@ def purge(
 
 
 def _seconds(value: Any) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidFilter(f"older_than must be a timedelta or seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidFilter(f"older_than must be a timedelta or a finite number of seconds,"
+                            f" got {value!r}")
     return timedelta(seconds=value)
 
 

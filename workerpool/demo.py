@@ -42,7 +42,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from . import db, queries
-from .errors import ConfigError
+from .errors import ConfigError, first_line
 from .oslayer import set_parent_death_signal
 
 DEFAULT_DATABASE = "workerpool_demo"
@@ -124,7 +124,7 @@ def fresh_database(name: str) -> URL:
             conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
     except Exception as exc:
         raise ConfigError(
-            f"cannot create database {name!r} on {db.redact(server)}: {_first_line(exc)}"
+            f"cannot create database {name!r} on {db.redact(server)}: {first_line(exc)}"
         ) from None
     finally:
         admin.dispose()
@@ -664,9 +664,6 @@ def _ids(ids: list[int]) -> str:
     return f": {', '.join(f'#{i}' for i in ids[:10])}" if ids else ""
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # -- entry point --------------------------------------------------------------------------------

@@ -8,6 +8,15 @@ from __future__ import annotations
 MAX_DELAY = 10 * 365.25 * 86400
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``str(exc)`` for a one-line report (never raises)."""
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:
+        return type(exc).__name__
+    return lines[0] if lines else type(exc).__name__
+
+
 class WorkerpoolError(Exception):
     """workerpool error."""
 

@@ -18,8 +18,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from sqlalchemy import Connection
 
 from . import cron, queries
 from .dead import DeadNotice, report_dead
@@ -48,6 +51,18 @@ class Maintenance:
 
     # -- the pass ------------------------------------------------------------------------------
 
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A short transaction with the worker's time limits: a lock or a stuck statement errors
+        out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
+        from .worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
+
+        with self.pool.engine.begin() as conn:
+            queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
+                                      lock_timeout=LOCK_TIMEOUT,
+                                      idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+            yield conn
+
     def run_pass(self) -> None:
         """One round of every duty. Raises if the database is unreachable (no heartbeat then)."""
         self.keep_registered()
@@ -58,7 +73,7 @@ class Maintenance:
 
     def keep_registered(self) -> None:
         """Announce this process in ``workerpool_workers`` and keep its ``last_seen`` fresh."""
-        with self.pool.engine.begin() as conn:
+        with self._transaction() as conn:
             if self._registered and queries.beat_worker(conn, self.worker_id):
                 return
             queries.register_worker(conn, self.worker_id, host=socket.gethostname(),
@@ -68,7 +83,7 @@ class Maintenance:
     def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
         if not self.pool.crons:
             return []
-        with self.pool.engine.begin() as conn:
+        with self._transaction() as conn:
             return cron.schedule(self.pool, conn)
 
     def sweep_abandoned(self) -> list[DeadNotice]:
@@ -77,7 +92,7 @@ class Maintenance:
         for name in self.pool.queues:
             stale_after = self.pool.stale_after(name)  # the queue's, or $WORKER_CLAIM_STALE_MS
             error = abandoned_error(self.worker_id, stale_after)
-            with self.pool.engine.begin() as conn:
+            with self._transaction() as conn:
                 rows = queries.sweep_abandoned(conn, name, stale_after, error)
             notices += report_dead(self.pool, rows, reason="abandoned", error=error)
         return notices
@@ -86,7 +101,7 @@ class Maintenance:
         """Delete done/cancelled rows older than the retention, a batch per transaction."""
         settings, deleted = self.settings, 0
         for _ in range(settings.prune_batches_per_pass):
-            with self.pool.engine.begin() as conn:
+            with self._transaction() as conn:
                 count = queries.prune_finished(conn, settings.retention, settings.prune_batch)
             deleted += count
             if count < settings.prune_batch:
@@ -97,7 +112,7 @@ class Maintenance:
         return deleted
 
     def prune_workers(self) -> list[str]:
-        with self.pool.engine.begin() as conn:
+        with self._transaction() as conn:
             gone = queries.prune_workers(conn, self.settings.worker_ttl)
         for worker in gone:
             log.info("pruned worker %s (not seen for %ss)", worker, self.settings.worker_ttl,
@@ -107,7 +122,7 @@ class Maintenance:
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""
         if self._registered:
-            with self.pool.engine.begin() as conn:
+            with self._transaction() as conn:
                 queries.unregister_worker(conn, self.worker_id)
             self._registered = False
 

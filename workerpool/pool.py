@@ -105,15 +105,6 @@ class TaskSpec:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
-    def upcast(self, payload: dict, version: int) -> dict:
-        """Turn a payload written at ``version`` into the current shape, one step at a time."""
-        while version < self.version:
-            step = self.upcasters.get(version)
-            if step is not None:
-                payload = step(payload)
-            version += 1
-        return payload
-
 
 OVERLAP_POLICIES = ("skip", "allow")
 MISSED_POLICIES = ("run_once", "skip")

@@ -54,7 +54,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import db, queries
-from .errors import LeaseLost, Permanent
+from .errors import LeaseLost, Permanent, first_line
 from .jobs import Job, new_worker_id
 from .outcome import (
     FAIL,
@@ -362,7 +362,7 @@ class Worker:
         delay = self._db.failed()
         self._renew_now = True  # leases may have gone stale meanwhile: renew before claiming
         log.warning("database call failed (%s: %s); retrying in %.1fs", type(exc).__name__,
-                    _first_line(exc), delay,
+                    first_line(exc), delay,
                     extra={"event": "database_error", "queue": self.queue})
 
     @contextmanager
@@ -544,14 +544,8 @@ class Worker:
         """The one place this process reports jobs it moved to ``dead`` (log + on_dead hooks)."""
         if not rows:
             return
-        try:
-            from .dead import report_dead
-        except ImportError:  # before the dead-letter module is merged: log only
-            for row in rows:
-                log.error("job %s (%s) is dead: %s", row.id, row.task, row.dead_reason,
-                          extra={"event": "job_dead", "queue": row.queue, "job_id": row.id,
-                                 "reason": row.dead_reason})
-            return
+        from .dead import report_dead
+
         try:
             report_dead(self.pool, rows)
         except Exception:
@@ -846,12 +840,6 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _first_line(exc: BaseException) -> str:
-    try:
-        lines = str(exc).strip().splitlines()
-    except Exception:
-        return "?"
-    return lines[0] if lines else ""
 
 
 class Listener(threading.Thread):
@@ -884,7 +872,7 @@ class Listener(threading.Thread):
                 self.connected.clear()
                 delay = retry.failed()
                 log.info("listener disconnected (%s: %s); reconnecting in %.1fs",
-                         type(exc).__name__, _first_line(exc), delay,
+                         type(exc).__name__, first_line(exc), delay,
                          extra={"event": "listener_reconnect", "queue": self.queue})
                 self.wake.set()  # poll now: notifications may have been lost meanwhile
                 self._halt.wait(delay)
