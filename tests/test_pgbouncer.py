@@ -75,12 +75,23 @@ def version(binary: str) -> tuple[int, ...]:
     return tuple(int(part) for part in first[1].split("."))
 
 
-def write_config(directory: Path, port: int, *, newer: bool) -> Path:
+def backend(server_url: URL) -> tuple[str, int]:
+    """The TCP address of the test server; the embedded one listens on a private socket."""
+    if not server_url.host:
+        reason = ("the PgBouncer tests need a TCP PostgreSQL: set WORKERPOOL_TEST_DATABASE_URL"
+                  " (the embedded server's socket directory is private to its own user)")
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return server_url.host, server_url.port or 5432
+
+
+def write_config(directory: Path, port: int, server: tuple[str, int], *, newer: bool) -> Path:
     (directory / "userlist.txt").write_text('"postgres" ""\n')
     config = directory / "pgbouncer.ini"
     config.write_text(f"""\
 [databases]
-* = host=127.0.0.1 port=5432
+* = host={server[0]} port={server[1]}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -115,9 +126,10 @@ def accepts(bouncer: Bouncer, server_url: URL) -> bool:
 def bouncer(server_url: URL) -> Iterator[Bouncer]:
     """A pgbouncer in transaction mode on a free port in front of the test's database."""
     binary = pgbouncer_binary()
+    server = backend(server_url)
     directory = Path(tempfile.mkdtemp(prefix="wp-pgbouncer-"))  # not tmp_path: 0700 parents
     port = free_port()
-    config = write_config(directory, port, newer=version(binary) >= (1, 21))
+    config = write_config(directory, port, server, newer=version(binary) >= (1, 21))
     as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
     log_path = directory / "pgbouncer.log"
     with log_path.open("wb") as log_file:
