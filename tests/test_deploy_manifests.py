@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from workerpool.config import DRAIN_MARGIN, GRACE_ENV
+from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
 from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
 
 from workerpool.cli import build_parser
@@ -84,9 +84,10 @@ def test_the_container_runs_the_supervisor_on_an_app_pool(worker: dict[str, Any]
 def test_grace_period_covers_drain_plus_margin(deployment, worker) -> None:
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     drain = drain_timeout(worker)
-    assert grace > drain + DRAIN_MARGIN, (
+    assert grace > drain + SHUTDOWN_MARGIN, (
         f"terminationGracePeriodSeconds={grace} leaves no room after a {drain}s drain "
-        f"+ {DRAIN_MARGIN}s margin: the kubelet's SIGKILL would land before the release"
+        f"+ {SHUTDOWN_MARGIN}s margin (drain + release): the kubelet's SIGKILL would land "
+        f"before the release"
     )
     assert float(env_value(worker, GRACE_ENV) or "nan") == grace, (
         f"{GRACE_ENV} must repeat terminationGracePeriodSeconds so that the supervisor "

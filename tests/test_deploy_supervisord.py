@@ -22,7 +22,7 @@ import yaml
 from supervisor.datatypes import dict_of_key_value_pairs
 
 from tests.conftest import wait_until
-from workerpool.config import DRAIN_MARGIN, GRACE_ENV
+from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
 from workerpool.pool import QueueSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def test_shipped_program_stops_the_way_the_supervisor_expects() -> None:
     env = dict_of_key_value_pairs(program["environment"])
     drain = float(env.get("WORKERPOOL_DRAIN_TIMEOUT", QueueSpec(name="defaults").drain_timeout))
     assert program["stopsignal"] == "TERM"
-    assert float(program["stopwaitsecs"]) > drain + DRAIN_MARGIN
+    assert float(program["stopwaitsecs"]) > drain + SHUTDOWN_MARGIN
     assert float(env[GRACE_ENV]) == float(program["stopwaitsecs"]), (
         f"{GRACE_ENV} must repeat stopwaitsecs so that the supervisor refuses a drain that "
         f"does not fit"

@@ -23,7 +23,7 @@ import pytest
 
 from tests.apps import basic
 from tests.conftest import wait_until
-from workerpool.config import DRAIN_MARGIN
+from workerpool.config import DRAIN_MARGIN, RELEASE_MARGIN
 
 ROOT = Path(__file__).resolve().parent.parent
 STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
@@ -297,7 +297,42 @@ def test_a_child_that_cannot_drain_is_killed_at_the_deadline(start, app, sql):
     assert sup.events("child_exited", worker="fast")[-1].fields["status"] == "signal:SIGKILL"
     assert sup.events("child_exited", worker="slow")[-1].fields["status"] == "exit:0"
     assert took >= basic.DRAIN + DRAIN_MARGIN - 0.1  # it waited for the full drain first
+    assert took < basic.DRAIN + DRAIN_MARGIN + RELEASE_MARGIN + 2.0, f"exit took {took:.1f}s"
     assert not alive(victim)
+    # its claim did not wait for stale_after (one hour here): the releaser gave it back before
+    # the supervisor exited; the hog's only attempt is spent, so it is dead/abandoned
+    row = job_row(sql, job)
+    assert row["state"] == "dead", row
+    assert sql("SELECT dead_reason FROM workerpool_jobs WHERE id = %s", job) == [("abandoned",)]
+    lost = [e for e in row["errors"] if e["type"] == "WorkerLost"]
+    assert len(lost) == 1 and lost[0]["worker"] == sup.events("releaser_started")[0].fields[
+        "workers"], row["errors"]
+    [released] = sup.events("orphans_released_at_exit")
+    assert released.fields["count"] == "1" and not sup.events("release_failed")
+    assert len(sup.events("releaser_started")) == 1
+    assert sup.events("job_dead", logger="dead")  # logged once at error level, by the releaser
+    record("releaser_exit_seconds", seconds=round(took, 2), drain=basic.DRAIN)
+
+
+def test_a_child_crashing_mid_drain_has_its_job_released_before_the_supervisor_exits(
+        start, app, sql):
+    sup = start(env={"TEST_DRAIN": "20"})
+    sup.wait_running("fast", "slow")
+    job = app.enqueue("steps", {"n": 300, "step": 0.1})
+    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    victim = sup.child_pid("slow")
+    os.kill(sup.pid, signal.SIGTERM)
+    wait_until(lambda: sup.events("child_stopping", logger="child", worker="slow"), 15,
+               message="slow child draining")
+    sent = time.monotonic()
+    os.kill(victim, signal.SIGKILL)  # dies mid-drain without releasing its claim
+    assert sup.wait_exit(15) == 0
+    took = time.monotonic() - sent
+    assert took < 10, f"exit took {took:.1f}s: it waited for the 20 s drain"
+    row = job_row(sql, job)
+    assert row["state"] == "pending" and row["attempts"] == 1, row  # the attempt stays spent
+    assert [e["type"] for e in row["errors"]] == ["WorkerLost"]
+    assert sup.events("orphans_released_at_exit", count="1")
 
 
 # -- crashes and hangs ----------------------------------------------------------------------

@@ -37,6 +37,17 @@ class FakeChild:
 
 
 @dataclass
+class FakeReleaser:
+    pool: object
+    worker_ids: tuple[str, ...]
+    parent_pid: int
+    close_fds: tuple[int, ...]
+
+    def start(self, report_fd: int) -> int:  # pragma: no cover - never forked here
+        raise AssertionError("FakeOS does not fork")
+
+
+@dataclass
 class FakeOS:
     clock: float = 1000.0
     next_pid: int = 100
@@ -93,7 +104,11 @@ class FakeOS:
         self.pipes[pid + 10_000] = self.pipes.get(pid + 10_000, b"") + text.encode()
 
     def pids_of(self, name: str) -> list[int]:
-        return [pid for pid, child in self.spawned if child.worker.name == name]
+        return [pid for pid, child in self.spawned
+                if isinstance(child, FakeChild) and child.worker.name == name]
+
+    def releasers(self) -> list[tuple[int, FakeReleaser]]:
+        return [(pid, child) for pid, child in self.spawned if isinstance(child, FakeReleaser)]
 
     def signals_to(self, pid: int) -> list[int]:
         return [sig for p, sig in self.kills if p == pid]
@@ -111,7 +126,8 @@ def fake() -> FakeOS:
 def make(fake: FakeOS, tmp_path: Path, *workers: WorkerType, **options) -> Supervisor:
     settings = RunSettings(workers=workers or (worker("email"), worker("sms")),
                            heartbeat_dir=tmp_path, **options)
-    sup = Supervisor(pool=None, settings=settings, os_layer=fake, child_factory=FakeChild)
+    sup = Supervisor(pool=None, settings=settings, os_layer=fake, child_factory=FakeChild,
+                     releaser_factory=FakeReleaser)
     sup.start()
     assert sup.step() is None  # spawns everything
     return sup
@@ -400,3 +416,86 @@ def test_a_queue_named_maintenance_does_not_collide_with_the_maintenance_child(t
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb", maintenance_interval=1.0)
     assert [(w.name, w.kind) for w in settings.workers] == [
         ("maintenance", "queue"), ("@maintenance", "maintenance")]
+
+
+# -- the releaser at exit ---------------------------------------------------------------------
+
+
+def test_claims_of_children_dead_in_shutdown_go_to_one_releaser_killed_at_its_deadline(
+        fake, tmp_path, caplog):
+    sup = make(fake, tmp_path, worker("email", drain=5.0), worker("sms", drain=5.0),
+               drain_margin=2.0, release_margin=3.0)
+    email, sms = fake.pids_of("email")[0], fake.pids_of("sms")[0]
+    tick(fake, sup, email, worker_id="e1")
+    tick(fake, sup, sms, worker_id="s1")
+    fake.exits = [(sms, killed_by(signal.SIGKILL))]  # crashed while running: s1 orphaned
+    sup.step()
+    sms2 = fake.pids_of("sms")[1]
+    fake.report(sms2, "w s2\n")  # the replacement has not released s1 yet (no tick)
+    sup.step()
+    sup.on_signal(signal.SIGTERM)
+    sup.step()
+    fake.exits = [(sms2, exited(0))]  # drained cleanly: s2 released itself, s1 still untaken
+    sup.step()
+    fake.clock += 7.1  # email cannot drain: SIGKILL at drain + margin
+    assert sup.step() is None
+    assert fake.signals_to(email)[-1] == signal.SIGKILL and not fake.releasers()
+    fake.exits = [(email, killed_by(signal.SIGKILL))]
+    assert sup.step() is None  # every child gone: the releaser is forked, the parent waits
+    [(releaser_pid, releaser)] = fake.releasers()
+    assert releaser.worker_ids == ("e1", "s1") and releaser.parent_pid == 1
+    assert {3, 4} <= set(releaser.close_fds)
+    fake.clock += 2.9
+    assert sup.step() is None  # still inside its margin
+    assert fake.signals_to(releaser_pid) == []
+    fake.clock += 0.2
+    assert sup.step() == EXIT_OK  # past it: SIGKILL and exit without waiting for the reap
+    assert fake.signals_to(releaser_pid) == [signal.SIGKILL]
+    assert len(fake.releasers()) == 1
+    assert [r.message for r in caplog.records if getattr(r, "event", "") == "release_failed"]
+
+
+def test_a_releaser_that_reports_and_exits_lets_the_parent_exit_at_once(fake, tmp_path, caplog):
+    caplog.set_level("INFO", logger="workerpool.supervisor")
+    sup = make(fake, tmp_path, worker("email"), worker("sms"))
+    email, sms = fake.pids_of("email")[0], fake.pids_of("sms")[0]
+    tick(fake, sup, email, worker_id="e1")
+    tick(fake, sup, sms, worker_id="s1")
+    sup.on_signal(signal.SIGTERM)
+    sup.step()
+    fake.exits = [(email, exited(1)), (sms, exited(0))]  # email crashed mid-drain
+    assert sup.step() is None
+    [(releaser_pid, releaser)] = fake.releasers()
+    assert releaser.worker_ids == ("e1",)  # sms drained: its own claims are already released
+    fake.report(releaser_pid, "r 2\n")
+    fake.exits = [(releaser_pid, exited(0))]
+    assert sup.step() == EXIT_OK
+    assert fake.signals_to(releaser_pid) == []
+    [released] = [r for r in caplog.records
+                  if getattr(r, "event", "") == "orphans_released_at_exit"]
+    assert released.count == 2
+
+
+def test_a_clean_drain_forks_no_releaser(fake, tmp_path):
+    sup = make(fake, tmp_path)
+    email, sms = fake.pids_of("email")[0], fake.pids_of("sms")[0]
+    tick(fake, sup, email, worker_id="e1")
+    tick(fake, sup, sms, worker_id="s1")
+    sup.on_signal(signal.SIGTERM)
+    sup.step()
+    fake.exits = [(email, exited(0)), (sms, exited(0))]
+    assert sup.step() == EXIT_OK
+    assert fake.releasers() == []
+
+
+def test_the_grace_period_must_cover_drain_plus_both_margins(tmp_path):
+    from workerpool import WorkerPool, config
+    from workerpool.errors import ConfigError
+
+    pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
+    pool.queue("email", drain_timeout=26)
+    settings = config.load(pool, heartbeat_dir=tmp_path / "hb", grace=31.5)  # 26 + 2 + 3 < 31.5
+    assert settings.shutdown_budget == 26 + config.DRAIN_MARGIN + config.RELEASE_MARGIN == 31
+    with pytest.raises(ConfigError, match=r"plus the 5s shutdown margin is not below the "
+                                          r"orchestrator grace period \(30s\)"):
+        config.load(pool, heartbeat_dir=tmp_path / "hb", grace=30)  # 26 + 2 < 30 fit before

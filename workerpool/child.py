@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from . import oslayer
 from .config import WorkerType
+from .errors import first_line
 
 log = logging.getLogger("workerpool.child")
 
@@ -226,3 +227,88 @@ class MaintenanceLoop:
             pass  # the row is pruned after worker_ttl anyway
         log.info("maintenance stopped", extra={"event": "worker_stopped", "worker": "maintenance"})
         return 0
+
+
+# -- the releaser ------------------------------------------------------------------------------
+
+#: The releaser's limits: it must be done well inside the supervisor's RELEASE_MARGIN.
+RELEASER_CONNECT_TIMEOUT = 2  # whole seconds (libpq)
+RELEASER_STATEMENT_TIMEOUT = 2.0
+EXIT_RELEASE_FAILED = 1
+
+
+class Releaser:
+    """Forked once as the supervisor exits, if children died during shutdown holding claims.
+
+    Releases every row still ``processing`` under the given worker ids (``pending`` with the
+    attempt spent, or ``dead/abandoned`` when exhausted, each with a ``WorkerLost`` entry) in one
+    bounded transaction, reports ``r <rows>\\n`` to the parent, and exits 0 (1 on a database
+    error). No heartbeat file, no signal handling beyond the defaults: the parent SIGKILLs it at
+    its deadline.
+    """
+
+    def __init__(self, pool: Any, worker_ids: tuple[str, ...], *, parent_pid: int,
+                 close_fds: tuple[int, ...] = ()) -> None:
+        self.pool = pool
+        self.worker_ids = worker_ids
+        self.parent_pid = parent_pid
+        self.close_fds = close_fds
+
+    def start(self, report_fd: int) -> int:
+        """Become the releaser process; return its exit code."""
+        self._become_process()
+        try:
+            rows = self._release()
+        except Exception as exc:  # database down, timeout: the stale arm takes them later
+            log.warning("releaser could not release %d dead worker(s): %s", len(self.worker_ids),
+                        first_line(exc), extra={"event": "releaser_error"})
+            return EXIT_RELEASE_FAILED
+        with contextlib.suppress(OSError):
+            os.write(report_fd, f"r {len(rows)}\n".encode())
+        self._report_dead(rows)
+        return 0
+
+    def _become_process(self) -> None:
+        oslayer.set_title("workerpool: releaser")
+        for signum in oslayer.HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in self.close_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        oslayer.set_parent_death_signal(signal.SIGKILL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
+        self.pool.forget_engine()
+
+    def _release(self) -> list[Any]:
+        from . import db, queries
+        from .outcome import worker_lost
+
+        engine = db.create(self.pool.url, application_name="workerpool releaser", pool_size=1,
+                           connect_timeout=RELEASER_CONNECT_TIMEOUT)
+        try:
+            with engine.begin() as conn:
+                queries.bound_transaction(conn, statement_timeout=RELEASER_STATEMENT_TIMEOUT,
+                                          lock_timeout=RELEASER_STATEMENT_TIMEOUT,
+                                          idle_timeout=RELEASER_STATEMENT_TIMEOUT)
+                rows = []
+                for worker_id in self.worker_ids:
+                    rows += [(worker_id, row) for row in
+                             queries.release_worker(conn, worker_id, worker_lost(worker_id))]
+                    queries.unregister_worker(conn, worker_id)
+        finally:
+            engine.dispose()
+        return rows
+
+    def _report_dead(self, rows: list[Any]) -> None:
+        """Exhausted rows went dead/abandoned: logged once at error level, on_dead hooks run."""
+        from .dead import report_dead
+        from .outcome import worker_lost
+
+        for worker_id, row in rows:
+            if row.state == "dead":
+                try:
+                    report_dead(self.pool, [row], reason="abandoned", error=worker_lost(worker_id))
+                except Exception:
+                    log.exception("reporting dead jobs failed",
+                                  extra={"event": "report_dead_failed"})

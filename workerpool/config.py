@@ -22,6 +22,8 @@ __all__ = [
     "DRAIN_MARGIN",
     "HEARTBEAT_PERIOD",
     "MAINTENANCE",
+    "RELEASE_MARGIN",
+    "SHUTDOWN_MARGIN",
     "RunSettings",
     "WorkerType",
     "load",
@@ -31,9 +33,14 @@ DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
 GRACE_ENV = "WORKERPOOL_GRACE_PERIOD"
 
 #: Seconds the supervisor waits beyond drain_timeout before it SIGKILLs what is left: time for a
-#: child to release its unfinished jobs and exit. The orchestrator's grace must exceed
-#: drain_timeout + DRAIN_MARGIN.
+#: child to release its unfinished jobs and exit.
 DRAIN_MARGIN = 2.0
+#: Seconds the supervisor then gives its short-lived releaser child (forked only if a child died
+#: during shutdown without releasing its claims) before it SIGKILLs it and exits anyway.
+RELEASE_MARGIN = 3.0
+#: The whole stop budget beyond drain_timeout: the orchestrator's grace must exceed
+#: drain_timeout + SHUTDOWN_MARGIN.
+SHUTDOWN_MARGIN = DRAIN_MARGIN + RELEASE_MARGIN
 #: A lease shorter than this is refused: renewals and polls could not keep up.
 MIN_STALE_AFTER = 3.0
 #: First restart after a crash is immediate; consecutive fast failures wait
@@ -66,11 +73,17 @@ class RunSettings:
     restart_delay: float = RESTART_DELAY
     boot_retries: int = BOOT_RETRIES
     drain_margin: float = DRAIN_MARGIN
+    release_margin: float = RELEASE_MARGIN
 
     @property
     def drain_timeout(self) -> float:
         """The longest drain of any child: the supervisor waits this plus the margin."""
         return max(w.drain_timeout for w in self.workers)
+
+    @property
+    def shutdown_budget(self) -> float:
+        """The longest a stop can take: drain, the margin, then the releaser's margin."""
+        return self.drain_timeout + self.drain_margin + self.release_margin
 
 
 def load(
@@ -165,12 +178,12 @@ def _grace(value: float | str | None) -> float | None:
 def _check_grace(settings: RunSettings, pool: Any) -> None:
     if settings.grace is None:
         return
-    needed = settings.drain_timeout + settings.drain_margin
-    if needed >= settings.grace:
+    if settings.shutdown_budget >= settings.grace:
         slowest = max(settings.workers, key=lambda w: w.drain_timeout)
+        margin = settings.drain_margin + settings.release_margin
         raise ConfigError(
             f"drain_timeout of {slowest.name} ({slowest.drain_timeout:g}s) plus the "
-            f"{settings.drain_margin:g}s margin is not below the orchestrator grace period "
+            f"{margin:g}s shutdown margin is not below the orchestrator grace period "
             f"({settings.grace:g}s): jobs would be SIGKILLed mid-drain; lower drain_timeout "
             f"or raise the grace period"
         )

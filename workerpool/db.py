@@ -92,9 +92,15 @@ def transaction_pooling() -> bool:
     return os.environ.get(PGBOUNCER_ENV, "").lower() in ("1", "true", "yes", "on")
 
 
-def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Engine:
-    """An engine for one process. Never share it across a fork: build a new one in the child."""
+def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
+           connect_timeout: int | None = None) -> Engine:
+    """An engine for one process. Never share it across a fork: build a new one in the child.
+
+    ``connect_timeout``: whole seconds (libpq's unit; it treats 1 as 2), default 5.
+    """
     args = dict(CONNECT_ARGS, application_name=application_name)
+    if connect_timeout is not None:
+        args["connect_timeout"] = connect_timeout
     if transaction_pooling():
         args["prepare_threshold"] = None
     if url.query.get("host", "").startswith("/"):

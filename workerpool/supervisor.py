@@ -13,6 +13,11 @@ A worker type's life (supervisord's state machine)::
        +----- exited ------+-----------------------+     (restart delay grows on fast failures)
     STARTING --exited, boot_retries times in a row--> FATAL  (the supervisor drains, exits 3)
     STARTING/RUNNING --SIGTERM sent--> STOPPING --exited--> EXITED
+
+Before it exits, the parent forks one short-lived ``releaser`` child if claims would otherwise
+stay leased until ``stale_after``: the worker ids of queue children that died during shutdown
+without draining (SIGKILLed at the deadline, crashed, FATAL) and orphans no replacement took.
+It waits for it at most ``release_margin`` seconds, then SIGKILLs it and exits anyway.
 """
 
 from __future__ import annotations
@@ -90,15 +95,31 @@ class Slot:
 ChildFactory = Callable[..., Any]
 
 
+@dataclass
+class Release:
+    """The releaser child forked at exit (or the decision that none was needed)."""
+
+    worker_ids: tuple[str, ...] = ()
+    pid: int | None = None
+    fd: int | None = None
+    buffer: bytes = b""
+    deadline: float = 0.0
+    rows: int | None = None  # what it reported releasing
+    done: bool = False
+
+
 class Supervisor:
     """Keeps one child per worker type alive until told to stop."""
 
     def __init__(self, pool: Any, settings: RunSettings, *, os_layer: Any = None,
-                 child_factory: ChildFactory | None = None) -> None:
+                 child_factory: ChildFactory | None = None,
+                 releaser_factory: ChildFactory | None = None) -> None:
         self.pool = pool
         self.settings = settings
         self.os = os_layer or RealOS()
         self.child_factory = child_factory or _default_child_factory
+        self.releaser_factory = releaser_factory or _default_releaser_factory
+        self.release: Release | None = None
         self.slots = [Slot(worker) for worker in settings.workers]
         self.mood = Mood.RUNNING
         self.deadline: float | None = None
@@ -212,12 +233,17 @@ class Supervisor:
     # -- reports from the children -------------------------------------------------------------
 
     def _watched_fds(self) -> list[int]:
-        return [slot.fd for slot in self.slots if slot.fd is not None]
+        fds = [slot.fd for slot in self.slots if slot.fd is not None]
+        if self.release is not None and self.release.fd is not None:
+            fds.append(self.release.fd)
+        return fds
 
     def _read_reports(self, ready: list[int]) -> None:
         for slot in self.slots:
             if slot.fd is not None and slot.fd in ready:
                 self._read_pipe(slot)
+        if self.release is not None and self.release.fd is not None and self.release.fd in ready:
+            self._read_release_pipe(self.release)
 
     def _read_pipe(self, slot: Slot) -> None:
         data = self.os.read(slot.fd)
@@ -256,6 +282,9 @@ class Supervisor:
 
     def _reap_children(self) -> None:
         for pid, status in self.os.reap():
+            if self.release is not None and pid == self.release.pid:
+                self._releaser_exited(self.release, status)
+                continue
             slot = next((s for s in self.slots if s.pid == pid and s.state in LIVE), None)
             if slot is None:  # we may be PID 1: orphans of the container get reaped here too
                 log.debug("reaped unknown pid=%d status=%s", pid, describe_status(status),
@@ -270,7 +299,8 @@ class Supervisor:
                 self.os.close(slot.fd)
                 slot.fd = None
         self._log_exit(slot, status)
-        dead = [slot.worker_id] if slot.worker_id else []
+        drained = self.mood is not Mood.RUNNING and describe_status(status) == "exit:0"
+        dead = [slot.worker_id] if slot.worker_id and not drained else []  # drained: released
         slot.orphans = list(dict.fromkeys([*slot.given, *slot.orphans, *dead]))
         slot.given, slot.worker_id, slot.buffer = (), None, b""
         if self.mood is not Mood.RUNNING or slot.state is ChildState.STOPPING:
@@ -420,6 +450,8 @@ class Supervisor:
                         if s.state in (ChildState.STARTING, ChildState.RUNNING)
                         and s.kill_at is None]
         moments += [t for t in (self.deadline, self._forced_exit_at) if t is not None]
+        if self.release is not None and not self.release.done:
+            moments.append(self.release.deadline)
         return max(0.0, min(moments) - now)
 
     def _finished(self) -> int | None:
@@ -428,12 +460,99 @@ class Supervisor:
         live = self._live_slots()
         if live and (self._forced_exit_at is None or self.os.monotonic() < self._forced_exit_at):
             return None
-        for slot in live:
-            log.error("worker=%s pid=%d did not die after SIGKILL; leaving it", slot.name, slot.pid,
-                      extra={"event": "child_unkillable", "worker": slot.name, "pid": slot.pid})
+        if self.release is None:  # every child is gone (or unkillable): once
+            for slot in live:
+                log.error("worker=%s pid=%d did not die after SIGKILL; leaving it", slot.name,
+                          slot.pid, extra={"event": "child_unkillable", "worker": slot.name,
+                                           "pid": slot.pid})
+            self._start_releaser()
+        if not self._release_finished():
+            return None
         log.info("drain finished: supervisor exiting with %d", self.exit_code,
                  extra={"event": "drain_finished"})
         return self.exit_code
+
+
+    # -- the releaser at exit ---------------------------------------------------------------------
+
+    def _unreleased(self) -> tuple[str, ...]:
+        """Worker ids whose claims nobody released: dead queue children and untaken orphans."""
+        ids = [worker_id for slot in self.slots
+               if slot.worker.kind == "queue" and slot.state not in LIVE
+               for worker_id in slot.orphans]
+        return tuple(dict.fromkeys(ids))
+
+    def _start_releaser(self) -> None:
+        self.release = Release(self._unreleased())
+        if not self.release.worker_ids:
+            self.release.done = True
+            return
+        release = self.release
+        releaser = self.releaser_factory(self.pool, release.worker_ids,
+                                         parent_pid=self.os.getpid(),
+                                         close_fds=tuple(self._watched_fds())
+                                         + tuple(self.os.own_fds()))
+        try:
+            release.pid, release.fd = self.os.spawn(releaser.start)
+        except OSError as exc:
+            release.done = True
+            log.error("release failed: cannot fork the releaser (%s); %d dead worker(s) left to "
+                      "the stale arm", exc, len(release.worker_ids),
+                      extra={"event": "release_failed"})
+            return
+        release.deadline = self.os.monotonic() + self.settings.release_margin
+        for slot in self.slots:
+            slot.orphans = []  # handed over
+        log.info("releaser started pid=%d workers=%s", release.pid, ",".join(release.worker_ids),
+                 extra={"event": "releaser_started", "pid": release.pid})
+
+    def _read_release_pipe(self, release: Release) -> None:
+        data = self.os.read(release.fd)
+        if data is None:
+            return
+        if data == b"":
+            self.os.close(release.fd)
+            release.fd = None
+            return
+        *lines, release.buffer = (release.buffer + data).split(b"\n")
+        for line in lines:
+            if line.startswith(b"r ") and line[2:].strip().isdigit():
+                release.rows = int(line[2:])
+
+    def _releaser_exited(self, release: Release, status: int) -> None:
+        if release.fd is not None:
+            self._read_release_pipe(release)
+            if release.fd is not None:
+                self.os.close(release.fd)
+                release.fd = None
+        release.done = True
+        self._log_release(release, describe_status(status))
+
+    def _release_finished(self) -> bool:
+        release = self.release
+        assert release is not None
+        if not release.done and self.os.monotonic() >= release.deadline:
+            self.os.kill(release.pid, signal.SIGKILL)  # no wait for the reap: we exit now
+            release.done = True
+            self._log_release(release, "killed at its deadline")
+        return release.done
+
+    def _log_release(self, release: Release, how: str) -> None:
+        count = len(release.worker_ids)
+        if release.rows is not None:
+            log.warning("orphans released at exit: count=%d workers=%d releaser=%s",
+                        release.rows, count, how,
+                        extra={"event": "orphans_released_at_exit", "count": release.rows})
+        else:
+            log.error("release failed: releaser %s; the jobs of %d dead worker(s) return after "
+                      "stale_after", how, count,
+                      extra={"event": "release_failed", "count": count})
+
+
+def _default_releaser_factory(pool: Any, worker_ids: tuple[str, ...], **kwargs: Any) -> Any:
+    from .child import Releaser
+
+    return Releaser(pool, worker_ids, **kwargs)
 
 
 def _default_child_factory(pool: Any, worker: WorkerType, **kwargs: Any) -> Any:

@@ -67,6 +67,7 @@ from .outcome import (
     record_many,
     timed_out,
     upcast,
+    worker_lost,
 )
 from .payload import dumps
 from .pool import QueueSpec, TaskSpec, WorkerPool
@@ -427,8 +428,7 @@ class Worker:
         self._report_dead(dead)
 
     def _release_orphan(self, conn: Connection, orphan: str) -> list[DeadJob]:
-        entry = {"type": "WorkerLost", "worker": orphan,
-                 "message": f"worker {orphan} died while running this job"}
+        entry = worker_lost(orphan)
         rows = queries.release_worker(conn, orphan, entry)
         if rows:
             log.warning("released %d job(s) of dead worker %s", len(rows), orphan,
