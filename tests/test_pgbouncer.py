@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from sqlalchemy.engine import URL
 
 from tests.apps import bouncer as app
 from tests.conftest import _libpq, wait_until
-from tests.test_supervisor import Supervisor, alive
+from tests.test_supervisor import Supervisor, alive, kill_all
 from workerpool import WorkerPool, db
 from workerpool.migrate import drift
 
@@ -171,13 +170,7 @@ def launch(db_url: URL, bouncer: Bouncer, tmp_path: Path) -> Iterator:
         return running[-1]
 
     yield start
-    for sup in running:
-        try:
-            os.killpg(sup.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        sup.proc.wait(10)
-        print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
+    kill_all(running, show_logs=True)
 
 
 @pytest.fixture

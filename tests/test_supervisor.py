@@ -173,12 +173,19 @@ def start(db_url, tmp_path) -> Iterator:
         return sup
 
     yield launch
+    kill_all(running)
+
+
+def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:
+    """Teardown: SIGKILL every supervisor's whole process group and reap it."""
     for sup in running:
         try:
             os.killpg(sup.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         sup.proc.wait(10)
+        if show_logs:
+            print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
 
 
 @pytest.fixture

@@ -89,13 +89,7 @@ class Child:
             return EXIT_CRASHED
 
     def _become_process(self) -> None:
-        oslayer.set_title(f"workerpool: {self.worker.name}")
-        for signum in oslayer.HANDLED_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        for fd in self.close_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        shed_parent_state(f"workerpool: {self.worker.name}", self.close_fds)
         os.set_blocking(self._tick_fd, False)
         self._watch_signals()
         faulthandler.register(DUMP_SIGNAL, all_threads=True)
@@ -269,13 +263,7 @@ class Releaser:
         return 0
 
     def _become_process(self) -> None:
-        oslayer.set_title("workerpool: releaser")
-        for signum in oslayer.HANDLED_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        for fd in self.close_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        shed_parent_state("workerpool: releaser", self.close_fds)
         oslayer.set_parent_death_signal(signal.SIGKILL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
         self.pool.forget_engine()
@@ -312,3 +300,15 @@ class Releaser:
                 except Exception:
                     log.exception("reporting dead jobs failed",
                                   extra={"event": "report_dead_failed"})
+
+
+def shed_parent_state(title: str, close_fds: tuple[int, ...]) -> None:
+    """Right after the fork: a title of its own, default signal handling, none of the
+    parent's descriptors (its wakeup pipe, the other children's pipes)."""
+    oslayer.set_title(title)
+    for signum in oslayer.HANDLED_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
