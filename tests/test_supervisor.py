@@ -503,3 +503,20 @@ def test_term_right_after_the_forks_still_drains_cleanly(start):
     assert wait_until(lambda: not group_alive(sup.pid), 5, message="the group is empty")
     statuses = [e.fields["status"] for e in sup.events("child_exited")]
     assert statuses == ["exit:0"] * len(children), sup.log()
+
+
+def test_the_database_password_appears_in_no_log_line_and_no_argv(start):
+    """DESIGN §8: a sentinel password on an unreachable server, where every child logs errors."""
+    sentinel = "S3cretSentinelPw"
+    sup = start("--boot-retries", "50", env={
+        "WORKERPOOL_DATABASE_URL": f"postgresql://bob:{sentinel}@127.0.0.1:1/nowhere"})
+    wait_until(lambda: sup.log().count("database") >= 3, 30, message="database errors logged")
+    argv = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in group_alive(sup.pid)
+            if Path(f"/proc/{pid}/cmdline").exists()]
+    assert argv, "no process of the supervisor's group found"
+    assert not [a for a in argv if sentinel.encode() in a]
+    os.kill(sup.pid, signal.SIGTERM)
+    sup.wait_exit(20)
+    log = sup.log()
+    assert "127.0.0.1" in log  # the connection errors are logged, naming the server only
+    assert sentinel not in log
