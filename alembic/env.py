@@ -11,16 +11,17 @@ from workerpool.schema import metadata
 config = context.config
 
 
-def run_migrations_offline() -> None:
-    context.configure(
-        url=str(db.resolve_url(config.get_main_option("sqlalchemy.url") or None)),
-        target_metadata=metadata,
-        literal_binds=True,
-        version_table=VERSION_TABLE,
-        include_object=include_object,
-    )
+def _migrate(**options) -> None:
+    """Run the migrations with workerpool's metadata and its own version table."""
+    context.configure(target_metadata=metadata, version_table=VERSION_TABLE,
+                      include_object=include_object, **options)
     with context.begin_transaction():
         context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    url = db.resolve_url(config.get_main_option("sqlalchemy.url") or None)
+    _migrate(url=str(url), literal_binds=True)
 
 
 def run_migrations_online() -> None:
@@ -35,16 +36,7 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:
-    context.configure(
-        connection=connection,
-        target_metadata=metadata,
-        version_table=VERSION_TABLE,
-        include_object=include_object,
-        compare_type=True,
-        compare_server_default=True,
-    )
-    with context.begin_transaction():
-        context.run_migrations()
+    _migrate(connection=connection, compare_type=True, compare_server_default=True)
 
 
 if context.is_offline_mode():

@@ -183,14 +183,19 @@ def test_a_postgres_restart_loses_nothing_and_the_worker_rides_it_out(cluster, s
         pool.dispose()
 
 
-def test_a_handler_that_ignores_its_timeout_gets_the_process_recycled(db_url, sql, spawn):
+def enqueue_one(db_url, task: str, **task_options) -> int:
+    """Enqueue one job of ``task`` (the handler itself runs in the spawned worker process)."""
     pool = WorkerPool(db_url)
     pool.queue("work")
-    pool.task(queue="work", name="stuck", timeout=0.3)(lambda job: None)
+    pool.task(queue="work", name=task, **task_options)(lambda job: None)
     try:
-        job_id = pool.enqueue("stuck", {})
+        return pool.enqueue(task, {})
     finally:
         pool.dispose()
+
+
+def test_a_handler_that_ignores_its_timeout_gets_the_process_recycled(db_url, sql, spawn):
+    job_id = enqueue_one(db_url, "stuck", timeout=0.3)
     worker = spawn(db_url, RUNTIME_RECYCLE_GRACE="0.5")
     # The handler thread never returns, yet the process exits (its threads are daemons).
     assert worker.proc.wait(20) == 75
@@ -202,13 +207,7 @@ def test_a_handler_that_ignores_its_timeout_gets_the_process_recycled(db_url, sq
 
 
 def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
-    pool = WorkerPool(db_url)
-    pool.queue("work")
-    pool.task(queue="work", name="resumable", max_attempts=3)(lambda job: None)
-    try:
-        job_id = pool.enqueue("resumable", {})
-    finally:
-        pool.dispose()
+    job_id = enqueue_one(db_url, "resumable", max_attempts=3)
     first = spawn(db_url)
     wait_until(lambda: sql("SELECT checkpoint FROM workerpool_jobs")[0][0] == {"step": 1}, 20)
     first.proc.send_signal(signal.SIGKILL)
