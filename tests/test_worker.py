@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import wait_until
 from workerpool import Permanent, RetryLater, WorkerPool, db
-from workerpool.worker import EXIT_OK, EXIT_RECYCLE, FAULT_ENV, Worker
+from workerpool.worker import EXIT_OK, EXIT_RECYCLE, FAULT_ENV, Worker, session_limits
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
@@ -476,6 +476,25 @@ def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
             wait_until(lambda: ticks[0] > 0, 5, message="ticks resume")
     finally:
         blocker.close()
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "pgbouncer"])
+def test_worker_connections_start_with_the_limits_and_keep_the_urls_options(
+    db_url, monkeypatch, pooled
+):
+    """The one-statement claim runs outside any transaction of ours: its limits are the
+    session's. Behind PgBouncer a session is shared, so nothing is set there."""
+    if pooled:
+        monkeypatch.setenv(db.PGBOUNCER_ENV, "1")
+    url = db_url.update_query_dict({"options": "-c work_mem=7MB"})
+    engine = db.create(url, session_settings=session_limits())
+    try:
+        with engine.connect() as conn:
+            shown = [conn.exec_driver_sql(f"SHOW {name}").scalar()
+                     for name in ("statement_timeout", "lock_timeout", "work_mem")]
+    finally:
+        engine.dispose()
+    assert shown == (["0", "0", "7MB"] if pooled else ["15s", "3s", "7MB"])
 
 
 def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):

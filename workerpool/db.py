@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
@@ -92,17 +94,30 @@ def transaction_pooling() -> bool:
     return os.environ.get(PGBOUNCER_ENV, "").lower() in ("1", "true", "yes", "on")
 
 
+def startup_options(url: URL, settings: Mapping[str, str]) -> str:
+    """libpq ``options`` setting ``settings``, after any ``options`` the URL already carries."""
+    given = str(url.query.get("options", ""))
+    ours = " ".join(f"-c {name}={value}" for name, value in settings.items())
+    return f"{given} {ours}".strip()
+
+
 def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
-           connect_timeout: int | None = None) -> Engine:
+           connect_timeout: int | None = None,
+           session_settings: Mapping[str, str] | None = None) -> Engine:
     """An engine for one process. Never share it across a fork: build a new one in the child.
 
     ``connect_timeout``: whole seconds (libpq's unit; it treats 1 as 2), default 5.
+    ``session_settings``: server settings every connection starts with (libpq ``options``, no
+    round trip), e.g. ``{"statement_timeout": "15s"}``. Behind PgBouncer in transaction pooling
+    mode a server session is shared between clients, so they are not applied there.
     """
-    args = dict(CONNECT_ARGS, application_name=application_name)
+    args: dict[str, Any] = dict(CONNECT_ARGS, application_name=application_name)
     if connect_timeout is not None:
         args["connect_timeout"] = connect_timeout
     if transaction_pooling():
         args["prepare_threshold"] = None
+    elif session_settings:
+        args["options"] = startup_options(url, session_settings)
     if url.query.get("host", "").startswith("/"):
         args.pop("tcp_user_timeout")  # unix socket: no TCP
     return create_engine(

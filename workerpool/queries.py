@@ -903,11 +903,23 @@ def bound_transaction(
     (57014), waits too long for a lock (55P03) or a transaction left idle (25P03) errors out
     instead of hanging the worker.
     """
+    limits = time_limits(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+                         idle_timeout=idle_timeout)
     conn.execute(_BOUND_TRANSACTION, {
+        "statement_timeout": limits["statement_timeout"],
+        "lock_timeout": limits["lock_timeout"],
+        "idle_timeout": limits["idle_in_transaction_session_timeout"],
+    })
+
+
+def time_limits(*, statement_timeout: float, lock_timeout: float,
+                idle_timeout: float) -> dict[str, str]:
+    """The three limits (seconds) as PostgreSQL settings: ``{name: "<n>ms"}``."""
+    return {
         "statement_timeout": _milliseconds(statement_timeout),
         "lock_timeout": _milliseconds(lock_timeout),
-        "idle_timeout": _milliseconds(idle_timeout),
-    })
+        "idle_in_transaction_session_timeout": _milliseconds(idle_timeout),
+    }
 
 
 #: Built once: this runs at the start of every worker transaction.

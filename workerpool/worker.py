@@ -388,6 +388,28 @@ class Worker:
         except BaseException:
             self._drop_main_connection()
             raise
+        self._contacted()
+
+    @contextmanager
+    def _single_statement(self) -> Iterator[Connection]:
+        """The main connection in autocommit for one statement that is its own transaction.
+
+        One round trip instead of four (BEGIN, limits, statement, COMMIT): the limits are the
+        connection's own (:func:`session_limits`). Only where sessions are ours: behind
+        PgBouncer, :meth:`_transaction` instead.
+        """
+        conn = self._main_connection()
+        try:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+            conn.commit()  # ends SQLAlchemy's autobegun block; nothing is sent
+            conn.execution_options(isolation_level=conn.default_isolation_level)
+        except BaseException:
+            self._drop_main_connection()
+            raise
+        self._contacted()
+
+    def _contacted(self) -> None:
         self._reached_db = True
         self._last_contact = time.monotonic()
 
@@ -626,12 +648,14 @@ class Worker:
         commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
         """
         batch = list(self._unwritten)
-        with self._transaction() as conn:
-            states = (record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
-                      if batch else {})
-            rows = queries.claim(conn, queue=self.queue, worker=self.id,
-                                 limit=self._free_slots(), task_versions=self.task_versions,
-                                 stale_after=self.stale_after)
+        if batch or db.transaction_pooling():
+            with self._transaction() as conn:
+                states = (record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
+                          if batch else {})
+                rows = self._claim(conn)
+        else:  # the claim alone, as after a wake-up: pickup latency is this round trip
+            with self._single_statement() as conn:
+                states, rows = {}, self._claim(conn)
         self._last_write = time.monotonic()
         if batch:
             self._outcomes_written(batch, states)
@@ -640,6 +664,10 @@ class Worker:
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
+
+    def _claim(self, conn: Connection) -> list[Any]:
+        return queries.claim(conn, queue=self.queue, worker=self.id, limit=self._free_slots(),
+                             task_versions=self.task_versions, stale_after=self.stale_after)
 
     def _beat_if_quiet(self) -> None:
         """A pass with nothing to do still proves, once per poll interval, that the DB answers."""
@@ -751,7 +779,8 @@ class Worker:
     def _open(self) -> None:
         name = f"workerpool:{self.queue}"[:63]
         size = min(self.spec.concurrency, 16) + 2  # handler checkpoints + the main loop
-        self.engine = db.create(self.pool.url, application_name=name, pool_size=size)
+        self.engine = db.create(self.pool.url, application_name=name, pool_size=size,
+                                session_settings=session_limits())
         self._threads.start()
         if self.spec.notify and self.pool.notify and not db.transaction_pooling():
             self._listener = Listener(self.pool, self.queue, self._wake)
@@ -829,6 +858,13 @@ class Worker:
             for task in asyncio.all_tasks(loop):
                 task.cancel()
             loop.close()
+
+
+def session_limits() -> dict[str, str]:
+    """The transaction limits as settings the worker's connections start with, for statements
+    that run outside a transaction of ours (the one-statement claim; not behind PgBouncer)."""
+    return queries.time_limits(statement_timeout=STATEMENT_TIMEOUT, lock_timeout=LOCK_TIMEOUT,
+                               idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
 
 
 def _claim_order(row: Any) -> tuple:
