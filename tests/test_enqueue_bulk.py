@@ -1,10 +1,14 @@
-"""enqueue_many's one statement: ids line up with the input however keys and new rows mix."""
+"""enqueue_many: ids line up with the input however keys and new rows mix, in one statement or
+in pipelined chunks (batches larger than INSERT_CHUNK), and a bad batch writes nothing."""
 
 from __future__ import annotations
 
 import pytest
 
-from workerpool import IdempotencyConflict, InvalidJob, WorkerPool
+from sqlalchemy import text
+
+from workerpool import IdempotencyConflict, InvalidJob, PayloadError, WorkerPool
+from workerpool.pool import INSERT_CHUNK
 
 
 @pytest.fixture
@@ -84,3 +88,64 @@ def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
     stored = payload_by_id(sql)
     for first, ids in zip((0, 10_000), results, strict=True):
         assert [stored[job_id] for job_id in ids] == [first + n for n in range(2000)]
+
+
+# -- batches larger than one chunk ---------------------------------------------------------------
+
+LATE = 3 * INSERT_CHUNK + 7  # an index in the fourth chunk: three chunks were sent before it
+
+
+def chunked(count: int, bad_at: int | None = None) -> list[tuple]:
+    return [("work", {"n": n} if n != bad_at else {"n": {1, 2}}) for n in range(count)]
+
+
+def test_a_bad_item_in_a_late_chunk_writes_nothing(app, sql):
+    with pytest.raises(PayloadError, match=r"\$\.n: set"):
+        app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE))
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+    assert len(app.enqueue_many(chunked(4 * INSERT_CHUNK))) == 4 * INSERT_CHUNK  # pool usable
+
+
+def test_in_the_callers_transaction_a_bad_late_chunk_rolls_back_only_the_batch(app, sql):
+    with app.engine.begin() as conn:
+        first = app.enqueue("work", {"n": -1}, conn=conn)
+        with pytest.raises(PayloadError):
+            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE), conn=conn)
+        conn.execute(text("SELECT 1"))  # the caller's transaction is still usable
+    assert sql("SELECT id FROM workerpool_jobs") == [(first,)]
+
+
+def test_on_an_autocommit_connection_the_chunks_are_still_one_transaction(app, sql):
+    with app.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        with pytest.raises(PayloadError):
+            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE), conn=conn)
+        ids = app.enqueue_many(chunked(2 * INSERT_CHUNK + 1), conn=conn)
+    stored = payload_by_id(sql)
+    assert [stored[job_id] for job_id in ids] == list(range(2 * INSERT_CHUNK + 1))
+    assert len(stored) == 2 * INSERT_CHUNK + 1
+
+
+def test_a_key_repeated_across_chunks_is_one_job_and_a_different_job_conflicts(app, sql):
+    items = chunked(3 * INSERT_CHUNK)
+    items[5] = ("work", {"n": 5}, {"key": "twice"})
+    items[2 * INSERT_CHUNK + 5] = ("work", {"n": 5}, {"key": "twice"})
+    ids = app.enqueue_many(items)
+    assert ids[5] == ids[2 * INSERT_CHUNK + 5]
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(3 * INSERT_CHUNK - 1,)]
+
+    items[INSERT_CHUNK] = ("work", {"n": 98}, {"key": "fresh"})
+    items[2 * INSERT_CHUNK + 9] = ("work", {"n": 97}, {"key": "fresh"})  # another job, later
+    with pytest.raises(IdempotencyConflict, match="fresh"):
+        app.enqueue_many(items)
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(3 * INSERT_CHUNK - 1,)]
+
+
+def test_a_chunked_batch_sends_one_notification(app, dsn):
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN workerpool_jobs")
+        app.enqueue_many(chunked(3 * INSERT_CHUNK))
+        notes = list(listener.notifies(timeout=1.0))
+    assert [n.payload for n in notes] == ["bulk"]

@@ -200,18 +200,62 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     """
     if not rows:
         return []
+    keyed = _keyed(rows)
+    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify], _insert_params(rows, notify)).all()
+    return _ids_in_input_order(conn, rows, returned, keyed=keyed)
+
+
+def insert_job_chunks(
+    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False
+) -> list[int]:
+    """:func:`insert_jobs` for each chunk, all sent in one pipeline (psycopg's pipeline mode).
+
+    The server inserts one chunk while the caller checks and builds the next (``chunks`` may be
+    a generator that validates as it goes), and the statements share one network flight. Run it
+    inside a transaction or savepoint: a chunk that fails to build raises after earlier chunks
+    reached the server, and only the rollback takes them back.
+    """
+    driver = conn.connection.driver_connection
+    sent: list[tuple[Sequence[NewJob], bool, Any]] = []
+    with driver.pipeline():
+        for rows in chunks:
+            keyed = _keyed(rows)
+            cursor = driver.cursor()
+            cursor.execute(_driver_sql(conn.dialect, keyed, notify), _insert_params(rows, notify))
+            sent.append((rows, keyed, cursor))
+    ids: list[int] = []
+    for rows, keyed, cursor in sent:
+        ids += _ids_in_input_order(conn, rows, cursor.fetchall(), keyed=keyed)
+    return ids
+
+
+def _keyed(rows: Sequence[NewJob]) -> bool:
+    return any(row.key is not None for row in rows)
+
+
+def _insert_params(rows: Sequence[NewJob], notify: bool) -> dict[str, Any]:
     params: dict[str, Any] = {"rows": _rows_document(rows)}
     if notify:
         params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
-    keyed = any(row.key is not None for row in rows)
-    result = conn.execute(_INSERT_STATEMENTS[keyed, notify], params)
+    return params
+
+
+@functools.lru_cache(maxsize=8)
+def _driver_sql(dialect: Any, keyed: bool, notify: bool) -> str:
+    """The insert as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
+    return str(_INSERT_STATEMENTS[keyed, notify].compile(dialect=dialect))
+
+
+def _ids_in_input_order(
+    conn: Connection, rows: Sequence[NewJob], returned: Sequence[Any], *, keyed: bool
+) -> list[int]:
+    """Each row's job id from what the insert returned: ``(id,)`` rows, or ``(id, key)``."""
     if not keyed:
-        ids = result.scalars().all()
+        ids = sorted(row[0] for row in returned)  # ascending id = input order
         if len(ids) != len(rows):
             raise RuntimeError(f"inserted {len(ids)} of {len(rows)} rows without keys")
-        ids.sort()  # ascending id = input order
         return ids
-    ids_keys = sorted(result, key=itemgetter(0))  # ascending id = input order
+    ids_keys = sorted(returned, key=itemgetter(0))  # ascending id = input order
     new_ids = _line_up(rows, ids_keys)
     missing = {row.key for row, got in zip(rows, new_ids, strict=True) if got is None}
     if missing:
