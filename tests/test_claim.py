@@ -58,6 +58,25 @@ def test_future_jobs_are_not_claimed(app):
     assert claim(app, "w") == []
 
 
+def test_the_prepared_claim_reuses_one_plan_on_a_connection(app, sql):
+    """The claim is prepared after a few calls; its states are literals, so PostgreSQL can
+    match the partial indexes in a generic plan and stops planning it on every call. (With
+    parameters, a table of some size makes every generic plan a sequential scan: custom plans
+    forever.)"""
+    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " SELECT 'q', 'work', 'done', now() FROM generate_series(1, 20000)")
+    sql("ANALYZE workerpool_jobs")
+    with app.engine.connect() as conn:  # psycopg prepares at the 5th call; 5 custom plans follow
+        for _ in range(15):
+            with conn.begin():
+                queries.claim(conn, queue="q", worker="w", limit=10,
+                              task_versions=app.task_versions("q"), stale_after=300)
+        plans = conn.exec_driver_sql(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%'").all()
+    assert len(plans) == 1 and plans[0][0] > 0, plans
+
+
 def test_concurrent_claimers_never_share_a_row(app, db_url, sql):
     total = 600
     app.enqueue_many([("work", {"n": i}) for i in range(total)])

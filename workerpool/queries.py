@@ -27,6 +27,7 @@ from sqlalchemy import (
     column,
     func,
     literal,
+    literal_column,
     select,
     text,
     true,
@@ -38,7 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import Text
 
 from .errors import MAX_DELAY, IdempotencyConflict
-from .schema import cron, jobs, workers
+from .schema import STATES, cron, jobs, workers
 
 NOTIFY_CHANNEL = "workerpool_jobs"
 LIVE_STATES = ("pending", "processing", "failed")
@@ -389,6 +390,18 @@ def _queue_names(queues: Iterable[str]) -> str:
 # the claim
 
 
+def _state_in(*states: str):
+    """``state IN (...)`` with the states written as literals, not parameters.
+
+    The partial indexes are defined on these literals. A parameter would hide them from a
+    generic plan, so PostgreSQL would plan the prepared claim afresh on every call (~0.2 ms,
+    more than executing it); with literals it reuses one plan.
+    """
+    assert set(states) <= set(STATES), states  # constants of this module, never input
+    values = [literal_column(f"'{state}'") for state in states]
+    return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
+
+
 def claim_statement(
     *,
     queue: str,
@@ -408,7 +421,7 @@ def claim_statement(
         select(jobs.c.id)
         .where(
             jobs.c.queue == queue,
-            jobs.c.state == "processing",
+            _state_in("processing"),
             jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
             known,
         )
@@ -421,7 +434,7 @@ def claim_statement(
         select(jobs.c.id)
         .where(
             jobs.c.queue == queue,
-            jobs.c.state.in_(("pending", "failed")),
+            _state_in("pending", "failed"),
             jobs.c.run_at <= func.now(),
             known,
         )
