@@ -9,13 +9,16 @@ NOTIFY on top of those.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
 from workerpool import WorkerPool
 
-from .app import QUEUE, noop
+from .app import QUEUE, make_pool, noop
 
 BULK_BATCH = 1000
 
@@ -73,6 +76,53 @@ def raw_single_per_second(dsn: str, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
+#: Callers in the concurrent single-enqueue figures: processes, as a web server's workers are.
+CALLERS = 4
+
+
+def concurrent_per_second(how: Callable[[Any, int], None], target: Any, count: int,
+                          callers: int = CALLERS) -> float:
+    """``how(target, count // callers)`` in ``callers`` forked processes started together;
+    jobs/s from the first caller's start to the last caller's end."""
+    context = multiprocessing.get_context("fork")
+    go, spans = context.Event(), context.Queue()
+    each = max(1, count // callers)
+    procs = [context.Process(target=_timed_caller, args=(how, target, each, go, spans))
+             for _ in range(callers)]
+    for proc in procs:
+        proc.start()
+    go.set()
+    results = [spans.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    if any(isinstance(result, str) for result in results):
+        raise RuntimeError(f"a caller failed: {next(r for r in results if isinstance(r, str))}")
+    started, ended = min(r[0] for r in results), max(r[1] for r in results)
+    return each * callers / (ended - started)
+
+
+def _timed_caller(how, target: Any, count: int, go, spans) -> None:
+    try:
+        how(target, 1)  # connect and warm up before the clock starts
+        go.wait(60)
+        started = time.monotonic()
+        how(target, count)
+        spans.put((started, time.monotonic()))
+    except BaseException as exc:  # the parent must hear about it, never hang on the queue
+        spans.put(f"{type(exc).__name__}: {exc}")
+
+
+def single_caller(url: Any, count: int) -> None:
+    """One caller process: its own pool (never an engine inherited over the fork)."""
+    pool = make_pool(url)
+    single_per_second(pool, count)
+    pool.dispose()
+
+
+def raw_single_caller(dsn: str, count: int) -> None:
+    raw_single_per_second(dsn, count)
+
+
 def load_for_drain(pool: WorkerPool, total: int, chunk: int = 5000) -> None:
     """``total`` no-op jobs in bulk, committed in one transaction so they appear together."""
     with pool.engine.begin() as conn:
@@ -89,9 +139,12 @@ def warm_up(pool: WorkerPool) -> None:
 
 __all__ = [
     "bulk_rows_per_second",
+    "concurrent_per_second",
     "load_for_drain",
     "raw_bulk_rows_per_second",
+    "raw_single_caller",
     "raw_single_per_second",
+    "single_caller",
     "single_per_second",
     "warm_up",
 ]

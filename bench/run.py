@@ -80,6 +80,12 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("enqueue_single_tx_per_s", "jobs/s", ratio_to="enqueue_single_raw_tx_per_s",
                        target=Target(">=", 3_000),
                        note="enqueue(conn=...) in the caller's transaction, one job per commit")
+        callers = enqueue.CALLERS
+        report.declare("enqueue_single_raw_tx_procs_per_s", "jobs/s",
+                       note=f"the raw single loop in {callers} processes at once")
+        report.declare("enqueue_single_tx_procs_per_s", "jobs/s",
+                       ratio_to="enqueue_single_raw_tx_procs_per_s",
+                       note=f"the enqueue(conn=...) loop in {callers} processes at once")
     if plan.wants("scale"):
         empty_p99 = "claim_empty_p99_ms"
         report.declare("claim_empty_p50_ms", "ms")
@@ -191,6 +197,12 @@ class Bench:
         self.db.reset()
         enqueue.warm_up(self.pool)
         self.measure("enqueue_single_tx_per_s", enqueue.single_per_second, self.pool, single)
+        self.db.reset()
+        self.measure("enqueue_single_raw_tx_procs_per_s", enqueue.concurrent_per_second,
+                     enqueue.raw_single_caller, self.db.dsn, single)
+        self.db.reset()
+        self.measure("enqueue_single_tx_procs_per_s", enqueue.concurrent_per_second,
+                     enqueue.single_caller, self.db.url, single)
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)

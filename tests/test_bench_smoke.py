@@ -31,6 +31,8 @@ EXPECTED = {
     "enqueue_bulk_rows_per_s",
     "enqueue_single_raw_tx_per_s",
     "enqueue_single_tx_per_s",
+    "enqueue_single_raw_tx_procs_per_s",
+    "enqueue_single_tx_procs_per_s",
     "claim_empty_p50_ms",
     "claim_empty_p99_ms",
     "claim_large_p50_ms",
