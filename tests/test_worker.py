@@ -19,7 +19,14 @@ import pytest
 
 from tests.conftest import wait_until
 from workerpool import Permanent, RetryLater, WorkerPool, db
-from workerpool.worker import EXIT_OK, EXIT_RECYCLE, FAULT_ENV, Worker, session_limits
+from workerpool.worker import (
+    EXIT_OK,
+    EXIT_RECYCLE,
+    EXIT_UNRELEASED,
+    FAULT_ENV,
+    Worker,
+    session_limits,
+)
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
@@ -341,6 +348,41 @@ def test_a_checkpoint_survives_a_drain_release_and_the_next_attempt_resumes(pool
     with running(pool, "q"):
         wait_until(lambda: job_row(sql, job_id)["state"] == "done", 10)
     assert seen == [(1, None), (1, {"step": 1})]  # same attempt number: the drain refunded it
+
+
+def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
+    pool, sql, dsn, monkeypatch
+):
+    """Exit 0 tells the supervisor "released"; a worker that could not give its jobs back says
+    otherwise, so the supervisor's releaser takes them instead of leaving them to stale_after."""
+    monkeypatch.setattr("workerpool.worker.LOCK_TIMEOUT", 0.2)
+    pool.queue("q", poll_interval=0.05, drain_timeout=0.5)
+    started, release = threading.Event(), threading.Event()
+
+    @pool.task(queue="q")
+    def stuck(job):
+        started.set()
+        release.wait(20)
+
+    job_id = pool.enqueue("stuck", {})
+    worker = Worker(pool, "q")
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
+    blocker = psycopg.connect(dsn)
+    try:
+        thread.start()
+        wait_until(started.is_set, 10, message="job started")
+        blocker.execute("LOCK TABLE workerpool_jobs IN ACCESS EXCLUSIVE MODE")
+        worker.stop()
+        thread.join(30)
+        assert code == [EXIT_UNRELEASED]
+        blocker.rollback()
+        row = job_row(sql, job_id)
+        assert (row["state"], row["claimed_by"]) == ("processing", worker.id)
+    finally:
+        release.set()
+        blocker.close()
+        worker.stop()
 
 
 def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):

@@ -77,6 +77,7 @@ log = logging.getLogger("workerpool.worker")
 #: Exit codes: the contract between a child and the supervisor.
 EXIT_OK = 0
 EXIT_RECYCLE = 75  # a handler ignored its timeout: restart me
+EXIT_UNRELEASED = 69  # jobs still claimed at exit (the database refused the release)
 
 FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "no_lease_renewal"
 RECYCLE_GRACE = 5.0  # seconds a timed-out handler gets before the child is recycled
@@ -249,6 +250,7 @@ class Worker:
         self._stop_requested_at: float | None = None
         self._stop_now = threading.Event()
         self._recycle = False
+        self._unreleased = False  # the drain could not give its jobs back
         self._db = Reconnect()
         self._last_renew = time.monotonic()
         self._renew_now = False  # after an outage: renew before anything is claimed
@@ -305,6 +307,8 @@ class Worker:
             self._drain()
         finally:
             self._close()
+        if self._unreleased:  # non-zero: the supervisor releases this worker's claims
+            return EXIT_UNRELEASED
         return EXIT_RECYCLE if self._recycle else EXIT_OK
 
     def _pass(self, *, claiming: bool = True) -> None:
@@ -819,8 +823,10 @@ class Worker:
                 self._database_failed(exc)
                 time.sleep(0.2 * (attempt + 1))
         else:
-            log.error("could not release %d job(s); the next worker releases them",
-                      len(left), extra={"event": "release_failed", "queue": self.queue})
+            self._unreleased = True
+            log.error("could not release %d job(s); exiting %d so the supervisor releases them",
+                      len(left), EXIT_UNRELEASED,
+                      extra={"event": "release_failed", "queue": self.queue})
         if left:
             self.counters.released += len(left)
             log.warning("released %d unfinished job(s) at the drain deadline", len(left),
