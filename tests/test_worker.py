@@ -385,6 +385,51 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
         worker.stop()
 
 
+def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_notices(
+    pool, sql, caplog
+):
+    """The supervisor's SIGKILL comes drain_timeout + margin after SIGTERM: a loop that notices
+    the stop late (here held inside a pass) must not give its jobs a full drain_timeout more."""
+    caplog.set_level("INFO", logger="workerpool.worker")
+    pool.queue("q", poll_interval=0.05, drain_timeout=1.0)
+    started, finish = threading.Event(), threading.Event()
+    hold, holding, resume = threading.Event(), threading.Event(), threading.Event()
+
+    @pool.task(queue="q")
+    def slow(job):
+        started.set()
+        finish.wait(20)
+
+    def on_tick() -> None:  # runs on the main loop's thread
+        if hold.is_set() and not resume.is_set():
+            holding.set()
+            resume.wait(20)
+
+    job_id = pool.enqueue("slow", {})
+    worker = Worker(pool, "q", on_tick=on_tick)
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
+    try:
+        thread.start()
+        wait_until(started.is_set, 10, message="job started")
+        hold.set()
+        wait_until(holding.is_set, 10, message="main loop held")
+        worker.stop()
+        time.sleep(1.2)  # the scenario itself: the drain deadline passes while the loop is held
+        resume.set()
+        wait_until(lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
+                   10, message="drain started")
+        finish.set()  # a drain that still had time left would now record the job done
+        thread.join(10)
+        assert code == [EXIT_OK]
+    finally:
+        resume.set()
+        finish.set()
+        worker.stop()
+    row = job_row(sql, job_id)
+    assert (row["state"], row["errors"][-1]["type"]) == ("pending", "Interrupted")
+
+
 def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok", max_attempts=1)(lambda job: None)
