@@ -141,6 +141,15 @@ def test_a_key_repeated_across_chunks_is_one_job_and_a_different_job_conflicts(a
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(3 * INSERT_CHUNK - 1,)]
 
 
+def test_a_key_held_by_another_job_in_a_late_chunk_writes_nothing(app, sql):
+    app.enqueue("work", {"n": 1}, key="held")
+    items = chunked(3 * INSERT_CHUNK)
+    items[LATE - INSERT_CHUNK] = ("work", {"n": 9}, {"key": "held"})  # the third chunk
+    with pytest.raises(IdempotencyConflict, match="held"):
+        app.enqueue_many(items)
+    assert sql("SELECT key FROM workerpool_jobs") == [("held",)]
+
+
 def test_a_chunked_batch_sends_one_notification(app, dsn):
     import psycopg
 

@@ -31,10 +31,11 @@ from tests.conftest import _libpq, wait_until
 from tests.test_supervisor import Supervisor, alive, kill_all
 from workerpool import WorkerPool, db
 from workerpool.migrate import drift
+from workerpool.pool import INSERT_CHUNK
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL_SIZE = 2
-JOBS = 200
+JOBS = INSERT_CHUNK + 100  # enqueue_many sends them as two pipelined chunks
 BROKEN = "prepared statement"
 
 
