@@ -648,7 +648,8 @@ class Worker:
     def _write_outcomes_and_claim(self) -> None:
         """Write the waiting outcomes and claim into the free slots, in one transaction.
 
-        One BEGIN/limits/COMMIT per pass instead of two. Nothing changes in memory before the
+        One BEGIN/limits/COMMIT per pass instead of two; with no outcome waiting, the claim alone
+        is one autocommit statement (one round trip). Nothing changes in memory before the
         commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
         """
         batch = list(self._unwritten)
