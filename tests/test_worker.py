@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_until
-from workerpool import Permanent, RetryLater, WorkerPool, db
+from workerpool import Permanent, RetryLater, WorkerPool, db, queries
 from workerpool.worker import (
     EXIT_OK,
     EXIT_RECYCLE,
@@ -428,6 +428,47 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
         worker.stop()
     row = job_row(sql, job_id)
     assert (row["state"], row["errors"][-1]["type"]) == ("pending", "Interrupted")
+
+
+def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
+    """The drain renews leases like any pass, so drain_timeout may exceed stale_after: no other
+    worker's stale arm takes a job that is still finishing."""
+    pool.queue("q", poll_interval=0.05, stale_after=1.0, drain_timeout=10.0)
+    started, finish = threading.Event(), threading.Event()
+
+    @pool.task(queue="q")
+    def long_finish(job):
+        started.set()
+        finish.wait(20)
+
+    job_id = pool.enqueue("long_finish", {})
+    stolen: list = []
+
+    def thief() -> bool:
+        with pool.engine.begin() as conn:
+            stolen.extend(queries.claim(conn, queue="q", worker="thief", limit=1,
+                                        task_versions=pool.task_versions("q"), stale_after=1.0))
+        return bool(stolen)
+
+    worker = Worker(pool, "q")
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
+    try:
+        thread.start()
+        wait_until(started.is_set, 10, message="job started")
+        worker.stop()
+        deadline = time.monotonic() + 2.5  # 2.5 x stale_after into the drain
+        while time.monotonic() < deadline:
+            assert not thief(), stolen
+            time.sleep(0.1)  # the thief's pace: it tries ten times per second, not a wait
+        finish.set()
+        thread.join(10)
+        assert code == [EXIT_OK]
+    finally:
+        finish.set()
+        worker.stop()
+    row = job_row(sql, job_id)
+    assert (row["state"], row["attempts"]) == ("done", 1)
 
 
 def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):

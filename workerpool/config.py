@@ -149,10 +149,6 @@ def _queue_type(pool: Any, name: str) -> WorkerType:
     if stale_after < MIN_STALE_AFTER:
         raise ConfigError(f"queue {name}: stale_after is {stale_after:g}s; use at least "
                           f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)")
-    if spec.drain_timeout >= stale_after:
-        raise ConfigError(f"queue {name}: drain_timeout ({spec.drain_timeout:g}s) must be below "
-                          f"stale_after ({stale_after:g}s), or a draining job could be claimed "
-                          f"twice")
     if spec.hang_timeout < 2 * spec.poll_interval:
         raise ConfigError(f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
                           f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "
