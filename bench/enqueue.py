@@ -70,24 +70,29 @@ def raw_single_per_second(dsn: str, count: int) -> float:
     """The reference: ``BEGIN; INSERT ... RETURNING id; COMMIT`` per job on one connection."""
     with psycopg.connect(dsn) as conn:
         started = time.perf_counter()
-        for i in range(count):
-            with conn.transaction():
-                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
+        _raw_single_loop(conn, count)
         return count / (time.perf_counter() - started)
+
+
+def _raw_single_loop(conn: psycopg.Connection, count: int) -> None:
+    for i in range(count):
+        with conn.transaction():
+            conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
 
 
 #: Callers in the concurrent single-enqueue figures: processes, as a web server's workers are.
 CALLERS = 4
 
 
-def concurrent_per_second(how: Callable[[Any, int], None], target: Any, count: int,
-                          callers: int = CALLERS) -> float:
-    """``how(target, count // callers)`` in ``callers`` forked processes started together;
-    jobs/s from the first caller's start to the last caller's end."""
+def concurrent_per_second(make_caller: Callable[[Any], Callable[[int], None]], target: Any,
+                          count: int, callers: int = CALLERS) -> float:
+    """``count // callers`` jobs in each of ``callers`` forked processes started together;
+    jobs/s from the first caller's start to the last caller's end. ``make_caller(target)``
+    runs in the process before the clock starts (connect, warm up) and returns the loop."""
     context = multiprocessing.get_context("fork")
     go, spans = context.Event(), context.Queue()
     each = max(1, count // callers)
-    procs = [context.Process(target=_timed_caller, args=(how, target, each, go, spans))
+    procs = [context.Process(target=_timed_caller, args=(make_caller, target, each, go, spans))
              for _ in range(callers)]
     for proc in procs:
         proc.start()
@@ -101,26 +106,31 @@ def concurrent_per_second(how: Callable[[Any, int], None], target: Any, count: i
     return each * callers / (ended - started)
 
 
-def _timed_caller(how, target: Any, count: int, go, spans) -> None:
+def _timed_caller(make_caller, target: Any, count: int, go, spans) -> None:
     try:
-        how(target, 1)  # connect and warm up before the clock starts
+        run = make_caller(target)
+        run(1)  # connected and warm before the clock starts
         go.wait(60)
         started = time.monotonic()
-        how(target, count)
+        run(count)
         spans.put((started, time.monotonic()))
     except BaseException as exc:  # the parent must hear about it, never hang on the queue
         spans.put(f"{type(exc).__name__}: {exc}")
 
 
-def single_caller(url: Any, count: int) -> None:
-    """One caller process: its own pool (never an engine inherited over the fork)."""
+def single_caller(url: Any) -> Callable[[int], None]:
+    """A caller process's loop on its own pool (never an engine inherited over the fork)."""
     pool = make_pool(url)
-    single_per_second(pool, count)
-    pool.dispose()
+
+    def run(count: int) -> None:
+        single_per_second(pool, count)
+
+    return run
 
 
-def raw_single_caller(dsn: str, count: int) -> None:
-    raw_single_per_second(dsn, count)
+def raw_single_caller(dsn: str) -> Callable[[int], None]:
+    conn = psycopg.connect(dsn)
+    return lambda count: _raw_single_loop(conn, count)
 
 
 def load_for_drain(pool: WorkerPool, total: int, chunk: int = 5000) -> None:
