@@ -94,4 +94,5 @@ class InvalidFilter(WorkerpoolError, ValueError):
 
 
 class ReplayRefused(WorkerpoolError):
-    """These dead jobs cannot be replayed (their task is no longer registered); nothing was changed."""
+    """These dead jobs cannot be replayed (their task is no longer registered); \
+nothing was changed."""

@@ -27,7 +27,11 @@ def drift(connection: Connection) -> list:
     """Differences between the migrated database and ``schema.metadata`` (empty = no drift)."""
     context = MigrationContext.configure(
         connection,
-        opts={"compare_type": True, "compare_server_default": True, "include_object": include_object},
+        opts={
+            "compare_type": True,
+            "compare_server_default": True,
+            "include_object": include_object,
+        },
     )
     return compare_metadata(context, metadata)
 
