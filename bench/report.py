@@ -109,11 +109,12 @@ def markdown_table(rows: Sequence[Sequence[str]]) -> str:
     numeric = [i in (1, 3) for i in range(len(widths))]
 
     def line(row: Sequence[str]) -> str:
-        cells = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)]
+        cells = [c.rjust(w) if num else c.ljust(w)
+                 for c, w, num in zip(row, widths, numeric, strict=True)]
         return "| " + " | ".join(cells) + " |"
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else "-" * (w + 2)
-                          for w, num in zip(widths, numeric)) + "|"
+                          for w, num in zip(widths, numeric, strict=True)) + "|"
     return "\n".join([line(rows[0]), rule, *(line(r) for r in rows[1:])])
 
 

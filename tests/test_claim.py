@@ -108,8 +108,10 @@ def test_concurrent_claimers_never_share_a_row(app, db_url, sql):
 def test_stale_arm_boundary(app, sql):
     inside, outside = app.enqueue("work", {}), app.enqueue("work", {})
     claim(app, "dead-worker")
-    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '299 seconds' WHERE id = %s", inside)
-    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s", outside)
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '299 seconds' WHERE id = %s",
+        inside)
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s",
+        outside)
     rows = claim(app, "rescuer")
     assert [(r.id, r.attempts) for r in rows] == [(outside, 2)]
     assert sql("SELECT claimed_by FROM workerpool_jobs WHERE id = %s", inside) == [("dead-worker",)]
@@ -168,7 +170,8 @@ def test_fail_schedules_a_retry_then_dead_exhausted_at_the_cap(app, sql):
         [row] = claim(app, "w")
         assert row.attempts == attempt
         with app.engine.begin() as conn:
-            state = queries.fail(conn, lease_of(row, "w"), {"type": "Boom", "message": str(attempt)}, 30)
+            state = queries.fail(conn, lease_of(row, "w"),
+                                 {"type": "Boom", "message": str(attempt)}, 30)
         assert state == ("dead" if attempt == 3 else "failed")
         if attempt < 3:
             assert sql("SELECT run_at - now() BETWEEN interval '29 s' AND interval '31 s'"
@@ -207,7 +210,8 @@ def test_release_refunds_the_attempt_keeps_the_checkpoint_and_records_why(app, s
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
         assert queries.save_checkpoint(conn, lease_of(row, "w"), '{"step": 2}')
-        assert queries.release(conn, lease_of(row, "w"), {"type": "Interrupted", "message": "drain"})
+        assert queries.release(conn, lease_of(row, "w"),
+                               {"type": "Interrupted", "message": "drain"})
     state, attempts, checkpoint, errors = sql(
         "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
     assert (state, attempts, checkpoint) == ("pending", 0, {"step": 2})
@@ -237,7 +241,8 @@ def test_release_worker_returns_rows_to_pending_or_dead_abandoned(app, sql):
     claim(app, "alive")
     sql("UPDATE workerpool_jobs SET attempts = 3 WHERE id = %s", ids[2])
     with app.engine.begin() as conn:
-        changed = queries.release_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
+        changed = queries.release_worker(conn, "crashed",
+                                         {"type": "WorkerLost", "message": "SIGKILL"})
     assert Counter(r.state for r in changed) == {"pending": 2, "dead": 1}
     rows = dict((r[0], r[1:]) for r in sql(
         "SELECT id, state, dead_reason, attempts FROM workerpool_jobs"))

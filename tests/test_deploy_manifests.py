@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
-from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
 
 from workerpool.cli import build_parser
+from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
+from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
 from workerpool.pool import QueueSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -141,12 +141,14 @@ BAD_INPUTS = [
     (("send", {}), {"priority": 10**6}, InvalidJob, "priority"),
     (("send", {}), {"delay": -1}, InvalidJob, "delay"),
     (("send", {}), {"delay": 1e300}, InvalidJob, "delay must be within"),
-    (("send", {}), {"delay": 1, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}, InvalidJob, "not both"),
+    (("send", {}), {"delay": 1, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}, InvalidJob,
+     "not both"),
 ]
 
 
 @pytest.mark.parametrize(("args", "options", "error", "message"), BAD_INPUTS)
-def test_bad_input_is_refused_by_name_and_nothing_is_written(app, sql, args, options, error, message):
+def test_bad_input_is_refused_by_name_and_nothing_is_written(app, sql, args, options, error,
+                                                              message):
     with pytest.raises(error, match=message):
         app.enqueue(*args, **options)
     with pytest.raises(error):
@@ -171,7 +173,8 @@ def test_database_refuses_rows_that_bypass_the_client(sql):
     with pytest.raises(psycopg.errors.CheckViolation):
         sql("INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 't', '[1]')")
     with pytest.raises(psycopg.errors.CheckViolation):
-        sql("INSERT INTO workerpool_jobs (queue, task, attempts, max_attempts) VALUES ('q','t',6,5)")
+        sql("INSERT INTO workerpool_jobs (queue, task, attempts, max_attempts)"
+            " VALUES ('q','t',6,5)")
     with pytest.raises(psycopg.errors.CheckViolation):
         sql("INSERT INTO workerpool_jobs (queue, task, state) VALUES ('q', 't', 'running')")
 

@@ -4,7 +4,6 @@ in pipelined chunks (batches larger than INSERT_CHUNK), and a bad batch writes n
 from __future__ import annotations
 
 import pytest
-
 from sqlalchemy import text
 
 from workerpool import IdempotencyConflict, InvalidJob, PayloadError, WorkerPool

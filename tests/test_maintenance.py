@@ -7,7 +7,6 @@ import logging
 import pytest
 
 from tests.conftest import wait_until
-
 from workerpool import ConfigError, WorkerPool, queries
 from workerpool.dead import DeadNotice, report_dead
 from workerpool.maintenance import MAINTENANCE_TYPE, Maintenance

@@ -43,7 +43,8 @@ def test_own_version_table_leaves_the_applications_alembic_alone(empty_db_url):
         conn.commit()
     upgrade(empty_db_url)
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "app_rev_1"
+        assert conn.exec_driver_sql(
+            "SELECT version_num FROM alembic_version").scalar() == "app_rev_1"
         assert conn.exec_driver_sql(
             "SELECT version_num FROM workerpool_alembic_version").scalar() == head_revision()
     engine.dispose()

@@ -89,7 +89,9 @@ class Supervisor:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"supervisor still running after {timeout}s\n{self.log()}")
+            raise AssertionError(
+                f"supervisor still running after {timeout}s\n{self.log()}"
+            ) from None
 
     def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -30,7 +30,9 @@ class Backoff:
             if not math.isfinite(value):
                 raise ConfigError(f"Backoff.{name} must be finite, got {value!r}")
         if self.base < 0 or self.cap < self.base:
-            raise ConfigError(f"Backoff needs 0 <= base <= cap, got base={self.base} cap={self.cap}")
+            raise ConfigError(
+                f"Backoff needs 0 <= base <= cap, got base={self.base} cap={self.cap}"
+            )
         if self.cap > MAX_DELAY:
             raise ConfigError(f"Backoff.cap must be at most {MAX_DELAY:.0f}s, got {self.cap}")
         if self.factor < 1:

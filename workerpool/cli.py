@@ -369,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr)
+        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
+              file=sys.stderr)
         return EXIT_FAILURE
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 #: The longest delay anything may ask for (ten years, in seconds): a snooze, a backoff cap or an
 #: enqueue delay beyond it is refused, so a run_at is always a valid PostgreSQL timestamp.
 MAX_DELAY = 10 * 365.25 * 86400
@@ -95,4 +94,5 @@ class InvalidFilter(WorkerpoolError, ValueError):
 
 
 class ReplayRefused(WorkerpoolError):
-    """These dead jobs cannot be replayed (their task is no longer registered); nothing was changed."""
+    """These dead jobs cannot be replayed (their task is no longer registered); \
+nothing was changed."""

@@ -80,7 +80,9 @@ def prepare_dir(directory: Path) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         info = os.lstat(directory)
     except OSError as exc:
-        raise HeartbeatDirError(f"heartbeat dir {directory}: cannot create it ({exc.strerror})")
+        raise HeartbeatDirError(
+            f"heartbeat dir {directory}: cannot create it ({exc.strerror})"
+        ) from None
     if stat.S_ISLNK(info.st_mode):
         raise HeartbeatDirError(f"heartbeat dir {directory} is a symlink; give the real path")
     if not stat.S_ISDIR(info.st_mode):
@@ -94,7 +96,9 @@ def prepare_dir(directory: Path) -> None:
     try:
         touch(probe)
     except OSError as exc:
-        raise HeartbeatDirError(f"heartbeat dir {directory} is not writable ({exc.strerror})")
+        raise HeartbeatDirError(
+            f"heartbeat dir {directory} is not writable ({exc.strerror})"
+        ) from None
 
 
 def remove_all(directory: Path) -> list[str]:

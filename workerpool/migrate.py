@@ -1,6 +1,6 @@
 """`workerpool migrate`: Alembic upgrade to head with workerpool's own scripts and version table."""
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 - alembic: the library, not ./alembic
 
 from pathlib import Path
 
@@ -12,7 +12,6 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from .schema import metadata
-
 
 VERSION_TABLE = "workerpool_alembic_version"
 
@@ -28,7 +27,11 @@ def drift(connection: Connection) -> list:
     """Differences between the migrated database and ``schema.metadata`` (empty = no drift)."""
     context = MigrationContext.configure(
         connection,
-        opts={"compare_type": True, "compare_server_default": True, "include_object": include_object},
+        opts={
+            "compare_type": True,
+            "compare_server_default": True,
+            "include_object": include_object,
+        },
     )
     return compare_metadata(context, metadata)
 

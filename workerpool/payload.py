@@ -36,7 +36,7 @@ def _build_fast_encode() -> Callable[[Any], str]:
 
 _fast_encode = _build_fast_encode()
 _scan = json.JSONDecoder().scan_once
-_LONG_NUMBER = re.compile(r"\d{%d}" % (MAX_INT_DIGITS + 1))
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1}}}")
 
 
 def dumps(

@@ -483,7 +483,9 @@ def _check_batch_keys(rows: list[queries.NewJob], seen: dict[str, queries.NewJob
             continue
         first = seen.setdefault(row.key, row)
         if (first.task, first.payload_json) != (row.task, row.payload_json):
-            raise IdempotencyConflict(f"key {row.key!r} is used twice in one batch with different jobs")
+            raise IdempotencyConflict(
+                f"key {row.key!r} is used twice in one batch with different jobs"
+            )
     return rows
 
 

@@ -31,7 +31,6 @@ from sqlalchemy import (
     select,
     text,
     true,
-
     union_all,
     update,
 )

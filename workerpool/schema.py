@@ -125,7 +125,8 @@ cron = Table(
     Column("expression", Text, nullable=False),
     Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
     Column("last_tick", TZ),
-    Column("next_tick", TZ),  # the first tick after last_tick (or after the schedule was first seen)
+    # next_tick: the first tick after last_tick (or after the schedule was first seen)
+    Column("next_tick", TZ),
     Column("last_job_id", BigInteger),
     Column("skipped", BigInteger, nullable=False, server_default=text("0")),
     Column("updated_at", TZ, nullable=False, server_default=text("now()")),

@@ -792,7 +792,8 @@ class Worker:
             self._listener.start()
 
     def _drain(self) -> None:
-        """Give back buffered jobs; let running ones finish within drain_timeout; release the rest."""
+        """Give back buffered jobs; let running ones finish within drain_timeout; release the
+        rest."""
         self._withdraw_unstarted()
         deadline = (self._stop_requested_at or time.monotonic()) + self.spec.drain_timeout
         if self._running():
