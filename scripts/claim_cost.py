@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import time
@@ -32,8 +31,8 @@ from sqlalchemy.dialects import postgresql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.database import BenchDatabase  # noqa: E402
 from workerpool import db, queries  # noqa: E402
-from workerpool.migrate import upgrade  # noqa: E402
 
 LITERAL_STATES = {"'processing'": "processing", "'pending'": "pending", "'failed'": "failed"}
 
@@ -79,20 +78,11 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=300)
     parser.add_argument("--history", type=int, default=200_000)
     args = parser.parse_args()
-    server = db.resolve_url(os.environ.get(db.URL_ENV))
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"wp_claim_{secrets.token_hex(4)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = server.set(database=name)
-        upgrade(url)
-        dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-                         " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",
-                         (args.history,))
-            conn.execute("ANALYZE workerpool_jobs")
+    with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
+        scratch.sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+                    " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",
+                    (args.history,))
+        scratch.sql("ANALYZE workerpool_jobs")
         sql, params = library_claim()
         variants = {
             "library": (sql, params, False),
@@ -100,15 +90,11 @@ def main() -> None:
             "async-commit": (sql, params, True),
         }
         for label, (text, values, async_commit) in variants.items():
-            took, (generic, custom) = time_claims(dsn, text, values, args.claims,
+            took, (generic, custom) = time_claims(scratch.dsn, text, values, args.claims,
                                                   async_commit=async_commit)
             deciles = statistics.quantiles(took, n=10)
             print(f"{label:13} p50 {statistics.median(took):.3f} ms  p90 {deciles[8]:.3f} ms"
                   f"  plans: {generic} generic, {custom} custom")
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import time
@@ -23,9 +22,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.database import BenchDatabase  # noqa: E402
 from workerpool import WorkerPool, db  # noqa: E402
 from workerpool.maintenance import Maintenance  # noqa: E402
-from workerpool.migrate import upgrade  # noqa: E402
 
 
 def main() -> None:
@@ -33,18 +32,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args()
-    server = db.resolve_url(os.environ.get(db.URL_ENV))
-    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"wp_maint_{secrets.token_hex(4)}"
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name)
-    try:
-        upgrade(url)
-        measure(url, args.passes, args.rows)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
+        measure(scratch.url, args.passes, args.rows)
 
 
 def measure(url, passes: int, rows: int) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import secrets
 import signal
 import statistics
 import subprocess
@@ -24,13 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import psycopg
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.database import BenchDatabase  # noqa: E402
 from workerpool import Job, WorkerPool, db  # noqa: E402
-from workerpool.migrate import upgrade  # noqa: E402
 
 
 def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
@@ -111,15 +108,8 @@ def main() -> None:
     if args.worker:
         sys.exit(run_worker(args.worker, args.notify == "on", args.poll))
 
-    server = db.resolve_url()
-    name = f"wp_latency_{secrets.token_hex(4)}"
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = server.set(database=name)
-        upgrade(url)
-        text_url = url.render_as_string(hide_password=False)
+    with BenchDatabase(db.resolve_url()) as scratch:
+        text_url = scratch.url.render_as_string(hide_password=False)
         for notify in (True, False):
             called, committed = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)
             for label, latencies in (("enqueue call", called), ("commit", committed)):
@@ -127,9 +117,6 @@ def main() -> None:
                 print(f"notify={'on ' if notify else 'off'} poll={args.poll:g}s jobs={len(ms)} "
                       f"from {label:12}: p50 {percentile(ms, 50):7.1f} ms   "
                       f"p99 {percentile(ms, 99):7.1f} ms   max {max(ms):7.1f} ms", flush=True)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

@@ -31,12 +31,30 @@ from workerpool.worker import (
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
 
-@contextmanager
-def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
-    worker = Worker(pool, queue, **kwargs)
+def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
+    """Start ``worker.run()`` on a daemon thread; its exit code lands in the returned list."""
     code: list[int] = []
     thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     thread.start()
+    return thread, code
+
+
+def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threading.Event]:
+    """A task on queue "q" that sets the first event when it starts, then waits for the second."""
+    started, finish = threading.Event(), threading.Event()
+
+    def block(job):
+        started.set()
+        finish.wait(20)
+
+    pool.task(queue="q", name=name)(block)
+    return started, finish
+
+
+@contextmanager
+def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
+    worker = Worker(pool, queue, **kwargs)
+    thread, code = on_thread(worker)
     try:
         yield worker
     finally:
@@ -283,9 +301,7 @@ def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worke
 
     job_id = pool.enqueue("stuck", {})
     worker = Worker(pool, "q")
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
-    thread.start()
+    _, code = on_thread(worker)
     wait_until(lambda: code, 15, message="worker to exit for recycling")
     release.set()
     assert code == [EXIT_RECYCLE]
@@ -357,20 +373,12 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
     otherwise, so the supervisor's releaser takes them instead of leaving them to stale_after."""
     monkeypatch.setattr("workerpool.worker.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05, drain_timeout=0.5)
-    started, release = threading.Event(), threading.Event()
-
-    @pool.task(queue="q")
-    def stuck(job):
-        started.set()
-        release.wait(20)
-
+    started, release = blocking_task(pool, "stuck")
     job_id = pool.enqueue("stuck", {})
     worker = Worker(pool, "q")
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     blocker = psycopg.connect(dsn)
     try:
-        thread.start()
+        thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
         blocker.execute("LOCK TABLE workerpool_jobs IN ACCESS EXCLUSIVE MODE")
         worker.stop()
@@ -392,13 +400,8 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
     the stop late (here held inside a pass) must not give its jobs a full drain_timeout more."""
     caplog.set_level("INFO", logger="workerpool.worker")
     pool.queue("q", poll_interval=0.05, drain_timeout=1.0)
-    started, finish = threading.Event(), threading.Event()
+    started, finish = blocking_task(pool, "slow")
     hold, holding, resume = threading.Event(), threading.Event(), threading.Event()
-
-    @pool.task(queue="q")
-    def slow(job):
-        started.set()
-        finish.wait(20)
 
     def on_tick() -> None:  # runs on the main loop's thread
         if hold.is_set() and not resume.is_set():
@@ -407,10 +410,8 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
 
     job_id = pool.enqueue("slow", {})
     worker = Worker(pool, "q", on_tick=on_tick)
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     try:
-        thread.start()
+        thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
         hold.set()
         wait_until(holding.is_set, 10, message="main loop held")
@@ -434,13 +435,7 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
     """The drain renews leases like any pass, so drain_timeout may exceed stale_after: no other
     worker's stale arm takes a job that is still finishing."""
     pool.queue("q", poll_interval=0.05, stale_after=1.0, drain_timeout=10.0)
-    started, finish = threading.Event(), threading.Event()
-
-    @pool.task(queue="q")
-    def long_finish(job):
-        started.set()
-        finish.wait(20)
-
+    started, finish = blocking_task(pool, "long_finish")
     job_id = pool.enqueue("long_finish", {})
     stolen: list = []
 
@@ -451,10 +446,8 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
         return bool(stolen)
 
     worker = Worker(pool, "q")
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     try:
-        thread.start()
+        thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
         worker.stop()
         deadline = time.monotonic() + 2.5  # 2.5 x stale_after into the drain
