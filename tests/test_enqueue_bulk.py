@@ -157,3 +157,21 @@ def test_a_chunked_batch_sends_one_notification(app, dsn):
         app.enqueue_many(chunked(3 * INSERT_CHUNK))
         notes = list(listener.notifies(timeout=1.0))
     assert [n.payload for n in notes] == ["bulk"]
+
+
+def test_a_callers_connection_on_psycopg2_gets_the_batch_in_one_statement(app, sql, db_url):
+    """SQLAlchemy's default PostgreSQL driver is psycopg2, which has no pipeline: an
+    application on it can still pass its connection (and its transaction) for a large batch."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url.set(drivername="postgresql+psycopg2"))
+    try:
+        with engine.begin() as conn:
+            ids = app.enqueue_many(chunked(3 * INSERT_CHUNK), conn=conn)
+            with pytest.raises(PayloadError):
+                app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE), conn=conn)
+    finally:
+        engine.dispose()
+    stored = payload_by_id(sql)
+    assert [stored[job_id] for job_id in ids] == list(range(3 * INSERT_CHUNK))
+    assert len(stored) == 3 * INSERT_CHUNK

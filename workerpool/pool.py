@@ -410,10 +410,11 @@ class WorkerPool:
         keyword arguments of :meth:`enqueue`. A bad item raises and nothing of the batch is
         written. Up to :data:`INSERT_CHUNK` jobs go in one statement; a larger batch goes in
         chunks of that size, pipelined in one transaction (in the caller's, a savepoint), so the
-        database inserts one chunk while the next is checked.
+        database inserts one chunk while the next is checked. A caller's connection on another
+        driver than psycopg 3 (psycopg2, say) gets the whole batch in one statement.
         """
         items = list(jobs)
-        if len(items) > INSERT_CHUNK:
+        if len(items) > INSERT_CHUNK and (conn is None or queries.can_pipeline(conn)):
             return self._write_chunks(items, conn)
         rows = self._build_rows(items, {})
         if conn is not None:

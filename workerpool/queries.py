@@ -229,6 +229,12 @@ def insert_job_chunks(
     return ids
 
 
+def can_pipeline(conn: Connection) -> bool:
+    """Whether ``conn`` runs on psycopg 3, whose pipeline :func:`insert_job_chunks` needs (a
+    caller's connection may come from an engine on another driver)."""
+    return hasattr(conn.connection.driver_connection, "pipeline")
+
+
 def _keyed(rows: Sequence[NewJob]) -> bool:
     return any(row.key is not None for row in rows)
 
