@@ -965,13 +965,8 @@ def bound_transaction(
     (57014), waits too long for a lock (55P03) or a transaction left idle (25P03) errors out
     instead of hanging the worker.
     """
-    limits = time_limits(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
-                         idle_timeout=idle_timeout)
-    conn.execute(_BOUND_TRANSACTION, {
-        "statement_timeout": limits["statement_timeout"],
-        "lock_timeout": limits["lock_timeout"],
-        "idle_timeout": limits["idle_in_transaction_session_timeout"],
-    })
+    conn.execute(_BOUND_TRANSACTION, time_limits(
+        statement_timeout=statement_timeout, lock_timeout=lock_timeout, idle_timeout=idle_timeout))
 
 
 def time_limits(*, statement_timeout: float, lock_timeout: float,
@@ -988,7 +983,8 @@ def time_limits(*, statement_timeout: float, lock_timeout: float,
 _BOUND_TRANSACTION = text(
     "SELECT set_config('statement_timeout', :statement_timeout, true),"
     " set_config('lock_timeout', :lock_timeout, true),"
-    " set_config('idle_in_transaction_session_timeout', :idle_timeout, true)"
+    " set_config('idle_in_transaction_session_timeout', :idle_in_transaction_session_timeout,"
+    " true)"
 )
 
 

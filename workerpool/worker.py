@@ -263,6 +263,7 @@ class Worker:
         self._loop_thread: threading.Thread | None = None
         self._listener: Listener | None = None
         self._main_conn: Connection | None = None  # the main loop's, kept across passes
+        self._pooled = False  # behind PgBouncer: no session state (decided once, in _open)
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
 
@@ -653,7 +654,7 @@ class Worker:
         commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
         """
         batch = list(self._unwritten)
-        if batch or db.transaction_pooling():
+        if batch or self._pooled:
             with self._transaction() as conn:
                 states = (record_many(conn, self.id, [(f.lease, outcome) for f, outcome in batch])
                           if batch else {})
@@ -784,10 +785,12 @@ class Worker:
     def _open(self) -> None:
         name = f"workerpool:{self.queue}"[:63]
         size = min(self.spec.concurrency, 16) + 2  # handler checkpoints + the main loop
+        # One decision for the engine's session limits and the claim path that relies on them.
+        self._pooled = db.transaction_pooling()
         self.engine = db.create(self.pool.url, application_name=name, pool_size=size,
                                 session_settings=session_limits())
         self._threads.start()
-        if self.spec.notify and self.pool.notify and not db.transaction_pooling():
+        if self.spec.notify and self.pool.notify and not self._pooled:
             self._listener = Listener(self.pool, self.queue, self._wake)
             self._listener.start()
 
