@@ -76,6 +76,25 @@ def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, ite
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
 
 
+@pytest.mark.parametrize("jobs", [None, 5, "work", {"work": {}}, ("work", {})])
+def test_a_batch_that_is_not_a_list_of_items_is_an_invalid_job(app, sql, jobs):
+    with pytest.raises(InvalidJob, match="iterable of|task, payload"):
+        app.enqueue_many(jobs)
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
+@pytest.mark.parametrize("count", [1, INSERT_CHUNK + 1])
+def test_a_conn_that_is_not_a_sqlalchemy_connection_is_an_invalid_job(app, sql, dsn, count):
+    import psycopg
+
+    with psycopg.connect(dsn) as raw:  # a DBAPI connection is a common mistake
+        with pytest.raises(InvalidJob, match="SQLAlchemy Connection"):
+            app.enqueue_many([("work", {"n": n}) for n in range(count)], conn=raw)
+        with pytest.raises(InvalidJob, match="SQLAlchemy Connection"):
+            app.enqueue("work", {}, conn=raw)
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
 def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -393,7 +393,7 @@ class WorkerPool:
         """
         row = self.build(task, payload, **options)
         if conn is not None:
-            return queries.insert_one(conn, row, notify_queue=self.notify)
+            return queries.insert_one(_caller_connection(conn), row, notify_queue=self.notify)
         with self._single_statement() as own:  # a taken key writes nothing: no rollback needed
             return queries.insert_one(own, row, notify_queue=self.notify)
 
@@ -413,7 +413,9 @@ class WorkerPool:
         database inserts one chunk while the next is checked. A caller's connection on another
         driver than psycopg 3 (psycopg2, say) gets the whole batch in one statement.
         """
-        items = list(jobs)
+        items = _job_items(jobs)
+        if conn is not None:
+            conn = _caller_connection(conn)
         if len(items) > INSERT_CHUNK and (conn is None or queries.can_pipeline(conn)):
             return self._write_chunks(items, conn)
         rows = self._build_rows(items, {})
@@ -474,6 +476,25 @@ def _chunk_bounds(total: int) -> Iterator[tuple[int, int]]:
     while start < total:
         yield start, end
         start, end = end, min(end + INSERT_CHUNK, total)
+
+
+def _job_items(jobs: Any) -> list[Any]:
+    """The items of an ``enqueue_many`` batch (a string, a mapping or a non-iterable is not one)."""
+    if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Iterable):
+        raise InvalidJob(
+            "enqueue_many takes an iterable of (task, payload) or (task, payload, options), "
+            f"got {type(jobs).__name__}"
+        )
+    return list(jobs)
+
+
+def _caller_connection(conn: Any) -> Connection:
+    if not isinstance(conn, Connection):
+        raise InvalidJob(
+            "conn must be a SQLAlchemy Connection (from engine.begin() or engine.connect()), "
+            f"got {type(conn).__name__}"
+        )
+    return conn
 
 
 def atomically(conn: Connection) -> AbstractContextManager:
