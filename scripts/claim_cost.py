@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=300)
     parser.add_argument("--history", type=int, default=200_000)
     args = parser.parse_args()
+    if args.claims < 2 or args.history < 0:
+        parser.error("--claims must be at least 2 and --history at least 0")
     with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
         scratch.sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
                     " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",

@@ -415,8 +415,10 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
         wait_until(started.is_set, 10, message="job started")
         hold.set()
         wait_until(holding.is_set, 10, message="main loop held")
+        drain_deadline = time.monotonic() + 1.0  # drain_timeout, counted from here
         worker.stop()
-        time.sleep(1.2)  # the scenario itself: the drain deadline passes while the loop is held
+        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 5,
+                   message="the drain deadline passed while the loop is held")
         resume.set()
         wait_until(lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
                    10, message="drain started")
