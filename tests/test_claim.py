@@ -150,9 +150,9 @@ def test_complete_with_a_lost_lease_changes_nothing(app, sql):
     with app.engine.begin() as conn:
         assert queries.complete(conn, "w1", [(first.id, first.attempts)]) == set()
         assert queries.fail(conn, lease_of(first, "w1"), {"type": "X"}, 1.0) is None
-        assert queries.kill(conn, lease_of(first, "w1"), {"type": "X"}) is False
+        assert queries.mark_permanent(conn, lease_of(first, "w1"), {"type": "X"}) is False
         assert queries.snooze(conn, lease_of(first, "w1"), 1.0) is False
-        assert queries.release(conn, lease_of(first, "w1"), {"type": "X"}) is False
+        assert queries.give_back(conn, lease_of(first, "w1"), {"type": "X"}) is False
         assert queries.save_checkpoint(conn, lease_of(first, "w1"), '{"s": 1}') is False
         assert queries.renew(conn, "w1", [(first.id, first.attempts)]) == set()
     assert sql("SELECT state, claimed_by, attempts, checkpoint, errors FROM workerpool_jobs") == [
@@ -186,7 +186,7 @@ def test_permanent_goes_dead_at_once(app, sql):
     app.enqueue("work", {})
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
-        assert queries.kill(conn, lease_of(row, "w"), {"type": "Permanent", "message": "422"})
+        assert queries.mark_permanent(conn, lease_of(row, "w"), {"type": "Permanent", "message": "422"})
     assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs") == [
         ("dead", "permanent", 1)
     ]
@@ -210,7 +210,7 @@ def test_release_refunds_the_attempt_keeps_the_checkpoint_and_records_why(app, s
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
         assert queries.save_checkpoint(conn, lease_of(row, "w"), '{"step": 2}')
-        assert queries.release(conn, lease_of(row, "w"),
+        assert queries.give_back(conn, lease_of(row, "w"),
                                {"type": "Interrupted", "message": "drain"})
     state, attempts, checkpoint, errors = sql(
         "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
@@ -241,7 +241,7 @@ def test_release_worker_returns_rows_to_pending_or_dead_abandoned(app, sql):
     claim(app, "alive")
     sql("UPDATE workerpool_jobs SET attempts = 3 WHERE id = %s", ids[2])
     with app.engine.begin() as conn:
-        changed = queries.release_worker(conn, "crashed",
+        changed = queries.reclaim_from_dead_worker(conn, "crashed",
                                          {"type": "WorkerLost", "message": "SIGKILL"})
     assert Counter(r.state for r in changed) == {"pending": 2, "dead": 1}
     rows = dict((r[0], r[1:]) for r in sql(
@@ -287,7 +287,7 @@ def test_crash_release_spreads_the_jobs_that_died_together(app, sql):
     claim(app, "crashed", limit=40)
     sql("UPDATE workerpool_jobs SET attempts = 2")  # second crash: window 0..1 s
     with app.engine.begin() as conn:
-        queries.release_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
+        queries.reclaim_from_dead_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
     offsets = [r[0] for r in sql(  # run_at relative to the release's own now()
         "SELECT extract(epoch FROM run_at - (errors->-1->>'at')::timestamptz)::float"
         " FROM workerpool_jobs")]

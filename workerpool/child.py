@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from . import oslayer
 from .config import WorkerType
 from .errors import first_line
+from .orphans import Released, release_orphans
 
 log = logging.getLogger("workerpool.child")
 
@@ -252,14 +253,14 @@ class Releaser:
         """Become the releaser process; return its exit code."""
         self._become_process()
         try:
-            rows = self._release()
+            released = self._release()
         except Exception as exc:  # database down, timeout: the stale arm takes them later
             log.warning("releaser could not release %d dead worker(s): %s", len(self.worker_ids),
                         first_line(exc), extra={"event": "releaser_error"})
             return EXIT_RELEASE_FAILED
         with contextlib.suppress(OSError):
-            os.write(report_fd, f"r {len(rows)}\n".encode())
-        self._report_dead(rows)
+            os.write(report_fd, f"r {released.rows}\n".encode())
+        self._report_dead(released.dead)
         return 0
 
     def _become_process(self) -> None:
@@ -268,10 +269,9 @@ class Releaser:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
         self.pool.forget_engine()
 
-    def _release(self) -> list[Any]:
+    def _release(self) -> Released:
         from . import db, queries
-        from .outcome import worker_lost
-
+        
         engine = db.create(self.pool.url, application_name="workerpool releaser", pool_size=1,
                            connect_timeout=RELEASER_CONNECT_TIMEOUT)
         try:
@@ -279,27 +279,19 @@ class Releaser:
                 queries.bound_transaction(conn, statement_timeout=RELEASER_STATEMENT_TIMEOUT,
                                           lock_timeout=RELEASER_STATEMENT_TIMEOUT,
                                           idle_timeout=RELEASER_STATEMENT_TIMEOUT)
-                rows = []
-                for worker_id in self.worker_ids:
-                    rows += [(worker_id, row) for row in
-                             queries.release_worker(conn, worker_id, worker_lost(worker_id))]
-                    queries.unregister_worker(conn, worker_id)
+                released = release_orphans(conn, self.worker_ids)
         finally:
             engine.dispose()
-        return rows
+        return released
 
-    def _report_dead(self, rows: list[Any]) -> None:
+    def _report_dead(self, dead: list[Any]) -> None:
         """Exhausted rows went dead/abandoned: logged once at error level, on_dead hooks run."""
         from .dead import report_dead
-        from .outcome import worker_lost
 
-        for worker_id, row in rows:
-            if row.state == "dead":
-                try:
-                    report_dead(self.pool, [row], reason="abandoned", error=worker_lost(worker_id))
-                except Exception:
-                    log.exception("reporting dead jobs failed",
-                                  extra={"event": "report_dead_failed"})
+        try:
+            report_dead(self.pool, dead)
+        except Exception:
+            log.exception("reporting dead jobs failed", extra={"event": "report_dead_failed"})
 
 
 def shed_parent_state(title: str, close_fds: tuple[int, ...]) -> None:

@@ -144,13 +144,13 @@ def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | No
     if outcome.kind == FAIL:
         return queries.fail(conn, lease, outcome.error, outcome.delay)
     if outcome.kind == PERMANENT:
-        return "dead" if queries.kill(conn, lease, outcome.error) else None
+        return "dead" if queries.mark_permanent(conn, lease, outcome.error) else None
     if outcome.kind == SNOOZE:
         return "pending" if queries.snooze(conn, lease, outcome.delay) else None
     if outcome.kind == RELEASE:
-        return "pending" if queries.release(conn, lease, outcome.error) else None
+        return "pending" if queries.give_back(conn, lease, outcome.error) else None
     if outcome.kind == UNSTARTED:
-        return "pending" if queries.unclaim(conn, lease.worker, [(lease.job_id, lease.attempt)]) \
+        return "pending" if queries.return_unstarted(conn, lease.worker, [(lease.job_id, lease.attempt)]) \
             else None
     raise ValueError(f"unknown outcome {outcome.kind!r}")
 
@@ -162,7 +162,7 @@ def record_many(
     the rest one by one."""
     states: dict[int, str | None] = {}
     for kind, write, state in ((DONE, queries.complete, "done"),
-                               (UNSTARTED, queries.unclaim, "pending")):
+                               (UNSTARTED, queries.return_unstarted, "pending")):
         leases = [(lease.job_id, lease.attempt) for lease, outcome in results
                   if outcome.kind == kind]
         if leases:

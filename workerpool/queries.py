@@ -532,7 +532,7 @@ def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float)
     return conn.execute(stmt).scalar()
 
 
-def kill(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
+def mark_permanent(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
     """``Permanent``: dead at once with ``dead_reason='permanent'``."""
     stmt = (
         update(jobs)
@@ -563,7 +563,7 @@ def snooze(conn: Connection, lease: Lease, delay: float) -> bool:
 RELEASE_HOLD = 3.0
 
 
-def release(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
+def give_back(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
     """Drain: pending again shortly, attempt refunded, interruption recorded, checkpoint kept."""
     stmt = (
         update(jobs)
@@ -624,7 +624,7 @@ def _orphan_values(error: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def release_worker(conn: Connection, worker: str, error: Mapping[str, Any]) -> list[Any]:
+def reclaim_from_dead_worker(conn: Connection, worker: str, error: Mapping[str, Any]) -> list[Any]:
     """A process died: its rows go back to ``pending`` (attempt stays spent) or ``dead/abandoned``.
 
     Returns ``(id, queue, task, state, attempts)`` of every row changed.
@@ -1039,7 +1039,7 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
 # prefetch: claimed jobs a worker gives back before any handler started them
 
 
-def unclaim(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+def return_unstarted(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
     """Give back prefetched jobs that never started: ``pending``, attempt refunded, no error.
 
     ``run_at`` is kept, so each job keeps its place in line (it is already due). Fenced on the
@@ -1047,10 +1047,10 @@ def unclaim(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) ->
     """
     if not leases:
         return set()
-    return set(conn.execute(_UNCLAIM, _lease_params(worker, leases)).scalars())
+    return set(conn.execute(_RETURN_UNSTARTED, _lease_params(worker, leases)).scalars())
 
 
-_UNCLAIM = (
+_RETURN_UNSTARTED = (
     update(jobs)
     .where(_FENCE_MANY)
     .values(state="pending", attempts=jobs.c.attempts - 1)
@@ -1072,12 +1072,12 @@ __all__ = [
     "fail",
     "insert_jobs",
     "job_outcomes",
-    "kill",
+    "mark_permanent",
     "notify",
     "prune_workers",
     "register_worker",
-    "release",
-    "release_worker",
+    "give_back",
+    "reclaim_from_dead_worker",
     "renew",
     "save_checkpoint",
     "snooze",
@@ -1103,5 +1103,5 @@ __all__ = [
     "state_counts",
     "unrunnable",
     # prefetch
-    "unclaim",
+    "return_unstarted",
 ]

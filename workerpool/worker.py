@@ -69,6 +69,7 @@ from .outcome import (
     upcast,
     worker_lost,
 )
+from .orphans import release_orphans
 from .payload import dumps
 from .pool import QueueSpec, TaskSpec, WorkerPool
 
@@ -449,21 +450,10 @@ class Worker:
         with self._transaction() as conn:
             queries.register_worker(conn, self.id, host=socket.gethostname(), pid=os.getpid(),
                                     queue=self.queue, tasks=self.task_versions)
-            dead = [row for orphan in self.orphans for row in self._release_orphan(conn, orphan)]
+            dead = release_orphans(conn, self.orphans).dead
         self.orphans.clear()
         self._registered = True
         self._report_dead(dead)
-
-    def _release_orphan(self, conn: Connection, orphan: str) -> list[DeadJob]:
-        entry = worker_lost(orphan)
-        rows = queries.release_worker(conn, orphan, entry)
-        if rows:
-            log.warning("released %d job(s) of dead worker %s", len(rows), orphan,
-                        extra={"event": "orphans_released", "worker": orphan,
-                               "count": len(rows)})
-        queries.unregister_worker(conn, orphan)
-        return [DeadJob(r.id, r.queue, r.task, r.state, r.attempts, "abandoned", entry)
-                for r in rows if r.state == "dead"]
 
     def _renew_if_due(self) -> None:
         """Extend the leases of running jobs every stale_after/3; beat the worker registry."""
