@@ -271,7 +271,7 @@ class Releaser:
 
     def _release(self) -> Released:
         from . import db, queries
-        
+
         engine = db.create(self.pool.url, application_name="workerpool releaser", pool_size=1,
                            connect_timeout=RELEASER_CONNECT_TIMEOUT)
         try:

@@ -56,6 +56,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import db, queries
 from .errors import LeaseLost, Permanent, first_line
 from .jobs import Job, new_worker_id
+from .orphans import release_orphans
 from .outcome import (
     FAIL,
     PERMANENT,
@@ -67,9 +68,7 @@ from .outcome import (
     record_many,
     timed_out,
     upcast,
-    worker_lost,
 )
-from .orphans import release_orphans
 from .payload import dumps
 from .pool import QueueSpec, TaskSpec, WorkerPool
 
