@@ -382,6 +382,10 @@ def _match_existing(row: NewJob, existing: Any) -> int:
     return existing.id
 
 
+#: Subscribe a listener connection to the wake-up notifications (a hint: workers also poll).
+LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
+
+
 def notify(conn: Connection, queues: Iterable[str]) -> None:
     """Wake listening workers when the transaction commits. A hint only: workers also poll."""
     conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, _queue_names(queues))))

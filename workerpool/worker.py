@@ -926,7 +926,7 @@ class Listener(threading.Thread):
         target.update({key: str(value) for key, value in self.url.query.items()})
         with psycopg.connect(autocommit=True, application_name=f"workerpool-listen:"
                              f"{self.queue}"[:63], **target, **self._connect_args()) as conn:
-            conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
+            conn.execute(queries.LISTEN)
             if retry.failures:
                 self.reconnects += 1
             retry.succeeded()
