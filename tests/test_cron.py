@@ -20,7 +20,7 @@ from tests.conftest import wait_until
 from workerpool import ConfigError, WorkerPool, testing
 from workerpool.cron import MISSED_GRACE, latest_tick_until, next_tick_after, tick_key
 from workerpool.maintenance import Maintenance
-from workerpool.pool import CronSpec
+from workerpool.specs import CronSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from workerpool import IdempotencyConflict, InvalidJob, PayloadError, WorkerPool
-from workerpool.pool import INSERT_CHUNK
+from workerpool.enqueue import INSERT_CHUNK
 
 
 @pytest.fixture

@@ -24,7 +24,9 @@ from croniter import croniter
 from sqlalchemy import Connection
 
 from . import queries
-from .pool import CronSpec, WorkerPool
+from .pool import WorkerPool
+from .specs import CronSpec
+from .states import LIVE_STATES
 
 log = logging.getLogger("workerpool.cron")
 
@@ -75,7 +77,7 @@ def decide(spec: CronSpec, row: Any, now: datetime) -> Decision:
     late = tick > row.next_tick or now - tick > MISSED_GRACE
     if spec.missed == "skip" and now - tick > MISSED_GRACE:
         return Decision(SKIP_MISSED, tick, following, late=True)
-    if spec.overlap == "skip" and row.last_job_state in queries.LIVE_STATES:
+    if spec.overlap == "skip" and row.last_job_state in LIVE_STATES:
         return Decision(SKIP_OVERLAP, tick, following, late=late)
     return Decision(ENQUEUE, tick, following, late=late)
 

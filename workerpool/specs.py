@@ -1,0 +1,130 @@
+"""What an application declares: its worker types, tasks, cron jobs and maintenance settings.
+
+Each spec is frozen and checks itself when built, so a bad setting fails when the application
+is imported, with a ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backoff import Backoff
+from .errors import ConfigError
+from .validation import (
+    check_choice,
+    check_cron_expression,
+    check_name,
+    check_positive,
+    check_timezone,
+)
+
+#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). Off by default: a
+#: prefetched job has its attempt counted at claim, so if a poison message kills the process,
+#: every buffered job spends an attempt with it. Turn it on for throughput (README "Performance").
+DEFAULT_PREFETCH = 0
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One worker type: the supervisor forks one child process per queue.
+
+    ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
+    slots, leased and waiting in claim order for the next free slot (0: claim only into free
+    slots). It lets one claim fetch many rows; it is also how much of a backlog one child can
+    hold back from other replicas, so keep it small.
+    """
+
+    name: str
+    concurrency: int = 10
+    prefetch: int = DEFAULT_PREFETCH
+    stale_after: float = 300.0
+    drain_timeout: float = 30.0
+    hang_timeout: float = 60.0
+    poll_interval: float = 1.0
+    notify: bool = True
+
+    def __post_init__(self) -> None:
+        check_name("queue", self.name)
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ConfigError(f"queue {self.name}: concurrency must be an int")
+        if not 1 <= self.concurrency <= 1000:
+            raise ConfigError(f"queue {self.name}: concurrency must be within 1..1000")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
+            raise ConfigError(f"queue {self.name}: prefetch must be an int")
+        if not 0 <= self.prefetch <= 1000:
+            raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
+        check_positive(f"queue {self.name}: stale_after", self.stale_after, minimum=0)
+        check_positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
+        check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
+        check_positive(f"queue {self.name}: poll_interval", self.poll_interval, minimum=0)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A handler and its retry policy."""
+
+    name: str
+    queue: str
+    fn: Callable[..., Any]
+    max_attempts: int = 5
+    timeout: float | None = None
+    version: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+    priority: int = 0
+    upcasters: Mapping[int, Callable[[dict], dict]] = field(default_factory=dict)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+
+OVERLAP_POLICIES = ("skip", "allow")
+MISSED_POLICIES = ("run_once", "skip")
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A recurring job: each tick of ``expression`` becomes at most one job row.
+
+    ``overlap="skip"``: a tick whose previous run is still pending, processing or failed (waiting
+    to retry) is skipped and counted. ``missed="run_once"``: after downtime the latest missed tick
+    runs once; ``"skip"``: nothing runs until the next tick. The task has the cron's name.
+    """
+
+    name: str
+    expression: str
+    queue: str
+    overlap: str = "skip"
+    missed: str = "run_once"
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        check_name("cron", self.name)
+        check_name("queue", self.queue)
+        check_cron_expression(self.name, self.expression)
+        check_timezone(self.name, self.timezone)
+        check_choice(f"cron {self.name}: overlap", self.overlap, OVERLAP_POLICIES)
+        check_choice(f"cron {self.name}: missed", self.missed, MISSED_POLICIES)
+
+
+@dataclass(frozen=True)
+class MaintenanceSpec:
+    """What the maintenance child does besides cron: pruning and worker bookkeeping (seconds)."""
+
+    retention: float = 7 * 24 * 3600.0  # done and cancelled rows older than this are deleted
+    prune_batch: int = 1000  # rows deleted per statement (short transactions, small WAL bursts)
+    prune_batches_per_pass: int = 10  # bound one pass's work; the next pass continues
+    worker_ttl: float = 120.0  # workers rows not seen for this long are pruned
+    interval: float = 1.0  # seconds between passes (one-second crons need 1.0)
+
+    def __post_init__(self) -> None:
+        check_positive("maintenance: retention", self.retention)
+        check_positive("maintenance: worker_ttl", self.worker_ttl)
+        check_positive("maintenance: interval", self.interval)
+        for name in ("prune_batch", "prune_batches_per_pass"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise ConfigError(f"maintenance: {name} must be an int within 1..100000")
