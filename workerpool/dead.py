@@ -23,8 +23,9 @@ from sqlalchemy import Connection
 from . import queries
 from .errors import InvalidFilter, ReplayRefused
 from .outcome import safe_text
-from .pool import WorkerPool, check_name
+from .pool import WorkerPool
 from .schema import DEAD_REASONS
+from .validation import check_name
 
 log = logging.getLogger("workerpool.dead")
 
@@ -188,7 +189,7 @@ def parse_since(text: str) -> datetime | timedelta:
 
 
 @dataclass(frozen=True)
-class DeadJob:
+class DeadRow:
     """One dead row as an operator sees it."""
 
     id: int
@@ -207,7 +208,7 @@ class DeadJob:
     replays: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_row(cls, row: Any) -> DeadJob:
+    def from_row(cls, row: Any) -> DeadRow:
         return cls(id=row.id, queue=row.queue, task=row.task, reason=row.dead_reason,
                    attempts=row.attempts, max_attempts=row.max_attempts,
                    created_at=row.created_at, finished_at=row.finished_at, key=row.key,
@@ -224,7 +225,7 @@ class DeadJob:
 
 @dataclass(frozen=True)
 class DeadPage:
-    jobs: list[DeadJob]
+    jobs: list[DeadRow]
     total: int  # how many dead rows match, beyond the limit
 
 
@@ -237,7 +238,7 @@ def list_dead(pool: WorkerPool, filters: DeadFilter | None = None,
     with pool.engine.connect() as conn:
         rows = queries.list_dead(conn, filters.where(), limit)
         total = queries.count_dead(conn, filters.where())
-    return DeadPage([DeadJob.from_row(row) for row in rows], total)
+    return DeadPage([DeadRow.from_row(row) for row in rows], total)
 
 
 # -- retry (replay) -------------------------------------------------------------------------------

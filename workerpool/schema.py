@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -18,8 +20,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-STATES = ("pending", "processing", "failed", "done", "dead", "cancelled")
-DEAD_REASONS = ("exhausted", "permanent", "abandoned")
+from .states import DUE_STATES, PRUNED_STATES, DeadReason, JobState
+
+STATES = tuple(JobState)
+DEAD_REASONS = tuple(DeadReason)
 #: Hard bound enforced by the database; the client refuses far earlier (64 KiB by default).
 PAYLOAD_HARD_LIMIT = 1024 * 1024
 
@@ -33,10 +37,12 @@ metadata = MetaData(
 )
 
 TZ = DateTime(timezone=True)
+#: The rows that hold a lease (the partial indexes on leases cover exactly these).
+LEASED = f"state = '{JobState.PROCESSING}'"
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+def _in(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
 
 
 jobs = Table(
@@ -47,7 +53,7 @@ jobs = Table(
     Column("task", Text, nullable=False),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("payload_version", Integer, nullable=False, server_default=text("1")),
-    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("state", Text, nullable=False, server_default=text(f"'{JobState.PENDING}'")),
     Column("dead_reason", Text),
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("run_at", TZ, nullable=False, server_default=text("now()")),
@@ -63,7 +69,7 @@ jobs = Table(
     Column("finished_at", TZ),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
-        f"(state = 'dead') = (dead_reason IS NOT NULL) AND "
+        f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
         f"(dead_reason IS NULL OR {_in('dead_reason', DEAD_REASONS)})",
         name="dead_reason",
     ),
@@ -72,7 +78,7 @@ jobs = Table(
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
     CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
-    CheckConstraint("state <> 'processing' OR claimed_by IS NOT NULL", name="lease"),
+    CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
 )
 
 # Arm 1 of the claim: due work, in claim order.
@@ -82,25 +88,25 @@ Index(
     jobs.c.priority.desc(),
     jobs.c.run_at,
     jobs.c.id,
-    postgresql_where=text("state IN ('pending', 'failed')"),
+    postgresql_where=text(_in("state", DUE_STATES)),
 )
 # Arm 2 of the claim, lease renewal and crash release: live leases.
 Index(
     "ix_workerpool_jobs_leased",
     jobs.c.queue,
     jobs.c.claimed_at,
-    postgresql_where=text("state = 'processing'"),
+    postgresql_where=text(LEASED),
 )
 Index(
     "ix_workerpool_jobs_claimed_by",
     jobs.c.claimed_by,
-    postgresql_where=text("state = 'processing'"),
+    postgresql_where=text(LEASED),
 )
 # Maintenance: pruning finished rows and browsing the dead-letter queue.
 Index(
     "ix_workerpool_jobs_finished",
     jobs.c.finished_at,
-    postgresql_where=text("state IN ('done', 'cancelled', 'dead')"),
+    postgresql_where=text(_in("state", (*PRUNED_STATES, JobState.DEAD))),
 )
 
 # Live worker processes, one row per child process boot (maintained by the children).

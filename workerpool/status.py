@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from . import queries
 from .schema import DEAD_REASONS, STATES
+from .states import JobState
 
 #: A worker seen within this many seconds is live (workers beat well inside it).
 LIVE_WORKER_WINDOW = 60.0
@@ -74,7 +75,7 @@ def queue_json(queue: str, counts: list[Any], oldest: Mapping[str, float],
         if row.queue != queue:
             continue
         by_state[row.state] = by_state.get(row.state, 0) + row.count
-        if row.state == "dead" and row.dead_reason:
+        if row.state == JobState.DEAD and row.dead_reason:
             dead_by_reason[row.dead_reason] = dead_by_reason.get(row.dead_reason, 0) + row.count
     return {
         "counts": by_state,
@@ -159,7 +160,7 @@ def render_queues(queues: Mapping[str, Any]) -> str:
 
 def render_dead(queues: Mapping[str, Any]) -> str:
     rows = [[name, *(q["dead_by_reason"][r] for r in DEAD_REASONS)]
-            for name, q in queues.items() if q["counts"]["dead"]]
+            for name, q in queues.items() if q["counts"][JobState.DEAD]]
     if not rows:
         return ""
     return "DEAD BY REASON\n" + table(["QUEUE", *(r.upper() for r in DEAD_REASONS)], rows)
