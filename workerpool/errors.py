@@ -59,11 +59,11 @@ class DatabaseNotConfigured(WorkerpoolError):
     """No database URL is set and the embedded PostgreSQL (pgserver) is not installed."""
 
 
-class Permanent(Exception):  # noqa: N818 - public name fixed by the design
+class Permanent(Exception):
     """Raised by a handler: this job can never succeed; dead-letter it now, no retries."""
 
 
-class RetryLater(Exception):  # noqa: N818 - public name fixed by the design
+class RetryLater(Exception):
     """Raised by a handler: run this job again after `delay` seconds without spending an attempt."""
 
     def __init__(self, delay: float = 60.0, reason: str = "") -> None:
