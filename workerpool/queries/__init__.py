@@ -1,0 +1,133 @@
+"""Every statement that touches workerpool_jobs. Each state change is one named function.
+
+All times come from the database clock (``now()``); the caller's clock is never stored. Every
+write that finishes or changes a claimed job is fenced on its lease (``claimed_by`` and
+``attempts``) and reports whether it applied, so a process that lost its lease can never overwrite
+the new owner's result.
+
+One module per phase of a job's life, each ordered the same way:
+
+- ``enqueue``: inserting jobs (one, a batch, pipelined chunks) and the wake-up NOTIFY;
+- ``claim``: LISTEN, the claim, lease renewal, checkpoints;
+- ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted;
+- ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
+- ``maintenance``: the workers registry, cron schedules, pruning;
+- ``operations``: the dead-letter queue, status, read-outs;
+
+and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
+clock, a transaction's time limits). Every name is importable from ``workerpool.queries``.
+"""
+
+from __future__ import annotations
+
+from ..states import LIVE_STATES
+from .claim import CLAIM_COLUMNS, LISTEN, claim, claim_statement, renew, save_checkpoint
+from .clock import bound_transaction, database_now, seconds, time_limits
+from .enqueue import (
+    NOTIFY_CHANNEL,
+    NewJob,
+    can_pipeline,
+    insert_job_chunks,
+    insert_jobs,
+    insert_one,
+    notify,
+)
+from .leases import Lease
+from .maintenance import (
+    advance_cron,
+    beat_worker,
+    ensure_crons,
+    lock_crons,
+    prune_finished,
+    prune_finished_statement,
+    prune_workers,
+    register_worker,
+    reset_cron,
+    unregister_worker,
+)
+from .operations import (
+    DEAD_COLUMNS,
+    count_by_queue_and_state,
+    count_dead,
+    count_errors_by_type,
+    dead_ids,
+    dead_tasks,
+    dead_where,
+    job_outcomes,
+    list_crons,
+    list_dead,
+    list_workers,
+    oldest_due_ages,
+    purge_dead,
+    replay_dead,
+    state_counts,
+    unrunnable,
+)
+from .outcomes import (
+    RELEASE_HOLD,
+    complete,
+    fail,
+    give_back,
+    mark_permanent,
+    return_unstarted,
+    snooze,
+)
+from .recovery import ORPHAN_SPREAD_CAP, reclaim_from_dead_worker, sweep_abandoned
+
+__all__ = [
+    "CLAIM_COLUMNS",
+    "DEAD_COLUMNS",
+    "LISTEN",
+    "LIVE_STATES",
+    "NOTIFY_CHANNEL",
+    "ORPHAN_SPREAD_CAP",
+    "RELEASE_HOLD",
+    "Lease",
+    "NewJob",
+    "advance_cron",
+    "beat_worker",
+    "bound_transaction",
+    "can_pipeline",
+    "claim",
+    "claim_statement",
+    "complete",
+    "count_by_queue_and_state",
+    "count_dead",
+    "count_errors_by_type",
+    "database_now",
+    "dead_ids",
+    "dead_tasks",
+    "dead_where",
+    "ensure_crons",
+    "fail",
+    "give_back",
+    "insert_job_chunks",
+    "insert_jobs",
+    "insert_one",
+    "job_outcomes",
+    "list_crons",
+    "list_dead",
+    "list_workers",
+    "lock_crons",
+    "mark_permanent",
+    "notify",
+    "oldest_due_ages",
+    "prune_finished",
+    "prune_finished_statement",
+    "prune_workers",
+    "purge_dead",
+    "reclaim_from_dead_worker",
+    "register_worker",
+    "renew",
+    "replay_dead",
+    "reset_cron",
+    "return_unstarted",
+    "save_checkpoint",
+    "seconds",
+    "snooze",
+    "state_counts",
+    "sweep_abandoned",
+    "time_limits",
+    "unregister_worker",
+    "unrunnable",
+]
