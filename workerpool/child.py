@@ -51,7 +51,11 @@ RunnerFactory = Callable[..., Runner]
 
 def build_runner(pool: Any, worker: WorkerType, *, worker_id: str, on_tick: Callable[[], None],
                  parent_alive: Callable[[], bool], orphans: tuple[str, ...]) -> Runner:
-    """The maintenance loop, or a Worker on its queue with the settings loaded for it."""
+    """The maintenance loop, or a Worker on its queue with the settings loaded for it.
+
+    Runs in the child after the fork, and imports the runners there: a failure to import them
+    is a boot failure of that worker type (backed off, then FATAL), not a crash of the parent.
+    """
     if worker.kind == WorkerKind.MAINTENANCE:
         from .maintenance import Maintenance, MaintenanceLoop
 
