@@ -148,10 +148,14 @@ def record(name: str, **values: float) -> None:
 
 @pytest.fixture
 def start(db_url, tmp_path) -> Iterator:
-    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards."""
+    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards.
+
+    ``command`` replaces ``-m workerpool`` with a runner that builds the same supervisor with
+    faults injected (tests/apps/boot_failure.py)."""
     running: list[Supervisor] = []
 
-    def launch(*args: str, env: dict[str, str] | None = None) -> Supervisor:
+    def launch(*args: str, env: dict[str, str] | None = None,
+               command: tuple[str, ...] = ("-m", "workerpool")) -> Supervisor:
         heartbeat_dir = tmp_path / "heartbeats"
         heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
         full_env = {k: v for k, v in os.environ.items()
@@ -165,7 +169,7 @@ def start(db_url, tmp_path) -> Iterator:
         log_path = tmp_path / f"supervisor-{len(running)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool",
+                [sys.executable, *command, "run", "tests.apps.basic:pool",
                  "--heartbeat-dir", str(heartbeat_dir), *args],
                 env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 start_new_session=True, cwd=ROOT,
@@ -436,7 +440,7 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
 def test_a_worker_type_failing_at_boot_backs_off_then_the_supervisor_gives_up(start, app, sql):
     job = app.enqueue("quick", {"seconds": 0})
     sup = start("--restart-delay", "0.3", "--boot-retries", "4",
-                env={"WORKERPOOL_FAULT": "crash_at_boot:slow"})
+                command=("-m", "tests.apps.boot_failure", "slow"))
     assert sup.wait_exit(30) == 3
     delays = [float(e.fields["delay"].rstrip("s"))
               for e in sup.events("restart_scheduled", worker="slow")]

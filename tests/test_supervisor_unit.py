@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from workerpool import exitcodes
 from workerpool.config import RunSettings, WorkerType
-from workerpool.supervisor import EXIT_FATAL, EXIT_OK, ChildState, Supervisor
+from workerpool.states import ChildState
+from workerpool.supervisor import Supervisor
 
 
 def exited(code: int) -> int:
@@ -162,7 +164,7 @@ def test_term_forwards_sigterm_once_and_exits_0_when_children_are_gone(fake, tmp
     fake.exits = [(email, exited(0))]
     assert sup.step() is None
     fake.exits = [(sms, exited(0))]
-    assert sup.step() == EXIT_OK
+    assert sup.step() == exitcodes.OK
     assert len(fake.spawned) == 2  # nothing restarted during the drain
 
 
@@ -180,7 +182,7 @@ def test_drain_deadline_sends_sigkill(fake, tmp_path):
     sup.step()
     assert fake.signals_to(pid).count(signal.SIGKILL) == 1  # escalate once
     fake.exits = [(pid, killed_by(signal.SIGKILL))]
-    assert sup.step() == EXIT_OK
+    assert sup.step() == exitcodes.OK
 
 
 def test_second_int_stops_at_once(fake, tmp_path):
@@ -256,7 +258,7 @@ def test_boot_failed_child_backs_off_then_fatal(fake, tmp_path):
     assert slot(sup, "email").state is ChildState.FATAL
     assert fake.signals_to(sms) == [signal.SIGTERM]  # the others drain
     fake.exits = [(sms, exited(0))]
-    assert sup.step() == EXIT_FATAL
+    assert sup.step() == exitcodes.BOOT_FAILED
 
 
 def test_a_child_that_ran_then_keeps_crashing_fast_backs_off_without_going_fatal(fake, tmp_path):
@@ -358,19 +360,15 @@ class StandInMaintenance:
         self.closed = True
 
 
-def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
-    import sys
+def test_maintenance_loop_ticks_after_each_pass_and_stops():
     import threading
-    import types
 
     from tests.conftest import wait_until
-    from workerpool.child import MaintenanceLoop
+    from workerpool.maintenance import MaintenanceLoop
 
-    monkeypatch.setitem(sys.modules, "workerpool.maintenance",
-                        types.SimpleNamespace(Maintenance=StandInMaintenance))
     ticks: list[int] = []
-    loop = MaintenanceLoop(None, worker_id="w", on_tick=lambda: ticks.append(1),
-                           parent_alive=lambda: True)
+    loop = MaintenanceLoop(StandInMaintenance(None, worker_id="w"),
+                           on_tick=lambda: ticks.append(1), parent_alive=lambda: True)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(loop.run()))
     thread.start()
@@ -380,7 +378,7 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     assert result == [0] and loop.maintenance.passes >= len(ticks) >= 3
     assert loop.maintenance.closed  # left the workers registry on a clean stop
 
-    orphaned = MaintenanceLoop(None, worker_id="w", on_tick=lambda: None,
+    orphaned = MaintenanceLoop(StandInMaintenance(None, worker_id="w"), on_tick=lambda: None,
                                parent_alive=lambda: False)
     assert orphaned.run() == 0 and orphaned.maintenance.passes == 1  # parent gone: stops
 
@@ -397,6 +395,8 @@ def test_maintenance_worker_type_outlives_every_queue_timing(tmp_path):
 
 
 def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monkeypatch):
+    import dataclasses
+
     from workerpool import WorkerPool, config
 
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
@@ -405,7 +405,10 @@ def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monk
     monkeypatch.setenv("WORKERPOOL_DRAIN_TIMEOUT", "4.5")
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb")
     assert [w.drain_timeout for w in settings.workers] == [4.5, 4.5]
-    assert pool.queues["email"].drain_timeout == 4.5  # what the children's Worker reads
+    # what each child's Worker runs with: the queue as declared, the override applied
+    assert [w.spec for w in settings.workers] == [
+        dataclasses.replace(pool.queues[name], drain_timeout=4.5) for name in ("email", "sms")]
+    assert pool.queues["email"].drain_timeout == 7  # the pool is left as declared
 
 
 def test_a_queue_named_maintenance_does_not_collide_with_the_maintenance_child(tmp_path):
@@ -449,7 +452,7 @@ def test_claims_of_children_dead_in_shutdown_go_to_one_releaser_killed_at_its_de
     assert sup.step() is None  # still inside its margin
     assert fake.signals_to(releaser_pid) == []
     fake.clock += 0.2
-    assert sup.step() == EXIT_OK  # past it: SIGKILL and exit without waiting for the reap
+    assert sup.step() == exitcodes.OK  # past it: SIGKILL and exit without waiting for the reap
     assert fake.signals_to(releaser_pid) == [signal.SIGKILL]
     assert len(fake.releasers()) == 1
     assert [r.message for r in caplog.records if getattr(r, "event", "") == "release_failed"]
@@ -469,7 +472,7 @@ def test_a_releaser_that_reports_and_exits_lets_the_parent_exit_at_once(fake, tm
     assert releaser.worker_ids == ("e1",)  # sms drained: its own claims are already released
     fake.report(releaser_pid, "r 2\n")
     fake.exits = [(releaser_pid, exited(0))]
-    assert sup.step() == EXIT_OK
+    assert sup.step() == exitcodes.OK
     assert fake.signals_to(releaser_pid) == []
     [released] = [r for r in caplog.records
                   if getattr(r, "event", "") == "orphans_released_at_exit"]
@@ -484,7 +487,7 @@ def test_a_clean_drain_forks_no_releaser(fake, tmp_path):
     sup.on_signal(signal.SIGTERM)
     sup.step()
     fake.exits = [(email, exited(0)), (sms, exited(0))]
-    assert sup.step() == EXIT_OK
+    assert sup.step() == exitcodes.OK
     assert fake.releasers() == []
 
 

@@ -17,7 +17,6 @@ handler.
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import logging
 import os
@@ -27,18 +26,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import oslayer
-from .config import WorkerType
-from .errors import first_line
-from .orphans import Released, release_orphans
+from . import exitcodes, oslayer
+from .config import WorkerKind, WorkerType
 
 log = logging.getLogger("workerpool.child")
 
-FAULT_ENV = "WORKERPOOL_FAULT"  # test builds: "crash_at_boot:<worker>"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_NOW_SIGNALS = (signal.SIGQUIT,)
 DUMP_SIGNAL = signal.SIGUSR2
-EXIT_CRASHED = 1
 #: Ticks are sent at most this often (seconds); the parent touches files at most once a second.
 TICK_INTERVAL = 0.25
 
@@ -49,20 +44,41 @@ class Runner(Protocol):
     def stop_now(self) -> None: ...
 
 
-class BootFault(RuntimeError):
-    """Injected by $WORKERPOOL_FAULT=crash_at_boot:<worker> (tests of the restart backoff)."""
+#: Builds what a child runs: ``(pool, worker_type, *, worker_id, on_tick, parent_alive,
+#: orphans) -> Runner``. :func:`build_runner` unless a test injects a fault.
+RunnerFactory = Callable[..., Runner]
+
+
+def build_runner(pool: Any, worker: WorkerType, *, worker_id: str, on_tick: Callable[[], None],
+                 parent_alive: Callable[[], bool], orphans: tuple[str, ...]) -> Runner:
+    """The maintenance loop, or a Worker on its queue with the settings loaded for it.
+
+    Runs in the child after the fork, and imports the runners there: a failure to import them
+    is a boot failure of that worker type (backed off, then FATAL), not a crash of the parent.
+    """
+    if worker.kind == WorkerKind.MAINTENANCE:
+        from .maintenance import Maintenance, MaintenanceLoop
+
+        return MaintenanceLoop(Maintenance(pool, worker_id=worker_id), on_tick=on_tick,
+                               parent_alive=parent_alive)
+    from .worker import Worker
+
+    return Worker(pool, worker.name, spec=worker.spec, worker_id=worker_id, on_tick=on_tick,
+                  parent_alive=parent_alive, orphans=orphans)
 
 
 class Child:
     """What the supervisor forks for one worker type."""
 
     def __init__(self, pool: Any, worker: WorkerType, *, parent_pid: int,
-                 orphans: tuple[str, ...] = (), close_fds: tuple[int, ...] = ()) -> None:
+                 orphans: tuple[str, ...] = (), close_fds: tuple[int, ...] = (),
+                 runner_factory: RunnerFactory = build_runner) -> None:
         self.pool = pool
         self.worker = worker
         self.parent_pid = parent_pid
         self.orphans = orphans
         self.close_fds = close_fds
+        self.runner_factory = runner_factory
         self.runner: Runner | None = None
         self._tick_fd = -1
         self._last_tick = 0.0
@@ -80,17 +96,17 @@ class Child:
         except Exception:
             log.exception("%s could not start", self.worker.name,
                           extra={"event": "child_boot_failed", "worker": self.worker.name})
-            return oslayer.EXIT_BOOT_FAILED
+            return exitcodes.BOOT_FAILED
         self._attach(runner)
         try:
             return runner.run()
         except Exception:
             log.exception("%s crashed", self.worker.name,
                           extra={"event": "child_crashed", "worker": self.worker.name})
-            return EXIT_CRASHED
+            return exitcodes.FAILURE
 
     def _become_process(self) -> None:
-        shed_parent_state(f"workerpool: {self.worker.name}", self.close_fds)
+        oslayer.shed_parent_state(f"workerpool: {self.worker.name}", self.close_fds)
         os.set_blocking(self._tick_fd, False)
         self._watch_signals()
         faulthandler.register(DUMP_SIGNAL, all_threads=True)
@@ -139,18 +155,11 @@ class Child:
     def _build_runner(self) -> Runner:
         from .jobs import new_worker_id
 
-        fault = os.environ.get(FAULT_ENV, "")
-        if fault == f"crash_at_boot:{self.worker.name}":
-            raise BootFault(f"{FAULT_ENV}={fault}")
         worker_id = new_worker_id()
         self._send(f"w {worker_id}\n".encode())
-        if self.worker.kind == "maintenance":
-            return MaintenanceLoop(self.pool, worker_id=worker_id, on_tick=self.tick,
-                                   parent_alive=self.parent_alive)
-        from .worker import Worker
-
-        return Worker(self.pool, self.worker.name, worker_id=worker_id, on_tick=self.tick,
-                      parent_alive=self.parent_alive, orphans=self.orphans)
+        return self.runner_factory(self.pool, self.worker, worker_id=worker_id,
+                                   on_tick=self.tick, parent_alive=self.parent_alive,
+                                   orphans=self.orphans)
 
     # -- reports to the parent ---------------------------------------------------------------
 
@@ -181,126 +190,3 @@ def _apply(runner: Runner, how: str) -> None:
         runner.stop_now()
     else:
         runner.stop()
-
-
-class MaintenanceLoop:
-    """The maintenance child: ``run_pass()`` every ``interval`` seconds, a tick after each."""
-
-    def __init__(self, pool: Any, *, worker_id: str, on_tick: Callable[[], None],
-                 parent_alive: Callable[[], bool]) -> None:
-        from .maintenance import Maintenance  # type: ignore[import-not-found]
-
-        self.maintenance = Maintenance(pool, worker_id=worker_id)
-        self.on_tick = on_tick
-        self.parent_alive = parent_alive
-        self._stopping = threading.Event()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    stop_now = stop
-
-    def run(self) -> int:
-        import psycopg
-        from sqlalchemy.exc import DBAPIError, OperationalError
-
-        log.info("maintenance started", extra={"event": "worker_started", "worker": "maintenance"})
-        while not self._stopping.is_set():
-            try:
-                self.maintenance.run_pass()
-                self.on_tick()
-            except (OperationalError, DBAPIError, psycopg.Error) as exc:
-                log.warning("maintenance pass failed (%s)", type(exc).__name__,
-                            extra={"event": "database_error", "worker": "maintenance"})
-            if not self.parent_alive():
-                log.warning("parent is gone; stopping", extra={"event": "parent_gone"})
-                break
-            self._stopping.wait(self.maintenance.interval)
-        try:
-            self.maintenance.close()  # leave the workers registry on a clean stop
-        except (OperationalError, DBAPIError, psycopg.Error):
-            pass  # the row is pruned after worker_ttl anyway
-        log.info("maintenance stopped", extra={"event": "worker_stopped", "worker": "maintenance"})
-        return 0
-
-
-# -- the releaser ------------------------------------------------------------------------------
-
-#: The releaser's limits: it must be done well inside the supervisor's RELEASE_MARGIN.
-RELEASER_CONNECT_TIMEOUT = 2  # whole seconds (libpq)
-RELEASER_STATEMENT_TIMEOUT = 2.0
-EXIT_RELEASE_FAILED = 1
-
-
-class Releaser:
-    """Forked once as the supervisor exits, if children died during shutdown holding claims.
-
-    Releases every row still ``processing`` under the given worker ids (``pending`` with the
-    attempt spent, or ``dead/abandoned`` when exhausted, each with a ``WorkerLost`` entry) in one
-    bounded transaction, reports ``r <rows>\\n`` to the parent, and exits 0 (1 on a database
-    error). No heartbeat file, no signal handling beyond the defaults: the parent SIGKILLs it at
-    its deadline.
-    """
-
-    def __init__(self, pool: Any, worker_ids: tuple[str, ...], *, parent_pid: int,
-                 close_fds: tuple[int, ...] = ()) -> None:
-        self.pool = pool
-        self.worker_ids = worker_ids
-        self.parent_pid = parent_pid
-        self.close_fds = close_fds
-
-    def start(self, report_fd: int) -> int:
-        """Become the releaser process; return its exit code."""
-        self._become_process()
-        try:
-            released = self._release()
-        except Exception as exc:  # database down, timeout: the stale arm takes them later
-            log.warning("releaser could not release %d dead worker(s): %s", len(self.worker_ids),
-                        first_line(exc), extra={"event": "releaser_error"})
-            return EXIT_RELEASE_FAILED
-        with contextlib.suppress(OSError):
-            os.write(report_fd, f"r {released.rows}\n".encode())
-        self._report_dead(released.dead)
-        return 0
-
-    def _become_process(self) -> None:
-        shed_parent_state("workerpool: releaser", self.close_fds)
-        oslayer.set_parent_death_signal(signal.SIGKILL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
-        self.pool.forget_engine()
-
-    def _release(self) -> Released:
-        from . import db, queries
-
-        engine = db.create(self.pool.url, application_name="workerpool releaser", pool_size=1,
-                           connect_timeout=RELEASER_CONNECT_TIMEOUT)
-        try:
-            with engine.begin() as conn:
-                queries.bound_transaction(conn, statement_timeout=RELEASER_STATEMENT_TIMEOUT,
-                                          lock_timeout=RELEASER_STATEMENT_TIMEOUT,
-                                          idle_timeout=RELEASER_STATEMENT_TIMEOUT)
-                released = release_orphans(conn, self.worker_ids)
-        finally:
-            engine.dispose()
-        return released
-
-    def _report_dead(self, dead: list[Any]) -> None:
-        """Exhausted rows went dead/abandoned: logged once at error level, on_dead hooks run."""
-        from .dead import report_dead
-
-        try:
-            report_dead(self.pool, dead)
-        except Exception:
-            log.exception("reporting dead jobs failed", extra={"event": "report_dead_failed"})
-
-
-def shed_parent_state(title: str, close_fds: tuple[int, ...]) -> None:
-    """Right after the fork: a title of its own, default signal handling, none of the
-    parent's descriptors (its wakeup pipe, the other children's pipes)."""
-    oslayer.set_title(title)
-    for signum in oslayer.HANDLED_SIGNALS:
-        signal.signal(signum, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
-    for fd in close_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)

@@ -7,38 +7,17 @@ modules lazily so that `workerpool healthcheck` (a Kubernetes exec probe) stays 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+from . import exitcodes
+from .app import load_pool
 
 
 class CliError(Exception):
     """A failure to report as one line with a non-zero exit."""
-
-
-def load_pool(target: str) -> Any:
-    """Import ``module.path:attribute`` and return the WorkerPool it names."""
-    from .pool import WorkerPool
-
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise CliError(f"APP:POOL must look like 'package.module:pool', got {target!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CliError(f"cannot import {module_name!r}: {exc}") from None
-    pool = getattr(module, attribute, None)
-    if not isinstance(pool, WorkerPool):
-        raise CliError(f"{target!r} is not a WorkerPool (got {type(pool).__name__})")
-    return pool
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -50,7 +29,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     upgrade(db.resolve_url(), args.revision)
     print(f"workerpool: migrated to {args.revision}")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -66,7 +45,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         options["max_attempts"] = args.max_attempts
     job_id = pool.enqueue(args.task, payload, **options)
     print(job_id)
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -83,7 +62,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-# -- status and the dead-letter queue (issue 5) ----------------------------------------------
+# -- status and the dead-letter queue --------------------------------------------------------
 
 
 def _pool_for(args: argparse.Namespace) -> Any:
@@ -103,7 +82,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(status.render(data), end="")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> Any:
@@ -126,7 +105,7 @@ def dead_list(args: argparse.Namespace) -> int:
     page = dead.list_dead(_pool_for(args), _dead_filter(args), limit=args.limit or None)
     if args.json:
         print(json.dumps({"total": page.total, "jobs": [j.to_json() for j in page.jobs]}, indent=2))
-        return EXIT_OK
+        return exitcodes.OK
     from .status import table
 
     rows = [[j.id, j.queue, j.task, j.reason, f"{j.attempts}/{j.max_attempts}",
@@ -135,7 +114,7 @@ def dead_list(args: argparse.Namespace) -> int:
     headers = ["ID", "QUEUE", "TASK", "REASON", "ATTEMPTS", "DIED", "LAST ERROR"]
     print(table(headers, rows, empty="(no dead jobs match)"))
     print(f"{len(page.jobs)} of {page.total} matching dead jobs shown")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def _error_line(error: Any) -> str:
@@ -164,13 +143,13 @@ def dead_retry(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"dry_run": result.dry_run, "count": len(result.ids), "ids": result.ids,
                           "by_task": result.by_task, "not_dead": result.not_dead}, indent=2))
-        return EXIT_OK
+        return exitcodes.OK
     verb = "dry run: would replay" if result.dry_run else "replayed"
     tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
     print(f"{verb} {plural(len(result.ids), 'dead job')} ({tasks})")
     if result.ids:
         print(f"ids: {_ids_text(result.ids)}")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def plural(count: int, noun: str) -> str:
@@ -198,10 +177,16 @@ def dead_purge(args: argparse.Namespace) -> int:
     else:
         verb = "dry run: would purge" if result.dry_run else "purged"
         print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return build_supervisor(args).run()
+
+
+def build_supervisor(args: argparse.Namespace, **seams: Any) -> Any:
+    """The supervisor `workerpool run` starts, not yet running. ``seams`` go to the Supervisor
+    (its ``child_factory``, ``releaser_factory``, ``os_layer``): tests inject faults there."""
     from . import config
     from .log import configure_logging
     from .supervisor import Supervisor
@@ -214,15 +199,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         restart_delay=args.restart_delay, boot_retries=args.boot_retries,
         maintenance_interval=interval,
     )
-    pool.url  # noqa: B018 - resolve once here: the embedded PostgreSQL starts before any fork
-    return Supervisor(pool, settings).run()
+    pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
+    return Supervisor(pool, settings, **seams)
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from . import heartbeat
-    from .healthcheck import EXIT_HEALTHY, EXIT_UNHEALTHY, check
+    from .healthcheck import check
 
     if not args.max_age > 0:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
@@ -231,7 +216,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     if not verdict.healthy:
         raise CliError(verdict.message)
     print(f"workerpool healthcheck: {verdict.message}")
-    return EXIT_HEALTHY if verdict.healthy else EXIT_UNHEALTHY
+    return exitcodes.OK if verdict.healthy else exitcodes.UNHEALTHY
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -365,13 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except (CliError, WorkerpoolError) as exc:
         print(f"workerpool {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return exitcodes.FAILURE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
         print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
               file=sys.stderr)
-        return EXIT_FAILURE
+        return exitcodes.FAILURE
 
 
 

@@ -7,15 +7,19 @@ what is wrong and what to change. The deploy files import the constants below.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import heartbeat
 from .errors import ConfigError, UnknownQueue
 from .heartbeat import DEFAULT_MAX_AGE, HEARTBEAT_PERIOD, MAINTENANCE, RESERVED_NAMES
+
+if TYPE_CHECKING:
+    from .pool import QueueSpec
 
 __all__ = [
     "DEFAULT_MAX_AGE",
@@ -25,6 +29,7 @@ __all__ = [
     "RELEASE_MARGIN",
     "SHUTDOWN_MARGIN",
     "RunSettings",
+    "WorkerKind",
     "WorkerType",
     "load",
 ]
@@ -55,14 +60,22 @@ BOOT_RETRIES = 5
 MAINTENANCE_HANG_FLOOR = 60.0
 
 
+class WorkerKind(enum.StrEnum):
+    QUEUE = "queue"  # a Worker claiming from one queue
+    MAINTENANCE = "maintenance"  # the maintenance loop
+
+
 @dataclass(frozen=True)
 class WorkerType:
     """One child the supervisor keeps alive: a queue, or the maintenance loop."""
 
     name: str
-    kind: str  # "queue" | "maintenance"
+    kind: WorkerKind
     drain_timeout: float
     hang_timeout: float
+    #: A queue's effective settings (the pool's, with the environment's overrides applied):
+    #: what its children's Worker runs with. None for the maintenance loop.
+    spec: QueueSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +109,8 @@ def load(
     boot_retries: int = BOOT_RETRIES,
     maintenance_interval: float | None = None,
 ) -> RunSettings:
-    """Validate everything `run` needs; apply ``$WORKERPOOL_DRAIN_TIMEOUT`` to the pool's queues.
+    """Validate everything `run` needs. The pool is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT``
+    applies to the queue settings each worker type carries.
 
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
     """
@@ -104,8 +118,8 @@ def load(
 
     names = _queue_names(pool, queues)
     validate_crons(pool)  # a cron on a queue no worker type serves: refused before any fork
-    _apply_drain_override(pool, names)
-    workers = [_queue_type(pool, name) for name in names]
+    drain_timeout = _drain_override()
+    workers = [_queue_type(pool, name, drain_timeout) for name in names]
     if maintenance_interval is not None:
         workers.append(_maintenance_type(workers, maintenance_interval))
     settings = RunSettings(
@@ -134,17 +148,17 @@ def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
     return names
 
 
-def _apply_drain_override(pool: Any, names: list[str]) -> None:
+def _drain_override() -> float | None:
     raw = os.environ.get(DRAIN_ENV)
     if raw is None or raw == "":
-        return
-    value = _number(DRAIN_ENV, raw, minimum=0.0)
-    for name in names:
-        pool.queues[name] = dataclasses.replace(pool.queues[name], drain_timeout=value)
+        return None
+    return _number(DRAIN_ENV, raw, minimum=0.0)
 
 
-def _queue_type(pool: Any, name: str) -> WorkerType:
+def _queue_type(pool: Any, name: str, drain_timeout: float | None) -> WorkerType:
     spec = pool.queues[name]
+    if drain_timeout is not None:
+        spec = dataclasses.replace(spec, drain_timeout=drain_timeout)
     stale_after = pool.stale_after(name)
     if stale_after < MIN_STALE_AFTER:
         raise ConfigError(f"queue {name}: stale_after is {stale_after:g}s; use at least "
@@ -153,13 +167,13 @@ def _queue_type(pool: Any, name: str) -> WorkerType:
         raise ConfigError(f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
                           f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "
                           f"looks hung")
-    return WorkerType(name, "queue", spec.drain_timeout, spec.hang_timeout)
+    return WorkerType(name, WorkerKind.QUEUE, spec.drain_timeout, spec.hang_timeout, spec)
 
 
 def _maintenance_type(queues: list[WorkerType], interval: float) -> WorkerType:
     hang = max([MAINTENANCE_HANG_FLOOR, 3 * interval] + [q.hang_timeout for q in queues])
     drain = max(q.drain_timeout for q in queues)
-    return WorkerType(MAINTENANCE, "maintenance", drain, hang)
+    return WorkerType(MAINTENANCE, WorkerKind.MAINTENANCE, drain, hang)
 
 
 def _grace(value: float | str | None) -> float | None:

@@ -12,9 +12,6 @@ from pathlib import Path
 
 from . import heartbeat
 
-EXIT_HEALTHY = 0
-EXIT_UNHEALTHY = 1
-
 
 @dataclass(frozen=True)
 class Verdict:

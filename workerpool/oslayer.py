@@ -17,14 +17,11 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from . import heartbeat
+from . import exitcodes, heartbeat
 
 #: Signals the supervisor handles. They are blocked around fork so that a child never runs the
 #: parent's handlers: it installs its own first, then unblocks.
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD)
-#: A child's exit code when it could not start (built, but failed before running).
-EXIT_BOOT_FAILED = 3
-
 _PR_SET_PDEATHSIG = 1
 
 
@@ -61,6 +58,18 @@ def set_title(title: str) -> None:
     except ImportError:
         return
     setproctitle.setproctitle(title)
+
+
+def shed_parent_state(title: str, close_fds: tuple[int, ...]) -> None:
+    """Right after the fork: a title of its own, default signal handling, none of the
+    parent's descriptors (its wakeup pipe, the other children's pipes)."""
+    set_title(title)
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class RealOS:
@@ -131,11 +140,11 @@ class RealOS:
 
     @staticmethod
     def _run_child(target: Callable[[int], int], write_fd: int) -> None:
-        code = EXIT_BOOT_FAILED
+        code = exitcodes.BOOT_FAILED
         try:
             code = target(write_fd)
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exc.code if isinstance(exc.code, int) else exitcodes.FAILURE
         except BaseException:
             traceback.print_exc()
         finally:

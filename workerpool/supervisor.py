@@ -17,27 +17,27 @@ A worker type's life (supervisord's state machine)::
 Before it exits, the parent forks one short-lived ``releaser`` child if claims would otherwise
 stay leased until ``stale_after``: the worker ids of queue children that died during shutdown
 without draining (SIGKILLed at the deadline, crashed, FATAL) and orphans no replacement took.
-It waits for it at most ``release_margin`` seconds, then SIGKILLs it and exits anyway.
+It waits for it at most ``release_margin`` seconds, then SIGKILLs it and exits anyway
+(:mod:`workerpool.exit_release`). Each slot's own bookkeeping lives in :mod:`workerpool.slots`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import signal
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from . import heartbeat
-from .config import STABLE_AFTER, RunSettings, WorkerType
-from .oslayer import RealOS, describe_status
+from . import exitcodes, heartbeat
+from .config import RunSettings, WorkerType
+from .exit_release import ExitRelease, unreleased
+from .oslayer import RealOS, describe_status, set_title
+from .slots import LIVE, SERVING, Slot, close_pipe, read_lines, restart_delay
+from .states import ChildState, SupervisorMood
 
 log = logging.getLogger("workerpool.supervisor")
 
-EXIT_OK = 0
-EXIT_FATAL = 3  # a worker type kept failing at boot
 #: Seconds between the stack-dump signal and SIGKILL for a hung child.
 DUMP_GRACE = 0.5
 #: After SIGKILL at the deadline, how long to wait for the kernel before giving up on a child.
@@ -46,66 +46,7 @@ KILL_WAIT = 5.0
 MAX_WAIT = 0.5
 DUMP_SIGNAL = signal.SIGUSR2
 
-
-class ChildState(enum.Enum):
-    BACKOFF = "backoff"  # waiting to (re)start
-    STARTING = "starting"  # forked, no tick yet
-    RUNNING = "running"  # has ticked at least once
-    STOPPING = "stopping"  # asked to stop
-    EXITED = "exited"  # gone, not to be restarted
-    FATAL = "fatal"  # failed at boot too often
-
-
-class Mood(enum.Enum):
-    RUNNING = "running"
-    DRAINING = "draining"  # SIGTERM sent to the children; waiting up to drain + margin
-    STOPPING_NOW = "stopping_now"  # SIGQUIT sent; waiting only the margin
-
-
-LIVE = (ChildState.STARTING, ChildState.RUNNING, ChildState.STOPPING)
-
-
-@dataclass
-class Slot:
-    """One worker type and the process currently serving it."""
-
-    worker: WorkerType
-    state: ChildState = ChildState.BACKOFF
-    pid: int | None = None
-    fd: int | None = None
-    buffer: bytes = b""
-    worker_id: str | None = None
-    started: float = 0.0
-    last_tick: float = 0.0
-    last_touch: float = float("-inf")
-    restart_at: float = 0.0
-    crashes: int = 0  # consecutive fast exits
-    boot_failures: int = 0  # consecutive exits before the first tick
-    orphans: list[str] = field(default_factory=list)  # dead worker ids still to release
-    given: tuple[str, ...] = ()  # orphans handed to the current child
-    ticked: bool = False  # the current child has reported progress at least once
-    kill_at: float | None = None  # hung: SIGKILL at this time (after the stack dump)
-    killed: bool = False  # we sent SIGKILL
-
-    @property
-    def name(self) -> str:
-        return self.worker.name
-
-
 ChildFactory = Callable[..., Any]
-
-
-@dataclass
-class Release:
-    """The releaser child forked at exit (or the decision that none was needed)."""
-
-    worker_ids: tuple[str, ...] = ()
-    pid: int | None = None
-    fd: int | None = None
-    buffer: bytes = b""
-    deadline: float = 0.0
-    rows: int | None = None  # what it reported releasing
-    done: bool = False
 
 
 class Supervisor:
@@ -119,11 +60,11 @@ class Supervisor:
         self.os = os_layer or RealOS()
         self.child_factory = child_factory or _default_child_factory
         self.releaser_factory = releaser_factory or _default_releaser_factory
-        self.release: Release | None = None
+        self.release: ExitRelease | None = None
         self.slots = [Slot(worker) for worker in settings.workers]
-        self.mood = Mood.RUNNING
+        self.mood = SupervisorMood.RUNNING
         self.deadline: float | None = None
-        self.exit_code = EXIT_OK
+        self.exit_code = exitcodes.OK
         self._signals: deque[int] = deque()
         self._own_touch = float("-inf")
         self._touch_failed_at = float("-inf")
@@ -133,8 +74,6 @@ class Supervisor:
 
     def run(self) -> int:
         """Run until every child is gone after a stop signal; return the exit code."""
-        from .oslayer import set_title
-
         set_title("workerpool: supervisor")
         self.os.install_signals(self.on_signal)
         try:
@@ -180,21 +119,21 @@ class Supervisor:
 
     def handle_term(self, signum: int = signal.SIGTERM) -> None:
         """Drain: forward SIGTERM to every child once, wait up to drain + margin."""
-        if self.mood is Mood.RUNNING:
+        if self.mood is SupervisorMood.RUNNING:
             self._begin_drain(signal.Signals(signum).name)
 
     handle_hup = handle_term
 
     def handle_int(self, signum: int = signal.SIGINT) -> None:
         """First SIGINT drains, a second one stops at once."""
-        if self.mood is Mood.RUNNING:
+        if self.mood is SupervisorMood.RUNNING:
             self._begin_drain("SIGINT")
-        elif self.mood is Mood.DRAINING:
+        elif self.mood is SupervisorMood.DRAINING:
             self._stop_now("second SIGINT")
 
     def handle_quit(self, signum: int = signal.SIGQUIT) -> None:
         """Stop at once: children release their jobs and exit without draining."""
-        if self.mood is not Mood.STOPPING_NOW:
+        if self.mood is not SupervisorMood.STOPPING_NOW:
             self._stop_now("SIGQUIT")
 
     def handle_chld(self, signum: int = signal.SIGCHLD) -> None:
@@ -205,30 +144,28 @@ class Supervisor:
 
     def _begin_drain(self, reason: str) -> None:
         now = self.os.monotonic()
-        self.mood = Mood.DRAINING  # RUNNING -> DRAINING
+        self.mood = SupervisorMood.DRAINING  # RUNNING -> DRAINING
         self.deadline = now + self.settings.drain_timeout + self.settings.drain_margin
         live = self._live_slots()
         log.info("drain started (%s): SIGTERM to %d child(ren), deadline in %gs", reason,
                  len(live), self.deadline - now, extra={"event": "drain_started"})
-        for slot in self.slots:
-            if slot.state in (ChildState.STARTING, ChildState.RUNNING):
-                slot.state = ChildState.STOPPING  # RUNNING -> STOPPING
-                self.os.kill(slot.pid, signal.SIGTERM)
-            elif slot.state is ChildState.BACKOFF:
-                slot.state = ChildState.EXITED  # BACKOFF -> EXITED: not restarted
+        self._stop_children(SERVING, signal.SIGTERM)
 
     def _stop_now(self, reason: str) -> None:
         now = self.os.monotonic()
-        self.mood = Mood.STOPPING_NOW  # * -> STOPPING_NOW
+        self.mood = SupervisorMood.STOPPING_NOW  # * -> STOPPING_NOW
         self.deadline = now + self.settings.drain_margin
         log.warning("stopping now (%s): SIGQUIT to every child", reason,
                     extra={"event": "stop_now"})
+        self._stop_children(LIVE, signal.SIGQUIT)
+
+    def _stop_children(self, states: tuple[ChildState, ...], signum: int) -> None:
         for slot in self.slots:
-            if slot.state in LIVE:
-                slot.state = ChildState.STOPPING
-                self.os.kill(slot.pid, signal.SIGQUIT)
+            if slot.state in states:
+                slot.state = ChildState.STOPPING  # -> STOPPING
+                self.os.kill(slot.pid, signum)
             elif slot.state is ChildState.BACKOFF:
-                slot.state = ChildState.EXITED
+                slot.state = ChildState.EXITED  # BACKOFF -> EXITED: not restarted
 
     # -- reports from the children -------------------------------------------------------------
 
@@ -243,39 +180,24 @@ class Supervisor:
             if slot.fd is not None and slot.fd in ready:
                 self._read_pipe(slot)
         if self.release is not None and self.release.fd is not None and self.release.fd in ready:
-            self._read_release_pipe(self.release)
+            self.release.read(self.os)
 
     def _read_pipe(self, slot: Slot) -> None:
-        data = self.os.read(slot.fd)
-        if data is None:
-            return
-        if data == b"":  # end of file: the child is exiting; the reap step decides
-            self.os.close(slot.fd)
-            slot.fd = None
-            return
-        *lines, slot.buffer = (slot.buffer + data).split(b"\n")
-        for line in lines:
-            self._handle_report(slot, line.decode("utf-8", "replace"))
+        self._handle_reports(slot, read_lines(self.os, slot))
 
-    def _handle_report(self, slot: Slot, line: str) -> None:
-        if line.startswith("w "):
-            slot.worker_id = line[2:].strip()
-        elif line == "t":
-            self._ticked(slot)
+    def _handle_reports(self, slot: Slot, lines: list[str]) -> None:
+        for line in lines:
+            if line.startswith("w "):
+                slot.worker_id = line[2:].strip()
+            elif line == "t":
+                self._ticked(slot)
 
     def _ticked(self, slot: Slot) -> None:
         now = self.os.monotonic()
-        slot.last_tick = now
-        if not slot.ticked:
-            slot.ticked = True
-            slot.boot_failures = 0
-            slot.given = ()  # its first pass released them
-        if slot.state is ChildState.STARTING:
-            slot.state = ChildState.RUNNING  # STARTING -> RUNNING
+        if slot.tick(now):  # STARTING -> RUNNING
             log.info("child running worker=%s pid=%d", slot.name, slot.pid,
                      extra={"event": "child_running", "worker": slot.name, "pid": slot.pid})
-        if now - slot.last_touch >= heartbeat.HEARTBEAT_PERIOD:
-            slot.last_touch = now
+        if slot.heartbeat_due(now):
             self._touch(heartbeat.path_for(self.settings.heartbeat_dir, slot.name))
 
     # -- reaping -------------------------------------------------------------------------------
@@ -283,7 +205,7 @@ class Supervisor:
     def _reap_children(self) -> None:
         for pid, status in self.os.reap():
             if self.release is not None and pid == self.release.pid:
-                self._releaser_exited(self.release, status)
+                self.release.exited(self.os, status)
                 continue
             slot = next((s for s in self.slots if s.pid == pid and s.state in LIVE), None)
             if slot is None:  # we may be PID 1: orphans of the container get reaped here too
@@ -293,20 +215,13 @@ class Supervisor:
             self._child_exited(slot, status)
 
     def _child_exited(self, slot: Slot, status: int) -> None:
-        if slot.fd is not None:  # the last words: its worker id may still be in the pipe
-            self._read_pipe(slot)
-            if slot.fd is not None:
-                self.os.close(slot.fd)
-                slot.fd = None
+        self._handle_reports(slot, close_pipe(self.os, slot))  # its worker id may be in there
         self._log_exit(slot, status)
-        drained = self.mood is not Mood.RUNNING and describe_status(status) == "exit:0"
-        dead = [slot.worker_id] if slot.worker_id and not drained else []  # drained: released
-        slot.orphans = list(dict.fromkeys([*slot.given, *slot.orphans, *dead]))
-        slot.given, slot.worker_id, slot.buffer = (), None, b""
-        if self.mood is not Mood.RUNNING or slot.state is ChildState.STOPPING:
-            slot.state, slot.pid = ChildState.EXITED, None  # STOPPING -> EXITED
+        slot.reaped(drained=self.mood is not SupervisorMood.RUNNING
+                    and describe_status(status) == "exit:0")
+        if self.mood is not SupervisorMood.RUNNING or slot.state is ChildState.STOPPING:
+            slot.state = ChildState.EXITED  # STOPPING -> EXITED
             return
-        slot.pid = None
         self._schedule_restart(slot, failed_boot=not slot.ticked)
 
     def _log_exit(self, slot: Slot, status: int) -> None:
@@ -322,39 +237,28 @@ class Supervisor:
 
     def _schedule_restart(self, slot: Slot, *, failed_boot: bool) -> None:
         now = self.os.monotonic()
-        fast = failed_boot or now - slot.started < STABLE_AFTER
-        slot.crashes = slot.crashes + 1 if fast else 1
-        if failed_boot:
-            slot.boot_failures += 1
+        slot.count_exit(now, failed_boot=failed_boot)
         if slot.boot_failures >= self.settings.boot_retries:
             slot.state = ChildState.FATAL  # STARTING -> FATAL
             log.error("worker=%s failed to start %d times in a row; giving up", slot.name,
                       slot.boot_failures, extra={"event": "worker_fatal", "worker": slot.name})
-            self.exit_code = EXIT_FATAL
+            self.exit_code = exitcodes.BOOT_FAILED
             self._begin_drain(f"{slot.name} cannot start")
             return
-        delay = self._restart_delay(slot.crashes)
+        delay = restart_delay(slot.crashes, self.settings.restart_delay)
         slot.state, slot.restart_at = ChildState.BACKOFF, now + delay  # -> BACKOFF
         log.info("restart scheduled worker=%s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
                  delay, slot.crashes, slot.boot_failures,
                  extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay})
 
-    def _restart_delay(self, crashes: int) -> float:
-        """0 for the first crash; then restart_delay * 2**(n-2), capped."""
-        from .config import RESTART_DELAY_CAP
-
-        if crashes <= 1:
-            return 0.0
-        return min(RESTART_DELAY_CAP, self.settings.restart_delay * 2 ** min(crashes - 2, 16))
-
     # -- hung children -------------------------------------------------------------------------
 
     def _murder_hung_children(self) -> None:
-        if self.mood is not Mood.RUNNING:
+        if self.mood is not SupervisorMood.RUNNING:
             return
         now = self.os.monotonic()
         for slot in self.slots:
-            if slot.state not in (ChildState.STARTING, ChildState.RUNNING):
+            if slot.state not in SERVING:
                 continue
             if slot.kill_at is not None:
                 if now >= slot.kill_at and not slot.killed:
@@ -390,7 +294,7 @@ class Supervisor:
     # -- spawning ------------------------------------------------------------------------------
 
     def _spawn_due_children(self) -> None:
-        if self.mood is not Mood.RUNNING:
+        if self.mood is not SupervisorMood.RUNNING:
             return
         now = self.os.monotonic()
         for slot in self.slots:
@@ -408,11 +312,7 @@ class Supervisor:
             log.error("fork failed worker=%s: %s", slot.name, exc, extra={"event": "fork_failed"})
             slot.restart_at = now + max(1.0, self.settings.restart_delay)
             return
-        slot.state, slot.pid, slot.fd = ChildState.STARTING, pid, fd  # BACKOFF -> STARTING
-        slot.given, slot.orphans = tuple(slot.orphans), []
-        slot.started = slot.last_tick = now
-        slot.kill_at, slot.killed, slot.ticked = None, False, False
-        slot.last_touch = float("-inf")
+        slot.spawned(pid, fd, now)  # BACKOFF -> STARTING
         log.info("child started worker=%s pid=%d%s", slot.name, pid,
                  f" releasing {len(slot.given)} dead worker(s)" if slot.given else "",
                  extra={"event": "child_started", "worker": slot.name, "pid": pid})
@@ -445,17 +345,16 @@ class Supervisor:
         moments = [now + MAX_WAIT]
         moments += [s.restart_at for s in self.slots if s.state is ChildState.BACKOFF]
         moments += [s.kill_at for s in self.slots if s.kill_at is not None and not s.killed]
-        if self.mood is Mood.RUNNING:
+        if self.mood is SupervisorMood.RUNNING:
             moments += [s.last_tick + s.worker.hang_timeout for s in self.slots
-                        if s.state in (ChildState.STARTING, ChildState.RUNNING)
-                        and s.kill_at is None]
+                        if s.state in SERVING and s.kill_at is None]
         moments += [t for t in (self.deadline, self._forced_exit_at) if t is not None]
         if self.release is not None and not self.release.done:
             moments.append(self.release.deadline)
         return max(0.0, min(moments) - now)
 
     def _finished(self) -> int | None:
-        if self.mood is Mood.RUNNING:
+        if self.mood is SupervisorMood.RUNNING:
             return None
         live = self._live_slots()
         if live and (self._forced_exit_at is None or self.os.monotonic() < self._forced_exit_at):
@@ -466,96 +365,35 @@ class Supervisor:
                           slot.pid, extra={"event": "child_unkillable", "worker": slot.name,
                                            "pid": slot.pid})
             self._start_releaser()
-        if not self._release_finished():
+        if not self.release.finished(self.os):
             return None
         log.info("drain finished: supervisor exiting with %d", self.exit_code,
                  extra={"event": "drain_finished"})
         return self.exit_code
 
-
-    # -- the releaser at exit ---------------------------------------------------------------------
-
-    def _unreleased(self) -> tuple[str, ...]:
-        """Worker ids whose claims nobody released: dead queue children and untaken orphans."""
-        ids = [worker_id for slot in self.slots
-               if slot.worker.kind == "queue" and slot.state not in LIVE
-               for worker_id in slot.orphans]
-        return tuple(dict.fromkeys(ids))
+    # -- the releaser at exit ------------------------------------------------------------------
 
     def _start_releaser(self) -> None:
-        self.release = Release(self._unreleased())
-        if not self.release.worker_ids:
-            self.release.done = True
+        self.release = release = ExitRelease(unreleased(self.slots))
+        if not release.worker_ids:
+            release.done = True
             return
-        release = self.release
         releaser = self.releaser_factory(self.pool, release.worker_ids,
                                          parent_pid=self.os.getpid(),
                                          close_fds=tuple(self._watched_fds())
                                          + tuple(self.os.own_fds()))
-        try:
-            release.pid, release.fd = self.os.spawn(releaser.start)
-        except OSError as exc:
-            release.done = True
-            log.error("release failed: cannot fork the releaser (%s); %d dead worker(s) left to "
-                      "the stale arm", exc, len(release.worker_ids),
-                      extra={"event": "release_failed"})
-            return
-        release.deadline = self.os.monotonic() + self.settings.release_margin
-        for slot in self.slots:
-            slot.orphans = []  # handed over
-        log.info("releaser started pid=%d workers=%s", release.pid, ",".join(release.worker_ids),
-                 extra={"event": "releaser_started", "pid": release.pid})
-
-    def _read_release_pipe(self, release: Release) -> None:
-        data = self.os.read(release.fd)
-        if data is None:
-            return
-        if data == b"":
-            self.os.close(release.fd)
-            release.fd = None
-            return
-        *lines, release.buffer = (release.buffer + data).split(b"\n")
-        for line in lines:
-            if line.startswith(b"r ") and line[2:].strip().isdigit():
-                release.rows = int(line[2:])
-
-    def _releaser_exited(self, release: Release, status: int) -> None:
-        if release.fd is not None:
-            self._read_release_pipe(release)
-            if release.fd is not None:
-                self.os.close(release.fd)
-                release.fd = None
-        release.done = True
-        self._log_release(release, describe_status(status))
-
-    def _release_finished(self) -> bool:
-        release = self.release
-        assert release is not None
-        if not release.done and self.os.monotonic() >= release.deadline:
-            self.os.kill(release.pid, signal.SIGKILL)  # no wait for the reap: we exit now
-            release.done = True
-            self._log_release(release, "killed at its deadline")
-        return release.done
-
-    def _log_release(self, release: Release, how: str) -> None:
-        count = len(release.worker_ids)
-        if release.rows is not None:
-            log.warning("orphans released at exit: count=%d workers=%d releaser=%s",
-                        release.rows, count, how,
-                        extra={"event": "orphans_released_at_exit", "count": release.rows})
-        else:
-            log.error("release failed: releaser %s; the jobs of %d dead worker(s) return after "
-                      "stale_after", how, count,
-                      extra={"event": "release_failed", "count": count})
+        if release.spawn(self.os, releaser, self.settings.release_margin):
+            for slot in self.slots:
+                slot.orphans = []  # handed over
 
 
 def _default_releaser_factory(pool: Any, worker_ids: tuple[str, ...], **kwargs: Any) -> Any:
-    from .child import Releaser
+    from .releaser import Releaser  # not at the top: the supervisor imports no database code
 
     return Releaser(pool, worker_ids, **kwargs)
 
 
 def _default_child_factory(pool: Any, worker: WorkerType, **kwargs: Any) -> Any:
-    from .child import Child
+    from .child import Child  # not at the top: the supervisor imports no database code
 
     return Child(pool, worker, **kwargs)

@@ -1,41 +1,32 @@
-"""What the maintenance child runs: cron scheduling, the abandoned sweep, pruning, worker registry.
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry.
 
-The supervisor forks one ``maintenance`` child per replica; its loop calls
-:meth:`Maintenance.run_pass` every :attr:`Maintenance.interval` seconds and counts a pass that
-returned as a heartbeat tick. Any number of replicas may run it at once: every step is safe to
-run concurrently (row locks, ``SKIP LOCKED``, unique keys).
-
-Without the supervisor: ``python -m workerpool.maintenance APP:POOL`` runs the same loop.
+:meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
+Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
+``SKIP LOCKED``, unique keys).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import signal
 import socket
-import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection
 
-from . import cron, queries
-from .dead import DeadNotice, report_dead
-from .errors import ConfigError
-from .pool import WorkerPool, validate_crons
+from .. import cron, queries
+from ..dead import DeadNotice, report_dead
+from ..pool import WorkerPool, validate_crons
+from ..states import DeadReason
+from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 
 log = logging.getLogger("workerpool.maintenance")
 
 #: The process type maintenance children register under in ``workerpool_workers.queue``
 #: ('@' cannot start a queue name, so it never clashes with one).
 MAINTENANCE_TYPE = "@maintenance"
-
-__all__ = ["MAINTENANCE_TYPE", "Maintenance", "report_dead"]
 
 
 class Maintenance:
@@ -55,8 +46,6 @@ class Maintenance:
     def _transaction(self) -> Iterator[Connection]:
         """A short transaction with the worker's time limits: a lock or a stuck statement errors
         out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
-        from .worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
-
         with self.pool.engine.begin() as conn:
             queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
                                       lock_timeout=LOCK_TIMEOUT,
@@ -94,7 +83,7 @@ class Maintenance:
             error = abandoned_error(self.worker_id, stale_after)
             with self._transaction() as conn:
                 rows = queries.sweep_abandoned(conn, name, stale_after, error)
-            notices += report_dead(self.pool, rows, reason="abandoned", error=error)
+            notices += report_dead(self.pool, rows, reason=DeadReason.ABANDONED, error=error)
         return notices
 
     def prune_finished(self) -> int:
@@ -134,50 +123,3 @@ def abandoned_error(worker: str, stale_after: float) -> dict[str, Any]:
         "message": f"lease stale for more than {stale_after:g}s with no attempts left: "
                    "the worker was lost on the last attempt",
     }
-
-
-# -- a loop without the supervisor ------------------------------------------------------------
-
-
-def run_loop(maintenance: Maintenance, stop: threading.Event) -> None:
-    """Pass, wait ``interval``, repeat until ``stop`` is set. A failed pass is logged, not fatal."""
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            maintenance.run_pass()
-        except Exception:
-            log.exception("maintenance pass failed", extra={"event": "maintenance_failed"})
-        stop.wait(max(0.0, maintenance.interval - (time.monotonic() - started)))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m workerpool.maintenance APP:POOL``: the maintenance loop in the foreground."""
-    from .cli import CliError, load_pool
-    from .jobs import new_worker_id
-
-    parser = argparse.ArgumentParser(prog="python -m workerpool.maintenance")
-    parser.add_argument("app", metavar="APP:POOL")
-    parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        maintenance = Maintenance(load_pool(args.app), worker_id=new_worker_id(),
-                                  interval=args.interval)
-    except (CliError, ConfigError) as exc:
-        print(f"workerpool maintenance: {exc}", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    stop_signals = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # the loop thread inherits the mask
-    loop = threading.Thread(target=run_loop, args=(maintenance, stop), name="maintenance")
-    loop.start()
-    signum = signal.sigwait(stop_signals)  # no handler: the signal is taken synchronously here
-    log.info("stopping on %s", signal.Signals(signum).name, extra={"event": "maintenance_stop"})
-    stop.set()
-    loop.join()
-    maintenance.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
