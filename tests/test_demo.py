@@ -13,6 +13,7 @@ import re
 import secrets
 import subprocess
 import sys
+import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,3 +130,19 @@ def test_bad_options_are_refused_before_anything_is_written(demo, args, message)
     assert len(result.stderr.strip().splitlines()) == 1
     with pytest.raises(psycopg.OperationalError):
         sql("SELECT 1")  # its database was never created
+
+
+def test_the_wheel_lists_every_package() -> None:
+    """setuptools ships only the packages pyproject names. A subpackage left out imports from a
+    checkout but is missing from the wheel, where `workerpool demo` must run too."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    sources = {"workerpool": "workerpool", "workerpool_demo": "workerpool_demo",
+               **setup.get("package-dir", {})}
+    needed = set()
+    for package, directory in sources.items():
+        for path in (ROOT / directory).rglob("*.py"):
+            parts = path.parent.relative_to(ROOT / directory).parts
+            if "__pycache__" not in parts:
+                needed.add(".".join((package, *parts)))
+    assert needed <= listed, f"add to [tool.setuptools] packages: {sorted(needed - listed)}"

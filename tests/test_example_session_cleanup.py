@@ -1,10 +1,10 @@
-"""examples/session_cleanup.py: the hourly TTL sweep, scheduled by cron and run to completion."""
+"""workerpool_demo/session_cleanup.py: the hourly TTL sweep, scheduled by cron and run through."""
 
 from __future__ import annotations
 
-from examples import session_cleanup
 from workerpool import WorkerPool, testing
 from workerpool.maintenance import Maintenance
+from workerpool_demo import session_cleanup
 
 
 def test_hourly_sweep_deletes_only_what_expired(pool: WorkerPool, sql):

@@ -49,7 +49,13 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import Options, main
+    try:
+        from workerpool_demo import Options, main
+    except ModuleNotFoundError as exc:
+        if exc.name != "workerpool_demo":
+            raise
+        raise CliError("the demo (package workerpool_demo) is not installed: "
+                       "pip install 'workerpool[embedded]', or run it from a checkout") from None
 
     given = {name: value for name, value in vars(args).items() if name in DEMO_OPTIONS}
     return main(Options(**given))
@@ -277,11 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the quick start: an example backend's jobs under a real supervisor, with a verdict",
-        description="Runs examples/demo_app.py under `workerpool run` on a fresh database "
+        description="Runs workerpool_demo.app under `workerpool run` on a fresh database "
         "(the embedded PostgreSQL unless WORKERPOOL_DATABASE_URL names a server), plays a burst "
         "of web requests, shows each queue live, drains, and checks that nothing was lost.",
     )
-    keep = argparse.SUPPRESS  # unset options take the defaults of workerpool.demo.Options
+    keep = argparse.SUPPRESS  # unset options take the defaults of workerpool_demo.Options
     demo.add_argument("--duration", type=float, default=keep,
                       help="seconds during which requests arrive (default 15), then it settles")
     demo.add_argument("--users", type=int, default=keep, help="signups in the burst (default 150)")

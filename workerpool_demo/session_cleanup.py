@@ -4,11 +4,11 @@ Run it on its own::
 
     export WORKERPOOL_DATABASE_URL=postgresql://app@db/app
     workerpool migrate
-    workerpool run examples.session_cleanup:pool     # one run per hour across all replicas
+    workerpool run workerpool_demo.session_cleanup:pool   # one run an hour, across replicas
 
 or attach it to an application's pool::
 
-    from examples import session_cleanup
+    from workerpool_demo import session_cleanup
     session_cleanup.register(pool, queue="housekeeping")
 
 The sweep deletes in small batches (each its own short transaction, ``SKIP LOCKED`` so it never
@@ -41,7 +41,7 @@ from sqlalchemy import (
 
 from workerpool import Job, WorkerPool
 
-log = logging.getLogger("examples.session_cleanup")
+log = logging.getLogger(__name__)
 
 SCHEDULE = os.environ.get("SESSION_CLEANUP_SCHEDULE", "0 * * * *")  # hourly, on the hour
 AUDIT_RETENTION = timedelta(days=90)

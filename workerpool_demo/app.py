@@ -13,14 +13,14 @@ Three worker types (queues), each a child process under ``workerpool run``:
   storage, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
   first step not yet done instead of leaving half a user behind.
 - ``housekeeping``: the hourly TTL sweep of expired sessions, API tokens and old audit rows
-  (``examples/session_cleanup.py``), a cron job that never overlaps itself (the demo runs it
-  every few seconds through ``$SESSION_CLEANUP_SCHEDULE``).
+  (:mod:`workerpool_demo.session_cleanup`), a cron job that never overlaps itself (the demo runs
+  it every few seconds through ``$SESSION_CLEANUP_SCHEDULE``).
 
 The "web backend" side is the three functions ``signup``, ``request_password_reset`` and
 ``request_deletion``: each writes its rows and enqueues its job in one transaction.
 
 Timings are shortened for the demo (backoff in seconds, drains of a few seconds); production
-values are the defaults in DESIGN.md.
+would keep workerpool's defaults (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ pool = WorkerPool()
 pool.queue("email", concurrency=4, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("user_deletion", concurrency=2, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
 pool.queue("housekeeping", concurrency=1, drain_timeout=5, hang_timeout=30, poll_interval=0.5)
-# The hourly TTL sweep from examples/session_cleanup.py, as a cron job on our housekeeping queue.
+# The hourly TTL sweep from session_cleanup.py, as a cron job on our housekeeping queue.
 # Its schedule is $SESSION_CLEANUP_SCHEDULE (the demo sets "* * * * * */3": every 3 seconds).
 session_cleanup.register(pool, queue="housekeeping")
 

@@ -1,0 +1,65 @@
+"""The demo's own database: created fresh on each run, on the configured or embedded server."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
+
+from workerpool import db
+from workerpool.errors import ConfigError, first_line
+
+#: The example's hourly sweep runs every 3 seconds in the demo (croniter's sixth field: seconds).
+DEMO_ENVIRONMENT = {"SESSION_CLEANUP_SCHEDULE": "* * * * * */3"}
+
+
+def fresh_database(name: str) -> URL:
+    """Create (or re-create) the demo's database ``name``; no other database is touched."""
+    with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        server = db.resolve_url()
+    if server.database == name:
+        raise ConfigError(f"the server URL names database {name!r} already: use another --database")
+    admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    quoted = admin.dialect.identifier_preparer.quote(name)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+            conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot create database {name!r} on {db.redact(server)}: {first_line(exc)}"
+        ) from None
+    finally:
+        admin.dispose()
+    return server.set(database=name)
+
+
+def url_text(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def shown_url(url: URL) -> str:
+    """The URL to print: a password is masked; the embedded server's empty one is shown as is."""
+    return url.render_as_string(hide_password=bool(url.password))
+
+
+@contextmanager
+def demo_environment(url: URL) -> Iterator[None]:
+    """Point this process (and the supervisor it starts) at the demo database and schedule."""
+    wanted = {db.URL_ENV: url_text(url), **DEMO_ENVIRONMENT}
+    before = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
