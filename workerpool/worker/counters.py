@@ -1,4 +1,4 @@
-"""What one worker process did: counts the tests and the logs read (never persisted)."""
+"""Counts of what one worker process did, for tests and diagnostics (kept in memory only)."""
 
 from __future__ import annotations
 

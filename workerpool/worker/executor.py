@@ -22,7 +22,7 @@ from ..outcome import Outcome, classify, error_entry, upcast
 from ..payload import dumps
 from ..pool import WorkerPool
 from ..states import OutcomeKind
-from .inflight import FlightState, InFlight, Step
+from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
 from .session import Session
 
 
@@ -154,7 +154,7 @@ class Executor:
             outcome = Outcome(OutcomeKind.FAIL,
                               error_entry(classify_error, attempt=flight.lease.attempt,
                                           worker=self.worker_id), delay=60.0)
-        late = flight.transition(Step.RETURN) in (FlightState.TIMED_OUT, FlightState.ABANDONED)
+        late = flight.transition(Step.RETURN) in OVERDUE_STATES  # decided without it
         self._returned(flight, None if late else outcome)
 
     def _job(self, flight: InFlight, row: Any) -> Job:

@@ -7,16 +7,13 @@ differently (for example whether the handler's own result or the timeout is the 
 outcome). A step that loses such a race to the other thread changes nothing and says so; a
 step that no state allows raises :class:`IllegalTransition`: a bug, never a job's fault.
 
-::
-
-    BUFFERED --begin--> RUNNING --return--> FINISHED --record--> RETIRED
-       |                  |  \\                 |
-       | withdraw         |   time out          | lose
-       v                  |    v                v
-    WITHDRAWN --record--> |  TIMED_OUT --return--> UNRENEWED --record--> RETIRED
-                          |    | record
-                    lose  v    v
-                  RUNNING_LOST ABANDONED --return--> RETIRED
+The main path: a claim makes a job BUFFERED; a handler thread's ``begin`` makes it RUNNING, its
+``return`` FINISHED, and the write of its outcome (``record``) RETIRED, when the worker forgets
+it. Off that path: the drain's ``withdraw`` takes a buffered job back (WITHDRAWN, given back
+unstarted); the timeout makes a running job TIMED_OUT, and ABANDONED once its failure is
+written while the handler still runs; renewal that finds the lease gone (``lose``) drops a
+buffered job at once and leaves the others RUNNING_LOST or UNRENEWED, their outcome to be fenced
+out. :data:`TRANSITIONS` is the whole table.
 """
 
 from __future__ import annotations
@@ -71,40 +68,40 @@ class Step(enum.Enum):
     RECORD = "record"  # its outcome was written, or fenced out
 
 
-S = FlightState
+_S = FlightState
 
 #: For each step, the state each state moves to. A state mapped to itself is a race the other
 #: thread won (the step changes nothing); a state missing from a step's map is an illegal
 #: transition.
 TRANSITIONS: dict[Step, dict[FlightState, FlightState]] = {
-    Step.BEGIN: {S.BUFFERED: S.RUNNING,
+    Step.BEGIN: {_S.BUFFERED: _S.RUNNING,
                  # taken back (and maybe lost, or written) before this thread got to it
-                 S.WITHDRAWN: S.WITHDRAWN, S.UNRENEWED: S.UNRENEWED, S.RETIRED: S.RETIRED},
-    Step.WITHDRAW: {S.BUFFERED: S.WITHDRAWN,
+                 _S.WITHDRAWN: _S.WITHDRAWN, _S.UNRENEWED: _S.UNRENEWED, _S.RETIRED: _S.RETIRED},
+    Step.WITHDRAW: {_S.BUFFERED: _S.WITHDRAWN,
                     # a handler started it already, or it is past running: nothing to take back
                     **{state: state for state in FlightState
-                       if state not in (S.BUFFERED, S.RETIRED)}},
-    Step.RETURN: {S.RUNNING: S.FINISHED, S.RUNNING_LOST: S.UNRENEWED,
-                  S.TIMED_OUT: S.UNRENEWED, S.ABANDONED: S.RETIRED},
-    Step.TIME_OUT: {S.RUNNING: S.TIMED_OUT, S.RUNNING_LOST: S.TIMED_OUT,
+                       if state not in (_S.BUFFERED, _S.RETIRED)}},
+    Step.RETURN: {_S.RUNNING: _S.FINISHED, _S.RUNNING_LOST: _S.UNRENEWED,
+                  _S.TIMED_OUT: _S.UNRENEWED, _S.ABANDONED: _S.RETIRED},
+    Step.TIME_OUT: {_S.RUNNING: _S.TIMED_OUT, _S.RUNNING_LOST: _S.TIMED_OUT,
                     # the handler returned just before: its own result stands
-                    S.FINISHED: S.FINISHED, S.UNRENEWED: S.UNRENEWED},
-    Step.LOSE: {S.BUFFERED: S.RETIRED,  # never started: nothing to write, the row is not ours
-                S.RUNNING: S.RUNNING_LOST, S.FINISHED: S.UNRENEWED, S.WITHDRAWN: S.UNRENEWED},
-    Step.RECORD: {S.FINISHED: S.RETIRED, S.WITHDRAWN: S.RETIRED, S.UNRENEWED: S.RETIRED,
-                  S.TIMED_OUT: S.ABANDONED,
+                    _S.FINISHED: _S.FINISHED, _S.UNRENEWED: _S.UNRENEWED},
+    Step.LOSE: {_S.BUFFERED: _S.RETIRED,  # never started: nothing to write, the row is not ours
+                _S.RUNNING: _S.RUNNING_LOST, _S.FINISHED: _S.UNRENEWED, _S.WITHDRAWN: _S.UNRENEWED},
+    Step.RECORD: {_S.FINISHED: _S.RETIRED, _S.WITHDRAWN: _S.RETIRED, _S.UNRENEWED: _S.RETIRED,
+                  _S.TIMED_OUT: _S.ABANDONED,
                   # released at the drain deadline while the handler still runs
-                  S.RUNNING: S.ABANDONED, S.RUNNING_LOST: S.ABANDONED},
+                  _S.RUNNING: _S.ABANDONED, _S.RUNNING_LOST: _S.ABANDONED},
 }
 
 #: States whose lease renewal extends.
-LEASED = frozenset({S.BUFFERED, S.RUNNING, S.FINISHED, S.WITHDRAWN})
+LEASED_STATES = frozenset({_S.BUFFERED, _S.RUNNING, _S.FINISHED, _S.WITHDRAWN})
 #: States still running and still this process's to finish (a drain waits for them).
-RUNNING = frozenset({S.BUFFERED, S.RUNNING, S.RUNNING_LOST})
+RUNNING_STATES = frozenset({_S.BUFFERED, _S.RUNNING, _S.RUNNING_LOST})
 #: States no handler runs now or will: the job no longer takes a handler slot.
-RETURNED = frozenset({S.FINISHED, S.WITHDRAWN, S.UNRENEWED, S.RETIRED})
+RETURNED_STATES = frozenset({_S.FINISHED, _S.WITHDRAWN, _S.UNRENEWED, _S.RETIRED})
 #: States whose outcome was decided without the handler, which still runs.
-OVERDUE = frozenset({S.TIMED_OUT, S.ABANDONED})
+OVERDUE_STATES = frozenset({_S.TIMED_OUT, _S.ABANDONED})
 
 
 class IllegalTransition(RuntimeError):
@@ -148,26 +145,26 @@ class InFlight:
         """
         with self._lock:
             self.future = future
-            return self.state in OVERDUE
+            return self.state in OVERDUE_STATES
 
     @property
     def holds_lease(self) -> bool:
-        return self.state in LEASED
+        return self.state in LEASED_STATES
 
     @property
     def running(self) -> bool:
         """Still running and still ours to finish (a timed-out handler is already failed)."""
-        return self.state in RUNNING
+        return self.state in RUNNING_STATES
 
     @property
     def returned(self) -> bool:
         """No handler runs it now or will."""
-        return self.state in RETURNED
+        return self.state in RETURNED_STATES
 
     @property
     def overdue(self) -> bool:
         """Its outcome was decided (by the timeout, or the drain) while its handler still runs."""
-        return self.state in OVERDUE
+        return self.state in OVERDUE_STATES
 
 
 class Flights:
