@@ -7,6 +7,7 @@ tests/test_worker_process.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
@@ -632,3 +633,13 @@ def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):
     finally:
         worker.stop()
         hole.close()
+
+
+def test_a_spec_given_to_the_worker_replaces_the_pools_queue_spec():
+    """Settings loaded for a run reach the worker without changing the pool."""
+    pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
+    pool.queue("q", drain_timeout=30)
+    spec = dataclasses.replace(pool.queue_spec("q"), drain_timeout=0.5)
+    worker = Worker(pool, "q", spec=spec, renew_leases=False)
+    assert worker.spec is spec and pool.queue_spec("q").drain_timeout == 30
+    assert not worker.renew_leases
