@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import time
 
-from workerpool import Job, WorkerPool, worker
+from workerpool import Job, WorkerPool
+from workerpool.worker import timeouts
 
-worker.RECYCLE_GRACE = float(os.environ.get("RUNTIME_RECYCLE_GRACE", worker.RECYCLE_GRACE))
+timeouts.RECYCLE_GRACE = float(os.environ.get("RUNTIME_RECYCLE_GRACE", timeouts.RECYCLE_GRACE))
 
 pool = WorkerPool()
 pool.queue(

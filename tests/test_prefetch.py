@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.test_worker import job_row, running, states
-from workerpool import WorkerPool
+from workerpool import WorkerPool, exitcodes
 from workerpool.errors import ConfigError
-from workerpool.worker import EXIT_OK, Worker
+from workerpool.worker import Worker
 
 
 def processing(sql) -> int:
@@ -86,7 +86,7 @@ def test_a_drain_gives_unstarted_jobs_back_at_once(pool, sql):
     finally:
         release.set()
         thread.join(30)
-    assert code == [EXIT_OK] and len(runs) == 1
+    assert code == [exitcodes.OK] and len(runs) == 1
     assert job_row(sql, runs[0])["state"] == "done"
     for job_id in buffered:
         row = job_row(sql, job_id)

@@ -7,6 +7,7 @@ tests/test_worker_process.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
@@ -18,15 +19,8 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_until
-from workerpool import Permanent, RetryLater, WorkerPool, db, queries
-from workerpool.worker import (
-    EXIT_OK,
-    EXIT_RECYCLE,
-    EXIT_UNRELEASED,
-    FAULT_ENV,
-    Worker,
-    session_limits,
-)
+from workerpool import Permanent, RetryLater, WorkerPool, db, exitcodes, queries
+from workerpool.worker import Worker, session_limits
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
@@ -61,7 +55,7 @@ def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive(), "worker did not stop"
-    assert code == [EXIT_OK]
+    assert code == [exitcodes.OK]
 
 
 def states(sql) -> dict[str, int]:
@@ -214,9 +208,7 @@ def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_reject
             second_done.set()
 
     job_id = pool.enqueue("contested", {})
-    monkeypatch.setenv(FAULT_ENV, "no_lease_renewal")
-    with running(pool, "q") as first:
-        monkeypatch.delenv(FAULT_ENV)
+    with running(pool, "q", renew_leases=False) as first:
         wait_until(lambda: runs, 10, message="first owner started")
         with running(pool, "q") as second:
             wait_until(lambda: first.counters.lost == 1, 15, message="late completion rejected")
@@ -291,7 +283,7 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
 def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worker(
     pool, sql, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.RECYCLE_GRACE", 0.3)
+    monkeypatch.setattr("workerpool.worker.timeouts.RECYCLE_GRACE", 0.3)
     pool.queue("q", poll_interval=0.05)
     release = threading.Event()
 
@@ -304,7 +296,7 @@ def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worke
     _, code = on_thread(worker)
     wait_until(lambda: code, 15, message="worker to exit for recycling")
     release.set()
-    assert code == [EXIT_RECYCLE]
+    assert code == [exitcodes.RECYCLE]
     row = job_row(sql, job_id)
     assert (row["state"], row["attempts"]) == ("failed", 1)
     entry = row["errors"][0]
@@ -371,7 +363,7 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
 ):
     """Exit 0 tells the supervisor "released"; a worker that could not give its jobs back says
     otherwise, so the supervisor's releaser takes them instead of leaving them to stale_after."""
-    monkeypatch.setattr("workerpool.worker.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05, drain_timeout=0.5)
     started, release = blocking_task(pool, "stuck")
     job_id = pool.enqueue("stuck", {})
@@ -383,7 +375,7 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
         blocker.execute("LOCK TABLE workerpool_jobs IN ACCESS EXCLUSIVE MODE")
         worker.stop()
         thread.join(30)
-        assert code == [EXIT_UNRELEASED]
+        assert code == [exitcodes.UNRELEASED]
         blocker.rollback()
         row = job_row(sql, job_id)
         assert (row["state"], row["claimed_by"]) == ("processing", worker.id)
@@ -424,7 +416,7 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
                    10, message="drain started")
         finish.set()  # a drain that still had time left would now record the job done
         thread.join(10)
-        assert code == [EXIT_OK]
+        assert code == [exitcodes.OK]
     finally:
         resume.set()
         finish.set()
@@ -458,7 +450,7 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
             time.sleep(0.1)  # the thief's pace: it tries ten times per second, not a wait
         finish.set()
         thread.join(10)
-        assert code == [EXIT_OK]
+        assert code == [exitcodes.OK]
     finally:
         finish.set()
         worker.stop()
@@ -583,7 +575,7 @@ def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one
 def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
     pool, sql, dsn, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
     pool.enqueue("ok", {})
@@ -641,3 +633,13 @@ def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):
     finally:
         worker.stop()
         hole.close()
+
+
+def test_a_spec_given_to_the_worker_replaces_the_pools_queue_spec():
+    """Settings loaded for a run reach the worker without changing the pool."""
+    pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
+    pool.queue("q", drain_timeout=30)
+    spec = dataclasses.replace(pool.queue_spec("q"), drain_timeout=0.5)
+    worker = Worker(pool, "q", spec=spec, renew_leases=False)
+    assert worker.spec is spec and pool.queue_spec("q").drain_timeout == 30
+    assert not worker.renew_leases

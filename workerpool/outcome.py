@@ -1,32 +1,28 @@
-"""From a handler's result to the state change it implies (DESIGN §4), and recording it."""
+"""From a handler's result to the outcome it implies (DESIGN §4); the worker writes it
+(:mod:`workerpool.worker.outcomes`)."""
 
 from __future__ import annotations
 
 import random
 import traceback
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from sqlalchemy import Connection
 
 from . import queries
 from .errors import Permanent, RetryLater, WorkerpoolError
 from .pool import TaskSpec
+from .states import OutcomeKind
 
 MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 8000
 
-DONE, FAIL, PERMANENT, SNOOZE, RELEASE = "done", "fail", "permanent", "snooze", "release"
-#: A prefetched job given back before its handler started: nothing ran, nothing to record.
-UNSTARTED = "unstarted"
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one attempt, ready to be written."""
 
-    kind: str
+    kind: OutcomeKind
     error: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -82,13 +78,13 @@ def classify(
 ) -> Outcome:
     """The outcome of an attempt that returned (``exc is None``) or raised ``exc``."""
     if exc is None:
-        return Outcome(DONE)
+        return Outcome(OutcomeKind.DONE)
     if isinstance(exc, RetryLater):
-        return Outcome(SNOOZE, delay=exc.delay)
+        return Outcome(OutcomeKind.SNOOZE, delay=exc.delay)
     entry = error_entry(exc, attempt=attempt, worker=worker)
     if isinstance(exc, Permanent):
-        return Outcome(PERMANENT, entry)
-    return Outcome(FAIL, entry, delay=spec.backoff.delay(attempt, rng))
+        return Outcome(OutcomeKind.PERMANENT, entry)
+    return Outcome(OutcomeKind.FAIL, entry, delay=spec.backoff.delay(attempt, rng))
 
 
 def timed_out(spec: TaskSpec, lease: queries.Lease, stack: str = "", rng=random) -> Outcome:
@@ -100,7 +96,7 @@ def timed_out(spec: TaskSpec, lease: queries.Lease, stack: str = "", rng=random)
     entry = error_entry(exc, attempt=lease.attempt, worker=lease.worker)
     if stack:
         entry["traceback"] = safe_text(stack[-TRACEBACK_LIMIT:], TRACEBACK_LIMIT)  # innermost
-    return Outcome(FAIL, entry, delay=spec.backoff.delay(lease.attempt, rng))
+    return Outcome(OutcomeKind.FAIL, entry, delay=spec.backoff.delay(lease.attempt, rng))
 
 
 class UpcastError(WorkerpoolError):
@@ -133,42 +129,4 @@ def interrupted(lease: queries.Lease, reason: str) -> Outcome:
     """A drain stopped this attempt: give it back (attempt refunded, checkpoint kept)."""
     entry = {"attempt": lease.attempt, "worker": lease.worker, "type": "Interrupted"}
     entry["message"] = reason
-    return Outcome(RELEASE, entry)
-
-
-def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | None:
-    """Write one outcome, fenced on the lease. Returns the job's new state, None if lease lost."""
-    if outcome.kind == DONE:
-        done = queries.complete(conn, lease.worker, [(lease.job_id, lease.attempt)])
-        return "done" if done else None
-    if outcome.kind == FAIL:
-        return queries.fail(conn, lease, outcome.error, outcome.delay)
-    if outcome.kind == PERMANENT:
-        return "dead" if queries.mark_permanent(conn, lease, outcome.error) else None
-    if outcome.kind == SNOOZE:
-        return "pending" if queries.snooze(conn, lease, outcome.delay) else None
-    if outcome.kind == RELEASE:
-        return "pending" if queries.give_back(conn, lease, outcome.error) else None
-    if outcome.kind == UNSTARTED:
-        return "pending" if queries.return_unstarted(conn, lease.worker, [(lease.job_id, lease.attempt)]) \
-            else None
-    raise ValueError(f"unknown outcome {outcome.kind!r}")
-
-
-def record_many(
-    conn: Connection, worker: str, results: Sequence[tuple[queries.Lease, Outcome]]
-) -> dict[int, str | None]:
-    """Write a batch of outcomes: every ``done`` in one statement, every ``unstarted`` in one,
-    the rest one by one."""
-    states: dict[int, str | None] = {}
-    for kind, write, state in ((DONE, queries.complete, "done"),
-                               (UNSTARTED, queries.return_unstarted, "pending")):
-        leases = [(lease.job_id, lease.attempt) for lease, outcome in results
-                  if outcome.kind == kind]
-        if leases:
-            applied = write(conn, worker, leases)
-            states.update((job_id, state if job_id in applied else None) for job_id, _ in leases)
-    for lease, outcome in results:
-        if outcome.kind not in (DONE, UNSTARTED):
-            states[lease.job_id] = record(conn, lease, outcome)
-    return states
+    return Outcome(OutcomeKind.INTERRUPTED, entry)

@@ -12,9 +12,10 @@ from typing import Any
 from . import queries
 from .errors import LeaseLost
 from .jobs import Job, new_worker_id
-from .outcome import Outcome, classify, record, upcast
+from .outcome import Outcome, classify, upcast
 from .payload import dumps
 from .pool import TaskSpec, WorkerPool
+from .worker.outcomes import record
 
 
 def call_handler(spec: TaskSpec, job: Job) -> BaseException | None:

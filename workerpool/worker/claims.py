@@ -1,0 +1,110 @@
+"""When to claim, how many, and handing what was claimed to the handler threads.
+
+A worker holds at most ``concurrency`` running jobs plus ``prefetch`` buffered ones. It claims
+into that room when a handler slot is idle with nothing buffered, or when at least half the
+prefetch buffer has been used up; the waiting outcomes ride in the claim's transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection
+
+from .. import queries
+from ..errors import Permanent
+from ..outcome import classify
+from ..pool import QueueSpec, TaskSpec
+from .counters import Counters
+from .executor import Executor
+from .inflight import Flights, FlightState, InFlight
+from .outcomes import Outcomes
+from .session import Session
+
+
+class Claims:
+    """Claims the jobs of one queue into the worker's free room (the main loop's)."""
+
+    def __init__(self, spec: QueueSpec, queue: str, worker_id: str, *, tasks: dict[str, TaskSpec],
+                 task_versions: dict[str, int], stale_after: float, session: Session,
+                 flights: Flights, outcomes: Outcomes, executor: Executor, counters: Counters,
+                 closed: Callable[[], bool]) -> None:
+        self.spec, self.queue, self.worker_id = spec, queue, worker_id
+        self.tasks, self.task_versions, self.stale_after = tasks, task_versions, stale_after
+        self.session, self.flights, self.outcomes = session, flights, outcomes
+        self.executor, self.counters, self.closed = executor, counters, closed
+        self.capacity = spec.concurrency + spec.prefetch  # jobs held at most
+        self.refill = max(1, spec.prefetch // 2)  # claim no fewer while slots are busy
+
+    def busy(self) -> int:
+        """Jobs held once the waiting outcomes are written: running (timed-out ones too),
+        buffered, or finished with the outcome not collected yet (still ``processing``)."""
+        return len(self.flights) - self.outcomes.freed()
+
+    def free_slots(self) -> int:
+        """Jobs this worker may still claim: its free slots plus free buffer places."""
+        if self.closed():
+            return 0
+        return self.capacity - self.busy()
+
+    def due(self) -> bool:
+        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.
+
+        Claiming a few rows each time one job finishes would cost a transaction per job; the
+        refill threshold makes each claim fetch at least half the prefetch (prefetch 0: claim
+        into any free slot, as without a buffer).
+        """
+        room = self.free_slots()
+        return room > 0 and (room >= self.refill or self.capacity - room < self.spec.concurrency)
+
+    def claim_and_write_outcomes(self) -> None:
+        """Write the waiting outcomes and claim into the free slots, in one transaction.
+
+        One BEGIN/limits/COMMIT per pass instead of two; with no outcome waiting, the claim alone
+        is one autocommit statement (one round trip). Nothing changes in memory before the
+        commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
+        """
+        batch = list(self.outcomes.unwritten)
+        if batch or self.session.pooled:
+            with self.session.transaction() as conn:
+                states = self.outcomes.record(conn, batch) if batch else {}
+                rows = self._claim(conn)
+        else:  # the claim alone, as after a wake-up: pickup latency is this round trip
+            with self.session.single_statement() as conn:
+                states, rows = {}, self._claim(conn)
+        self.outcomes.written(batch, states)
+        if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
+            rows.sort(key=_claim_order)
+        for row in rows:
+            self._start(row)
+        self.counters.claimed += len(rows)
+
+    def _claim(self, conn: Connection) -> list[Any]:
+        return queries.claim(conn, queue=self.queue, worker=self.worker_id,
+                             limit=self.free_slots(), task_versions=self.task_versions,
+                             stale_after=self.stale_after)
+
+    def _start(self, row: Any) -> None:
+        """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""
+        lease = queries.Lease(row.id, row.attempts, self.worker_id)
+        spec = self.tasks.get(row.task)
+        if spec is None:  # the claim filters on known tasks; never run what we cannot
+            self._refuse(row, lease)
+            return
+        flight = InFlight(lease, spec, time.monotonic(), None)
+        self.flights.add(flight)
+        self.executor.submit(flight, row)
+
+    def _refuse(self, row: Any, lease: queries.Lease) -> None:
+        spec = TaskSpec(name=row.task, queue=self.queue, fn=lambda job: None)
+        flight = InFlight(lease, spec, time.monotonic(), None, FlightState.FINISHED)
+        self.flights.add(flight)
+        error = Permanent(f"no handler for task {row.task!r} in this worker")
+        self.outcomes.add(flight, classify(error, spec, lease.attempt, self.worker_id))
+
+
+def _claim_order(row: Any) -> tuple:
+    """The due arm's order (priority, then run_at, then id): the claim returns rows unordered."""
+    return (-row.priority, row.run_at, row.id)

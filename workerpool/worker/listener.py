@@ -1,0 +1,78 @@
+"""The LISTEN connection: notifications of new jobs wake an idle claim loop early."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+
+from .. import db, queries
+from ..errors import first_line
+from ..pool import WorkerPool
+from .session import Reconnect
+
+log = logging.getLogger("workerpool.worker")
+
+LISTEN_SLICE = 0.25  # seconds the listener waits for notifications before checking for a stop
+
+
+class Listener(threading.Thread):
+    """A dedicated autocommit connection that LISTENs and wakes the claim loop.
+
+    Notifications are hints: a lost one costs latency (the loop also polls), never a job. It
+    reconnects with capped backoff, subscribes again, and wakes the loop after every reconnect
+    (notifications sent meanwhile are lost). Not used behind PgBouncer transaction pooling:
+    ``WorkerPool(notify=False)`` or ``pool.queue(..., notify=False)`` turn it off.
+    """
+
+    def __init__(self, pool: WorkerPool, queue: str, wake: threading.Event) -> None:
+        super().__init__(name=f"wp-{queue}-listen", daemon=True)
+        self.url = pool.url.set(drivername="postgresql")
+        self.queue = queue
+        self.wake = wake
+        self.connected = threading.Event()
+        self.reconnects = 0
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        retry = Reconnect()
+        while not self._halt.is_set():
+            try:
+                self._listen(retry)
+            except Exception as exc:  # any failure: reconnect, never die
+                self.connected.clear()
+                delay = retry.failed()
+                log.info("listener disconnected (%s: %s); reconnecting in %.1fs",
+                         type(exc).__name__, first_line(exc), delay,
+                         extra={"event": "listener_reconnect", "queue": self.queue})
+                self.wake.set()  # poll now: notifications may have been lost meanwhile
+                self._halt.wait(delay)
+
+    def _connect_args(self) -> dict[str, Any]:
+        args = dict(db.CONNECT_ARGS)
+        if str(self.url.query.get("host", "")).startswith("/"):
+            args.pop("tcp_user_timeout")  # unix socket: no TCP
+        return args
+
+    def _listen(self, retry: Reconnect) -> None:
+        # Keyword arguments, not a DSN string: the password never sits in text that an error
+        # message could echo into the log.
+        target = self.url.translate_connect_args(username="user", database="dbname")
+        target.update({key: str(value) for key, value in self.url.query.items()})
+        with psycopg.connect(autocommit=True, application_name=f"workerpool-listen:"
+                             f"{self.queue}"[:63], **target, **self._connect_args()) as conn:
+            conn.execute(queries.LISTEN)
+            if retry.failures:
+                self.reconnects += 1
+            retry.succeeded()
+            self.connected.set()
+            self.wake.set()
+            while not self._halt.is_set():
+                for note in conn.notifies(timeout=LISTEN_SLICE):
+                    if self.queue in note.payload.split(","):
+                        self.wake.set()
