@@ -22,9 +22,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.database import BenchDatabase  # noqa: E402
-from workerpool import WorkerPool, db  # noqa: E402
-from workerpool.maintenance import Maintenance  # noqa: E402
+from bench.database import BenchDatabase
+from workerpool import WorkerPool, db
+from workerpool.maintenance import Maintenance
 
 
 def main() -> None:

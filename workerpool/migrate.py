@@ -1,6 +1,6 @@
 """`workerpool migrate`: Alembic upgrade to head with workerpool's own scripts and version table."""
 
-from __future__ import annotations  # noqa: I001 - alembic: the library, not ./alembic
+from __future__ import annotations
 
 from pathlib import Path
 
