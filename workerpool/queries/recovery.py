@@ -35,6 +35,13 @@ from ..schema import jobs
 from ..states import DeadReason, JobState
 from .clock import seconds
 
+#: A job charged for a death waits ``CRASH_HOLD * 2**(its earlier solo deaths)`` seconds, at most
+#: CRASH_HOLD_CAP, before it runs again: charged like any failure, it backs off, so other
+#: suspects go first and a burst of deaths from outside (an operator's ``kill -9``, a node
+#: draining) cannot spend all of one job's attempts within seconds.
+CRASH_HOLD = 1.0
+CRASH_HOLD_CAP = 60.0
+
 #: The columns the recovery statements return for logging and dead-job notices.
 _CHANGED = (jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.attempts,
             jobs.c.crashes, jobs.c.errors.op("->", return_type=JSONB)(-1).label("last_error"))
@@ -68,14 +75,19 @@ def recover(lost: Any, how: str) -> Any:
     )
 
 
+def _times(count: Any) -> Any:
+    return case((count == 1, literal("once", Text)),
+                else_=cast(count, Text) + literal(" times", Text))
+
+
 def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, Any]:
     """The new values of a row whose ``owner`` was lost while holding ``held`` rows."""
     alone = held <= 1
     exhausted = and_(alone, jobs.c.attempts >= jobs.c.max_attempts)
     lost = literal("worker ", Text) + owner + literal(f" {how}", Text)
     message = case(
-        (exhausted, literal("killed its process ", Text) + cast(_SOLO_DEATHS + 1, Text)
-         + literal(" times while running alone; gave up (", Text) + lost + literal(")", Text)),
+        (exhausted, literal("killed its process ", Text) + _times(_SOLO_DEATHS + 1)
+         + literal(" while running alone; gave up (", Text) + lost + literal(")", Text)),
         (alone, lost + literal(" while running this job alone: the attempt counts", Text)),
         else_=lost + literal(" holding ", Text) + cast(held, Text)
         + literal(" jobs: which one killed it is unknown, so the attempt does not count and"
@@ -85,8 +97,12 @@ def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, An
         "attempt", jobs.c.attempts, "type", "WorkerLost", "worker", owner, "alone", alone,
         "with", func.to_jsonb(func.array_remove(held_ids, jobs.c.id)),
         "message", message, "at", func.now())
+    hold = func.least(CRASH_HOLD_CAP, CRASH_HOLD * func.power(2.0, _SOLO_DEATHS))
     return {  # .value: plain str parameters (a CASE types its values by their Python type)
         "state": case((exhausted, JobState.DEAD.value), else_=JobState.PENDING.value),
+        "run_at": case((and_(alone, ~exhausted),
+                        func.now() + func.make_interval(0, 0, 0, 0, 0, 0, hold)),
+                       else_=jobs.c.run_at),
         "dead_reason": case((exhausted, DeadReason.ABANDONED.value), else_=None),
         "finished_at": case((exhausted, func.now()), else_=None),
         "attempts": case((alone, jobs.c.attempts), else_=jobs.c.attempts - 1),
