@@ -1,7 +1,7 @@
 """The worker runtime in-process (the Worker on a thread), against real PostgreSQL.
 
 Real processes (database restart, terminated backends, recycle, crash) are in
-tests/test_worker_process.py.
+tests/processes/test_worker_process.py.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers.db import job_row, states
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import on_thread, running
 from workerpool import Permanent, RetryLater, WorkerPool, db, queries
 from workerpool.worker import (
     EXIT_OK,
@@ -29,14 +29,6 @@ from workerpool.worker import (
 )
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
-
-
-def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
-    """Start ``worker.run()`` on a daemon thread; its exit code lands in the returned list."""
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
-    thread.start()
-    return thread, code
 
 
 def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threading.Event]:
@@ -51,37 +43,11 @@ def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threadi
     return started, finish
 
 
-@contextmanager
-def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
-    worker = Worker(pool, queue, **kwargs)
-    thread, code = on_thread(worker)
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "worker did not stop"
-    assert code == [EXIT_OK]
-
-
-def states(sql) -> dict[str, int]:
-    return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
-
-
-def job_row(sql, job_id: int) -> dict:
-    cols = ("state", "dead_reason", "attempts", "errors", "checkpoint", "claimed_by",
-            "finished", "wait")
-    row = sql("SELECT state, dead_reason, attempts, errors, checkpoint, claimed_by,"
-              " finished_at IS NOT NULL, run_at - now() FROM workerpool_jobs WHERE id = %s",
-              job_id)[0]
-    return dict(zip(cols, row, strict=True))
-
-
 # -- concurrency -------------------------------------------------------------------------------
 
 
 def test_concurrency_overlaps_jobs_and_claims_only_free_slots(pool, sql):
-    pool.queue("q", concurrency=4, prefetch=0, poll_interval=0.05)  # tests/test_prefetch.py: >0
+    pool.queue("q", concurrency=4, prefetch=0, poll_interval=0.05)  # test_prefetch.py: >0
     active, peak, processing, lock = [0], [0], [], threading.Lock()
     gate = threading.Barrier(4, timeout=10)
 

@@ -15,127 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from tests.apps import basic
-from tests.conftest import wait_until
+from tests.helpers.db import job_row
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import alive, group_alive
+from tests.helpers.waiting import wait_until
 from workerpool.config import DRAIN_MARGIN, RELEASE_MARGIN
 
-ROOT = Path(__file__).resolve().parent.parent
-STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
-LINE = re.compile(r" (?P<logger>[\w.]+)\[(?P<pid>\d+)\] (?P<event>\w+): (?P<message>.*)$")
-PAIR = re.compile(r"(\w+)=(\S+)")
 MEASURES = ROOT / ".workerpool" / "measurements.jsonl"
-
-
-@dataclass
-class Event:
-    name: str
-    logger: str
-    message: str
-    fields: dict[str, str]
-    at: float  # seconds since the epoch, from the log line
-
-
-@dataclass
-class Supervisor:
-    """A running `workerpool run`, its log, and its heartbeat directory."""
-
-    proc: subprocess.Popen
-    log_path: Path
-    heartbeat_dir: Path
-    env: dict[str, str]
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def events(self, name: str | None = None, *, logger: str = "supervisor",
-               **match: str) -> list[Event]:
-        """Log events of ``name`` from ``workerpool.<logger>`` whose key=value fields match."""
-        found = []
-        for line in self.log().splitlines():
-            parsed = LINE.search(line)
-            if not parsed or (name and parsed["event"] != name):
-                continue
-            if parsed["logger"] != f"workerpool.{logger}":
-                continue
-            fields = dict(PAIR.findall(parsed["message"]))
-            if all(fields.get(k) == v for k, v in match.items()):
-                found.append(Event(parsed["event"], parsed["logger"], parsed["message"], fields,
-                                   _stamp(line)))
-        return found
-
-    def child_pid(self, worker: str) -> int:
-        """The pid of the newest child serving ``worker``."""
-        started = wait_until(lambda: self.events("child_started", worker=worker), 15,
-                             message=f"{worker} child started")
-        return int(started[-1].fields["pid"])
-
-    def wait_running(self, *workers: str) -> None:
-        for worker in workers:
-            wait_until(lambda w=worker: self.events("child_running", worker=w), 15,
-                       message=f"{worker} child running\n{self.log()}")
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"supervisor still running after {timeout}s\n{self.log()}"
-            ) from None
-
-    def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "workerpool", "healthcheck", "--dir", str(self.heartbeat_dir),
-             *args], env=self.env, capture_output=True, text=True, timeout=30)
-
-    def heartbeat_mtime(self, worker: str) -> float:
-        try:
-            return (self.heartbeat_dir / f"{worker}.heartbeat").stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-
-def _stamp(line: str) -> float:
-    from datetime import datetime
-
-    text = line[:23]  # "2026-01-01 12:00:00,123"
-    try:
-        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    except ValueError:
-        return 0.0
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie or a vanished pid is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def group_alive(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
 
 
 def record(name: str, **values: float) -> None:
@@ -144,65 +33,6 @@ def record(name: str, **values: float) -> None:
     with MEASURES.open("a") as out:
         out.write(json.dumps({"measure": name, **values}) + "\n")
     print(name, values)
-
-
-@pytest.fixture
-def start(db_url, tmp_path) -> Iterator:
-    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards."""
-    running: list[Supervisor] = []
-
-    def launch(*args: str, env: dict[str, str] | None = None) -> Supervisor:
-        heartbeat_dir = tmp_path / "heartbeats"
-        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        full_env.update({
-            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-            "WORKER_CLAIM_STALE_MS": STALE_MS,
-            "PYTHONPATH": str(ROOT),
-            **(env or {}),
-        })
-        log_path = tmp_path / f"supervisor-{len(running)}.log"
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool",
-                 "--heartbeat-dir", str(heartbeat_dir), *args],
-                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, cwd=ROOT,
-            )
-        sup = Supervisor(proc, log_path, heartbeat_dir, full_env)
-        running.append(sup)
-        return sup
-
-    yield launch
-    kill_all(running)
-
-
-def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:
-    """Teardown: SIGKILL every supervisor's whole process group and reap it."""
-    for sup in running:
-        try:
-            os.killpg(sup.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        sup.proc.wait(10)
-        if show_logs:
-            print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
-
-
-@pytest.fixture
-def app(db_url):
-    pool = basic.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-def job_row(sql, job_id: int) -> dict:
-    rows = sql("SELECT state, attempts, checkpoint, errors, claimed_by FROM workerpool_jobs "
-               "WHERE id = %s", job_id)
-    state, attempts, checkpoint, errors, claimed_by = rows[0]
-    return {"state": state, "attempts": attempts, "checkpoint": checkpoint, "errors": errors,
-            "claimed_by": claimed_by}
 
 
 def interruptions(row: dict) -> list[dict]:

@@ -363,7 +363,7 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops(monkeypatch):
     import threading
     import types
 
-    from tests.conftest import wait_until
+    from tests.helpers.waiting import wait_until
     from workerpool.child import MaintenanceLoop
 
     monkeypatch.setitem(sys.modules, "workerpool.maintenance",
