@@ -365,7 +365,7 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
     """The supervisor's SIGKILL comes drain_timeout + margin after SIGTERM: a loop that notices
     the stop late (here held inside a pass) must not give its jobs a full drain_timeout more."""
     caplog.set_level("INFO", logger="workerpool.worker")
-    pool.queue("q", poll_interval=0.05, drain_timeout=1.0)
+    pool.queue("q", poll_interval=0.05, drain_timeout=3.0)
     started, finish = blocking_task(pool, "slow")
     hold, holding, resume = threading.Event(), threading.Event(), threading.Event()
 
@@ -381,14 +381,20 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
         wait_until(started.is_set, 10, message="job started")
         hold.set()
         wait_until(holding.is_set, 10, message="main loop held")
-        drain_deadline = time.monotonic() + 1.0  # drain_timeout, counted from here
+        drain_deadline = time.monotonic() + 3.0  # drain_timeout, counted from here
         worker.stop()
-        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 5,
+        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 10,
                    message="the drain deadline passed while the loop is held")
+        resumed = time.monotonic()
         resume.set()
         wait_until(lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
                    10, message="drain started")
-        finish.set()  # a drain that still had time left would now record the job done
+        # a drain that still had time left would wait for the job (a new drain_timeout): this
+        # one gives it back at once, while the handler still runs
+        wait_until(lambda: job_row(sql, job_id)["state"] == "pending", 10,
+                   message="the running job given back")
+        assert time.monotonic() - resumed < 3.0, "the drain waited a new drain_timeout"
+        finish.set()  # too late now: its lease is gone
         thread.join(10)
         assert code == [EXIT_OK]
     finally:
