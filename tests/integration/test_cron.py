@@ -69,7 +69,7 @@ def test_duplicate_name_and_unknown_queue_are_refused():
 
     with pytest.raises(ConfigError, match="a task of that name exists"):
         pool.cron("0 * * * *", queue="ops")(report)
-    with pytest.raises(ConfigError, match="not bare @pool.cron"):
+    with pytest.raises(ConfigError, match=r"not bare @pool\.cron"):
         pool.cron(sweep)
     # 'ops' was declared by the task above; 'typo' never was: refused at start, not at decoration
     pool.cron("0 * * * *", queue="typo", name="other")(sweep)
@@ -147,7 +147,7 @@ def test_first_pass_schedules_from_now_then_each_tick_becomes_one_job(app, sql):
     make_due(sql)
     maintenance.run_pass()
     maintenance.run_pass()  # the same tick (or a later one while the first is pending): no job
-    [(job_id, key, state, payload)] = jobs_of(sql)
+    [(job_id, key, _state, payload)] = jobs_of(sql)
     tick, following, last_job, _ = cron_row(sql)
     assert tick >= next_tick and last_job == job_id
     assert key == tick_key("c", tick) and payload == {"tick": tick.astimezone(UTC).isoformat()}

@@ -78,7 +78,7 @@ def test_a_malformed_item_is_an_invalid_job_and_nothing_is_written(app, sql, ite
 
 @pytest.mark.parametrize("jobs", [None, 5, "work", {"work": {}}, ("work", {})])
 def test_a_batch_that_is_not_a_list_of_items_is_an_invalid_job(app, sql, jobs):
-    with pytest.raises(InvalidJob, match="iterable of|task, payload"):
+    with pytest.raises(InvalidJob, match=r"iterable of|task, payload"):
         app.enqueue_many(jobs)
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
 

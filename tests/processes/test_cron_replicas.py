@@ -8,6 +8,7 @@ starts and when it ends.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -95,7 +96,7 @@ def test_three_replicas_run_each_tick_at_most_once_and_never_overlap(replicas, s
     runs = ledger(sql)
     ticks = [run[0] for run in runs]
     assert len(ticks) == len(set(ticks)), "a tick ran twice"
-    for earlier, later in zip(runs, runs[1:], strict=False):
+    for earlier, later in itertools.pairwise(runs):
         assert earlier[5] is not None and later[4] >= earlier[5], f"runs overlap: {earlier} {later}"
 
     jobs = sql("SELECT key, payload->>'tick' FROM workerpool_jobs WHERE task = 'slow_tick'")

@@ -11,6 +11,7 @@ fails the test. Locally it is skipped with the reason.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import shutil
@@ -253,7 +254,7 @@ def test_pgbouncer_mode_runs_every_job_and_cron_tick_once(launch, bouncer, db_ur
                " ORDER BY started_at")
     ticks = [tick for tick, _, _ in runs]
     assert len(ticks) == len(set(ticks)), ticks
-    for (_, _, ended), (_, started, _) in zip(runs, runs[1:], strict=False):
+    for (_, _, ended), (_, started, _) in itertools.pairwise(runs):
         assert ended is not None and ended <= started, runs
     # the children are the first ones: no crash, no restart, no broken session state
     assert children_started(sup) == {"work": 1, "cron": 1, "@maintenance": 1}, sup.log()
