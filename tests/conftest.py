@@ -2,6 +2,11 @@
 
 ``WORKERPOOL_TEST_DATABASE_URL`` points at a server to use (CI: the local PostgreSQL 15);
 without it the embedded PostgreSQL (pgserver) under ``.workerpool/test-pgdata`` is started.
+
+Under pytest-xdist every worker process is a session of its own: it makes its own template
+database (random names, so they never collide). The workers all start the embedded server at
+once: pgserver serialises the start behind its own lock file, so one of them runs initdb and
+starts the postmaster and the others attach to it.
 """
 
 from __future__ import annotations
