@@ -2,38 +2,28 @@
 
 ``WORKERPOOL_TEST_DATABASE_URL`` points at a server to use (CI: the local PostgreSQL 15);
 without it the embedded PostgreSQL (pgserver) under ``.workerpool/test-pgdata`` is started.
+
+Under pytest-xdist every worker process is a session of its own: it makes its own template
+database (random names, so they never collide). The workers all start the embedded server at
+once: pgserver serialises the start behind its own lock file, so one of them runs initdb and
+starts the postmaster and the others attach to it.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy.engine import URL, make_url
 
+from tests.helpers.db import libpq
+from tests.helpers.paths import ROOT
 from workerpool import WorkerPool, db
 from workerpool.migrate import upgrade
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 def _server_url() -> URL:
@@ -44,12 +34,8 @@ def _server_url() -> URL:
     return db.embedded_url()
 
 
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def _admin(url: URL) -> psycopg.Connection:
-    return psycopg.connect(_libpq(url), autocommit=True)
+    return psycopg.connect(libpq(url), autocommit=True)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +92,7 @@ def pool(db_url: URL) -> Iterator[WorkerPool]:
 @pytest.fixture
 def dsn(db_url: URL) -> str:
     """libpq connection string for raw psycopg connections in tests."""
-    return _libpq(db_url)
+    return libpq(db_url)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """A small application for the supervisor tests: short timings, handlers with known behaviour.
 
 Timings come from the environment so that a test can stretch one of them:
-``TEST_DRAIN`` (drain_timeout, default 1 s), ``TEST_HANG`` (hang_timeout, default 2 s).
+``TEST_DRAIN`` (drain_timeout, default 1 s), ``TEST_HANG`` (hang_timeout, default 5 s: a child
+that boots slowly on a loaded machine, with tests running in parallel, is not taken for hung).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from workerpool import Job, WorkerPool
 
 DRAIN = float(os.environ.get("TEST_DRAIN", "1"))
-HANG = float(os.environ.get("TEST_HANG", "2"))
+HANG = float(os.environ.get("TEST_HANG", "5"))
 SHORT = {"drain_timeout": DRAIN, "hang_timeout": HANG, "poll_interval": 0.1}
 
 
@@ -42,7 +43,10 @@ def build(url: object = None) -> WorkerPool:
 
     @pool.task(queue="fast", max_attempts=1)
     def hog(job: Job) -> None:
-        """Holds the GIL in C code for minutes: the child's loop starves and stops ticking."""
+        """Holds the GIL in C code for minutes: the child's loop starves and stops ticking.
+
+        It saves a checkpoint first, so that a test can tell it has begun."""
+        job.checkpoint({"begun": True})
         re.match(r"(a+)+$", "a" * 32 + "!")
 
     return pool

@@ -1,4 +1,4 @@
-"""The application `tests/test_pgbouncer.py` runs through PgBouncer (transaction pooling).
+"""The application `tests/processes/test_pgbouncer.py` runs through PgBouncer (transaction pooling).
 
 Every handler writes a ledger row through ``pool.engine`` (so through the bouncer too): one row
 per task run, and a start/end row per cron run (database clock). The test creates the table.

@@ -1,4 +1,5 @@
-"""A small application for the worker runtime's real-process tests (tests/test_worker_process.py).
+"""A small application for the worker runtime's real-process tests
+(tests/processes/test_worker_process.py).
 
 The database URL comes from ``$WORKERPOOL_DATABASE_URL``; queue timings from ``$RUNTIME_APP_*``;
 ``$RUNTIME_RECYCLE_GRACE`` shortens the grace a timed-out handler gets before its process is

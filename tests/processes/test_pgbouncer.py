@@ -11,6 +11,7 @@ fails the test. Locally it is skipped with the reason.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import shutil
@@ -27,13 +28,14 @@ import pytest
 from sqlalchemy.engine import URL
 
 from tests.apps import bouncer as app
-from tests.conftest import _libpq, wait_until
-from tests.test_supervisor import Supervisor, alive, kill_all
+from tests.helpers.db import libpq
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import Supervisor, alive, kill_all
+from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool, db
 from workerpool.migrate import drift
 from workerpool.pool import INSERT_CHUNK
 
-ROOT = Path(__file__).resolve().parent.parent
 POOL_SIZE = 2
 JOBS = INSERT_CHUNK + 100  # enqueue_many sends them as two pipelined chunks
 BROKEN = "prepared statement"
@@ -116,7 +118,7 @@ def accepts(bouncer: Bouncer, server_url: URL) -> bool:
     if bouncer.proc.poll() is not None:
         raise AssertionError(f"pgbouncer exited ({bouncer.proc.returncode})\n{bouncer.log()}")
     try:
-        with psycopg.connect(_libpq(bouncer.url(server_url)), connect_timeout=2) as conn:
+        with psycopg.connect(libpq(bouncer.url(server_url)), connect_timeout=2) as conn:
             return conn.execute("SELECT 1").fetchone() == (1,)
     except psycopg.OperationalError:
         return False
@@ -128,21 +130,34 @@ def bouncer(server_url: URL) -> Iterator[Bouncer]:
     binary = pgbouncer_binary()
     server = backend(server_url)
     directory = Path(tempfile.mkdtemp(prefix="wp-pgbouncer-"))  # not tmp_path: 0700 parents
-    port = free_port()
-    config = write_config(directory, port, server, newer=version(binary) >= (1, 21))
+    newer = version(binary) >= (1, 21)
     as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
-    log_path = directory / "pgbouncer.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen([binary, *as_user, str(config)], stdin=subprocess.DEVNULL,
-                                stdout=log_file, stderr=log_file, start_new_session=True)
-    running = Bouncer(proc, port, log_path)
+    started: list[Bouncer] = []
     try:
-        wait_until(lambda: accepts(running, server_url), 10, interval=0.1,
-                   message="pgbouncer accepting connections")
+        for tries_left in reversed(range(3)):
+            port = free_port()
+            config = write_config(directory, port, server, newer=newer)
+            log_path = directory / f"pgbouncer-{port}.log"
+            with log_path.open("wb") as log_file:
+                proc = subprocess.Popen([binary, *as_user, str(config)],
+                                        stdin=subprocess.DEVNULL, stdout=log_file,
+                                        stderr=log_file, start_new_session=True)
+            running = Bouncer(proc, port, log_path)
+            started.append(running)
+            try:
+                wait_until(lambda: accepts(running, server_url), 10, interval=0.1,
+                           message="pgbouncer accepting connections")
+                break
+            except AssertionError:
+                # the free port was taken (by a test running in parallel) before pgbouncer
+                # bound it: pick another one
+                if not tries_left or "Address already in use" not in running.log():
+                    raise
         yield running
     finally:
-        proc.kill()
-        proc.wait(10)
+        for bouncer in started:
+            bouncer.proc.kill()
+            bouncer.proc.wait(10)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -239,7 +254,7 @@ def test_pgbouncer_mode_runs_every_job_and_cron_tick_once(launch, bouncer, db_ur
                " ORDER BY started_at")
     ticks = [tick for tick, _, _ in runs]
     assert len(ticks) == len(set(ticks)), ticks
-    for (_, _, ended), (_, started, _) in zip(runs, runs[1:], strict=False):
+    for (_, _, ended), (_, started, _) in itertools.pairwise(runs):
         assert ended is not None and ended <= started, runs
     # the children are the first ones: no crash, no restart, no broken session state
     assert children_started(sup) == {"work": 1, "cron": 1, "@maintenance": 1}, sup.log()

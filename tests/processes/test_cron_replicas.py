@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers.paths import ROOT
+from tests.helpers.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 HANDLER_SECONDS = 1.5
 STALE_AFTER = 3
 

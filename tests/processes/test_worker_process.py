@@ -1,8 +1,8 @@
 """The worker runtime as a real process: database restarts, terminated backends, a handler that
 never returns, kill -9.
 
-Most tests run one Worker per process through tests/worker_runner.py (stdout reports its ticks);
-the ones about children and restarts run `workerpool run tests.runtime_app:pool`.
+Most tests run one Worker per process through tests/apps/worker_runner.py (stdout reports its
+ticks); the ones about children and restarts run `workerpool run tests.apps.runtime:pool`.
 """
 
 from __future__ import annotations
@@ -22,19 +22,21 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from tests.conftest import ROOT, wait_until
+from tests.helpers.db import states
+from tests.helpers.paths import ROOT
+from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool, db
 from workerpool.migrate import upgrade
 
 
 class WorkerProcess:
-    """``python -m tests.worker_runner``; its stdout lines are stamped as they arrive."""
+    """``python -m tests.apps.worker_runner``; its stdout lines are stamped as they arrive."""
 
     def __init__(self, url: URL, *orphans: str, **env: str) -> None:
         environ = {**os.environ, "PYTHONPATH": str(ROOT),
                    "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False), **env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.worker_runner", "tests.runtime_app:pool", "work",
+            [sys.executable, "-m", "tests.apps.worker_runner", "tests.apps.runtime:pool", "work",
              *orphans],
             cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -89,10 +91,6 @@ def spawn() -> Iterator:
     yield start
     for process in started:
         process.kill()
-
-
-def counts(sql) -> dict[str, int]:
-    return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
 
 
 # -- a PostgreSQL server of our own, to stop and start ------------------------------------------
@@ -159,7 +157,7 @@ def test_a_postgres_restart_loses_nothing_and_the_worker_rides_it_out(cluster, s
         long_id = pool.enqueue("nap", {"seconds": 4}, priority=10)
         pool.enqueue_many([("nap", {"seconds": 0.1}) for _ in range(40)])
         worker = spawn(cluster.url, WORKER_CLAIM_STALE_MS="1000")
-        wait_until(lambda: counts(sql).get("done", 0) >= 6, 20, message="some jobs done")
+        wait_until(lambda: states(sql).get("done", 0) >= 6, 20, message="some jobs done")
         pool.dispose()
         conn.close()
         cluster.stop("immediate")
@@ -171,7 +169,7 @@ def test_a_postgres_restart_loses_nothing_and_the_worker_rides_it_out(cluster, s
         assert worker.proc.poll() is None
         cluster.start()
         up = time.monotonic()
-        wait_until(lambda: counts(sql) == {"done": 41}, 30, message="every job done")
+        wait_until(lambda: states(sql) == {"done": 41}, 30, message="every job done")
         assert worker.ticks(since=up)  # heartbeats again
         # The long job spanned the outage: its lease was renewed before any claim, so its own
         # worker did not take it again through the stale arm.
@@ -213,7 +211,7 @@ def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     second = spawn(db_url, first.id)  # the replacement releases the dead one's claims at boot
-    wait_until(lambda: counts(sql) == {"done": 1}, 20, message="job resumed and done")
+    wait_until(lambda: states(sql) == {"done": 1}, 20, message="job resumed and done")
     attempts, checkpoint, errors = sql(
         "SELECT attempts, checkpoint, errors FROM workerpool_jobs WHERE id = %s", job_id)[0]
     assert attempts == 2
@@ -227,7 +225,7 @@ def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
 
 
 class Supervised:
-    """`workerpool run tests.runtime_app:pool` in its own session, logging to a file."""
+    """`workerpool run tests.apps.runtime:pool` in its own session, logging to a file."""
 
     def __init__(self, url: URL, tmp: Path, **env: str) -> None:
         heartbeats = tmp / "heartbeats"
@@ -239,7 +237,7 @@ class Supervised:
                         "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False)})
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.runtime_app:pool",
+                [sys.executable, "-m", "workerpool", "run", "tests.apps.runtime:pool",
                  "--queue", "work", "--heartbeat-dir", str(heartbeats)],
                 env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True, cwd=ROOT)
@@ -279,7 +277,7 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
         run = supervise(db_url)
         last_kill = sql("SELECT now() - interval '1 hour'")[0][0]
         for round_ in range(1, 5):
-            wait_until(lambda r=round_: counts(sql).get("done", 0) >= 10 * r, 30)
+            wait_until(lambda r=round_: states(sql).get("done", 0) >= 10 * r, 30)
             # prefetched jobs run on during the outage, so one write may finish several rounds'
             # worth of jobs: kill only once the child has reconnected (a backend started after
             # the last kill; a killed one may still be listed while it exits)
@@ -292,7 +290,7 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
                          " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                          " AND application_name LIKE 'workerpool%%'")
             assert killed[0][0] >= 1
-        wait_until(lambda: counts(sql) == {"done": 60}, 30, message="every job done")
+        wait_until(lambda: states(sql) == {"done": 60}, 30, message="every job done")
         assert sql("SELECT max(attempts) FROM workerpool_jobs") == [(1,)]  # nothing re-run
         wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
                                " WHERE datname = current_database()"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_core import run_cli
+from tests.helpers.cli import run_cli
 
 APP = """
 from workerpool import WorkerPool

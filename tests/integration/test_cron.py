@@ -12,17 +12,15 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers.paths import ROOT
+from tests.helpers.waiting import wait_until
 from workerpool import ConfigError, WorkerPool, testing
 from workerpool.cron import MISSED_GRACE, latest_tick_until, next_tick_after, tick_key
 from workerpool.maintenance import Maintenance
 from workerpool.specs import CronSpec
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def spec(expression: str, timezone: str = "UTC", **kw) -> CronSpec:

@@ -11,13 +11,13 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.db import libpq
+from tests.helpers.paths import ROOT
 
 EXPECTED = {
     "ceiling_jobs_per_s",
@@ -39,10 +39,6 @@ EXPECTED = {
     "claim_large_p99_ms",
 }
 FIELDS = {"name", "value", "unit", "median_of", "samples", "ratio", "ratio_to", "target", "met"}
-
-
-def libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def run_bench(url: URL, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

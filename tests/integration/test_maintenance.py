@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers.waiting import wait_until
 from workerpool import ConfigError, WorkerPool, queries
 from workerpool.dead import DeadNotice, report_dead
 from workerpool.maintenance import MAINTENANCE_TYPE, Maintenance
@@ -143,7 +143,7 @@ def test_report_dead_accepts_the_worker_runtimes_rows(app, caplog):
 
 
 def test_the_worker_runtime_reports_its_dead_jobs_through_on_dead(app, sql, caplog):
-    from tests.test_worker import running
+    from tests.helpers.workers import running
     from workerpool import Permanent
 
     seen: list[DeadNotice] = []

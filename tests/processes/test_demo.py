@@ -23,7 +23,9 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.db import libpq
+from tests.helpers.paths import ROOT
+
 CHECKS = (
     "nothing left processing",
     "every job done, or dead on purpose",
@@ -33,10 +35,6 @@ CHECKS = (
     "session cleanup ran",
     "the supervisor drained and exited with status 0",
 )
-
-
-def libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.cli import run_cli
+
 APP = """
 from workerpool import WorkerPool
 pool = WorkerPool()
@@ -19,19 +17,6 @@ pool.queue("email")
 def send_welcome(job):
     pass
 """
-
-
-def run_cli(*args: str, url, cwd: Path, extra_env: dict | None = None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env.update({
-        "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False),
-        "PYTHONPATH": str(ROOT),
-    })
-    env.update(extra_env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "workerpool", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )
 
 
 @pytest.fixture

@@ -186,7 +186,8 @@ def test_permanent_goes_dead_at_once(app, sql):
     app.enqueue("work", {})
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
-        assert queries.mark_permanent(conn, lease_of(row, "w"), {"type": "Permanent", "message": "422"})
+        assert queries.mark_permanent(conn, lease_of(row, "w"),
+                                      {"type": "Permanent", "message": "422"})
     assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs") == [
         ("dead", "permanent", 1)
     ]
@@ -287,7 +288,8 @@ def test_crash_release_spreads_the_jobs_that_died_together(app, sql):
     claim(app, "crashed", limit=40)
     sql("UPDATE workerpool_jobs SET attempts = 2")  # second crash: window 0..1 s
     with app.engine.begin() as conn:
-        queries.reclaim_from_dead_worker(conn, "crashed", {"type": "WorkerLost", "message": "SIGKILL"})
+        queries.reclaim_from_dead_worker(conn, "crashed",
+                                         {"type": "WorkerLost", "message": "SIGKILL"})
     offsets = [r[0] for r in sql(  # run_at relative to the release's own now()
         "SELECT extract(epoch FROM run_at - (errors->-1->>'at')::timestamptz)::float"
         " FROM workerpool_jobs")]

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.test_worker import job_row, running, states
+from tests.helpers.db import job_row, states
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import running
 from workerpool import WorkerPool, exitcodes
 from workerpool.errors import ConfigError
 from workerpool.worker import Worker

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.conftest import wait_until
-from tests.test_supervisor import app, job_row, start  # noqa: F401  (fixtures)
+from tests.helpers.db import job_row
+from tests.helpers.waiting import wait_until
 
 
 @dataclass
@@ -111,7 +111,7 @@ def proxy(db_url: URL) -> Iterator[BlackholeProxy]:
 
 
 def test_a_connection_silent_mid_query_costs_a_child_never_the_job(
-        start, app, sql, db_url, proxy):  # noqa: F811 (the imported fixtures)
+        start, app, sql, db_url, proxy):
     through_proxy = URL.create("postgresql+psycopg", username=db_url.username,
                                password=db_url.password, host="127.0.0.1", port=proxy.port,
                                database=db_url.database)

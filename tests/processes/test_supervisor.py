@@ -1,7 +1,7 @@
 """`workerpool run` as a user runs it: real processes, real signals, real PostgreSQL.
 
 Each test starts the supervisor on ``tests/apps/basic.py`` in its own process group (drain 1 s,
-hang_timeout 2 s, poll 0.1 s unless stretched), with ``WORKER_CLAIM_STALE_MS`` at one hour so
+hang_timeout 5 s, poll 0.1 s unless stretched), with ``WORKER_CLAIM_STALE_MS`` at one hour so
 that any recovery seen within seconds is the fast path, not the stale arm.
 """
 
@@ -15,127 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from tests.apps import basic
-from tests.conftest import wait_until
+from tests.helpers.db import job_row
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import alive, group_alive
+from tests.helpers.waiting import wait_until
 from workerpool.config import DRAIN_MARGIN, RELEASE_MARGIN
 
-ROOT = Path(__file__).resolve().parent.parent
-STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
-LINE = re.compile(r" (?P<logger>[\w.]+)\[(?P<pid>\d+)\] (?P<event>\w+): (?P<message>.*)$")
-PAIR = re.compile(r"(\w+)=(\S+)")
 MEASURES = ROOT / ".workerpool" / "measurements.jsonl"
-
-
-@dataclass
-class Event:
-    name: str
-    logger: str
-    message: str
-    fields: dict[str, str]
-    at: float  # seconds since the epoch, from the log line
-
-
-@dataclass
-class Supervisor:
-    """A running `workerpool run`, its log, and its heartbeat directory."""
-
-    proc: subprocess.Popen
-    log_path: Path
-    heartbeat_dir: Path
-    env: dict[str, str]
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def events(self, name: str | None = None, *, logger: str = "supervisor",
-               **match: str) -> list[Event]:
-        """Log events of ``name`` from ``workerpool.<logger>`` whose key=value fields match."""
-        found = []
-        for line in self.log().splitlines():
-            parsed = LINE.search(line)
-            if not parsed or (name and parsed["event"] != name):
-                continue
-            if parsed["logger"] != f"workerpool.{logger}":
-                continue
-            fields = dict(PAIR.findall(parsed["message"]))
-            if all(fields.get(k) == v for k, v in match.items()):
-                found.append(Event(parsed["event"], parsed["logger"], parsed["message"], fields,
-                                   _stamp(line)))
-        return found
-
-    def child_pid(self, worker: str) -> int:
-        """The pid of the newest child serving ``worker``."""
-        started = wait_until(lambda: self.events("child_started", worker=worker), 15,
-                             message=f"{worker} child started")
-        return int(started[-1].fields["pid"])
-
-    def wait_running(self, *workers: str) -> None:
-        for worker in workers:
-            wait_until(lambda w=worker: self.events("child_running", worker=w), 15,
-                       message=f"{worker} child running\n{self.log()}")
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"supervisor still running after {timeout}s\n{self.log()}"
-            ) from None
-
-    def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "workerpool", "healthcheck", "--dir", str(self.heartbeat_dir),
-             *args], env=self.env, capture_output=True, text=True, timeout=30)
-
-    def heartbeat_mtime(self, worker: str) -> float:
-        try:
-            return (self.heartbeat_dir / f"{worker}.heartbeat").stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-
-def _stamp(line: str) -> float:
-    from datetime import datetime
-
-    text = line[:23]  # "2026-01-01 12:00:00,123"
-    try:
-        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    except ValueError:
-        return 0.0
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie or a vanished pid is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def group_alive(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
 
 
 def record(name: str, **values: float) -> None:
@@ -146,67 +35,10 @@ def record(name: str, **values: float) -> None:
     print(name, values)
 
 
-@pytest.fixture
-def start(db_url, tmp_path) -> Iterator:
-    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards.
-
-    ``command`` replaces ``-m workerpool`` with a runner that builds the same supervisor with
-    faults injected (tests/apps/boot_failure.py)."""
-    running: list[Supervisor] = []
-
-    def launch(*args: str, env: dict[str, str] | None = None,
-               command: tuple[str, ...] = ("-m", "workerpool")) -> Supervisor:
-        heartbeat_dir = tmp_path / "heartbeats"
-        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        full_env.update({
-            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-            "WORKER_CLAIM_STALE_MS": STALE_MS,
-            "PYTHONPATH": str(ROOT),
-            **(env or {}),
-        })
-        log_path = tmp_path / f"supervisor-{len(running)}.log"
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, *command, "run", "tests.apps.basic:pool",
-                 "--heartbeat-dir", str(heartbeat_dir), *args],
-                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, cwd=ROOT,
-            )
-        sup = Supervisor(proc, log_path, heartbeat_dir, full_env)
-        running.append(sup)
-        return sup
-
-    yield launch
-    kill_all(running)
-
-
-def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:
-    """Teardown: SIGKILL every supervisor's whole process group and reap it."""
-    for sup in running:
-        try:
-            os.killpg(sup.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        sup.proc.wait(10)
-        if show_logs:
-            print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
-
-
-@pytest.fixture
-def app(db_url):
-    pool = basic.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-def job_row(sql, job_id: int) -> dict:
-    rows = sql("SELECT state, attempts, checkpoint, errors, claimed_by FROM workerpool_jobs "
-               "WHERE id = %s", job_id)
-    state, attempts, checkpoint, errors, claimed_by = rows[0]
-    return {"state": state, "attempts": attempts, "checkpoint": checkpoint, "errors": errors,
-            "claimed_by": claimed_by}
+def begun(sql, job_id: int) -> bool:
+    """The job's handler runs: it saved a checkpoint. A claimed job may still wait in the
+    worker's prefetch buffer, and a drain gives such a job back unstarted."""
+    return job_row(sql, job_id)["checkpoint"] is not None
 
 
 def interruptions(row: dict) -> list[dict]:
@@ -268,7 +100,7 @@ def test_quit_stops_at_once_and_releases_the_job(start, app, sql):
     sup = start(env={"TEST_DRAIN": "20"})
     sup.wait_running("slow")
     job = app.enqueue("steps", {"n": 300, "step": 0.1})
-    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    wait_until(lambda: begun(sql, job), 15, message="job running")
     sent = time.monotonic()
     os.kill(sup.pid, signal.SIGQUIT)
     assert sup.wait_exit(15) == 0
@@ -282,7 +114,7 @@ def test_term_to_the_whole_group_drains_once(start, app, sql):
     sup = start()
     sup.wait_running("fast", "slow")
     job = app.enqueue("steps", {"n": 40, "step": 0.1})
-    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    wait_until(lambda: begun(sql, job), 15, message="job running")
     children = [sup.child_pid("fast"), sup.child_pid("slow")]
     os.killpg(sup.pid, signal.SIGTERM)  # kill -TERM -- -<pgid>: parent and children at once
     assert sup.wait_exit(15) == 0
@@ -301,7 +133,7 @@ def test_a_child_that_cannot_drain_is_killed_at_the_deadline(start, app, sql):
     sup.wait_running("fast", "slow")
     victim = sup.child_pid("fast")
     job = app.enqueue("hog", {})  # holds the GIL: the child cannot even see its SIGTERM
-    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="hog claimed")
+    wait_until(lambda: begun(sql, job), 15, message="hog running")
     sent = time.monotonic()
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait_exit(basic.DRAIN + DRAIN_MARGIN + 10) == 0
@@ -332,7 +164,7 @@ def test_a_child_crashing_mid_drain_has_its_job_released_before_the_supervisor_e
     sup = start(env={"TEST_DRAIN": "20"})
     sup.wait_running("fast", "slow")
     job = app.enqueue("steps", {"n": 300, "step": 0.1})
-    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    wait_until(lambda: begun(sql, job), 15, message="job running")
     victim = sup.child_pid("slow")
     os.kill(sup.pid, signal.SIGTERM)
     wait_until(lambda: sup.events("child_stopping", logger="child", worker="slow"), 15,
@@ -381,7 +213,7 @@ def test_kill_9_of_a_child_reruns_its_job_within_seconds(start, app, sql):
 
 
 def test_a_stopped_child_goes_stale_then_is_killed_and_replaced(start, app, sql):
-    sup = start(env={"TEST_HANG": "3"})
+    sup = start(env={"TEST_HANG": "5"})
     sup.wait_running("fast", "slow")
     wait_until(lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15,
                message="healthy at start")
@@ -425,7 +257,7 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
     sup = start()
     sup.wait_running("fast", "slow")
     job = app.enqueue("steps", {"n": 100, "step": 0.1})
-    wait_until(lambda: job_row(sql, job)["state"] == "processing", 15, message="job claimed")
+    wait_until(lambda: begun(sql, job), 15, message="job running")
     children = [sup.child_pid("fast"), sup.child_pid("slow")]
     killed = time.monotonic()
     os.kill(sup.pid, signal.SIGKILL)
@@ -439,12 +271,13 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
 
 def test_a_worker_type_failing_at_boot_backs_off_then_the_supervisor_gives_up(start, app, sql):
     job = app.enqueue("quick", {"seconds": 0})
-    sup = start("--restart-delay", "0.3", "--boot-retries", "4",
+    # restart delays long enough for the fast child to boot and claim its job meanwhile
+    sup = start("--restart-delay", "1", "--boot-retries", "4",
                 command=("-m", "tests.apps.boot_failure", "slow"))
     assert sup.wait_exit(30) == 3
     delays = [float(e.fields["delay"].rstrip("s"))
               for e in sup.events("restart_scheduled", worker="slow")]
-    assert delays == [0.0, 0.3, 0.6]
+    assert delays == [0.0, 1.0, 2.0]
     starts = [e.at for e in sup.events("child_started", worker="slow")]
     exits = [e.at for e in sup.events("child_exited", worker="slow")]
     gaps = [start_at - exit_at for exit_at, start_at in zip(exits, starts[1:], strict=False)]

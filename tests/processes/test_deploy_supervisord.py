@@ -21,11 +21,12 @@ import pytest
 import yaml
 from supervisor.datatypes import dict_of_key_value_pairs
 
-from tests.conftest import wait_until
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import alive
+from tests.helpers.waiting import wait_until
 from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
 from workerpool.pool import QueueSpec
 
-ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "deploy" / "supervisord.conf"
 PROGRAM = "program:workerpool"
 DRAIN = 2.0  # the test's drain_timeout: short, so that the test is quick
@@ -161,14 +162,6 @@ def children_of(pid: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, pool, sql) -> None:

@@ -1,6 +1,6 @@
 """Run one Worker as a process: the tests' stand-in for a supervisor child.
 
-``python -m tests.worker_runner APP:POOL QUEUE [ORPHAN_ID ...]`` prints ``worker <id>`` first,
+``python -m tests.apps.worker_runner APP:POOL QUEUE [ORPHAN_ID ...]`` prints ``worker <id>`` first,
 ``tick`` after every pass that reached the database, ``exit <code>`` last, then exits with the
 worker's exit code through a normal interpreter exit (so a handler thread that never returns
 must not be able to keep the process alive). SIGTERM drains.

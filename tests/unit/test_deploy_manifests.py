@@ -7,18 +7,18 @@ reviewer would do by hand, made to fail when a default in the code moves.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.helpers.paths import ROOT
 from workerpool.cli import build_parser
 from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
 from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
 from workerpool.pool import QueueSpec
 
-ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 
 DEFAULTS = QueueSpec(name="defaults")

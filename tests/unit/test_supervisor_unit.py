@@ -363,7 +363,7 @@ class StandInMaintenance:
 def test_maintenance_loop_ticks_after_each_pass_and_stops():
     import threading
 
-    from tests.conftest import wait_until
+    from tests.helpers.waiting import wait_until
     from workerpool.maintenance import MaintenanceLoop
 
     ticks: list[int] = []

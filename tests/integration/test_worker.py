@@ -1,7 +1,7 @@
 """The worker runtime in-process (the Worker on a thread), against real PostgreSQL.
 
 Real processes (database restart, terminated backends, recycle, crash) are in
-tests/test_worker_process.py.
+tests/processes/test_worker_process.py.
 """
 
 from __future__ import annotations
@@ -11,26 +11,18 @@ import dataclasses
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
 import pytest
 
-from tests.conftest import wait_until
+from tests.helpers.db import job_row, states
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import on_thread, running
 from workerpool import Permanent, RetryLater, WorkerPool, db, exitcodes, queries
 from workerpool.worker import Worker, session_limits
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
-
-
-def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
-    """Start ``worker.run()`` on a daemon thread; its exit code lands in the returned list."""
-    code: list[int] = []
-    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
-    thread.start()
-    return thread, code
 
 
 def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threading.Event]:
@@ -45,37 +37,11 @@ def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threadi
     return started, finish
 
 
-@contextmanager
-def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
-    worker = Worker(pool, queue, **kwargs)
-    thread, code = on_thread(worker)
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "worker did not stop"
-    assert code == [exitcodes.OK]
-
-
-def states(sql) -> dict[str, int]:
-    return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
-
-
-def job_row(sql, job_id: int) -> dict:
-    cols = ("state", "dead_reason", "attempts", "errors", "checkpoint", "claimed_by",
-            "finished", "wait")
-    row = sql("SELECT state, dead_reason, attempts, errors, checkpoint, claimed_by,"
-              " finished_at IS NOT NULL, run_at - now() FROM workerpool_jobs WHERE id = %s",
-              job_id)[0]
-    return dict(zip(cols, row, strict=True))
-
-
 # -- concurrency -------------------------------------------------------------------------------
 
 
 def test_concurrency_overlaps_jobs_and_claims_only_free_slots(pool, sql):
-    pool.queue("q", concurrency=4, prefetch=0, poll_interval=0.05)  # tests/test_prefetch.py: >0
+    pool.queue("q", concurrency=4, prefetch=0, poll_interval=0.05)  # test_prefetch.py: >0
     active, peak, processing, lock = [0], [0], [], threading.Lock()
     gate = threading.Barrier(4, timeout=10)
 
@@ -391,7 +357,7 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
     """The supervisor's SIGKILL comes drain_timeout + margin after SIGTERM: a loop that notices
     the stop late (here held inside a pass) must not give its jobs a full drain_timeout more."""
     caplog.set_level("INFO", logger="workerpool.worker")
-    pool.queue("q", poll_interval=0.05, drain_timeout=1.0)
+    pool.queue("q", poll_interval=0.05, drain_timeout=3.0)
     started, finish = blocking_task(pool, "slow")
     hold, holding, resume = threading.Event(), threading.Event(), threading.Event()
 
@@ -407,14 +373,20 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
         wait_until(started.is_set, 10, message="job started")
         hold.set()
         wait_until(holding.is_set, 10, message="main loop held")
-        drain_deadline = time.monotonic() + 1.0  # drain_timeout, counted from here
+        drain_deadline = time.monotonic() + 3.0  # drain_timeout, counted from here
         worker.stop()
-        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 5,
+        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 10,
                    message="the drain deadline passed while the loop is held")
+        resumed = time.monotonic()
         resume.set()
         wait_until(lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
                    10, message="drain started")
-        finish.set()  # a drain that still had time left would now record the job done
+        # a drain that still had time left would wait for the job (a new drain_timeout): this
+        # one gives it back at once, while the handler still runs
+        wait_until(lambda: job_row(sql, job_id)["state"] == "pending", 10,
+                   message="the running job given back")
+        assert time.monotonic() - resumed < 3.0, "the drain waited a new drain_timeout"
+        finish.set()  # too late now: its lease is gone
         thread.join(10)
         assert code == [exitcodes.OK]
     finally:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import ROOT
 from workerpool import heartbeat
 from workerpool.healthcheck import check
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def stamp(directory: Path, worker: str, age: float) -> None:

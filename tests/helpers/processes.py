@@ -1,0 +1,139 @@
+"""Real processes: a running `workerpool run` read through its log, and /proc checks.
+
+A test starts `workerpool run` in its own session, so that teardown can SIGKILL the whole
+process group (supervisor and children) and nothing outlives the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from tests.helpers.waiting import wait_until
+
+LINE = re.compile(r" (?P<logger>[\w.]+)\[(?P<pid>\d+)\] (?P<event>\w+): (?P<message>.*)$")
+PAIR = re.compile(r"(\w+)=(\S+)")
+
+
+@dataclass
+class Event:
+    name: str
+    logger: str
+    message: str
+    fields: dict[str, str]
+    at: float  # seconds since the epoch, from the log line
+
+
+@dataclass
+class Supervisor:
+    """A running `workerpool run`, its log, and its heartbeat directory."""
+
+    proc: subprocess.Popen
+    log_path: Path
+    heartbeat_dir: Path
+    env: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def events(self, name: str | None = None, *, logger: str = "supervisor",
+               **match: str) -> list[Event]:
+        """Log events of ``name`` from ``workerpool.<logger>`` whose key=value fields match."""
+        found = []
+        for line in self.log().splitlines():
+            parsed = LINE.search(line)
+            if not parsed or (name and parsed["event"] != name):
+                continue
+            if parsed["logger"] != f"workerpool.{logger}":
+                continue
+            fields = dict(PAIR.findall(parsed["message"]))
+            if all(fields.get(k) == v for k, v in match.items()):
+                found.append(Event(parsed["event"], parsed["logger"], parsed["message"], fields,
+                                   _stamp(line)))
+        return found
+
+    def child_pid(self, worker: str) -> int:
+        """The pid of the newest child serving ``worker``."""
+        started = wait_until(lambda: self.events("child_started", worker=worker), 15,
+                             message=f"{worker} child started")
+        return int(started[-1].fields["pid"])
+
+    def wait_running(self, *workers: str) -> None:
+        for worker in workers:
+            wait_until(lambda w=worker: self.events("child_running", worker=w), 15,
+                       message=f"{worker} child running\n{self.log()}")
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"supervisor still running after {timeout}s\n{self.log()}"
+            ) from None
+
+    def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "workerpool", "healthcheck", "--dir", str(self.heartbeat_dir),
+             *args], env=self.env, capture_output=True, text=True, timeout=30)
+
+    def heartbeat_mtime(self, worker: str) -> float:
+        try:
+            return (self.heartbeat_dir / f"{worker}.heartbeat").stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+
+def _stamp(line: str) -> float:
+    text = line[:23]  # "2026-01-01 12:00:00,123"
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:
+    """Teardown: SIGKILL every supervisor's whole process group and reap it."""
+    for sup in running:
+        try:
+            os.killpg(sup.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        sup.proc.wait(10)
+        if show_logs:
+            print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie or a vanished pid is not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> list[int]:
+    """The running pids of process group ``pgid``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            pids.append(int(entry.name))
+    return pids

@@ -1,0 +1,32 @@
+"""A Worker in-process, on a thread of the test."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from workerpool import WorkerPool, exitcodes
+from workerpool.worker import Worker
+
+
+def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
+    """Start ``worker.run()`` on a daemon thread; its exit code lands in the returned list."""
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
+    thread.start()
+    return thread, code
+
+
+@contextmanager
+def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
+    """A Worker on ``queue`` for the block; stopped afterwards, and it must exit cleanly."""
+    worker = Worker(pool, queue, **kwargs)
+    thread, code = on_thread(worker)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"
+    assert code == [exitcodes.OK]

@@ -1,0 +1,60 @@
+"""Fixtures for the tests that run `workerpool run` on ``tests/apps/basic.py``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.apps import basic
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import Supervisor, kill_all
+
+STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
+
+
+@pytest.fixture
+def start(db_url, tmp_path) -> Iterator:
+    """Start `workerpool run tests.apps.basic:pool` (own session); always killed afterwards.
+
+    ``command`` replaces ``-m workerpool`` with a runner that builds the same supervisor with
+    faults injected (tests/apps/boot_failure.py)."""
+    running: list[Supervisor] = []
+
+    def launch(*args: str, env: dict[str, str] | None = None,
+               command: tuple[str, ...] = ("-m", "workerpool")) -> Supervisor:
+        heartbeat_dir = tmp_path / "heartbeats"
+        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+        full_env.update({
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "WORKER_CLAIM_STALE_MS": STALE_MS,
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        })
+        log_path = tmp_path / f"supervisor-{len(running)}.log"
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, *command, "run", "tests.apps.basic:pool",
+                 "--heartbeat-dir", str(heartbeat_dir), *args],
+                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True, cwd=ROOT,
+            )
+        sup = Supervisor(proc, log_path, heartbeat_dir, full_env)
+        running.append(sup)
+        return sup
+
+    yield launch
+    kill_all(running)
+
+
+@pytest.fixture
+def app(db_url):
+    """The enqueue side of ``tests/apps/basic.py`` on the test's database."""
+    pool = basic.build(db_url)
+    yield pool
+    pool.dispose()
