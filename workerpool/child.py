@@ -6,7 +6,8 @@ the parent dies, drops the inherited database engine, and runs a ``Worker`` (one
 maintenance loop, reporting to the parent over a pipe:
 
     ``w <worker id>\\n``  first, before any claim: the lease owner name of this process;
-    ``t\\n``              a tick after a loop pass that reached the database (the heartbeat).
+    ``t\\n``              a tick after a loop pass that reached the database (the heartbeat);
+    ``j\\n``              once, when the worker claims its first job (it made progress).
 
 Signals in the child: TERM, INT and HUP drain (stop claiming, let in-flight jobs finish within
 drain_timeout, release the rest), any number of times, once; QUIT stops at once (in-flight jobs
@@ -28,6 +29,8 @@ from typing import Any, Protocol
 
 from . import exitcodes, oslayer
 from .config import WorkerKind, WorkerType
+from .maintenance import Maintenance, MaintenanceLoop
+from .worker import Worker
 
 log = logging.getLogger("workerpool.child")
 
@@ -50,21 +53,20 @@ RunnerFactory = Callable[..., Runner]
 
 
 def build_runner(pool: Any, worker: WorkerType, *, worker_id: str, on_tick: Callable[[], None],
-                 parent_alive: Callable[[], bool], orphans: tuple[str, ...]) -> Runner:
+                 parent_alive: Callable[[], bool], orphans: tuple[str, ...],
+                 on_claim: Callable[[], None] | None = None) -> Runner:
     """The maintenance loop, or a Worker on its queue with the settings loaded for it.
 
-    Runs in the child after the fork, and imports the runners there: a failure to import them
-    is a boot failure of that worker type (backed off, then FATAL), not a crash of the parent.
+    Runs in the child after the fork. The runners' modules are imported with this module, in
+    the parent before its first fork: a replacement child then costs a fork, not the import of
+    the database stack (a few hundred milliseconds), so a queue whose child was killed is
+    serving again at once.
     """
     if worker.kind == WorkerKind.MAINTENANCE:
-        from .maintenance import Maintenance, MaintenanceLoop
-
         return MaintenanceLoop(Maintenance(pool, worker_id=worker_id), on_tick=on_tick,
                                parent_alive=parent_alive)
-    from .worker import Worker
-
     return Worker(pool, worker.name, spec=worker.spec, worker_id=worker_id, on_tick=on_tick,
-                  parent_alive=parent_alive, orphans=orphans)
+                  parent_alive=parent_alive, orphans=orphans, on_claim=on_claim)
 
 
 class Child:
@@ -79,6 +81,7 @@ class Child:
         self.orphans = orphans
         self.close_fds = close_fds
         self.runner_factory = runner_factory
+        self._claimed = False
         self.runner: Runner | None = None
         self._tick_fd = -1
         self._last_tick = 0.0
@@ -159,7 +162,7 @@ class Child:
         self._send(f"w {worker_id}\n".encode())
         return self.runner_factory(self.pool, self.worker, worker_id=worker_id,
                                    on_tick=self.tick, parent_alive=self.parent_alive,
-                                   orphans=self.orphans)
+                                   orphans=self.orphans, on_claim=self.claimed)
 
     # -- reports to the parent ---------------------------------------------------------------
 
@@ -173,6 +176,13 @@ class Child:
             return
         self._last_tick = now
         self._send(b"t\n")
+
+    def claimed(self) -> None:
+        """The worker claimed its first job: tell the parent once (this child made progress,
+        so its death is not a boot failure and its restart is not backed off)."""
+        if not self._claimed:
+            self._claimed = True
+            self._send(b"j\n")
 
     def _send(self, message: bytes) -> None:
         try:

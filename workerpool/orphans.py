@@ -15,7 +15,6 @@ from sqlalchemy import Connection
 
 from . import queries
 from .dead import DeadNotice
-from .outcome import worker_lost
 from .states import DeadReason, JobState
 
 log = logging.getLogger("workerpool.orphans")
@@ -35,14 +34,13 @@ def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
     """Give back every row still ``processing`` under ``worker_ids`` and forget those workers."""
     released = Released()
     for worker in worker_ids:
-        entry = worker_lost(worker)
-        rows = queries.reclaim_from_dead_worker(conn, worker, entry)
+        rows = queries.reclaim_from_dead_worker(conn, worker)
         if rows:
             log.warning("released %d job(s) of dead worker %s", len(rows), worker,
                         extra={"event": "orphans_released", "worker": worker,
                                "count": len(rows)})
         queries.unregister_worker(conn, worker)
         released.rows += len(rows)
-        released.dead += [DeadNotice.of(row, DeadReason.ABANDONED, entry)
+        released.dead += [DeadNotice.of(row, DeadReason.ABANDONED)
                           for row in rows if row.state == JobState.DEAD]
     return released

@@ -49,12 +49,6 @@ def error_entry(exc: BaseException | None, *, attempt: int, worker: str, kind: s
     return entry
 
 
-def worker_lost(worker: str) -> dict:
-    """The ``errors`` entry of a job whose process died holding its claim (type ``WorkerLost``)."""
-    return {"type": "WorkerLost", "worker": worker,
-            "message": f"worker {worker} died while running this job"}
-
-
 def format_traceback(exc: BaseException) -> str:
     """The traceback as text, at most TRACEBACK_LIMIT characters, frames kept readable.
 

@@ -58,6 +58,9 @@ jobs = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("run_at", TZ, nullable=False, server_default=text("now()")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
+    # Process deaths while the job was held, since its last ordinary outcome. Above 0 the job
+    # is a suspect: it runs alone on its worker until it succeeds, fails or snoozes.
+    Column("crashes", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False, server_default=text("5")),
     Column("claimed_by", Text),
     Column("claimed_at", TZ),
@@ -89,6 +92,16 @@ Index(
     jobs.c.run_at,
     jobs.c.id,
     postgresql_where=text(_in("state", DUE_STATES)),
+)
+# The claim's suspect arm (and the status count of suspects): due jobs held by a process that
+# died. Few rows, so the due arm filters them out on the heap instead of in its own index.
+Index(
+    "ix_workerpool_jobs_suspects",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(f"{_in('state', DUE_STATES)} AND crashes > 0"),
 )
 # Arm 2 of the claim, lease renewal and crash release: live leases.
 Index(

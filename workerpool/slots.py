@@ -38,6 +38,7 @@ class Slot:
     orphans: list[str] = field(default_factory=list)  # dead worker ids still to release
     given: tuple[str, ...] = ()  # orphans handed to the current child
     ticked: bool = False  # the current child has reported progress at least once
+    claimed: bool = False  # the current child claimed a job: it is not failing to start
     kill_at: float | None = None  # hung: SIGKILL at this time (after the stack dump)
     killed: bool = False  # we sent SIGKILL
 
@@ -50,7 +51,7 @@ class Slot:
         self.state, self.pid, self.fd = ChildState.STARTING, pid, fd
         self.given, self.orphans = tuple(self.orphans), []
         self.started = self.last_tick = now
-        self.kill_at, self.killed, self.ticked = None, False, False
+        self.kill_at, self.killed, self.ticked, self.claimed = None, False, False, False
         self.last_touch = float("-inf")
 
     def tick(self, now: float) -> bool:
@@ -81,7 +82,12 @@ class Slot:
 
     def count_exit(self, now: float, *, failed_boot: bool) -> None:
         """A fast exit (before the first tick, or within STABLE_AFTER) adds to the crash count;
-        a child that ran long enough starts the count again."""
+        a child that ran long enough starts the count again. So does one that claimed jobs:
+        back-off is for children that make no progress, and the jobs a dead child held are
+        suspects now, run alone, so an immediate restart cannot loop on them."""
+        if self.claimed:
+            self.crashes = self.boot_failures = 0
+            return
         fast = failed_boot or now - self.started < STABLE_AFTER
         self.crashes = self.crashes + 1 if fast else 1
         if failed_boot:

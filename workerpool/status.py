@@ -32,6 +32,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         now = queries.database_now(conn)
         counts = queries.state_counts(conn)
         oldest = queries.oldest_due_ages(conn)
+        suspects = queries.suspect_counts(conn)
         workers = [worker_json(row) for row in queries.list_workers(conn)]
         crons = [cron_json(row) for row in queries.list_crons(conn)]
         runnable = dict(known) if known is not None else live_task_versions(workers)
@@ -44,7 +45,8 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
-        "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked) for q in queues},
+        "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked)
+                   | {"suspects": suspects.get(q, 0)} for q in queues},
         "crons": crons,
         "workers": workers,
     }
@@ -152,9 +154,9 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
 
 
 def render_queues(queues: Mapping[str, Any]) -> str:
-    headers = ["QUEUE", *(s.upper() for s in STATES), "OLDEST DUE", "WORKERS"]
-    rows = [[name, *(q["counts"][s] for s in STATES), age(q["oldest_pending_age_s"]),
-             q["live_workers"]] for name, q in queues.items()]
+    headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS"]
+    rows = [[name, *(q["counts"][s] for s in STATES), q["suspects"],
+             age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
     return "QUEUES\n" + table(headers, rows)
 
 

@@ -191,6 +191,8 @@ class Supervisor:
                 slot.worker_id = line[2:].strip()
             elif line == "t":
                 self._ticked(slot)
+            elif line == "j":
+                slot.claimed = True
 
     def _ticked(self, slot: Slot) -> None:
         now = self.os.monotonic()

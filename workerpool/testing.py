@@ -63,6 +63,7 @@ def claim(pool: WorkerPool, queue: str, worker: str, limit: int = 1) -> list[Any
             limit=limit,
             task_versions=pool.task_versions(queue),
             stale_after=spec.stale_after,
+            alone=True,  # it runs one job at a time, holding nothing else
         )
 
 

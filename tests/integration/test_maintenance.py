@@ -24,9 +24,11 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def leased(sql, *, attempts: int, max_attempts: int, age: str) -> int:
+    """A row leased by a worker of its own that holds nothing else (a death is its own)."""
     return sql("INSERT INTO workerpool_jobs (queue, task, state, attempts, max_attempts,"
-               " claimed_by, claimed_at) VALUES ('q', 'work', 'processing', %s, %s, 'host:1:gone',"
-               " now() - %s::interval) RETURNING id", attempts, max_attempts, age)[0][0]
+               " claimed_by, claimed_at) VALUES ('q', 'work', 'processing', %s, %s,"
+               " 'host:' || gen_random_uuid(), now() - %s::interval) RETURNING id",
+               attempts, max_attempts, age)[0][0]
 
 
 def state_of(sql, job_id):
@@ -51,12 +53,12 @@ def test_sweep_dead_letters_stale_exhausted_leases_and_reports_each(app, sql, ca
     assert state_of(sql, exhausted_fresh) == ("processing", None)
     assert state_of(sql, retryable_stale) == ("processing", None)
     [error] = sql("SELECT errors FROM workerpool_jobs WHERE id = %s", exhausted_stale)[0]
-    assert error[-1]["type"] == "Abandoned" and error[-1]["worker"] == "maint-1"
+    assert error[-1]["type"] == "WorkerLost" and error[-1]["alone"] is True
 
     [dead_line] = [r for r in caplog.records if getattr(r, "event", "") == "job_dead"]
     assert dead_line.getMessage() == (
         f"job dead: queue=q id={exhausted_stale} task=work attempts=3 reason=abandoned "
-        f"last_error=Abandoned: {error[-1]['message']}")
+        f"last_error=WorkerLost: {error[-1]['message']}")
     assert [r.event for r in caplog.records if r.name == "workerpool.dead"] == [
         "job_dead", "on_dead_hook_failed"]  # a failing hook is logged, the next hook still runs
     assert [(n.id, n.reason, n.attempts) for n in seen] == [(exhausted_stale, "abandoned", 3)]

@@ -65,7 +65,8 @@ def test_term_while_short_jobs_run_lets_them_all_finish(start, app, sql):
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait_exit(15) == 0
     took = time.monotonic() - sent
-    assert [job_row(sql, i)["state"] for i in ids] == ["done"] * 4
+    assert [job_row(sql, i)["state"] for i in ids] == ["done"] * 4, (
+        [job_row(sql, i) for i in ids], sup.log())
     assert took < 8, f"exit took {took:.1f}s: the drain waited for nothing"
     assert len(sup.events("drain_started")) == 1 and sup.events("drain_finished")
     assert not sup.events("killed_at_deadline")

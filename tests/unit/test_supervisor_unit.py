@@ -276,6 +276,22 @@ def test_a_child_that_ran_then_keeps_crashing_fast_backs_off_without_going_fatal
     assert slot(sup, "email").state is ChildState.STARTING
 
 
+def test_a_child_that_dies_holding_jobs_is_replaced_at_once_every_time(fake, tmp_path):
+    """Its jobs are suspects now (run alone), so an immediate restart cannot loop on them;
+    back-off is for children that make no progress."""
+    sup = make(fake, tmp_path, worker("email"), restart_delay=1.0, boot_retries=2)
+    for round_ in range(6):
+        pid = fake.pids_of("email")[-1]
+        fake.report(pid, f"w w-{round_}\nj\n")  # claimed, then died before its first tick
+        fake.exits = [(pid, killed_by(signal.SIGKILL))]
+        sup.step()
+        assert slot(sup, "email").restart_at == fake.clock  # no delay, no boot failure
+        sup.step()
+        assert len(fake.pids_of("email")) == round_ + 2
+    assert slot(sup, "email").state is ChildState.STARTING
+    assert slot(sup, "email").orphans == [] and len(slot(sup, "email").given) == 6
+
+
 def test_stale_heartbeat_gets_a_stack_dump_then_sigkill(fake, tmp_path):
     sup = make(fake, tmp_path, worker("email", hang=10.0))
     pid = fake.pids_of("email")[0]

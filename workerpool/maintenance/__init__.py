@@ -9,7 +9,7 @@ one maintenance child per replica and runs that loop in it; without the supervis
 from __future__ import annotations
 
 from ..dead import report_dead
-from .duties import MAINTENANCE_TYPE, Maintenance, abandoned_error
+from .duties import MAINTENANCE_TYPE, Maintenance
 from .loop import MaintenanceLoop
 
-__all__ = ["MAINTENANCE_TYPE", "Maintenance", "MaintenanceLoop", "abandoned_error", "report_dead"]
+__all__ = ["MAINTENANCE_TYPE", "Maintenance", "MaintenanceLoop", "report_dead"]

@@ -12,14 +12,13 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from sqlalchemy import Connection
 
 from .. import cron, queries
 from ..dead import DeadNotice, report_dead
 from ..pool import WorkerPool, validate_crons
-from ..states import DeadReason
+from ..states import DeadReason, JobState
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 
 log = logging.getLogger("workerpool.maintenance")
@@ -76,14 +75,15 @@ class Maintenance:
             return cron.schedule(self.pool, conn)
 
     def sweep_abandoned(self) -> list[DeadNotice]:
-        """Stale leases with no attempts left → ``dead/abandoned`` (DESIGN §3), each reported."""
+        """Stale leases with no attempts left: ``dead/abandoned`` when the lost worker held only
+        that job (each reported), a suspect with its attempt back when it held others."""
         notices: list[DeadNotice] = []
         for name in self.pool.queues:
             stale_after = self.pool.stale_after(name)  # the queue's, or $WORKER_CLAIM_STALE_MS
-            error = abandoned_error(self.worker_id, stale_after)
             with self._transaction() as conn:
-                rows = queries.sweep_abandoned(conn, name, stale_after, error)
-            notices += report_dead(self.pool, rows, reason=DeadReason.ABANDONED, error=error)
+                rows = queries.sweep_abandoned(conn, name, stale_after)
+            dead = [row for row in rows if row.state == JobState.DEAD]
+            notices += report_dead(self.pool, dead, reason=DeadReason.ABANDONED)
         return notices
 
     def prune_finished(self) -> int:
@@ -116,10 +116,3 @@ class Maintenance:
             self._registered = False
 
 
-def abandoned_error(worker: str, stale_after: float) -> dict[str, Any]:
-    return {
-        "worker": worker,
-        "type": "Abandoned",
-        "message": f"lease stale for more than {stale_after:g}s with no attempts left: "
-                   "the worker was lost on the last attempt",
-    }

@@ -61,6 +61,7 @@ from .operations import (
     purge_dead,
     replay_dead,
     state_counts,
+    suspect_counts,
     unrunnable,
 )
 from .outcomes import (
@@ -72,7 +73,7 @@ from .outcomes import (
     return_unstarted,
     snooze,
 )
-from .recovery import ORPHAN_SPREAD_CAP, reclaim_from_dead_worker, sweep_abandoned
+from .recovery import reclaim_from_dead_worker, sweep_abandoned
 
 __all__ = [
     "CLAIM_COLUMNS",
@@ -80,7 +81,6 @@ __all__ = [
     "LISTEN",
     "LIVE_STATES",
     "NOTIFY_CHANNEL",
-    "ORPHAN_SPREAD_CAP",
     "RELEASE_HOLD",
     "Lease",
     "NewJob",
@@ -126,6 +126,7 @@ __all__ = [
     "seconds",
     "snooze",
     "state_counts",
+    "suspect_counts",
     "sweep_abandoned",
     "time_limits",
     "unregister_worker",

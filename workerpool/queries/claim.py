@@ -12,6 +12,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     literal,
     literal_column,
@@ -27,6 +28,7 @@ from ..states import DUE_STATES, JobState
 from .clock import seconds
 from .enqueue import NOTIFY_CHANNEL
 from .leases import FENCE_MANY, Lease, fence, lease_params
+from .recovery import recover
 
 # LISTEN: subscribe a listener connection to the wake-up notifications. Index: none, no table.
 #: A hint only: workers also poll.
@@ -46,6 +48,7 @@ CLAIM_COLUMNS = (
     jobs.c.checkpoint,
     jobs.c.run_at,
     jobs.c.claimed_at,
+    jobs.c.crashes,  # above 0: a suspect, to run alone
 )
 
 
@@ -61,9 +64,10 @@ def _state_in(*states: JobState):
     return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
 
 
-# claim: take up to ``limit`` stale leases and due rows, attempt counted, lease stamped.
-# Index: ix_workerpool_jobs_leased (stale arm), ix_workerpool_jobs_due (due arm), then
-# pk_workerpool_jobs (the update).
+# claim: recover up to ``limit`` stale leases, and take due rows (one suspect alone, or ordinary
+# jobs), attempt counted, lease stamped. Index: ix_workerpool_jobs_leased (stale arm),
+# ix_workerpool_jobs_suspects (suspect arm), ix_workerpool_jobs_due (due arm), then
+# pk_workerpool_jobs (the update) and ix_workerpool_jobs_claimed_by (a stale lease's owner).
 def claim_statement(
     *,
     queue: str,
@@ -71,8 +75,16 @@ def claim_statement(
     limit: int,
     task_versions: Mapping[str, int],
     stale_after: float,
+    alone: bool = False,
 ):
-    """DESIGN §3: one UPDATE fed by two CTE-fenced ``SKIP LOCKED`` arms, each on its own index."""
+    """DESIGN §3: one UPDATE fed by CTE-fenced ``SKIP LOCKED`` arms, each on its own index.
+
+    The stale arm does not run what it takes: a stale lease means its worker was lost, so the
+    row is attributed like any lost worker's (``recovery.recover``, a data-modifying CTE that
+    always runs) and goes back to ``pending`` as a suspect, for a worker that holds nothing else.
+    A worker that holds nothing (``alone``) takes one suspect if one is due, and then nothing
+    else; a worker holding jobs never takes a suspect.
+    """
     known = and_(
         jobs.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
         jobs.c.payload_version
@@ -80,7 +92,7 @@ def claim_statement(
         jobs.c.attempts < jobs.c.max_attempts,
     )
     stale = (
-        select(jobs.c.id)
+        select(jobs.c.id, jobs.c.claimed_by.label("owner"))
         .where(
             jobs.c.queue == queue,
             _state_in(JobState.PROCESSING),
@@ -92,20 +104,15 @@ def claim_statement(
         .with_for_update(skip_locked=True)
         .cte("stale")
     )
-    due = (
-        select(jobs.c.id)
-        .where(
-            jobs.c.queue == queue,
-            _state_in(*DUE_STATES),
-            jobs.c.run_at <= func.now(),
-            known,
-        )
-        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .cte("due")
-    )
-    picked = union_all(select(stale.c.id), select(due.c.id)).limit(limit).cte("picked")
+    recovered = recover(stale, "lease went stale").cte("recovered")
+    due = _due_arm(queue, known, limit, suspects=False)
+    if alone:
+        suspect = _due_arm(queue, known, 1, suspects=True)
+        arms = union_all(select(suspect.c.id),
+                         select(due.c.id).where(~exists(select(suspect.c.id))))
+    else:
+        arms = select(due.c.id)
+    picked = arms.limit(limit).cte("picked")
     return (
         update(jobs)
         .where(jobs.c.id == picked.c.id)
@@ -116,6 +123,22 @@ def claim_statement(
             claimed_at=func.now(),
         )
         .returning(*CLAIM_COLUMNS)
+        .add_cte(recovered)
+    )
+
+
+def _due_arm(queue: str, known: Any, limit: int, *, suspects: bool) -> Any:
+    """Due rows in claim order: ordinary ones, or suspects (literals keep the partial index)."""
+    crashes = jobs.c.crashes > literal_column("0") if suspects else (
+        jobs.c.crashes == literal_column("0"))
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.queue == queue, _state_in(*DUE_STATES), jobs.c.run_at <= func.now(),
+               crashes, known)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("suspect" if suspects else "due")
     )
 
 
@@ -127,26 +150,29 @@ def claim(
     limit: int,
     task_versions: Mapping[str, int],
     stale_after: float,
+    alone: bool = False,
 ) -> list[Any]:
-    """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted."""
+    """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted.
+
+    ``alone``: the worker holds no job, so it may take a suspect (then nothing else).
+    """
     if limit <= 0 or not task_versions:
         return []
     versions = tuple(sorted(task_versions.items()))
-    statement = _claim_statement_for(queue, worker, limit, versions, stale_after)
+    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone)
     return list(conn.execute(statement).all())
 
 
 @functools.lru_cache(maxsize=256)
-def _claim_statement_for(
-    queue: str, worker: str, limit: int, versions: tuple[tuple[str, int], ...], stale_after: float
-):
+def _claim_statement_for(queue: str, worker: str, limit: int,
+                         versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool):
     """A worker claims with the same arguments on every pass: build the expression once.
 
     Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
     statements are immutable, so one object serves every thread of the process.
     """
     return claim_statement(queue=queue, worker=worker, limit=limit,
-                           task_versions=dict(versions), stale_after=stale_after)
+                           task_versions=dict(versions), stale_after=stale_after, alone=alone)
 
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:

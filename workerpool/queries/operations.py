@@ -166,6 +166,15 @@ def oldest_due_ages(conn: Connection) -> dict[str, float]:
     return {queue: float(seconds_) for queue, seconds_ in conn.execute(stmt)}
 
 
+# suspect_counts: per queue, due-or-waiting rows held by a process that died (they run alone).
+# Index: ix_workerpool_jobs_suspects.
+def suspect_counts(conn: Connection) -> dict[str, int]:
+    """Per queue: how many pending or failed jobs are suspects (``crashes > 0``)."""
+    stmt = text(f"SELECT queue, count(*) FROM workerpool_jobs WHERE state IN ({_DUE_LITERALS})"
+                " AND crashes > 0 GROUP BY queue")
+    return {queue: int(count) for queue, count in conn.execute(stmt)}
+
+
 #: ``'pending', 'failed'`` as SQL literals: the text below must match the due index's predicate.
 _DUE_LITERALS = ", ".join(f"'{state}'" for state in DUE_STATES)
 

@@ -82,6 +82,7 @@ def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float)
             run_at=case((exhausted, jobs.c.run_at), else_=after(delay)),
             finished_at=case((exhausted, func.now()), else_=None),
             errors=errors_append(error),
+            crashes=0,  # an ordinary outcome: no longer a suspect
         )
         .returning(jobs.c.state)
     )
@@ -112,7 +113,8 @@ def snooze(conn: Connection, lease: Lease, delay: float) -> bool:
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(state=JobState.PENDING, attempts=jobs.c.attempts - 1, run_at=after(delay))
+        .values(state=JobState.PENDING, attempts=jobs.c.attempts - 1, run_at=after(delay),
+                crashes=0)  # an ordinary outcome: no longer a suspect
     )
     return conn.execute(stmt).rowcount == 1
 

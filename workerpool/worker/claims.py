@@ -30,11 +30,12 @@ class Claims:
     def __init__(self, spec: QueueSpec, queue: str, worker_id: str, *, tasks: dict[str, TaskSpec],
                  task_versions: dict[str, int], stale_after: float, session: Session,
                  flights: Flights, outcomes: Outcomes, executor: Executor, counters: Counters,
-                 closed: Callable[[], bool]) -> None:
+                 closed: Callable[[], bool], on_claim: Callable[[], None]) -> None:
         self.spec, self.queue, self.worker_id = spec, queue, worker_id
         self.tasks, self.task_versions, self.stale_after = tasks, task_versions, stale_after
         self.session, self.flights, self.outcomes = session, flights, outcomes
         self.executor, self.counters, self.closed = executor, counters, closed
+        self.on_claim = on_claim
         self.capacity = spec.concurrency + spec.prefetch  # jobs held at most
         self.refill = max(1, spec.prefetch // 2)  # claim no fewer while slots are busy
 
@@ -44,8 +45,12 @@ class Claims:
         return len(self.flights) - self.outcomes.freed()
 
     def free_slots(self) -> int:
-        """Jobs this worker may still claim: its free slots plus free buffer places."""
-        if self.closed():
+        """Jobs this worker may still claim: its free slots plus free buffer places.
+
+        None while it holds a suspect: a suspect runs alone, so that a death while it runs is
+        its own.
+        """
+        if self.closed() or self.flights.holds_suspect():
             return 0
         return self.capacity - self.busy()
 
@@ -77,6 +82,8 @@ class Claims:
         self.outcomes.written(batch, states)
         if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
             rows.sort(key=_claim_order)
+        if rows:
+            self.on_claim()  # before any handler starts: one may take the process down
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
@@ -84,7 +91,7 @@ class Claims:
     def _claim(self, conn: Connection) -> list[Any]:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,
                              limit=self.free_slots(), task_versions=self.task_versions,
-                             stale_after=self.stale_after)
+                             stale_after=self.stale_after, alone=self.busy() == 0)
 
     def _start(self, row: Any) -> None:
         """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""
@@ -93,7 +100,7 @@ class Claims:
         if spec is None:  # the claim filters on known tasks; never run what we cannot
             self._refuse(row, lease)
             return
-        flight = InFlight(lease, spec, time.monotonic(), None)
+        flight = InFlight(lease, spec, time.monotonic(), None, suspect=row.crashes > 0)
         self.flights.add(flight)
         self.executor.submit(flight, row)
 

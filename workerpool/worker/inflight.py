@@ -124,6 +124,7 @@ class InFlight:
     state: FlightState = FlightState.BUFFERED
     thread: int | None = None  # ident of the handler thread
     future: concurrent.futures.Future | None = None  # set for async handlers
+    suspect: bool = False  # held by a process that died: it runs alone (nothing else claimed)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def transition(self, step: Step) -> FlightState:
@@ -190,6 +191,9 @@ class Flights:
     def __iter__(self) -> Iterator[InFlight]:
         """A snapshot: the caller may retire jobs while it iterates."""
         return iter(list(self._by_id.values()))
+
+    def holds_suspect(self) -> bool:
+        return any(flight.suspect for flight in self._by_id.values())
 
     def held(self) -> list[InFlight]:
         return [flight for flight in self if flight.holds_lease]

@@ -63,6 +63,7 @@ class Worker:
         parent_alive: Callable[[], bool] | None = None,
         orphans: tuple[str, ...] = (),
         renew_leases: bool = True,
+        on_claim: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.spec: QueueSpec = spec if spec is not None else pool.queue_spec(queue)
@@ -96,7 +97,8 @@ class Worker:
                              task_versions=self.task_versions, stale_after=self.stale_after,
                              session=self.session, flights=self.flights, outcomes=self.outcomes,
                              executor=self.executor, counters=self.counters,
-                             closed=lambda: self._stopping.is_set() or self.timeouts.recycle)
+                             closed=lambda: self._stopping.is_set() or self.timeouts.recycle,
+                             on_claim=on_claim or (lambda: None))
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
 

@@ -1,0 +1,175 @@
+"""Attribution of a lost worker's jobs and the isolation of suspects, against real PostgreSQL.
+
+A process that dies holding one job is that job's fault (charged); one that dies holding
+several cannot say which (each gets its attempt back and becomes a suspect); a suspect runs
+alone. The same rules hold for the three ways a lost worker is found: the crash release, the
+stale arm of the claim, and the sweep of stale exhausted leases.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.helpers.waiting import wait_until
+from workerpool import WorkerPool, queries
+from workerpool.worker import Worker
+
+
+@pytest.fixture
+def app(pool: WorkerPool) -> WorkerPool:
+    pool.queue("q", stale_after=300, concurrency=4, poll_interval=0.05)
+
+    @pool.task(queue="q", max_attempts=3)
+    def work(job):
+        return None
+
+    return pool
+
+
+def claim(app: WorkerPool, worker: str, limit: int = 10, *, alone: bool = False):
+    with app.engine.begin() as conn:
+        return queries.claim(conn, queue="q", worker=worker, limit=limit,
+                             task_versions=app.task_versions("q"), stale_after=300, alone=alone)
+
+
+def reclaim(app: WorkerPool, worker: str):
+    with app.engine.begin() as conn:
+        return queries.reclaim_from_dead_worker(conn, worker)
+
+
+def rows(sql) -> dict[int, tuple]:
+    return {r[0]: r[1:] for r in sql(
+        "SELECT id, state, attempts, crashes, dead_reason, run_at > now() FROM workerpool_jobs")}
+
+
+def lost_entry(sql, job_id: int) -> dict:
+    return sql("SELECT errors->-1 FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+
+
+def test_a_death_holding_several_jobs_refunds_each_and_makes_them_suspects(app, sql):
+    ids = app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    claim(app, "crashed")
+    changed = reclaim(app, "crashed")
+    assert sorted(r.id for r in changed) == ids
+    assert all(rows(sql)[i] == ("pending", 0, 1, None, False) for i in ids), rows(sql)
+    entry = lost_entry(sql, ids[0])
+    assert (entry["type"], entry["worker"], entry["alone"], entry["attempt"]) == (
+        "WorkerLost", "crashed", False, 1)
+    assert sorted(entry["with"]) == ids[1:]
+    assert "the attempt does not count" in entry["message"]
+
+
+def test_a_death_holding_one_job_charges_it_and_holds_it_back(app, sql):
+    job = app.enqueue("work", {})
+    claim(app, "crashed")
+    reclaim(app, "crashed")
+    assert rows(sql)[job] == ("pending", 1, 1, None, True)  # attempt spent, waits a little
+    entry = lost_entry(sql, job)
+    assert (entry["alone"], entry["with"]) == (True, [])
+    assert "alone: the attempt counts" in entry["message"]
+
+
+def test_a_job_that_dies_alone_on_its_last_attempt_is_dead_abandoned_and_says_why(app, sql):
+    job = app.enqueue("work", {})
+    sql("UPDATE workerpool_jobs SET attempts = 2, crashes = 2, errors ="
+        " '[{\"type\": \"WorkerLost\", \"alone\": true}]' WHERE id = %s", job)
+    [row] = claim(app, "crashed", alone=True)
+    assert row.attempts == 3
+    [changed] = reclaim(app, "crashed")
+    assert (changed.state, changed.attempts, changed.crashes) == ("dead", 3, 3)
+    assert rows(sql)[job][:4] == ("dead", 3, 3, "abandoned")
+    assert "killed its process 2 times while running alone" in changed.last_error["message"]
+
+
+def test_a_worker_holding_jobs_never_takes_a_suspect(app, sql):
+    suspect = app.enqueue("work", {}, priority=9)
+    ordinary = app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", suspect)
+    assert sorted(r.id for r in claim(app, "busy", alone=False)) == ordinary
+    assert rows(sql)[suspect][0] == "pending"
+
+
+def test_a_worker_holding_nothing_takes_one_suspect_and_nothing_else(app, sql):
+    suspect = app.enqueue("work", {})
+    app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", suspect)
+    assert [(r.id, r.crashes) for r in claim(app, "idle", alone=True)] == [(suspect, 1)]
+    assert len(claim(app, "idle-too", alone=True)) == 3  # no suspect left: a full batch
+
+
+def test_an_ordinary_outcome_clears_the_suspicion(app, sql):
+    failing, snoozed = app.enqueue("work", {}), app.enqueue("work", {})
+    sql("UPDATE workerpool_jobs SET crashes = 1")
+    claimed = {r.id: r for r in claim(app, "w", alone=True)}
+    claimed |= {r.id: r for r in claim(app, "w", alone=True)}
+    with app.engine.begin() as conn:
+        queries.fail(conn, queries.Lease(failing, claimed[failing].attempts, "w"),
+                     {"type": "X"}, 0)
+        queries.snooze(conn, queries.Lease(snoozed, claimed[snoozed].attempts, "w"), 0)
+    assert sql("SELECT crashes FROM workerpool_jobs ORDER BY id") == [(0,), (0,)]
+
+
+def test_the_stale_arm_attributes_a_vanished_hosts_jobs_like_a_crash(app, sql):
+    gang = app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    claim(app, "vanished-with-three")
+    lone = app.enqueue("work", {})
+    claim(app, "vanished-with-one")
+    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds'")
+    assert claim(app, "rescuer", alone=True) == []  # recovered, not run inside a batch
+    now = rows(sql)
+    assert all(now[i] == ("pending", 0, 1, None, False) for i in gang), now
+    assert now[lone] == ("pending", 1, 1, None, True)
+    assert lost_entry(sql, lone)["worker"] == "vanished-with-one"
+    assert "lease went stale" in lost_entry(sql, lone)["message"]
+
+
+def test_the_sweep_refunds_an_exhausted_bystander_and_buries_a_lone_culprit(app, sql):
+    bystander, neighbour = app.enqueue("work", {}), app.enqueue("work", {})
+    claim(app, "gang")
+    culprit = app.enqueue("work", {})
+    claim(app, "alone")
+    sql("UPDATE workerpool_jobs SET attempts = 3, claimed_at = now() - interval '10 minutes'")
+    with app.engine.begin() as conn:
+        swept = queries.sweep_abandoned(conn, "q", 300)
+    assert {r.id: r.state for r in swept} == {bystander: "pending", neighbour: "pending",
+                                             culprit: "dead"}
+    assert rows(sql)[bystander][:3] == ("pending", 2, 1)
+    assert rows(sql)[culprit][:4] == ("dead", 3, 1, "abandoned")
+
+
+def test_a_worker_that_claims_a_suspect_claims_nothing_else_until_it_finishes(app, sql):
+    release = threading.Event()
+
+    @app.task(queue="q", name="slow_suspect")
+    def slow_suspect(job):
+        release.wait(30)
+
+    suspect = app.enqueue("slow_suspect", {})
+    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", suspect)
+    app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    ticks: list[int] = []
+    worker = Worker(app, "q", on_tick=lambda: ticks.append(1))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", suspect)
+                   == [("processing",)], 15, message="the suspect claimed")
+        seen: list[int] = []
+        passes = len(ticks) + 10  # ten more passes of the loop while the suspect runs
+
+        def sampled() -> bool:
+            seen.append(sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")
+                        [0][0])
+            return len(ticks) >= passes
+
+        wait_until(sampled, 15, message="ten passes of the worker's loop")
+        assert set(seen) == {1}
+        release.set()
+        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
+                   == [(21,)], 30, message="every job done")
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(30)
