@@ -13,7 +13,8 @@ import threading
 import pytest
 
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, queries
+from workerpool import WorkerPool, queries, status
+from workerpool.dead import list_dead
 from workerpool.worker import Worker
 
 
@@ -81,6 +82,15 @@ def test_a_job_that_dies_alone_on_its_last_attempt_is_dead_abandoned_and_says_wh
     assert (changed.state, changed.attempts, changed.crashes) == ("dead", 3, 3)
     assert rows(sql)[job][:4] == ("dead", 3, 3, "abandoned")
     assert "killed its process 2 times while running alone" in changed.last_error["message"]
+    [listed] = list_dead(app).jobs  # what `workerpool dead list` shows
+    assert (listed.id, listed.reason) == (job, "abandoned")
+    assert "killed its process 2 times while running alone" in listed.last_error["message"]
+
+
+def test_status_counts_the_suspects_of_each_queue(app, sql):
+    app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id IN (SELECT min(id) FROM workerpool_jobs)")
+    assert status.collect(app.engine)["queues"]["q"]["suspects"] == 1
 
 
 def test_a_worker_holding_jobs_never_takes_a_suspect(app, sql):
