@@ -34,7 +34,7 @@ from ..queries import health as sql
 log = logging.getLogger("workerpool.maintenance")
 
 #: Seconds between two reads of the table's health (a read is a few catalog lookups).
-HEALTH_INTERVAL = 30.0
+HEALTH_INTERVAL = 10.0
 #: ANALYZE when this many rows changed since the last analyze, and at least this share of the
 #: table: five times what the table's own autovacuum settings wait for (migration 0004), so
 #: where autovacuum keeps up this never fires.
@@ -45,7 +45,7 @@ VACUUM_MIN_DEAD = 10_000
 VACUUM_DEAD_SHARE = 0.10
 #: ... and no vacuum ran in the last this many seconds: dead rows a held-back horizon keeps
 #: cannot be removed, and vacuuming again at once would only read the table again.
-VACUUM_MIN_GAP = 60.0
+VACUUM_MIN_GAP = 30.0
 #: Bound on one ANALYZE or VACUUM (seconds): the server's statement_timeout and our own cancel.
 COMMAND_TIMEOUT = 600.0
 LOCK_TIMEOUT = 5.0
