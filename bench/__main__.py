@@ -157,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="bench [%(relativeCreated)6.0f ms] %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its start-up is not news
     args = build_parser().parse_args(argv)
     try:
         if args.soak is not None:

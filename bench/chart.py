@@ -14,7 +14,8 @@ from typing import Any
 log = logging.getLogger("workerpool.bench")
 
 
-def draw(path: Path, samples: Sequence[Any], *, title: str) -> Path | None:
+def draw(path: Path, samples: Sequence[Any], *, title: str,
+         offered: float | None = None) -> Path | None:
     """Three panels sharing the time axis; returns the PNG's path, or None without matplotlib."""
     try:
         import matplotlib
@@ -27,7 +28,10 @@ def draw(path: Path, samples: Sequence[Any], *, title: str) -> Path | None:
     t = [s.t for s in samples]
     figure, (rate, claim, table) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     rate.plot(t, [s.done_per_s for s in samples], label="done/s")
+    if offered is not None:
+        rate.axhline(offered, color="tab:blue", linestyle="--", linewidth=0.8, label="offered")
     rate.set_ylabel("jobs done per second")
+    rate.legend(loc="upper left")
     backlog = rate.twinx()
     backlog.plot(t, [s.backlog for s in samples], color="tab:red", label="backlog")
     backlog.set_ylabel("backlog (jobs)", color="tab:red")
@@ -43,6 +47,8 @@ def draw(path: Path, samples: Sequence[Any], *, title: str) -> Path | None:
     dead.plot(t, [s.dead for s in samples], color="tab:gray", linestyle=":", label="dead rows")
     dead.set_ylabel("dead rows", color="tab:gray")
     table.set_xlabel("seconds")
+    for axis in (rate, backlog, claim, table, dead):
+        axis.set_ylim(bottom=0)
     figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

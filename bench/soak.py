@@ -280,7 +280,7 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     from .chart import draw
 
     png = draw(plan.out / f"{plan.label}.png", samples, title=f"{plan.label}: {plan.rate:.0f}"
-               f" jobs/s offered, autovacuum={autovacuum}")
+               f" jobs/s offered, autovacuum={autovacuum}", offered=plan.rate)
     if png is not None:
         print(f"# wrote {png}")
     for line in verdict(plan, samples):
