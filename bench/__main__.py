@@ -2,6 +2,8 @@
 
     python -m bench --url postgresql://postgres@127.0.0.1:5432/postgres --n 50000 --repeats 3
     python -m bench --quick                      # a smoke run with tiny sizes (CI)
+    python -m bench --soak 10 --rate 2000        # sustained load, a line per interval (soak.py)
+    python -m bench --soak 10 --rate 2000 --embedded   # the same on a scratch embedded server
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:
@@ -18,14 +20,16 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from workerpool import db
 
 from . import scale
 from .app import DEFAULT_CONCURRENCY
-from .database import BenchDatabase
+from .database import BenchDatabase, scratch_embedded_server
 from .report import Report
 from .run import SECTIONS, Bench, Plan, declare
+from .soak import SoakPlan, run_soak
 
 log = logging.getLogger("workerpool.bench")
 
@@ -60,7 +64,37 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}: "
                              "claims of up to 100 rows, like the ceiling loop; the library's "
                              "default is 10)")
+    soak = parser.add_argument_group("soak (python -m bench --soak MIN --rate R)")
+    soak.add_argument("--soak", type=float, metavar="MIN", help="run the soak for MIN minutes")
+    soak.add_argument("--rate", type=float, help="jobs offered per second")
+    soak.add_argument("--batch", type=int, default=100, help="jobs per enqueue_many (100)")
+    soak.add_argument("--interval", type=float, default=30.0, help="seconds per sample (30)")
+    soak.add_argument("--retention", type=float, default=120.0,
+                      help="seconds finished rows are kept (120)")
+    soak.add_argument("--out", type=Path, default=Path("."), help="where the CSV and PNG go")
+    soak.add_argument("--label", help="name of this run (file names; default soak-<server>)")
+    soak.add_argument("--embedded", action="store_true",
+                      help="a scratch embedded PostgreSQL (pgserver) with autovacuum on")
     return parser
+
+
+def soak_plan(args: argparse.Namespace) -> SoakPlan:
+    if args.rate is None or args.rate <= 0:
+        raise UsageError("--soak needs --rate R > 0 (jobs per second)")
+    if args.soak <= 0 or args.interval <= 0 or args.batch < 1 or args.retention <= 0:
+        raise UsageError("--soak, --interval, --retention must be > 0 and --batch >= 1")
+    label = args.label or ("soak-embedded" if args.embedded else "soak-server")
+    return SoakPlan(minutes=args.soak, rate=args.rate, batch=args.batch,
+                    concurrency=args.concurrency or 20, interval=args.interval,
+                    retention=args.retention, out=args.out, label=label)
+
+
+def run_soak_command(args: argparse.Namespace) -> int:
+    plan = soak_plan(args)
+    if not args.embedded:
+        return run_soak(plan, db.resolve_url(args.url))
+    with scratch_embedded_server() as server:
+        return run_soak(plan, server)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -123,8 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="bench [%(relativeCreated)6.0f ms] %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its start-up is not news
     args = build_parser().parse_args(argv)
     try:
+        if args.soak is not None:
+            return run_soak_command(args)
         plan = make_plan(args)
         title, report = run(plan, args.url)
     except UsageError as exc:

@@ -8,7 +8,9 @@ perturbs the worker far less than writing the time into a table would. The times
 machine, so the enqueuing process and the worker child can be compared directly.
 
 Notifications are on unless ``$BENCH_NOTIFY`` is ``0``; the queue's concurrency is
-``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``).
+``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``); ``$BENCH_RETENTION`` (seconds)
+replaces the maintenance child's retention of finished rows (the soak keeps a short window, so
+that the table's size settles within the run).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ QUEUE = "bench"
 STAMP_FILE_ENV = "BENCH_STAMP_FILE"
 NOTIFY_ENV = "BENCH_NOTIFY"
 CONCURRENCY_ENV = "BENCH_CONCURRENCY"
+RETENTION_ENV = "BENCH_RETENTION"
+PREFETCH_ENV = "BENCH_PREFETCH"
 #: The bench queue prefetches (the library default is 0): ``$BENCH_PREFETCH`` overrides.
-BENCH_PREFETCH = int(os.environ.get("BENCH_PREFETCH", "50"))
+BENCH_PREFETCH = int(os.environ.get(PREFETCH_ENV, "50"))
 #: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
 #: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
 #: measures the library's default, where a pass can claim at most 10).
@@ -59,6 +63,8 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
     pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH)
     pool.task(noop, queue=QUEUE)
     pool.task(stamp, queue=QUEUE)
+    if os.environ.get(RETENTION_ENV):
+        pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool
 
 

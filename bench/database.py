@@ -7,12 +7,17 @@ not job-state changes: the library's own SQL stays in ``workerpool.queries``.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from workerpool import db
 from workerpool.migrate import upgrade
@@ -119,6 +124,23 @@ class BenchDatabase:
         facts = dict(rows)
         facts["server_version"] = self.sql("SHOW server_version")[0][0]
         return facts
+
+
+@contextmanager
+def scratch_embedded_server() -> Iterator[URL]:
+    """A private embedded PostgreSQL (pgserver) in a temporary directory, removed afterwards.
+
+    Its autovacuum is PostgreSQL's default (on), unlike a server an operator turned it off on.
+    """
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="wp-bench-pg-") as data:
+        os.chmod(data, 0o755)  # run as root, pgserver's own user must reach its data directory
+        server = pgserver.get_server(Path(data) / "pgdata", cleanup_mode="stop")
+        try:
+            yield db.normalise(make_url(server.get_uri()))
+        finally:
+            server.cleanup()
 
 
 def server_url(raw: str | None) -> URL:

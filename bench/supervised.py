@@ -93,9 +93,18 @@ def title(pid: int) -> str:
 
 def peak_rss_mb(pid: int) -> float | None:
     """``VmHWM`` of a live process, in MiB (None if it is gone)."""
+    return _status_mb(pid, "VmHWM:")
+
+
+def rss_mb(pid: int) -> float | None:
+    """``VmRSS`` (resident now) of a live process, in MiB (None if it is gone)."""
+    return _status_mb(pid, "VmRSS:")
+
+
+def _status_mb(pid: int, field: str) -> float | None:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / KIB_PER_MB
     return None
 
@@ -104,10 +113,12 @@ class Launcher:
     """Starts supervisors on the bench database and waits until their children are working."""
 
     def __init__(self, bench_db: BenchDatabase, workdir: Path,
-                 concurrency: int = app.DEFAULT_CONCURRENCY) -> None:
+                 concurrency: int = app.DEFAULT_CONCURRENCY,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.db = bench_db
         self.workdir = workdir
         self.concurrency = concurrency
+        self.extra_env = dict(extra_env or {})  # e.g. the soak's retention and prefetch
         self._count = 0
 
     def env(self, *, notify: bool, stamp_file: Path | None) -> dict[str, str]:
@@ -118,6 +129,7 @@ class Launcher:
         env[app.CONCURRENCY_ENV] = str(self.concurrency)
         if stamp_file is not None:
             env[app.STAMP_FILE_ENV] = str(stamp_file)
+        env.update(self.extra_env)
         return env
 
     def start(self, *, notify: bool = True, stamp_file: Path | None = None) -> Supervisor:

@@ -8,7 +8,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
 from .schema import metadata
@@ -24,7 +24,11 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:
 
 
 def drift(connection: Connection) -> list:
-    """Differences between the migrated database and ``schema.metadata`` (empty = no drift)."""
+    """Differences between the migrated database and ``schema.metadata`` (empty = no drift).
+
+    Alembic's, plus the tables' storage parameters (``postgresql_with``), which it does not
+    compare: ``("modify_storage", table, {name: (model, database)})``.
+    """
     context = MigrationContext.configure(
         connection,
         opts={
@@ -33,7 +37,25 @@ def drift(connection: Connection) -> list:
             "include_object": include_object,
         },
     )
-    return compare_metadata(context, metadata)
+    return compare_metadata(context, metadata) + storage_drift(connection)
+
+
+def storage_drift(connection: Connection) -> list:
+    """Storage parameters that differ between the model and the database, per table."""
+    rows = connection.execute(
+        text("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"
+             " AND relkind = 'r' AND pg_table_is_visible(oid)"),
+        {"names": list(metadata.tables)}).all()
+    found = {name: dict(option.split("=", 1) for option in options or []) for name, options in rows}
+    out = []
+    for name, table in metadata.tables.items():
+        wanted = {k: str(v) for k, v in (table.dialect_options["postgresql"]["with"] or {}).items()}
+        actual = found.get(name, {})
+        differs = {key: (wanted.get(key), actual.get(key)) for key in wanted.keys() | actual.keys()
+                   if wanted.get(key) != actual.get(key)}
+        if name in found and differs:
+            out.append(("modify_storage", name, differs))
+    return out
 
 
 def script_location() -> str:

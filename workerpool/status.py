@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from . import queries
+from .maintenance import health
 from .schema import DEAD_REASONS, STATES
 from .states import JobState
 
@@ -37,6 +38,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         crons = [cron_json(row) for row in queries.list_crons(conn)]
         runnable = dict(known) if known is not None else live_task_versions(workers)
         blocked = queries.unrunnable(conn, runnable)
+        table = health.read(conn).as_json()
     queues = sorted(
         {row.queue for row in counts} | set(oldest) | set(runnable)
         | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
@@ -49,6 +51,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
                    | {"suspects": suspects.get(q, 0)} for q in queues},
         "crons": crons,
         "workers": workers,
+        "table_health": table,
     }
 
 
@@ -140,6 +143,8 @@ def render(status: Mapping[str, Any]) -> str:
     blocked = render_unrunnable(status["queues"], status["source"])
     parts += [p for p in (dead, blocked) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
+    if "table_health" in status:
+        parts.append(render_table_health(status["table_health"]))
     return "\n\n".join(parts) + "\n"
 
 
@@ -196,6 +201,39 @@ def render_workers(workers: list[Mapping[str, Any]]) -> str:
             for w in workers]
     headers = ["TYPE", "HOST", "PID", "STARTED", "LAST SEEN", "STATE", "ID"]
     return "WORKERS\n" + table(headers, rows)
+
+
+def render_table_health(table: Mapping[str, Any]) -> str:
+    """Dead rows, changes since the last analyze, sizes, and who holds the xmin horizon."""
+    def ago(seconds: float | None) -> str:
+        return "never" if seconds is None else age(seconds) + " ago"
+
+    lines = [
+        f"rows: {table['live']} live, {table['dead']} dead,"
+        f" {table['modified']} changed since the last analyze",
+        f"size: {megabytes(table['table_bytes'])} table, {megabytes(table['index_bytes'])}"
+        " indexes",
+        f"last vacuum: {ago(table['vacuum_age_s'])} (autovacuum {ago(table['autovacuum_age_s'])})",
+        f"last analyze: {ago(table['analyze_age_s'])}"
+        f" (autoanalyze {ago(table['autoanalyze_age_s'])})",
+        "xmin horizon: " + holder_label(table["holder"]),
+    ]
+    return "TABLE HEALTH (workerpool_jobs)\n" + "\n".join("  " + line for line in lines)
+
+
+def holder_label(holder: Mapping[str, Any] | None) -> str:
+    if holder is None:
+        return "not held back"
+    what = f"{holder['kind']} {holder['name']}"
+    details = ", ".join(str(v) for v in (holder["application"], holder["role"], holder["state"])
+                        if v)
+    held = f" for {age(holder['age_s'])}" if holder["age_s"] is not None else ""
+    return (f"held by {what}" + (f" ({details})" if details else "") + held
+            + f", {holder['xid_age']} transactions old")
+
+
+def megabytes(count: int) -> str:
+    return f"{count / (1024 * 1024):.1f} MB"
 
 
 def short(moment: str | None) -> str | None:

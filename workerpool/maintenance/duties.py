@@ -1,4 +1,5 @@
-"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry.
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry,
+and the jobs table's health (:mod:`.health`, at its own cadence).
 
 :meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
 Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
@@ -20,6 +21,7 @@ from ..dead import DeadNotice, report_dead
 from ..pool import WorkerPool, validate_crons
 from ..states import DeadReason, JobState
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
+from .health import TableKeeper
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -38,6 +40,7 @@ class Maintenance:
         self.settings = pool.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
+        self.table = TableKeeper(pool)
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -58,6 +61,7 @@ class Maintenance:
         self.sweep_abandoned()
         self.prune_finished()
         self.prune_workers()
+        self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
 
     def keep_registered(self) -> None:
         """Announce this process in ``workerpool_workers`` and keep its ``last_seen`` fresh."""
@@ -110,6 +114,7 @@ class Maintenance:
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""
+        self.table.close()
         if self._registered:
             with self._transaction() as conn:
                 queries.unregister_worker(conn, self.worker_id)

@@ -15,7 +15,8 @@ One module per phase of a job's life, each ordered the same way:
 - ``operations``: the dead-letter queue, status, read-outs;
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
-clock, a transaction's time limits). Every name is importable from ``workerpool.queries``.
+clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is
+planned under). Every name is importable from ``workerpool.queries``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from .outcomes import (
     return_unstarted,
     snooze,
 )
+from .planner import PLANNER_SETTINGS
 from .recovery import reclaim_from_dead_worker, sweep_abandoned
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "LISTEN",
     "LIVE_STATES",
     "NOTIFY_CHANNEL",
+    "PLANNER_SETTINGS",
     "RELEASE_HOLD",
     "Lease",
     "NewJob",

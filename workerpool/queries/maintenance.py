@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql import insert
 from ..schema import cron, jobs, workers
 from ..states import PRUNED_STATES
 from .clock import seconds
+from .planner import state_in
 
 # ---------------------------------------------------------------------------------------------
 # live worker processes
@@ -138,7 +139,7 @@ def prune_finished_statement(older_than: float, limit: int):
     doomed = (
         select(jobs.c.id)
         .where(
-            jobs.c.state.in_(PRUNED_STATES),
+            state_in(*PRUNED_STATES),
             jobs.c.finished_at < func.now() - bindparam("older", seconds(older_than)),
         )
         .order_by(jobs.c.finished_at)

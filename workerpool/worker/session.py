@@ -36,10 +36,15 @@ RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
 
 
 def session_limits() -> dict[str, str]:
-    """The transaction limits as settings the worker's connections start with, for statements
-    that run outside a transaction of ours (the one-statement claim; not behind PgBouncer)."""
-    return queries.time_limits(statement_timeout=STATEMENT_TIMEOUT, lock_timeout=LOCK_TIMEOUT,
-                               idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+    """The settings the worker's connections start with (not behind PgBouncer).
+
+    The transaction limits, for statements that run outside a transaction of ours (the
+    one-statement claim), and the planner settings, in force before the first statement on the
+    connection is planned and prepared (``queries.planner``).
+    """
+    limits = queries.time_limits(statement_timeout=STATEMENT_TIMEOUT, lock_timeout=LOCK_TIMEOUT,
+                                 idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+    return {**limits, **queries.PLANNER_SETTINGS}
 
 
 def bound(conn: Connection) -> None:

@@ -1,0 +1,288 @@
+"""``python -m bench --soak MIN --rate R``: sustained load on one supervisor, sampled as it runs.
+
+The scenario: one ``workerpool run bench.app:pool`` (one queue, ``concurrency`` 20, no-op
+handlers, the library's default of no prefetch), on a fresh migrated table analyzed while empty.
+A producer thread calls ``enqueue_many`` with ``batch`` jobs every ``batch / rate`` seconds.
+Every ``interval`` seconds one line: jobs done per second, backlog, the claim's p50/p99, pickup
+p99, the worker child's RSS, table and index size, dead rows, and how old the transaction that
+holds back the xmin horizon is. The same rows go to a CSV, and a PNG chart when matplotlib is
+installed.
+
+Claim latency comes from a probe: every ``PROBE_EVERY`` seconds a claim of ``PROBE_LIMIT`` rows
+on an engine with the worker's own settings (startup options, prepared statements: the plan a
+worker caches), timed around the statement and then completed like any job. Pickup is
+``claimed_at - run_at`` of the jobs finished in the interval (database clock).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import URL
+
+from workerpool import WorkerPool, db, queries
+from workerpool.maintenance import health
+from workerpool.worker import session_limits
+
+from . import app, supervised
+from .database import BenchDatabase
+from .report import percentile
+
+log = logging.getLogger("workerpool.bench")
+
+PROBE_EVERY = 0.5  # seconds between probe claims
+PROBE_LIMIT = 20  # rows per probe claim: what a worker with 20 free slots asks for
+FIRST_MINUTE = 60.0
+#: done/s "tracks the offered rate" when the last minute's mean is within this share of it
+TRACKING = 0.9
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    minutes: float
+    rate: float  # jobs offered per second
+    batch: int = 100  # jobs per enqueue_many call
+    concurrency: int = 20
+    interval: float = 30.0  # seconds between samples
+    retention: float = 120.0  # seconds finished rows are kept (the maintenance child prunes)
+    out: Path = Path(".")
+    label: str = "soak"
+
+
+@dataclass
+class Sample:
+    t: float
+    enqueued: int
+    done: int
+    done_per_s: float
+    backlog: int
+    claim_p50_ms: float | None
+    claim_p99_ms: float | None
+    pickup_p99_ms: float | None
+    child_rss_mb: float | None
+    table_mb: float
+    index_mb: float
+    dead: int
+    horizon_age_s: float | None
+
+    def line(self) -> str:
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f}"
+
+        return (f"t={self.t:5.0f}s done/s={self.done_per_s:7.0f} backlog={self.backlog:7d}"
+                f" claim p50/p99={ms(self.claim_p50_ms)}/{ms(self.claim_p99_ms)} ms"
+                f" pickup p99={ms(self.pickup_p99_ms)} ms rss={ms(self.child_rss_mb)} MiB"
+                f" table={self.table_mb:.1f} MiB indexes={self.index_mb:.1f} MiB"
+                f" dead={self.dead} horizon={ms(self.horizon_age_s)} s")
+
+
+@dataclass
+class Producer:
+    """``enqueue_many`` of ``batch`` jobs on a fixed schedule, from a thread."""
+
+    pool: WorkerPool
+    rate: float
+    batch: int
+    enqueued: int = 0
+    errors: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        period = self.batch / self.rate
+        first = time.monotonic()
+        tick = 0
+        while not self._stop.is_set():
+            # the schedule, not the previous call, sets each slot: a slow call is caught up
+            self._stop.wait(max(0.0, first + tick * period - time.monotonic()))
+            if self._stop.is_set():
+                return
+            items = [(app.noop.__name__, {"i": self.enqueued + i}) for i in range(self.batch)]
+            try:
+                self.pool.enqueue_many(items)
+                self.enqueued += self.batch
+            except Exception:  # counted and shown: the soak measures the queue, not the producer
+                self.errors += 1
+            tick += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class Probe:
+    """Timed claims through the worker's own connection settings (see the module docstring)."""
+
+    def __init__(self, url: URL, pool: WorkerPool) -> None:
+        self.engine = db.create(url, application_name="bench probe", pool_size=1,
+                                session_settings=session_limits())
+        self.versions = pool.task_versions(app.QUEUE)
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
+
+    def claim_once(self) -> None:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            started = time.perf_counter()
+            rows = queries.claim(conn, queue=app.QUEUE, worker="bench:probe", limit=PROBE_LIMIT,
+                                 task_versions=self.versions, stale_after=300.0)
+            self.samples.append((time.monotonic(), (time.perf_counter() - started) * 1000.0))
+            queries.complete(conn, "bench:probe", [(row.id, row.attempts) for row in rows])
+
+    def window(self, since: float, until: float) -> list[float]:
+        return [ms for at, ms in self.samples if since <= at < until]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def pickup_p99_ms(bench_db: BenchDatabase, seconds: float) -> float | None:
+    row = bench_db.sql(
+        "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM"
+        " claimed_at - run_at)) * 1000 FROM workerpool_jobs"
+        " WHERE state = 'done' AND finished_at > now() - make_interval(secs => %s)"
+        " AND claimed_by <> 'bench:probe'", (seconds,))
+    return float(row[0][0]) if row and row[0][0] is not None else None
+
+
+class Soak:
+    """One soak run on ``bench_db``: start, sample until the time is up, stop, summarise."""
+
+    def __init__(self, plan: SoakPlan, bench_db: BenchDatabase) -> None:
+        self.plan = plan
+        self.db = bench_db
+        self.pool = app.make_pool(bench_db.url, concurrency=plan.concurrency)
+        self.samples: list[Sample] = []
+
+    def run(self) -> list[Sample]:
+        self.db.vacuum()  # statistics of an empty table, as right after `workerpool migrate`
+        with tempfile.TemporaryDirectory(prefix="wp-soak-") as workdir, self._running(
+                Path(workdir)) as supervisor:
+            self._loop(supervisor)
+        return self.samples
+
+    @contextmanager
+    def _running(self, workdir: Path) -> Iterator[supervised.Supervisor]:
+        env = {app.PREFETCH_ENV: "0", app.RETENTION_ENV: str(self.plan.retention)}
+        launcher = supervised.Launcher(self.db, workdir, self.plan.concurrency, extra_env=env)
+        with launcher.running(1) as supervisors:
+            yield supervisors[0]
+
+    def _loop(self, supervisor: supervised.Supervisor) -> None:
+        plan = self.plan
+        producer = Producer(self.pool, plan.rate, plan.batch)
+        probe = Probe(self.db.url, self.pool)
+        thread = threading.Thread(target=producer.run, name="producer", daemon=True)
+        start = time.monotonic()
+        thread.start()
+        next_sample, last_done, last_t = start + plan.interval, 0, 0.0
+        try:
+            while time.monotonic() < start + plan.minutes * 60.0:
+                if supervisor.process.poll() is not None:
+                    raise RuntimeError(f"workerpool run exited:\n{supervisor.tail()}")
+                probe.claim_once()
+                now = time.monotonic()
+                if now >= next_sample:
+                    sample = self._sample(now - start, producer, probe, supervisor,
+                                          last_done, last_t, now)
+                    last_done, last_t = sample.done, sample.t
+                    self.samples.append(sample)
+                    print(f"{plan.label} {sample.line()}", flush=True)
+                    next_sample += plan.interval
+                time.sleep(PROBE_EVERY)  # the probe's pacing, not a wait for a condition
+        finally:
+            producer.stop()
+            thread.join(10)
+            probe.close()
+        if producer.errors:
+            log.warning("%d enqueue_many calls failed", producer.errors)
+
+    def _sample(self, t: float, producer: Producer, probe: Probe,
+                supervisor: supervised.Supervisor, last_done: int, last_t: float,
+                now: float) -> Sample:
+        enqueued = producer.enqueued
+        backlog = self.db.live_jobs()
+        done = enqueued - backlog
+        claims = probe.window(now - self.plan.interval, now)
+        with self.pool.engine.connect() as conn:
+            table = health.read(conn)
+        children = supervisor.queue_children()
+        return Sample(
+            t=round(t, 1), enqueued=enqueued, done=done,
+            done_per_s=(done - last_done) / (t - last_t) if t > last_t else 0.0,
+            backlog=backlog,
+            claim_p50_ms=percentile(claims, 50) if claims else None,
+            claim_p99_ms=percentile(claims, 99) if claims else None,
+            pickup_p99_ms=pickup_p99_ms(self.db, self.plan.interval),
+            child_rss_mb=supervised.rss_mb(children[0]) if children else None,
+            table_mb=table.table_bytes / 2**20, index_mb=table.index_bytes / 2**20,
+            dead=table.dead,
+            horizon_age_s=max(0.0, table.holder.age_s or 0.0) if table.holder else None)
+
+    def close(self) -> None:
+        self.pool.dispose()
+
+
+def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
+    """The issue's targets, each as one line: met or not, with its figures."""
+    if len(samples) < 2:
+        return ["too few samples for a verdict"]
+    last_minute = [s.done_per_s for s in samples if s.t > samples[-1].t - FIRST_MINUTE]
+    tracking = statistics.mean(last_minute)
+    first = [s.claim_p99_ms for s in samples if s.t <= FIRST_MINUTE and s.claim_p99_ms]
+    later = [s.claim_p99_ms for s in samples if s.t > FIRST_MINUTE and s.claim_p99_ms]
+    lines = [f"done/s over the last minute {tracking:.0f} of {plan.rate:.0f} offered:"
+             f" {'met' if tracking >= TRACKING * plan.rate else 'MISSED'}"]
+    if first and later:
+        base, worst = max(first), max(later)
+        lines.append(f"claim p99 worst {worst:.1f} ms against {base:.1f} ms in the first minute:"
+                     f" {'met' if worst <= 2 * base else 'MISSED'} (target <= 2x)")
+    settled = [s.table_mb for s in samples if s.t >= 2 * plan.retention]
+    if settled:
+        lines.append(f"table size after two retention windows {min(settled):.1f}..."
+                     f"{max(settled):.1f} MiB: "
+                     f"{'met' if max(settled) <= 1.5 * min(settled) else 'MISSED'}"
+                     " (target: bounded, max <= 1.5x min)")
+    return lines
+
+
+def write_csv(path: Path, samples: list[Sample]) -> None:
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(asdict(samples[0])) if samples else ["t"])
+        writer.writeheader()
+        for sample in samples:
+            writer.writerow(asdict(sample))
+
+
+def run_soak(plan: SoakPlan, server: URL) -> int:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    with BenchDatabase(server) as bench_db:
+        facts = bench_db.server_facts()
+        autovacuum = bench_db.sql("SHOW autovacuum")[0][0]
+        print(f"# {plan.label}: PostgreSQL {facts['server_version']}, autovacuum={autovacuum};"
+              f" rate {plan.rate:.0f}/s ({plan.batch} per enqueue_many), concurrency"
+              f" {plan.concurrency}, {plan.minutes:g} min, retention {plan.retention:g} s",
+              flush=True)
+        soak = Soak(plan, bench_db)
+        try:
+            samples = soak.run()
+        finally:
+            soak.close()
+    csv_path = plan.out / f"{plan.label}.csv"
+    write_csv(csv_path, samples)
+    print(f"# wrote {csv_path}")
+    from .chart import draw
+
+    png = draw(plan.out / f"{plan.label}.png", samples, title=f"{plan.label}: {plan.rate:.0f}"
+               f" jobs/s offered, autovacuum={autovacuum}", offered=plan.rate)
+    if png is not None:
+        print(f"# wrote {png}")
+    for line in verdict(plan, samples):
+        print(f"# {line}")
+    return 0

@@ -1,0 +1,48 @@
+"""Planner settings for workerpool's own statements: plans that do not depend on statistics.
+
+Every hot statement (each claim arm, the lease fences, the crash release, the sweep, the prune)
+walks a partial index in its ORDER BY order and stops at its LIMIT. That plan is right whatever
+the table holds, but the planner only picks it while the table's statistics are fresh. On a
+table analyzed while empty (just migrated, or with autovacuum behind) whose row count a VACUUM
+then refreshed, it estimates a few rows per arm, so ``LIMIT`` earns no fast-start discount and
+"bitmap-scan every due row, then sort them" costs the same as the ordered index scan (40.16
+against 40.89 at 350k pending rows): a coin toss, lost, and every claim then reads and sorts
+the whole backlog (about 0.5 s at 350k rows, with the sort spilling to disk).
+
+With sorts and bitmap scans priced out, the ordered index scan is the only cheap path left for
+each of these statements. Nothing is forbidden: a disabled path only gets ``disable_cost``
+added, so a statement whose index were missing would still run, slowly. They are set
+
+- in the worker's connection startup options (libpq ``options``: no round trip, and in force
+  before the first planning on the connection: PostgreSQL keeps a cached plan across a later
+  ``SET``, and the worker's statements are prepared), and
+- locally in every bounded transaction (``clock.bound_transaction``): behind PgBouncer, in the
+  maintenance child and in the releaser, where sessions are not workerpool's own.
+
+Never on an application's connections: ``pool.engine`` serves users too, and only our
+transactions set them there, ``SET LOCAL``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import literal_column
+
+from ..schema import jobs
+from ..states import JobState
+
+#: The settings, as PostgreSQL names and values.
+PLANNER_SETTINGS: dict[str, str] = {"enable_sort": "off", "enable_bitmapscan": "off"}
+
+
+def state_in(*states: JobState) -> Any:
+    """``state IN (...)`` with the states as literals, never parameters.
+
+    The partial indexes are defined on these literals: with parameters, a generic plan (what a
+    prepared statement caches) cannot prove the index applies, and sorting is then its only way
+    to the ORDER BY.
+    """
+    assert set(states) <= set(JobState), states  # constants of this package, never input
+    values = [literal_column(f"'{state}'") for state in states]
+    return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
