@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.conftest import wait_until
+from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool, status
 from workerpool.jobs import new_worker_id
 from workerpool.maintenance import Maintenance

@@ -14,7 +14,7 @@ import sys
 
 from sqlalchemy.engine import URL
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 #: Jobs offered per second: a fifth of what one worker child drained here with other sessions
 #: running on the same two cores (about 1,700/s at concurrency 20), so a slow CI machine still
