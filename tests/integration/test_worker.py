@@ -137,14 +137,14 @@ def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql)
 
 
 def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql, monkeypatch):
-    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "500")  # renewed every ~0.17 s
+    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "1000")  # renewed every ~0.33 s
     pool.queue("q", concurrency=2, poll_interval=0.05)
     runs: list[int] = []
 
     @pool.task(queue="q")
     def long(job):
         runs.append(job.attempt)
-        time.sleep(1.5)  # the handler's own work: 3x stale_after
+        time.sleep(3.0)  # the handler's own work: 3x stale_after
 
     job_id = pool.enqueue("long", {})
     with running(pool, "q") as first:

@@ -108,7 +108,7 @@ def test_demo_runs_end_to_end_and_checks_itself(demo) -> None:
 
 
 def test_demo_with_chaos_loses_nothing(demo) -> None:
-    result, sql = demo("--duration", "4", "--users", "40", "--seed", "11", "--chaos",
+    result, sql = demo("--duration", "6", "--users", "40", "--seed", "11", "--chaos",
                        "--chaos-every", "1")
     assert_passed(result)
     killed = re.search(r"chaos: (\d+) worker processes killed with SIGKILL", result.stdout)
