@@ -49,7 +49,7 @@ class ExitRelease:
         except OSError as exc:
             self.done = True
             log.error("release failed: cannot fork the releaser (%s); %d dead worker(s) left to "
-                      "the stale arm", exc, len(self.worker_ids),
+                      "the stale recovery", exc, len(self.worker_ids),
                       extra={"event": "release_failed"})
             return False
         self.deadline = os_layer.monotonic() + margin

@@ -1,8 +1,8 @@
 """Claims of processes that died: given back to the queue (or dead-lettered when exhausted).
 
 One function for every place that learns of a dead process: a replacement child at boot (its
-predecessors) and the supervisor's releaser at shutdown. The stale arm of the claim covers a
-host that vanished with nobody left to say so.
+predecessors) and the supervisor's releaser at shutdown. The stale recovery
+(``queries.recover_stale``) covers a host that vanished with nobody left to say so.
 """
 
 from __future__ import annotations

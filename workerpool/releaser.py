@@ -4,7 +4,7 @@ Forked only if children died during shutdown holding claims (SIGKILLed at the de
 FATAL) or orphans were left that no replacement took. It releases every row still
 ``processing`` under those worker ids (``pending`` with the attempt spent, or ``dead/abandoned``
 when exhausted, each with a ``WorkerLost`` entry) in one bounded transaction, reports
-``r <rows>\\n`` to the parent, and exits 0 (1 on a database error: the stale arm of the claim
+``r <rows>\\n`` to the parent, and exits 0 (1 on a database error: the stale recovery
 takes the rows later). No heartbeat file, no signal handling beyond the defaults: the parent
 SIGKILLs it at its deadline.
 """
@@ -44,7 +44,7 @@ class Releaser:
         self._become_process()
         try:
             released = self._release()
-        except Exception as exc:  # database down, timeout: the stale arm takes them later
+        except Exception as exc:  # database down, timeout: the stale recovery takes them later
             log.warning("releaser could not release %d dead worker(s): %s", len(self.worker_ids),
                         first_line(exc), extra={"event": "releaser_error"})
             return exitcodes.FAILURE

@@ -56,6 +56,7 @@ def run_claimed(pool: WorkerPool, row: Any, worker: str) -> tuple[Outcome, str |
 def claim(pool: WorkerPool, queue: str, worker: str, limit: int = 1) -> list[Any]:
     spec = pool.queue_spec(queue)
     with pool.engine.begin() as conn:
+        queries.recover_stale(conn, queue, spec.stale_after)  # as a worker's renewal beat does
         return queries.claim(
             conn,
             queue=queue,

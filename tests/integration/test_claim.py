@@ -112,7 +112,9 @@ def test_stale_arm_boundary(app, sql):
         inside)
     sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s",
         outside)
-    assert claim(app, "rescuer") == []  # the stale lease is recovered, not run in a batch
+    assert claim(app, "rescuer") == []  # the claim does not take stale leases; the recovery
+    with app.engine.begin() as conn:  # (a worker's renewal beat) attributes them
+        assert [r.id for r in queries.recover_stale(conn, "q", 300)] == [outside]
     assert sql("SELECT state, attempts, crashes FROM workerpool_jobs WHERE id = %s", outside) == [
         ("pending", 0, 1)]  # its lost worker held two jobs: attempt refunded, a suspect
     assert sql("SELECT claimed_by FROM workerpool_jobs WHERE id = %s", inside) == [("dead-worker",)]
@@ -150,7 +152,9 @@ def test_complete_with_a_lost_lease_changes_nothing(app, sql):
     app.enqueue("work", {})
     [first] = claim(app, "w1")
     sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '1 hour'")
-    assert claim(app, "w2") == []  # the stale arm recovers the lost worker's job: charged,
+    assert claim(app, "w2") == []  # a stale lease is not claimed but recovered: charged,
+    with app.engine.begin() as conn:
+        queries.recover_stale(conn, "q", 300)
     sql("UPDATE workerpool_jobs SET run_at = now()")  # held back a moment (skipped here),
     [second] = claim(app, "w2", alone=True)  # then run alone, on attempt 2
     assert second.attempts == 2

@@ -121,13 +121,15 @@ def test_an_ordinary_outcome_clears_the_suspicion(app, sql):
     assert sql("SELECT crashes FROM workerpool_jobs ORDER BY id") == [(0,), (0,)]
 
 
-def test_the_stale_arm_attributes_a_vanished_hosts_jobs_like_a_crash(app, sql):
+def test_stale_recovery_attributes_a_vanished_hosts_jobs_like_a_crash(app, sql):
     gang = app.enqueue_many([("work", {"n": n}) for n in range(3)])
     claim(app, "vanished-with-three")
     lone = app.enqueue("work", {})
     claim(app, "vanished-with-one")
     sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds'")
-    assert claim(app, "rescuer", alone=True) == []  # recovered, not run inside a batch
+    assert claim(app, "rescuer", alone=True) == []  # a claim never takes a stale lease
+    with app.engine.begin() as conn:  # a worker's renewal beat recovers them
+        assert len(queries.recover_stale(conn, "q", 300)) == 4
     now = rows(sql)
     assert all(now[i] == ("pending", 0, 1, None, False) for i in gang), now
     assert now[lone] == ("pending", 1, 1, None, True)

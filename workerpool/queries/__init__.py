@@ -75,7 +75,7 @@ from .outcomes import (
     snooze,
 )
 from .planner import PLANNER_SETTINGS
-from .recovery import reclaim_from_dead_worker, sweep_abandoned
+from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
 
 __all__ = [
     "CLAIM_COLUMNS",
@@ -120,6 +120,7 @@ __all__ = [
     "prune_workers",
     "purge_dead",
     "reclaim_from_dead_worker",
+    "recover_stale",
     "register_worker",
     "renew",
     "replay_dead",

@@ -25,10 +25,8 @@ from sqlalchemy.types import Text
 
 from ..schema import jobs
 from ..states import DUE_STATES, JobState
-from .clock import seconds
 from .enqueue import NOTIFY_CHANNEL
 from .leases import FENCE_MANY, Lease, fence, lease_params
-from .recovery import recover
 
 # LISTEN: subscribe a listener connection to the wake-up notifications. Index: none, no table.
 #: A hint only: workers also poll.
@@ -64,10 +62,9 @@ def _state_in(*states: JobState):
     return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
 
 
-# claim: recover up to ``limit`` stale leases, and take due rows (one suspect alone, or ordinary
-# jobs), attempt counted, lease stamped. Index: ix_workerpool_jobs_leased (stale arm),
-# ix_workerpool_jobs_suspects (suspect arm), ix_workerpool_jobs_due (due arm), then
-# pk_workerpool_jobs (the update) and ix_workerpool_jobs_claimed_by (a stale lease's owner).
+# claim: take due rows in claim order (one suspect alone, or ordinary jobs), attempt counted,
+# lease stamped. Index: ix_workerpool_jobs_suspects (suspect arm), ix_workerpool_jobs_due (due
+# arm), then pk_workerpool_jobs (the update).
 def claim_statement(
     *,
     queue: str,
@@ -79,11 +76,11 @@ def claim_statement(
 ):
     """DESIGN §3: one UPDATE fed by CTE-fenced ``SKIP LOCKED`` arms, each on its own index.
 
-    The stale arm does not run what it takes: a stale lease means its worker was lost, so the
-    row is attributed like any lost worker's (``recovery.recover``, a data-modifying CTE that
-    always runs) and goes back to ``pending`` as a suspect, for a worker that holds nothing else.
     A worker that holds nothing (``alone``) takes one suspect if one is due, and then nothing
-    else; a worker holding jobs never takes a suspect.
+    else; a worker holding jobs never takes a suspect. Stale leases are not taken here but
+    recovered by ``recovery.recover_stale`` at each worker's renewal beat: a lost worker's rows
+    must be attributed (its whole holding counted) and then run alone, never inside a batch.
+    ``stale_after`` is kept in the signature (and the statement cache key) for callers.
     """
     known = and_(
         jobs.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
@@ -91,28 +88,14 @@ def claim_statement(
         <= case(dict(task_versions), value=jobs.c.task, else_=literal(0)),
         jobs.c.attempts < jobs.c.max_attempts,
     )
-    stale = (
-        select(jobs.c.id, jobs.c.claimed_by.label("owner"))
-        .where(
-            jobs.c.queue == queue,
-            _state_in(JobState.PROCESSING),
-            jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
-            known,
-        )
-        .order_by(jobs.c.claimed_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .cte("stale")
-    )
-    recovered = recover(stale, "lease went stale").cte("recovered")
     due = _due_arm(queue, known, limit, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)
         arms = union_all(select(suspect.c.id),
                          select(due.c.id).where(~exists(select(suspect.c.id))))
+        picked = arms.limit(limit).cte("picked")
     else:
-        arms = select(due.c.id)
-    picked = arms.limit(limit).cte("picked")
+        picked = due
     return (
         update(jobs)
         .where(jobs.c.id == picked.c.id)
@@ -123,7 +106,6 @@ def claim_statement(
             claimed_at=func.now(),
         )
         .returning(*CLAIM_COLUMNS)
-        .add_cte(recovered)
     )
 
 

@@ -8,8 +8,9 @@ is charged; a job that kills every process it runs in ends ``dead/abandoned`` af
 ``max_attempts + 1`` deaths, and its neighbours lose nothing.
 
 The same values serve the three places that learn of a lost worker: the crash release of a
-reaped process (``reclaim_from_dead_worker``), the stale arm of the claim, and the sweep of
-stale leases with no attempts left (``sweep_abandoned``).
+reaped process (``reclaim_from_dead_worker``), the recovery of stale leases each worker runs at
+its renewal beat (``recover_stale``: a host that vanished), and the sweep of stale leases with
+no attempts left (``sweep_abandoned``).
 """
 
 from __future__ import annotations
@@ -126,6 +127,31 @@ def reclaim_from_dead_worker(conn: Connection, worker: str) -> list[Any]:
         .cte("lost")
     )
     return list(conn.execute(recover(lost, "died")))
+
+
+#: Stale leases one recovery statement takes at most (it repeats at the next renewal beat).
+RECOVER_BATCH = 1000
+
+
+# recover_stale: a queue's stale leases with attempts left → pending, attributed to their lost
+# worker (suspects when it held several). Index: ix_workerpool_jobs_leased.
+def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]:
+    """Leases not renewed for ``stale_after``: their worker is lost (a host gone). Exhausted ones
+    are the sweep's; these go back to ``pending``, to run alone."""
+    lost = (
+        select(jobs.c.id, jobs.c.claimed_by.label("owner"))
+        .where(
+            jobs.c.queue == queue,
+            jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+            jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
+            jobs.c.attempts < jobs.c.max_attempts,
+        )
+        .order_by(jobs.c.claimed_at)
+        .limit(RECOVER_BATCH)
+        .with_for_update(skip_locked=True)
+        .cte("lost")
+    )
+    return list(conn.execute(recover(lost, "lease went stale")))
 
 
 # sweep_abandoned: a queue's stale leases with no attempts left → dead/abandoned when held

@@ -33,7 +33,7 @@ class Leases:
                  orphans: tuple[str, ...], renew: bool) -> None:
         self.session, self.flights, self.counters = session, flights, counters
         self.worker_id, self.queue, self.task_versions = worker_id, queue, task_versions
-        self.orphans = list(orphans)
+        self.orphans, self.stale_after = list(orphans), stale_after
         self.renew = renew  # False: a test fault, leases run out while their jobs run
         # also the beat of the workers registry: `workerpool status` needs one every few seconds
         self.every = min(stale_after / 3, REGISTRY_BEAT)
@@ -64,7 +64,8 @@ class Leases:
         return self.last_renew + self.every
 
     def renew_if_due(self) -> None:
-        """Extend the leases of running jobs every stale_after/3; beat the worker registry."""
+        """Extend the leases of running jobs every stale_after/3; beat the worker registry;
+        recover the queue's leases that other workers let go stale (a host gone)."""
         now = time.monotonic()
         if not self._renew_now and now - self.last_renew < self.every:
             return
@@ -75,6 +76,11 @@ class Leases:
                 renewed = queries.renew(conn, self.worker_id,
                                         [(f.lease.job_id, f.lease.attempt) for f in held])
             registered = queries.beat_worker(conn, self.worker_id)
+            recovered = queries.recover_stale(conn, self.queue, self.stale_after)
+        if recovered:
+            log.warning("recovered %d stale lease(s) of lost workers", len(recovered),
+                        extra={"event": "stale_recovered", "queue": self.queue,
+                               "count": len(recovered)})
         if renewing:
             self._lost([f for f in held if f.lease.job_id not in renewed])
         if not registered:
