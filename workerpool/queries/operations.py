@@ -274,3 +274,62 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
         .order_by(jobs.c.queue, func.count().desc())
     )
     return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+
+
+#: Rows counted at most per queue and state by queue_depths: beyond it the gauge reads the cap.
+DEPTH_CAP = 10_000
+
+# queue_depths: per queue, capped counts of pending/processing/failed and suspect rows, and the
+# oldest due run_at. Index: ix_workerpool_jobs_due (pending, failed: an index-only count up to
+# the cap; the oldest due row: one probe per distinct priority, a skip scan),
+# ix_workerpool_jobs_leased (processing), ix_workerpool_jobs_suspects (suspects).
+_DEPTHS = text(
+    f"""
+    SELECT q.queue,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state = 'pending' LIMIT :cap) AS x) AS pending,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state = 'processing' LIMIT :cap) AS x) AS processing,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state = 'failed' LIMIT :cap) AS x) AS failed,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state IN ({_DUE_LITERALS}) AND crashes > 0 LIMIT :cap) AS x) AS suspects,
+      (WITH RECURSIVE p(priority) AS (
+          (SELECT priority FROM {jobs.name} WHERE queue = q.queue AND state IN ({_DUE_LITERALS})
+           ORDER BY priority DESC LIMIT 1)
+          UNION ALL
+          SELECT (SELECT j.priority FROM {jobs.name} AS j WHERE j.queue = q.queue
+                    AND j.state IN ({_DUE_LITERALS}) AND j.priority < p.priority
+                  ORDER BY j.priority DESC LIMIT 1)
+          FROM p WHERE p.priority IS NOT NULL)
+       SELECT min((SELECT j.run_at FROM {jobs.name} AS j WHERE j.queue = q.queue
+                     AND j.state IN ({_DUE_LITERALS}) AND j.priority = p.priority
+                   ORDER BY j.priority DESC, j.run_at LIMIT 1))
+       FROM p WHERE p.priority IS NOT NULL) AS oldest_run_at,
+      now() AS now
+    FROM unnest(CAST(:queues AS text[])) AS q(queue)
+    """
+)
+
+
+def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
+                 ) -> dict[str, dict[str, Any]]:
+    """Per queue: ``pending``, ``processing``, ``failed``, ``suspects`` (each counted up to
+    ``cap``), ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
+
+    Bounded whatever the table holds: at most ``cap`` index entries per count, and one index
+    probe per distinct priority for the oldest due row.
+    """
+    rows = conn.execute(_DEPTHS, {"queues": list(queues), "cap": cap})
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        oldest = row.oldest_run_at
+        age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
+        out[row.queue] = {"pending": row.pending, "processing": row.processing,
+                          "failed": row.failed, "suspects": row.suspects, "oldest_due": age,
+                          "cap": cap}
+    return out

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import exitcodes
+from .. import exitcodes, metrics
 from ..jobs import new_worker_id
 from ..outcome import Outcome, interrupted
 from ..pool import QueueSpec, TaskSpec, WorkerPool
@@ -173,6 +173,7 @@ class Worker:
             self._database_failed(exc)
             return
         self.session.succeeded()
+        metrics.record.in_flight(self.queue, len(self.flights))
         if self.session.reached_db:
             self.on_tick()
 
@@ -195,7 +196,8 @@ class Worker:
             due.append(OUTCOME_FLUSH)  # handlers do not wake the loop while the buffer is deep
         timeout = max(0.0, min(due))
         self._next_wake = now + timeout
-        self._wake.wait(timeout)
+        if not self._wake.wait(timeout):
+            metrics.record.woke(self.queue, "poll")
         self._wake.clear()
 
     def _database_failed(self, exc: BaseException) -> None:
