@@ -164,16 +164,45 @@ def process_died(pid: int, directory: str) -> None:
     multiprocess.mark_process_dead(pid, directory)
 
 
-def registry(directory: str) -> Any:
-    """A registry that reads every process's files in ``directory`` when scraped."""
+def registry(directory: str, heartbeat_dir: str | None = None) -> Any:
+    """A registry that reads every process's files in ``directory`` when scraped, and the
+    heartbeat files' ages in ``heartbeat_dir``."""
     from prometheus_client import CollectorRegistry, multiprocess
 
     collected = CollectorRegistry()
     multiprocess.MultiProcessCollector(collected, path=directory)
+    if heartbeat_dir is not None:
+        collected.register(HeartbeatAges(heartbeat_dir))
     return collected
 
 
-def serve(port: int, bind: str, directory: str) -> Any:
+class HeartbeatAges:
+    """``workerpool_heartbeat_age_seconds{worker}``: what ``workerpool healthcheck`` reads,
+    computed at scrape time from the files' mtimes (a child that stops ticking ages here)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Any:
+        from pathlib import Path
+
+        from prometheus_client.core import GaugeMetricFamily
+
+        from . import heartbeat
+
+        family = GaugeMetricFamily("workerpool_heartbeat_age_seconds",
+                                   "Seconds since each heartbeat file was touched",
+                                   labels=["worker"])
+        directory = Path(self.directory)
+        for worker in heartbeat.list_workers(directory):
+            try:
+                family.add_metric([worker], heartbeat.age(heartbeat.path_for(directory, worker)))
+            except FileNotFoundError:
+                continue
+        yield family
+
+
+def serve(port: int, bind: str, directory: str, heartbeat_dir: str | None = None) -> Any:
     """Listen now (an error here is the caller's: a taken port); serve from a daemon thread.
 
     Returns the server; ``server.shutdown()`` stops it. The thread only reads the files in
@@ -181,7 +210,8 @@ def serve(port: int, bind: str, directory: str) -> Any:
     """
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(port, addr=bind, registry=registry(directory))
+    server, _thread = start_http_server(port, addr=bind,
+                                        registry=registry(directory, heartbeat_dir))
     return server
 
 
@@ -206,7 +236,7 @@ class Exporter:
         self.directory = tempfile.mkdtemp(prefix="metrics-", dir=self.parent_dir)  # mode 0700
         try:
             enable(self.directory)
-            self.server = serve(self.port, self.bind, self.directory)
+            self.server = serve(self.port, self.bind, self.directory, self.parent_dir)
         except BaseException:
             self.close()
             raise
