@@ -29,6 +29,8 @@ CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 DELAY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+#: ``state`` label values of workerpool_queue_depth: waiting = pending or failed (not running).
+DEPTH_STATES = ("waiting", "processing")
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 
@@ -77,9 +79,9 @@ class Recorder(Null):
             "workerpool_child_restarts", "Children the supervisor restarted, by cause",
             ["worker", "cause"])
         self.depth_gauge = Gauge(
-            "workerpool_queue_depth", "Rows per queue and live state, sampled by maintenance "
-            "(a capped count: at most workerpool_queue_depth_cap)", ["queue", "state"],
-            multiprocess_mode="livemostrecent")
+            "workerpool_queue_depth", "Jobs per queue waiting (pending or failed) or processing, "
+            "sampled by maintenance (a capped count: at most workerpool_queue_depth_cap)",
+            ["queue", "state"], multiprocess_mode="livemostrecent")
         self.depth_cap = Gauge(
             "workerpool_queue_depth_cap", "The cap of the queue depth count", [],
             multiprocess_mode="livemostrecent")
@@ -122,9 +124,9 @@ class Recorder(Null):
         self._child(self.restarts, worker, cause).inc()
 
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None:
-        """``samples``: queue -> {pending, processing, failed, suspects, oldest_due, cap}."""
+        """``samples``: queue -> {waiting, processing, suspects, oldest_due, cap}."""
         for queue, sample in samples.items():
-            for state in ("pending", "processing", "failed"):
+            for state in DEPTH_STATES:
                 self._child(self.depth_gauge, queue, state).set(sample[state])
             self._child(self.suspects, queue).set(sample["suspects"])
             self._child(self.oldest_due, queue).set(sample["oldest_due"])

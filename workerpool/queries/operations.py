@@ -283,21 +283,23 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
 #: Rows counted at most per queue and state by queue_depths: beyond it the gauge reads the cap.
 DEPTH_CAP = 10_000
 
-# queue_depths: per queue, capped counts of pending/processing/failed and suspect rows, and the
-# oldest due run_at. Index: ix_workerpool_jobs_due (pending, failed: an index-only count up to
-# the cap; the oldest due row: one probe per distinct priority, a skip scan),
-# ix_workerpool_jobs_leased (processing), ix_workerpool_jobs_suspects (suspects).
+# queue_depths: per queue, capped counts of waiting (pending or failed), processing and suspect
+# rows, and the oldest due run_at. Index: ix_workerpool_jobs_due (waiting: index-only, read in
+# its own order up to the cap; the oldest due row: one probe per distinct priority, a skip
+# scan), ix_workerpool_jobs_leased (processing), ix_workerpool_jobs_suspects (suspects).
+#: Pending and failed are counted together: only together do they match the due index's
+#: predicate, so telling them apart would read the heap (a full scan when failed rows are rare).
 _DEPTHS = text(
     f"""
     SELECT q.queue,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
-         AND state = 'pending' LIMIT :cap) AS x) AS pending,
+         AND state IN ({_DUE_LITERALS}) ORDER BY priority DESC, run_at, id LIMIT :cap) AS x
+      ) AS waiting,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
-         AND state = 'processing' LIMIT :cap) AS x) AS processing,
+         AND state = 'processing' ORDER BY claimed_at LIMIT :cap) AS x) AS processing,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
-         AND state = 'failed' LIMIT :cap) AS x) AS failed,
-      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
-         AND state IN ({_DUE_LITERALS}) AND crashes > 0 LIMIT :cap) AS x) AS suspects,
+         AND state IN ({_DUE_LITERALS}) AND crashes > 0 ORDER BY priority DESC, run_at, id
+         LIMIT :cap) AS x) AS suspects,
       (WITH RECURSIVE p(priority) AS (
           (SELECT priority FROM {jobs.name} WHERE queue = q.queue AND state IN ({_DUE_LITERALS})
            ORDER BY priority DESC LIMIT 1)
@@ -318,8 +320,8 @@ _DEPTHS = text(
 
 def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
                  ) -> dict[str, dict[str, Any]]:
-    """Per queue: ``pending``, ``processing``, ``failed``, ``suspects`` (each counted up to
-    ``cap``), ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
+    """Per queue: ``waiting`` (pending or failed), ``processing``, ``suspects`` (each counted up
+    to ``cap``), ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
 
     Bounded whatever the table holds: at most ``cap`` index entries per count, and one index
     probe per distinct priority for the oldest due row.
@@ -329,7 +331,6 @@ def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
     for row in rows:
         oldest = row.oldest_run_at
         age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
-        out[row.queue] = {"pending": row.pending, "processing": row.processing,
-                          "failed": row.failed, "suspects": row.suspects, "oldest_due": age,
-                          "cap": cap}
+        out[row.queue] = {"waiting": row.waiting, "processing": row.processing,
+                          "suspects": row.suspects, "oldest_due": age, "cap": cap}
     return out
