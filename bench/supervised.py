@@ -85,6 +85,14 @@ class Supervisor:
         return ""
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def title(pid: int) -> str:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
@@ -120,15 +128,17 @@ class Launcher:
             env[app.STAMP_FILE_ENV] = str(stamp_file)
         return env
 
-    def start(self, *, notify: bool = True, stamp_file: Path | None = None) -> Supervisor:
+    def start(self, *, notify: bool = True, stamp_file: Path | None = None,
+              metrics: bool = False) -> Supervisor:
         self._count += 1
+        extra = ["--metrics-port", str(free_port())] if metrics else []
         heartbeats = self.workdir / f"heartbeats-{self._count}"
         heartbeats.mkdir(mode=0o700)
         log_path = self.workdir / f"supervisor-{self._count}.log"
         with open(log_path, "wb") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "workerpool", "run", "bench.app:pool",
-                 "--heartbeat-dir", str(heartbeats), "--log-level", "WARNING"],
+                 "--heartbeat-dir", str(heartbeats), "--log-level", "WARNING", *extra],
                 cwd=ROOT, env=self.env(notify=notify, stamp_file=stamp_file),
                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -136,13 +146,14 @@ class Launcher:
         return Supervisor(process, log_path)
 
     @contextlib.contextmanager
-    def running(self, count: int, *, notify: bool = True,
-                stamp_file: Path | None = None) -> Iterator[list[Supervisor]]:
+    def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
+                metrics: bool = False) -> Iterator[list[Supervisor]]:
         """``count`` supervisors whose queue children have registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
         try:
             for _ in range(count):
-                supervisors.append(self.start(notify=notify, stamp_file=stamp_file))
+                supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
+                                              metrics=metrics))
             self.wait_registered(supervisors, count)
             yield supervisors
         finally:
@@ -176,11 +187,14 @@ class DrainResult:
 
 
 def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
-          load: Callable[[WorkerPool, int], None]) -> DrainResult:
-    """Drain ``n`` no-op jobs with ``children`` worker children; rate from the rows' timestamps."""
+          load: Callable[[WorkerPool, int], None], *, metrics: bool = False) -> DrainResult:
+    """Drain ``n`` no-op jobs with ``children`` worker children; rate from the rows' timestamps.
+
+    ``metrics``: the supervisors serve /metrics (``--metrics-port``), so every claim, outcome
+    and handler also updates the metrics files."""
     bench_db = launcher.db
     bench_db.reset()
-    with launcher.running(children) as supervisors:
+    with launcher.running(children, metrics=metrics) as supervisors:
         load(pool, n)
         wait_drained(bench_db, n, supervisors)
         parents = [peak_rss_mb(s.pid) for s in supervisors]
