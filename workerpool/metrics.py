@@ -15,6 +15,7 @@ until :func:`enable` swaps in a :class:`Recorder`. Children inherit the switch t
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -39,9 +40,9 @@ class Null:
 
     enabled = False
 
-    def finished(self, queue: str, task: str, outcome: str) -> None: ...
-    def handler_duration(self, queue: str, task: str, seconds: float) -> None: ...
+    def finished(self, queue: str, task: str, outcome: str, seconds: float | None) -> None: ...
     def claimed(self, queue: str, rows: list[Any]) -> None: ...
+    def flush(self) -> None: ...
     def in_flight(self, queue: str, count: int) -> None: ...
     def woke(self, queue: str, source: str) -> None: ...
     def restarted(self, worker: str, cause: str) -> None: ...
@@ -49,88 +50,140 @@ class Null:
 
 
 class Recorder(Null):
-    """Metrics on: the definitions, and the hooks that update them."""
+    """Metrics on: the definitions, and the hooks that update them.
+
+    The per-job hooks (:meth:`finished`, :meth:`claimed`) run on the worker's main loop and only
+    add to plain dictionaries; :meth:`flush`, at the end of each pass, writes the sums to the
+    mmap files: one write per series touched instead of several per job (a multiprocess write
+    takes a lock and costs microseconds, which a drain of thousands of jobs a second notices).
+    """
 
     enabled = True
 
     def __init__(self) -> None:
+        # registry=None: the scrape reads the files (MultiProcessCollector), and the app's own
+        # default registry stays the app's.
         from prometheus_client import Counter, Gauge, Histogram
 
         self.jobs_finished = Counter(
             "workerpool_jobs_finished", "Attempts whose outcome a worker wrote, by outcome",
-            ["queue", "task", "outcome"])
+            ["queue", "task", "outcome"], registry=None)
         self.handler_seconds = Histogram(
             "workerpool_handler_duration_seconds", "Time a handler ran (one attempt)",
-            ["queue", "task"], buckets=DURATION_BUCKETS)
+            ["queue", "task"], buckets=DURATION_BUCKETS, registry=None)
         self.pickup_seconds = Histogram(
             "workerpool_pickup_delay_seconds", "claimed_at - run_at of each claimed job",
-            ["queue"], buckets=DELAY_BUCKETS)
+            ["queue"], buckets=DELAY_BUCKETS, registry=None)
         self.jobs_in_flight = Gauge(
             "workerpool_jobs_in_flight", "Jobs a worker process holds (running or buffered)",
-            ["queue"], multiprocess_mode="livesum")
-        self.claims = Counter("workerpool_claims", "Claim statements a worker ran", ["queue"])
+            ["queue"], multiprocess_mode="livesum", registry=None)
+        self.claims = Counter("workerpool_claims", "Claim statements a worker ran", ["queue"],
+                              registry=None)
         self.claim_batch = Histogram(
             "workerpool_claim_batch_size", "Rows one claim statement returned", ["queue"],
-            buckets=BATCH_BUCKETS)
+            buckets=BATCH_BUCKETS, registry=None)
         self.wakeups = Counter(
             "workerpool_wakeups", "Times an idle claim loop woke: a notification, or its poll",
-            ["queue", "source"])
+            ["queue", "source"], registry=None)
         self.restarts = Counter(
             "workerpool_child_restarts", "Children the supervisor restarted, by cause",
-            ["worker", "cause"])
+            ["worker", "cause"], registry=None)
         self.depth_gauge = Gauge(
             "workerpool_queue_depth", "Jobs per queue waiting (pending or failed) or processing, "
             "sampled by maintenance (a capped count: at most workerpool_queue_depth_cap)",
-            ["queue", "state"], multiprocess_mode="livemostrecent")
+            ["queue", "state"], multiprocess_mode="livemostrecent", registry=None)
         self.depth_cap = Gauge(
             "workerpool_queue_depth_cap", "The cap of the queue depth count", [],
-            multiprocess_mode="livemostrecent")
+            multiprocess_mode="livemostrecent", registry=None)
         self.oldest_due = Gauge(
             "workerpool_oldest_due_age_seconds", "How long the oldest due job has waited",
-            ["queue"], multiprocess_mode="livemostrecent")
+            ["queue"], multiprocess_mode="livemostrecent", registry=None)
         self.suspects = Gauge(
             "workerpool_suspects", "Due jobs held by a process that died (they run alone)",
-            ["queue"], multiprocess_mode="livemostrecent")
+            ["queue"], multiprocess_mode="livemostrecent", registry=None)
         self._children: dict[tuple, Any] = {}
+        self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
+        self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
+        self._gauges: dict[tuple, float] = {}  # the last value written (skip a rewrite)
 
-    def _child(self, metric: Any, *labels: str) -> Any:
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """A labelled child, cached: ``labels()`` costs a few microseconds each call."""
         key = (id(metric), *labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = metric.labels(*labels)
+            child = self._children[key] = metric.labels(*labels) if labels else metric
         return child
 
-    def finished(self, queue: str, task: str, outcome: str) -> None:
-        self._child(self.jobs_finished, queue, task, outcome).inc()
+    def _count(self, metric: Any, *labels: str) -> None:
+        key = (metric, *labels)
+        self._counts[key] = self._counts.get(key, 0) + 1
 
-    def handler_duration(self, queue: str, task: str, seconds: float) -> None:
-        self._child(self.handler_seconds, queue, task).observe(seconds)
+    def _observe(self, metric: Any, bounds: tuple[float, ...], value: float, *labels: str) -> None:
+        key = (metric, *labels)
+        entry = self._observed.get(key)
+        if entry is None:
+            entry = self._observed[key] = [[0] * (len(bounds) + 1), 0.0]
+        entry[0][bisect.bisect_left(bounds, value)] += 1  # the first bucket with value <= bound
+        entry[1] += value
+
+    def finished(self, queue: str, task: str, outcome: str, seconds: float | None) -> None:
+        self._count(self.jobs_finished, queue, task, outcome)
+        if seconds is not None:
+            self._observe(self.handler_seconds, DURATION_BUCKETS, seconds, queue, task)
 
     def claimed(self, queue: str, rows: list[Any]) -> None:
-        self._child(self.claims, queue).inc()
-        self._child(self.claim_batch, queue).observe(len(rows))
-        pickup = self._child(self.pickup_seconds, queue)
+        self._count(self.claims, queue)
+        self._observe(self.claim_batch, BATCH_BUCKETS, len(rows), queue)
         for row in rows:
-            pickup.observe(max(0.0, (row.claimed_at - row.run_at).total_seconds()))
+            delay = max(0.0, (row.claimed_at - row.run_at).total_seconds())
+            self._observe(self.pickup_seconds, DELAY_BUCKETS, delay, queue)
+
+    def flush(self) -> None:
+        """Write what the main loop counted since the last flush (the main loop's)."""
+        counts, self._counts = self._counts, {}
+        for (metric, *labels), amount in counts.items():
+            self._child(metric, tuple(labels)).inc(amount)
+        observed, self._observed = self._observed, {}
+        for (metric, *labels), (buckets, total) in observed.items():
+            add_observations(self._child(metric, tuple(labels)), buckets, total)
+
+    def _set(self, metric: Any, value: float, *labels: str) -> None:
+        key = (id(metric), *labels)
+        if self._gauges.get(key) != value:
+            self._gauges[key] = value
+            self._child(metric, labels).set(value)
 
     def in_flight(self, queue: str, count: int) -> None:
-        self._child(self.jobs_in_flight, queue).set(count)
+        self._set(self.jobs_in_flight, count, queue)
 
     def woke(self, queue: str, source: str) -> None:
-        self._child(self.wakeups, queue, source).inc()
+        """At most one a poll interval, or one a notification (the LISTEN thread): direct."""
+        self._child(self.wakeups, (queue, source)).inc()
 
     def restarted(self, worker: str, cause: str) -> None:
-        self._child(self.restarts, worker, cause).inc()
+        self._child(self.restarts, (worker, cause)).inc()
 
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None:
         """``samples``: queue -> {waiting, processing, suspects, oldest_due, cap}."""
         for queue, sample in samples.items():
             for state in DEPTH_STATES:
-                self._child(self.depth_gauge, queue, state).set(sample[state])
-            self._child(self.suspects, queue).set(sample["suspects"])
-            self._child(self.oldest_due, queue).set(sample["oldest_due"])
+                self._child(self.depth_gauge, (queue, state)).set(sample[state])
+            self._child(self.suspects, (queue,)).set(sample["suspects"])
+            self._child(self.oldest_due, (queue,)).set(sample["oldest_due"])
             self.depth_cap.set(sample["cap"])
+
+
+def add_observations(histogram: Any, buckets: list[int], total: float) -> None:
+    """Add many observations to a labelled histogram at once: per-bucket counts and their sum.
+
+    prometheus_client has no public call for this; a histogram child keeps one value per bucket
+    (not cumulative) and one for the sum, which ``observe`` increments one at a time.
+    tests/unit/test_metrics.py checks that this scrapes exactly like ``observe``.
+    """
+    for index, count in enumerate(buckets):
+        if count:
+            histogram._buckets[index].inc(count)
+    histogram._sum.inc(total)
 
 
 #: What the hooks call (see the module's docstring).

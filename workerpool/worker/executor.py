@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import metrics, queries
+from .. import queries
 from ..errors import LeaseLost
 from ..jobs import Job
 from ..outcome import Outcome, classify, error_entry, upcast
@@ -148,8 +148,7 @@ class Executor:
             exc = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
-        metrics.record.handler_duration(self.queue, flight.spec.name,
-                                        time.monotonic() - flight.started)
+        flight.ran = time.monotonic() - flight.started
         try:
             outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id)
         except BaseException as classify_error:  # never lose a result, whatever was raised

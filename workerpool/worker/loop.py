@@ -174,6 +174,7 @@ class Worker:
             return
         self.session.succeeded()
         metrics.record.in_flight(self.queue, len(self.flights))
+        metrics.record.flush()  # what this pass committed, to the metrics files
         if self.session.reached_db:
             self.on_tick()
 
@@ -292,5 +293,7 @@ class Worker:
             pass
         self.executor.shutdown()
         self.session.close()
+        metrics.record.in_flight(self.queue, len(self.flights))
+        metrics.record.flush()  # the drain's last outcomes
         log.info("worker %s stopped", self.id, extra={"event": "worker_stopped",
                                                       "queue": self.queue, "worker": self.id})

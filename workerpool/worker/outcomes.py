@@ -156,7 +156,8 @@ class Outcomes:
             self.counters.unstarted += state is not None
             return None
         self.counters.finished += 1
-        metrics.record.finished(self.queue, flight.spec.name, _outcome_label(outcome, state))
+        metrics.record.finished(self.queue, flight.spec.name, _outcome_label(outcome, state),
+                                flight.ran)
         if state is None:
             self.counters.lost += 1
             log.warning("outcome of job %s not written: lease lost (or written before a"
