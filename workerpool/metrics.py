@@ -16,9 +16,12 @@ until :func:`enable` swaps in a :class:`Recorder`. Children inherit the switch t
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger("workerpool.supervisor")
 
 PREFIX = "workerpool_"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -283,6 +286,23 @@ class Exporter:
         self.port, self.bind, self.parent_dir = port, bind, parent_dir
         self.directory: str | None = None
         self.server: Any = None
+
+    @classmethod
+    def start_for(cls, settings: Any) -> Exporter:
+        """The exporter of ``workerpool run``'s settings, serving; ConfigError (one line) if its
+        port cannot be listened on."""
+        from .errors import ConfigError
+
+        port, bind = settings.metrics_port, settings.metrics_bind
+        exporter = cls(port, bind, str(settings.heartbeat_dir))
+        try:
+            exporter.start()
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {port}: cannot listen on {bind}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        log.info("metrics on http://%s:%d/metrics", bind, port,
+                 extra={"event": "metrics_serving", "port": port})
+        return exporter
 
     def start(self) -> None:
         """Create the directory, switch metrics on, listen. OSError: the port cannot be had."""

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import exitcodes, heartbeat
+from . import exitcodes, heartbeat, metrics
 from .config import RunSettings, WorkerType
 from .exit_release import ExitRelease, unreleased
 from .oslayer import RealOS, describe_status, set_title
@@ -89,21 +89,8 @@ class Supervisor:
                 self.exporter.close()
 
     def _start_metrics(self) -> None:
-        if self.settings.metrics_port is None:
-            return
-        from . import metrics  # standard library until prometheus_client is needed
-        from .errors import ConfigError
-
-        bind, port = self.settings.metrics_bind, self.settings.metrics_port
-        exporter = metrics.Exporter(port, bind, str(self.settings.heartbeat_dir))
-        try:
-            exporter.start()
-        except OSError as exc:
-            raise ConfigError(f"--metrics-port {port}: cannot listen on {bind}:{port}: "
-                              f"{exc.strerror or exc}") from None
-        self.exporter = exporter
-        log.info("metrics on http://%s:%d/metrics", bind, port,
-                 extra={"event": "metrics_serving", "port": port})
+        if self.settings.metrics_port is not None:  # ConfigError if the port cannot be had
+            self.exporter = metrics.Exporter.start_for(self.settings)
 
     def on_signal(self, signum: int, frame: object = None) -> None:
         """The signal handler: record, nothing else (the main loop acts on it)."""
@@ -250,7 +237,7 @@ class Supervisor:
             return
         self._schedule_restart(slot, failed_boot=not slot.ticked)
         if slot.state is ChildState.BACKOFF:
-            self._metrics().restarted(slot.name, cause)
+            metrics.record.restarted(slot.name, cause)
 
     def _log_exit(self, slot: Slot, status: int) -> None:
         text = describe_status(status)
@@ -368,11 +355,6 @@ class Supervisor:
     def _own_fds(self) -> tuple[int, ...]:
         """The parent's descriptors a forked child closes: wake-up pipe, metrics socket."""
         return tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
-
-    def _metrics(self) -> Any:
-        from . import metrics
-
-        return metrics.record
 
     def _live_slots(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.state in LIVE]
