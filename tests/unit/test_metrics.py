@@ -73,3 +73,19 @@ def test_the_null_recorder_takes_every_hook():
     null.woke("q", "poll")
     null.restarted("q", "signal")
     null.depth({})
+
+
+def test_restart_causes_are_a_bounded_set():
+    from workerpool.config import WorkerKind, WorkerType
+    from workerpool.slots import Slot, restart_cause
+
+    slot = Slot(WorkerType("fast", WorkerKind.QUEUE, 1.0, 5.0))
+    killed, exited_75, exited_1 = 9, 75 << 8, 1 << 8  # waitpid statuses
+    assert restart_cause(slot, exited_1) == "boot_failure"  # never ticked
+    slot.ticked = True
+    assert restart_cause(slot, killed) == "signal"
+    assert restart_cause(slot, exited_75) == "recycle"
+    assert restart_cause(slot, exited_1) == "exit"
+    slot.killed, slot.kill_at = True, 1.0
+    assert restart_cause(slot, killed) == "hang"
+    assert set(metrics.CAUSES) == {"hang", "recycle", "boot_failure", "signal", "exit"}
