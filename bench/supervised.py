@@ -85,6 +85,14 @@ class Supervisor:
         return ""
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live process has used (``/proc/<pid>/stat``), in seconds."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def free_port() -> int:
     import socket
 
@@ -184,6 +192,7 @@ class DrainResult:
     jobs_per_s: float
     parent_peak_mb: float
     child_peak_mb: float
+    child_cpu_s: float = 0.0  # user + system CPU of the worker children, start to drained
 
 
 def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
@@ -199,12 +208,14 @@ def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
         wait_drained(bench_db, n, supervisors)
         parents = [peak_rss_mb(s.pid) for s in supervisors]
         kids = [peak_rss_mb(pid) for s in supervisors for pid in s.queue_children()]
+        cpu = sum(cpu_seconds(pid) for s in supervisors for pid in s.queue_children())
     done, seconds = bench_db.drain_window()
     if done != n:
         raise RuntimeError(f"drain with {children} children: {done} of {n} jobs done")
     if None in parents or None in kids or len(kids) != children:
         raise RuntimeError(f"could not read the peak RSS of every process ({parents}, {kids})")
-    return DrainResult(done / seconds if seconds > 0 else float("inf"), max(parents), max(kids))
+    return DrainResult(done / seconds if seconds > 0 else float("inf"), max(parents), max(kids),
+                       cpu)
 
 
 def wait_drained(bench_db: BenchDatabase, n: int, supervisors: list[Supervisor]) -> None:

@@ -26,6 +26,8 @@ EXPECTED = {
     "drain_2children_jobs_per_s",
     "drain_metrics_off_jobs_per_s",
     "drain_metrics_on_jobs_per_s",
+    "drain_metrics_off_cpu_us_per_job",
+    "drain_metrics_on_cpu_us_per_job",
     *(f"pickup_{mode}_p{p}_ms" for mode in ("notify", "poll") for p in (50, 90, 99)),
     "rss_parent_peak_mb",
     "rss_child_peak_mb",
