@@ -21,7 +21,9 @@ from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "pickup", "enqueue", "scale", "memory")
+SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory")
+METRICS_OFF = "drain_metrics_off_jobs_per_s"
+METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
 
 
@@ -58,6 +60,14 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("drain_2children_jobs_per_s", "jobs/s", ratio_to=CEILING,
                        target=Target(">=", 0.5, on_ratio=True),
                        note="2 x workerpool run (1 worker child each) on one queue")
+    if plan.wants("metrics"):
+        report.declare(METRICS_OFF, "jobs/s", note="workerpool run, 1 worker child, no metrics")
+        report.declare("drain_metrics_on_jobs_per_s", "jobs/s", ratio_to=METRICS_OFF,
+                       target=Target(">=", 0.95, on_ratio=True),
+                       note="the same with --metrics-port (cost < 5 %)")
+        report.declare(METRICS_OFF_CPU, "us/job", note="worker child CPU per job, no metrics")
+        report.declare("drain_metrics_on_cpu_us_per_job", "us/job", ratio_to=METRICS_OFF_CPU,
+                       note="the same with --metrics-port (less noisy than wall clock)")
     if plan.wants("pickup"):
         for mode in ("notify", "poll"):
             for p in (50, 90, 99):
@@ -105,6 +115,7 @@ class Bench:
         self.pool: WorkerPool = make_pool(bench_db.url, concurrency=plan.concurrency)
         self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False,
                                                 concurrency=plan.concurrency)
+        self._metrics_runs = 0  # alternates which of metrics off/on drains first
 
     def close(self) -> None:
         self.pool.dispose()
@@ -126,6 +137,8 @@ class Bench:
             self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
         if plan.wants("drain") or plan.wants("memory"):
             self.measure_drains()
+        if plan.wants("metrics"):
+            self.measure_metrics_cost()
         if plan.wants("pickup"):
             self.measure_pickup(notify=True)
             self.measure_pickup(notify=False)
@@ -147,6 +160,19 @@ class Bench:
         if self.plan.wants("memory"):
             self.report.add("rss_parent_peak_mb", max(r.parent_peak_mb for r in results))
             self.report.add("rss_child_peak_mb", max(r.child_peak_mb for r in results))
+
+    def measure_metrics_cost(self) -> None:
+        """The drain with metrics off and on, back to back; the order alternates by repeat."""
+        self._metrics_runs += 1
+        order = [False, True] if self._metrics_runs % 2 else [True, False]
+        for metrics in order:
+            figure = "drain_metrics_on_jobs_per_s" if metrics else METRICS_OFF
+            result = supervised.drain(self.launcher, self.pool, self.plan.n, 1,
+                                      enqueue.load_for_drain, metrics=metrics)
+            cpu_us = result.child_cpu_s * 1e6 / self.plan.n
+            log.info("%s: %.0f jobs/s, %.0f us CPU per job", figure, result.jobs_per_s, cpu_us)
+            self.report.add(figure, result.jobs_per_s)
+            self.report.add(figure.replace("jobs_per_s", "cpu_us_per_job"), cpu_us)
 
     # -- (3) pickup latency ----------------------------------------------------------------------
 

@@ -85,6 +85,22 @@ class Supervisor:
         return ""
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live process has used (``/proc/<pid>/stat``), in seconds."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def title(pid: int) -> str:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
@@ -132,15 +148,17 @@ class Launcher:
         env.update(self.extra_env)
         return env
 
-    def start(self, *, notify: bool = True, stamp_file: Path | None = None) -> Supervisor:
+    def start(self, *, notify: bool = True, stamp_file: Path | None = None,
+              metrics: bool = False) -> Supervisor:
         self._count += 1
+        extra = ["--metrics-port", str(free_port())] if metrics else []
         heartbeats = self.workdir / f"heartbeats-{self._count}"
         heartbeats.mkdir(mode=0o700)
         log_path = self.workdir / f"supervisor-{self._count}.log"
         with open(log_path, "wb") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "workerpool", "run", "bench.app:pool",
-                 "--heartbeat-dir", str(heartbeats), "--log-level", "WARNING"],
+                 "--heartbeat-dir", str(heartbeats), "--log-level", "WARNING", *extra],
                 cwd=ROOT, env=self.env(notify=notify, stamp_file=stamp_file),
                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -148,13 +166,14 @@ class Launcher:
         return Supervisor(process, log_path)
 
     @contextlib.contextmanager
-    def running(self, count: int, *, notify: bool = True,
-                stamp_file: Path | None = None) -> Iterator[list[Supervisor]]:
+    def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
+                metrics: bool = False) -> Iterator[list[Supervisor]]:
         """``count`` supervisors whose queue children have registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
         try:
             for _ in range(count):
-                supervisors.append(self.start(notify=notify, stamp_file=stamp_file))
+                supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
+                                              metrics=metrics))
             self.wait_registered(supervisors, count)
             yield supervisors
         finally:
@@ -185,24 +204,30 @@ class DrainResult:
     jobs_per_s: float
     parent_peak_mb: float
     child_peak_mb: float
+    child_cpu_s: float = 0.0  # user + system CPU of the worker children, start to drained
 
 
 def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
-          load: Callable[[WorkerPool, int], None]) -> DrainResult:
-    """Drain ``n`` no-op jobs with ``children`` worker children; rate from the rows' timestamps."""
+          load: Callable[[WorkerPool, int], None], *, metrics: bool = False) -> DrainResult:
+    """Drain ``n`` no-op jobs with ``children`` worker children; rate from the rows' timestamps.
+
+    ``metrics``: the supervisors serve /metrics (``--metrics-port``), so every claim, outcome
+    and handler also updates the metrics files."""
     bench_db = launcher.db
     bench_db.reset()
-    with launcher.running(children) as supervisors:
+    with launcher.running(children, metrics=metrics) as supervisors:
         load(pool, n)
         wait_drained(bench_db, n, supervisors)
         parents = [peak_rss_mb(s.pid) for s in supervisors]
         kids = [peak_rss_mb(pid) for s in supervisors for pid in s.queue_children()]
+        cpu = sum(cpu_seconds(pid) for s in supervisors for pid in s.queue_children())
     done, seconds = bench_db.drain_window()
     if done != n:
         raise RuntimeError(f"drain with {children} children: {done} of {n} jobs done")
     if None in parents or None in kids or len(kids) != children:
         raise RuntimeError(f"could not read the peak RSS of every process ({parents}, {kids})")
-    return DrainResult(done / seconds if seconds > 0 else float("inf"), max(parents), max(kids))
+    return DrainResult(done / seconds if seconds > 0 else float("inf"), max(parents), max(kids),
+                       cpu)
 
 
 def wait_drained(bench_db: BenchDatabase, n: int, supervisors: list[Supervisor]) -> None:

@@ -203,7 +203,8 @@ def build_supervisor(args: argparse.Namespace, **seams: Any) -> Any:
     settings = config.load(
         pool, args.queue, heartbeat_dir=args.heartbeat_dir, grace=args.grace,
         restart_delay=args.restart_delay, boot_retries=args.boot_retries,
-        maintenance_interval=interval,
+        maintenance_interval=interval, metrics_port=args.metrics_port,
+        metrics_bind=args.metrics_bind,
     )
     pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
     return Supervisor(pool, settings, **seams)
@@ -270,6 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="base of the restart backoff after repeated fast crashes (default 1)")
     run.add_argument("--boot-retries", type=int, default=config.BOOT_RETRIES, metavar="N",
                      help="exit non-zero after a worker type fails to start N times in a row")
+    run.add_argument("--metrics-port", default=None, metavar="PORT",
+                     help="serve Prometheus metrics on GET /metrics at this port (default: "
+                          "$WORKERPOOL_METRICS_PORT, else off); needs workerpool[metrics]")
+    run.add_argument("--metrics-bind", default=None, metavar="ADDR",
+                     help="address the metrics port listens on (default: "
+                          "$WORKERPOOL_METRICS_BIND, else 127.0.0.1)")
     run.add_argument("--log-level", default="INFO",
                      choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 

@@ -36,6 +36,9 @@ __all__ = [
 
 DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
 GRACE_ENV = "WORKERPOOL_GRACE_PERIOD"
+METRICS_PORT_ENV = "WORKERPOOL_METRICS_PORT"
+METRICS_BIND_ENV = "WORKERPOOL_METRICS_BIND"
+DEFAULT_METRICS_BIND = "127.0.0.1"
 
 #: Seconds the supervisor waits beyond drain_timeout before it SIGKILLs what is left: time for a
 #: child to release its unfinished jobs and exit.
@@ -87,6 +90,8 @@ class RunSettings:
     boot_retries: int = BOOT_RETRIES
     drain_margin: float = DRAIN_MARGIN
     release_margin: float = RELEASE_MARGIN
+    metrics_port: int | None = None  # serve GET /metrics (workerpool.metrics) when set
+    metrics_bind: str = "127.0.0.1"
 
     @property
     def drain_timeout(self) -> float:
@@ -108,6 +113,8 @@ def load(
     restart_delay: float = RESTART_DELAY,
     boot_retries: int = BOOT_RETRIES,
     maintenance_interval: float | None = None,
+    metrics_port: int | str | None = None,
+    metrics_bind: str | None = None,
 ) -> RunSettings:
     """Validate everything `run` needs. The pool is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT``
     applies to the queue settings each worker type carries.
@@ -128,6 +135,7 @@ def load(
         grace=_grace(grace),
         restart_delay=_number("--restart-delay", restart_delay, minimum=0.0),
         boot_retries=_count("--boot-retries", boot_retries),
+        **_metrics(metrics_port, metrics_bind),
     )
     _check_grace(settings, pool)
     _check_heartbeat_dir(settings.heartbeat_dir)
@@ -197,6 +205,28 @@ def _check_grace(settings: RunSettings, pool: Any) -> None:
             f"({settings.grace:g}s): jobs would be SIGKILLed mid-drain; lower drain_timeout "
             f"or raise the grace period"
         )
+
+
+def _metrics(port: int | str | None, bind: str | None) -> dict[str, Any]:
+    """``--metrics-port`` / ``$WORKERPOOL_METRICS_PORT``, and the address to bind."""
+    name = "--metrics-port"
+    if port is None or port == "":
+        port, name = os.environ.get(METRICS_PORT_ENV) or None, METRICS_PORT_ENV
+    bind = bind or os.environ.get(METRICS_BIND_ENV) or DEFAULT_METRICS_BIND
+    if port is None:
+        return {}
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a TCP port (1..65535), got {port!r}") from None
+    if not 1 <= number <= 65535:
+        raise ConfigError(f"{name} must be a TCP port (1..65535), got {port!r}")
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{name}: metrics need prometheus_client: "
+                          "pip install 'workerpool[metrics]'") from None
+    return {"metrics_port": number, "metrics_bind": bind}
 
 
 def _check_heartbeat_dir(directory: Path) -> None:

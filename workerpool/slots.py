@@ -6,9 +6,11 @@ writes, read without blocking. Standard library only, like the supervisor.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import exitcodes
 from .config import RESTART_DELAY_CAP, STABLE_AFTER, WorkerType
 from .heartbeat import HEARTBEAT_PERIOD
 from .states import ChildState
@@ -99,6 +101,17 @@ def restart_delay(crashes: int, base: float) -> float:
     if crashes <= 1:
         return 0.0
     return min(RESTART_DELAY_CAP, base * 2 ** min(crashes - 2, 16))
+
+
+def restart_cause(slot: Slot, status: int) -> str:
+    """Why a child exited, as the bounded ``cause`` label of the restarts metric."""
+    if slot.killed and slot.kill_at is not None:
+        return "hang"
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == exitcodes.RECYCLE:
+        return "recycle"
+    if not slot.ticked:
+        return "boot_failure"
+    return "signal" if os.WIFSIGNALED(status) else "exit"
 
 
 class Reporter(Protocol):

@@ -29,11 +29,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import exitcodes, heartbeat
+from . import exitcodes, heartbeat, metrics
 from .config import RunSettings, WorkerType
 from .exit_release import ExitRelease, unreleased
 from .oslayer import RealOS, describe_status, set_title
-from .slots import LIVE, SERVING, Slot, close_pipe, read_lines, restart_delay
+from .slots import LIVE, SERVING, Slot, close_pipe, read_lines, restart_cause, restart_delay
 from .states import ChildState, SupervisorMood
 
 log = logging.getLogger("workerpool.supervisor")
@@ -69,12 +69,14 @@ class Supervisor:
         self._own_touch = float("-inf")
         self._touch_failed_at = float("-inf")
         self._forced_exit_at: float | None = None
+        self.exporter: Any = None  # metrics.Exporter with --metrics-port
 
     # -- entry point ---------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run until every child is gone after a stop signal; return the exit code."""
         set_title("workerpool: supervisor")
+        self._start_metrics()  # a taken port is refused here, before any fork
         self.os.install_signals(self.on_signal)
         try:
             self.start()
@@ -83,6 +85,12 @@ class Supervisor:
             return code
         finally:
             self.os.restore_signals()
+            if self.exporter is not None:
+                self.exporter.close()
+
+    def _start_metrics(self) -> None:
+        if self.settings.metrics_port is not None:  # ConfigError if the port cannot be had
+            self.exporter = metrics.Exporter.start_for(self.settings)
 
     def on_signal(self, signum: int, frame: object = None) -> None:
         """The signal handler: record, nothing else (the main loop acts on it)."""
@@ -219,12 +227,17 @@ class Supervisor:
     def _child_exited(self, slot: Slot, status: int) -> None:
         self._handle_reports(slot, close_pipe(self.os, slot))  # its worker id may be in there
         self._log_exit(slot, status)
+        if self.exporter is not None:
+            self.exporter.child_exited(slot.pid)
+        cause = restart_cause(slot, status)
         slot.reaped(drained=self.mood is not SupervisorMood.RUNNING
                     and describe_status(status) == "exit:0")
         if self.mood is not SupervisorMood.RUNNING or slot.state is ChildState.STOPPING:
             slot.state = ChildState.EXITED  # STOPPING -> EXITED
             return
         self._schedule_restart(slot, failed_boot=not slot.ticked)
+        if slot.state is ChildState.BACKOFF:
+            metrics.record.restarted(slot.name, cause)
 
     def _log_exit(self, slot: Slot, status: int) -> None:
         text = describe_status(status)
@@ -307,7 +320,7 @@ class Supervisor:
         others = tuple(s.fd for s in self.slots if s.fd is not None)
         child = self.child_factory(self.pool, slot.worker, parent_pid=self.os.getpid(),
                                    orphans=tuple(slot.orphans),
-                                   close_fds=others + tuple(self.os.own_fds()))
+                                   close_fds=others + self._own_fds())
         try:
             pid, fd = self.os.spawn(child.start)
         except OSError as exc:
@@ -338,6 +351,10 @@ class Supervisor:
                             extra={"event": "heartbeat_write_failed"})
 
     # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _own_fds(self) -> tuple[int, ...]:
+        """The parent's descriptors a forked child closes: wake-up pipe, metrics socket."""
+        return tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
 
     def _live_slots(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.state in LIVE]
@@ -383,7 +400,7 @@ class Supervisor:
         releaser = self.releaser_factory(self.pool, release.worker_ids,
                                          parent_pid=self.os.getpid(),
                                          close_fds=tuple(self._watched_fds())
-                                         + tuple(self.os.own_fds()))
+                                         + self._own_fds())
         if release.spawn(self.os, releaser, self.settings.release_margin):
             for slot in self.slots:
                 slot.orphans = []  # handed over

@@ -24,6 +24,10 @@ EXPECTED = {
     "ceiling_2proc_jobs_per_s",
     "drain_1child_jobs_per_s",
     "drain_2children_jobs_per_s",
+    "drain_metrics_off_jobs_per_s",
+    "drain_metrics_on_jobs_per_s",
+    "drain_metrics_off_cpu_us_per_job",
+    "drain_metrics_on_cpu_us_per_job",
     *(f"pickup_{mode}_p{p}_ms" for mode in ("notify", "poll") for p in (50, 90, 99)),
     "rss_parent_peak_mb",
     "rss_child_peak_mb",
@@ -89,6 +93,8 @@ def test_ratios_point_at_figures_of_the_same_run(quick_run):
     assert found["drain_2children_jobs_per_s"]["ratio_to"] == "ceiling_jobs_per_s"
     assert found["drain_2children_jobs_per_s"]["target"] == ">= 0.5x"
     assert found["claim_large_p99_ms"]["target"] == "<= 2x"
+    assert found["drain_metrics_on_jobs_per_s"]["ratio_to"] == "drain_metrics_off_jobs_per_s"
+    assert found["drain_metrics_on_jobs_per_s"]["target"] == ">= 0.95x"
 
 
 def test_table_lists_the_figures_and_the_private_database_is_dropped(quick_run, server_url):

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Connection
 
-from .. import cron, queries
+from .. import cron, metrics, queries
 from ..dead import DeadNotice, report_dead
 from ..pool import WorkerPool, validate_crons
 from ..states import DeadReason, JobState
@@ -28,6 +29,8 @@ log = logging.getLogger("workerpool.maintenance")
 #: The process type maintenance children register under in ``workerpool_workers.queue``
 #: ('@' cannot start a queue name, so it never clashes with one).
 MAINTENANCE_TYPE = "@maintenance"
+#: Seconds between two samples of the queue depth gauges (metrics on only).
+DEPTH_EVERY = 5.0
 
 
 class Maintenance:
@@ -41,6 +44,7 @@ class Maintenance:
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
         self.table = TableKeeper(pool)
+        self._sampled_at = float("-inf")
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -62,6 +66,7 @@ class Maintenance:
         self.prune_finished()
         self.prune_workers()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
+        self.sample_depth()
 
     def keep_registered(self) -> None:
         """Announce this process in ``workerpool_workers`` and keep its ``last_seen`` fresh."""
@@ -111,6 +116,16 @@ class Maintenance:
             log.info("pruned worker %s (not seen for %ss)", worker, self.settings.worker_ttl,
                      extra={"event": "worker_pruned", "worker": worker})
         return gone
+
+    def sample_depth(self) -> None:
+        """With metrics on, every DEPTH_EVERY seconds: one bounded query for the depth gauges."""
+        now = time.monotonic()
+        if not metrics.record.enabled or now - self._sampled_at < DEPTH_EVERY:
+            return
+        self._sampled_at = now
+        with self._transaction() as conn:
+            samples = queries.queue_depths(conn, list(self.pool.queues))
+        metrics.record.depth(samples)
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""

@@ -274,3 +274,63 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
         .order_by(jobs.c.queue, func.count().desc())
     )
     return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+
+
+#: Rows counted at most per queue and state by queue_depths: beyond it the gauge reads the cap.
+DEPTH_CAP = 10_000
+
+# queue_depths: per queue, capped counts of waiting (pending or failed), processing and suspect
+# rows, and the oldest due run_at. Index: ix_workerpool_jobs_due (waiting: index-only, read in
+# its own order up to the cap; the oldest due row: one probe per distinct priority, a skip
+# scan), ix_workerpool_jobs_leased (processing), ix_workerpool_jobs_suspects (suspects).
+#: Pending and failed are counted together: only together do they match the due index's
+#: predicate, so telling them apart would read the heap (a full scan when failed rows are rare).
+_DEPTHS = text(
+    f"""
+    SELECT q.queue,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state IN ({_DUE_LITERALS}) ORDER BY priority DESC, run_at, id LIMIT :cap) AS x
+      ) AS waiting,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state = 'processing' ORDER BY claimed_at LIMIT :cap) AS x) AS processing,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state IN ({_DUE_LITERALS}) AND crashes > 0 ORDER BY priority DESC, run_at, id
+         LIMIT :cap) AS x) AS suspects,
+      (WITH RECURSIVE p(priority) AS (
+          (SELECT priority FROM {jobs.name} WHERE queue = q.queue AND state IN ({_DUE_LITERALS})
+           ORDER BY priority DESC LIMIT 1)
+          UNION ALL
+          SELECT (SELECT j.priority FROM {jobs.name} AS j WHERE j.queue = q.queue
+                    AND j.state IN ({_DUE_LITERALS}) AND j.priority < p.priority
+                  ORDER BY j.priority DESC LIMIT 1)
+          FROM p WHERE p.priority IS NOT NULL)
+       SELECT min((SELECT j.run_at FROM {jobs.name} AS j WHERE j.queue = q.queue
+                     AND j.state IN ({_DUE_LITERALS}) AND j.priority = p.priority
+                   ORDER BY j.priority DESC, j.run_at LIMIT 1))
+       FROM p WHERE p.priority IS NOT NULL) AS oldest_run_at,
+      now() AS now
+    FROM unnest(CAST(:queues AS text[])) AS q(queue)
+    """
+)
+
+
+def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
+                 ) -> dict[str, dict[str, Any]]:
+    """Per queue: ``waiting`` (pending or failed), ``processing``, ``suspects`` (each counted up
+    to ``cap``), ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
+
+    Bounded whatever the table holds: at most ``cap`` index entries per count, and one index
+    probe per distinct priority for the oldest due row.
+    """
+    rows = conn.execute(_DEPTHS, {"queues": list(queues), "cap": cap})
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        oldest = row.oldest_run_at
+        age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
+        out[row.queue] = {"waiting": row.waiting, "processing": row.processing,
+                          "suspects": row.suspects, "oldest_due": age, "cap": cap}
+    return out

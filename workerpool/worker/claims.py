@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from .. import queries
+from .. import metrics, queries
 from ..errors import Permanent
 from ..outcome import classify
 from ..pool import QueueSpec, TaskSpec
@@ -80,6 +80,7 @@ class Claims:
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
         self.outcomes.written(batch, states)
+        metrics.record.claimed(self.queue, rows)
         if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
             rows.sort(key=_claim_order)
         if rows:

@@ -108,7 +108,7 @@ class Executor:
     def __init__(self, pool: WorkerPool, queue: str, worker_id: str, concurrency: int,
                  session: Session, *, began: Callable[[InFlight], None],
                  returned: Callable[[InFlight, Outcome | None], None]) -> None:
-        self.pool, self.worker_id, self.session = pool, worker_id, session
+        self.pool, self.worker_id, self.session, self.queue = pool, worker_id, session, queue
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
         self._async = EventLoopThread(f"wp-{queue}-asyncio")
@@ -148,6 +148,7 @@ class Executor:
             exc = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
+        flight.ran = time.monotonic() - flight.started
         try:
             outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id)
         except BaseException as classify_error:  # never lose a result, whatever was raised

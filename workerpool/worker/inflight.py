@@ -125,6 +125,7 @@ class InFlight:
     thread: int | None = None  # ident of the handler thread
     future: concurrent.futures.Future | None = None  # set for async handlers
     suspect: bool = False  # held by a process that died: it runs alone (nothing else claimed)
+    ran: float | None = None  # seconds its handler ran, once it returned (for the metrics)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def transition(self, step: Step) -> FlightState:

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from .. import db, queries
+from .. import db, metrics, queries
 from ..errors import first_line
 from ..pool import WorkerPool
 from .session import Reconnect
@@ -75,4 +75,5 @@ class Listener(threading.Thread):
             while not self._halt.is_set():
                 for note in conn.notifies(timeout=LISTEN_SLICE):
                     if self.queue in note.payload.split(","):
+                        metrics.record.woke(self.queue, "notify")
                         self.wake.set()

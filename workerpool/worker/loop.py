@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import exitcodes
+from .. import exitcodes, metrics
 from ..jobs import new_worker_id
 from ..outcome import Outcome, interrupted
 from ..pool import QueueSpec, TaskSpec, WorkerPool
@@ -173,6 +173,8 @@ class Worker:
             self._database_failed(exc)
             return
         self.session.succeeded()
+        metrics.record.in_flight(self.queue, len(self.flights))
+        metrics.record.flush()  # what this pass committed, to the metrics files
         if self.session.reached_db:
             self.on_tick()
 
@@ -195,7 +197,8 @@ class Worker:
             due.append(OUTCOME_FLUSH)  # handlers do not wake the loop while the buffer is deep
         timeout = max(0.0, min(due))
         self._next_wake = now + timeout
-        self._wake.wait(timeout)
+        if not self._wake.wait(timeout):
+            metrics.record.woke(self.queue, "poll")
         self._wake.clear()
 
     def _database_failed(self, exc: BaseException) -> None:
@@ -290,5 +293,7 @@ class Worker:
             pass
         self.executor.shutdown()
         self.session.close()
+        metrics.record.in_flight(self.queue, len(self.flights))
+        metrics.record.flush()  # the drain's last outcomes
         log.info("worker %s stopped", self.id, extra={"event": "worker_stopped",
                                                       "queue": self.queue, "worker": self.id})

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from .. import queries
+from .. import metrics, queries
 from ..dead import DeadNotice, report_dead
 from ..outcome import Outcome
 from ..pool import WorkerPool
@@ -71,6 +71,19 @@ def record_many(
         if outcome.kind not in bulk:
             states[lease.job_id] = record(conn, lease, outcome)
     return states
+
+
+#: The ``outcome`` label of workerpool_jobs_finished_total for an outcome written as pending.
+_PENDING_LABELS = {OutcomeKind.SNOOZE: "snoozed", OutcomeKind.INTERRUPTED: "released"}
+
+
+def _outcome_label(outcome: Outcome, state: str | None) -> str:
+    """done, failed (will retry), dead, snoozed, released, cancelled, or lost (fenced out)."""
+    if state is None:
+        return "lost"
+    if state == JobState.PENDING:
+        return _PENDING_LABELS.get(outcome.kind, "released")
+    return str(state)
 
 
 class Outcomes:
@@ -143,6 +156,8 @@ class Outcomes:
             self.counters.unstarted += state is not None
             return None
         self.counters.finished += 1
+        metrics.record.finished(self.queue, flight.spec.name, _outcome_label(outcome, state),
+                                flight.ran)
         if state is None:
             self.counters.lost += 1
             log.warning("outcome of job %s not written: lease lost (or written before a"

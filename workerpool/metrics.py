@@ -1,0 +1,337 @@
+"""Prometheus metrics: every definition in one place, and the switch that turns them on.
+
+Off unless ``workerpool run --metrics-port`` is given: then the supervisor calls :func:`enable`
+before its first fork, with a private directory. ``prometheus_client``'s multiprocess mode keeps
+each process's values in its own mmap files there (``counter_<pid>.db`` ...): an increment is a
+write to shared memory, never a message or a database round trip. The parent serves a
+``MultiProcessCollector`` over the directory, which sums the files of every process that ever
+wrote one. A child that dies leaves its counter files behind, so its counts are kept; its
+replacement has another pid and so other files, so nothing is counted twice. Gauges of live
+processes (jobs in flight) are ``livesum``: :func:`process_died` removes a dead child's file.
+
+Hooks call the module-level :data:`record`: a :class:`Null` recorder (every method does nothing)
+until :func:`enable` swaps in a :class:`Recorder`. Children inherit the switch through the fork.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("workerpool.supervisor")
+
+PREFIX = "workerpool_"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: ``outcome`` label values of workerpool_jobs_finished_total (a bounded set).
+OUTCOMES = ("done", "failed", "dead", "snoozed", "released", "cancelled", "lost")
+#: ``cause`` label values of workerpool_child_restarts_total.
+CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
+
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+DELAY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+#: ``state`` label values of workerpool_queue_depth: waiting = pending or failed (not running).
+DEPTH_STATES = ("waiting", "processing")
+BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class Null:
+    """Metrics off: every hook is a method that does nothing."""
+
+    enabled = False
+
+    def finished(self, queue: str, task: str, outcome: str, seconds: float | None) -> None: ...
+    def claimed(self, queue: str, rows: list[Any]) -> None: ...
+    def flush(self) -> None: ...
+    def in_flight(self, queue: str, count: int) -> None: ...
+    def woke(self, queue: str, source: str) -> None: ...
+    def restarted(self, worker: str, cause: str) -> None: ...
+    def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None: ...
+
+
+class Recorder(Null):
+    """Metrics on: the definitions, and the hooks that update them.
+
+    The per-job hooks (:meth:`finished`, :meth:`claimed`) run on the worker's main loop and only
+    add to plain dictionaries; :meth:`flush`, at the end of each pass, writes the sums to the
+    mmap files: one write per series touched instead of several per job (a multiprocess write
+    takes a lock and costs microseconds, which a drain of thousands of jobs a second notices).
+    """
+
+    enabled = True
+
+    def __init__(self) -> None:
+        # registry=None: the scrape reads the files (MultiProcessCollector), and the app's own
+        # default registry stays the app's.
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.jobs_finished = Counter(
+            "workerpool_jobs_finished", "Attempts whose outcome a worker wrote, by outcome",
+            ["queue", "task", "outcome"], registry=None)
+        self.handler_seconds = Histogram(
+            "workerpool_handler_duration_seconds", "Time a handler ran (one attempt)",
+            ["queue", "task"], buckets=DURATION_BUCKETS, registry=None)
+        self.pickup_seconds = Histogram(
+            "workerpool_pickup_delay_seconds", "claimed_at - run_at of each claimed job",
+            ["queue"], buckets=DELAY_BUCKETS, registry=None)
+        self.jobs_in_flight = Gauge(
+            "workerpool_jobs_in_flight", "Jobs a worker process holds (running or buffered)",
+            ["queue"], multiprocess_mode="livesum", registry=None)
+        self.claims = Counter("workerpool_claims", "Claim statements a worker ran", ["queue"],
+                              registry=None)
+        self.claim_batch = Histogram(
+            "workerpool_claim_batch_size", "Rows one claim statement returned", ["queue"],
+            buckets=BATCH_BUCKETS, registry=None)
+        self.wakeups = Counter(
+            "workerpool_wakeups", "Times an idle claim loop woke: a notification, or its poll",
+            ["queue", "source"], registry=None)
+        self.restarts = Counter(
+            "workerpool_child_restarts", "Children the supervisor restarted, by cause",
+            ["worker", "cause"], registry=None)
+        self.depth_gauge = Gauge(
+            "workerpool_queue_depth", "Jobs per queue waiting (pending or failed) or processing, "
+            "sampled by maintenance (a capped count: at most workerpool_queue_depth_cap)",
+            ["queue", "state"], multiprocess_mode="livemostrecent", registry=None)
+        self.depth_cap = Gauge(
+            "workerpool_queue_depth_cap", "The cap of the queue depth count", [],
+            multiprocess_mode="livemostrecent", registry=None)
+        self.oldest_due = Gauge(
+            "workerpool_oldest_due_age_seconds", "How long the oldest due job has waited",
+            ["queue"], multiprocess_mode="livemostrecent", registry=None)
+        self.suspects = Gauge(
+            "workerpool_suspects", "Due jobs held by a process that died (they run alone)",
+            ["queue"], multiprocess_mode="livemostrecent", registry=None)
+        self._children: dict[tuple, Any] = {}
+        self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
+        self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
+        self._gauges: dict[tuple, float] = {}  # the last value written (skip a rewrite)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """A labelled child, cached: ``labels()`` costs a few microseconds each call."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels) if labels else metric
+        return child
+
+    def _count(self, metric: Any, *labels: str) -> None:
+        key = (metric, *labels)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def _observe(self, metric: Any, bounds: tuple[float, ...], value: float, *labels: str) -> None:
+        key = (metric, *labels)
+        entry = self._observed.get(key)
+        if entry is None:
+            entry = self._observed[key] = [[0] * (len(bounds) + 1), 0.0]
+        entry[0][bisect.bisect_left(bounds, value)] += 1  # the first bucket with value <= bound
+        entry[1] += value
+
+    def finished(self, queue: str, task: str, outcome: str, seconds: float | None) -> None:
+        self._count(self.jobs_finished, queue, task, outcome)
+        if seconds is not None:
+            self._observe(self.handler_seconds, DURATION_BUCKETS, seconds, queue, task)
+
+    def claimed(self, queue: str, rows: list[Any]) -> None:
+        self._count(self.claims, queue)
+        self._observe(self.claim_batch, BATCH_BUCKETS, len(rows), queue)
+        for row in rows:
+            delay = max(0.0, (row.claimed_at - row.run_at).total_seconds())
+            self._observe(self.pickup_seconds, DELAY_BUCKETS, delay, queue)
+
+    def flush(self) -> None:
+        """Write what the main loop counted since the last flush (the main loop's)."""
+        counts, self._counts = self._counts, {}
+        for (metric, *labels), amount in counts.items():
+            self._child(metric, tuple(labels)).inc(amount)
+        observed, self._observed = self._observed, {}
+        for (metric, *labels), (buckets, total) in observed.items():
+            add_observations(self._child(metric, tuple(labels)), buckets, total)
+
+    def _set(self, metric: Any, value: float, *labels: str) -> None:
+        key = (id(metric), *labels)
+        if self._gauges.get(key) != value:
+            self._gauges[key] = value
+            self._child(metric, labels).set(value)
+
+    def in_flight(self, queue: str, count: int) -> None:
+        self._set(self.jobs_in_flight, count, queue)
+
+    def woke(self, queue: str, source: str) -> None:
+        """At most one a poll interval, or one a notification (the LISTEN thread): direct."""
+        self._child(self.wakeups, (queue, source)).inc()
+
+    def restarted(self, worker: str, cause: str) -> None:
+        self._child(self.restarts, (worker, cause)).inc()
+
+    def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None:
+        """``samples``: queue -> {waiting, processing, suspects, oldest_due, cap}."""
+        for queue, sample in samples.items():
+            for state in DEPTH_STATES:
+                self._child(self.depth_gauge, (queue, state)).set(sample[state])
+            self._child(self.suspects, (queue,)).set(sample["suspects"])
+            self._child(self.oldest_due, (queue,)).set(sample["oldest_due"])
+            self.depth_cap.set(sample["cap"])
+
+
+def add_observations(histogram: Any, buckets: list[int], total: float) -> None:
+    """Add many observations to a labelled histogram at once: per-bucket counts and their sum.
+
+    prometheus_client has no public call for this; a histogram child keeps one value per bucket
+    (not cumulative) and one for the sum, which ``observe`` increments one at a time.
+    tests/unit/test_metrics.py checks that this scrapes exactly like ``observe``.
+    """
+    for index, count in enumerate(buckets):
+        if count:
+            histogram._buckets[index].inc(count)
+    histogram._sum.inc(total)
+
+
+#: What the hooks call (see the module's docstring).
+record: Null = Null()
+
+
+def enable(directory: str) -> Recorder:
+    """Metrics on for this process and the children it forks from now on.
+
+    ``directory``: private (0700), empty, for this run only. Must run before the first fork.
+    """
+    global record
+    os.environ[MULTIPROC_ENV] = directory
+    from prometheus_client import values
+
+    if values.ValueClass is values.MutexValue:
+        # prometheus_client picks its value class at import, from the environment: an app that
+        # imported it before the variable was set would otherwise keep in-memory values.
+        values.ValueClass = values.MultiProcessValue()
+    record = Recorder()
+    return record
+
+
+def disable() -> None:
+    global record
+    record = Null()
+
+
+def process_died(pid: int, directory: str) -> None:
+    """A child is gone: drop its live gauges (its counters stay, so no count is lost)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, directory)
+
+
+def registry(directory: str, heartbeat_dir: str | None = None) -> Any:
+    """A registry that reads every process's files in ``directory`` when scraped, and the
+    heartbeat files' ages in ``heartbeat_dir``."""
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    collected = CollectorRegistry()
+    multiprocess.MultiProcessCollector(collected, path=directory)
+    if heartbeat_dir is not None:
+        collected.register(HeartbeatAges(heartbeat_dir))
+    return collected
+
+
+class HeartbeatAges:
+    """``workerpool_heartbeat_age_seconds{worker}``: what ``workerpool healthcheck`` reads,
+    computed at scrape time from the files' mtimes (a child that stops ticking ages here)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Any:
+        from pathlib import Path
+
+        from prometheus_client.core import GaugeMetricFamily
+
+        from . import heartbeat
+
+        family = GaugeMetricFamily("workerpool_heartbeat_age_seconds",
+                                   "Seconds since each heartbeat file was touched",
+                                   labels=["worker"])
+        directory = Path(self.directory)
+        for worker in heartbeat.list_workers(directory):
+            try:
+                family.add_metric([worker], heartbeat.age(heartbeat.path_for(directory, worker)))
+            except FileNotFoundError:
+                continue
+        yield family
+
+
+def serve(port: int, bind: str, directory: str, heartbeat_dir: str | None = None) -> Any:
+    """Listen now (an error here is the caller's: a taken port); serve from a daemon thread.
+
+    Returns the server; ``server.shutdown()`` stops it. The thread only reads the files in
+    ``directory``: it holds no database connection and takes no lock the main loop holds.
+    """
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=bind,
+                                        registry=registry(directory, heartbeat_dir))
+    return server
+
+
+class Exporter:
+    """The supervisor's side: the private directory, the HTTP server, dead children's files.
+
+    Why a thread in a single-threaded parent: the server thread (and the one per request of
+    prometheus_client's threading server) only reads the mmap files; the main loop never waits
+    for it and shares no lock with it, so a slow or stuck scrape cannot delay a reap, a
+    heartbeat or a drain. It exists only with ``--metrics-port``.
+    """
+
+    def __init__(self, port: int, bind: str, parent_dir: str) -> None:
+        self.port, self.bind, self.parent_dir = port, bind, parent_dir
+        self.directory: str | None = None
+        self.server: Any = None
+
+    @classmethod
+    def start_for(cls, settings: Any) -> Exporter:
+        """The exporter of ``workerpool run``'s settings, serving; ConfigError (one line) if its
+        port cannot be listened on."""
+        from .errors import ConfigError
+
+        port, bind = settings.metrics_port, settings.metrics_bind
+        exporter = cls(port, bind, str(settings.heartbeat_dir))
+        try:
+            exporter.start()
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {port}: cannot listen on {bind}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        log.info("metrics on http://%s:%d/metrics", bind, port,
+                 extra={"event": "metrics_serving", "port": port})
+        return exporter
+
+    def start(self) -> None:
+        """Create the directory, switch metrics on, listen. OSError: the port cannot be had."""
+        import tempfile
+
+        self.directory = tempfile.mkdtemp(prefix="metrics-", dir=self.parent_dir)  # mode 0700
+        try:
+            enable(self.directory)
+            self.server = serve(self.port, self.bind, self.directory, self.parent_dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def fds(self) -> tuple[int, ...]:
+        """The listening socket: a forked child must close it."""
+        return (self.server.fileno(),) if self.server is not None else ()
+
+    def child_exited(self, pid: int) -> None:
+        if self.directory is not None:
+            process_died(pid, self.directory)
+
+    def close(self) -> None:
+        import shutil
+
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        disable()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
