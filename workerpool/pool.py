@@ -17,7 +17,14 @@ from sqlalchemy.engine import URL
 
 from . import db, queries
 from .backoff import Backoff
-from .enqueue import INSERT_CHUNK, build_job, enqueue_batch, enqueue_one
+from .enqueue import (
+    INSERT_CHUNK,
+    build_job,
+    enqueue_batch,
+    enqueue_batch_async,
+    enqueue_one,
+    enqueue_one_async,
+)
 from .errors import ConfigError, UnknownQueue, UnknownTask
 from .payload import DEFAULT_PAYLOAD_LIMIT
 from .schema import PAYLOAD_HARD_LIMIT
@@ -75,6 +82,7 @@ class WorkerPool:
         self._url_arg = url
         self._url: URL | None = None
         self._engine: Engine | None = None
+        self._async_engine: Any = None
         self.payload_limit = payload_limit
         self.notify = notify
         self.queues: dict[str, QueueSpec] = {}
@@ -221,6 +229,14 @@ class WorkerPool:
             self._engine = db.create(self.url)
         return self._engine
 
+    @property
+    def async_engine(self) -> Any:
+        """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
+        :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
+        if self._async_engine is None:
+            self._async_engine = db.create_async(self.url)
+        return self._async_engine
+
     def use_engine(self, engine: Engine) -> None:
         """Replace the engine (a forked child builds its own)."""
         self._engine = engine
@@ -232,6 +248,26 @@ class WorkerPool:
         self._engine = None
 
     def dispose(self) -> None:
+        """Close the pool's connections. An async engine, if one was made, is closed too when
+        no event loop runs in this thread; inside one, ``await pool.dispose_async()``."""
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = None
+        if self._async_engine is not None:
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(self.dispose_async())
+            else:
+                raise RuntimeError("inside an event loop: await pool.dispose_async()")
+
+    async def dispose_async(self) -> None:
+        """Close the pool's async engine (and the sync one) from inside an event loop."""
+        engine, self._async_engine = self._async_engine, None
+        if engine is not None:
+            await engine.dispose()
         if self._engine is not None:
             self._engine.dispose()
         self._engine = None
@@ -290,6 +326,24 @@ class WorkerPool:
         driver than psycopg 3 (psycopg2, say) gets the whole batch in one statement.
         """
         return enqueue_batch(self, jobs, conn)
+
+    async def enqueue_async(
+        self,
+        task: str | Callable,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> int:
+        """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
+        exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
+        ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
+        return await enqueue_one_async(self, task, payload, conn, options)
+
+    async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
+        """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
+        checked whole, then written atomically in one statement with one NOTIFY."""
+        return await enqueue_batch_async(self, jobs, conn)
 
 
 def validate_crons(pool: WorkerPool) -> None:
