@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +84,7 @@ class WorkerPool:
         self._url: URL | None = None
         self._engine: Engine | None = None
         self._async_engine: Any = None
+        self._inline: Callable[[Any], None] | None = None  # testing_mode("inline")
         self.payload_limit = payload_limit
         self.notify = notify
         self.queues: dict[str, QueueSpec] = {}
@@ -307,7 +309,10 @@ class WorkerPool:
         With ``conn=`` the row is written in the caller's transaction: the job exists if and only
         if that transaction commits. A ``key`` already taken returns the existing job's id.
         """
-        return enqueue_one(self, task, payload, conn, options)
+        job_id = enqueue_one(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn)
+        return job_id
 
     def enqueue_many(
         self,
@@ -325,7 +330,10 @@ class WorkerPool:
         database inserts one chunk while the next is checked. A caller's connection on another
         driver than psycopg 3 (psycopg2, say) gets the whole batch in one statement.
         """
-        return enqueue_batch(self, jobs, conn)
+        ids = enqueue_batch(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn)
+        return ids
 
     async def enqueue_async(
         self,
@@ -338,12 +346,26 @@ class WorkerPool:
         """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
         exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
         ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
-        return await enqueue_one_async(self, task, payload, conn, options)
+        job_id = await enqueue_one_async(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn)
+        return job_id
 
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
-        return await enqueue_batch_async(self, jobs, conn)
+        ids = await enqueue_batch_async(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn)
+        return ids
+
+    def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
+        """For tests: ``"inline"`` runs each enqueued job in this process right after the
+        enqueuing transaction commits (at once without ``conn=``); ``None`` turns it off. The
+        mode applies at once; used as a context manager, the previous mode returns on exit."""
+        from .testing.inline import set_mode
+
+        return set_mode(self, mode)
 
 
 def validate_crons(pool: WorkerPool) -> None:
