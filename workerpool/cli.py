@@ -199,7 +199,7 @@ def build_supervisor(args: argparse.Namespace, **seams: Any) -> Any:
     from .log import configure_logging
     from .supervisor import Supervisor
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     pool = load_pool(args.app)
     interval = pool.maintenance_settings.interval
     settings = config.load(
@@ -276,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit non-zero after a worker type fails to start N times in a row")
     run.add_argument("--log-level", default="INFO",
                      choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-format", default=None, choices=["text", "json", "auto"],
+                     help="text (default), json (one object a line), or auto (json unless "
+                          "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text")
 
     health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
     health.add_argument("workers", nargs="*", metavar="WORKER",
