@@ -54,7 +54,7 @@ __all__ = [
 STALE_ENV = "WORKER_CLAIM_STALE_MS"
 
 
-class Hooks(list):
+class Hooks(list[Callable[..., Any]]):
     """Callbacks run for every job that goes dead. ``pool.on_dead(fn)`` adds one (a decorator)."""
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -103,7 +103,7 @@ class WorkerPool:
 
     def task(
         self,
-        fn: Callable | None = None,
+        fn: Callable[..., Any] | None = None,
         *,
         queue: str = "default",
         name: str | None = None,
@@ -112,11 +112,11 @@ class WorkerPool:
         version: int = 1,
         backoff: Backoff | None = None,
         priority: int = 0,
-        upcasters: Mapping[int, Callable[[dict], dict]] | None = None,
-    ) -> Callable:
+        upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    ) -> Callable[..., Any]:
         """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``."""
 
-        def register(func: Callable) -> Callable:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
             spec = TaskSpec(
                 name=check_name("task", name or func.__name__),
                 queue=check_name("queue", queue),
@@ -154,7 +154,7 @@ class WorkerPool:
         missed: str = "run_once",
         timezone: str = "UTC",
         **task_options: Any,
-    ) -> Callable[[Callable], Callable]:
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Run the decorated function on a schedule: ``@pool.cron("0 * * * *", queue="ops")``.
 
         The function becomes a task (named after it unless ``name=``; ``task_options`` are those of
@@ -166,7 +166,7 @@ class WorkerPool:
         if queue is None:
             raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
 
-        def register(func: Callable) -> Callable:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
             cron_name = check_name("cron", name or func.__name__)
             spec = CronSpec(cron_name, expression, queue, overlap, missed, timezone)
             if cron_name in self.crons:
@@ -191,7 +191,7 @@ class WorkerPool:
     def validate_crons(self) -> None:
         validate_crons(self)
 
-    def task_spec(self, task: str | Callable) -> TaskSpec:
+    def task_spec(self, task: str | Callable[..., Any]) -> TaskSpec:
         name = getattr(task, "__workerpool_task__", task)
         if not isinstance(name, str) or name not in self.tasks:
             raise UnknownTask(f"unknown task {name!r}; registered: {sorted(self.tasks)}")
@@ -211,7 +211,7 @@ class WorkerPool:
             value = float(raw) / 1000
         except ValueError:
             raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
-        return check_positive(STALE_ENV, value, minimum=0)
+        return float(check_positive(STALE_ENV, value, minimum=0))
 
     def task_versions(self, queue: str) -> dict[str, int]:
         """What a worker of ``queue`` can run: task name → newest payload version it knows."""
@@ -283,7 +283,7 @@ class WorkerPool:
 
     def build(
         self,
-        task: str | Callable,
+        task: str | Callable[..., Any],
         payload: Mapping[str, Any] | None = None,
         *,
         key: str | None = None,
@@ -298,7 +298,7 @@ class WorkerPool:
 
     def enqueue(
         self,
-        task: str | Callable,
+        task: str | Callable[..., Any],
         payload: Mapping[str, Any] | None = None,
         *,
         conn: Connection | None = None,
@@ -316,8 +316,8 @@ class WorkerPool:
 
     def enqueue_many(
         self,
-        jobs: Iterable[tuple[str | Callable, Mapping[str, Any] | None, Mapping[str, Any]]]
-        | Iterable[tuple[str | Callable, Mapping[str, Any] | None]],
+        jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
+        | Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None]],
         *,
         conn: Connection | None = None,
     ) -> list[int]:
@@ -337,7 +337,7 @@ class WorkerPool:
 
     async def enqueue_async(
         self,
-        task: str | Callable,
+        task: str | Callable[..., Any],
         payload: Mapping[str, Any] | None = None,
         *,
         conn: Any = None,
