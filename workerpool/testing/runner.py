@@ -8,7 +8,7 @@ written fenced on the job's lease, by the same code the worker uses.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import queries
 from ..errors import InvalidJob, LeaseLost
@@ -23,15 +23,34 @@ from ..worker.outcomes import record
 RETRY_MODES = ("wait", "now")
 
 
-class Ran(NamedTuple):
-    """One attempt :func:`drain` ran: the job, its task, the state it was left in (``done``,
-    ``failed`` waiting to retry, ``pending`` snoozed, ``dead``; None if the lease was lost),
-    and the outcome (its ``kind``, ``error`` entry and retry ``delay``)."""
+class Ran(tuple[int, "str | None"]):
+    """One attempt :func:`drain` ran: a ``(job_id, state)`` pair (so ``[(id, "done")]``
+    comparisons and unpacking work), with the task's name and the outcome beside it.
 
-    job_id: int
+    ``state`` is what the job was left in (``done``, ``failed`` waiting to retry, ``pending``
+    snoozed, ``dead``; None if the lease was lost); ``outcome`` has its ``kind``, its
+    ``error`` entry and its retry ``delay``.
+    """
+
     task: str
-    state: str | None
     outcome: Outcome
+
+    def __new__(cls, job_id: int, task: str, state: str | None, outcome: Outcome) -> Ran:
+        ran = super().__new__(cls, (job_id, state))
+        ran.task, ran.outcome = task, outcome
+        return ran
+
+    @property
+    def job_id(self) -> int:
+        return self[0]
+
+    @property
+    def state(self) -> str | None:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Ran(job_id={self[0]}, task={self.task!r}, state={self[1]!r}, " \
+               f"outcome={self.outcome.kind!r})"
 
 
 def call_handler(spec: TaskSpec, job: Job) -> BaseException | None:
