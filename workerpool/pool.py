@@ -84,7 +84,7 @@ class WorkerPool:
         self._url: URL | None = None
         self._engine: Engine | None = None
         self._async_engine: Any = None
-        self._inline: Callable[[Any], None] | None = None  # testing_mode("inline")
+        self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
         self.payload_limit = payload_limit
         self.notify = notify
         self.queues: dict[str, QueueSpec] = {}
@@ -311,7 +311,7 @@ class WorkerPool:
         """
         job_id = enqueue_one(self, task, payload, conn, options)
         if self._inline is not None:
-            self._inline(conn)
+            self._inline(conn, [job_id])
         return job_id
 
     def enqueue_many(
@@ -332,7 +332,7 @@ class WorkerPool:
         """
         ids = enqueue_batch(self, jobs, conn)
         if self._inline is not None:
-            self._inline(conn)
+            self._inline(conn, ids)
         return ids
 
     async def enqueue_async(
@@ -348,7 +348,7 @@ class WorkerPool:
         ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
         job_id = await enqueue_one_async(self, task, payload, conn, options)
         if self._inline is not None:
-            self._inline(conn)
+            self._inline(conn, [job_id])
         return job_id
 
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
@@ -356,7 +356,7 @@ class WorkerPool:
         checked whole, then written atomically in one statement with one NOTIFY."""
         ids = await enqueue_batch_async(self, jobs, conn)
         if self._inline is not None:
-            self._inline(conn)
+            self._inline(conn, ids)
         return ids
 
     def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:

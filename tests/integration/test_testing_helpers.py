@@ -139,3 +139,11 @@ def test_inline_with_an_async_connection(app, sql):
     assert app.seen == [("send", {"n": 1}), ("send", {"n": 2})]
     testing.assert_enqueued(app, "send", state="done", count=2)
     app.testing_mode(None)
+
+
+def test_inline_drains_only_the_queue_of_the_new_job(app):
+    waiting = app.enqueue("tidy", {})  # before inline mode: a backlog in another queue
+    with app.testing_mode("inline"):
+        app.enqueue("send", {"to": "a"})
+    assert app.seen == [("send", {"to": "a"})]
+    assert [row.id for row in testing.enqueued(app, "tidy")] == [waiting]

@@ -296,6 +296,13 @@ def find_jobs(conn: Connection, task: str | None, match: Mapping[str, Any]) -> l
     return list(conn.execute(stmt))
 
 
+# job_queues: the queues these jobs are in (inline mode drains those).
+# Index: pk_workerpool_jobs.
+def job_queues(conn: Connection, ids: Sequence[int]) -> list[str]:
+    stmt = select(jobs.c.queue).where(jobs.c.id.in_(list(ids))).distinct().order_by(jobs.c.queue)
+    return list(conn.execute(stmt).scalars())
+
+
 # make_due: waiting rows → due now, so a test runs retries without their backoff.
 # Index: pk_workerpool_jobs.
 def make_due(conn: Connection, ids: Sequence[int]) -> int:
