@@ -1,4 +1,5 @@
-"""The `workerpool` command. Parses arguments and hands over; the logic lives elsewhere.
+"""The `workerpool` command: parses arguments and hands over to the modules that do the work.
+What its help says to the person running it is in :mod:`workerpool.cli_help`.
 
 Every failure prints one readable line to stderr and exits non-zero. Subcommands import their
 modules lazily so that `workerpool healthcheck` (a Kubernetes exec probe) stays cheap.
@@ -12,8 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import exitcodes
+from . import cli_help, exitcodes
 from .app import load_pool
+from .cli_help import add_command
 
 
 class CliError(Exception):
@@ -197,7 +199,7 @@ def build_supervisor(args: argparse.Namespace, **seams: Any) -> Any:
     from .log import configure_logging
     from .supervisor import Supervisor
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     pool = load_pool(args.app)
     interval = pool.maintenance_settings.interval
     settings = config.load(
@@ -240,13 +242,15 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def build_parser() -> argparse.ArgumentParser:
     from . import config, heartbeat
 
-    parser = argparse.ArgumentParser(prog="workerpool", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="workerpool", description=cli_help.DESCRIPTION,
+                                     epilog=cli_help.EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    migrate = sub.add_parser("migrate", help="apply workerpool's migrations (alembic upgrade)")
+    migrate = add_command(sub, "migrate", help="apply workerpool's migrations (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
 
-    enqueue = sub.add_parser("enqueue", help="enqueue one job")
+    enqueue = add_command(sub, "enqueue", help="enqueue one job")
     enqueue.add_argument("app", metavar="APP:POOL")
     enqueue.add_argument("task")
     enqueue.add_argument("--payload", default="{}", help="a JSON object")
@@ -257,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_dead_parser(sub)
-    run = sub.add_parser("run", help="the supervisor: fork one child per queue and keep them up")
+    run = add_command(sub, "run", help="the supervisor: fork one child per queue and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",
                      help="run only this queue (repeatable; default: every declared queue)")
@@ -279,16 +283,19 @@ def build_parser() -> argparse.ArgumentParser:
                           "$WORKERPOOL_METRICS_BIND, else 127.0.0.1)")
     run.add_argument("--log-level", default="INFO",
                      choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-format", default=None, choices=["text", "json", "auto"],
+                     help="text (default), json (one object a line), or auto (json unless "
+                          "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text")
 
-    health = sub.add_parser("healthcheck", help="exit 0 iff every heartbeat file is fresh")
+    health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
     health.add_argument("workers", nargs="*", metavar="WORKER",
                         help="heartbeat names to check (default: every file in the directory)")
     health.add_argument("--dir", default=None,
                         help="heartbeat directory (default: as for `workerpool run`)")
     health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
                         metavar="SECONDS", help="older than this is stale (default %(default)g)")
-    demo = sub.add_parser(
-        "demo",
+    demo = add_command(
+        sub, "demo",
         help="the quick start: an example backend's jobs under a real supervisor, with a verdict",
         description="Runs workerpool_demo.app under `workerpool run` on a fresh database "
         "(the embedded PostgreSQL unless WORKERPOOL_DATABASE_URL names a server), plays a burst "
@@ -313,22 +320,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_status_parser(sub: Any) -> None:
-    status = sub.add_parser("status", help="queues (counts, oldest due, dead), crons, workers")
+    status = add_command(sub, "status", help="queues (counts, oldest due, dead), crons, workers")
     status.add_argument("--json", action="store_true", help="stable JSON for scripts")
     status.add_argument("--app", metavar="APP:POOL", default=None,
                         help="judge runnable rows by this app's tasks instead of live workers'")
 
 
 def add_dead_parser(sub: Any) -> None:
-    dead = sub.add_parser("dead", help="the dead-letter queue: list, retry (replay), purge")
+    dead = add_command(sub, "dead", help="the dead-letter queue: list, retry (replay), purge")
     verbs = dead.add_subparsers(dest="dead_command", required=True)
 
-    listing = verbs.add_parser("list", help="list dead jobs, most recent first")
+    listing = add_command(verbs, "dead list", help="list dead jobs, most recent first")
     _add_filters(listing)
     listing.add_argument("--limit", type=int, default=100, help="rows to show (0 = all)")
     listing.add_argument("--json", action="store_true")
 
-    retry = verbs.add_parser("retry", help="replay dead jobs: attempts reset, history kept")
+    retry = add_command(verbs, "dead retry", help="replay dead jobs: attempts reset, history kept")
     retry.add_argument("ids", nargs="*", type=int, metavar="ID")
     retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
     _add_filters(retry)
@@ -337,7 +344,7 @@ def add_dead_parser(sub: Any) -> None:
                        help="check tasks against this app (default: what live workers run)")
     retry.add_argument("--json", action="store_true")
 
-    purge = verbs.add_parser("purge", help="delete dead jobs that died long enough ago")
+    purge = add_command(verbs, "dead purge", help="delete dead jobs that died long enough ago")
     purge.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 3600")
     _add_filters(purge, since=False)
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")

@@ -101,6 +101,36 @@ def startup_options(url: URL, settings: Mapping[str, str]) -> str:
     return f"{given} {ours}".strip()
 
 
+def engine_options(url: URL, *, application_name: str, pool_size: int,
+                   connect_timeout: int | None, session_settings: Mapping[str, str] | None
+                   ) -> dict[str, Any]:
+    """The keyword arguments of ``create_engine`` (sync or async) for :func:`create`."""
+    args: dict[str, Any] = dict(CONNECT_ARGS, application_name=application_name)
+    if connect_timeout is not None:
+        args["connect_timeout"] = connect_timeout
+    if transaction_pooling():
+        args["prepare_threshold"] = None
+    elif session_settings:
+        args["options"] = startup_options(url, session_settings)
+    if url.query.get("host", "").startswith("/"):
+        args.pop("tcp_user_timeout")  # unix socket: no TCP
+    return {"connect_args": args, "pool_pre_ping": True, "pool_size": pool_size,
+            "max_overflow": pool_size, "pool_recycle": 3600}
+
+
+def create_async(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Any:
+    """An ``AsyncEngine`` on psycopg's async driver, with the same connection settings as
+    :func:`create` (for ``enqueue_async`` without ``conn=``). Needs greenlet, which
+    ``SQLAlchemy[asyncio]`` installs."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    return create_async_engine(
+        url.set(drivername="postgresql+psycopg_async"),
+        **engine_options(url, application_name=application_name, pool_size=pool_size,
+                         connect_timeout=None, session_settings=None),
+    )
+
+
 def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
            connect_timeout: int | None = None,
            session_settings: Mapping[str, str] | None = None) -> Engine:
@@ -111,20 +141,7 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
     round trip), e.g. ``{"statement_timeout": "15s"}``. Behind PgBouncer in transaction pooling
     mode a server session is shared between clients, so they are not applied there.
     """
-    args: dict[str, Any] = dict(CONNECT_ARGS, application_name=application_name)
-    if connect_timeout is not None:
-        args["connect_timeout"] = connect_timeout
-    if transaction_pooling():
-        args["prepare_threshold"] = None
-    elif session_settings:
-        args["options"] = startup_options(url, session_settings)
-    if url.query.get("host", "").startswith("/"):
-        args.pop("tcp_user_timeout")  # unix socket: no TCP
-    return create_engine(
-        url,
-        connect_args=args,
-        pool_pre_ping=True,
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_recycle=3600,
-    )
+    return create_engine(url, **engine_options(
+        url, application_name=application_name, pool_size=pool_size,
+        connect_timeout=connect_timeout, session_settings=session_settings,
+    ))

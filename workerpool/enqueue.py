@@ -3,14 +3,19 @@
 Everything here is checked before anything is written, and a write is as few statements as it
 can be: one job is one INSERT in autocommit (or in the caller's transaction), a batch is one
 multi-row INSERT, a large batch is chunks of :data:`INSERT_CHUNK` pipelined in one transaction.
+
+The asyncio driver (:func:`enqueue_one_async`, :func:`enqueue_batch_async`) builds the same
+rows with the same checks and runs the same statements through ``AsyncConnection.run_sync``:
+there is one set of rules, and two ways to reach the database.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
@@ -19,6 +24,9 @@ from .errors import IdempotencyConflict, InvalidJob
 from .payload import check_key, dumps
 from .specs import TaskSpec
 from .validation import check_delay, check_max_attempts, check_priority, check_run_at
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 #: Jobs per statement in :func:`enqueue_batch`: 250 measured fastest of 100-500 with
 #: ``python -m bench --only enqueue``. The server is the slower side (~1.5 ms to insert 250 rows,
@@ -37,6 +45,9 @@ class Registry(Protocol):
 
     @property
     def engine(self) -> Engine: ...
+
+    @property
+    def async_engine(self) -> AsyncEngine: ...
 
     def task_spec(self, task: str | Callable) -> TaskSpec: ...
 
@@ -76,6 +87,11 @@ def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any]
         return queries.insert_one(caller_connection(conn), row, notify_queue=pool.notify)
     with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback needed
         return queries.insert_one(own, row, notify_queue=pool.notify)
+
+
+def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:
+    """Validate a whole ``enqueue_many`` batch (items, options, keys within it); no database."""
+    return _build_rows(pool, _job_items(jobs), {})
 
 
 def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[int]:
@@ -165,11 +181,31 @@ def _check_batch_keys(rows: list[queries.NewJob], seen: dict[str, queries.NewJob
 def caller_connection(conn: Any) -> Connection:
     """The ``conn=`` a caller passed, refused unless it is a SQLAlchemy Connection."""
     if not isinstance(conn, Connection):
+        hint = "; use enqueue_async for an AsyncConnection" if _is_async(conn) else ""
         raise InvalidJob(
             "conn must be a SQLAlchemy Connection (from engine.begin() or engine.connect()), "
-            f"got {type(conn).__name__}"
+            f"got {type(conn).__name__}{hint}"
         )
     return conn
+
+
+def caller_async_connection(conn: Any) -> AsyncConnection:
+    """The ``conn=`` of an async enqueue, refused unless it is a SQLAlchemy AsyncConnection."""
+    if not _is_async(conn):
+        hint = "; use enqueue for a Connection" if isinstance(conn, Connection) else ""
+        raise InvalidJob(
+            "conn must be a SQLAlchemy AsyncConnection (from async_engine.begin() or "
+            f".connect()), got {type(conn).__name__}{hint}"
+        )
+    return conn
+
+
+def _is_async(conn: Any) -> bool:
+    try:
+        from sqlalchemy.ext.asyncio import AsyncConnection
+    except ImportError:  # pragma: no cover - part of SQLAlchemy; greenlet is what may be missing
+        return False
+    return isinstance(conn, AsyncConnection)
 
 
 @contextmanager
@@ -187,3 +223,36 @@ def atomically(conn: Connection) -> AbstractContextManager:
     if driver.autocommit:
         return driver.transaction()
     return conn.begin_nested()
+
+
+# -- asyncio --------------------------------------------------------------------------------------
+
+
+async def enqueue_one_async(pool: Registry, task: str | Callable,
+                            payload: Mapping[str, Any] | None, conn: Any,
+                            options: Mapping[str, Any]) -> int:
+    """:func:`enqueue_one` on an ``AsyncConnection`` (the caller's transaction) or the pool's
+    async engine; the row is built and checked before any connection is touched."""
+    if conn is not None:
+        conn = caller_async_connection(conn)
+    row = build_job(pool, task, payload, **options)
+    write = functools.partial(queries.insert_one, row=row, notify_queue=pool.notify)
+    if conn is not None:
+        return await conn.run_sync(write)
+    async with pool.async_engine.begin() as own:
+        return await own.run_sync(write)
+
+
+async def enqueue_batch_async(pool: Registry, jobs: Any, conn: Any) -> list[int]:
+    """:func:`enqueue_batch` on an ``AsyncConnection``: the whole batch is checked first, then
+    written in one statement (psycopg's pipeline is a sync-connection feature)."""
+    if conn is not None:
+        conn = caller_async_connection(conn)
+    rows = build_batch(pool, jobs)
+    if not rows:
+        return []
+    write = functools.partial(queries.insert_jobs, rows=rows, notify=pool.notify)
+    if conn is not None:
+        return await conn.run_sync(write)
+    async with pool.async_engine.begin() as own:  # a taken key may raise after new rows are in
+        return await own.run_sync(write)

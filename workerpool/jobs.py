@@ -33,7 +33,7 @@ class Job:
     )
 
     @classmethod
-    def from_row(cls, row: Any, worker: str = "", saver: Callable | None = None,
+    def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
                  payload: dict[str, Any] | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is)."""
         return cls(

@@ -1,8 +1,14 @@
-"""`workerpool migrate`: Alembic upgrade to head with workerpool's own scripts and version table."""
+"""`workerpool migrate`: Alembic upgrade to head with workerpool's own scripts and version table.
+
+An application that runs Alembic for its own tables in the same database passes
+:func:`skip_workerpool_tables` as ``include_object=`` (and ``include_name=``) in its ``env.py``,
+so its autogenerate never proposes dropping workerpool's tables (docs/deployment.md).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -21,6 +27,47 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:
     if type_ == "table":
         return name in metadata.tables
     return True
+
+
+#: Every workerpool table is named so; a database migrated by a newer workerpool may hold tables
+#: this version's metadata does not know, and an application's autogenerate must skip them too.
+TABLE_PREFIX = "workerpool_"
+
+
+def is_workerpool_table(name: str | None) -> bool:
+    return name is not None and (name in metadata.tables or name == VERSION_TABLE
+                                 or name.startswith(TABLE_PREFIX))
+
+
+def skip_workerpool_tables(*args: Any) -> bool:
+    """An Alembic filter for an application's ``env.py``: False for workerpool's tables (and
+    what belongs to them), True for everything else. Usable as both hooks::
+
+        context.configure(..., include_object=skip_workerpool_tables,
+                          include_name=skip_workerpool_tables)
+
+    ``include_object(object, name, type_, reflected, compare_to)`` and
+    ``include_name(name, type_, parent_names)`` are told apart by their number of arguments.
+    """
+    if len(args) == 5:
+        obj, name, type_ = args[0], args[1], args[2]
+        if type_ == "table":
+            return not is_workerpool_table(name)
+        table = getattr(obj, "table", None)  # an index, constraint or column of a table
+        return not is_workerpool_table(getattr(table, "name", None))
+    if len(args) == 3:
+        name, type_, parent_names = args
+        if type_ == "table":
+            return not is_workerpool_table(name)
+        return not is_workerpool_table((parent_names or {}).get("table_name"))
+    raise TypeError("skip_workerpool_tables is Alembic's include_object (5 arguments) or "
+                    f"include_name (3 arguments), called with {len(args)}")
+
+
+def versions_location() -> str:
+    """The folder of workerpool's revision files, for an application that merges them into its
+    own history through ``version_locations`` (docs/deployment.md)."""
+    return str(Path(script_location()) / "versions")
 
 
 def drift(connection: Connection) -> list:

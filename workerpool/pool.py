@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,14 @@ from sqlalchemy.engine import URL
 
 from . import db, queries
 from .backoff import Backoff
-from .enqueue import INSERT_CHUNK, build_job, enqueue_batch, enqueue_one
+from .enqueue import (
+    INSERT_CHUNK,
+    build_job,
+    enqueue_batch,
+    enqueue_batch_async,
+    enqueue_one,
+    enqueue_one_async,
+)
 from .errors import ConfigError, UnknownQueue, UnknownTask
 from .payload import DEFAULT_PAYLOAD_LIMIT
 from .schema import PAYLOAD_HARD_LIMIT
@@ -46,7 +54,7 @@ __all__ = [
 STALE_ENV = "WORKER_CLAIM_STALE_MS"
 
 
-class Hooks(list):
+class Hooks(list[Callable[..., Any]]):
     """Callbacks run for every job that goes dead. ``pool.on_dead(fn)`` adds one (a decorator)."""
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,6 +83,8 @@ class WorkerPool:
         self._url_arg = url
         self._url: URL | None = None
         self._engine: Engine | None = None
+        self._async_engine: Any = None
+        self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
         self.payload_limit = payload_limit
         self.notify = notify
         self.queues: dict[str, QueueSpec] = {}
@@ -93,7 +103,7 @@ class WorkerPool:
 
     def task(
         self,
-        fn: Callable | None = None,
+        fn: Callable[..., Any] | None = None,
         *,
         queue: str = "default",
         name: str | None = None,
@@ -102,11 +112,11 @@ class WorkerPool:
         version: int = 1,
         backoff: Backoff | None = None,
         priority: int = 0,
-        upcasters: Mapping[int, Callable[[dict], dict]] | None = None,
-    ) -> Callable:
+        upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    ) -> Callable[..., Any]:
         """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``."""
 
-        def register(func: Callable) -> Callable:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
             spec = TaskSpec(
                 name=check_name("task", name or func.__name__),
                 queue=check_name("queue", queue),
@@ -144,7 +154,7 @@ class WorkerPool:
         missed: str = "run_once",
         timezone: str = "UTC",
         **task_options: Any,
-    ) -> Callable[[Callable], Callable]:
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Run the decorated function on a schedule: ``@pool.cron("0 * * * *", queue="ops")``.
 
         The function becomes a task (named after it unless ``name=``; ``task_options`` are those of
@@ -156,7 +166,7 @@ class WorkerPool:
         if queue is None:
             raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
 
-        def register(func: Callable) -> Callable:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
             cron_name = check_name("cron", name or func.__name__)
             spec = CronSpec(cron_name, expression, queue, overlap, missed, timezone)
             if cron_name in self.crons:
@@ -181,7 +191,7 @@ class WorkerPool:
     def validate_crons(self) -> None:
         validate_crons(self)
 
-    def task_spec(self, task: str | Callable) -> TaskSpec:
+    def task_spec(self, task: str | Callable[..., Any]) -> TaskSpec:
         name = getattr(task, "__workerpool_task__", task)
         if not isinstance(name, str) or name not in self.tasks:
             raise UnknownTask(f"unknown task {name!r}; registered: {sorted(self.tasks)}")
@@ -201,7 +211,7 @@ class WorkerPool:
             value = float(raw) / 1000
         except ValueError:
             raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
-        return check_positive(STALE_ENV, value, minimum=0)
+        return float(check_positive(STALE_ENV, value, minimum=0))
 
     def task_versions(self, queue: str) -> dict[str, int]:
         """What a worker of ``queue`` can run: task name → newest payload version it knows."""
@@ -221,6 +231,14 @@ class WorkerPool:
             self._engine = db.create(self.url)
         return self._engine
 
+    @property
+    def async_engine(self) -> Any:
+        """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
+        :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
+        if self._async_engine is None:
+            self._async_engine = db.create_async(self.url)
+        return self._async_engine
+
     def use_engine(self, engine: Engine) -> None:
         """Replace the engine (a forked child builds its own)."""
         self._engine = engine
@@ -232,6 +250,26 @@ class WorkerPool:
         self._engine = None
 
     def dispose(self) -> None:
+        """Close the pool's connections. An async engine, if one was made, is closed too when
+        no event loop runs in this thread; inside one, ``await pool.dispose_async()``."""
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = None
+        if self._async_engine is not None:
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(self.dispose_async())
+            else:
+                raise RuntimeError("inside an event loop: await pool.dispose_async()")
+
+    async def dispose_async(self) -> None:
+        """Close the pool's async engine (and the sync one) from inside an event loop."""
+        engine, self._async_engine = self._async_engine, None
+        if engine is not None:
+            await engine.dispose()
         if self._engine is not None:
             self._engine.dispose()
         self._engine = None
@@ -245,7 +283,7 @@ class WorkerPool:
 
     def build(
         self,
-        task: str | Callable,
+        task: str | Callable[..., Any],
         payload: Mapping[str, Any] | None = None,
         *,
         key: str | None = None,
@@ -260,7 +298,7 @@ class WorkerPool:
 
     def enqueue(
         self,
-        task: str | Callable,
+        task: str | Callable[..., Any],
         payload: Mapping[str, Any] | None = None,
         *,
         conn: Connection | None = None,
@@ -271,12 +309,15 @@ class WorkerPool:
         With ``conn=`` the row is written in the caller's transaction: the job exists if and only
         if that transaction commits. A ``key`` already taken returns the existing job's id.
         """
-        return enqueue_one(self, task, payload, conn, options)
+        job_id = enqueue_one(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn, [job_id])
+        return job_id
 
     def enqueue_many(
         self,
-        jobs: Iterable[tuple[str | Callable, Mapping[str, Any] | None, Mapping[str, Any]]]
-        | Iterable[tuple[str | Callable, Mapping[str, Any] | None]],
+        jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
+        | Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None]],
         *,
         conn: Connection | None = None,
     ) -> list[int]:
@@ -289,7 +330,42 @@ class WorkerPool:
         database inserts one chunk while the next is checked. A caller's connection on another
         driver than psycopg 3 (psycopg2, say) gets the whole batch in one statement.
         """
-        return enqueue_batch(self, jobs, conn)
+        ids = enqueue_batch(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn, ids)
+        return ids
+
+    async def enqueue_async(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> int:
+        """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
+        exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
+        ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
+        job_id = await enqueue_one_async(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn, [job_id])
+        return job_id
+
+    async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
+        """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
+        checked whole, then written atomically in one statement with one NOTIFY."""
+        ids = await enqueue_batch_async(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn, ids)
+        return ids
+
+    def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
+        """For tests: ``"inline"`` runs each enqueued job in this process right after the
+        enqueuing transaction commits (at once without ``conn=``); ``None`` turns it off. The
+        mode applies at once; used as a context manager, the previous mode returns on exit."""
+        from .testing.inline import set_mode
+
+        return set_mode(self, mode)
 
 
 def validate_crons(pool: WorkerPool) -> None:

@@ -1,0 +1,89 @@
+"""What `workerpool --help` and each subcommand's help tell the person running them: what the
+tool is for, and an example of each command (shown as written: RawDescriptionHelpFormatter)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DESCRIPTION = """\
+Durable background jobs for Python on PostgreSQL.
+
+Your application declares queues and tasks on a WorkerPool and enqueues jobs (in its own
+transaction if it likes); `workerpool run` starts a supervisor that forks one worker process
+per queue, keeps them up, and runs the jobs: retried with backoff, dead-lettered when they keep
+failing, never lost when a process dies. The database is $WORKERPOOL_DATABASE_URL (unset: an
+embedded PostgreSQL under ./.workerpool, with `pip install 'workerpool[embedded]'`)."""
+
+EPILOG = """\
+getting started:
+  workerpool demo                          # see it work: a real supervisor on example jobs
+  workerpool migrate                       # create or upgrade workerpool's tables
+  workerpool run myapp.jobs:pool           # run the workers of every queue
+  workerpool status                        # what is queued, running, dead; who is alive
+
+`workerpool COMMAND --help` explains each command, with an example."""
+
+EXAMPLES: dict[str, str] = {
+    "migrate": """\
+example:
+  workerpool migrate                       # on $WORKERPOOL_DATABASE_URL, to the newest
+  workerpool migrate 0002                  # to a given revision
+
+workerpool's tables keep their own Alembic version table (workerpool_alembic_version);
+an application's own Alembic history is not touched (docs/deployment.md).""",
+    "enqueue": """\
+example:
+  workerpool enqueue myapp.jobs:pool send_welcome --payload '{"user_id": 42}' --key welcome:42
+
+Prints the job's id. A key already taken prints the existing job's id and writes nothing.""",
+    "status": """\
+example:
+  workerpool status
+  workerpool status --json | jq '.queues'
+  workerpool status --app myapp.jobs:pool  # judge rows by your code, not by live workers""",
+    "dead": """\
+example:
+  workerpool dead list --queue email --since 2h
+  workerpool dead retry --all --task send_welcome --dry-run
+  workerpool dead purge --older-than 30d""",
+    "dead list": """\
+example:
+  workerpool dead list --queue email --reason exhausted --since 2h
+  workerpool dead list --limit 0 --json    # every match, for scripts""",
+    "dead retry": """\
+example:
+  workerpool dead retry 1041 1042
+  workerpool dead retry --all --task send_welcome --since 1h --dry-run
+
+A replayed job is pending again with its attempts reset and its error history kept. Before
+anything changes, the jobs' tasks are checked against what can run them: the tasks that live
+workers registered (the workers table), or, with --app APP:POOL, that application's tasks.
+A task neither knows refuses the whole replay and changes nothing; with no live worker and no
+--app there is nothing to check against, so it refuses too: pass --app.""",
+    "dead purge": """\
+example:
+  workerpool dead purge --older-than 30d --dry-run
+  workerpool dead purge --older-than 7d --queue email""",
+    "run": """\
+example:
+  workerpool run myapp.jobs:pool
+  workerpool run myapp.jobs:pool --queue email --queue reports --grace 60
+  workerpool run myapp.jobs:pool --log-format json   # one JSON object a line, for collectors
+
+Stops cleanly on SIGTERM or SIGINT: children drain their jobs, then exit.""",
+    "healthcheck": """\
+example:
+  workerpool healthcheck                   # a Kubernetes exec probe: exit 0 iff all fresh
+  workerpool healthcheck email --max-age 30""",
+    "demo": """\
+example:
+  workerpool demo
+  workerpool demo --chaos --duration 30    # SIGKILL workers meanwhile; nothing is lost""",
+}
+
+
+def add_command(sub: Any, name: str, **options: Any) -> argparse.ArgumentParser:
+    """``sub.add_parser(name)`` with the command's example as its epilog, shown as written."""
+    return sub.add_parser(name.split()[-1], epilog=EXAMPLES.get(name),
+                          formatter_class=argparse.RawDescriptionHelpFormatter, **options)
