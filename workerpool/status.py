@@ -37,8 +37,9 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         crons = [cron_json(row) for row in queries.list_crons(conn)]
         runnable = dict(known) if known is not None else live_task_versions(workers)
         blocked = queries.unrunnable(conn, runnable)
+        paused = {row.queue: row for row in queries.list_queue_states(conn)}
     queues = sorted(
-        {row.queue for row in counts} | set(oldest) | set(runnable)
+        {row.queue for row in counts} | set(oldest) | set(runnable) | set(paused)
         | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
     )
     return {
@@ -46,7 +47,8 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
         "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked)
-                   | {"suspects": suspects.get(q, 0)} for q in queues},
+                   | {"suspects": suspects.get(q, 0)} | pause_json(paused.get(q))
+                   for q in queues},
         "crons": crons,
         "workers": workers,
     }
@@ -87,6 +89,13 @@ def queue_json(queue: str, counts: list[Any], oldest: Mapping[str, float],
         if queue in runnable else None,
         "live_workers": sum(1 for w in workers if w["queue"] == queue and w["live"]),
     }
+
+
+def pause_json(row: Any) -> dict[str, Any]:
+    """Whether the queue is paused (``workerpool pause``), since when and by whom."""
+    if row is None or not row.paused:
+        return {"paused": False, "paused_at": None, "paused_by": None}
+    return {"paused": True, "paused_at": iso(row.paused_at), "paused_by": row.paused_by}
 
 
 def unrunnable_json(row: Any) -> dict[str, Any]:
@@ -154,9 +163,12 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
 
 
 def render_queues(queues: Mapping[str, Any]) -> str:
-    headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS"]
+    headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS",
+               "CLAIMING"]
     rows = [[name, *(q["counts"][s] for s in STATES), q["suspects"],
-             age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
+             age(q["oldest_pending_age_s"]), q["live_workers"],
+             f"paused by {q['paused_by']}" if q["paused"] else "yes"]
+            for name, q in queues.items()]
     return "QUEUES\n" + table(headers, rows)
 
 

@@ -13,6 +13,7 @@ One module per phase of a job's life, each ordered the same way:
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
 - ``maintenance``: the workers registry, cron schedules, pruning;
 - ``operations``: the dead-letter queue, status, read-outs;
+- ``control``: cancelling jobs, pausing and resuming queues;
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits). Every name is importable from ``workerpool.queries``.
@@ -21,8 +22,29 @@ clock, a transaction's time limits). Every name is importable from ``workerpool.
 from __future__ import annotations
 
 from ..states import LIVE_STATES
-from .claim import CLAIM_COLUMNS, LISTEN, claim, claim_statement, renew, save_checkpoint
+from .claim import (
+    CLAIM_COLUMNS,
+    LISTEN,
+    claim,
+    claim_statement,
+    renew,
+    renew_reading_cancels,
+    save_checkpoint,
+)
 from .clock import bound_transaction, database_now, seconds, time_limits
+from .control import (
+    CONTROL,
+    cancel,
+    finish_cancelled,
+    is_paused,
+    job_states,
+    known_queues,
+    list_queue_states,
+    notify_cancel,
+    requested_cancels,
+    select_ids,
+    set_paused,
+)
 from .enqueue import (
     NOTIFY_CHANNEL,
     NewJob,
@@ -77,6 +99,7 @@ from .recovery import reclaim_from_dead_worker, sweep_abandoned
 
 __all__ = [
     "CLAIM_COLUMNS",
+    "CONTROL",
     "DEAD_COLUMNS",
     "LISTEN",
     "LIVE_STATES",
@@ -88,6 +111,7 @@ __all__ = [
     "beat_worker",
     "bound_transaction",
     "can_pipeline",
+    "cancel",
     "claim",
     "claim_statement",
     "complete",
@@ -100,17 +124,23 @@ __all__ = [
     "dead_where",
     "ensure_crons",
     "fail",
+    "finish_cancelled",
     "give_back",
     "insert_job_chunks",
     "insert_jobs",
     "insert_one",
+    "is_paused",
     "job_outcomes",
+    "job_states",
+    "known_queues",
     "list_crons",
     "list_dead",
+    "list_queue_states",
     "list_workers",
     "lock_crons",
     "mark_permanent",
     "notify",
+    "notify_cancel",
     "oldest_due_ages",
     "prune_finished",
     "prune_finished_statement",
@@ -119,11 +149,15 @@ __all__ = [
     "reclaim_from_dead_worker",
     "register_worker",
     "renew",
+    "renew_reading_cancels",
     "replay_dead",
+    "requested_cancels",
     "reset_cron",
     "return_unstarted",
     "save_checkpoint",
     "seconds",
+    "select_ids",
+    "set_paused",
     "snooze",
     "state_counts",
     "suspect_counts",

@@ -27,10 +27,11 @@ from collections.abc import Callable
 
 from .. import exitcodes
 from ..jobs import new_worker_id
-from ..outcome import Outcome, interrupted
+from ..outcome import CANCELLED, Outcome, interrupted
 from ..pool import QueueSpec, TaskSpec, WorkerPool
 from ..states import OutcomeKind
 from .claims import Claims
+from .control import Cancels, Pause
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight, Step
@@ -91,13 +92,17 @@ class Worker:
                              queue=queue, task_versions=self.task_versions,
                              stale_after=self.stale_after, orphans=orphans, renew=renew_leases)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
+        self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
+        self.leases.on_cancelled = self.cancels.ask
+        self.pause = Pause(self.session, queue, self.spec.poll_interval)
         self.executor = Executor(pool, queue, self.id, self.spec.concurrency, self.session,
                                  began=self._handler_began, returned=self._handler_returned)
         self.claims = Claims(self.spec, queue, self.id, tasks=self.tasks,
                              task_versions=self.task_versions, stale_after=self.stale_after,
                              session=self.session, flights=self.flights, outcomes=self.outcomes,
                              executor=self.executor, counters=self.counters,
-                             closed=lambda: self._stopping.is_set() or self.timeouts.recycle,
+                             closed=lambda: (self._stopping.is_set() or self.timeouts.recycle
+                                             or self.pause.paused),
                              on_claim=on_claim or (lambda: None))
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
@@ -161,6 +166,7 @@ class Worker:
         try:
             self.outcomes.report_dead(self.leases.register_once())
             self.leases.renew_if_due()
+            self._control(claiming)
             self.outcomes.collect()
             if self.timeouts.enforce():
                 self.stop()
@@ -175,6 +181,17 @@ class Worker:
         self.session.succeeded()
         if self.session.reached_db:
             self.on_tick()
+
+    def _control(self, claiming: bool) -> None:
+        """An operator's requests: cancels of held jobs, and whether the queue is paused."""
+        if not self._listening():
+            self.cancels.check_if_due(self.session, self.id, self.spec.poll_interval)
+        self.cancels.apply()
+        if claiming:
+            self.pause.refresh_if_due()
+
+    def _listening(self) -> bool:
+        return self._listener is not None and self._listener.connected.is_set()
 
     def _wait(self, until: float | None = None) -> None:
         """Sleep until woken or the next thing is due; during an outage, the backoff delay."""
@@ -221,7 +238,8 @@ class Worker:
         self.session.open()
         self.executor.start()
         if self.spec.notify and self.pool.notify and not self.session.pooled:
-            self._listener = Listener(self.pool, self.queue, self._wake)
+            self._listener = Listener(self.pool, self.queue, self._wake, worker_id=self.id,
+                                      on_cancel=self.cancels.ask, on_pause=self.pause.changed)
             self._listener.start()
 
     def _drain(self) -> None:
@@ -257,8 +275,9 @@ class Worker:
         if not left and not self.outcomes.unwritten:
             return
         reason = "worker stopped now" if self._stop_now.is_set() else "drain timeout"
-        for flight in left:
-            self.outcomes.add(flight, interrupted(flight.lease, f"{reason}: worker shutting down"))
+        for flight in left:  # a cancelled one ends cancelled, never back in the queue
+            self.outcomes.add(flight, CANCELLED if flight.cancel.is_set() else
+                              interrupted(flight.lease, f"{reason}: worker shutting down"))
         for attempt in range(RELEASE_TRIES):
             try:
                 self.outcomes.write(self.session)
