@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import cli_live as live
 from . import exitcodes
 from .app import load_pool
 
@@ -186,42 +187,6 @@ def dead_purge(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-# -- operating it live: cancel, pause, resume ---------------------------------------------------
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    if bool(args.ids) == bool(args.queue):
-        raise CliError("give job IDs or --queue Q (with optional --task, --state), not both")
-    result = _pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
-                                    state=args.state, reason=args.reason, dry_run=args.dry_run)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-        return exitcodes.OK
-    prefix = "dry run: would be " if result.dry_run else ""
-    for job_id, verdict in result.verdicts.items():
-        state = result.states.get(job_id)
-        detail = f" ({state})" if verdict.startswith("already") else ""
-        print(f"job {job_id}: {prefix}{verdict}{detail}")
-    if not result.verdicts:
-        print("no job matches")
-    return exitcodes.OK
-
-
-def cmd_pause(args: argparse.Namespace) -> int:
-    return _set_paused(args, True)
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    return _set_paused(args, False)
-
-
-def _set_paused(args: argparse.Namespace, paused: bool) -> int:
-    pool = _pool_for(args)
-    (pool.pause if paused else pool.resume)(args.queue)
-    print(f"queue {args.queue} {'paused' if paused else 'resumed'}")
-    return exitcodes.OK
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     return build_supervisor(args).run()
 
@@ -266,9 +231,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "enqueue": cmd_enqueue,
     "status": cmd_status,
     "dead": cmd_dead,
-    "cancel": cmd_cancel,
-    "pause": cmd_pause,
-    "resume": cmd_resume,
+    "cancel": lambda args: live.cmd_cancel(args),
+    "pause": lambda args: live.cmd_pause(args),
+    "resume": lambda args: live.cmd_resume(args),
     "run": cmd_run,
     "healthcheck": cmd_healthcheck,
     "demo": cmd_demo,
@@ -295,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_dead_parser(sub)
-    add_control_parsers(sub)
+    live.add_parsers(sub)
     run = sub.add_parser("run", help="the supervisor: fork one child per queue and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",
@@ -375,27 +340,6 @@ def add_dead_parser(sub: Any) -> None:
     _add_filters(purge, since=False)
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
     purge.add_argument("--json", action="store_true")
-
-
-def add_control_parsers(sub: Any) -> None:
-    cancel = sub.add_parser("cancel", help="cancel jobs: queued ones now, running ones asked to"
-                            " stop")
-    cancel.add_argument("ids", nargs="*", type=int, metavar="ID")
-    cancel.add_argument("--queue", default=None, help="every live job of this queue")
-    cancel.add_argument("--task", default=None, help="with --queue: only this task")
-    cancel.add_argument("--state", default=None, help="with --queue: pending, processing or"
-                        " failed")
-    cancel.add_argument("--reason", default=None, help="why (kept in each job's history)")
-    cancel.add_argument("--dry-run", action="store_true", help="show what would happen")
-    cancel.add_argument("--app", metavar="APP:POOL", default=None)
-    cancel.add_argument("--json", action="store_true")
-    for verb, text in (("pause", "stop every replica claiming from QUEUE"),
-                       ("resume", "let every replica claim from QUEUE again")):
-        parser = sub.add_parser(verb, help=text)
-        parser.add_argument("queue", metavar="QUEUE")
-        parser.add_argument("--app", metavar="APP:POOL", default=None,
-                            help="known queues are this app's (default: queues with live"
-                                 " workers or rows)")
 
 
 def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
