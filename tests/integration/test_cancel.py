@@ -215,3 +215,35 @@ def test_renewal_reports_the_held_jobs_with_a_cancel_request(pool, sql):
     leases = [(row.id, row.attempts) for row in rows]
     with pool.engine.begin() as conn:
         assert queries.renew_reading_cancels(conn, "w", leases) == ({first, second}, {second})
+
+
+def test_a_job_that_fails_after_its_cancel_was_asked_ends_cancelled(pool, sql):
+    """The failure is written before the worker learns of the cancel: the row still ends."""
+    noop_task(pool)
+    job_id = pool.enqueue("noop", {})
+    with pool.engine.begin() as conn:
+        row = queries.claim(conn, queue="q", worker="w", limit=1, task_versions={"noop": 1},
+                            stale_after=300)[0]
+    pool.cancel([job_id], reason="late")
+    with pool.engine.begin() as conn:
+        state = queries.fail(conn, queries.Lease(job_id, row.attempts, "w"),
+                             {"type": "ValueError", "message": "boom"}, 30)
+    assert state == "cancelled"
+    found = job_row(sql, job_id)
+    assert found["finished"] and [e["type"] for e in found["errors"]] == ["ValueError",
+                                                                          "Cancelled"]
+    assert found["errors"][-1]["message"] == "late"
+
+
+def test_a_cancelled_job_whose_worker_died_stays_cancelled(pool, sql):
+    noop_task(pool)
+    job_id = pool.enqueue("noop", {})
+    with pool.engine.begin() as conn:
+        queries.claim(conn, queue="q", worker="w", limit=1, task_versions={"noop": 1},
+                      stale_after=300)
+    pool.cancel([job_id])
+    with pool.engine.begin() as conn:
+        queries.reclaim_from_dead_worker(conn, "w")
+    found = job_row(sql, job_id)
+    assert found["state"] == "cancelled" and found["finished"]
+    assert [e["type"] for e in found["errors"]] == ["WorkerLost", "Cancelled"]
