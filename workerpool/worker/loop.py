@@ -3,6 +3,9 @@
 Each pass:
   1. registers the process and releases its dead predecessors' claims (once),
   2. renews the leases that are due (first thing after a database outage, before any claim),
+     and acts on an operator's requests: cancels of the jobs it holds (by notification, or
+     read back where there is none), and whether its queue is paused (read once per poll
+     interval, or at once on a notification),
   3. fails jobs that overran their ``timeout`` (and asks for a recycle if one will not stop),
   4. writes finished outcomes in one batch, fenced on each lease,
   5. claims into its free room (``concurrency`` handler slots plus ``prefetch`` buffered jobs)
