@@ -145,9 +145,10 @@ def iso(value: datetime | None) -> str | None:
 def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
     parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
+    paused = render_paused(status["queues"])
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
-    parts += [p for p in (dead, blocked) if p]
+    parts += [p for p in (paused, dead, blocked) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     return "\n\n".join(parts) + "\n"
 
@@ -163,13 +164,18 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
 
 
 def render_queues(queues: Mapping[str, Any]) -> str:
-    headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS",
-               "CLAIMING"]
+    headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS"]
     rows = [[name, *(q["counts"][s] for s in STATES), q["suspects"],
-             age(q["oldest_pending_age_s"]), q["live_workers"],
-             f"paused by {q['paused_by']}" if q["paused"] else "yes"]
-            for name, q in queues.items()]
+             age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
     return "QUEUES\n" + table(headers, rows)
+
+
+def render_paused(queues: Mapping[str, Any]) -> str:
+    rows = [[name, short(q["paused_at"]), q["paused_by"]]
+            for name, q in queues.items() if q["paused"]]
+    if not rows:
+        return ""
+    return "PAUSED (claiming nothing)\n" + table(["QUEUE", "SINCE", "BY"], rows)
 
 
 def render_dead(queues: Mapping[str, Any]) -> str:

@@ -182,7 +182,7 @@ def test_cli_pause_resume_and_status(app, db_url, sql, tmp_path):
         "queue ctl paused\n")
     data = json.loads(run_cli("status", "--json", url=db_url, cwd=tmp_path).stdout)
     assert data["queues"]["ctl"]["paused"] is True and data["queues"]["ctl"]["paused_by"]
-    assert "paused by" in run_cli("status", url=db_url, cwd=tmp_path).stdout
+    assert "PAUSED (claiming nothing)" in run_cli("status", url=db_url, cwd=tmp_path).stdout
     # without --app: known queues are those with live workers or rows (ctl has a state row now)
     assert run_cli("resume", "ctl", url=db_url, cwd=tmp_path).returncode == 0
     nothing = run_cli("pause", "other", url=db_url, cwd=tmp_path)
