@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .backoff import Backoff
     from .errors import (
+        Cancelled,
         ConfigError,
         DatabaseNotConfigured,
         IdempotencyConflict,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
         PayloadTooLarge,
         Permanent,
         RetryLater,
+        UnknownJob,
         UnknownQueue,
         UnknownTask,
         WorkerpoolError,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
+    "Cancelled",
     "ConfigError",
     "DatabaseNotConfigured",
     "IdempotencyConflict",
@@ -40,6 +43,7 @@ _ERRORS = (
     "PayloadTooLarge",
     "Permanent",
     "RetryLater",
+    "UnknownJob",
     "UnknownQueue",
     "UnknownTask",
     "WorkerpoolError",
@@ -63,6 +67,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Backoff",
+    "Cancelled",
     "ConfigError",
     "DatabaseNotConfigured",
     "IdempotencyConflict",
@@ -73,6 +78,7 @@ __all__ = [
     "PayloadTooLarge",
     "Permanent",
     "RetryLater",
+    "UnknownJob",
     "UnknownQueue",
     "UnknownTask",
     "WorkerPool",

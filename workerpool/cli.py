@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import cli_help, exitcodes
+from . import cli_live as live
 from .app import load_pool
 from .cli_help import add_command
 
@@ -233,6 +234,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "enqueue": cmd_enqueue,
     "status": cmd_status,
     "dead": cmd_dead,
+    "cancel": lambda args: live.cmd_cancel(args),
+    "pause": lambda args: live.cmd_pause(args),
+    "resume": lambda args: live.cmd_resume(args),
     "run": cmd_run,
     "healthcheck": cmd_healthcheck,
     "demo": cmd_demo,
@@ -261,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_dead_parser(sub)
+    live.add_parsers(sub)
     run = add_command(sub, "run", help="the supervisor: fork one child per queue and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",

@@ -51,6 +51,10 @@ class UnknownQueue(ConfigError, LookupError):
     """No queue is declared under this name."""
 
 
+class UnknownJob(WorkerpoolError, LookupError):
+    """No job has this id."""
+
+
 class IdempotencyConflict(WorkerpoolError):
     """A job with this key exists with a different task or payload."""
 
@@ -76,6 +80,11 @@ class RetryLater(Exception):
             )
         self.delay = float(delay)
         super().__init__(reason or f"retry in {self.delay:g}s")
+
+
+class Cancelled(Exception):
+    """This job was cancelled by an operator; raised by ``job.checkpoint()`` once it is asked to
+    stop. Whatever the handler then returns or raises, the job ends ``cancelled``."""
 
 
 class HaltSupervisor(BaseException):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,10 +32,11 @@ class Job:
     _save_checkpoint: Callable[[Job, Any], None] | None = field(
         default=None, repr=False, compare=False
     )
+    _cancel: CancelFlag | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
-                 payload: dict[str, Any] | None = None) -> Job:
+                 payload: dict[str, Any] | None = None, cancel: CancelFlag | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is)."""
         return cls(
             id=row.id,
@@ -50,16 +52,40 @@ class Job:
             checkpoint_data=row.checkpoint,
             worker=worker,
             _save_checkpoint=saver,
+            _cancel=cancel,
         )
 
-    def checkpoint(self, data: Any) -> None:
-        """Save durable progress (a JSON value), fenced on this job's lease.
+    @property
+    def cancelled(self) -> CancelFlag:
+        """Set once an operator's cancel reaches this handler: ``if job.cancelled:`` or
+        ``job.cancelled.wait(seconds)`` (a :class:`threading.Event` that is also a bool)."""
+        if self._cancel is None:
+            object.__setattr__(self, "_cancel", CancelFlag())
+        return self._cancel  # type: ignore[return-value]
 
-        Raises :class:`workerpool.errors.LeaseLost` if another process now owns the job.
+    def checkpoint(self, data: Any = ...) -> None:
+        """Raise :class:`workerpool.Cancelled` if this job was asked to stop; then save durable
+        progress (a JSON value) if ``data`` is given, fenced on this job's lease.
+
+        ``job.checkpoint()`` with no data only checks for a cancel. Raises
+        :class:`workerpool.errors.LeaseLost` if another process now owns the job.
         """
+        if self.cancelled:
+            from .errors import Cancelled
+
+            raise Cancelled(f"job {self.id} was cancelled")
+        if data is ...:
+            return
         if self._save_checkpoint is None:
             raise RuntimeError("this Job is not attached to a worker; checkpoint() is unavailable")
         self._save_checkpoint(self, data)
+
+
+class CancelFlag(threading.Event):
+    """A cancel request as a handler sees it: an Event whose truth value is whether it is set."""
+
+    def __bool__(self) -> bool:
+        return self.is_set()
 
 
 def new_worker_id() -> str:

@@ -119,6 +119,10 @@ def upcast(spec: TaskSpec, payload: dict[str, Any], version: int) -> dict[str, A
     return payload
 
 
+#: What a cancelled attempt comes to; the row's cancel request becomes its history entry.
+CANCELLED = Outcome(OutcomeKind.CANCELLED)
+
+
 def interrupted(lease: queries.Lease, reason: str) -> Outcome:
     """A drain stopped this attempt: give it back (attempt refunded, checkpoint kept)."""
     entry = {"attempt": lease.attempt, "worker": lease.worker, "type": "Interrupted"}

@@ -55,11 +55,16 @@ STALE_ENV = "WORKER_CLAIM_STALE_MS"
 
 
 class Hooks(list[Callable[..., Any]]):
-    """Callbacks run for every job that goes dead. ``pool.on_dead(fn)`` adds one (a decorator)."""
+    """Callbacks run for every job that goes dead (or is cancelled). ``pool.on_dead(fn)`` adds
+    one (a decorator)."""
+
+    def __init__(self, name: str = "on_dead") -> None:
+        super().__init__()
+        self.name = name
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
-            raise ConfigError(f"on_dead hook must be callable, got {type(fn).__name__}")
+            raise ConfigError(f"{self.name} hook must be callable, got {type(fn).__name__}")
         self.append(fn)
         return fn
 
@@ -91,6 +96,7 @@ class WorkerPool:
         self.tasks: dict[str, TaskSpec] = {}
         self.crons: dict[str, CronSpec] = {}
         self.on_dead: Hooks = Hooks()  # pool.on_dead(fn): fn(notice) for every job that goes dead
+        self.on_cancel: Hooks = Hooks("on_cancel")  # fn(notice) for every job cancelled
         self.maintenance_settings = MaintenanceSpec()
 
     # -- configuration -------------------------------------------------------------------------
@@ -366,6 +372,42 @@ class WorkerPool:
         from .testing.inline import set_mode
 
         return set_mode(self, mode)
+
+    # -- operating it live ---------------------------------------------------------------------
+
+    def cancel(
+        self,
+        ids: Iterable[int] | None = None,
+        *,
+        conn: Connection | None = None,
+        reason: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        state: str | None = None,
+        dry_run: bool = False,
+        by: str | None = None,
+    ) -> Any:
+        """Cancel jobs by id (or a queue's, with optional ``task``/``state``): a queued job ends
+        ``cancelled`` now, a running one is asked to stop. Returns a ``CancelResult`` saying per
+        id what happened; an unknown id raises UnknownJob and changes nothing."""
+        from .cancel import Selection, cancel
+
+        selection = Selection(tuple(ids) if ids is not None else None, queue, task, state)
+        return cancel(self, selection, conn=conn, reason=reason, by=by, dry_run=dry_run)
+
+    def pause(self, queue: str, *, by: str | None = None,
+              known: Iterable[str] | None = None) -> None:
+        """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works)."""
+        from .pausing import set_paused
+
+        set_paused(self, queue, True, by=by, known=known)
+
+    def resume(self, queue: str, *, by: str | None = None,
+               known: Iterable[str] | None = None) -> None:
+        """Let every replica claim from ``queue`` again."""
+        from .pausing import set_paused
+
+        set_paused(self, queue, False, by=by, known=known)
 
 
 def validate_crons(pool: WorkerPool) -> None:

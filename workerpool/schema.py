@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -84,6 +85,9 @@ jobs = Table(
     Column("replays", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("created_at", TZ, nullable=False, server_default=text("now()")),
     Column("finished_at", TZ),
+    # An operator asked a running job to stop: who, why and when ({"by", "reason", "at"}). Its
+    # owner sees it (notification or lease renewal) and the row ends ``cancelled``.
+    Column("cancel_request", JSONB),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -164,4 +168,15 @@ cron = Table(
     Column("last_job_id", BigInteger),
     Column("skipped", BigInteger, nullable=False, server_default=text("0")),
     Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+)
+
+# Queue state shared by every replica: a paused queue claims nothing (workers read their row
+# once per poll interval; a notification makes it immediate). A queue without a row runs.
+queues = Table(
+    "workerpool_queues",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("paused_at", TZ),
+    Column("paused_by", Text),
 )

@@ -45,6 +45,9 @@ class QueueSpec:
     hang_timeout: float = 60.0
     poll_interval: float = 1.0
     notify: bool = True
+    #: Seconds a running handler asked to stop (a cancel) gets before its row is written
+    #: ``cancelled`` without it and the process is recycled once its other jobs finish.
+    cancel_grace: float = 10.0
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
@@ -60,6 +63,11 @@ class QueueSpec:
         check_positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
         check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
         check_positive(f"queue {self.name}: poll_interval", self.poll_interval, minimum=0)
+        grace = self.cancel_grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0 or (
+                grace == float("inf")):
+            raise ConfigError(f"queue {self.name}: cancel_grace must be a finite number of"
+                              f" seconds >= 0, got {grace!r}")
 
 
 @dataclass(frozen=True)

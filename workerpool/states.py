@@ -41,6 +41,7 @@ class OutcomeKind(enum.StrEnum):
     SNOOZE = "snooze"  # RetryLater: pending again, attempt refunded
     INTERRUPTED = "interrupted"  # drained: pending again, attempt refunded, checkpoint kept
     UNSTARTED = "unstarted"  # prefetched and given back before any handler started it
+    CANCELLED = "cancelled"  # an operator asked it to stop: cancelled, whatever the handler did
 
 
 class ChildState(enum.Enum):

@@ -39,8 +39,9 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         runnable = dict(known) if known is not None else live_task_versions(workers)
         blocked = queries.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
+        paused = {row.queue: row for row in queries.list_queue_states(conn)}
     queues = sorted(
-        {row.queue for row in counts} | set(oldest) | set(runnable)
+        {row.queue for row in counts} | set(oldest) | set(runnable) | set(paused)
         | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
     )
     return {
@@ -48,7 +49,8 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
         "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked)
-                   | {"suspects": suspects.get(q, 0)} for q in queues},
+                   | {"suspects": suspects.get(q, 0)} | pause_json(paused.get(q))
+                   for q in queues},
         "crons": crons,
         "workers": workers,
         "table_health": table,
@@ -90,6 +92,13 @@ def queue_json(queue: str, counts: list[Any], oldest: Mapping[str, float],
         if queue in runnable else None,
         "live_workers": sum(1 for w in workers if w["queue"] == queue and w["live"]),
     }
+
+
+def pause_json(row: Any) -> dict[str, Any]:
+    """Whether the queue is paused (``workerpool pause``), since when and by whom."""
+    if row is None or not row.paused:
+        return {"paused": False, "paused_at": None, "paused_by": None}
+    return {"paused": True, "paused_at": iso(row.paused_at), "paused_by": row.paused_by}
 
 
 def unrunnable_json(row: Any) -> dict[str, Any]:
@@ -139,9 +148,10 @@ def iso(value: datetime | None) -> str | None:
 def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
     parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
+    paused = render_paused(status["queues"])
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
-    parts += [p for p in (dead, blocked) if p]
+    parts += [p for p in (paused, dead, blocked) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))
@@ -163,6 +173,14 @@ def render_queues(queues: Mapping[str, Any]) -> str:
     rows = [[name, *(q["counts"][s] for s in STATES), q["suspects"],
              age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
     return "QUEUES\n" + table(headers, rows)
+
+
+def render_paused(queues: Mapping[str, Any]) -> str:
+    rows = [[name, short(q["paused_at"]), q["paused_by"]]
+            for name, q in queues.items() if q["paused"]]
+    if not rows:
+        return ""
+    return "PAUSED (claiming nothing)\n" + table(["QUEUE", "SINCE", "BY"], rows)
 
 
 def render_dead(queues: Mapping[str, Any]) -> str:

@@ -30,6 +30,15 @@ def touch(job: Job) -> None:
                           " VALUES ('task', :job, clock_timestamp())"), {"job": job.id})
 
 
+@pool.task(queue="work")
+def waits(job: Job) -> None:
+    """Waits for its cancel (it arrives by lease renewal or polling: no LISTEN here), then
+    writes the moment it saw it to the file its payload names."""
+    job.cancelled.wait(60)
+    with open(job.payload["stamp"], "w") as out:
+        out.write(repr(time.time()))
+
+
 @pool.cron("* * * * * *", queue="cron", max_attempts=1)
 def tick(job: Job) -> None:
     with pool.engine.begin() as conn:

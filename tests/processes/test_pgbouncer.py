@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,6 +261,34 @@ def test_pgbouncer_mode_runs_every_job_and_cron_tick_once(launch, bouncer, db_ur
     assert children_started(sup) == {"work": 1, "cron": 1, "@maintenance": 1}, sup.log()
     assert not sup.events("child_exited")
     assert all(alive(sup.child_pid(worker)) for worker in ("work", "cron", "@maintenance"))
+    assert BROKEN not in sup.log() and "database_error" not in sup.log(), sup.log()[-3000:]
+
+
+def test_a_cancel_reaches_a_running_job_without_notifications(launch, bouncer, db_url, sql,
+                                                               ledger, monkeypatch, tmp_path):
+    """Behind the bouncer there is no LISTEN: the worker reads its cancel requests back (every
+    poll interval while it runs jobs, and at each lease renewal)."""
+    monkeypatch.setenv(db.PGBOUNCER_ENV, "1")
+    sup = launch(pgbouncer_mode=True)
+    sup.wait_running("work")
+    pool = WorkerPool(bouncer.url(db_url))
+    pool.queue("work")
+    pool.task(queue="work", name="waits")(app.waits)
+    stamp = tmp_path / "seen"
+    try:
+        job_id = pool.enqueue("waits", {"stamp": str(stamp)})
+        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
+                   == [("processing",)], 20, message=f"the job runs\n{sup.log()[-2000:]}")
+        asked = time.time()
+        assert pool.cancel([job_id], reason="behind the bouncer").stopping == [job_id]
+        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
+                   == [("cancelled",)], 20, message=f"cancelled\n{sup.log()[-2000:]}")
+        wait_until(stamp.exists, 5, message="the handler saw its cancel")
+    finally:
+        pool.dispose()
+    latency = float(stamp.read_text()) - asked
+    print(f"behind PgBouncer the cancel reached the handler in {latency * 1000:.0f} ms")
+    assert latency < 10, latency  # the poll interval (0.2 s) on an idle machine
     assert BROKEN not in sup.log() and "database_error" not in sup.log(), sup.log()[-3000:]
 
 

@@ -13,6 +13,7 @@ One module per phase of a job's life, each ordered the same way:
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
 - ``maintenance``: the workers registry, cron schedules, pruning;
 - ``operations``: the dead-letter queue, status, read-outs;
+- ``control``: cancelling jobs, pausing and resuming queues;
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is
@@ -22,8 +23,29 @@ planned under). Every name is importable from ``workerpool.queries``.
 from __future__ import annotations
 
 from ..states import LIVE_STATES
-from .claim import CLAIM_COLUMNS, LISTEN, claim, claim_statement, renew, save_checkpoint
+from .claim import (
+    CLAIM_COLUMNS,
+    LISTEN,
+    claim,
+    claim_statement,
+    renew,
+    renew_reading_cancels,
+    save_checkpoint,
+)
 from .clock import bound_transaction, database_now, seconds, time_limits
+from .control import (
+    CONTROL,
+    cancel,
+    finish_cancelled,
+    is_paused,
+    job_states,
+    known_queues,
+    list_queue_states,
+    notify_cancel,
+    requested_cancels,
+    select_ids,
+    set_paused,
+)
 from .enqueue import (
     NOTIFY_CHANNEL,
     NewJob,
@@ -84,6 +106,7 @@ from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
 
 __all__ = [
     "CLAIM_COLUMNS",
+    "CONTROL",
     "DEAD_COLUMNS",
     "LISTEN",
     "LIVE_STATES",
@@ -97,6 +120,7 @@ __all__ = [
     "beat_worker",
     "bound_transaction",
     "can_pipeline",
+    "cancel",
     "claim",
     "claim_statement",
     "complete",
@@ -110,19 +134,25 @@ __all__ = [
     "ensure_crons",
     "fail",
     "find_jobs",
+    "finish_cancelled",
     "give_back",
     "insert_job_chunks",
     "insert_jobs",
     "insert_one",
+    "is_paused",
     "job_outcomes",
     "job_queues",
+    "job_states",
+    "known_queues",
     "list_crons",
     "list_dead",
+    "list_queue_states",
     "list_workers",
     "lock_crons",
     "make_due",
     "mark_permanent",
     "notify",
+    "notify_cancel",
     "oldest_due_ages",
     "prune_finished",
     "prune_finished_statement",
@@ -133,11 +163,15 @@ __all__ = [
     "recover_stale",
     "register_worker",
     "renew",
+    "renew_reading_cancels",
     "replay_dead",
+    "requested_cancels",
     "reset_cron",
     "return_unstarted",
     "save_checkpoint",
     "seconds",
+    "select_ids",
+    "set_paused",
     "snooze",
     "state_counts",
     "suspect_counts",

@@ -159,14 +159,29 @@ def _claim_statement_for(queue: str, worker: str, limit: int,
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
     """Extend the leases still held by ``worker``; returns the ids renewed."""
+    return renew_reading_cancels(conn, worker, leases)[0]
+
+
+def renew_reading_cancels(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]
+                          ) -> tuple[set[int], set[int]]:
+    """Extend the leases still held; returns the ids renewed and those an operator cancelled.
+
+    The renewal is how a cancel reaches a worker that gets no notifications (PgBouncer).
+    """
     if not leases:
-        return set()
-    return set(conn.execute(_RENEW, lease_params(worker, leases)).scalars())
+        return set(), set()
+    rows = conn.execute(_RENEW, lease_params(worker, leases)).all()
+    return {row.id for row in rows}, {row.id for row in rows if row.cancelled}
 
 
-# renew: restamp claimed_at on the leases still held.
+# renew: restamp claimed_at on the leases still held; say which ones have a cancel request.
 # Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
-_RENEW = update(jobs).where(FENCE_MANY).values(claimed_at=func.now()).returning(jobs.c.id)
+_RENEW = (
+    update(jobs)
+    .where(FENCE_MANY)
+    .values(claimed_at=func.now())
+    .returning(jobs.c.id, jobs.c.cancel_request.isnot(None).label("cancelled"))
+)
 
 
 # save_checkpoint: durable progress on one leased row.

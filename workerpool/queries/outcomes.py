@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, cast, func, literal, update
+from sqlalchemy import Connection, and_, bindparam, case, cast, func, literal, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import Text
 
@@ -66,22 +66,28 @@ _COMPLETE = (
 # fail: one leased row → failed until now()+delay, or dead/exhausted at the cap.
 # Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
 def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float) -> str | None:
-    """A failed attempt: ``failed`` until ``now()+delay``, or ``dead/exhausted`` at the cap.
+    """A failed attempt: ``failed`` until ``now()+delay``, or ``dead/exhausted`` at the cap
+    (``cancelled`` if an operator cancelled it meanwhile).
 
     Returns the new state, or None when the lease was lost (nothing written).
     """
     exhausted = jobs.c.attempts >= jobs.c.max_attempts
+    # An operator cancelled it while it ran, before its worker learned of it: it ends there.
+    asked = jobs.c.cancel_request.isnot(None)
     stmt = (
         update(jobs)
         .where(fence(lease))
         .values(
             # .value: a CASE types its parameters by their Python type, and a plain str keeps
             # the bound ``::VARCHAR`` an enum member would lose
-            state=case((exhausted, JobState.DEAD.value), else_=JobState.FAILED.value),
-            dead_reason=case((exhausted, DeadReason.EXHAUSTED.value), else_=None),
-            run_at=case((exhausted, jobs.c.run_at), else_=after(delay)),
-            finished_at=case((exhausted, func.now()), else_=None),
-            errors=errors_append(error),
+            state=case((asked, JobState.CANCELLED.value), (exhausted, JobState.DEAD.value),
+                       else_=JobState.FAILED.value),
+            dead_reason=case((and_(exhausted, ~asked), DeadReason.EXHAUSTED.value), else_=None),
+            run_at=case((exhausted | asked, jobs.c.run_at), else_=after(delay)),
+            finished_at=case((exhausted | asked, func.now()), else_=None),
+            errors=case((asked, errors_append(error).op("||")(func.jsonb_build_array(
+                func.jsonb_build_object("attempt", jobs.c.attempts, "type", "Cancelled")
+                .op("||")(jobs.c.cancel_request)))), else_=errors_append(error)),
             crashes=0,  # an ordinary outcome: no longer a suspect
         )
         .returning(jobs.c.state)

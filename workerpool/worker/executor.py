@@ -18,7 +18,7 @@ from typing import Any
 from .. import queries
 from ..errors import LeaseLost
 from ..jobs import Job
-from ..outcome import Outcome, classify, error_entry, upcast
+from ..outcome import CANCELLED, Outcome, classify, error_entry, upcast
 from ..payload import dumps
 from ..pool import WorkerPool
 from ..states import OutcomeKind
@@ -155,6 +155,8 @@ class Executor:
             outcome = Outcome(OutcomeKind.FAIL,
                               error_entry(classify_error, attempt=flight.lease.attempt,
                                           worker=self.worker_id), delay=60.0)
+        if flight.cancel.is_set():  # asked to stop: whatever it returned or raised
+            outcome = CANCELLED
         late = flight.transition(Step.RETURN) in OVERDUE_STATES  # decided without it
         self._returned(flight, None if late else outcome)
 
@@ -163,7 +165,7 @@ class Executor:
         if row.payload_version < flight.spec.version:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
-                            payload=payload)
+                            payload=payload, cancel=flight.cancel)
 
     def _call(self, flight: InFlight, job: Job) -> BaseException | None:
         try:
@@ -177,7 +179,7 @@ class Executor:
     def _await(self, flight: InFlight, awaitable: Any) -> None:
         """Run an ``async def`` handler on the worker's event loop; many overlap there."""
         future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
-        if flight.hold_future(future):
+        if flight.hold_future(future) or flight.cancel.is_set():
             future.cancel()
         future.result()
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .. import queries
+from ..jobs import CancelFlag
 from ..pool import TaskSpec
 
 
@@ -126,6 +127,8 @@ class InFlight:
     future: concurrent.futures.Future | None = None  # set for async handlers
     suspect: bool = False  # held by a process that died: it runs alone (nothing else claimed)
     ran: float | None = None  # seconds its handler ran, once it returned (for the metrics)
+    cancel: CancelFlag = field(default_factory=CancelFlag)  # an operator asked it to stop
+    cancel_deadline: float | None = None  # monotonic: past it, cancelled without the handler
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def transition(self, step: Step) -> FlightState:
@@ -182,6 +185,9 @@ class Flights:
         """Forget a job once its handler has returned and its outcome is written."""
         if flight.state is FlightState.RETIRED:
             self.forget(flight)
+
+    def get(self, job_id: int) -> InFlight | None:
+        return self._by_id.get(job_id)
 
     def forget(self, flight: InFlight) -> None:
         self._by_id.pop(flight.lease.job_id, None)

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 
 from .. import queries
 from ..dead import DeadNotice
@@ -40,6 +41,8 @@ class Leases:
         self.registered = False
         self.last_renew = time.monotonic()
         self._renew_now = False  # after an outage: renew before anything is claimed
+        #: Told the held jobs that renewal found cancelled (the path without notifications).
+        self.on_cancelled: Callable[[set[int]], None] = lambda ids: None
 
     def register_once(self) -> list[DeadNotice]:
         """Register this process and release the claims of the predecessors it replaces.
@@ -73,8 +76,8 @@ class Leases:
         renewing = self.renew and bool(held)
         with self.session.transaction() as conn:
             if renewing:
-                renewed = queries.renew(conn, self.worker_id,
-                                        [(f.lease.job_id, f.lease.attempt) for f in held])
+                renewed, cancelled = queries.renew_reading_cancels(
+                    conn, self.worker_id, [(f.lease.job_id, f.lease.attempt) for f in held])
             registered = queries.beat_worker(conn, self.worker_id)
             recovered = queries.recover_stale(conn, self.queue, self.stale_after)
         if recovered:
@@ -83,6 +86,8 @@ class Leases:
                                "count": len(recovered)})
         if renewing:
             self._lost([f for f in held if f.lease.job_id not in renewed])
+            if cancelled:
+                self.on_cancelled(cancelled)
         if not registered:
             self.registered = False  # pruned while we were away: register again
         self.last_renew, self._renew_now = now, False

@@ -1,9 +1,11 @@
-"""The LISTEN connection: notifications of new jobs wake an idle claim loop early."""
+"""The LISTEN connection: notifications of new jobs wake an idle claim loop early; an operator's
+cancel of a job this worker holds, or a pause of its queue, reaches it the same way."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -27,8 +29,13 @@ class Listener(threading.Thread):
     ``WorkerPool(notify=False)`` or ``pool.queue(..., notify=False)`` turn it off.
     """
 
-    def __init__(self, pool: WorkerPool, queue: str, wake: threading.Event) -> None:
+    def __init__(self, pool: WorkerPool, queue: str, wake: threading.Event, *,
+                 worker_id: str = "", on_cancel: Callable[[list[int]], None] | None = None,
+                 on_pause: Callable[[], None] | None = None) -> None:
         super().__init__(name=f"wp-{queue}-listen", daemon=True)
+        self.worker_id = worker_id
+        self.on_cancel = on_cancel or (lambda ids: None)
+        self.on_pause = on_pause or (lambda: None)
         self.url = pool.url.set(drivername="postgresql")
         self.queue = queue
         self.wake = wake
@@ -74,6 +81,22 @@ class Listener(threading.Thread):
             self.wake.set()
             while not self._halt.is_set():
                 for note in conn.notifies(timeout=LISTEN_SLICE):
-                    if self.queue in note.payload.split(","):
+                    if note.payload.startswith(queries.CONTROL):
+                        self._control(note.payload[len(queries.CONTROL):])
+                    elif self.queue in note.payload.split(","):
                         metrics.record.woke(self.queue, "notify")
                         self.wake.set()
+
+    def _control(self, payload: str) -> None:
+        """``cancel OWNER ID,ID`` for this worker's jobs; ``pause Q`` / ``resume Q``."""
+        verb, _, rest = payload.partition(" ")
+        if verb == "cancel":
+            owner, _, ids = rest.partition(" ")
+            if owner != self.worker_id:
+                return
+            self.on_cancel([int(job_id) for job_id in ids.split(",") if job_id.isdigit()])
+        elif verb in ("pause", "resume") and rest == self.queue:
+            self.on_pause()
+        else:
+            return
+        self.wake.set()

@@ -3,6 +3,9 @@
 Each pass:
   1. registers the process and releases its dead predecessors' claims (once),
   2. renews the leases that are due (first thing after a database outage, before any claim),
+     and acts on an operator's requests: cancels of the jobs it holds (by notification, or
+     read back where there is none), and whether its queue is paused (read once per poll
+     interval, or at once on a notification),
   3. fails jobs that overran their ``timeout`` (and asks for a recycle if one will not stop),
   4. writes finished outcomes in one batch, fenced on each lease,
   5. claims into its free room (``concurrency`` handler slots plus ``prefetch`` buffered jobs)
@@ -27,10 +30,11 @@ from collections.abc import Callable
 
 from .. import exitcodes, metrics
 from ..jobs import new_worker_id
-from ..outcome import Outcome, interrupted
+from ..outcome import CANCELLED, Outcome, interrupted
 from ..pool import QueueSpec, TaskSpec, WorkerPool
 from ..states import OutcomeKind
 from .claims import Claims
+from .control import Cancels, Pause
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight, Step
@@ -91,13 +95,17 @@ class Worker:
                              queue=queue, task_versions=self.task_versions,
                              stale_after=self.stale_after, orphans=orphans, renew=renew_leases)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
+        self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
+        self.leases.on_cancelled = self.cancels.ask
+        self.pause = Pause(self.session, queue, self.spec.poll_interval)
         self.executor = Executor(pool, queue, self.id, self.spec.concurrency, self.session,
                                  began=self._handler_began, returned=self._handler_returned)
         self.claims = Claims(self.spec, queue, self.id, tasks=self.tasks,
                              task_versions=self.task_versions, stale_after=self.stale_after,
                              session=self.session, flights=self.flights, outcomes=self.outcomes,
                              executor=self.executor, counters=self.counters,
-                             closed=lambda: self._stopping.is_set() or self.timeouts.recycle,
+                             closed=lambda: (self._stopping.is_set() or self.timeouts.recycle
+                                             or self.pause.paused),
                              on_claim=on_claim or (lambda: None))
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
@@ -161,6 +169,7 @@ class Worker:
         try:
             self.outcomes.report_dead(self.leases.register_once())
             self.leases.renew_if_due()
+            self._control(claiming)
             self.outcomes.collect()
             if self.timeouts.enforce():
                 self.stop()
@@ -177,6 +186,17 @@ class Worker:
         metrics.record.flush()  # what this pass committed, to the metrics files
         if self.session.reached_db:
             self.on_tick()
+
+    def _control(self, claiming: bool) -> None:
+        """An operator's requests: cancels of held jobs, and whether the queue is paused."""
+        if not self._listening():
+            self.cancels.check_if_due(self.session, self.id, self.spec.poll_interval)
+        self.cancels.apply()
+        if claiming:
+            self.pause.refresh_if_due()
+
+    def _listening(self) -> bool:
+        return self._listener is not None and self._listener.connected.is_set()
 
     def _wait(self, until: float | None = None) -> None:
         """Sleep until woken or the next thing is due; during an outage, the backoff delay."""
@@ -224,7 +244,8 @@ class Worker:
         self.session.open()
         self.executor.start()
         if self.spec.notify and self.pool.notify and not self.session.pooled:
-            self._listener = Listener(self.pool, self.queue, self._wake)
+            self._listener = Listener(self.pool, self.queue, self._wake, worker_id=self.id,
+                                      on_cancel=self.cancels.ask, on_pause=self.pause.changed)
             self._listener.start()
 
     def _drain(self) -> None:
@@ -260,8 +281,9 @@ class Worker:
         if not left and not self.outcomes.unwritten:
             return
         reason = "worker stopped now" if self._stop_now.is_set() else "drain timeout"
-        for flight in left:
-            self.outcomes.add(flight, interrupted(flight.lease, f"{reason}: worker shutting down"))
+        for flight in left:  # a cancelled one ends cancelled, never back in the queue
+            self.outcomes.add(flight, CANCELLED if flight.cancel.is_set() else
+                              interrupted(flight.lease, f"{reason}: worker shutting down"))
         for attempt in range(RELEASE_TRIES):
             try:
                 self.outcomes.write(self.session)

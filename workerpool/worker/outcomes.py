@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from .. import metrics, queries
+from ..cancel import CancelNotice, report_cancelled
 from ..dead import DeadNotice, report_dead
 from ..outcome import Outcome
 from ..pool import WorkerPool
@@ -46,6 +47,8 @@ def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | No
         return JobState.PENDING if queries.give_back(conn, lease, outcome.error) else None
     if kind == OutcomeKind.UNSTARTED:
         return JobState.PENDING if queries.return_unstarted(conn, lease.worker, job) else None
+    if kind == OutcomeKind.CANCELLED:
+        return JobState.CANCELLED if queries.finish_cancelled(conn, lease) else None
     raise ValueError(f"unknown outcome {kind!r}")
 
 
@@ -146,6 +149,11 @@ class Outcomes:
         dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
                 for flight, outcome in batch]
         self.report_dead([notice for notice in dead if notice is not None])
+        cancelled = [flight for flight, _ in batch
+                     if states.get(flight.lease.job_id) == JobState.CANCELLED]
+        if cancelled:
+            report_cancelled(self.pool, [CancelNotice(f.lease.job_id, self.queue, f.spec.name,
+                                                      f.lease.attempt) for f in cancelled])
 
     def _recorded(self, flight: InFlight, outcome: Outcome,
                   state: str | None) -> DeadNotice | None:

@@ -4,6 +4,10 @@ A timed-out attempt is a failure like any other (retried per policy), written at
 handler's stack as its traceback; an ``async def`` handler is cancelled. A sync handler cannot
 be stopped from outside: one that still runs RECYCLE_GRACE seconds later gets its process
 recycled.
+
+A cancelled handler is given its queue's ``cancel_grace`` the same way: one that still runs
+after it has its row written ``cancelled`` without it, and the process is recycled once its
+other jobs finish.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 import traceback
 from collections.abc import Iterator
 
-from ..outcome import timed_out
+from ..outcome import CANCELLED, timed_out
 from .counters import Counters
 from .inflight import Flights, FlightState, InFlight, Step
 from .outcomes import Outcomes
@@ -37,6 +41,9 @@ class Timeouts:
             if flight.deadline is None or flight.returned:
                 continue
             yield flight.deadline + (RECYCLE_GRACE if flight.overdue else 0.0)
+        for flight in self.flights:
+            if flight.cancel_deadline is not None and not flight.overdue and not flight.returned:
+                yield flight.cancel_deadline
 
     def enforce(self) -> bool:
         """Time out the jobs past their deadline; True once a recycle is due (the caller stops)."""
@@ -52,7 +59,26 @@ class Timeouts:
                           flight.lease.job_id,
                           extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
                 self.recycle = recycle = True
-        return recycle
+        return self._enforce_cancels(now) or recycle
+
+    def _enforce_cancels(self, now: float) -> bool:
+        """Write ``cancelled`` for the handlers that ignore a cancel past its grace; True if any
+        did (the process is recycled)."""
+        ignored = False
+        for flight in self.flights:
+            if (flight.cancel_deadline is None or now < flight.cancel_deadline
+                    or flight.overdue or flight.returned):
+                continue
+            if flight.transition(Step.TIME_OUT) not in (FlightState.RUNNING,
+                                                        FlightState.RUNNING_LOST):
+                continue  # its handler returned just now: its cancelled outcome is on its way
+            self.outcomes.add(flight, CANCELLED)
+            log.error("handler of job %s ignores its cancel; cancelled without it, recycling this"
+                      " worker", flight.lease.job_id,
+                      extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
+            ignored = not self.recycle
+            self.recycle = True
+        return ignored
 
     def _time_out(self, flight: InFlight) -> None:
         """The timeout decides this attempt: record a TimeoutError; cancel an async handler."""
@@ -64,7 +90,9 @@ class Timeouts:
         if future is not None:
             future.cancel()
         self.counters.timeouts += 1
-        self.outcomes.add(flight, timed_out(flight.spec, flight.lease, stack))
+        cancelled = flight.cancel.is_set()  # asked to stop first: that is its end
+        self.outcomes.add(flight, CANCELLED if cancelled else
+                          timed_out(flight.spec, flight.lease, stack))
         log.warning("job %s exceeded its timeout of %gs", flight.lease.job_id,
                     flight.spec.timeout,
                     extra={"event": "job_timeout", "job_id": flight.lease.job_id})
