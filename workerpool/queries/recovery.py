@@ -140,24 +140,31 @@ def reclaim_from_dead_worker(conn: Connection, worker: str) -> list[Any]:
 RECOVER_BATCH = 1000
 
 
-# recover_stale: a queue's stale leases with attempts left → pending, attributed to their lost
-# worker (suspects when it held several). Index: ix_workerpool_jobs_leased.
-def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]:
-    """Leases not renewed for ``stale_after``: their worker is lost (a host gone). Exhausted ones
-    are the sweep's; these go back to ``pending``, to run alone."""
-    lost = (
+def _stale_leases(queue: str, stale_after: float, *, exhausted: bool) -> Any:
+    """A queue's leases not renewed for ``stale_after``, with attempts left or none."""
+    attempts = (jobs.c.attempts >= jobs.c.max_attempts if exhausted
+                else jobs.c.attempts < jobs.c.max_attempts)
+    return (
         select(jobs.c.id, jobs.c.claimed_by.label("owner"))
         .where(
             jobs.c.queue == queue,
             jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
             jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
-            jobs.c.attempts < jobs.c.max_attempts,
+            attempts,
         )
         .order_by(jobs.c.claimed_at)
         .limit(RECOVER_BATCH)
         .with_for_update(skip_locked=True)
         .cte("lost")
     )
+
+
+# recover_stale: a queue's stale leases with attempts left → pending, attributed to their lost
+# worker (suspects when it held several). Index: ix_workerpool_jobs_leased.
+def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]:
+    """Leases not renewed for ``stale_after``: their worker is lost (a host gone). Exhausted ones
+    are the sweep's; these go back to ``pending``, to run alone."""
+    lost = _stale_leases(queue, stale_after, exhausted=False)
     return list(conn.execute(recover(lost, "lease went stale")))
 
 
@@ -165,15 +172,5 @@ def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]
 # alone, a suspect with its attempt back when held with others. Index: ix_workerpool_jobs_leased.
 def sweep_abandoned(conn: Connection, queue: str, stale_after: float) -> list[Any]:
     """Stale leases the claim will never take (no attempts left): attribute and resolve them."""
-    lost = (
-        select(jobs.c.id, jobs.c.claimed_by.label("owner"))
-        .where(
-            jobs.c.queue == queue,
-            jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
-            jobs.c.claimed_at < func.now() - bindparam("stale_after", seconds(stale_after)),
-            jobs.c.attempts >= jobs.c.max_attempts,
-        )
-        .with_for_update(skip_locked=True)
-        .cte("lost")
-    )
+    lost = _stale_leases(queue, stale_after, exhausted=True)
     return list(conn.execute(recover(lost, "lease went stale")))
