@@ -148,6 +148,9 @@ class Outcomes:
         self.unwritten = self.unwritten[len(batch):]
         dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
                 for flight, outcome in batch]
+        # right after the commit, not at the end of the pass: a SIGKILL between the two would
+        # lose these counts (the pass goes on to claim and to beat, round trips away)
+        metrics.record.flush()
         self.report_dead([notice for notice in dead if notice is not None])
         cancelled = [flight for flight, _ in batch
                      if states.get(flight.lease.job_id) == JobState.CANCELLED]
