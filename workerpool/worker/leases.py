@@ -79,11 +79,6 @@ class Leases:
                 renewed, cancelled = queries.renew_reading_cancels(
                     conn, self.worker_id, [(f.lease.job_id, f.lease.attempt) for f in held])
             registered = queries.beat_worker(conn, self.worker_id)
-            recovered = queries.recover_stale(conn, self.queue, self.stale_after)
-        if recovered:
-            log.warning("recovered %d stale lease(s) of lost workers", len(recovered),
-                        extra={"event": "stale_recovered", "queue": self.queue,
-                               "count": len(recovered)})
         if renewing:
             self._lost([f for f in held if f.lease.job_id not in renewed])
             if cancelled:
@@ -91,6 +86,17 @@ class Leases:
         if not registered:
             self.registered = False  # pruned while we were away: register again
         self.last_renew, self._renew_now = now, False
+        self._recover_stale()
+
+    def _recover_stale(self) -> None:
+        """Other workers' leases gone stale (a host lost): attributed and queued again. In a
+        transaction of its own: a failure here must not undo the renewal above."""
+        with self.session.transaction() as conn:
+            recovered = queries.recover_stale(conn, self.queue, self.stale_after)
+        if recovered:
+            log.warning("recovered %d stale lease(s) of lost workers", len(recovered),
+                        extra={"event": "stale_recovered", "queue": self.queue,
+                               "count": len(recovered)})
 
     def beat_if_quiet(self, poll_interval: float) -> None:
         """A pass with nothing to do still proves, once per poll interval, that the DB answers."""
