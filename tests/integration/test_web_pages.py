@@ -39,12 +39,24 @@ def test_overview_counts_each_queue_and_its_throughput(app_pool, http, sql):
     row = re.search(r'<tr id="queue-email">(.*?)</tr>', page.text, re.S)[1]
     cells = re.findall(r"<td>(.*?)</td>", row, re.S)
     assert cells[2] == "2"  # waiting: the delayed one and the due one, exact
-    assert "≈ 2" in row  # dead: the planner's estimate, labelled as one
+    assert re.search(r'class="count-dead"><a [^>]+>2</a>', row)  # a small table: exact
     assert "reports" in page.text and "badge running" in row
     assert "<svg" in page.text and "Dead per minute" in page.text
     drain(app_pool, "email")
     assert ok in [r[0] for r in sql("SELECT id FROM workerpool_jobs WHERE state = 'done'")]
     assert 'class="bar"><title>' in http.get("/").text
+
+
+def test_a_big_table_shows_estimates_labelled_as_such(app_pool, http, sql, monkeypatch):
+    from workerpool.web import overview
+
+    dead_jobs(app_pool, 3)
+    sql("ANALYZE workerpool_jobs")
+    monkeypatch.setattr(overview, "SMALL_TABLE", 2)
+    page = http.get("/")
+    row = re.search(r'<tr id="queue-email">(.*?)</tr>', page.text, re.S)[1]
+    assert re.search(r'class="count-dead"><a [^>]+>≈ 3</a>', row)
+    assert "planner's estimates" in page.text and "<th>Dead ≈</th>" in page.text
 
 
 def test_the_overview_refresh_is_the_fragment_only(http):

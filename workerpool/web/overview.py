@@ -2,7 +2,8 @@
 
 Waiting, running and suspect rows are counted exactly up to a cap (index reads that stop at
 it); done, dead, cancelled and failed rows, which can be millions, are the planner's estimates
-(labelled so on the page). Finishes per minute come from a range of the finished index.
+(labelled so on the page) unless the whole table is small enough to count. Finishes per
+minute come from a range of the finished index.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import true
 
 from .. import queries
 from ..queries import dashboard
@@ -22,6 +25,9 @@ from .charts import Bar
 CHART_MINUTES = 30
 ESTIMATED_STATES = (JobState.FAILED, JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 STATEMENT_TIMEOUT = 5.0
+#: Up to this many rows in the table, every state is counted exactly (a read of at most this
+#: many rows); beyond it, the finished states are the planner's estimates.
+SMALL_TABLE = 50_000
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Overview:
     failures: list[Bar]
     chart_capped: bool
     analyzed: datetime | None
+    exact: bool  # the finished counts are exact (a small table), not estimates
 
 
 def collect(pool: Any) -> Overview:
@@ -59,8 +66,9 @@ def collect(pool: Any) -> Overview:
                        | {row.queue for row in queries.list_queue_states(conn)}
                        | dashboard.common_queues(conn))
         depths = queries.queue_depths(conn, names)
-        estimates = dashboard.estimated_rows(conn, [(q, s) for q in names
-                                                    for s in ESTIMATED_STATES])
+        exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
+        estimates = (_exact_counts(conn) if exact else dashboard.estimated_rows(
+            conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
         finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
         analyzed = dashboard.last_analyzed(conn)
     live = [w for w in workers if float(w.age) <= LIVE_WORKER_WINDOW]
@@ -70,7 +78,15 @@ def collect(pool: Any) -> Overview:
         hosts.setdefault(worker.host, []).append(worker)
     done, dead = _per_minute(finished, now)
     capped = sum(row.count for row in finished) >= dashboard.FINISHED_CAP
-    return Overview(now, rows, hosts, done, dead, capped, analyzed)
+    return Overview(now, rows, hosts, done, dead, capped, analyzed, exact)
+
+
+def _exact_counts(conn: Any) -> dict[tuple[str, str], int]:
+    """Every (queue, state) counted: for a table this small, cheaper than estimating well."""
+    counts: dict[tuple[str, str], int] = {}
+    for row in queries.state_counts(conn):
+        counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + row.count
+    return counts
 
 
 def _queue_row(name: str, depth: dict[str, Any], estimates: dict[tuple[str, str], int],
