@@ -20,7 +20,7 @@ from ..schema import jobs, workers
 #: Matching rows counted at most by :func:`count_capped`: past it the page says "N+".
 COUNT_CAP = 10_000
 #: Finished rows read at most for the throughput chart: past it the chart is a lower bound.
-FINISHED_CAP = 50_000
+FINISHED_CAP = 20_000
 
 
 @dataclass(frozen=True)

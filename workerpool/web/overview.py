@@ -27,7 +27,7 @@ ESTIMATED_STATES = (JobState.FAILED, JobState.DONE, JobState.DEAD, JobState.CANC
 STATEMENT_TIMEOUT = 5.0
 #: Up to this many rows in the table, every state is counted exactly (a read of at most this
 #: many rows); beyond it, the finished states are the planner's estimates.
-SMALL_TABLE = 50_000
+SMALL_TABLE = 20_000
 
 
 @dataclass
