@@ -39,8 +39,9 @@ def _read(pool: Any):
 def overview_page(request: Request) -> Response:
     data = overview.collect(request.app.state.pool)
     note = "lower bound: more rows than were read" if data.chart_capped else ""
-    charts = [bar_chart("Finished per minute (done and cancelled)", data.finished, "done", note),
-              bar_chart("Dead per minute", data.failures, "dead", note)]
+    titles = ("Finished per minute (done and cancelled)", "Dead per minute")
+    charts = [(title, bar_chart(title, bars, css, note)) for title, bars, css in
+              zip(titles, (data.finished, data.failures), ("done", "dead"), strict=True)]
     template = "_overview.html" if request.headers.get("hx-request") else "overview.html"
     return render(request, template, {"data": data, "charts": charts, "age": age,
                                       "analyzed_age": _ago(data.now, data.analyzed)})
