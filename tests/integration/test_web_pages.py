@@ -192,3 +192,17 @@ def test_bad_input_is_one_readable_line(http, path, status, line):
     page = http.get(path)
     assert page.status_code == status
     assert line in page.text
+
+
+def test_dead_letters_page_by_keyset_most_recent_death_first(app_pool, http, sql):
+    first, second, third = dead_jobs(app_pool, 3)
+    for job_id, minutes in ((first, 1), (second, 30), (third, 10)):
+        sql("UPDATE workerpool_jobs SET finished_at = now() - make_interval(mins => %s)"
+            " WHERE id = %s", minutes, job_id)
+    seen, path = [], "/dead?limit=1"
+    while path:
+        page = http.get(path)
+        seen += listed_ids(page)
+        older = re.search(r'href="([^"]+)" id="page-older"', page.text)
+        path = older[1].replace("&amp;", "&") if older else None
+    assert seen == [first, third, second]

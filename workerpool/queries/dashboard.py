@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, literal_column, select, text, true
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+    true,
+    tuple_,
+)
 
 from ..schema import jobs, workers
 
@@ -64,15 +74,34 @@ LIST_COLUMNS = (
 )
 
 
-# browse_jobs: one page of matching rows, newest id first, after a keyset cursor (never OFFSET).
-# Index: pk_workerpool_jobs read backwards from the cursor, stopping at the page size; a key
+# browse_jobs: one page of matching rows after a keyset cursor (never OFFSET): newest id first,
+# or (``by_finished``, the dead letters) most recently finished first, as list_dead orders them.
+# Index: pk_workerpool_jobs read backwards from the cursor, stopping at the page size (a filter
+# matching few rows reads further); by_finished: ix_workerpool_jobs_finished the same way; a key
 # filter uses uq_workerpool_jobs_key.
-def browse_jobs(conn: Connection, where: Any, before_id: int | None, limit: int) -> list[Any]:
-    """Up to ``limit`` rows matching ``where`` with ``id < before_id``, newest id first."""
+def browse_jobs(conn: Connection, where: Any, before_id: int | None, limit: int,
+                by_finished: bool = False) -> list[Any]:
+    """Up to ``limit`` rows matching ``where`` that come after job ``before_id`` in the order."""
     stmt = select(*LIST_COLUMNS).where(where)
+    if by_finished:
+        stmt = stmt.where(jobs.c.finished_at.isnot(None))
+        order = (jobs.c.finished_at.desc(), jobs.c.id.desc())
+        key = tuple_(jobs.c.finished_at, jobs.c.id)
+        after = select(jobs.c.finished_at, jobs.c.id).where(jobs.c.id == before_id)
+        cursor = after.scalar_subquery()
+    else:
+        order, key, cursor = (jobs.c.id.desc(),), jobs.c.id, before_id
     if before_id is not None:
-        stmt = stmt.where(jobs.c.id < before_id)
-    return list(conn.execute(stmt.order_by(jobs.c.id.desc()).limit(limit)))
+        stmt = stmt.where(key < cursor)
+    return list(conn.execute(stmt.order_by(*order).limit(limit)))
+
+
+# limit_time: a statement timeout for the rest of this transaction (SET LOCAL). Index: none.
+_LIMIT_TIME = text("SELECT set_config('statement_timeout', :timeout, true)")
+
+
+def limit_time(conn: Connection, seconds: float) -> None:
+    conn.execute(_LIMIT_TIME, {"timeout": f"{max(1, round(seconds * 1000))}ms"})
 
 
 # count_capped: how many rows match, counting at most ``cap`` + 1. Index: as browse_jobs.

@@ -28,11 +28,11 @@ LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "lim
 
 
 def _read(pool: Any):
-    """A read transaction bounded like the overview's."""
+    """A read transaction with the overview's statement timeout (and the planner's own
+    choices: a key or an id filter is best served by its own index, then a sort)."""
     conn = pool.engine.connect()
     conn.begin()
-    queries.bound_transaction(conn, statement_timeout=overview.STATEMENT_TIMEOUT,
-                              lock_timeout=1.0, idle_timeout=overview.STATEMENT_TIMEOUT)
+    dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
     return conn
 
 
@@ -59,8 +59,9 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     limit = inputs.positive(params, "limit", inputs.DEFAULT_PAGE, inputs.MAX_PAGE)
     before = inputs.positive(params, "before")
     assert limit is not None
+    by_finished = filters.state == "dead"  # as `workerpool dead list`: most recent deaths first
     with _read(request.app.state.pool) as conn:
-        rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1)
+        rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
         total = dashboard.count_capped(conn, filters.where())
     more = len(rows) > limit
     rows = rows[:limit]
