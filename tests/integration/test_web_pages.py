@@ -71,6 +71,8 @@ def test_jobs_list_filters_by_every_field(app_pool, http, sql):
     report = dead_jobs(app_pool, 1, task="monthly")[0]
     sql("UPDATE workerpool_jobs SET created_at = now() - interval '3 hours' WHERE id = %s",
         dead_ids[0])
+    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '2 days' WHERE id = %s",
+        report)
     cases = {
         "/jobs": {*dead_ids, keyed, report},
         "/jobs?queue=reports": {report},
@@ -84,11 +86,15 @@ def test_jobs_list_filters_by_every_field(app_pool, http, sql):
         "/jobs?queue=&task=&state=": {*dead_ids, keyed, report},  # empty fields: no filter
         "/dead": {*dead_ids, report},
         "/dead?queue=email": set(dead_ids),
+        "/dead?since=1d": set(dead_ids),  # died within a day, whenever created
+        "/jobs?state=dead&since=1d": set(dead_ids),
     }
     for path, expected in cases.items():
         page = http.get(path)
         assert page.status_code == 200, path
         assert set(listed_ids(page)) == expected, path
+    dry_run = post(http, "/dead/retry", {"since": "1d"}, page="/dead?since=1d")
+    assert "Dry run: replay 2 dead jobs" in dry_run.text  # what the list showed
 
 
 def test_jobs_list_pages_by_keyset_never_offset(app_pool, http):

@@ -44,6 +44,7 @@ class JobFilter:
     key: str | None = None
     created_after: datetime | timedelta | None = None
     created_before: datetime | timedelta | None = None
+    by_finished: bool = False  # the time range is of finished_at (the dead letters), not created_at
 
     def where(self) -> Any:
         clauses = []
@@ -51,10 +52,11 @@ class JobFilter:
             value = getattr(self, name)
             if value is not None:
                 clauses.append(jobs.c[name] == value)
+        moment = jobs.c.finished_at if self.by_finished else jobs.c.created_at
         if self.created_after is not None:
-            clauses.append(jobs.c.created_at >= _moment(self.created_after, "after"))
+            clauses.append(moment >= _moment(self.created_after, "after"))
         if self.created_before is not None:
-            clauses.append(jobs.c.created_at < _moment(self.created_before, "before"))
+            clauses.append(moment < _moment(self.created_before, "before"))
         return and_(true(), *clauses)
 
 

@@ -78,14 +78,16 @@ def moment(params: Mapping[str, Any], field: str) -> datetime | timedelta | None
 
 
 def job_filter(params: Mapping[str, Any]) -> JobFilter:
+    """The jobs list's filters; on dead rows the time range is when they died (as the
+    dead-letter operations read ``since``), elsewhere when they were created."""
     key = text(params, "key")
     if key is not None and len(key) > MAX_KEY:
         raise BadInput(f"key must be at most {MAX_KEY} characters")
-    return JobFilter(queue=name(params, "queue"), task=name(params, "task"),
-                     state=choice(params, "state", STATES),
+    state = choice(params, "state", STATES)
+    return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
                      dead_reason=choice(params, "reason", DEAD_REASONS), key=key,
                      created_after=moment(params, "since"),
-                     created_before=moment(params, "until"))
+                     created_before=moment(params, "until"), by_finished=state == "dead")
 
 
 def dead_filter(params: Mapping[str, Any]) -> DeadFilter:

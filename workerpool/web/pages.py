@@ -55,11 +55,12 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     params: dict[str, Any] = dict(request.query_params)
     if dead_only:
         params["state"] = "dead"
+        params.pop("until", None)  # the bulk retry and purge filter by "since" only
     filters = inputs.job_filter(params)
     limit = inputs.positive(params, "limit", inputs.DEFAULT_PAGE, inputs.MAX_PAGE)
     before = inputs.positive(params, "before")
     assert limit is not None
-    by_finished = filters.state == "dead"  # as `workerpool dead list`: most recent deaths first
+    by_finished = filters.by_finished  # as `workerpool dead list`: most recent deaths first
     with _read(request.app.state.pool) as conn:
         rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
         total = dashboard.count_capped(conn, filters.where())
@@ -71,6 +72,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     context = {
         "rows": rows, "total": total, "cap": dashboard.COUNT_CAP, "params": params,
         "states": STATES, "reasons": DEAD_REASONS, "dead_only": dead_only,
+        "by_finished": by_finished,
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
     }
