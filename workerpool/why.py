@@ -67,6 +67,19 @@ def running(facts: Facts) -> Reason | None:
                              f" since {since} ago (attempt {job.attempts} of {job.max_attempts})")
 
 
+def orphaned(facts: Facts) -> Reason | None:
+    """The lease's holder is gone or silent: recovery returns the job once the lease is stale."""
+    job = facts.job
+    if job.state != JobState.PROCESSING:
+        return None
+    holder = next((w for w in facts.workers if getattr(w, "id", None) == job.claimed_by), None)
+    if holder is not None and float(holder.age) <= LIVE_WORKER_WINDOW:
+        return None
+    seen = "is not registered" if holder is None else f"was last seen {_age(holder.age)} ago"
+    return Reason("orphaned", f"its worker {job.claimed_by} {seen}: the job is recovered when"
+                              " its lease goes stale (stale_after) or its supervisor reaps it")
+
+
 def scheduled(facts: Facts) -> Reason | None:
     job = facts.job
     if job.state not in DUE_STATES or job.run_at <= facts.now:
@@ -117,7 +130,7 @@ def exhausted(facts: Facts) -> Reason | None:
 
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
-CHECKS: list[Check] = [finished, running, paused, scheduled, no_worker, exhausted]
+CHECKS: list[Check] = [finished, running, orphaned, paused, scheduled, no_worker, exhausted]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:

@@ -40,9 +40,14 @@ def test_each_cause_is_named():
     assert codes(why.Facts(job(payload_version=2), NOW, workers=live)) == ["payload_version"]
     assert codes(why.Facts(job(), NOW, known={"other": 1})) == ["unknown_task"]
     running = job(state="processing", claimed_by="h:1:a", claimed_at=NOW - timedelta(seconds=5))
-    reasons = why.reasons(why.Facts(running, NOW, workers=live))
+    holder = SimpleNamespace(id="h:1:a", queue="email", tasks={"send": 1}, age=2.0)
+    reasons = why.reasons(why.Facts(running, NOW, workers=[holder]))
     assert [r.code for r in reasons] == ["running"] and "worker h:1:a since 5.0s ago" in \
         reasons[0].text
+    assert codes(why.Facts(running, NOW, workers=live)) == ["running", "orphaned"]
+    silent = SimpleNamespace(id="h:1:a", queue="email", tasks={}, age=300.0)
+    orphaned = why.reasons(why.Facts(running, NOW, workers=[silent]))[1]
+    assert "was last seen 5.0m ago" in orphaned.text
     assert codes(why.Facts(job(state="dead", dead_reason="permanent"), NOW)) == ["finished"]
 
 
