@@ -134,6 +134,16 @@ def test_the_database_password_never_reaches_a_page(app_pool, http, db_url):
     assert all(SENTINEL not in body for body in bodies)
 
 
+def test_every_page_works_offline_and_without_inline_script(app_pool, http):
+    job_id = dead_jobs(app_pool, 1)[0]
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead"):
+        page = http.get(path).text
+        assert not re.search(r'(?:src|href|action)="(?:https?:)?//', page), path  # nothing remote
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page), path  # every script is a file
+        assert not re.search(r"<[a-z]+\s[^>]*\b(?:style|on[a-z]+)=", page), path  # inline
+        assert "<style" not in page, path
+
+
 def test_security_headers_forbid_inline_script_and_framing(http):
     headers = http.get("/").headers
     policy = headers["content-security-policy"]
@@ -147,7 +157,7 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_it(app_pool, sql):
     with TestClient(outer) as http:
         page = http.get("/ops/jobs/")
         assert page.status_code == 200
-        links = re.findall(r'(?:href|src|action)="([^"]+)"', page.text)
+        links = re.findall(r'(?:href|src|action)="(?!data:)([^"]+)"', page.text)
         assert links and all(link.startswith("/ops/jobs/") for link in links), links
         assert http.get("/ops/jobs/static/htmx.min.js").status_code == 200
         assert "workerpool_csrf" in page.headers["set-cookie"]

@@ -90,6 +90,7 @@ def browser() -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports land here
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
         options.add_argument(flag)
@@ -149,3 +150,5 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#queue-email .badge.paused"))
     assert "queue email paused" in browser.find_element(By.ID, "notice").text
     browser.save_screenshot(str(artifacts / "web-paused.png"))
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []  # no blocked script or style (the CSP), no missing file, no failed call
