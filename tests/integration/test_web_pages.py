@@ -44,7 +44,9 @@ def test_overview_counts_each_queue_and_its_throughput(app_pool, http, sql):
     assert "<svg" in page.text and "Dead per minute" in page.text
     drain(app_pool, "email")
     assert ok in [r[0] for r in sql("SELECT id FROM workerpool_jobs WHERE state = 'done'")]
-    assert 'class="bar"><title>' in http.get("/").text
+    page = http.get("/")
+    assert 'class="bar"><title>' in page.text
+    assert '<td class="throughput">0.6</td>' in page.text  # 2 dead + 1 done in 5 minutes
 
 
 def test_a_big_table_shows_estimates_labelled_as_such(app_pool, http, sql, monkeypatch):

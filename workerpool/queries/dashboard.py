@@ -125,25 +125,24 @@ def lease_holder(conn: Connection, worker_id: str) -> Any | None:
     return conn.execute(select(workers, age).where(workers.c.id == worker_id)).first()
 
 
-# finished_per_minute: rows that finished (done, cancelled, dead) per minute and state over the
-# last ``minutes``, newest first, reading at most ``cap`` rows.
+# finished_per_minute: rows that finished (done, cancelled, dead) per minute, queue and state
+# over the last ``minutes``, reading at most ``cap`` rows, newest first.
 # Index: ix_workerpool_jobs_finished (a backward range scan from now, stopped at the cap).
 _FINISHED = text(
     """
-    SELECT date_trunc('minute', f.finished_at) AS minute, f.state, count(*) AS count,
-           min(f.finished_at) AS earliest, now() AS now
-    FROM (SELECT finished_at, state FROM workerpool_jobs
+    SELECT date_trunc('minute', f.finished_at) AS minute, f.queue, f.state, count(*) AS count
+    FROM (SELECT finished_at, queue, state FROM workerpool_jobs
           WHERE state IN ('done', 'cancelled', 'dead')
             AND finished_at >= now() - make_interval(mins => :minutes)
           ORDER BY finished_at DESC LIMIT :cap) AS f
-    GROUP BY 1, 2
+    GROUP BY 1, 2, 3
     """
 )
 
 
 def finished_per_minute(conn: Connection, minutes: int, cap: int = FINISHED_CAP) -> list[Any]:
-    """``(minute, state, count, earliest, now)``: counts adding up to ``cap`` mean the window
-    held more rows than were read (its oldest minutes are then undercounted)."""
+    """``(minute, queue, state, count)``: counts adding up to ``cap`` mean the window held more
+    rows than were read (its oldest minutes are then undercounted)."""
     return list(conn.execute(_FINISHED, {"minutes": minutes, "cap": cap}))
 
 

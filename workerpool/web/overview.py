@@ -23,6 +23,8 @@ from .charts import Bar
 
 #: Minutes the throughput and failure charts cover.
 CHART_MINUTES = 30
+#: Minutes the per-queue throughput column covers (the current one included).
+RECENT_MINUTES = 5
 ESTIMATED_STATES = (JobState.FAILED, JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 STATEMENT_TIMEOUT = 5.0
 #: Up to this many rows in the table, every state is counted exactly (a read of at most this
@@ -41,6 +43,7 @@ class QueueRow:
     estimates: dict[str, int] = field(default_factory=dict)
     paused: Any = None  # the workerpool_queues row when paused
     live_workers: int = 0
+    per_minute: float = 0.0  # done, cancelled or dead a minute over the last RECENT_MINUTES
 
 
 @dataclass
@@ -73,6 +76,7 @@ def collect(pool: Any) -> Overview:
         analyzed = dashboard.last_analyzed(conn)
     live = [w for w in workers if float(w.age) <= LIVE_WORKER_WINDOW]
     rows = [_queue_row(q, depths.get(q, {}), estimates, paused.get(q), live) for q in names]
+    _throughput(rows, finished, now)
     hosts: dict[str, list[Any]] = {}
     for worker in live:
         hosts.setdefault(worker.host, []).append(worker)
@@ -87,6 +91,14 @@ def _exact_counts(conn: Any) -> dict[tuple[str, str], int]:
     for row in queries.state_counts(conn):
         counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + row.count
     return counts
+
+
+def _throughput(rows: list[QueueRow], finished: list[Any], now: datetime) -> None:
+    """Each queue's finished rows a minute over the last RECENT_MINUTES (this one included)."""
+    recent = now.replace(second=0, microsecond=0) - timedelta(minutes=RECENT_MINUTES - 1)
+    for row in rows:
+        count = sum(f.count for f in finished if f.queue == row.name and f.minute >= recent)
+        row.per_minute = count / RECENT_MINUTES
 
 
 def _queue_row(name: str, depth: dict[str, Any], estimates: dict[tuple[str, str], int],
