@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import uvicorn
+
 from . import app
 from .security import check_bind, token_from_env
 
@@ -14,8 +16,6 @@ DEFAULT_PORT = 8080
 def serve(pool: Any, *, bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT,
           read_only: bool = False) -> None:
     """Run the dashboard until interrupted (checks first: nothing listens on a refusal)."""
-    import uvicorn
-
     token = token_from_env()
     check_bind(bind, token)
     pool.url  # resolve the database URL now: a bad one is refused before anything listens
