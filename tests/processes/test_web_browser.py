@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +17,7 @@ import pytest
 
 from tests.apps import web
 from tests.helpers.paths import ROOT
-from tests.helpers.waiting import wait_until
-from tests.helpers.web import dead_jobs
-from tests.processes.test_metrics import free_port
+from tests.helpers.web import dead_jobs, served
 from workerpool.testing import drain
 
 CHROMIUM = "/usr/bin/chromium"
@@ -52,34 +46,9 @@ def artifacts() -> Path:
 @pytest.fixture
 def dashboard(db_url, tmp_path) -> Iterator[str]:
     """`workerpool web tests.apps.web:pool` on a free port; its base URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                "PYTHONPATH": str(ROOT)})
-    log_path = tmp_path / "web.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workerpool", "web", "tests.apps.web:pool", "--port",
-             str(port)], env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=log_file, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _up(base) or proc.poll() is not None, 30,
-                   message="the dashboard answering")
-        assert proc.poll() is None, log_path.read_text()
+    with served(db_url, tmp_path / "web.log") as base:
         yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-        print(log_path.read_text()[-3000:])
-
-
-def _up(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(base + "/", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    print((tmp_path / "web.log").read_text()[-3000:])
 
 
 @pytest.fixture
