@@ -91,10 +91,13 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
     browser.save_screenshot(str(artifacts / "web-overview.png"))
 
     browser.find_element(By.ID, "nav-jobs").click()
+    wait.until(lambda d: d.execute_script("return typeof htmx") == "object")  # served locally
+    browser.execute_script("window.sameDocument = true")
     Select(browser.find_element(By.ID, "filter-state")).select_by_value("dead")
-    browser.find_element(By.ID, "filter-apply").click()  # htmx swaps the table in
+    browser.find_element(By.ID, "filter-apply").click()
     wait.until(lambda d: "state=dead" in d.current_url and len(
         d.find_elements(By.CSS_SELECTOR, "tr.job")) == 2)
+    assert browser.execute_script("return window.sameDocument") is True  # htmx swapped the table
     states = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.job .state")}
     assert states == {"dead"}
     browser.save_screenshot(str(artifacts / "web-dead-filter.png"))
