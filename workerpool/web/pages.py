@@ -8,7 +8,8 @@ thread pool, beside the event loop.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,13 +28,13 @@ from .render import render
 LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit")
 
 
-def _read(pool: Any):
+@contextmanager
+def _read(pool: Any) -> Iterator[Any]:
     """A read transaction with the overview's statement timeout (and the planner's own
     choices: a key or an id filter is best served by its own index, then a sort)."""
-    conn = pool.engine.connect()
-    conn.begin()
-    dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
-    return conn
+    with pool.engine.connect() as conn, conn.begin():
+        dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
+        yield conn
 
 
 def overview_page(request: Request) -> Response:
