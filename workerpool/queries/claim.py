@@ -23,10 +23,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
+from ..limits import ClaimLimits
 from ..schema import jobs
 from ..states import DUE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
 from .leases import FENCE_MANY, Lease, fence, lease_params
+from .limited_claim import limited_claim_statement, lock_queue
 
 # LISTEN: subscribe a listener connection to the wake-up notifications. Index: none, no table.
 #: A hint only: workers also poll.
@@ -73,6 +75,7 @@ def claim_statement(
     task_versions: Mapping[str, int],
     stale_after: float,
     alone: bool = False,
+    limits: ClaimLimits | None = None,
 ):
     """DESIGN §3: one UPDATE fed by CTE-fenced ``SKIP LOCKED`` arms, each on its own index.
 
@@ -81,6 +84,8 @@ def claim_statement(
     recovered by ``recovery.recover_stale`` at each worker's renewal beat: a lost worker's rows
     must be attributed (its whole holding counted) and then run alone, never inside a batch.
     ``stale_after`` is kept in the signature (and the statement cache key) for callers.
+    With ``limits`` (a limited queue), the claim of :mod:`.limited_claim`, to be run after
+    ``lock_queue`` in the same transaction.
     """
     known = and_(
         jobs.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
@@ -88,6 +93,9 @@ def claim_statement(
         <= case(dict(task_versions), value=jobs.c.task, else_=literal(0)),
         jobs.c.attempts < jobs.c.max_attempts,
     )
+    if limits:
+        return limited_claim_statement(queue=queue, worker=worker, limit=limit, known=known,
+                                       limits=limits, alone=alone).returning(*CLAIM_COLUMNS)
     due = _due_arm(queue, known, limit, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)
@@ -133,28 +141,35 @@ def claim(
     task_versions: Mapping[str, int],
     stale_after: float,
     alone: bool = False,
+    limits: ClaimLimits | None = None,
 ) -> list[Any]:
     """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted.
 
     ``alone``: the worker holds no job, so it may take a suspect (then nothing else).
+    ``limits``: the queue's limits; then ``conn`` must be in a transaction (the queue's claim
+    lock is held until it ends, and the counts are taken after it is granted).
     """
     if limit <= 0 or not task_versions:
         return []
     versions = tuple(sorted(task_versions.items()))
-    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone)
+    limits = limits or None
+    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits)
+    if limits is not None:
+        lock_queue(conn, queue)
     return list(conn.execute(statement).all())
 
 
 @functools.lru_cache(maxsize=256)
 def _claim_statement_for(queue: str, worker: str, limit: int,
-                         versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool):
+                         versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool,
+                         limits: ClaimLimits | None):
     """A worker claims with the same arguments on every pass: build the expression once.
 
     Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
     statements are immutable, so one object serves every thread of the process.
     """
-    return claim_statement(queue=queue, worker=worker, limit=limit,
-                           task_versions=dict(versions), stale_after=stale_after, alone=alone)
+    return claim_statement(queue=queue, worker=worker, limit=limit, task_versions=dict(versions),
+                           stale_after=stale_after, alone=alone, limits=limits)
 
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:

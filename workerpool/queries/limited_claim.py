@@ -1,0 +1,179 @@
+"""The claim of a queue with limits: global concurrency, rate limits, per-key limits, in SQL.
+
+Every limit is a count of rows, taken by the claim itself: the queue's ``processing`` rows
+(``global_concurrency``), its rows started within the window (``rate_limit``), and per
+concurrency key the same two (a task's ``concurrency_limit`` and ``key_rate_limit``). No
+counter is kept anywhere, so a killed child's slot is free as soon as its rows leave
+``processing`` (the crash release, or the stale recovery for a lost host).
+
+Counts taken by two claims at once would both see the same free slot. So a limited claim first
+locks its queue's row in ``workerpool_queues`` (a row lock: it works behind PgBouncer, unlike an
+advisory lock) and then counts in a second statement, whose snapshot is taken after the lock is
+granted and therefore sees every claim committed before it. Finishing writes take no lock:
+they only lower the counts, and a count that is a moment old is then only too cautious.
+
+Jobs over a limit are not claimed, so they spend no attempt; the scan skips the rows of keys
+that are at their limit and goes on to other keys (no head-of-line blocking). A queue without
+limits never comes here: its claim is ``claim.claim_statement``, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.types import Integer
+
+from ..limits import ClaimLimits, KeyLimit
+from ..schema import jobs, queues
+from ..states import DUE_STATES, JobState
+from .planner import state_in
+
+#: Rows a per-key claim reads per job it may take: several due rows of one key cannot all run,
+#: so the claim looks further than its limit to find other keys' rows in the same pass.
+KEY_SCAN_FACTOR = 8
+KEY_SCAN_MAX = 1000
+
+# lock_queue: serialise the limited claims of one queue. Index: pk_workerpool_queues.
+_LOCK = (select(queues.c.queue).where(queues.c.queue == bindparam("queue"))
+         .with_for_update(key_share=True))  # FOR NO KEY UPDATE: blocks only other claims' lock
+# ensure_queue_row: the row the lock needs. Index: pk_workerpool_queues.
+_ENSURE = (insert(queues).values(queue=bindparam("queue"))
+           .on_conflict_do_nothing(index_elements=[queues.c.queue]))
+
+
+def lock_queue(conn: Connection, queue: str) -> None:
+    """Take the queue's claim lock until the transaction ends (creating its row if missing)."""
+    if conn.execute(_LOCK, {"queue": queue}).first() is None:
+        conn.execute(_ENSURE, {"queue": queue})
+        conn.execute(_LOCK, {"queue": queue})
+
+
+# publish_limits: record a queue's limits for `workerpool status`. Index: pk_workerpool_queues.
+def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) -> None:
+    """What the workers of ``queue`` enforce (None: nothing), for ``workerpool status``."""
+    if limits is None:
+        conn.execute(update(queues).where(queues.c.queue == queue, queues.c.limits.isnot(None))
+                     .values(limits=None))
+        return
+    stmt = insert(queues).values(queue=queue, limits=limits)
+    conn.execute(stmt.on_conflict_do_update(index_elements=[queues.c.queue],
+                                            set_={"limits": stmt.excluded.limits}))
+
+
+# limited_claim: due rows within every limit of the queue, in claim order, after lock_queue.
+# Index: ix_workerpool_jobs_due (and _suspects), ix_workerpool_jobs_leased (running),
+# ix_workerpool_jobs_started (rate), ix_workerpool_jobs_running_key and _started_key (per key).
+def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
+                            limits: ClaimLimits, alone: bool) -> Any:
+    """The claim of ``claim.claim_statement`` with the queue's limits in its arms."""
+    budget = _budget(queue, limits, limit).cte("budget")
+    room = select(budget.c.n).scalar_subquery()
+    headroom = _key_headroom(queue, limits.keys)
+    scan = room if headroom is None else min(limit * KEY_SCAN_FACTOR, KEY_SCAN_MAX)
+    due = _arm(queue, known, scan, room, headroom, suspects=False)
+    if alone:
+        suspect = _arm(queue, known, 1, room, headroom, suspects=True)
+        candidates = union_all(select(suspect), select(due).where(~exists(select(suspect.c.id)))
+                               ).cte("candidate")
+    else:
+        candidates = due
+    picked = _within_key_limits(candidates, room) if headroom is not None else (
+        select(candidates.c.id).limit(room).cte("picked") if alone else candidates)
+    return (
+        update(jobs)
+        # the state again: a per-key scan locks nothing, and a row cancelled meanwhile is left
+        .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
+        .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
+                claimed_at=func.now(), started_at=func.now())
+    )
+
+
+def _budget(queue: str, limits: ClaimLimits, limit: int) -> Any:
+    """How many jobs this claim may start: its free slots, within the queue-wide limits."""
+    held = jobs.alias("held")
+    parts: list[Any] = [literal(limit, Integer)]
+    if limits.global_concurrency:
+        running = select(func.count()).select_from(held).where(
+            held.c.queue == queue, held.c.state == literal_column(f"'{JobState.PROCESSING}'"))
+        parts.append(limits.global_concurrency - running.scalar_subquery())
+    if limits.rate:
+        started = select(func.count()).select_from(held).where(
+            held.c.queue == queue, held.c.started_at > func.now() - _seconds(limits.rate.window))
+        parts.append(limits.rate.count - started.scalar_subquery())
+    return select(func.greatest(func.least(*parts), 0).label("n"))
+
+
+def _seconds(seconds: float) -> Any:
+    return literal_column(f"interval '{int(seconds)} seconds'")  # a window of limits.WINDOWS
+
+
+def _key_headroom(queue: str, keys: tuple[KeyLimit, ...]) -> Any:
+    """Per candidate row: how many more jobs its concurrency key may start now (NULL: no limit
+    for its task). Correlated to the candidate row; each count is one small index range."""
+    if not keys:
+        return None
+    held = jobs.alias("held")
+    same_key = and_(held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key)
+    parts = []
+    concurrency = {k.task: k.concurrency for k in keys if k.concurrency}
+    if concurrency:
+        running = select(func.count()).select_from(held).where(
+            same_key, held.c.state == literal_column(f"'{JobState.PROCESSING}'"))
+        parts.append(case(concurrency, value=jobs.c.task) - running.scalar_subquery())
+    rates = {k.task: k.rate for k in keys if k.rate}
+    if rates:
+        window = case({task: rate.window for task, rate in rates.items()}, value=jobs.c.task)
+        started = select(func.count()).select_from(held).where(
+            same_key, held.c.started_at > func.now() - window * _seconds(1))
+        parts.append(case({task: rate.count for task, rate in rates.items()},
+                          value=jobs.c.task) - started.scalar_subquery())
+    return parts[0] if len(parts) == 1 else func.least(*parts)
+
+
+def _arm(queue: str, known: Any, scan: Any, room: Any, headroom: Any, *, suspects: bool) -> Any:
+    """Due rows in claim order that fit the limits, up to ``scan`` of them."""
+    crashes = jobs.c.crashes > literal_column("0") if suspects else (
+        jobs.c.crashes == literal_column("0"))
+    columns = [jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.concurrency_key]
+    where = [jobs.c.queue == queue, state_in(*DUE_STATES), jobs.c.run_at <= func.now(), crashes,
+             known, room > 0]
+    if headroom is not None:
+        columns.append(headroom.label("headroom"))
+        where.append(or_(jobs.c.concurrency_key.is_(None), func.coalesce(headroom, 1) > 0))
+    arm = (select(*columns).where(*where)
+           .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(scan))
+    if headroom is None:  # it takes exactly what it reads: lock it, as the plain claim does
+        arm = arm.with_for_update(skip_locked=True)
+    return arm.cte("suspect" if suspects else "due")
+
+
+def _within_key_limits(candidates: Any, room: Any) -> Any:
+    """Of the candidates, those their key still has room for (its first ``headroom`` rows in
+    claim order), up to the budget."""
+    nth = func.row_number().over(
+        partition_by=candidates.c.concurrency_key,
+        order_by=(candidates.c.priority.desc(), candidates.c.run_at, candidates.c.id))
+    ranked = select(candidates, nth.label("nth")).cte("ranked")
+    return (
+        select(ranked.c.id)
+        .where(or_(ranked.c.concurrency_key.is_(None),
+                   ranked.c.nth <= func.coalesce(ranked.c.headroom, ranked.c.nth)))
+        .order_by(ranked.c.priority.desc(), ranked.c.run_at, ranked.c.id)
+        .limit(room)
+        .cte("picked")
+    )
