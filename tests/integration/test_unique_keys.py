@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workerpool import DuplicateJob, IdempotencyConflict, InvalidJob, WorkerPool
 from tests.helpers.waiting import wait_until
+from workerpool import DuplicateJob, IdempotencyConflict, InvalidJob, WorkerPool
 
 
 @pytest.fixture

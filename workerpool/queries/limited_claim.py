@@ -23,7 +23,6 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
-    and_,
     bindparam,
     case,
     exists,
@@ -45,7 +44,7 @@ from .planner import state_in
 
 #: Rows a per-key claim reads per job it may take: several due rows of one key cannot all run,
 #: so the claim looks further than its limit to find other keys' rows in the same pass.
-KEY_SCAN_FACTOR = 8
+KEY_SCAN_FACTOR = 4
 KEY_SCAN_MAX = 1000
 
 # lock_queue: serialise the limited claims of one queue. Index: pk_workerpool_queues.
@@ -105,17 +104,30 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
 
 def _budget(queue: str, limits: ClaimLimits, limit: int) -> Any:
     """How many jobs this claim may start: its free slots, within the queue-wide limits."""
-    held = jobs.alias("held")
     parts: list[Any] = [literal(limit, Integer)]
     if limits.global_concurrency:
-        running = select(func.count()).select_from(held).where(
-            held.c.queue == queue, held.c.state == literal_column(f"'{JobState.PROCESSING}'"))
-        parts.append(limits.global_concurrency - running.scalar_subquery())
+        running = _count_upto(limits.global_concurrency, lambda held: (
+            held.c.queue == queue, held.c.state == _PROCESSING))
+        parts.append(limits.global_concurrency - running)
     if limits.rate:
-        started = select(func.count()).select_from(held).where(
-            held.c.queue == queue, held.c.started_at > func.now() - _seconds(limits.rate.window))
-        parts.append(limits.rate.count - started.scalar_subquery())
+        window = _seconds(limits.rate.window)
+        started = _count_upto(limits.rate.count, lambda held: (
+            held.c.queue == queue, held.c.started_at > func.now() - window))
+        parts.append(limits.rate.count - started)
     return select(func.greatest(func.least(*parts), 0).label("n"))
+
+
+_PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes' literal
+
+
+def _count_upto(bound: int, where: Any) -> Any:
+    """``count(*)`` of the rows matching ``where(held)``, read no further than ``bound``: a
+    limit only needs to know whether it is reached, and a queue with 5,000 running jobs would
+    otherwise count them all on every claim."""
+    held = jobs.alias("held")
+    rows = (select(literal_column("1")).select_from(held).where(*where(held)).limit(bound)
+            .correlate_except(held))  # the candidate row is the outer query's
+    return select(func.count()).select_from(rows.subquery()).scalar_subquery()
 
 
 def _seconds(seconds: float) -> Any:
@@ -127,21 +139,21 @@ def _key_headroom(queue: str, keys: tuple[KeyLimit, ...]) -> Any:
     for its task). Correlated to the candidate row; each count is one small index range."""
     if not keys:
         return None
-    held = jobs.alias("held")
-    same_key = and_(held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key)
     parts = []
     concurrency = {k.task: k.concurrency for k in keys if k.concurrency}
     if concurrency:
-        running = select(func.count()).select_from(held).where(
-            same_key, held.c.state == literal_column(f"'{JobState.PROCESSING}'"))
-        parts.append(case(concurrency, value=jobs.c.task) - running.scalar_subquery())
+        running = _count_upto(max(concurrency.values()), lambda held: (
+            held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key,
+            held.c.state == _PROCESSING))
+        parts.append(case(concurrency, value=jobs.c.task) - running)
     rates = {k.task: k.rate for k in keys if k.rate}
     if rates:
         window = case({task: rate.window for task, rate in rates.items()}, value=jobs.c.task)
-        started = select(func.count()).select_from(held).where(
-            same_key, held.c.started_at > func.now() - window * _seconds(1))
+        started = _count_upto(max(rate.count for rate in rates.values()), lambda held: (
+            held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key,
+            held.c.started_at > func.now() - window * _seconds(1)))
         parts.append(case({task: rate.count for task, rate in rates.items()},
-                          value=jobs.c.task) - started.scalar_subquery())
+                          value=jobs.c.task) - started)
     return parts[0] if len(parts) == 1 else func.least(*parts)
 
 
@@ -152,14 +164,18 @@ def _arm(queue: str, known: Any, scan: Any, room: Any, headroom: Any, *, suspect
     columns = [jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.concurrency_key]
     where = [jobs.c.queue == queue, state_in(*DUE_STATES), jobs.c.run_at <= func.now(), crashes,
              known, room > 0]
-    if headroom is not None:
-        columns.append(headroom.label("headroom"))
-        where.append(or_(jobs.c.concurrency_key.is_(None), func.coalesce(headroom, 1) > 0))
-    arm = (select(*columns).where(*where)
-           .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(scan))
+    order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+    name = "suspect" if suspects else "due"
     if headroom is None:  # it takes exactly what it reads: lock it, as the plain claim does
-        arm = arm.with_for_update(skip_locked=True)
-    return arm.cte("suspect" if suspects else "due")
+        return (select(*columns).where(*where).order_by(*order).limit(scan)
+                .with_for_update(skip_locked=True).cte(name))
+    # each row's headroom once (OFFSET 0 keeps the subquery, so the filter reads the column
+    # instead of repeating its counts), in index order, rows of full keys skipped
+    walk = select(*columns, headroom.label("headroom")).where(*where).order_by(*order).offset(
+        0).subquery(f"{name}_walk")
+    return (select(walk).where(or_(walk.c.concurrency_key.is_(None),
+                                   func.coalesce(walk.c.headroom, 1) > 0))
+            .limit(scan).cte(name))
 
 
 def _within_key_limits(candidates: Any, room: Any) -> Any:
