@@ -153,7 +153,17 @@ KEY_HELD = (
     f"(key_scope = 'live' AND {_in('state', LIVE_STATES)}))"
 )
 Index("uq_workerpool_jobs_key", jobs.c.key, unique=True, postgresql_where=text(KEY_HELD))
-# Limits: the running jobs of a concurrency key, and the recent starts a rate limit counts.
+# Limits: a key's due rows in claim order (the per-key claim takes a key's first ones), its
+# running jobs, and the recent starts a rate limit counts.
+Index(
+    "ix_workerpool_jobs_due_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(f"{_in('state', DUE_STATES)} AND concurrency_key IS NOT NULL"),
+)
 Index(
     "ix_workerpool_jobs_running_key",
     jobs.c.queue,

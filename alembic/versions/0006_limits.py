@@ -36,6 +36,10 @@ def upgrade() -> None:
     op.drop_constraint(op.f('uq_workerpool_jobs_key'), 'workerpool_jobs', type_='unique')
     op.create_index('uq_workerpool_jobs_key', 'workerpool_jobs', ['key'], unique=True,
                     postgresql_where=sa.text(KEY_HELD))
+    op.create_index('ix_workerpool_jobs_due_key', 'workerpool_jobs',
+                    ['queue', 'concurrency_key', sa.literal_column('priority DESC'), 'run_at', 'id'],
+                    unique=False, postgresql_where=sa.text(
+                        "state IN ('pending', 'failed') AND concurrency_key IS NOT NULL"))
     op.create_index('ix_workerpool_jobs_running_key', 'workerpool_jobs',
                     ['queue', 'concurrency_key'], unique=False,
                     postgresql_where=sa.text(
@@ -55,6 +59,7 @@ def downgrade() -> None:
     op.drop_index('ix_workerpool_jobs_started_key', table_name='workerpool_jobs')
     op.drop_index('ix_workerpool_jobs_started', table_name='workerpool_jobs')
     op.drop_index('ix_workerpool_jobs_running_key', table_name='workerpool_jobs')
+    op.drop_index('ix_workerpool_jobs_due_key', table_name='workerpool_jobs')
     op.drop_index('uq_workerpool_jobs_key', table_name='workerpool_jobs')
     # keys that were free again (finished live jobs, expired periods) give theirs up for good
     op.execute("UPDATE workerpool_jobs SET key = NULL WHERE key IS NOT NULL AND NOT "

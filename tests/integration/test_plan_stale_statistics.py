@@ -25,7 +25,6 @@ from sqlalchemy.engine import URL
 
 from workerpool import db, queries
 from workerpool.limits import ClaimLimits, KeyLimit, Rate
-from workerpool.queries.limited_claim import KEY_SCAN_FACTOR
 from workerpool.queries.recovery import RECOVER_BATCH
 from workerpool.worker import (
     IDLE_IN_TRANSACTION_TIMEOUT,
@@ -246,27 +245,11 @@ def nodes(plan: dict) -> Iterator[dict]:
         yield from nodes(child)
 
 
-def sorts_a_bounded_input(sort: dict) -> bool:
-    """Whether what a sort reads was cut by a LIMIT before any scan of the table (the per-key
-    claim ranks the few rows its arm read: it never sorts the backlog)."""
-    node = sort
-    while node.get("Plans"):
-        node = next((child for child in node["Plans"]
-                     if child.get("Parent Relationship") in ("Outer", "Subquery")), None) or {}
-        if node.get("Node Type") == "Limit":
-            return True
-        if node.get("Relation Name") == "workerpool_jobs":
-            return False
-    return True  # a CTE scan or a constant: no table under it
-
-
 def offending(plan: dict) -> list[str]:
-    """Sorts of table rows, bitmap heap scans and sequential scans of the jobs table."""
+    """Sorts, bitmap heap scans and sequential scans of the jobs table."""
     found = []
     for node in nodes(plan):
         kind = node["Node Type"]
-        if kind in ("Sort", "Incremental Sort") and sorts_a_bounded_input(node):
-            continue
         if kind in FORBIDDEN and (kind != "Seq Scan"
                                   or node.get("Relation Name") == "workerpool_jobs"):
             found.append(f"{kind} ({node.get('Relation Name', '-')}, "
@@ -290,7 +273,7 @@ ARM_INDEXES = {
     "claim limited": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_leased",
                       "ix_workerpool_jobs_started"},
     "claim per key": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_running_key",
-                      "ix_workerpool_jobs_started_key"},
+                      "ix_workerpool_jobs_started_key", "ix_workerpool_jobs_due_key"},
     "claim per key alone": {"ix_workerpool_jobs_suspects"},
     "recover_stale": {"ix_workerpool_jobs_leased"},
 }
@@ -322,8 +305,7 @@ def test_hot_statement_stops_at_its_limit_under_stale_statistics(
         scans = index_scans(plan)
         assert ARM_INDEXES[statement] <= set(scans), scans
         # each arm stops at the limit instead of reading the backlog or every stale lease
-        bound = RECOVER_BATCH if statement == "recover_stale" else LIMIT * (
-            KEY_SCAN_FACTOR if "per key" in statement else 1)
+        bound = RECOVER_BATCH if statement == "recover_stale" else LIMIT
         for index in ARM_INDEXES[statement] & {"ix_workerpool_jobs_due",
                                                "ix_workerpool_jobs_suspects",
                                                "ix_workerpool_jobs_leased"}:

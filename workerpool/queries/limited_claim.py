@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    and_,
     bindparam,
     case,
     exists,
@@ -41,11 +42,6 @@ from ..limits import ClaimLimits, KeyLimit
 from ..schema import jobs, queues
 from ..states import DUE_STATES, JobState
 from .planner import state_in
-
-#: Rows a per-key claim reads per job it may take: several due rows of one key cannot all run,
-#: so the claim looks further than its limit to find other keys' rows in the same pass.
-KEY_SCAN_FACTOR = 4
-KEY_SCAN_MAX = 1000
 
 # lock_queue: serialise the limited claims of one queue. Index: pk_workerpool_queues.
 _LOCK = (select(queues.c.queue).where(queues.c.queue == bindparam("queue"))
@@ -83,19 +79,17 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
     budget = _budget(queue, limits, limit).cte("budget")
     room = select(budget.c.n).scalar_subquery()
     headroom = _key_headroom(queue, limits.keys)
-    scan = room if headroom is None else min(limit * KEY_SCAN_FACTOR, KEY_SCAN_MAX)
-    due = _arm(queue, known, scan, room, headroom, suspects=False)
+    due = _arm(queue, known, room, headroom, suspects=False)
     if alone:
-        suspect = _arm(queue, known, 1, room, headroom, suspects=True)
-        candidates = union_all(select(suspect), select(due).where(~exists(select(suspect.c.id)))
-                               ).cte("candidate")
+        suspect = _arm(queue, known, 1, headroom, suspects=True)
+        arms = union_all(select(suspect.c.id),
+                         select(due.c.id).where(~exists(select(suspect.c.id))))
+        picked = arms.limit(room).cte("picked")
     else:
-        candidates = due
-    picked = _within_key_limits(candidates, room) if headroom is not None else (
-        select(candidates.c.id).limit(room).cte("picked") if alone else candidates)
+        picked = due
     return (
         update(jobs)
-        # the state again: a per-key scan locks nothing, and a row cancelled meanwhile is left
+        # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
         .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
                 claimed_at=func.now(), started_at=func.now())
@@ -157,39 +151,39 @@ def _key_headroom(queue: str, keys: tuple[KeyLimit, ...]) -> Any:
     return parts[0] if len(parts) == 1 else func.least(*parts)
 
 
-def _arm(queue: str, known: Any, scan: Any, room: Any, headroom: Any, *, suspects: bool) -> Any:
-    """Due rows in claim order that fit the limits, up to ``scan`` of them."""
+def _arm(queue: str, known: Any, scan: Any, headroom: Any, *, suspects: bool) -> Any:
+    """Due rows in claim order that fit the limits, up to ``scan`` of them.
+
+    With per-key limits, a row is taken when its key has room and it is among its key's first
+    ``headroom`` due rows (``_first_of_its_key``): exact per key, and nothing is sorted, so the
+    arm stops after ``scan`` rows like the plain one, skipping the rows of full keys.
+    """
     crashes = jobs.c.crashes > literal_column("0") if suspects else (
         jobs.c.crashes == literal_column("0"))
-    columns = [jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.concurrency_key]
+    columns = [jobs.c.id, jobs.c.concurrency_key]
     where = [jobs.c.queue == queue, state_in(*DUE_STATES), jobs.c.run_at <= func.now(), crashes,
-             known, room > 0]
+             known, scan > 0]
     order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
     name = "suspect" if suspects else "due"
     if headroom is None:  # it takes exactly what it reads: lock it, as the plain claim does
         return (select(*columns).where(*where).order_by(*order).limit(scan)
                 .with_for_update(skip_locked=True).cte(name))
     # each row's headroom once (OFFSET 0 keeps the subquery, so the filter reads the column
-    # instead of repeating its counts), in index order, rows of full keys skipped
+    # instead of repeating its counts), in index order
     walk = select(*columns, headroom.label("headroom")).where(*where).order_by(*order).offset(
         0).subquery(f"{name}_walk")
-    return (select(walk).where(or_(walk.c.concurrency_key.is_(None),
-                                   func.coalesce(walk.c.headroom, 1) > 0))
-            .limit(scan).cte(name))
+    fits = or_(walk.c.concurrency_key.is_(None), walk.c.headroom.is_(None),
+               and_(walk.c.headroom > 0, walk.c.id.in_(_first_of_its_key(queue, walk))))
+    return select(walk.c.id).where(fits).limit(scan).cte(name)
 
 
-def _within_key_limits(candidates: Any, room: Any) -> Any:
-    """Of the candidates, those their key still has room for (its first ``headroom`` rows in
-    claim order), up to the budget."""
-    nth = func.row_number().over(
-        partition_by=candidates.c.concurrency_key,
-        order_by=(candidates.c.priority.desc(), candidates.c.run_at, candidates.c.id))
-    ranked = select(candidates, nth.label("nth")).cte("ranked")
-    return (
-        select(ranked.c.id)
-        .where(or_(ranked.c.concurrency_key.is_(None),
-                   ranked.c.nth <= func.coalesce(ranked.c.headroom, ranked.c.nth)))
-        .order_by(ranked.c.priority.desc(), ranked.c.run_at, ranked.c.id)
-        .limit(room)
-        .cte("picked")
-    )
+def _first_of_its_key(queue: str, walk: Any) -> Any:
+    """The first ``headroom`` due rows of the walked row's key, in claim order: the ones its
+    key has room for (two rows of one key in one claim cannot both take its last slot)."""
+    ahead = jobs.alias("ahead")
+    return (select(ahead.c.id)
+            .where(ahead.c.queue == queue, ahead.c.concurrency_key == walk.c.concurrency_key,
+                   state_in(*DUE_STATES, table=ahead), ahead.c.run_at <= func.now())
+            .order_by(ahead.c.priority.desc(), ahead.c.run_at, ahead.c.id)
+            .limit(walk.c.headroom)
+            .correlate_except(ahead))
