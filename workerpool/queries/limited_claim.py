@@ -92,7 +92,7 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
         .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
-                claimed_at=func.now(), started_at=func.now())
+                claimed_at=func.now(), started_at=_NOW)
     )
 
 
@@ -106,12 +106,16 @@ def _budget(queue: str, limits: ClaimLimits, limit: int) -> Any:
     if limits.rate:
         window = _seconds(limits.rate.window)
         started = _count_upto(limits.rate.count, lambda held: (
-            held.c.queue == queue, held.c.started_at > func.now() - window))
+            held.c.queue == queue, held.c.started_at > _NOW - window))
         parts.append(limits.rate.count - started)
     return select(func.greatest(func.least(*parts), 0).label("n"))
 
 
 _PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes' literal
+#: The time a start is stamped with and windows end at: this statement's start, which comes
+#: after the queue lock was granted (``now()`` is the transaction's: before the wait, so two
+#: claims' stamps could disagree with the order they counted in).
+_NOW = func.statement_timestamp()
 
 
 def _count_upto(bound: int, where: Any) -> Any:
@@ -145,7 +149,7 @@ def _key_headroom(queue: str, keys: tuple[KeyLimit, ...]) -> Any:
         window = case({task: rate.window for task, rate in rates.items()}, value=jobs.c.task)
         started = _count_upto(max(rate.count for rate in rates.values()), lambda held: (
             held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key,
-            held.c.started_at > func.now() - window * _seconds(1)))
+            held.c.started_at > _NOW - window * _seconds(1)))
         parts.append(case({task: rate.count for task, rate in rates.items()},
                           value=jobs.c.task) - started)
     return parts[0] if len(parts) == 1 else func.least(*parts)
