@@ -60,7 +60,8 @@ def test_global_concurrency_holds_across_three_replicas(replicas, sql):
     app.dispose()
 
     runs = sql("SELECT started_at, ended_at, pid FROM limits_ledger")
-    print(f"{len(samples)} samples, max {max(samples)}; runs on pids {sorted({r[2] for r in runs})}")
+    pids = sorted({pid for _, _, pid in runs})
+    print(f"{len(samples)} samples, max {max(samples)}; runs on pids {pids}")
     assert len(samples) > 100  # sampled at high frequency throughout
     assert max(samples) <= 2
     assert max_overlap([(start, end) for start, end, _ in runs]) == 2  # the limit, and used
