@@ -22,8 +22,10 @@ def replicas(db_url, tmp_path, sql):
 
 def test_a_killed_child_frees_its_slot(replicas, sql):
     app = limits.build(replicas.env["WORKERPOOL_DATABASE_URL"])
-    for _ in range(2):
+    for _ in range(3):  # three handler threads in all: the third waits on the limit
         replicas.start("--queue", "capped")
+    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = 'capped'")
+               [0][0] == 3, timeout=30, message="three capped workers registered")
     app.enqueue_many([("hold", {"seconds": 60, "n": n}) for n in range(3)])
     app.dispose()
     holders = wait_until(lambda: (rows := sql(
