@@ -67,3 +67,6 @@ def test_global_concurrency_holds_across_three_replicas(replicas, sql):
     assert max_overlap([(start, end) for start, end, _ in runs]) == 2  # the limit, and used
     assert len(runs) == JOBS
     assert len({pid for _, _, pid in runs}) >= 2  # several replicas took part
+    # what the workers enforce is published for `workerpool status`
+    assert sql("SELECT limits->'global_concurrency' FROM workerpool_queues"
+               " WHERE queue = 'capped'") == [(2,)]
