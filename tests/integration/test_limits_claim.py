@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
@@ -158,3 +159,19 @@ def test_limited_claim_keeps_suspects_alone(pool, sql, alone):
                              task_versions=app.task_versions("q"), stale_after=300,
                              alone=alone, limits=limits)
     assert sorted(row.crashes for row in rows) == ([1] if alone else [0, 0])
+
+
+def test_a_backlog_of_one_busy_key_does_not_hide_other_keys_behind_it(pool, sql):
+    """The walk in claim order reads a bounded number of rows; the key spread finds the rest."""
+    app = make_app(pool)
+    app.task(lambda job: None, queue="q", name="sync", concurrency_limit=1)
+    app.enqueue_many([("sync", {"n": n}, {"concurrency_key": "busy",
+                                          "run_at": datetime(2020, 1, 1, tzinfo=UTC)})
+                      for n in range(1500)])
+    app.enqueue_many([("sync", {"n": n}, {"concurrency_key": f"other:{n}"}) for n in range(3)])
+    assert [row.concurrency_key for row in claim(app, "w1", limit=1)] == ["busy"]
+    # 1,499 rows of a full key come first in claim order, far more than the walk reads
+    rows = claim(app, "w2", limit=2)
+    assert sorted(row.concurrency_key for row in rows) == ["other:0", "other:1"]
+    assert [row.concurrency_key for row in claim(app, "w3", limit=5)] == ["other:2"]
+    assert claim(app, "w4", limit=5) == []

@@ -87,15 +87,12 @@ def claim_statement(
     With ``limits`` (a limited queue), the claim of :mod:`.limited_claim`, to be run after
     ``lock_queue`` in the same transaction.
     """
-    known = and_(
-        jobs.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
-        jobs.c.payload_version
-        <= case(dict(task_versions), value=jobs.c.task, else_=literal(0)),
-        jobs.c.attempts < jobs.c.max_attempts,
-    )
+    known = _known(task_versions)
     if limits:
-        return limited_claim_statement(queue=queue, worker=worker, limit=limit, known=known,
-                                       limits=limits, alone=alone).returning(*CLAIM_COLUMNS)
+        return limited_claim_statement(
+            queue=queue, worker=worker, limit=limit, limits=limits, alone=alone,
+            known=lambda table: _known(task_versions, table),
+        ).returning(*CLAIM_COLUMNS, jobs.c.concurrency_key)
     due = _due_arm(queue, known, limit, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)
@@ -114,6 +111,16 @@ def claim_statement(
             claimed_at=func.now(),
         )
         .returning(*CLAIM_COLUMNS)
+    )
+
+
+def _known(task_versions: Mapping[str, int], table: Any = jobs) -> Any:
+    """Rows this worker can run: a task it knows, a payload version it knows, attempts left."""
+    return and_(
+        table.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
+        table.c.payload_version
+        <= case(dict(task_versions), value=table.c.task, else_=literal(0)),
+        table.c.attempts < table.c.max_attempts,
     )
 
 
@@ -142,21 +149,26 @@ def claim(
     stale_after: float,
     alone: bool = False,
     limits: ClaimLimits | None = None,
+    key_cursor: str = "",
 ) -> list[Any]:
     """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted.
 
     ``alone``: the worker holds no job, so it may take a suspect (then nothing else).
     ``limits``: the queue's limits; then ``conn`` must be in a transaction (the queue's claim
-    lock is held until it ends, and the counts are taken after it is granted).
+    lock is held until it ends, and the counts are taken after it is granted), and each row
+    also has its ``concurrency_key``. ``key_cursor``: where a per-key claim's key spread
+    resumes (``queries.key_limits``); the greatest key the worker's previous claim took.
     """
     if limit <= 0 or not task_versions:
         return []
     versions = tuple(sorted(task_versions.items()))
     limits = limits or None
     statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits)
-    if limits is not None:
-        lock_queue(conn, queue)
-    return list(conn.execute(statement).all())
+    if limits is None:
+        return list(conn.execute(statement).all())
+    lock_queue(conn, queue)
+    params = {"key_cursor": key_cursor} if limits.keys else None
+    return list(conn.execute(statement, params).all())
 
 
 @functools.lru_cache(maxsize=256)

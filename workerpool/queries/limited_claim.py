@@ -19,18 +19,16 @@ limits never comes here: its claim is ``claim.claim_statement``, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    and_,
     bindparam,
-    case,
     exists,
     func,
     literal,
     literal_column,
-    or_,
     select,
     union_all,
     update,
@@ -38,9 +36,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.types import Integer
 
-from ..limits import ClaimLimits, KeyLimit
+from ..limits import ClaimLimits
 from ..schema import jobs, queues
 from ..states import DUE_STATES, JobState
+from . import key_limits
+from .key_limits import NOW, count_upto, seconds
 from .planner import state_in
 
 # lock_queue: serialise the limited claims of one queue. Index: pk_workerpool_queues.
@@ -72,16 +72,24 @@ def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) 
 
 # limited_claim: due rows within every limit of the queue, in claim order, after lock_queue.
 # Index: ix_workerpool_jobs_due (and _suspects), ix_workerpool_jobs_leased (running),
-# ix_workerpool_jobs_started (rate), ix_workerpool_jobs_running_key and _started_key (per key).
-def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
-                            limits: ClaimLimits, alone: bool) -> Any:
-    """The claim of ``claim.claim_statement`` with the queue's limits in its arms."""
+# ix_workerpool_jobs_started (rate); per key: ix_workerpool_jobs_running_key, _started_key and
+# _due_key (the key spread).
+def limited_claim_statement(*, queue: str, worker: str, limit: int,
+                            known: Callable[[Any], Any], limits: ClaimLimits,
+                            alone: bool) -> Any:
+    """The claim of ``claim.claim_statement`` with the queue's limits in its arms.
+
+    ``known(table)``: the condition that this worker can run a row of ``table``.
+    """
     budget = _budget(queue, limits, limit).cte("budget")
     room = select(budget.c.n).scalar_subquery()
-    headroom = _key_headroom(queue, limits.keys)
-    due = _arm(queue, known, room, headroom, suspects=False)
+    due = _arm(queue, known, room, limits, limit, suspects=False)
+    if limits.keys:
+        spread = key_limits.spread(queue, lambda row: _runnable(row, known, suspects=False),
+                                   limits.keys, due, room)
+        due = union_all(select(due.c.id), select(spread.c.id)).cte("due_or_spread")
     if alone:
-        suspect = _arm(queue, known, 1, headroom, suspects=True)
+        suspect = _arm(queue, known, 1, limits, 1, suspects=True)
         arms = union_all(select(suspect.c.id),
                          select(due.c.id).where(~exists(select(suspect.c.id))))
         picked = arms.limit(room).cte("picked")
@@ -92,7 +100,7 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int, known: Any,
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
         .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
-                claimed_at=func.now(), started_at=_NOW)
+                claimed_at=func.now(), started_at=NOW)
     )
 
 
@@ -100,94 +108,36 @@ def _budget(queue: str, limits: ClaimLimits, limit: int) -> Any:
     """How many jobs this claim may start: its free slots, within the queue-wide limits."""
     parts: list[Any] = [literal(limit, Integer)]
     if limits.global_concurrency:
-        running = _count_upto(limits.global_concurrency, lambda held: (
+        running = count_upto(limits.global_concurrency, lambda held: (
             held.c.queue == queue, held.c.state == _PROCESSING))
         parts.append(limits.global_concurrency - running)
     if limits.rate:
-        window = _seconds(limits.rate.window)
-        started = _count_upto(limits.rate.count, lambda held: (
-            held.c.queue == queue, held.c.started_at > _NOW - window))
+        window = seconds(limits.rate.window)
+        started = count_upto(limits.rate.count, lambda held: (
+            held.c.queue == queue, held.c.started_at > NOW - window))
         parts.append(limits.rate.count - started)
     return select(func.greatest(func.least(*parts), 0).label("n"))
 
 
 _PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes' literal
-#: The time a start is stamped with and windows end at: this statement's start, which comes
-#: after the queue lock was granted (``now()`` is the transaction's: before the wait, so two
-#: claims' stamps could disagree with the order they counted in).
-_NOW = func.statement_timestamp()
 
 
-def _count_upto(bound: int, where: Any) -> Any:
-    """``count(*)`` of the rows matching ``where(held)``, read no further than ``bound``: a
-    limit only needs to know whether it is reached, and a queue with 5,000 running jobs would
-    otherwise count them all on every claim."""
-    held = jobs.alias("held")
-    rows = (select(literal_column("1")).select_from(held).where(*where(held)).limit(bound)
-            .correlate_except(held))  # the candidate row is the outer query's
-    return select(func.count()).select_from(rows.subquery()).scalar_subquery()
+def _runnable(row: Any, known: Callable[[Any], Any], *, suspects: bool) -> list[Any]:
+    """Due now, of the arm's kind (suspect or not), and runnable by this worker."""
+    crashes = row.c.crashes > literal_column("0") if suspects else (
+        row.c.crashes == literal_column("0"))
+    return [state_in(*DUE_STATES, table=row), row.c.run_at <= func.now(), crashes, known(row)]
 
 
-def _seconds(seconds: float) -> Any:
-    return literal_column(f"interval '{int(seconds)} seconds'")  # a window of limits.WINDOWS
-
-
-def _key_headroom(queue: str, keys: tuple[KeyLimit, ...]) -> Any:
-    """Per candidate row: how many more jobs its concurrency key may start now (NULL: no limit
-    for its task). Correlated to the candidate row; each count is one small index range."""
-    if not keys:
-        return None
-    parts = []
-    concurrency = {k.task: k.concurrency for k in keys if k.concurrency}
-    if concurrency:
-        running = _count_upto(max(concurrency.values()), lambda held: (
-            held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key,
-            held.c.state == _PROCESSING))
-        parts.append(case(concurrency, value=jobs.c.task) - running)
-    rates = {k.task: k.rate for k in keys if k.rate}
-    if rates:
-        window = case({task: rate.window for task, rate in rates.items()}, value=jobs.c.task)
-        started = _count_upto(max(rate.count for rate in rates.values()), lambda held: (
-            held.c.queue == queue, held.c.concurrency_key == jobs.c.concurrency_key,
-            held.c.started_at > _NOW - window * _seconds(1)))
-        parts.append(case({task: rate.count for task, rate in rates.items()},
-                          value=jobs.c.task) - started)
-    return parts[0] if len(parts) == 1 else func.least(*parts)
-
-
-def _arm(queue: str, known: Any, scan: Any, headroom: Any, *, suspects: bool) -> Any:
-    """Due rows in claim order that fit the limits, up to ``scan`` of them.
-
-    With per-key limits, a row is taken when its key has room and it is among its key's first
-    ``headroom`` due rows (``_first_of_its_key``): exact per key, and nothing is sorted, so the
-    arm stops after ``scan`` rows like the plain one, skipping the rows of full keys.
-    """
-    crashes = jobs.c.crashes > literal_column("0") if suspects else (
-        jobs.c.crashes == literal_column("0"))
-    columns = [jobs.c.id, jobs.c.concurrency_key]
-    where = [jobs.c.queue == queue, state_in(*DUE_STATES), jobs.c.run_at <= func.now(), crashes,
-             known, scan > 0]
-    order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+def _arm(queue: str, known: Callable[[Any], Any], room: Any, limits: ClaimLimits, limit: int,
+         *, suspects: bool) -> Any:
+    """Due rows in claim order that fit the limits, up to ``room`` of them."""
+    where = [jobs.c.queue == queue, *_runnable(jobs, known, suspects=suspects), room > 0]
     name = "suspect" if suspects else "due"
-    if headroom is None:  # it takes exactly what it reads: lock it, as the plain claim does
-        return (select(*columns).where(*where).order_by(*order).limit(scan)
-                .with_for_update(skip_locked=True).cte(name))
-    # each row's headroom once (OFFSET 0 keeps the subquery, so the filter reads the column
-    # instead of repeating its counts), in index order
-    walk = select(*columns, headroom.label("headroom")).where(*where).order_by(*order).offset(
-        0).subquery(f"{name}_walk")
-    fits = or_(walk.c.concurrency_key.is_(None), walk.c.headroom.is_(None),
-               and_(walk.c.headroom > 0, walk.c.id.in_(_first_of_its_key(queue, walk))))
-    return select(walk.c.id).where(fits).limit(scan).cte(name)
-
-
-def _first_of_its_key(queue: str, walk: Any) -> Any:
-    """The first ``headroom`` due rows of the walked row's key, in claim order: the ones its
-    key has room for (two rows of one key in one claim cannot both take its last slot)."""
-    ahead = jobs.alias("ahead")
-    return (select(ahead.c.id)
-            .where(ahead.c.queue == queue, ahead.c.concurrency_key == walk.c.concurrency_key,
-                   state_in(*DUE_STATES, table=ahead), ahead.c.run_at <= func.now())
-            .order_by(ahead.c.priority.desc(), ahead.c.run_at, ahead.c.id)
-            .limit(walk.c.headroom)
-            .correlate_except(ahead))
+    if limits.keys:
+        walk_rows = limit * key_limits.WALK_FACTOR + key_limits.WALK_MIN
+        return key_limits.walk(name, where, room, walk_rows, limits.keys, queue)
+    # it takes exactly what it reads: lock it, as the plain claim does
+    return (select(jobs.c.id, jobs.c.concurrency_key).where(*where)
+            .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(room)
+            .with_for_update(skip_locked=True).cte(name))

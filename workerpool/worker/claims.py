@@ -41,6 +41,7 @@ class Claims:
         self.refill = max(1, spec.prefetch // 2)  # claim no fewer while slots are busy
         self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
         self._published = False  # the limits, in the queue's row, for `workerpool status`
+        self._key_cursor = ""  # where the next per-key claim's key spread resumes
 
     def busy(self) -> int:
         """Jobs held once the waiting outcomes are written: running (timed-out ones too),
@@ -85,6 +86,8 @@ class Claims:
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
         self.outcomes.written(batch, states)
+        if self.limits.keys:  # rotate through the keys; back to the first after an empty claim
+            self._key_cursor = max((r.concurrency_key or "" for r in rows), default="")
         metrics.record.claimed(self.queue, rows)
         if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
             rows.sort(key=_claim_order)
@@ -98,7 +101,7 @@ class Claims:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,
                              limit=self.free_slots(), task_versions=self.task_versions,
                              stale_after=self.stale_after, alone=self.busy() == 0,
-                             limits=self.limits)
+                             limits=self.limits, key_cursor=self._key_cursor)
 
     def _publish_limits(self) -> None:
         with self.session.transaction() as conn:
