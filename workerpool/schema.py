@@ -197,6 +197,9 @@ workers = Table(
     Column("tasks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("started_at", TZ, nullable=False, server_default=text("now()")),
     Column("last_seen", TZ, nullable=False, server_default=text("now()")),
+    # Jobs it may hold at once (concurrency + prefetch): a limited claim that the whole fleet's
+    # capacity cannot push over its limit needs no exclusive lock (NULL: unknown, lock).
+    Column("capacity", Integer),
 )
 
 # Cron schedules: one row per cron job, the lock that makes a tick fire once across replicas.

@@ -52,9 +52,11 @@ def upgrade() -> None:
                         "started_at IS NOT NULL AND concurrency_key IS NOT NULL"))
     op.add_column('workerpool_queues', sa.Column(
         'limits', postgresql.JSONB(astext_type=sa.Text()), nullable=True))
+    op.add_column('workerpool_workers', sa.Column('capacity', sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column('workerpool_workers', 'capacity')
     op.drop_column('workerpool_queues', 'limits')
     op.drop_index('ix_workerpool_jobs_started_key', table_name='workerpool_jobs')
     op.drop_index('ix_workerpool_jobs_started', table_name='workerpool_jobs')

@@ -175,3 +175,58 @@ def test_a_backlog_of_one_busy_key_does_not_hide_other_keys_behind_it(pool, sql)
     assert sorted(row.concurrency_key for row in rows) == ["other:0", "other:1"]
     assert [row.concurrency_key for row in claim(app, "w3", limit=5)] == ["other:2"]
     assert claim(app, "w4", limit=5) == []
+
+
+def register(app: WorkerPool, worker: str, capacity: int | None) -> None:
+    with app.engine.begin() as conn:
+        queries.register_worker(conn, worker, host="h", pid=1, queue="q", tasks={"work": 1},
+                                capacity=capacity)
+
+
+def shared_claim(app: WorkerPool, worker: str, limit: int):
+    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    with app.engine.begin() as conn:
+        return queries.claim(conn, queue="q", worker=worker, limit=limit,
+                             task_versions=app.task_versions("q"), stale_after=300,
+                             limits=limits, shared=True)
+
+
+def test_a_limit_out_of_the_fleets_reach_is_claimed_under_the_shared_lock(pool, sql):
+    app = make_app(pool, global_concurrency=24)
+    app.task(lambda job: None, queue="q", name="work")
+    app.enqueue_many([("work", {"n": n}) for n in range(100)])
+    for n in range(8):
+        register(app, f"w{n}", capacity=3)  # 8 x 3 = 24: the limit cannot be passed
+    rows = claim(app, "w0", limit=3)
+    assert len(rows) == 3 and all(row.limits_safe for row in rows)
+    start = threading.Barrier(7)
+    claimed: list[int] = []
+
+    def claimer(n: int) -> None:
+        start.wait()
+        claimed.extend(row.id for row in shared_claim(app, f"w{n}", limit=3))
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(1, 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claimed) == 21
+    assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'") == [(24,)]
+
+
+@pytest.mark.parametrize("fleet", [
+    [("w0", 3), ("w1", 3)],  # 6 > 5: the fleet could pass the limit
+    [("w0", 3), ("w1", None)],  # a worker of unknown capacity
+    [("other", 1)],  # the claiming worker is not registered
+])
+def test_a_limit_within_the_fleets_reach_is_never_claimed_under_the_shared_lock(
+        pool, sql, fleet):
+    app = make_app(pool, global_concurrency=5)
+    app.task(lambda job: None, queue="q", name="work")
+    app.enqueue_many([("work", {"n": n}) for n in range(10)])
+    for worker, capacity in fleet:
+        register(app, worker, capacity)
+    rows = claim(app, "w0", limit=2)
+    assert len(rows) == 2 and not any(row.limits_safe for row in rows)
+    assert shared_claim(app, "w0", limit=2) == []  # it says so; the worker then goes exclusive

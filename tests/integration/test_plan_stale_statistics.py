@@ -71,6 +71,9 @@ LOAD = [
                                     finished_at)
         SELECT 'q', 'work', 'done', 1, 'old', now() - interval '30 days',
                now() - interval '30 days' FROM generate_series(1, {FINISHED})""",
+    # the claimer of the limited claims, registered (its capacity makes the shared lock safe)
+    "INSERT INTO workerpool_workers (id, host, pid, queue, capacity) VALUES ('me', 'h', 1, 'q',"
+    f" {LIMIT})",
     "VACUUM workerpool_jobs",  # refreshes reltuples, not pg_stats: the trigger of the bad plan
 ]
 
@@ -180,6 +183,9 @@ def statements(url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
         "claim limited": compiled(lambda c: queries.claim(
             c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
             limits=unbinding)),
+        "claim limited shared": compiled(lambda c: queries.claim(
+            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
+            limits=unbinding, shared=True)),
         "claim per key": compiled(lambda c: queries.claim(
             c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
             limits=per_key)),
@@ -272,6 +278,8 @@ ARM_INDEXES = {
     "claim alone": {"ix_workerpool_jobs_suspects"},
     "claim limited": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_leased",
                       "ix_workerpool_jobs_started"},
+    "claim limited shared": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_leased",
+                             "ix_workerpool_jobs_started"},
     "claim per key": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_running_key",
                       "ix_workerpool_jobs_started_key", "ix_workerpool_jobs_due_key"},
     "claim per key alone": {"ix_workerpool_jobs_suspects"},
@@ -286,7 +294,8 @@ def hot_statements(stale_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("session", list(SESSIONS))
 @pytest.mark.parametrize("planning", list(EXPLAIN))
-@pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited", "claim per key",
+@pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited",
+                                       "claim limited shared", "claim per key",
                                        "claim per key alone", "complete", "renew",
                                        "return_unstarted", "give_back", "reclaim_from_dead_worker",
                                        "sweep_abandoned", "recover_stale", "prune_finished"])

@@ -76,6 +76,7 @@ def claim_statement(
     stale_after: float,
     alone: bool = False,
     limits: ClaimLimits | None = None,
+    shared: bool = False,
 ):
     """DESIGN §3: one UPDATE fed by CTE-fenced ``SKIP LOCKED`` arms, each on its own index.
 
@@ -90,7 +91,7 @@ def claim_statement(
     known = _known(task_versions)
     if limits:
         return limited_claim_statement(
-            queue=queue, worker=worker, limit=limit, limits=limits, alone=alone,
+            queue=queue, worker=worker, limit=limit, limits=limits, alone=alone, shared=shared,
             known=lambda table: _known(task_versions, table),
         ).returning(*CLAIM_COLUMNS, jobs.c.concurrency_key)
     due = _due_arm(queue, known, limit, suspects=False)
@@ -150,6 +151,7 @@ def claim(
     alone: bool = False,
     limits: ClaimLimits | None = None,
     key_cursor: str = "",
+    shared: bool = False,
 ) -> list[Any]:
     """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted.
 
@@ -158,15 +160,19 @@ def claim(
     lock is held until it ends, and the counts are taken after it is granted), and each row
     also has its ``concurrency_key``. ``key_cursor``: where a per-key claim's key spread
     resumes (``queries.key_limits``); the greatest key the worker's previous claim took.
+    ``shared``: claim under the shared lock (see ``limited_claim.lock_queue``), when the
+    previous claim's rows said the limits were out of the fleet's reach (``limits_safe``).
     """
     if limit <= 0 or not task_versions:
         return []
     versions = tuple(sorted(task_versions.items()))
     limits = limits or None
-    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits)
+    shared = shared and limits is not None and not limits.keys
+    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits,
+                                     shared)
     if limits is None:
         return list(conn.execute(statement).all())
-    lock_queue(conn, queue)
+    lock_queue(conn, queue, shared=shared)
     params = {"key_cursor": key_cursor} if limits.keys else None
     return list(conn.execute(statement, params).all())
 
@@ -174,14 +180,14 @@ def claim(
 @functools.lru_cache(maxsize=256)
 def _claim_statement_for(queue: str, worker: str, limit: int,
                          versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool,
-                         limits: ClaimLimits | None):
+                         limits: ClaimLimits | None, shared: bool):
     """A worker claims with the same arguments on every pass: build the expression once.
 
     Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
     statements are immutable, so one object serves every thread of the process.
     """
     return claim_statement(queue=queue, worker=worker, limit=limit, task_versions=dict(versions),
-                           stale_after=stale_after, alone=alone, limits=limits)
+                           stale_after=stale_after, alone=alone, limits=limits, shared=shared)
 
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:

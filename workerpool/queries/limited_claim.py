@@ -24,7 +24,9 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    and_,
     bindparam,
+    case,
     exists,
     func,
     literal,
@@ -37,25 +39,34 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.types import Integer
 
 from ..limits import ClaimLimits
-from ..schema import jobs, queues
+from ..schema import jobs, queues, workers
 from ..states import DUE_STATES, JobState
 from . import key_limits
 from .key_limits import NOW, count_upto, seconds
 from .planner import state_in
 
-# lock_queue: serialise the limited claims of one queue. Index: pk_workerpool_queues.
+# lock_queue: serialise the limited claims of one queue (or, shared, wait for those that are).
+# Index: pk_workerpool_queues.
 _LOCK = (select(queues.c.queue).where(queues.c.queue == bindparam("queue"))
-         .with_for_update(key_share=True))  # FOR NO KEY UPDATE: blocks only other claims' lock
+         .with_for_update(key_share=True))  # FOR NO KEY UPDATE: conflicts with both locks
+_SHARE = (select(queues.c.queue).where(queues.c.queue == bindparam("queue"))
+          .with_for_update(read=True))  # FOR SHARE: conflicts with FOR NO KEY UPDATE only
 # ensure_queue_row: the row the lock needs. Index: pk_workerpool_queues.
 _ENSURE = (insert(queues).values(queue=bindparam("queue"))
            .on_conflict_do_nothing(index_elements=[queues.c.queue]))
 
 
-def lock_queue(conn: Connection, queue: str) -> None:
-    """Take the queue's claim lock until the transaction ends (creating its row if missing)."""
-    if conn.execute(_LOCK, {"queue": queue}).first() is None:
+def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> None:
+    """Take the queue's claim lock until the transaction ends (creating its row if missing).
+
+    ``shared``: the claim's limits cannot be reached by the whole fleet at once (``_safe``),
+    so claims need not wait for each other; they still wait for, and hold off, an exclusive
+    claim, whose counts must see their rows.
+    """
+    lock = _SHARE if shared else _LOCK
+    if conn.execute(lock, {"queue": queue}).first() is None:
         conn.execute(_ENSURE, {"queue": queue})
-        conn.execute(_LOCK, {"queue": queue})
+        conn.execute(lock, {"queue": queue})
 
 
 # publish_limits: record a queue's limits for `workerpool status`. Index: pk_workerpool_queues.
@@ -76,13 +87,18 @@ def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) 
 # _due_key (the key spread).
 def limited_claim_statement(*, queue: str, worker: str, limit: int,
                             known: Callable[[Any], Any], limits: ClaimLimits,
-                            alone: bool) -> Any:
+                            alone: bool, shared: bool = False) -> Any:
     """The claim of ``claim.claim_statement`` with the queue's limits in its arms.
 
-    ``known(table)``: the condition that this worker can run a row of ``table``.
+    ``known(table)``: the condition that this worker can run a row of ``table``. ``shared``:
+    run under the shared lock, it claims only if the limits are still out of the fleet's reach
+    (else nothing: the worker then claims under the exclusive lock). Each row returned says
+    whether they were (``limits_safe``), for the worker's choice of lock next time.
     """
-    budget = _budget(queue, limits, limit).cte("budget")
+    budget = _budget(queue, worker, limits, limit).cte("budget")
     room = select(budget.c.n).scalar_subquery()
+    if shared:
+        room = select(case((budget.c.safe, budget.c.n), else_=0)).scalar_subquery()
     due = _arm(queue, known, room, limits, limit, suspects=False)
     if limits.keys:
         spread = key_limits.spread(queue, lambda row: _runnable(row, known, suspects=False),
@@ -101,22 +117,57 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
         .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
                 claimed_at=func.now(), started_at=NOW)
+        .returning(select(budget.c.safe).scalar_subquery().label("limits_safe"))
     )
 
 
-def _budget(queue: str, limits: ClaimLimits, limit: int) -> Any:
-    """How many jobs this claim may start: its free slots, within the queue-wide limits."""
+def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
+    """How many jobs this claim may start (its free slots, within the queue-wide limits), and
+    whether the limits are out of reach of the whole fleet (``safe``, see ``_safe``)."""
     parts: list[Any] = [literal(limit, Integer)]
+    beyond: list[tuple[int, Any]] = []  # (limit, what counts against it beyond the fleet)
     if limits.global_concurrency:
-        running = count_upto(limits.global_concurrency, lambda held: (
+        cap = limits.global_concurrency
+        running = count_upto(cap, lambda held: (
             held.c.queue == queue, held.c.state == _PROCESSING))
-        parts.append(limits.global_concurrency - running)
+        parts.append(cap - running)
+        orphaned = count_upto(cap, lambda held: (
+            held.c.queue == queue, held.c.state == _PROCESSING,
+            held.c.claimed_by.not_in(_fleet_ids(queue))))
+        beyond.append((cap, orphaned))
     if limits.rate:
         window = seconds(limits.rate.window)
         started = count_upto(limits.rate.count, lambda held: (
             held.c.queue == queue, held.c.started_at > NOW - window))
         parts.append(limits.rate.count - started)
-    return select(func.greatest(func.least(*parts), 0).label("n"))
+        beyond.append((limits.rate.count, started))
+    return select(func.greatest(func.least(*parts), 0).label("n"),
+                  _safe(queue, worker, beyond, bool(limits.keys)).label("safe"))
+
+
+def _fleet_ids(queue: str) -> Any:
+    return select(workers.c.id).where(workers.c.queue == queue)
+
+
+def _safe(queue: str, worker: str, beyond: list[tuple[int, Any]], per_key: bool) -> Any:
+    """Whether no interleaving of claims can pass a limit: every registered worker's capacity
+    (the jobs it may hold) plus what counts beyond them (rows of no registered worker, or
+    starts already in the window) stays within each limit.
+
+    A worker holds at most its capacity, and has one claim in flight at a time, so what the
+    fleet claims concurrently is bounded by the capacities (a worker that registers later sees
+    this one; an exclusive claim waits for the shared ones and then counts their rows). A
+    worker of unknown capacity, or the claimer not registered, makes it unsafe; so do per-key
+    limits.
+    """
+    if per_key:
+        return literal_column("false")
+    fleet = select(func.coalesce(func.sum(workers.c.capacity), 0).label("capacity"),
+                   func.bool_and(workers.c.capacity.isnot(None)).label("known"),
+                   func.bool_or(workers.c.id == worker).label("me")).where(
+        workers.c.queue == queue).subquery("fleet")
+    within = [fleet.c.capacity + count <= cap for cap, count in beyond]
+    return select(and_(fleet.c.known, fleet.c.me, *within)).scalar_subquery()
 
 
 _PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes' literal

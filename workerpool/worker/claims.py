@@ -42,6 +42,7 @@ class Claims:
         self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
         self._published = False  # the limits, in the queue's row, for `workerpool status`
         self._key_cursor = ""  # where the next per-key claim's key spread resumes
+        self._shared = False  # the last claim found the limits out of the fleet's reach
 
     def busy(self) -> int:
         """Jobs held once the waiting outcomes are written: running (timed-out ones too),
@@ -86,8 +87,8 @@ class Claims:
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
         self.outcomes.written(batch, states)
-        if self.limits.keys:  # rotate through the keys; back to the first after an empty claim
-            self._key_cursor = max((r.concurrency_key or "" for r in rows), default="")
+        if self.limits:
+            self._after_limited_claim(rows)
         metrics.record.claimed(self.queue, rows)
         if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
             rows.sort(key=_claim_order)
@@ -101,7 +102,16 @@ class Claims:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,
                              limit=self.free_slots(), task_versions=self.task_versions,
                              stale_after=self.stale_after, alone=self.busy() == 0,
-                             limits=self.limits, key_cursor=self._key_cursor)
+                             limits=self.limits, key_cursor=self._key_cursor,
+                             shared=self._shared)
+
+    def _after_limited_claim(self, rows: list[Any]) -> None:
+        """The next claim's lock (shared while the limits are out of reach: an empty claim
+        cannot say, so it goes exclusive) and its key cursor (back to the first key after an
+        empty claim)."""
+        self._shared = bool(rows) and all(row.limits_safe for row in rows)
+        if self.limits.keys:
+            self._key_cursor = max((row.concurrency_key or "" for row in rows), default="")
 
     def _publish_limits(self) -> None:
         with self.session.transaction() as conn:
