@@ -9,8 +9,9 @@ counter is kept anywhere, so a killed child's slot is free as soon as its rows l
 Counts taken by two claims at once would both see the same free slot. So a limited claim first
 locks its queue's row in ``workerpool_queues`` (a row lock: it works behind PgBouncer, unlike an
 advisory lock) and then counts in a second statement, whose snapshot is taken after the lock is
-granted and therefore sees every claim committed before it. Finishing writes take no lock:
-they only lower the counts, and a count that is a moment old is then only too cautious.
+granted and therefore sees every claim committed before it. The lock is shared while the
+limits are out of the whole fleet's reach (``_safe``), exclusive otherwise. Finishing writes
+take no lock: they only lower the counts, and a count a moment old is then only too cautious.
 
 Jobs over a limit are not claimed, so they spend no attempt; the scan skips the rows of keys
 that are at their limit and goes on to other keys (no head-of-line blocking). A queue without
