@@ -43,6 +43,11 @@ def declare(report: Report) -> None:
         report.declare(f"limits_drain_{config}_jobs_per_s", "jobs/s", ratio_to=base,
                        target=Target(">=", 0.8, on_ratio=True),
                        note=f"the same with the {config} limit on, not binding")
+    cpu = "limits_drain_off_cpu_us_per_job"
+    report.declare(cpu, "us/job", note="CPU of the worker children and their database backends")
+    for config in CONFIGS[1:]:
+        report.declare(f"limits_drain_{config}_cpu_us_per_job", "us/job", ratio_to=cpu,
+                       note=f"the same with the {config} limit (steadier than the wall clock)")
     for p in (50, 99):
         off = f"limits_claim_off_p{p}_ms"
         report.declare(off, "ms", note="BEGIN, claim of 10, COMMIT; no limit")
@@ -61,18 +66,32 @@ def load_backlog(bench_db: BenchDatabase, count: int) -> None:
         (app.QUEUE, app.noop.__name__, KEYS, count))
 
 
-def drain(launcher: supervised.Launcher, config: str, n: int) -> float:
-    """Jobs per second draining ``n`` rows with ``config``'s limit (first claim to last done)."""
+def drain(launcher: supervised.Launcher, config: str, n: int) -> tuple[float, float]:
+    """``(jobs per second, CPU µs per job)`` draining ``n`` rows with ``config``'s limit: the
+    rate from the rows (first claim to last done), the CPU of the worker children and of the
+    database backends serving them, from the drain's start to its end."""
     bench_db = launcher.db
     bench_db.reset()
     launcher.extra_env[app.LIMITS_ENV] = config
     with launcher.running(CHILDREN) as supervisors:
+        before = _cpu(bench_db, supervisors)
         load_backlog(bench_db, n)
         supervised.wait_drained(bench_db, n, supervisors)
+        used = _cpu(bench_db, supervisors) - before
     done, seconds = bench_db.drain_window()
     if done != n:
         raise RuntimeError(f"limits drain ({config}): {done} of {n} jobs done")
-    return done / seconds if seconds > 0 else float("inf")
+    return done / seconds if seconds > 0 else float("inf"), used * 1e6 / n
+
+
+def _cpu(bench_db: BenchDatabase, supervisors: list[supervised.Supervisor]) -> float:
+    """CPU seconds used so far by the queue children and every other backend of the bench
+    database (the workers' connections; this process's own is excluded)."""
+    backends = [pid for (pid,) in bench_db.sql(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid()")]
+    children = [pid for s in supervisors for pid in s.queue_children()]
+    return sum(supervised.cpu_seconds(pid) for pid in children + backends)
 
 
 def claim_latencies_ms(bench_db: BenchDatabase, pool: WorkerPool, claims: int) -> list[float]:
@@ -115,9 +134,11 @@ class LimitsBench:
         for repeat in range(self.repeats):
             order = CONFIGS[repeat % len(CONFIGS):] + CONFIGS[:repeat % len(CONFIGS)]
             for config in order:
-                rate = drain(launcher, config, self.n)
+                rate, cpu_us = drain(launcher, config, self.n)
                 self.report.add(f"limits_drain_{config}_jobs_per_s", rate)
-                log.info("limits drain %s: %.0f jobs/s", config, rate)
+                self.report.add(f"limits_drain_{config}_cpu_us_per_job", cpu_us)
+                log.info("limits drain %s: %.0f jobs/s, %.0f us CPU per job", config, rate,
+                         cpu_us)
         launcher.extra_env.pop(app.LIMITS_ENV, None)
         self.claim_rounds()
 

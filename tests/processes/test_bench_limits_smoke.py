@@ -13,7 +13,8 @@ def test_quick_limits_run_reports_each_limit_against_off(server_url: URL):
     result = run_bench(server_url, "--quick", "--only", "limits")
     assert result.returncode == 0, result.stderr
     found = figures(result)
-    expected = {f"limits_drain_{c}_jobs_per_s" for c in ("off", *CONFIGS)} | {
+    expected = {f"limits_drain_{c}_{unit}" for c in ("off", *CONFIGS)
+                for unit in ("jobs_per_s", "cpu_us_per_job")} | {
         f"limits_claim_{c}_p{p}_ms" for c in ("off", *CONFIGS) for p in (50, 99)}
     assert set(found) == expected
     for config in CONFIGS:

@@ -112,12 +112,15 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
         picked = arms.limit(room).cte("picked")
     else:
         picked = due
+    values = {"state": JobState.PROCESSING, "attempts": jobs.c.attempts + 1,
+              "claimed_by": worker, "claimed_at": func.now()}
+    if limits.rate or any(key.rate for key in limits.keys):
+        values["started_at"] = NOW  # what rate limits count (two more index entries a row)
     return (
         update(jobs)
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
-        .values(state=JobState.PROCESSING, attempts=jobs.c.attempts + 1, claimed_by=worker,
-                claimed_at=func.now(), started_at=NOW)
+        .values(**values)
         .returning(select(budget.c.safe).scalar_subquery().label("limits_safe"))
     )
 
