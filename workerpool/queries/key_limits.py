@@ -80,15 +80,15 @@ def headroom(queue: str, keys: tuple[KeyLimit, ...], row: Any = jobs) -> Any:
     return parts[0] if len(parts) == 1 else func.least(*parts)
 
 
-def walk(name: str, where: list[Any], room: Any, walk_rows: int, keys: tuple[KeyLimit, ...],
+def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[KeyLimit, ...],
          queue: str) -> Any:
-    """Due rows in claim order that fit their key, from the first ``walk_rows``."""
+    """Up to ``take`` due rows in claim order that fit their key, of the first ``walk_rows``."""
     rows = (select(jobs.c.id, jobs.c.concurrency_key, headroom(queue, keys).label("headroom"))
             .where(*where).order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
             .limit(walk_rows).subquery(f"{name}_walk"))  # headroom counted once per row
     fits = or_(rows.c.concurrency_key.is_(None), rows.c.headroom.is_(None),
                and_(rows.c.headroom > 0, rows.c.id.in_(_first_of_its_key(queue, rows))))
-    return select(rows.c.id, rows.c.concurrency_key).where(fits).limit(room).cte(name)
+    return select(rows.c.id, rows.c.concurrency_key).where(fits).limit(take).cte(name)
 
 
 def _first_of_its_key(queue: str, row: Any) -> Any:

@@ -106,12 +106,15 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
                                    limits.keys, due, room)
         due = union_all(select(due.c.id), select(spread.c.id)).cte("due_or_spread")
     if alone:
-        suspect = _arm(queue, known, 1, limits, 1, suspects=True)
+        suspect = _arm(queue, known, room, limits, 1, suspects=True)
         arms = union_all(select(suspect.c.id),
                          select(due.c.id).where(~exists(select(suspect.c.id))))
-        picked = arms.limit(room).cte("picked")
     else:
-        picked = due
+        arms = select(due.c.id)
+    # The budget applies here, above arms whose LIMIT is a constant: a LIMIT the planner cannot
+    # read makes it guess a tenth of the table, and it then hash-joins the update with a scan
+    # of every due row (26 ms instead of 1 at 100k pending).
+    picked = arms.limit(room).cte("picked")
     values = {"state": JobState.PROCESSING, "attempts": jobs.c.attempts + 1,
               "claimed_by": worker, "claimed_at": func.now()}
     if limits.rate or any(key.rate for key in limits.keys):
@@ -186,13 +189,14 @@ def _runnable(row: Any, known: Callable[[Any], Any], *, suspects: bool) -> list[
 
 def _arm(queue: str, known: Callable[[Any], Any], room: Any, limits: ClaimLimits, limit: int,
          *, suspects: bool) -> Any:
-    """Due rows in claim order that fit the limits, up to ``room`` of them."""
+    """Due rows in claim order that fit the limits: up to ``limit`` (the claim's free slots),
+    read only if the budget (``room``) is not 0."""
     where = [jobs.c.queue == queue, *_runnable(jobs, known, suspects=suspects), room > 0]
     name = "suspect" if suspects else "due"
     if limits.keys:
         walk_rows = limit * key_limits.WALK_FACTOR + key_limits.WALK_MIN
-        return key_limits.walk(name, where, room, walk_rows, limits.keys, queue)
-    # it takes exactly what it reads: lock it, as the plain claim does
+        return key_limits.walk(name, where, limit, walk_rows, limits.keys, queue)
+    # it takes what it reads (the budget may leave a few of them locked until the commit)
     return (select(jobs.c.id, jobs.c.concurrency_key).where(*where)
-            .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(room)
+            .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(limit)
             .with_for_update(skip_locked=True).cte(name))
