@@ -137,8 +137,14 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, dict[str, Any]]] = []
 
+    dialect = DIALECT
+
     def execute(self, statement: Any, params: Any = None) -> Recorder:
         self.calls.append((statement, dict(params or {})))
+        return self
+
+    def exec_driver_sql(self, sql: str, params: Any = None) -> Recorder:
+        self.calls.append((sql, dict(params or {})))  # already the driver's SQL and values
         return self
 
     def scalars(self) -> list[Any]:
@@ -162,6 +168,8 @@ def compiled(run: Callable[[Any], object]) -> tuple[str, dict[str, Any]]:
     recorder = Recorder()
     run(recorder)
     statement, params = recorder.calls[-1]
+    if isinstance(statement, str):
+        return statement, params
     comp = statement.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True})
     return str(comp), comp.construct_params(params)
 

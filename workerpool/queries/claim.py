@@ -173,8 +173,19 @@ def claim(
     if limits is None:
         return list(conn.execute(statement).all())
     lock_queue(conn, queue, shared=shared)
-    params = {"key_cursor": key_cursor} if limits.keys else None
-    return list(conn.execute(statement, params).all())
+    sql, params = _driver_sql(conn.dialect, statement)
+    if limits.keys:
+        params = {**params, "key_cursor": key_cursor}
+    return list(conn.exec_driver_sql(sql, params).all())
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
+    """A limited claim as the driver's SQL and parameters, compiled once: SQLAlchemy would
+    otherwise walk its expression (several times the plain claim's) to find its cache key on
+    every execution, ~1 ms of the worker's CPU per claim."""
+    compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    return str(compiled), compiled.construct_params()
 
 
 @functools.lru_cache(maxsize=256)
