@@ -131,25 +131,32 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
 def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
     """How many jobs this claim may start (its free slots, within the queue-wide limits), and
     whether the limits are out of reach of the whole fleet (``safe``, see ``_safe``)."""
+    counts: dict[str, Any] = {}
+    if limits.global_concurrency:
+        cap = limits.global_concurrency
+        counts["running"] = count_upto(cap, lambda held: (
+            held.c.queue == queue, held.c.state == _PROCESSING))
+        counts["orphaned"] = count_upto(cap, lambda held: (
+            held.c.queue == queue, held.c.state == _PROCESSING,
+            held.c.claimed_by.not_in(_fleet_ids(queue))))
+    if limits.rate:
+        window = seconds(limits.rate.window)
+        counts["started"] = count_upto(limits.rate.count, lambda held: (
+            held.c.queue == queue, held.c.started_at > NOW - window))
+    # each count once (a column of its own), read by both the budget and the safety test
+    counted = select(*(count.label(name) for name, count in counts.items())
+                     ).subquery("counted") if counts else None
     parts: list[Any] = [literal(limit, Integer)]
     beyond: list[tuple[int, Any]] = []  # (limit, what counts against it beyond the fleet)
     if limits.global_concurrency:
-        cap = limits.global_concurrency
-        running = count_upto(cap, lambda held: (
-            held.c.queue == queue, held.c.state == _PROCESSING))
-        parts.append(cap - running)
-        orphaned = count_upto(cap, lambda held: (
-            held.c.queue == queue, held.c.state == _PROCESSING,
-            held.c.claimed_by.not_in(_fleet_ids(queue))))
-        beyond.append((cap, orphaned))
+        parts.append(limits.global_concurrency - counted.c.running)
+        beyond.append((limits.global_concurrency, counted.c.orphaned))
     if limits.rate:
-        window = seconds(limits.rate.window)
-        started = count_upto(limits.rate.count, lambda held: (
-            held.c.queue == queue, held.c.started_at > NOW - window))
-        parts.append(limits.rate.count - started)
-        beyond.append((limits.rate.count, started))
-    return select(func.greatest(func.least(*parts), 0).label("n"),
-                  _safe(queue, worker, beyond, bool(limits.keys)).label("safe"))
+        parts.append(limits.rate.count - counted.c.started)
+        beyond.append((limits.rate.count, counted.c.started))
+    budget = select(func.greatest(func.least(*parts), 0).label("n"),
+                    _safe(queue, worker, beyond, bool(limits.keys)).label("safe"))
+    return budget.select_from(counted) if counts else budget
 
 
 def _fleet_ids(queue: str) -> Any:
