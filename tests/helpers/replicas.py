@@ -16,12 +16,14 @@ from tests.helpers.processes import Supervisor, kill_all
 class Replicas:
     """Starts supervisors of ``app`` on ``db_url``; ``stop()`` SIGKILLs every one of them."""
 
-    def __init__(self, app: str, db_url: URL, tmp_path: Path) -> None:
+    def __init__(self, app: str, db_url: URL, tmp_path: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.app, self.tmp_path = app, tmp_path
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
         self.env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-                        WORKER_CLAIM_STALE_MS="3600000", PYTHONPATH=str(ROOT))
+                        WORKER_CLAIM_STALE_MS="3600000", PYTHONPATH=str(ROOT),
+                        **(extra_env or {}))
         self.running: list[Supervisor] = []
 
     def start(self, *args: str) -> Supervisor:
