@@ -28,7 +28,7 @@ from . import scale
 from .app import DEFAULT_CONCURRENCY
 from .database import BenchDatabase, scratch_embedded_server
 from .report import Report
-from .run import SECTIONS, Bench, Plan, declare
+from .run import DEFAULT_SECTIONS, SECTIONS, Bench, Plan, declare
 from .soak import SoakPlan, run_soak
 
 log = logging.getLogger("workerpool.bench")
@@ -115,7 +115,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
                          "(use --quick for a smoke run)")
     if sizes["concurrency"] > MAX_CONCURRENCY:
         raise UsageError(f"--concurrency must be within 1..{MAX_CONCURRENCY}")
-    sections = tuple(SECTIONS)
+    sections = tuple(DEFAULT_SECTIONS)
     if args.only:
         sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
         unknown = sorted(set(sections) - set(SECTIONS))

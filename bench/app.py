@@ -10,7 +10,8 @@ machine, so the enqueuing process and the worker child can be compared directly.
 Notifications are on unless ``$BENCH_NOTIFY`` is ``0``; the queue's concurrency is
 ``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``); ``$BENCH_RETENTION`` (seconds)
 replaces the maintenance child's retention of finished rows (the soak keeps a short window, so
-that the table's size settles within the run).
+that the table's size settles within the run); ``$BENCH_LIMITS`` picks one of
+``LIMIT_SETTINGS`` (the limits comparison).
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ NOTIFY_ENV = "BENCH_NOTIFY"
 CONCURRENCY_ENV = "BENCH_CONCURRENCY"
 RETENTION_ENV = "BENCH_RETENTION"
 PREFETCH_ENV = "BENCH_PREFETCH"
+LIMITS_ENV = "BENCH_LIMITS"
+#: The limits comparison's configurations (``bench.limits``): queue and task settings, each on
+#: but not binding at the bench's throughput.
+LIMIT_SETTINGS: dict[str, dict[str, dict]] = {
+    "off": {},
+    "global": {"queue": {"global_concurrency": 100_000}},
+    "rate": {"queue": {"rate_limit": "1000000/s"}},
+    "key": {"task": {"concurrency_limit": 1}},
+}
 #: The bench queue prefetches (the library default is 0): ``$BENCH_PREFETCH`` overrides.
 BENCH_PREFETCH = int(os.environ.get(PREFETCH_ENV, "50"))
 #: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
@@ -57,11 +67,13 @@ def _stamp_file() -> int:
 
 
 def make_pool(url: str | URL | None = None, *, notify: bool = True,
-              concurrency: int = DEFAULT_CONCURRENCY) -> WorkerPool:
+              concurrency: int = DEFAULT_CONCURRENCY, limits: str = "off") -> WorkerPool:
     """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
     pool = WorkerPool(url, notify=notify)
-    pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH)
-    pool.task(noop, queue=QUEUE)
+    settings = LIMIT_SETTINGS[limits]
+    pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH,
+               **settings.get("queue", {}))
+    pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
@@ -75,4 +87,5 @@ def notify_from_env() -> bool:
 pool = make_pool(
     notify=notify_from_env(),
     concurrency=int(os.environ.get(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)),
+    limits=os.environ.get(LIMITS_ENV, "off"),
 )

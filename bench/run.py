@@ -14,14 +14,18 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, scale, supervised, web
+from . import ceiling, enqueue, limits, scale, supervised, web
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
 from .database import BenchDatabase
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "web")
+SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "web",
+            "limits")
+#: What a run without ``--only`` measures (the limits comparison only when asked for: it drains
+#: the backlog four times per repeat).
+DEFAULT_SECTIONS = SECTIONS[:-1]
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
@@ -97,6 +101,8 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("enqueue_single_tx_procs_per_s", "jobs/s",
                        ratio_to="enqueue_single_raw_tx_procs_per_s",
                        note=f"the enqueue(conn=...) loop in {callers} processes at once")
+    if plan.wants("limits"):
+        limits.declare(report)
     if plan.wants("scale"):
         empty_p99 = "claim_empty_p99_ms"
         report.declare("claim_empty_p50_ms", "ms")
@@ -132,6 +138,8 @@ class Bench:
             for repeat in range(self.plan.repeats):
                 log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
                 self.run_once()
+            if self.plan.wants("limits"):  # interleaves its own repeats
+                self.measure_limits()
         if self.plan.wants("scale"):
             self.measure_scale()
         if self.plan.wants("web"):
@@ -241,6 +249,17 @@ class Bench:
         value = how(*args)
         self.report.add(figure, value)
         log.info("%s: %.0f", figure, value)
+
+    # -- (7) limits --------------------------------------------------------------------------
+
+    def measure_limits(self) -> None:
+        plan = self.plan
+        bench = limits.LimitsBench(self.db, self.report, n=plan.backlog if not plan.quick
+                                   else plan.n, repeats=plan.repeats, claims=plan.claims)
+        try:
+            bench.run(self.launcher)
+        finally:
+            bench.close()
 
     # -- (5) scale -----------------------------------------------------------------------------
 

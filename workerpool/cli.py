@@ -85,6 +85,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from . import status
 
     pool = _pool_for(args)
+    if args.job is not None:
+        line = status.why(pool.engine, args.job)
+        print(json.dumps({"job": args.job, "why": line}) if args.json else line)
+        return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     data = status.collect(pool.engine, known)
     if args.json:
@@ -353,6 +357,8 @@ def add_status_parser(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="stable JSON for scripts")
     status.add_argument("--app", metavar="APP:POOL", default=None,
                         help="judge runnable rows by this app's tasks instead of live workers'")
+    status.add_argument("--job", type=int, default=None, metavar="ID",
+                        help="one line: the limit that holds this job, if any")
 
 
 def add_dead_parser(sub: Any) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine
 
 from . import queries
 from .errors import IdempotencyConflict, InvalidJob
+from .limits import job_concurrency_key, key_scope
 from .payload import check_key, dumps
 from .specs import TaskSpec
 from .validation import check_delay, check_max_attempts, check_priority, check_run_at
@@ -62,13 +63,20 @@ def build_job(
     delay: float | timedelta | None = None,
     priority: int | None = None,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
+    unique: str | None = None,
+    unique_for: float | timedelta | None = None,
+    on_conflict: str | None = None,
 ) -> queries.NewJob:
     """Validate one job. Raises a named error for any bad input; touches no database."""
     spec = pool.task_spec(task)
+    payload = {} if payload is None else payload
+    scope = _NO_SCOPE if key is None and unique is None and unique_for is None and (
+        on_conflict is None) else key_scope(key, unique, unique_for, on_conflict)
     return queries.NewJob(  # positional, and option checks only when given: this is per row
         spec.queue,
         spec.name,
-        dumps({} if payload is None else payload, limit=pool.payload_limit),
+        dumps(payload, limit=pool.payload_limit),
         spec.version,
         spec.priority if priority is None else check_priority(priority),
         spec.max_attempts if max_attempts is None
@@ -76,7 +84,14 @@ def build_job(
         None if key is None else check_key(key),
         None if run_at is None else check_run_at(run_at),
         None if delay is None else check_delay(delay, run_at),
+        None if concurrency_key is None and spec.concurrency_limit is None and (
+            spec.key_rate_limit is None) else job_concurrency_key(spec, payload, concurrency_key),
+        *scope,
     )
+
+
+#: key_scope, unique_for and on_conflict of a job without key options.
+_NO_SCOPE = (None, None, "keep")
 
 
 def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any] | None,
@@ -167,6 +182,9 @@ def _check_batch_keys(rows: list[queries.NewJob], seen: dict[str, queries.NewJob
     for row in rows:
         if row.key is None:
             continue
+        if row.key_scope == "for" or row.on_conflict != "keep":
+            raise InvalidJob("enqueue_many takes keys held forever or unique='live';"
+                             " unique_for and on_conflict='replace' or 'error' are for enqueue()")
         first = seen.setdefault(row.key, row)
         if (first.task, first.payload_json) != (row.task, row.payload_json):
             raise IdempotencyConflict(

@@ -59,6 +59,14 @@ class IdempotencyConflict(WorkerpoolError):
     """A job with this key exists with a different task or payload."""
 
 
+class DuplicateJob(WorkerpoolError):
+    """A job holding this key exists (``on_conflict="error"``); nothing was written."""
+
+    def __init__(self, key: str, job_id: int, state: str) -> None:
+        self.key, self.job_id, self.state = key, job_id, state
+        super().__init__(f"key {key!r} is held by job {job_id} ({state})")
+
+
 class DatabaseNotConfigured(WorkerpoolError):
     """No database URL is set and the embedded PostgreSQL (pgserver) is not installed."""
 

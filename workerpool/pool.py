@@ -27,6 +27,7 @@ from .enqueue import (
     enqueue_one_async,
 )
 from .errors import ConfigError, UnknownQueue, UnknownTask
+from .limits import check_task_limits
 from .payload import DEFAULT_PAYLOAD_LIMIT
 from .schema import PAYLOAD_HARD_LIMIT
 from .specs import CronSpec, MaintenanceSpec, QueueSpec, TaskSpec
@@ -119,12 +120,21 @@ class WorkerPool:
         backoff: Backoff | None = None,
         priority: int = 0,
         upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        concurrency_limit: int | None = None,
+        concurrency_key: Callable[[Mapping[str, Any]], str] | None = None,
+        key_rate_limit: str | None = None,
     ) -> Callable[..., Any]:
-        """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``."""
+        """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``.
+
+        ``concurrency_limit`` and ``key_rate_limit`` hold per concurrency key, cluster-wide
+        (docs/limits.md); ``concurrency_key`` computes a job's key from its payload.
+        """
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            task_name = check_name("task", name or func.__name__)
+            check_task_limits(task_name, concurrency_limit, concurrency_key, key_rate_limit)
             spec = TaskSpec(
-                name=check_name("task", name or func.__name__),
+                name=task_name,
                 queue=check_name("queue", queue),
                 fn=func,
                 max_attempts=check_max_attempts(max_attempts),
@@ -133,6 +143,9 @@ class WorkerPool:
                 backoff=backoff or Backoff(),
                 priority=check_priority(priority),
                 upcasters=dict(upcasters or {}),
+                concurrency_limit=concurrency_limit,
+                concurrency_key=concurrency_key,
+                key_rate_limit=key_rate_limit,
             )
             self._check_new_task(spec)
             self._add_task(spec)
@@ -297,10 +310,14 @@ class WorkerPool:
         delay: float | timedelta | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
+        **limits: Any,
     ) -> queries.NewJob:
-        """Validate one job. Raises a named error for any bad input; touches no database."""
+        """Validate one job. Raises a named error for any bad input; touches no database.
+
+        ``limits``: ``concurrency_key``, ``unique``, ``unique_for``, ``on_conflict``
+        (docs/limits.md)."""
         return build_job(self, task, payload, key=key, run_at=run_at, delay=delay,
-                         priority=priority, max_attempts=max_attempts)
+                         priority=priority, max_attempts=max_attempts, **limits)
 
     def enqueue(
         self,
@@ -313,7 +330,9 @@ class WorkerPool:
         """Enqueue one job and return its id.
 
         With ``conn=`` the row is written in the caller's transaction: the job exists if and only
-        if that transaction commits. A ``key`` already taken returns the existing job's id.
+        if that transaction commits. A ``key`` already taken returns the existing job's id
+        (``unique=``, ``unique_for=`` and ``on_conflict=`` say how long it is held and what a
+        second enqueue does; ``concurrency_key=`` groups jobs for per-key limits: docs/limits.md).
         """
         job_id = enqueue_one(self, task, payload, conn, options)
         if self._inline is not None:

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from .states import DUE_STATES, PRUNED_STATES, DeadReason, JobState
+from .states import DUE_STATES, LIVE_STATES, PRUNED_STATES, DeadReason, JobState
 
 STATES = tuple(JobState)
 DEAD_REASONS = tuple(DeadReason)
@@ -40,6 +40,10 @@ metadata = MetaData(
 TZ = DateTime(timezone=True)
 #: The rows that hold a lease (the partial indexes on leases cover exactly these).
 LEASED = f"state = '{JobState.PROCESSING}'"
+#: How long a job's ``key`` is held (``key_scope``): NULL forever (the default), ``live`` while
+#: the job can still run, ``for`` until ``key_expires_at`` (an enqueue after that moves the old
+#: holder to ``expired``). Only rows in the unique index hold their key.
+KEY_SCOPES = ("live", "for", "expired")
 
 
 #: Per-table autovacuum settings of the jobs table (storage parameters, set by migration 0004;
@@ -79,7 +83,14 @@ jobs = Table(
     Column("max_attempts", Integer, nullable=False, server_default=text("5")),
     Column("claimed_by", Text),
     Column("claimed_at", TZ),
-    Column("key", Text, unique=True),
+    Column("key", Text),
+    Column("key_scope", Text),
+    Column("key_expires_at", TZ),
+    # Jobs sharing a concurrency key are counted together against their task's per-key limits.
+    Column("concurrency_key", Text),
+    # When the current attempt was claimed by a limited claim (rate limits count these; lease
+    # renewals restamp claimed_at, never this).
+    Column("started_at", TZ),
     Column("checkpoint", JSONB),
     Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("replays", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
@@ -100,6 +111,7 @@ jobs = Table(
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
     CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
     CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
+    CheckConstraint(f"key_scope IS NULL OR {_in('key_scope', KEY_SCOPES)}", name="key_scope"),
     postgresql_with=JOBS_AUTOVACUUM,
 )
 
@@ -134,6 +146,39 @@ Index(
     jobs.c.claimed_by,
     postgresql_where=text(LEASED),
 )
+# The key's holder: one row per key while its scope holds it (see KEY_SCOPES). Two enqueuers of
+# one key race on this index, never on a read.
+KEY_HELD = (
+    f"key IS NOT NULL AND (key_scope IS NULL OR key_scope = 'for' OR "
+    f"(key_scope = 'live' AND {_in('state', LIVE_STATES)}))"
+)
+Index("uq_workerpool_jobs_key", jobs.c.key, unique=True, postgresql_where=text(KEY_HELD))
+# Limits: a key's due rows in claim order (the per-key claim takes a key's first ones), its
+# running jobs, and the recent starts a rate limit counts.
+Index(
+    "ix_workerpool_jobs_due_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(f"{_in('state', DUE_STATES)} AND concurrency_key IS NOT NULL"),
+)
+Index(
+    "ix_workerpool_jobs_running_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    postgresql_where=text(f"{LEASED} AND concurrency_key IS NOT NULL"),
+)
+Index("ix_workerpool_jobs_started", jobs.c.queue, jobs.c.started_at,
+      postgresql_where=text("started_at IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_started_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    jobs.c.started_at,
+    postgresql_where=text("started_at IS NOT NULL AND concurrency_key IS NOT NULL"),
+)
 # Maintenance: pruning finished rows and browsing the dead-letter queue.
 Index(
     "ix_workerpool_jobs_finished",
@@ -152,6 +197,9 @@ workers = Table(
     Column("tasks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("started_at", TZ, nullable=False, server_default=text("now()")),
     Column("last_seen", TZ, nullable=False, server_default=text("now()")),
+    # Jobs it may hold at once (concurrency + prefetch): a limited claim that the whole fleet's
+    # capacity cannot push over its limit needs no exclusive lock (NULL: unknown, lock).
+    Column("capacity", Integer),
 )
 
 # Cron schedules: one row per cron job, the lock that makes a tick fire once across replicas.
@@ -179,4 +227,7 @@ queues = Table(
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("paused_at", TZ),
     Column("paused_by", Text),
+    # The queue's limits as its workers declared them (for ``workerpool status``); the claim
+    # of a limited queue locks this row, so that its counts are taken one claim at a time.
+    Column("limits", JSONB),
 )

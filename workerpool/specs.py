@@ -13,6 +13,7 @@ from typing import Any
 
 from .backoff import Backoff
 from .errors import ConfigError
+from .limits import check_limit, parse_rate
 from .validation import (
     check_choice,
     check_cron_expression,
@@ -48,9 +49,16 @@ class QueueSpec:
     #: Seconds a running handler asked to stop (a cancel) gets before its row is written
     #: ``cancelled`` without it and the process is recycled once its other jobs finish.
     cancel_grace: float = 10.0
+    #: Jobs of this queue ``processing`` at once, counted across every replica (None: no limit).
+    global_concurrency: int | None = None
+    #: Claims per window across every replica: ``"100/s"``, ``"20/m"``, ``"500/h"``.
+    rate_limit: str | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
+        check_limit(f"queue {self.name}: global_concurrency", self.global_concurrency)
+        if self.rate_limit is not None:
+            parse_rate(f"queue {self.name}: rate_limit", self.rate_limit)
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise ConfigError(f"queue {self.name}: concurrency must be an int")
         if not 1 <= self.concurrency <= 1000:
@@ -83,6 +91,12 @@ class TaskSpec:
     backoff: Backoff = field(default_factory=Backoff)
     priority: int = 0
     upcasters: Mapping[int, Callable[[dict], dict]] = field(default_factory=dict)
+    #: Jobs with one concurrency key ``processing`` at once, cluster-wide (None: no limit).
+    concurrency_limit: int | None = None
+    #: The concurrency key of a job enqueued without one, from its payload (default: the name).
+    concurrency_key: Callable[[Mapping[str, Any]], str] | None = None
+    #: Claims per window per concurrency key (``"10/s"``); None: no limit.
+    key_rate_limit: str | None = None
 
     @property
     def is_async(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from . import queries
+from . import limit_status, queries
 from .maintenance import health
 from .schema import DEAD_REASONS, STATES
 from .states import JobState
@@ -40,6 +40,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         blocked = queries.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
         paused = {row.queue: row for row in queries.list_queue_states(conn)}
+        limits = limit_status.collect(conn, {q: row.limits for q, row in paused.items()})
     queues = sorted(
         {row.queue for row in counts} | set(oldest) | set(runnable) | set(paused)
         | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
@@ -50,11 +51,19 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "source": "app" if known is not None else "live workers",
         "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked)
                    | {"suspects": suspects.get(q, 0)} | pause_json(paused.get(q))
+                   | {"limits": limits.get(q)}
                    for q in queues},
         "crons": crons,
         "workers": workers,
         "table_health": table,
     }
+
+
+def why(engine: Engine, job_id: int) -> str:
+    """The job's "why is it not running" line: the limit that holds it, if one does."""
+    with engine.connect() as conn:
+        published = {row.queue: row.limits for row in queries.list_queue_states(conn)}
+        return limit_status.why_waiting(conn, job_id, published)
 
 
 def is_queue(name: str) -> bool:
@@ -149,9 +158,11 @@ def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
     parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
     paused = render_paused(status["queues"])
+    held = limit_status.render({q: v["limits"] for q, v in status["queues"].items()
+                                if v.get("limits")})
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
-    parts += [p for p in (paused, dead, blocked) if p]
+    parts += [p for p in (paused, held, dead, blocked) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))

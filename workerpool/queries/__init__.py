@@ -8,7 +8,8 @@ the new owner's result.
 One module per phase of a job's life, each ordered the same way:
 
 - ``enqueue``: inserting jobs (one, a batch, pipelined chunks) and the wake-up NOTIFY;
-- ``claim``: LISTEN, the claim, lease renewal, checkpoints;
+- ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limited_claim``: with limits);
+- ``keys``: a key already held (its holder, an expired period);
 - ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted;
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
 - ``maintenance``: the workers registry, cron schedules, pruning;
@@ -68,7 +69,9 @@ from .enqueue import (
     insert_one,
     notify,
 )
+from .keys import holder, holders, release_expired
 from .leases import Lease
+from .limited_claim import limited_claim_statement, lock_queue, publish_limits
 from .maintenance import (
     advance_cron,
     beat_worker,
@@ -155,6 +158,8 @@ __all__ = [
     "finish_cancelled",
     "finished_per_minute",
     "give_back",
+    "holder",
+    "holders",
     "insert_job_chunks",
     "insert_jobs",
     "insert_one",
@@ -167,11 +172,13 @@ __all__ = [
     "last_analyzed",
     "lease_holder",
     "limit_time",
+    "limited_claim_statement",
     "list_crons",
     "list_dead",
     "list_queue_states",
     "list_workers",
     "lock_crons",
+    "lock_queue",
     "make_due",
     "mark_permanent",
     "notify",
@@ -180,11 +187,13 @@ __all__ = [
     "prune_finished",
     "prune_finished_statement",
     "prune_workers",
+    "publish_limits",
     "purge_dead",
     "queue_depths",
     "reclaim_from_dead_worker",
     "recover_stale",
     "register_worker",
+    "release_expired",
     "renew",
     "renew_reading_cancels",
     "replay_dead",

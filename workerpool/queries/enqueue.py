@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, func, select, text
 
 from ..errors import IdempotencyConflict
-from ..schema import jobs
+from ..schema import KEY_HELD, jobs
+from . import keys
 
 #: The channel that wakes listening workers (see ``claim.LISTEN``).
 NOTIFY_CHANNEL = "workerpool_jobs"
@@ -34,6 +35,14 @@ class NewJob(NamedTuple):
     key: str | None
     run_at: datetime | None
     delay: float | None
+    #: Counted with the jobs of the same key against its task's per-key limits.
+    concurrency_key: str | None = None
+    #: How long the key is held: None forever, "live", or "for" ``unique_for`` seconds.
+    key_scope: str | None = None
+    unique_for: float | None = None
+    #: What a taken key does: "keep" the holder, "replace" a pending holder's payload and
+    #: run_at, or "error".
+    on_conflict: str = "keep"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,25 +61,31 @@ class NewJob(NamedTuple):
 #: when asked for, rides in the same statement (delivered on commit; only if a row was inserted).
 _INSERT_SQL = """
 WITH inserted AS (
-  INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key, run_at)
+  INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key,
+                       run_at{extra})
   SELECT queue, task, payload, payload_version, priority, max_attempts, key,
-         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0)))
+         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))){extra}
   FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
-         max_attempts int, key text, run_at timestamptz, delay float8))
+         max_attempts int, key text, run_at timestamptz, delay float8{extra_types}))
        WITH ORDINALITY
-       AS t(queue, task, payload, payload_version, priority, max_attempts, key, run_at, delay, ord)
+       AS t(queue, task, payload, payload_version, priority, max_attempts, key, run_at,
+            delay{extra}, ord)
   ORDER BY ord{on_conflict}
   RETURNING id{returning}
 ){notified}
 SELECT inserted.id{returning} FROM inserted{join_notified}
 """
+#: The columns a batch row with limit options adds (a plain batch does not carry them).
+_EXTRA_COLUMNS = ", concurrency_key, key_scope"
 
 
-def _insert_statement(*, keyed: bool, notify: bool) -> Any:
+def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False) -> Any:
     return text(_INSERT_SQL.format(
         table=jobs.name,
-        on_conflict="\n  ON CONFLICT (key) DO NOTHING" if keyed else "",
+        extra=_EXTRA_COLUMNS if extended else "",
+        extra_types=", concurrency_key text, key_scope text" if extended else "",
+        on_conflict=f"\n  ON CONFLICT (key) WHERE {KEY_HELD} DO NOTHING" if keyed else "",
         returning=", key" if keyed else "",
         notified=", notified AS MATERIALIZED (SELECT pg_notify(:channel, :queues) AS sent)"
         if notify else "",
@@ -79,8 +94,8 @@ def _insert_statement(*, keyed: bool, notify: bool) -> Any:
 
 
 _INSERT_STATEMENTS = {
-    (keyed, notify): _insert_statement(keyed=keyed, notify=notify)
-    for keyed in (False, True) for notify in (False, True)
+    (keyed, notify, extended): _insert_statement(keyed=keyed, notify=notify, extended=extended)
+    for keyed in (False, True) for notify in (False, True) for extended in (False, True)
 }
 
 
@@ -93,8 +108,9 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     """
     if not rows:
         return []
-    keyed = _keyed(rows)
-    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify], _insert_params(rows, notify)).all()
+    keyed, extended = _keyed(rows), _extended(rows)
+    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify, extended],
+                            _insert_params(rows, notify)).all()
     return _ids_in_input_order(conn, rows, returned, keyed=keyed)
 
 
@@ -114,7 +130,8 @@ def insert_job_chunks(
         for rows in chunks:
             keyed = _keyed(rows)
             cursor = driver.cursor()
-            cursor.execute(_driver_sql(conn.dialect, keyed, notify), _insert_params(rows, notify))
+            cursor.execute(_driver_sql(conn.dialect, keyed, notify, _extended(rows)),
+                           _insert_params(rows, notify))
             sent.append((rows, keyed, cursor))
     ids: list[int] = []
     for rows, keyed, cursor in sent:
@@ -132,6 +149,11 @@ def _keyed(rows: Sequence[NewJob]) -> bool:
     return any(row.key is not None for row in rows)
 
 
+def _extended(rows: Sequence[NewJob]) -> bool:
+    """Whether a row carries a concurrency key or a key scope (the columns of limits)."""
+    return any(row.concurrency_key is not None or row.key_scope is not None for row in rows)
+
+
 def _insert_params(rows: Sequence[NewJob], notify: bool) -> dict[str, Any]:
     params: dict[str, Any] = {"rows": _rows_document(rows)}
     if notify:
@@ -139,10 +161,10 @@ def _insert_params(rows: Sequence[NewJob], notify: bool) -> dict[str, Any]:
     return params
 
 
-@functools.lru_cache(maxsize=8)
-def _driver_sql(dialect: Any, keyed: bool, notify: bool) -> str:
+@functools.lru_cache(maxsize=16)
+def _driver_sql(dialect: Any, keyed: bool, notify: bool, extended: bool) -> str:
     """The insert as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
-    return str(_INSERT_STATEMENTS[keyed, notify].compile(dialect=dialect))
+    return str(_INSERT_STATEMENTS[keyed, notify, extended].compile(dialect=dialect))
 
 
 def _rows_document(rows: Sequence[NewJob]) -> str:
@@ -161,23 +183,37 @@ _PLAIN_ROW_JSON = (
 )
 
 
+_EXTENDED_ROW_JSON = _ROW_JSON[:-1] + ',"concurrency_key":%s,"key_scope":%s}'
+
+
 def _row_json(row: NewJob) -> str:
+    if row.concurrency_key is not None or row.key_scope is not None:
+        return _EXTENDED_ROW_JSON % (
+            *_row_json_values(row), _json_text(row.concurrency_key), _json_text(row.key_scope))
     if row.key is None and row.run_at is None and row.delay is None:
         return _PLAIN_ROW_JSON % (
             _json_name(row.queue), _json_name(row.task), row.payload_json,
             row.payload_version, row.priority, row.max_attempts,
         )
-    return _ROW_JSON % (
+    return _ROW_JSON % _row_json_values(row)
+
+
+def _row_json_values(row: NewJob) -> tuple:
+    return (
         _json_name(row.queue),
         _json_name(row.task),
         row.payload_json,
         row.payload_version,
         row.priority,
         row.max_attempts,
-        "null" if row.key is None else json.dumps(row.key, ensure_ascii=False),
+        _json_text(row.key),
         "null" if row.run_at is None else json.dumps(row.run_at.isoformat()),
         "null" if row.delay is None else json.dumps(row.delay),
     )
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -199,10 +235,10 @@ def _ids_in_input_order(
     new_ids = _line_up(rows, ids_keys)
     missing = {row.key for row, got in zip(rows, new_ids, strict=True) if got is None}
     if missing:
-        existing = _existing_by_key(conn, missing)
+        existing = keys.holders(conn, missing)
         for index, row in enumerate(rows):
             if new_ids[index] is None:
-                new_ids[index] = _match_existing(row, existing.get(row.key))
+                new_ids[index] = keys.settle(row, existing.get(row.key))
     return new_ids  # type: ignore[return-value]
 
 
@@ -235,56 +271,87 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 
 
 def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
-    """Insert one job (and NOTIFY) in a single round trip; an existing key returns its job's id."""
-    inserted = conn.execute(_INSERT_ONE_NOTIFY if notify_queue else _INSERT_ONE, {
+    """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
+    holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
+
+    A key held for a period that is over is released (``keys.release_expired``) and the insert
+    tried once more: whoever inserts first wins on the unique index, the other sees its job.
+    """
+    statement = _INSERT_ONE_STATEMENTS[_one_shape(row), notify_queue]
+    params = _one_params(row)
+    for _ in range(2):
+        inserted = conn.execute(statement, params).scalar()
+        if inserted is not None:
+            return inserted
+        holder = keys.holder(conn, row.key)
+        if holder is not None and not holder.expired:
+            return keys.settle(row, holder)
+        if holder is not None:
+            keys.release_expired(conn, row.key)
+    raise IdempotencyConflict(f"key {row.key!r} changed hands during this enqueue; retry")
+
+
+def _one_shape(row: NewJob) -> tuple[bool, bool]:
+    """(extended, replace): whether the row has limit columns, and replaces a pending holder."""
+    return (row.concurrency_key is not None or row.key_scope is not None,
+            row.on_conflict == "replace")
+
+
+def _one_params(row: NewJob) -> dict[str, Any]:
+    params = {
         "queue": row.queue, "task": row.task, "payload": row.payload_json,
         "payload_version": row.payload_version, "priority": row.priority,
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
         "delay": row.delay, "channel": NOTIFY_CHANNEL,
-    }).scalar()
-    if inserted is not None:
-        return inserted
-    return _match_existing(row, _existing_by_key(conn, {row.key}).get(row.key))
+    }
+    if row.concurrency_key is not None or row.key_scope is not None:
+        params.update(concurrency_key=row.concurrency_key, key_scope=row.key_scope,
+                      unique_for=row.unique_for)
+    return params
 
 
-# insert_one: insert one job unless its key is taken. Index: uq_workerpool_jobs_key (ON CONFLICT).
-_INSERT_ONE_SQL = (
-    f"INSERT INTO {jobs.name} (queue, task, payload, payload_version, priority, max_attempts, key,"
-    " run_at) VALUES (:queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
-    " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
-    " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))))"
-    " ON CONFLICT (key) DO NOTHING RETURNING id"
+#: A pending holder of the key takes the new job's payload, run_at and priority (debounce); a
+#: holder that started, or whose period is over, is left alone (the caller then sees it).
+_REPLACE = (
+    " DO UPDATE SET payload = EXCLUDED.payload, payload_version = EXCLUDED.payload_version,"
+    " run_at = EXCLUDED.run_at, priority = EXCLUDED.priority,"
+    " concurrency_key = EXCLUDED.concurrency_key"
+    f" WHERE {jobs.name}.state = 'pending' AND {jobs.name}.task = EXCLUDED.task"
+    f" AND NOT ({jobs.name}.key_scope = 'for' AND {jobs.name}.key_expires_at <= now())"
 )
-_INSERT_ONE = text(_INSERT_ONE_SQL)
-# insert_one, notifying: the same insert and its queue's NOTIFY in one round trip.
+
+
+def _insert_one_sql(*, extended: bool, replace: bool) -> str:
+    """The one-job INSERT: plain (the common job), or with the columns of limits."""
+    columns = "queue, task, payload, payload_version, priority, max_attempts, key, run_at"
+    values = (":queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
+              " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
+              " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0)))")
+    if extended:
+        columns += ", concurrency_key, key_scope, key_expires_at"
+        values += (", :concurrency_key, :key_scope,"
+                   " now() + make_interval(secs => CAST(:unique_for AS float8))")
+    return (f"INSERT INTO {jobs.name} ({columns}) VALUES ({values})"
+            f" ON CONFLICT (key) WHERE {KEY_HELD}{_REPLACE if replace else ' DO NOTHING'}"
+            " RETURNING id")
+
+
+def _insert_one_statement(*, extended: bool, replace: bool, notify: bool) -> Any:
+    """The insert, alone or with its queue's NOTIFY in the same round trip."""
+    sql = _insert_one_sql(extended=extended, replace=replace)
+    if notify:
+        sql = (f"WITH inserted AS ({sql}) "
+               "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)")
+    return text(sql)
+
+
+# insert_one: insert one job unless its key is held (or replace a pending holder's payload).
 # Index: uq_workerpool_jobs_key (ON CONFLICT).
-_INSERT_ONE_NOTIFY = text(
-    f"WITH inserted AS ({_INSERT_ONE_SQL}) "
-    "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)"
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# keys already taken
-
-
-# existing_by_key: the jobs holding the keys an insert skipped. Index: uq_workerpool_jobs_key.
-def _existing_by_key(conn: Connection, keys: set[str]) -> dict[str, Any]:
-    stmt = select(jobs.c.key, jobs.c.id, jobs.c.task, jobs.c.payload).where(
-        jobs.c.key.in_(sorted(keys))
-    )
-    return {row.key: row for row in conn.execute(stmt)}
-
-
-def _match_existing(row: NewJob, existing: Any) -> int:
-    if existing is None:  # the holder of the key vanished between insert and read (pruned)
-        raise IdempotencyConflict(f"key {row.key!r} is held by a job that just disappeared; retry")
-    if existing.task != row.task or existing.payload != json.loads(row.payload_json):
-        raise IdempotencyConflict(
-            f"key {row.key!r} already belongs to job {existing.id} ({existing.task}) "
-            "with a different payload"
-        )
-    return existing.id
+_INSERT_ONE_STATEMENTS = {
+    ((extended, replace), notify): _insert_one_statement(extended=extended, replace=replace,
+                                                         notify=notify)
+    for extended in (False, True) for replace in (False, True) for notify in (False, True)
+}
 
 
 # ---------------------------------------------------------------------------------------------

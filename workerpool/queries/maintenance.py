@@ -20,10 +20,13 @@ from .planner import state_in
 
 # register_worker: insert a booting process's row (or refresh it). Index: pk_workerpool_workers.
 def register_worker(
-    conn: Connection, worker: str, *, host: str, pid: int, queue: str, tasks: Mapping[str, int]
+    conn: Connection, worker: str, *, host: str, pid: int, queue: str, tasks: Mapping[str, int],
+    capacity: int | None = None,
 ) -> None:
-    """A child process announces itself (one row per process boot)."""
-    stmt = insert(workers).values(id=worker, host=host, pid=pid, queue=queue, tasks=dict(tasks))
+    """A child process announces itself (one row per process boot), with the number of jobs it
+    may hold at once if it claims (``capacity``)."""
+    stmt = insert(workers).values(id=worker, host=host, pid=pid, queue=queue, tasks=dict(tasks),
+                                  capacity=capacity)
     conn.execute(stmt.on_conflict_do_update(index_elements=[workers.c.id],
                                             set_={"last_seen": func.now()}))
 

@@ -36,7 +36,7 @@ from ..states import JobState
 PLANNER_SETTINGS: dict[str, str] = {"enable_sort": "off", "enable_bitmapscan": "off"}
 
 
-def state_in(*states: JobState) -> Any:
+def state_in(*states: JobState, table: Any = jobs) -> Any:
     """``state IN (...)`` with the states as literals, never parameters.
 
     The partial indexes are defined on these literals: with parameters, a generic plan (what a
@@ -45,4 +45,5 @@ def state_in(*states: JobState) -> Any:
     """
     assert set(states) <= set(JobState), states  # constants of this package, never input
     values = [literal_column(f"'{state}'") for state in states]
-    return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
+    column = table.c.state
+    return column == values[0] if len(values) == 1 else column.in_(values)

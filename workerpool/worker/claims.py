@@ -15,6 +15,7 @@ from sqlalchemy import Connection
 
 from .. import metrics, queries
 from ..errors import Permanent
+from ..limits import claim_limits
 from ..outcome import classify
 from ..pool import QueueSpec, TaskSpec
 from .counters import Counters
@@ -38,6 +39,10 @@ class Claims:
         self.on_claim = on_claim
         self.capacity = spec.concurrency + spec.prefetch  # jobs held at most
         self.refill = max(1, spec.prefetch // 2)  # claim no fewer while slots are busy
+        self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
+        self._published = False  # the limits, in the queue's row, for `workerpool status`
+        self._key_cursor = ""  # where the next per-key claim's key spread resumes
+        self._shared = False  # the last claim found the limits out of the fleet's reach
 
     def busy(self) -> int:
         """Jobs held once the waiting outcomes are written: running (timed-out ones too),
@@ -71,8 +76,10 @@ class Claims:
         is one autocommit statement (one round trip). Nothing changes in memory before the
         commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
         """
+        if not self._published:
+            self._publish_limits()
         batch = list(self.outcomes.unwritten)
-        if batch or self.session.pooled:
+        if batch or self.session.pooled or self.limits:  # a limited claim holds a lock
             with self.session.transaction() as conn:
                 states = self.outcomes.record(conn, batch) if batch else {}
                 rows = self._claim(conn)
@@ -80,6 +87,8 @@ class Claims:
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
         self.outcomes.written(batch, states)
+        if self.limits:
+            self._after_limited_claim(rows)
         metrics.record.claimed(self.queue, rows)
         if len(rows) > 1:  # the buffer is FIFO: hand jobs out in the claim's order
             rows.sort(key=_claim_order)
@@ -92,7 +101,23 @@ class Claims:
     def _claim(self, conn: Connection) -> list[Any]:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,
                              limit=self.free_slots(), task_versions=self.task_versions,
-                             stale_after=self.stale_after, alone=self.busy() == 0)
+                             stale_after=self.stale_after, alone=self.busy() == 0,
+                             limits=self.limits, key_cursor=self._key_cursor,
+                             shared=self._shared)
+
+    def _after_limited_claim(self, rows: list[Any]) -> None:
+        """The next claim's lock (shared while the limits are out of reach: an empty claim
+        cannot say, so it goes exclusive) and its key cursor (back to the first key after an
+        empty claim)."""
+        self._shared = bool(rows) and all(row.limits_safe for row in rows)
+        if self.limits.keys:
+            self._key_cursor = max((row.concurrency_key or "" for row in rows), default="")
+
+    def _publish_limits(self) -> None:
+        with self.session.transaction() as conn:
+            queries.publish_limits(conn, self.queue,
+                                   self.limits.as_json() if self.limits else None)
+        self._published = True
 
     def _start(self, row: Any) -> None:
         """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""

@@ -31,11 +31,12 @@ class Leases:
 
     def __init__(self, session: Session, flights: Flights, counters: Counters, *,
                  worker_id: str, queue: str, task_versions: dict[str, int], stale_after: float,
-                 orphans: tuple[str, ...], renew: bool) -> None:
+                 orphans: tuple[str, ...], renew: bool, capacity: int | None = None) -> None:
         self.session, self.flights, self.counters = session, flights, counters
         self.worker_id, self.queue, self.task_versions = worker_id, queue, task_versions
         self.orphans, self.stale_after = list(orphans), stale_after
         self.renew = renew  # False: a test fault, leases run out while their jobs run
+        self.capacity = capacity  # jobs held at most, registered for the limited claim
         # also the beat of the workers registry: `workerpool status` needs one every few seconds
         self.every = min(stale_after / 3, REGISTRY_BEAT)
         self.registered = False
@@ -53,7 +54,8 @@ class Leases:
             return []
         with self.session.transaction() as conn:
             queries.register_worker(conn, self.worker_id, host=socket.gethostname(),
-                                    pid=os.getpid(), queue=self.queue, tasks=self.task_versions)
+                                    pid=os.getpid(), queue=self.queue, tasks=self.task_versions,
+                                    capacity=self.capacity)
             dead = release_orphans(conn, self.orphans).dead
         self.orphans.clear()
         self.registered = True

@@ -93,7 +93,8 @@ class Worker:
                                  prefetch=self.spec.prefetch)
         self.leases = Leases(self.session, self.flights, self.counters, worker_id=self.id,
                              queue=queue, task_versions=self.task_versions,
-                             stale_after=self.stale_after, orphans=orphans, renew=renew_leases)
+                             stale_after=self.stale_after, orphans=orphans, renew=renew_leases,
+                             capacity=self.spec.concurrency + self.spec.prefetch)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
         self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
         self.leases.on_cancelled = self.cancels.ask

@@ -1,0 +1,45 @@
+"""Several `workerpool run` replicas of one application, each in its own process group."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy.engine import URL
+
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import Supervisor, kill_all
+
+
+class Replicas:
+    """Starts supervisors of ``app`` on ``db_url``; ``stop()`` SIGKILLs every one of them."""
+
+    def __init__(self, app: str, db_url: URL, tmp_path: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.app, self.tmp_path = app, tmp_path
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+        self.env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+                        WORKER_CLAIM_STALE_MS="3600000", PYTHONPATH=str(ROOT),
+                        **(extra_env or {}))
+        self.running: list[Supervisor] = []
+
+    def start(self, *args: str) -> Supervisor:
+        n = len(self.running)
+        heartbeats = self.tmp_path / f"heartbeats{n}"
+        heartbeats.mkdir(mode=0o700)
+        log_path = self.tmp_path / f"replica{n}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workerpool", "run", self.app,
+                 "--heartbeat-dir", str(heartbeats), *args],
+                env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, cwd=ROOT)
+        self.running.append(Supervisor(proc, log_path, heartbeats, self.env))
+        return self.running[-1]
+
+    def stop(self) -> None:
+        kill_all(self.running, show_logs=True)
+        self.running.clear()
