@@ -35,6 +35,7 @@ class Facts:
     paused: Any | None = None  # the workerpool_queues row, or None
     workers: Sequence[Any] = field(default_factory=tuple)
     known: Mapping[str, int] | None = None  # the app's tasks → versions, if an app was given
+    limit: str | None = None  # the limit holding it back (limit_status.holding_limit), if any
 
     @property
     def live_workers(self) -> list[Any]:
@@ -128,9 +129,17 @@ def exhausted(facts: Facts) -> Reason | None:
     return Reason("exhausted", f"all {job.max_attempts} attempts are spent: no claim takes it")
 
 
+def limited(facts: Facts) -> Reason | None:
+    if facts.job.state not in DUE_STATES or facts.limit is None:
+        return None
+    return Reason("limit", f"it is held by the {facts.limit}: it starts when the limit lets it,"
+                           " without spending an attempt")
+
+
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
-CHECKS: list[Check] = [finished, running, orphaned, paused, scheduled, no_worker, exhausted]
+CHECKS: list[Check] = [finished, running, orphaned, paused, scheduled, no_worker, exhausted,
+                       limited]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:

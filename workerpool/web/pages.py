@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import queries, why
+from .. import limit_status, queries, why
 from ..errors import UnknownJob
 from ..queries import dashboard
 from ..schema import DEAD_REASONS, STATES
@@ -99,9 +99,10 @@ def job_page(request: Request) -> Response:
             raise UnknownJob(f"no job has id {job_id}")
         holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
         workers = queries.list_workers(conn)
-        paused = {r.queue: r for r in queries.list_queue_states(conn)}.get(row.queue)
+        states = {r.queue: r for r in queries.list_queue_states(conn)}
+        limit = limit_status.holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
     known = pool.task_versions(row.queue) if pool.tasks else None
-    reasons = why.reasons(why.Facts(row, row.now, paused, workers, known))
+    reasons = why.reasons(why.Facts(row, row.now, states.get(row.queue), workers, known, limit))
     return render(request, "job.html", {
         "job": row, "holder": holder, "reasons": reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
