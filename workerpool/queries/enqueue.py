@@ -37,6 +37,16 @@ class NewJob(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------
+# the trace context: one value per statement (every job of one enqueue call shares its caller's
+# span), JSON text from workerpool.tracing or NULL when the enqueue is not traced
+
+
+TRACE_COLUMN = "trace_context"
+TRACE_PARAM = "trace_context"
+TRACE_VALUE = f"CAST(:{TRACE_PARAM} AS jsonb)"
+
+
+# ---------------------------------------------------------------------------------------------
 # a batch
 
 
@@ -52,9 +62,10 @@ class NewJob(NamedTuple):
 #: when asked for, rides in the same statement (delivered on commit; only if a row was inserted).
 _INSERT_SQL = """
 WITH inserted AS (
-  INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key, run_at)
+  INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key, run_at,
+                       {trace_column})
   SELECT queue, task, payload, payload_version, priority, max_attempts, key,
-         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0)))
+         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))), {trace_value}
   FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
          max_attempts int, key text, run_at timestamptz, delay float8))
@@ -70,6 +81,8 @@ SELECT inserted.id{returning} FROM inserted{join_notified}
 def _insert_statement(*, keyed: bool, notify: bool) -> Any:
     return text(_INSERT_SQL.format(
         table=jobs.name,
+        trace_column=TRACE_COLUMN,
+        trace_value=TRACE_VALUE,
         on_conflict="\n  ON CONFLICT (key) DO NOTHING" if keyed else "",
         returning=", key" if keyed else "",
         notified=", notified AS MATERIALIZED (SELECT pg_notify(:channel, :queues) AS sent)"
@@ -84,7 +97,8 @@ _INSERT_STATEMENTS = {
 }
 
 
-def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False) -> list[int]:
+def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False,
+                trace_context: str | None = None) -> list[int]:
     """Insert ``rows`` in one statement; a row whose key exists returns the existing id.
 
     With ``notify=True`` the same statement also sends the wake-up NOTIFY for the rows' queues
@@ -94,12 +108,14 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     if not rows:
         return []
     keyed = _keyed(rows)
-    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify], _insert_params(rows, notify)).all()
+    params = _insert_params(rows, notify, trace_context)
+    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify], params).all()
     return _ids_in_input_order(conn, rows, returned, keyed=keyed)
 
 
 def insert_job_chunks(
-    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False
+    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False,
+    trace_context: str | None = None,
 ) -> list[int]:
     """:func:`insert_jobs` for each chunk, all sent in one pipeline (psycopg's pipeline mode).
 
@@ -114,7 +130,8 @@ def insert_job_chunks(
         for rows in chunks:
             keyed = _keyed(rows)
             cursor = driver.cursor()
-            cursor.execute(_driver_sql(conn.dialect, keyed, notify), _insert_params(rows, notify))
+            cursor.execute(_driver_sql(conn.dialect, keyed, notify),
+                           _insert_params(rows, notify, trace_context))
             sent.append((rows, keyed, cursor))
     ids: list[int] = []
     for rows, keyed, cursor in sent:
@@ -132,8 +149,9 @@ def _keyed(rows: Sequence[NewJob]) -> bool:
     return any(row.key is not None for row in rows)
 
 
-def _insert_params(rows: Sequence[NewJob], notify: bool) -> dict[str, Any]:
-    params: dict[str, Any] = {"rows": _rows_document(rows)}
+def _insert_params(rows: Sequence[NewJob], notify: bool, trace_context: str | None
+                   ) -> dict[str, Any]:
+    params: dict[str, Any] = {"rows": _rows_document(rows), TRACE_PARAM: trace_context}
     if notify:
         params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
     return params
@@ -234,13 +252,14 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 # one job
 
 
-def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
+def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
+               trace_context: str | None = None) -> int:
     """Insert one job (and NOTIFY) in a single round trip; an existing key returns its job's id."""
     inserted = conn.execute(_INSERT_ONE_NOTIFY if notify_queue else _INSERT_ONE, {
         "queue": row.queue, "task": row.task, "payload": row.payload_json,
         "payload_version": row.payload_version, "priority": row.priority,
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
-        "delay": row.delay, "channel": NOTIFY_CHANNEL,
+        "delay": row.delay, "channel": NOTIFY_CHANNEL, TRACE_PARAM: trace_context,
     }).scalar()
     if inserted is not None:
         return inserted
@@ -250,9 +269,9 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
 # insert_one: insert one job unless its key is taken. Index: uq_workerpool_jobs_key (ON CONFLICT).
 _INSERT_ONE_SQL = (
     f"INSERT INTO {jobs.name} (queue, task, payload, payload_version, priority, max_attempts, key,"
-    " run_at) VALUES (:queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
-    " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
-    " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))))"
+    f" run_at, {TRACE_COLUMN}) VALUES (:queue, :task, CAST(:payload AS jsonb), :payload_version,"
+    " :priority, :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
+    f" now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))), {TRACE_VALUE})"
     " ON CONFLICT (key) DO NOTHING RETURNING id"
 )
 _INSERT_ONE = text(_INSERT_ONE_SQL)

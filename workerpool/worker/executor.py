@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import queries
+from .. import queries, tracing
 from ..errors import LeaseLost
 from ..jobs import Job
 from ..outcome import CANCELLED, Outcome, classify, error_entry, upcast
@@ -144,8 +144,9 @@ class Executor:
     def _execute(self, flight: InFlight, row: Any) -> None:
         if not self._begin(flight):
             return
+        span = tracing.run_span(row)  # None unless OpenTelemetry is installed
         try:
-            exc = self._call(flight, self._job(flight, row))
+            exc = self._call(flight, self._job(flight, row), span)
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
         flight.ran = time.monotonic() - flight.started
@@ -157,7 +158,10 @@ class Executor:
                                           worker=self.worker_id), delay=60.0)
         if flight.cancel.is_set():  # asked to stop: whatever it returned or raised
             outcome = CANCELLED
-        late = flight.transition(Step.RETURN) in OVERDUE_STATES  # decided without it
+        state = flight.transition(Step.RETURN)
+        late = state in OVERDUE_STATES  # decided without it
+        if span is not None:
+            span.finish(state.value if late else outcome.kind.value, exc)
         self._returned(flight, None if late else outcome)
 
     def _job(self, flight: InFlight, row: Any) -> Job:
@@ -167,10 +171,13 @@ class Executor:
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
                             payload=payload, cancel=flight.cancel)
 
-    def _call(self, flight: InFlight, job: Job) -> BaseException | None:
+    def _call(self, flight: InFlight, job: Job, span: tracing.RunSpan | None
+              ) -> BaseException | None:
         try:
             result = flight.spec.fn(job)
             if inspect.isawaitable(result):
+                if span is not None:  # the loop thread does not see this thread's context
+                    result = tracing.in_context(span.context(), result)
                 self._await(flight, result)
         except BaseException as exc:
             return exc

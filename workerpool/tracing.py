@@ -1,0 +1,155 @@
+"""OpenTelemetry traces across the queue: the enqueuer's trace continues in the worker.
+
+An enqueue runs in a ``workerpool.enqueue`` span (kind PRODUCER) whose W3C trace context
+(``traceparent``/``tracestate``, as :func:`opentelemetry.propagate.inject` writes them) is stored
+with the job. The worker parents each attempt's ``workerpool.run`` span (kind CONSUMER) on it, so
+the request that enqueued a job and the handler that ran it are one trace.
+
+Only ``opentelemetry-api`` is needed (``pip install 'workerpool[otel]'``); the application
+configures the SDK, exporters and sampling as it would for any other library. Without the API
+installed, :data:`ENABLED` is False, the import below is the whole cost, and every function here
+returns at once: no span, no context stored (the column stays NULL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError:  # the [otel] extra is not installed: tracing is off, at no cost
+    ENABLED = False
+else:
+    ENABLED = True
+
+logger = logging.getLogger("workerpool.tracing")
+
+SYSTEM = "workerpool"
+#: Span attribute names (``messaging.*`` from OpenTelemetry's messaging conventions).
+QUEUE, TASK, JOB_ID = "workerpool.queue", "workerpool.task", "workerpool.job.id"
+ATTEMPT, OUTCOME, COUNT = "workerpool.attempt", "workerpool.outcome", "workerpool.job.count"
+
+#: Outcomes that mean the attempt failed (the span's status is ERROR).
+FAILED_OUTCOMES = frozenset({"fail", "permanent", "timed_out", "abandoned"})
+
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext(None)
+
+
+def _tracer() -> Any:
+    # Looked up per span, not at import: the application may install its TracerProvider after
+    # importing workerpool (a ProxyTracer would resolve too, but only through the global one).
+    return trace.get_tracer("workerpool")
+
+
+# -- the enqueue side ----------------------------------------------------------------------------
+
+
+def enqueue_span(queue: str | None, task: str | None, count: int = 1
+                 ) -> contextlib.AbstractContextManager[str | None]:
+    """A ``workerpool.enqueue`` span around a write; yields the trace context to store (JSON
+    text for the ``trace_context`` column), or None when there is no trace to continue."""
+    if not ENABLED:
+        return _NO_SPAN
+    return _enqueue_span(queue, task, count)
+
+
+@contextlib.contextmanager
+def _enqueue_span(queue: str | None, task: str | None, count: int) -> Iterator[str | None]:
+    attributes: dict[str, Any] = {"messaging.system": SYSTEM,
+                                  "messaging.operation.type": "send", COUNT: count}
+    if queue is not None:
+        attributes.update({QUEUE: queue, "messaging.destination.name": queue})
+    if task is not None:
+        attributes[TASK] = task
+    with _tracer().start_as_current_span("workerpool.enqueue", kind=SpanKind.PRODUCER,
+                                         attributes=attributes):
+        yield current_context()
+
+
+def current_context() -> str | None:
+    """The current span's W3C trace context as JSON text, or None (no valid span, or off)."""
+    if not ENABLED:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return json.dumps(carrier, separators=(",", ":")) if carrier else None
+
+
+# -- the worker side -----------------------------------------------------------------------------
+
+
+class RunSpan:
+    """The ``workerpool.run`` span of one attempt, current on the handler's thread while it runs.
+
+    ``finish(outcome, exc)`` records how the attempt ended: the outcome attribute (an
+    :class:`~workerpool.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when the worker
+    decided the attempt without the handler), the exception (as a span event with its traceback)
+    and an ERROR status for a failure.
+    """
+
+    def __init__(self, row: Any) -> None:
+        parent = _extract(getattr(row, "trace_context", None))
+        attributes = {
+            "messaging.system": SYSTEM, "messaging.operation.type": "process",
+            "messaging.destination.name": row.queue, "messaging.message.id": str(row.id),
+            QUEUE: row.queue, TASK: row.task, JOB_ID: row.id, ATTEMPT: row.attempts,
+        }
+        self._span = _tracer().start_span("workerpool.run", context=parent,
+                                          kind=SpanKind.CONSUMER, attributes=attributes)
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def context(self) -> Any:
+        """The OpenTelemetry context holding this span (for an ``async def`` handler's task)."""
+        return otel_context.get_current()
+
+    def finish(self, outcome: str, exc: BaseException | None) -> None:
+        span = self._span
+        try:
+            span.set_attribute(OUTCOME, outcome)
+            if exc is not None:
+                span.record_exception(exc, escaped=False)
+            if outcome in FAILED_OUTCOMES:
+                span.set_status(Status(StatusCode.ERROR, _describe(exc, outcome)))
+        except Exception:  # e.g. an exception whose __str__ raises: the outcome matters more
+            logger.warning("could not record the outcome on the run span", exc_info=True,
+                           extra={"event": "trace_record_failed"})
+        finally:
+            otel_context.detach(self._token)
+            span.end()
+
+
+def run_span(row: Any) -> RunSpan | None:
+    """Start the run span of a claimed row (None when tracing is off)."""
+    return RunSpan(row) if ENABLED else None
+
+
+async def in_context(ctx: Any, awaitable: Any) -> Any:
+    """Await ``awaitable`` with ``ctx`` as the current OpenTelemetry context: an ``async def``
+    handler runs on the worker's event loop thread, where the run span is not current."""
+    token = otel_context.attach(ctx)
+    try:
+        return await awaitable
+    finally:
+        otel_context.detach(token)
+
+
+def _describe(exc: BaseException | None, outcome: str) -> str:
+    if exc is None:
+        return outcome
+    try:
+        return f"{type(exc).__name__}: {exc}"[:500]
+    except Exception:  # its __str__ raised
+        return type(exc).__name__
+
+
+def _extract(stored: Any) -> Any:
+    """The parent context from a stored ``trace_context`` (a dict from JSONB), or None."""
+    if not stored or not isinstance(stored, dict):
+        return None
+    return propagate.extract({str(k): str(v) for k, v in stored.items()})
