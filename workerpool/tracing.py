@@ -8,7 +8,9 @@ the request that enqueued a job and the handler that ran it are one trace.
 Only ``opentelemetry-api`` is needed (``pip install 'workerpool[otel]'``); the application
 configures the SDK, exporters and sampling as it would for any other library. Without the API
 installed, :data:`ENABLED` is False, the import below is the whole cost, and every function here
-returns at once: no span, no context stored (the column stays NULL).
+returns at once: no span, no context stored (the column stays NULL). With the API but no SDK
+(no tracer provider set), no span is made either; an enqueue only passes on a context that is
+already current (one extracted from an incoming request, say).
 """
 
 from __future__ import annotations
@@ -41,10 +43,22 @@ FAILED_OUTCOMES = frozenset({"fail", "permanent", "timed_out", "abandoned"})
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext(None)
 
 
+_TRACER: Any = None
+
+
 def _tracer() -> Any:
-    # Looked up per span, not at import: the application may install its TracerProvider after
-    # importing workerpool (a ProxyTracer would resolve too, but only through the global one).
-    return trace.get_tracer("workerpool")
+    # Made on first use: a tracer got before the application sets its provider is a ProxyTracer,
+    # which follows the global provider once one is set.
+    global _TRACER
+    if _TRACER is None:
+        _TRACER = trace.get_tracer("workerpool")
+    return _TRACER
+
+
+def _recording() -> bool:
+    """Whether an SDK (any real provider) is installed: until then the API's spans record
+    nothing, and a span is not worth its cost (an enqueue still passes the current context on)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 # -- the enqueue side ----------------------------------------------------------------------------
@@ -56,6 +70,8 @@ def enqueue_span(queue: str | None, task: str | None, count: int = 1
     text for the ``trace_context`` column), or None when there is no trace to continue."""
     if not ENABLED:
         return _NO_SPAN
+    if not _recording():  # e.g. a context extracted from a request, with no SDK to record
+        return contextlib.nullcontext(current_context())
     return _enqueue_span(queue, task, count)
 
 
@@ -125,8 +141,8 @@ class RunSpan:
 
 
 def run_span(row: Any) -> RunSpan | None:
-    """Start the run span of a claimed row (None when tracing is off)."""
-    return RunSpan(row) if ENABLED else None
+    """Start the run span of a claimed row (None when tracing is off or records nothing)."""
+    return RunSpan(row) if ENABLED and _recording() else None
 
 
 async def in_context(ctx: Any, awaitable: Any) -> Any:
