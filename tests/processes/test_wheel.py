@@ -4,7 +4,8 @@ healthcheck, and the demo. Also what the wheel must carry: the migrations, py.ty
 package, the console script, the pytest plugin and the extras.
 
 One test, one slow file of its own (xdist spreads files): ~30 s, most of it pip resolving the
-runtime dependencies from the machine's package index.
+runtime dependencies from the machine's package index. `[embedded]` and the demo on its own
+PostgreSQL: test_wheel_embedded.py.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 import email.parser
 import os
 import secrets
-import shutil
 import signal
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import psycopg
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
+from tests.processes.wheel import build_wheel, fresh_venv, user_env
 
 APP = '''
 from workerpool import WorkerPool
@@ -36,28 +36,6 @@ pool.queue("w", poll_interval=0.1, drain_timeout=1)
 def touch(job):
     pass
 '''
-#: Skipped when copying the tree to build from: caches and earlier build output.
-IGNORED = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "dist")
-
-
-def build_wheel(tmp: Path) -> Path:
-    source = tmp / "source"
-    shutil.copytree(ROOT, source, ignore=IGNORED)  # the build writes build/ into its source
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist",
-                    source], check=True, capture_output=True, timeout=120)
-    (wheel,) = (tmp / "dist").glob("workerpool-*.whl")
-    return wheel
-
-
-def fresh_venv(tmp: Path, wheel: Path) -> Path:
-    venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
-    # This venv's pip installs into the new one (--python): no ensurepip, same index settings.
-    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
-                    "-q", wheel], check=True, capture_output=True, timeout=180)
-    return venv
-
-
 def check_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     versions = {Path(n).name for n in names if n.startswith("workerpool/_alembic/versions/")}
@@ -82,14 +60,12 @@ def check_contents(wheel: Path) -> None:
 def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_path):
     wheel = build_wheel(tmp_path)
     check_contents(wheel)
-    venv = fresh_venv(tmp_path, wheel)
+    venv = fresh_venv(tmp_path, str(wheel))
     app_dir = tmp_path / "app"
     app_dir.mkdir()
     (app_dir / "wheelapp.py").write_text(APP)
     url = empty_db_url.render_as_string(hide_password=False)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKERPOOL_", "WORKER_", "PYTHON"))}
-    env.update(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(app_dir))
+    env = user_env(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(app_dir))
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
