@@ -120,10 +120,6 @@ class RunSpan:
                                           kind=SpanKind.CONSUMER, attributes=attributes)
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
 
-    def context(self) -> Any:
-        """The OpenTelemetry context holding this span (for an ``async def`` handler's task)."""
-        return otel_context.get_current()
-
     def finish(self, outcome: str, exc: BaseException | None) -> None:
         span = self._span
         try:
@@ -143,16 +139,6 @@ class RunSpan:
 def run_span(row: Any) -> RunSpan | None:
     """Start the run span of a claimed row (None when tracing is off or records nothing)."""
     return RunSpan(row) if ENABLED and _recording() else None
-
-
-async def in_context(ctx: Any, awaitable: Any) -> Any:
-    """Await ``awaitable`` with ``ctx`` as the current OpenTelemetry context: an ``async def``
-    handler runs on the worker's event loop thread, where the run span is not current."""
-    token = otel_context.attach(ctx)
-    try:
-        return await awaitable
-    finally:
-        otel_context.detach(token)
 
 
 def _describe(exc: BaseException | None, outcome: str) -> str:

@@ -146,7 +146,7 @@ class Executor:
             return
         span = tracing.run_span(row)  # None unless OpenTelemetry is installed
         try:
-            exc = self._call(flight, self._job(flight, row), span)
+            exc = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
         flight.ran = time.monotonic() - flight.started
@@ -171,20 +171,20 @@ class Executor:
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
                             payload=payload, cancel=flight.cancel)
 
-    def _call(self, flight: InFlight, job: Job, span: tracing.RunSpan | None
-              ) -> BaseException | None:
+    def _call(self, flight: InFlight, job: Job) -> BaseException | None:
         try:
             result = flight.spec.fn(job)
             if inspect.isawaitable(result):
-                if span is not None:  # the loop thread does not see this thread's context
-                    result = tracing.in_context(span.context(), result)
                 self._await(flight, result)
         except BaseException as exc:
             return exc
         return None
 
     def _await(self, flight: InFlight, awaitable: Any) -> None:
-        """Run an ``async def`` handler on the worker's event loop; many overlap there."""
+        """Run an ``async def`` handler on the worker's event loop; many overlap there.
+
+        Its task runs in a copy of this thread's context (``call_soon_threadsafe`` copies it),
+        so the run span current here is current in the handler too."""
         future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
         if flight.hold_future(future) or flight.cancel.is_set():
             future.cancel()
