@@ -1,7 +1,7 @@
 """What the package imports, it declares: each third-party module imported by the shipped code
-(workerpool, workerpool_demo, the migrations) comes from a runtime dependency, or from an extra
-that is not `dev` (then the import is guarded: inside a function or a try, so that the package
-still imports without it). pytest is imported by the pytest plugin only, which pytest loads."""
+(workerpool, workerpool_demo, the migrations) comes from a runtime dependency or from an extra
+that is not `dev`. pytest is imported by the pytest plugin only, which pytest loads. (That the
+CLI runs with no extra installed is test_wheel.py's: it runs it from a venv without them.)"""
 
 from __future__ import annotations
 
@@ -29,22 +29,20 @@ def declared() -> tuple[set[str], dict[str, set[str]]]:
     return {_name(r) for r in project["dependencies"]}, extras
 
 
-def imports(path: Path) -> list[tuple[str, bool]]:
-    """(top-level module, guarded) for each import of a file, TYPE_CHECKING blocks left out."""
-    found: list[tuple[str, bool]] = []
-
-    def visit(node: ast.AST, guarded: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if isinstance(child, ast.Import):
-                found.extend((a.name.split(".")[0], guarded) for a in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                found.append((child.module.split(".")[0], guarded))
-            inner = guarded or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Try)
-            visit(child, inner)
-
-    visit(ast.parse(path.read_text()), False)
+def imports(path: Path) -> list[str]:
+    """The top-level module of each import of a file (TYPE_CHECKING blocks left out)."""
+    found: list[str] = []
+    stack: list[ast.AST] = [ast.parse(path.read_text())]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            found.extend(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module.split(".")[0])
+        stack.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -56,7 +54,7 @@ def test_every_third_party_import_is_declared():
     for root in SHIPPED:
         for path in sorted(root.rglob("*.py")):
             where = path.relative_to(ROOT).as_posix()
-            for module, guarded in imports(path):
+            for module in imports(path):
                 if module in sys.stdlib_module_names or module in OURS or module == "__future__":
                     continue
                 if module == "pytest" and where in LOADED_BY_PYTEST:
@@ -64,10 +62,9 @@ def test_every_third_party_import_is_declared():
                 names = {_name(d) for d in dists.get(module, [module])}
                 if names & core:
                     continue
-                if names & optional and guarded:
+                if names & optional:
                     continue
-                problems.append(f"{where}: {module} ({'guarded' if guarded else 'unguarded'}) "
-                                f"is in no runtime dependency{'' if guarded else ' or extra'}")
+                problems.append(f"{where}: {module} is in no runtime dependency or extra")
     assert problems == []
 
 
