@@ -141,6 +141,25 @@ def run_span(row: Any) -> RunSpan | None:
     return RunSpan(row) if ENABLED and _recording() else None
 
 
+#: How long a child process waits for its buffered spans to export when it exits (milliseconds).
+FLUSH_TIMEOUT_MS = 2000
+
+
+def flush(timeout_millis: int = FLUSH_TIMEOUT_MS) -> None:
+    """Export the spans a processor still buffers (a BatchSpanProcessor's). A worker child ends
+    with ``os._exit``, which runs no atexit hook: without this its last spans would be lost."""
+    if not ENABLED or not _recording():
+        return
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is None:
+        return
+    try:
+        force_flush(timeout_millis)
+    except Exception:  # an exporter's failure must not change how the child exits
+        logger.warning("could not flush the spans at exit", exc_info=True,
+                       extra={"event": "trace_flush_failed"})
+
+
 def _describe(exc: BaseException | None, outcome: str) -> str:
     if exc is None:
         return outcome

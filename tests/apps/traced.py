@@ -2,9 +2,11 @@
 
 When ``TEST_SPANS_FILE`` is set (in the `workerpool run` subprocess), importing this module
 installs an SDK TracerProvider whose exporter appends each finished span to that file as one JSON
-line: the test process reads what the worker's child processes exported. SimpleSpanProcessor
-exports on the thread that ends the span, so a span is in the file before its job's outcome is
-written, and there is no exporter thread to carry across the supervisor's fork.
+line: the test process reads what the worker's child processes exported.
+
+The processor is a BatchSpanProcessor, as in production, set up in the supervisor before it forks
+(the SDK restarts its export thread in each child), with a schedule far longer than the test: the
+spans reach the file only when a child flushes them as it exits.
 """
 
 from __future__ import annotations
@@ -84,10 +86,11 @@ def span_record(span) -> dict:
 
 def _install_file_exporter(path: str) -> None:
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(path)))
+    provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(path),
+                                                   schedule_delay_millis=600_000))
     trace.set_tracer_provider(provider)
 
 
