@@ -43,14 +43,19 @@ def check_contents(wheel: Path) -> None:
     assert shipped and shipped <= versions, sorted(shipped - versions)
     assert {"workerpool/_alembic/env.py", "workerpool/_alembic/script.py.mako",
             "workerpool/py.typed", "workerpool_demo/__init__.py"} <= names
+    for folder in ("static", "templates"):  # the dashboard's vendored htmx, CSS and pages
+        files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "workerpool" / "web" / folder)
+                 .iterdir() if p.is_file()}
+        assert files and files <= names, sorted(files - names)
     assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
     info = next(n for n in names if n.endswith(".dist-info/METADATA"))
     metadata = email.parser.Parser().parsestr(zipfile.ZipFile(wheel).read(info).decode())
     extras = set(metadata.get_all("Provides-Extra"))
-    assert {"embedded", "metrics", "otel", "asyncio"} <= extras
+    assert {"embedded", "metrics", "otel", "asyncio", "web"} <= extras
     requires = metadata.get_all("Requires-Dist")
     for extra, package in (("embedded", "pgserver"), ("metrics", "prometheus_client"),
-                           ("otel", "opentelemetry-api"), ("asyncio", "SQLAlchemy[asyncio]")):
+                           ("otel", "opentelemetry-api"), ("asyncio", "SQLAlchemy[asyncio]"),
+                           ("web", "starlette")):
         assert any(r.startswith(package) and f'extra == "{extra}"' in r for r in requires), extra
     points = zipfile.ZipFile(wheel).read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "workerpool = workerpool.cli:main" in points

@@ -74,3 +74,4 @@ def test_the_extras_other_features_need():
     assert extras["metrics"] >= {"prometheus-client"}
     assert extras["otel"] == {"opentelemetry-api"}  # the API only: the app brings the SDK
     assert extras["asyncio"] >= {"sqlalchemy"}
+    assert extras["web"] >= {"starlette", "jinja2", "uvicorn"}
