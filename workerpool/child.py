@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import exitcodes, oslayer
+from . import exitcodes, oslayer, tracing
 from .config import WorkerKind, WorkerType
 from .maintenance import Maintenance, MaintenanceLoop
 from .worker import Worker
@@ -107,6 +107,8 @@ class Child:
             log.exception("%s crashed", self.worker.name,
                           extra={"event": "child_crashed", "worker": self.worker.name})
             return exitcodes.FAILURE
+        finally:
+            tracing.flush()  # the child ends in os._exit: no atexit hook exports buffered spans
 
     def _become_process(self) -> None:
         oslayer.shed_parent_state(f"workerpool: {self.worker.name}", self.close_fds)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from . import queries
+from . import queries, tracing
 from .errors import IdempotencyConflict, InvalidJob
 from .limits import job_concurrency_key, key_scope
 from .payload import check_key, dumps
@@ -99,9 +99,12 @@ def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any]
     """One job in one INSERT: in the caller's transaction on ``conn``, else in autocommit."""
     row = build_job(pool, task, payload, **options)
     if conn is not None:
-        return queries.insert_one(caller_connection(conn), row, notify_queue=pool.notify)
-    with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback needed
-        return queries.insert_one(own, row, notify_queue=pool.notify)
+        conn = caller_connection(conn)
+    with tracing.enqueue_span(row.queue, row.task) as trace:
+        if conn is not None:
+            return queries.insert_one(conn, row, notify_queue=pool.notify, trace_context=trace)
+        with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback
+            return queries.insert_one(own, row, notify_queue=pool.notify, trace_context=trace)
 
 
 def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:
@@ -120,26 +123,29 @@ def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[in
     if conn is not None:
         conn = caller_connection(conn)
     if len(items) > INSERT_CHUNK and (conn is None or queries.can_pipeline(conn)):
-        return _write_chunks(pool, items, conn)
+        with tracing.enqueue_span(None, None, len(items)) as trace:
+            return _write_chunks(pool, items, conn, trace)
     rows = _build_rows(pool, items, {})
-    if conn is not None:
-        return queries.insert_jobs(conn, rows, notify=pool.notify)
-    if all(row.key is None for row in rows):  # no key, no conflict: nothing to roll back
-        with single_statement(pool.engine) as own:
-            return queries.insert_jobs(own, rows, notify=pool.notify)
-    with pool.engine.begin() as own:  # a taken key may raise after new rows are in
-        return queries.insert_jobs(own, rows, notify=pool.notify)
+    with tracing.enqueue_span(None, None, len(rows)) as trace:
+        if conn is not None:
+            return queries.insert_jobs(conn, rows, notify=pool.notify, trace_context=trace)
+        if all(row.key is None for row in rows):  # no key, no conflict: nothing to roll back
+            with single_statement(pool.engine) as own:
+                return queries.insert_jobs(own, rows, notify=pool.notify, trace_context=trace)
+        with pool.engine.begin() as own:  # a taken key may raise after new rows are in
+            return queries.insert_jobs(own, rows, notify=pool.notify, trace_context=trace)
 
 
-def _write_chunks(pool: Registry, items: list[Any], conn: Connection | None) -> list[int]:
+def _write_chunks(pool: Registry, items: list[Any], conn: Connection | None,
+                  trace: str | None) -> list[int]:
     seen: dict[str, queries.NewJob] = {}
     chunks = (_build_rows(pool, items[start:end], seen)
               for start, end in _chunk_bounds(len(items)))
     if conn is None:
         with single_statement(pool.engine) as own, atomically(own):
-            return queries.insert_job_chunks(own, chunks, notify=pool.notify)
+            return queries.insert_job_chunks(own, chunks, notify=pool.notify, trace_context=trace)
     with atomically(conn):
-        return queries.insert_job_chunks(conn, chunks, notify=pool.notify)
+        return queries.insert_job_chunks(conn, chunks, notify=pool.notify, trace_context=trace)
 
 
 def _build_rows(pool: Registry, items: list[Any], seen: dict[str, queries.NewJob]
@@ -254,11 +260,13 @@ async def enqueue_one_async(pool: Registry, task: str | Callable,
     if conn is not None:
         conn = caller_async_connection(conn)
     row = build_job(pool, task, payload, **options)
-    write = functools.partial(queries.insert_one, row=row, notify_queue=pool.notify)
-    if conn is not None:
-        return await conn.run_sync(write)
-    async with pool.async_engine.begin() as own:
-        return await own.run_sync(write)
+    with tracing.enqueue_span(row.queue, row.task) as trace:
+        write = functools.partial(queries.insert_one, row=row, notify_queue=pool.notify,
+                                  trace_context=trace)
+        if conn is not None:
+            return await conn.run_sync(write)
+        async with pool.async_engine.begin() as own:
+            return await own.run_sync(write)
 
 
 async def enqueue_batch_async(pool: Registry, jobs: Any, conn: Any) -> list[int]:
@@ -269,8 +277,10 @@ async def enqueue_batch_async(pool: Registry, jobs: Any, conn: Any) -> list[int]
     rows = build_batch(pool, jobs)
     if not rows:
         return []
-    write = functools.partial(queries.insert_jobs, rows=rows, notify=pool.notify)
-    if conn is not None:
-        return await conn.run_sync(write)
-    async with pool.async_engine.begin() as own:  # a taken key may raise after new rows are in
-        return await own.run_sync(write)
+    with tracing.enqueue_span(None, None, len(rows)) as trace:
+        write = functools.partial(queries.insert_jobs, rows=rows, notify=pool.notify,
+                                  trace_context=trace)
+        if conn is not None:
+            return await conn.run_sync(write)
+        async with pool.async_engine.begin() as own:  # a taken key may raise after rows are in
+            return await own.run_sync(write)

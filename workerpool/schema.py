@@ -99,6 +99,9 @@ jobs = Table(
     # An operator asked a running job to stop: who, why and when ({"by", "reason", "at"}). Its
     # owner sees it (notification or lease renewal) and the row ends ``cancelled``.
     Column("cancel_request", JSONB),
+    # The enqueuer's W3C trace context ({"traceparent", "tracestate"}), the parent of the
+    # worker's run span (workerpool.tracing); NULL when the enqueue was not traced.
+    Column("trace_context", JSONB),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "

@@ -49,6 +49,7 @@ CLAIM_COLUMNS = (
     jobs.c.run_at,
     jobs.c.claimed_at,
     jobs.c.crashes,  # above 0: a suspect, to run alone
+    jobs.c.trace_context,  # the parent of the run span (workerpool.tracing)
 )
 
 

@@ -46,6 +46,16 @@ class NewJob(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------
+# the trace context: one value per statement (every job of one enqueue call shares its caller's
+# span), JSON text from workerpool.tracing or NULL when the enqueue is not traced
+
+
+TRACE_COLUMN = "trace_context"
+TRACE_PARAM = "trace_context"
+TRACE_VALUE = f"CAST(:{TRACE_PARAM} AS jsonb)"
+
+
+# ---------------------------------------------------------------------------------------------
 # a batch
 
 
@@ -62,9 +72,10 @@ class NewJob(NamedTuple):
 _INSERT_SQL = """
 WITH inserted AS (
   INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key,
-                       run_at{extra})
+                       run_at, {trace_column}{extra})
   SELECT queue, task, payload, payload_version, priority, max_attempts, key,
-         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))){extra}
+         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))),
+         {trace_value}{extra}
   FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
          max_attempts int, key text, run_at timestamptz, delay float8{extra_types}))
@@ -83,6 +94,8 @@ _EXTRA_COLUMNS = ", concurrency_key, key_scope"
 def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False) -> Any:
     return text(_INSERT_SQL.format(
         table=jobs.name,
+        trace_column=TRACE_COLUMN,
+        trace_value=TRACE_VALUE,
         extra=_EXTRA_COLUMNS if extended else "",
         extra_types=", concurrency_key text, key_scope text" if extended else "",
         on_conflict=f"\n  ON CONFLICT (key) WHERE {KEY_HELD} DO NOTHING" if keyed else "",
@@ -99,7 +112,8 @@ _INSERT_STATEMENTS = {
 }
 
 
-def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False) -> list[int]:
+def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False,
+                trace_context: str | None = None) -> list[int]:
     """Insert ``rows`` in one statement; a row whose key exists returns the existing id.
 
     With ``notify=True`` the same statement also sends the wake-up NOTIFY for the rows' queues
@@ -110,12 +124,13 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
         return []
     keyed, extended = _keyed(rows), _extended(rows)
     returned = conn.execute(_INSERT_STATEMENTS[keyed, notify, extended],
-                            _insert_params(rows, notify)).all()
+                            _insert_params(rows, notify, trace_context)).all()
     return _ids_in_input_order(conn, rows, returned, keyed=keyed)
 
 
 def insert_job_chunks(
-    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False
+    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False,
+    trace_context: str | None = None,
 ) -> list[int]:
     """:func:`insert_jobs` for each chunk, all sent in one pipeline (psycopg's pipeline mode).
 
@@ -131,7 +146,7 @@ def insert_job_chunks(
             keyed = _keyed(rows)
             cursor = driver.cursor()
             cursor.execute(_driver_sql(conn.dialect, keyed, notify, _extended(rows)),
-                           _insert_params(rows, notify))
+                           _insert_params(rows, notify, trace_context))
             sent.append((rows, keyed, cursor))
     ids: list[int] = []
     for rows, keyed, cursor in sent:
@@ -154,8 +169,9 @@ def _extended(rows: Sequence[NewJob]) -> bool:
     return any(row.concurrency_key is not None or row.key_scope is not None for row in rows)
 
 
-def _insert_params(rows: Sequence[NewJob], notify: bool) -> dict[str, Any]:
-    params: dict[str, Any] = {"rows": _rows_document(rows)}
+def _insert_params(rows: Sequence[NewJob], notify: bool, trace_context: str | None
+                   ) -> dict[str, Any]:
+    params: dict[str, Any] = {"rows": _rows_document(rows), TRACE_PARAM: trace_context}
     if notify:
         params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
     return params
@@ -270,7 +286,8 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 # one job
 
 
-def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
+def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
+               trace_context: str | None = None) -> int:
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
     holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
 
@@ -278,7 +295,7 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
     statement = _INSERT_ONE_STATEMENTS[_one_shape(row), notify_queue]
-    params = _one_params(row)
+    params = _one_params(row, trace_context)
     for _ in range(2):
         inserted = conn.execute(statement, params).scalar()
         if inserted is not None:
@@ -297,8 +314,8 @@ def _one_shape(row: NewJob) -> tuple[bool, bool]:
             row.on_conflict == "replace")
 
 
-def _one_params(row: NewJob) -> dict[str, Any]:
-    params = {
+def _one_params(row: NewJob, trace_context: str | None) -> dict[str, Any]:
+    params = {TRACE_PARAM: trace_context,
         "queue": row.queue, "task": row.task, "payload": row.payload_json,
         "payload_version": row.payload_version, "priority": row.priority,
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
@@ -323,10 +340,11 @@ _REPLACE = (
 
 def _insert_one_sql(*, extended: bool, replace: bool) -> str:
     """The one-job INSERT: plain (the common job), or with the columns of limits."""
-    columns = "queue, task, payload, payload_version, priority, max_attempts, key, run_at"
+    columns = ("queue, task, payload, payload_version, priority, max_attempts, key, run_at,"
+               f" {TRACE_COLUMN}")
     values = (":queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
               " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
-              " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0)))")
+              f" now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))), {TRACE_VALUE}")
     if extended:
         columns += ", concurrency_key, key_scope, key_expires_at"
         values += (", :concurrency_key, :key_scope,"

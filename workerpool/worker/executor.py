@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import queries
+from .. import queries, tracing
 from ..errors import LeaseLost
 from ..jobs import Job
 from ..outcome import CANCELLED, Outcome, classify, error_entry, upcast
@@ -144,6 +144,7 @@ class Executor:
     def _execute(self, flight: InFlight, row: Any) -> None:
         if not self._begin(flight):
             return
+        span = tracing.run_span(row)  # None unless OpenTelemetry is installed
         try:
             exc = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
@@ -157,7 +158,10 @@ class Executor:
                                           worker=self.worker_id), delay=60.0)
         if flight.cancel.is_set():  # asked to stop: whatever it returned or raised
             outcome = CANCELLED
-        late = flight.transition(Step.RETURN) in OVERDUE_STATES  # decided without it
+        state = flight.transition(Step.RETURN)
+        late = state in OVERDUE_STATES  # decided without it
+        if span is not None:
+            span.finish(state.value if late else outcome.kind.value, exc)
         self._returned(flight, None if late else outcome)
 
     def _job(self, flight: InFlight, row: Any) -> Job:
@@ -177,7 +181,10 @@ class Executor:
         return None
 
     def _await(self, flight: InFlight, awaitable: Any) -> None:
-        """Run an ``async def`` handler on the worker's event loop; many overlap there."""
+        """Run an ``async def`` handler on the worker's event loop; many overlap there.
+
+        Its task runs in a copy of this thread's context (``call_soon_threadsafe`` copies it),
+        so the run span current here is current in the handler too."""
         future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
         if flight.hold_future(future) or flight.cancel.is_set():
             future.cancel()

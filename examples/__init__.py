@@ -1,0 +1,1 @@
+"""Runnable recipes: workerpool inside a web framework (docs/recipes/), each tested."""

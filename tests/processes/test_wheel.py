@@ -1,0 +1,128 @@
+"""The wheel, as a user gets it: built from the source tree, installed into a fresh venv (no
+checkout on its path), and its `workerpool` command run: --help, migrate, run with a job and
+healthcheck, and the demo. Also what the wheel must carry: the migrations, py.typed, the demo
+package, the console script, the pytest plugin and the extras.
+
+One test, one slow file of its own (xdist spreads files): ~30 s, most of it pip resolving the
+runtime dependencies from the machine's package index. `[embedded]` and the demo on its own
+PostgreSQL: test_wheel_embedded.py.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import secrets
+import signal
+import subprocess
+import zipfile
+from pathlib import Path
+
+import psycopg
+
+from tests.helpers.db import libpq
+from tests.helpers.paths import ROOT
+from tests.helpers.waiting import wait_until
+from tests.processes.wheel import build_wheel, fresh_venv, user_env
+
+APP = '''
+from workerpool import WorkerPool
+
+pool = WorkerPool()
+pool.queue("w", poll_interval=0.1, drain_timeout=1)
+
+
+@pool.task(queue="w")
+def touch(job):
+    pass
+'''
+def check_contents(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    versions = {Path(n).name for n in names if n.startswith("workerpool/_alembic/versions/")}
+    shipped = {p.name for p in (ROOT / "alembic" / "versions").glob("*.py")}
+    assert shipped and shipped <= versions, sorted(shipped - versions)
+    assert {"workerpool/_alembic/env.py", "workerpool/_alembic/script.py.mako",
+            "workerpool/py.typed", "workerpool_demo/__init__.py"} <= names
+    for folder in ("static", "templates"):  # the dashboard's vendored htmx, CSS and pages
+        files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "workerpool" / "web" / folder)
+                 .iterdir() if p.is_file()}
+        assert files and files <= names, sorted(files - names)
+    assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
+    info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    metadata = email.parser.Parser().parsestr(zipfile.ZipFile(wheel).read(info).decode())
+    extras = set(metadata.get_all("Provides-Extra"))
+    assert {"embedded", "metrics", "otel", "asyncio", "web"} <= extras
+    requires = metadata.get_all("Requires-Dist")
+    for extra, package in (("embedded", "pgserver"), ("metrics", "prometheus_client"),
+                           ("otel", "opentelemetry-api"), ("asyncio", "SQLAlchemy[asyncio]"),
+                           ("web", "starlette")):
+        assert any(r.startswith(package) and f'extra == "{extra}"' in r for r in requires), extra
+    points = zipfile.ZipFile(wheel).read(info.replace("METADATA", "entry_points.txt")).decode()
+    assert "workerpool = workerpool.cli:main" in points
+    assert "workerpool = workerpool.testing.plugin" in points  # [pytest11]
+
+
+def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_path):
+    wheel = build_wheel(tmp_path)
+    check_contents(wheel)
+    venv = fresh_venv(tmp_path, str(wheel))
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "wheelapp.py").write_text(APP)
+    url = empty_db_url.render_as_string(hide_password=False)
+    env = user_env(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(app_dir))
+
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=timeout)
+
+    where = run(str(venv / "bin" / "python"), "-c", "import workerpool; print(workerpool.__file__)")
+    assert where.stdout.startswith(str(venv)), where  # the installed copy, not the checkout
+    command = str(venv / "bin" / "workerpool")
+    helped = run(command, "--help")
+    assert helped.returncode == 0 and "migrate" in helped.stdout and "healthcheck" in helped.stdout
+    migrated = run(command, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    enqueued = run(str(venv / "bin" / "python"), "-c",
+                   "from wheelapp import pool; print(pool.enqueue('touch', {}))")
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = int(enqueued.stdout)
+    run_and_probe(command, env, tmp_path, empty_db_url, job_id)
+    run_demo(command, env, tmp_path, server_url)
+
+
+def run_and_probe(command: str, env: dict, tmp: Path, db_url, job_id: int) -> None:
+    heartbeats = tmp / "heartbeats"
+    log = (tmp / "run.log").open("wb")
+    proc = subprocess.Popen([command, "run", "wheelapp:pool", "--heartbeat-dir", heartbeats],
+                            env=env, cwd=tmp, stdout=log, stderr=log, start_new_session=True)
+    try:
+        with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+            wait_until(lambda: conn.execute("SELECT state FROM workerpool_jobs WHERE id = %s",
+                                            (job_id,)).fetchall() == [("done",)], 30,
+                       message=f"the job ran\n{(tmp / 'run.log').read_text()}")
+        probe = subprocess.run([command, "healthcheck", "--dir", heartbeats], env=env,
+                               capture_output=True, text=True, timeout=30)
+        assert probe.returncode == 0, probe
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, (tmp / "run.log").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
+
+
+def run_demo(command: str, env: dict, tmp: Path, server_url) -> None:
+    """The demo ships in the wheel; on a server named by the URL it needs no [embedded]."""
+    name = f"wp_wheel_demo_{secrets.token_hex(4)}"
+    demo_env = {**env, "WORKERPOOL_DATABASE_URL": server_url.render_as_string(
+        hide_password=False)}
+    try:
+        demo = subprocess.run([command, "demo", "--duration", "1", "--users", "10",
+                               "--database", name], env=demo_env, cwd=tmp,
+                              capture_output=True, text=True, timeout=120)
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    finally:
+        with psycopg.connect(libpq(server_url.set(database="postgres")), autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

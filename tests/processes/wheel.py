@@ -1,0 +1,41 @@
+"""Building workerpool's wheel from the source tree and installing it into a fresh venv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.paths import ROOT
+
+#: Skipped when copying the tree to build from: caches and earlier build output.
+IGNORED = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "dist")
+
+
+def build_wheel(tmp: Path) -> Path:
+    source = tmp / "source"
+    shutil.copytree(ROOT, source, ignore=IGNORED)  # the build writes build/ into its source
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist",
+                    source], check=True, capture_output=True, timeout=120)
+    (wheel,) = (tmp / "dist").glob("workerpool-*.whl")
+    return wheel
+
+
+def fresh_venv(tmp: Path, requirement: str) -> Path:
+    """A venv with ``requirement`` (the wheel's path, with extras if any) and its dependencies."""
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    # This venv's pip installs into the new one (--python): no ensurepip, same index settings.
+    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
+                    "-q", requirement], check=True, capture_output=True, timeout=180)
+    return venv
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: no workerpool settings, no checkout on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WORKERPOOL_", "WORKER_", "PYTHON"))}
+    env.update(extra)
+    return env
