@@ -344,7 +344,8 @@ def _insert_one_sql(*, extended: bool, replace: bool) -> str:
                f" {TRACE_COLUMN}")
     values = (":queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
               " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
-              f" now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))), {TRACE_VALUE}")
+              " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))),"
+              f" {TRACE_VALUE}")
     if extended:
         columns += ", concurrency_key, key_scope, key_expires_at"
         values += (", :concurrency_key, :key_scope,"
