@@ -29,11 +29,21 @@ def why_waiting(conn: Connection, job_id: int, published: Mapping[str, Any]) -> 
         raise UnknownJob(f"no job has id {job_id}")
     if not row.due:
         return f"job {job_id} ({row.task}): {row.state}, not due: no limit holds it"
-    limits = published.get(row.queue) or {}
-    held = _queue_hold(conn, row.queue, limits) or _key_hold(conn, row, limits)
+    held = _hold(conn, row, published)
     if held is None:
         return f"job {job_id} ({row.task}): due, no limit holds it (waiting for a free worker)"
     return f"job {job_id} ({row.task}): held by {held}"
+
+
+def holding_limit(conn: Connection, job_id: int, published: Mapping[str, Any]) -> str | None:
+    """The limit that holds this due job back now (as a phrase), or None."""
+    row = limit_holds.job(conn, job_id)
+    return _hold(conn, row, published) if row is not None and row.due else None
+
+
+def _hold(conn: Connection, row: Any, published: Mapping[str, Any]) -> str | None:
+    limits = published.get(row.queue) or {}
+    return _queue_hold(conn, row.queue, limits) or _key_hold(conn, row, limits)
 
 
 def _queue_hold(conn: Connection, queue: str, limits: Mapping[str, Any]) -> str | None:

@@ -70,3 +70,16 @@ def test_status_job_on_the_command_line(pool, db_url, tmp_path):
     assert "global_concurrency" in json.loads(result.stdout)["why"]
     missing = run_cli("status", "--job", "999999", url=db_url, cwd=tmp_path)
     assert missing.returncode != 0 and "no job has id 999999" in missing.stderr
+
+
+def test_the_dashboards_job_page_names_the_limit_that_holds_it(pool):
+    from tests.helpers.web import client
+
+    app = limited(pool)
+    app.enqueue("work", {"n": 1})
+    second = app.enqueue("work", {"n": 2})
+    publish_and_claim(app, "capped", 5)
+    with client(app) as http:
+        page = http.get(f"/jobs/{second}")
+    assert page.status_code == 200
+    assert "held by the global_concurrency of queue capped (1 of 1 running)" in page.text

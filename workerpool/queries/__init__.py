@@ -15,6 +15,7 @@ One module per phase of a job's life, each ordered the same way:
 - ``maintenance``: the workers registry, cron schedules, pruning;
 - ``operations``: the dead-letter queue, status, read-outs;
 - ``control``: cancelling jobs, pausing and resuming queues;
+- ``dashboard``: what the web dashboard reads (job pages by keyset, bounded counts, estimates);
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is
@@ -46,6 +47,18 @@ from .control import (
     requested_cancels,
     select_ids,
     set_paused,
+)
+from .dashboard import (
+    JobFilter,
+    browse_jobs,
+    common_queues,
+    count_capped,
+    estimated_rows,
+    finished_per_minute,
+    job_detail,
+    last_analyzed,
+    lease_holder,
+    limit_time,
 )
 from .enqueue import (
     NOTIFY_CHANNEL,
@@ -117,17 +130,21 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "PLANNER_SETTINGS",
     "RELEASE_HOLD",
+    "JobFilter",
     "Lease",
     "NewJob",
     "advance_cron",
     "beat_worker",
     "bound_transaction",
+    "browse_jobs",
     "can_pipeline",
     "cancel",
     "claim",
     "claim_statement",
+    "common_queues",
     "complete",
     "count_by_queue_and_state",
+    "count_capped",
     "count_dead",
     "count_errors_by_type",
     "database_now",
@@ -135,9 +152,11 @@ __all__ = [
     "dead_tasks",
     "dead_where",
     "ensure_crons",
+    "estimated_rows",
     "fail",
     "find_jobs",
     "finish_cancelled",
+    "finished_per_minute",
     "give_back",
     "holder",
     "holders",
@@ -145,10 +164,14 @@ __all__ = [
     "insert_jobs",
     "insert_one",
     "is_paused",
+    "job_detail",
     "job_outcomes",
     "job_queues",
     "job_states",
     "known_queues",
+    "last_analyzed",
+    "lease_holder",
+    "limit_time",
     "limited_claim_statement",
     "list_crons",
     "list_dead",
