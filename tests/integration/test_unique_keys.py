@@ -167,3 +167,17 @@ def test_bad_concurrency_keys_are_refused_by_name(app, sql):
     with pytest.raises(InvalidJob, match="concurrency_key function raised KeyError"):
         app.enqueue("broken", {})
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
+def test_a_dead_job_whose_live_key_a_newer_job_holds_is_not_replayed(app, sql):
+    from workerpool.dead import retry
+
+    old = app.enqueue("sync", {"v": 1}, key="k", unique="live")
+    finish(sql, old, "dead")
+    newer = app.enqueue("sync", {"v": 2}, key="k", unique="live")
+    other = app.enqueue("sync", {"v": 3}, key="j", unique="live")
+    finish(sql, other, "dead")
+    result = retry(app, [old, other], by="test")  # no unique violation: the old one is skipped
+    assert result.ids == [other]
+    assert sql("SELECT id, state FROM workerpool_jobs ORDER BY id") == [
+        (old, "dead"), (newer, "pending"), (other, "pending")]

@@ -11,10 +11,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, literal_column, select, text, update
+from sqlalchemy import Connection, and_, func, literal_column, or_, select, text, update
 
 from ..errors import DuplicateJob, IdempotencyConflict
 from ..schema import KEY_HELD, jobs
+from ..states import LIVE_STATES
+from .planner import state_in
 
 _EXPIRED = and_(jobs.c.key_scope == literal_column("'for'"), jobs.c.key_expires_at <= func.now())
 
@@ -26,6 +28,13 @@ def holders(conn: Connection, keys: Iterable[str]) -> dict[str, Any]:
                   jobs.c.key_scope, _EXPIRED.label("expired")).where(
         jobs.c.key.in_(sorted(set(keys))), text(KEY_HELD))
     return {row.key: row for row in conn.execute(stmt)}
+
+
+def holds_its_key(row: Any) -> Any:
+    """``schema.KEY_HELD`` for a row of ``row`` (an alias of the jobs table)."""
+    return and_(row.c.key.isnot(None), or_(
+        row.c.key_scope.is_(None), row.c.key_scope == literal_column("'for'"),
+        and_(row.c.key_scope == literal_column("'live'"), state_in(*LIVE_STATES, table=row))))
 
 
 def holder(conn: Connection, key: str | None) -> Any:

@@ -13,8 +13,10 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
+    exists,
     func,
     literal,
+    literal_column,
     select,
     text,
     true,
@@ -25,6 +27,7 @@ from sqlalchemy.types import Text
 
 from ..schema import cron, jobs, workers
 from ..states import DUE_STATES, JobState
+from .keys import holds_its_key
 
 # ---------------------------------------------------------------------------------------------
 # the dead-letter queue
@@ -109,8 +112,14 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
     """Dead rows back to ``pending`` now with attempts reset; errors kept; lineage appended.
 
     Each row's ``replays`` gets ``{at, attempts, dead_reason, finished_at, by}``. Rows that are no
-    longer dead are left alone (replaying twice is a no-op). Returns ``(id, queue)`` replayed.
+    longer dead are left alone (replaying twice is a no-op), and so are rows whose ``live`` key
+    a newer job holds (live again, the key would have two holders). Returns ``(id, queue)``
+    replayed.
     """
+    holder = jobs.alias("holder")
+    key_taken = and_(jobs.c.key_scope == literal_column("'live'"), exists(
+        select(holder.c.id).where(holder.c.key == jobs.c.key, holder.c.id != jobs.c.id,
+                                  holds_its_key(holder))))
     entry = func.jsonb_build_object(
         "at", func.now(),
         "attempts", jobs.c.attempts,
@@ -120,7 +129,7 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
     )
     stmt = (
         update(jobs)
-        .where(dead_where(ids=ids))
+        .where(dead_where(ids=ids), ~key_taken)
         .values(
             state=JobState.PENDING,
             dead_reason=None,
