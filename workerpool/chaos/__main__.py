@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds the drain waits for every job to end (default 30)")
     parser.add_argument("--json", default="chaos-result.json", metavar="PATH",
                         help="where the result goes as JSON (default %(default)s)")
+    parser.add_argument("--logs", default=None, metavar="DIR",
+                        help="keep the supervisors' logs in DIR (default: removed)")
     parser.add_argument("--schedule-only", action="store_true",
                         help="print the seed's fault schedule and exit")
     return parser
@@ -71,7 +73,8 @@ def options_from(args: argparse.Namespace):  # -> runner.Options
                           "(or pass --own-cluster)")
     return Options(seed=args.seed, duration=args.duration, server=server,
                    failover=args.failover, supervisors=args.supervisors, rate=args.rate,
-                   mean_gap=args.mean_gap, settle_timeout=args.settle_timeout)
+                   mean_gap=args.mean_gap, settle_timeout=args.settle_timeout,
+                   logs=Path(args.logs).resolve() if args.logs else None)
 
 
 def main(argv: list[str] | None = None) -> int:

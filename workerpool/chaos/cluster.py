@@ -115,7 +115,9 @@ class Cluster:
         conninfo = (f"host=127.0.0.1 port={self.port} user=postgres "
                     f"application_name={STANDBY_NAME}")
         with (standby.data / "postgresql.auto.conf").open("a") as conf:
-            conf.write(f"primary_conninfo = '{conninfo}'\nport = {standby.port}\n")
+            # once promoted it is alone: it must not wait for a synchronous standby of its own
+            conf.write(f"primary_conninfo = '{conninfo}'\nport = {standby.port}\n"
+                       "synchronous_standby_names = ''\n")
 
 
 @contextlib.contextmanager

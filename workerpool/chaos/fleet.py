@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 APP = "workerpool.chaos.app:pool"
-ORPHAN_WAIT = 10.0  # seconds a dead supervisor's children get to exit before they are orphans
+ORPHAN_WAIT = 6.0  # seconds a dead supervisor's children get to exit (drain 2 s + margins)
 
 
 @dataclass
@@ -103,6 +103,8 @@ class Fleet:
 
     def terminate(self, member: Member, timeout: float) -> int | None:
         """SIGTERM (a drain); returns the exit code, None if it had to be killed."""
+        # a supervisor that has forked nothing yet may not have its handlers yet either
+        how = "SIGTERM" if member.children() else "SIGTERM early"
         member.process.send_signal(signal.SIGTERM)
         try:
             code: int | None = member.process.wait(timeout)
@@ -111,7 +113,7 @@ class Fleet:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(member.pid, signal.SIGKILL)
             member.process.wait()
-        self._forget(member, code, "SIGTERM")
+        self._forget(member, code, how)
         return code
 
     def _forget(self, member: Member, code: int | None, how: str) -> None:

@@ -31,7 +31,9 @@ def table(options: Options, result: Result) -> str:
     landed = Counter(item.fault.kind for item in result.injector.landed if not item.error)
     failed = Counter(item.fault.kind for item in result.injector.landed if item.error)
     rows = [f"workerpool chaos: seed {options.seed}, {options.duration:g}s of faults, "
-            f"{result.elapsed:.0f}s in all, on {result.target}", "",
+            f"{result.elapsed:.0f}s in all, on {result.target}",
+            "phases ended at: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items()),
+            "",
             f"{'fault':<24}{'injected':>9}{'failed':>8}   recovery s (min / median / max)"]
     for kind in sorted(set(landed) | set(failed)):
         rows.append(f"{kind:<24}{landed[kind]:>9}{failed[kind]:>8}   "
@@ -53,7 +55,7 @@ def table(options: Options, result: Result) -> str:
 def as_json(options: Options, result: Result) -> dict[str, Any]:
     return {
         "seed": options.seed, "duration": options.duration, "target": result.target,
-        "elapsed": result.elapsed, "failover": options.failover,
+        "elapsed": result.elapsed, "phases": result.phases, "failover": options.failover,
         "schedule": [vars(f) for f in result.schedule],
         "faults": [{"seq": i.fault.seq, "kind": i.fault.kind, "at": i.at, "target": i.target,
                     "error": i.error} for i in result.injector.landed],

@@ -31,6 +31,7 @@ log = logging.getLogger("workerpool.chaos")
 #: Written on the database a run creates; a run drops only a database that carries it.
 MARK = "created by workerpool.chaos: dropped at the end of the run"
 DRAIN_WAIT = 15.0  # seconds a SIGTERMed supervisor gets before the run kills its group
+EXPECTED_CHILDREN = 4  # three queues and the maintenance child
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Options:
     rate: float = 40.0
     mean_gap: float = 2.0
     settle_timeout: float = 30.0
-    workdir: Path | None = None
+    logs: Path | None = None  # keep the supervisors' logs here (default: removed with the run)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Result:
     fleet: Fleet
     elapsed: float
     target: str
+    phases: dict[str, float]  # seconds from the start to the end of each phase
 
 
 def kinds(options: Options) -> tuple[str, ...]:
@@ -69,7 +71,9 @@ def run(options: Options, on_schedule: Any = None) -> Result:
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(clusters.workspace())
         servers, url = stack.enter_context(_database(options, root))
-        return _run(options, schedule, servers, url, options.workdir or root)
+        if options.logs is not None:
+            options.logs.mkdir(parents=True, exist_ok=True)
+        return _run(options, schedule, servers, url, options.logs or root)
 
 
 @contextlib.contextmanager
@@ -109,8 +113,8 @@ def _database(options: Options, root: Path) -> Iterator[tuple[Servers, URL]]:
 
 def _multi_host(url: URL, ports: list[int]) -> URL:
     hosts = tuple(f"{url.host}:{port}" for port in ports)
-    return url.set(host=None, port=None).update_query_dict(
-        {"host": hosts, "target_session_attrs": "read-write"})
+    return URL.create(url.drivername, url.username, url.password, None, None, url.database,
+                      {"host": hosts, "target_session_attrs": "read-write"})
 
 
 def _admin(server: URL, *statements: str) -> None:
@@ -153,16 +157,19 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
                           poison_every=max(10.0, options.duration / 4))
     try:
         fleet.fill()
-        _wait_booted(fleet, expected=4)  # three queues and the maintenance child each
+        _wait_booted(fleet, expected=EXPECTED_CHILDREN)
         producers.start()
-        _play(schedule, injector, started=time.monotonic())
+        _play(schedule, injector, started=time.monotonic(), duration=options.duration)
         producers.stop()
         injector.continue_stopped(everything=True)
         fleet.fill()
+        phases = {"workload": time.monotonic() - started}
         _settle(url, options.settle_timeout)
+        phases["settle"] = time.monotonic() - started
         injector.wait_drains()
         fleet.stop_all(DRAIN_WAIT)
         _wait_orphans(fleet)
+        phases["stopped"] = time.monotonic() - started
         history = read_history(url, producers.records())
     finally:
         injector.continue_stopped(everything=True)
@@ -174,12 +181,14 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
     for pid, code, how in fleet.exit_codes:
         if how == "SIGTERM" and code != 0:
             verdict.add("drain_exit", {"supervisor": pid, "exit": code})
+        elif how == "SIGTERM early":  # before its handlers: the default action, nothing forked
+            verdict.notes["SIGTERM before a supervisor was up (killed by it, nothing lost)"] += 1
     landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
     completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())
                    for run in history.execs
                    if run["outcome"] == "ok" and run["finished_at"] is not None]
     return Result(schedule, injector, verdict, recovery_times(landed, completions), fleet,
-                  time.monotonic() - started, db.redact(url))
+                  time.monotonic() - started, db.redact(url), phases)
 
 
 def _wait_booted(fleet: Fleet, expected: int, timeout: float = 60.0) -> None:
@@ -193,7 +202,7 @@ def _wait_booted(fleet: Fleet, expected: int, timeout: float = 60.0) -> None:
                        f"see {fleet.workdir}")
 
 
-def _play(schedule: list[Fault], injector: Injector, started: float) -> None:
+def _play(schedule: list[Fault], injector: Injector, started: float, duration: float) -> None:
     for fault in schedule:
         while (wait := started + fault.at - time.monotonic()) > 0:
             injector.continue_stopped()
@@ -201,8 +210,7 @@ def _play(schedule: list[Fault], injector: Injector, started: float) -> None:
         log.info("fault %s", fault.describe())
         injector.inject(fault)
         injector.fleet.fill()
-    end = started + (schedule[-1].at if schedule else 0) + 1.0
-    while time.monotonic() < end:
+    while time.monotonic() < started + duration:
         injector.continue_stopped()
         time.sleep(0.05)
 

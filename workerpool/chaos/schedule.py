@@ -38,11 +38,13 @@ class Fault:
 
 def plan(seed: int, duration: float, mean_gap: float, kinds: tuple[str, ...],
          failover: bool = False) -> list[Fault]:
-    """Faults at exponential gaps (mean ``mean_gap``) within ``duration``; kinds by weight.
+    """Faults at exponential gaps (mean ``mean_gap``) within ``duration``: first every kind
+    once (in a seeded order, so even a short run covers them all), then kinds by weight.
 
     With ``failover``, one failover at a seeded time in the second half of the run."""
     rng = random.Random(seed)
     weights = [WEIGHTS[k] for k in kinds]
+    first = rng.sample(kinds, len(kinds))
     faults: list[Fault] = []
     at = WARMUP
     end = duration - COOLDOWN
@@ -50,7 +52,7 @@ def plan(seed: int, duration: float, mean_gap: float, kinds: tuple[str, ...],
         at += rng.expovariate(1.0 / mean_gap)
         if at >= end:
             break
-        kind = rng.choices(kinds, weights)[0]
+        kind = first.pop() if first else rng.choices(kinds, weights)[0]
         faults.append(Fault(0, round(at, 2), kind, rng.randrange(1 << 16),
                             round(rng.uniform(0.5, 5.0), 1)))
     if failover and end > WARMUP:
