@@ -55,10 +55,12 @@ def test_lost_unexpected_and_rolled_back_runs_are_found():
     history = clean()
     history.enqueued.append({"key": "k2", "task": "plain", "mode": "bulk", "status": "ok",
                              "job_id": 2})
-    history.execs.append(run("c", 9))  # the rolled-back job ran
+    history.jobs[9] = job(9, "rb")  # the rolled-back job was committed after all, and ran
+    history.execs.append(run("c", 9))
+    history.execs.append(run("d", 8))  # a run of a job nobody enqueued
     found = check(history).violations
     assert found["lost"] == ["k2"] and found["rolled_back_ran"] == [9]
-    assert found["unexpected"] == [9]
+    assert found["rolled_back_committed"] == ["rb"] and found["unexpected"] == [8]
 
 
 def test_a_job_left_processing_or_done_without_its_run_is_found():

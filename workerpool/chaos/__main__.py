@@ -30,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "throwaway cluster made here)")
     parser.add_argument("--own-cluster", action="store_true",
                         help="ignore $WORKERPOOL_DATABASE_URL: always make a throwaway cluster")
-    parser.add_argument("--failover", action="store_true",
-                        help="with a throwaway cluster: add a synchronous standby and fail over")
+    parser.add_argument("--failover", nargs="?", const="sync", choices=["sync", "async"],
+                        default=None,
+                        help="with a throwaway cluster: add a standby (synchronous unless "
+                             "'async') and fail over to it once; async shows what it loses")
     parser.add_argument("--rate", type=float, default=40.0,
                         help="enqueue operations a second, all producers (default 40)")
     parser.add_argument("--mean-gap", type=float, default=2.0,
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         options = options_from(args)
         if args.schedule_only:
             print(report.schedule_text(plan(options.seed, options.duration, options.mean_gap,
-                                            kinds(options), options.failover)))
+                                            kinds(options), options.failover is not None)))
             return 0
         result = run(options, on_schedule=lambda s: print(report.schedule_text(s), flush=True))
     except WorkerpoolError as exc:

@@ -70,8 +70,10 @@ def _enqueues(history: History, by_key: dict, execs_by_job: dict, verdict: Verdi
         if entry["status"] == "rolled_back":
             if row is not None:
                 verdict.add("rolled_back_committed", entry["key"])
-            if entry["job_id"] is not None and entry["job_id"] in execs_by_job:
-                verdict.add("rolled_back_ran", entry["job_id"])
+            # by key, not by the id seen inside the transaction: after a failover the new
+            # primary's sequence may hand out again ids that were never committed
+            if row is not None and row["id"] in execs_by_job:
+                verdict.add("rolled_back_ran", row["id"])
             if entry["key"] in history.effects:
                 verdict.add("rolled_back_effect", entry["key"])
         elif row is None:

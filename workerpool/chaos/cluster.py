@@ -14,6 +14,7 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -100,6 +101,17 @@ class Cluster:
         """``fast``: clean shutdown; ``immediate``: no shutdown checkpoint, crash recovery."""
         self.stop(mode)
         self.start()
+
+    def crash(self) -> None:
+        """SIGKILL the postmaster and every process it started: the server is simply gone."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        doomed = [postmaster]
+        with contextlib.suppress(OSError):
+            doomed += [int(p) for p in Path(f"/proc/{postmaster}/task/{postmaster}/children")
+                       .read_text().split()]
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def promote(self) -> None:
         _run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")

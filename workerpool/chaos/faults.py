@@ -27,6 +27,10 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
 
 
+MAX_HELD = 500  # connections the exhaust fault opens at most (the cluster allows 100)
+ASYNC_LAG = 2.0  # seconds of commits an asynchronous failover run loses on purpose
+
+
 @dataclass
 class Landed:
     """A fault as it happened: what it hit and when (seconds since the epoch, database clock)."""
@@ -44,6 +48,7 @@ class Servers:
     primary: Cluster | None = None
     standby: Cluster | None = None
     failed_over: bool = False
+    asynchronous: bool = False  # the standby is not synchronous: a failover can lose commits
 
 
 @dataclass
@@ -126,6 +131,29 @@ class Injector:
             row = conn.execute(TERMINATE, {"target": fault.target % 2}).fetchone()
         return f"{row[0] if row else 0} backends"
 
+    def _exhaust_connections(self, fault: Fault) -> str:
+        """An outside client takes every connection slot (the superuser's reserved ones too)
+        for ``fault.seconds``: new connections fail with "too many clients" meanwhile."""
+        server = self._primary()
+        held: list[psycopg.Connection] = []
+        kwargs = {k: v for k, v in self.admin_kwargs.items()
+                  if k not in ("host", "port", "target_session_attrs")}
+        try:
+            while len(held) < MAX_HELD:
+                try:
+                    held.append(psycopg.connect(host="127.0.0.1", port=server.port,
+                                                application_name="chaos hog", **kwargs))
+                except psycopg.OperationalError:
+                    break
+            release = threading.Timer(fault.seconds, _close_all, (held,))
+            release.daemon = True
+            release.start()
+            self._threads.append(release)
+        except BaseException:
+            _close_all(held)
+            raise
+        return f"{len(held)} connections for {fault.seconds:.1f}s"
+
     def _primary(self) -> Cluster:
         current = self.servers.standby if self.servers.failed_over else self.servers.primary
         if current is None:
@@ -144,7 +172,31 @@ class Injector:
         primary, standby = self.servers.primary, self.servers.standby
         if primary is None or standby is None or self.servers.failed_over:
             raise RuntimeError("failover needs the run's primary and its standby")
-        primary.stop("immediate")  # the primary is lost; the synchronous standby has every commit
+        if self.servers.asynchronous:
+            self._lag_then_crash(primary)
+        else:
+            primary.stop("immediate")  # lost; the synchronous standby has every commit
         standby.promote()
         self.servers.failed_over = True
         return f"port {primary.port} -> {standby.port}"
+
+    def _lag_then_crash(self, primary: Cluster) -> None:
+        """Stop the primary's WAL sender for a while, then SIGKILL the whole primary: commits
+        acknowledged meanwhile never left it, which is what a lagging asynchronous standby
+        loses. (Stopping the standby's receiver instead loses nothing: the WAL already sent
+        waits in its socket buffer.)"""
+        kwargs = {k: v for k, v in self.admin_kwargs.items()
+                  if k not in ("host", "port", "target_session_attrs")}
+        with psycopg.connect(autocommit=True, host="127.0.0.1", port=primary.port,
+                             **kwargs) as conn:
+            senders = [row[0] for row in conn.execute("SELECT pid FROM pg_stat_replication")]
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(ASYNC_LAG)
+        primary.crash()
+
+
+def _close_all(held: list[psycopg.Connection]) -> None:
+    for conn in held:
+        with contextlib.suppress(Exception):
+            conn.close()

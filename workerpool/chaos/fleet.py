@@ -26,6 +26,7 @@ class Member:
     process: subprocess.Popen
     log_path: Path
     started: float = field(default_factory=time.monotonic)
+    draining: bool = False
 
     @property
     def pid(self) -> int:
@@ -84,8 +85,9 @@ class Fleet:
             self.start()
 
     def live(self) -> list[Member]:
+        """Supervisors serving: alive and not draining (a later fault must not hit a drain)."""
         with self._lock:
-            return [m for m in self.members if m.process.poll() is None]
+            return [m for m in self.members if m.process.poll() is None and not m.draining]
 
     def pick(self, index: int) -> Member | None:
         live = self.live()
@@ -105,6 +107,7 @@ class Fleet:
         """SIGTERM (a drain); returns the exit code, None if it had to be killed."""
         # a supervisor that has forked nothing yet may not have its handlers yet either
         how = "SIGTERM" if member.children() else "SIGTERM early"
+        member.draining = True
         member.process.send_signal(signal.SIGTERM)
         try:
             code: int | None = member.process.wait(timeout)
@@ -132,6 +135,7 @@ class Fleet:
     def stop_all(self, timeout: float) -> None:
         for member in self.live():
             self.terminate(member, timeout)
+
 
     def kill_everything(self) -> None:
         for pgid in [m.pid for m in self.members] + [pgid for pgid, _ in self.gone]:

@@ -48,6 +48,9 @@ def table(options: Options, result: Result) -> str:
             shown = ", ".join(str(item) for item in found[:SHOWN_IDS])
             more = f" (+{len(found) - SHOWN_IDS} more)" if len(found) > SHOWN_IDS else ""
             rows.append(f"  {kind}: {len(found)}: {shown}{more}")
+    if options.failover == "async":
+        rows.append("(asynchronous standby: the commits of its last 2 s of lag are lost on "
+                    "purpose, see docs/chaos.md)")
     rows.append("result: " + ("PASS" if verdict.ok else "FAIL"))
     return "\n".join(rows)
 

@@ -39,7 +39,7 @@ class Options:
     seed: int
     duration: float
     server: URL | None  # None: a throwaway cluster the run creates (server faults allowed)
-    failover: bool
+    failover: str | None  # "sync" or "async": a standby and one failover; None: neither
     supervisors: int = 2
     rate: float = 40.0
     mean_gap: float = 2.0
@@ -65,7 +65,7 @@ def kinds(options: Options) -> tuple[str, ...]:
 
 def run(options: Options, on_schedule: Any = None) -> Result:
     schedule = plan(options.seed, options.duration, options.mean_gap, kinds(options),
-                    failover=options.failover)
+                    failover=options.failover is not None)
     if on_schedule is not None:
         on_schedule(schedule)
     with contextlib.ExitStack() as stack:
@@ -83,10 +83,12 @@ def _database(options: Options, root: Path) -> Iterator[tuple[Servers, URL]]:
     try:
         if options.server is None:
             servers.primary = clusters.Cluster(root, "primary")
+            synchronous = options.failover == "sync"
             extra = {"synchronous_standby_names": f"'{clusters.STANDBY_NAME}'"} \
-                if options.failover else {}
+                if synchronous else {}
             servers.primary.initdb(extra)
             servers.primary.start()
+            servers.asynchronous = options.failover == "async"
             if options.failover:
                 servers.standby = clusters.Cluster(root, "standby")
                 servers.primary.base_backup_into(servers.standby)
@@ -154,7 +156,7 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
     fleet = Fleet(_env(url), workdir, options.supervisors)
     injector = Injector(fleet, db.connect_kwargs(url), servers, DRAIN_WAIT, _clock_offset(url))
     producers = Producers(app.pool, options.seed, options.rate, threads=3,
-                          poison_every=max(10.0, options.duration / 4))
+                          poison_every=min(30.0, max(10.0, options.duration / 4)))
     try:
         fleet.fill()
         _wait_booted(fleet, expected=EXPECTED_CHILDREN)

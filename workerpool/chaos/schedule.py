@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass
 PROCESS_FAULTS = ("kill_child", "stop_child", "kill_supervisor", "term_supervisor",
                   "terminate_backends")
 #: Faults that stop or replace the database server: only against a cluster the run created.
-SERVER_FAULTS = ("pg_restart_fast", "pg_restart_immediate")
+SERVER_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "exhaust_connections")
 FAILOVER = "failover"
 WEIGHTS = {"kill_child": 5, "stop_child": 3, "kill_supervisor": 2, "term_supervisor": 2,
-           "terminate_backends": 3, "pg_restart_fast": 1, "pg_restart_immediate": 1}
+           "terminate_backends": 3, "pg_restart_fast": 1, "pg_restart_immediate": 1,
+           "exhaust_connections": 1}
 #: Quiet seconds at the start (everything boots) and before the end of the fault window.
 WARMUP = 3.0
 COOLDOWN = 3.0
@@ -29,10 +30,11 @@ class Fault:
     at: float  # seconds after the workload started
     kind: str
     target: int  # index among the live targets of that kind, in pid order
-    seconds: float  # how long a stopped process stays stopped (stop_child only)
+    seconds: float  # how long a process stays stopped, or the connections held
 
     def describe(self) -> str:
-        extra = f" for {self.seconds:.1f}s" if self.kind == "stop_child" else ""
+        held = self.kind in ("stop_child", "exhaust_connections")
+        extra = f" for {self.seconds:.1f}s" if held else ""
         return f"#{self.seq:<3} t={self.at:6.1f}s  {self.kind}{extra}"
 
 
