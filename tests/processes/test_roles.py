@@ -146,3 +146,25 @@ def test_the_reader_reads_status_and_writes_nothing(logins, tmp_path):
     paused = run_cli("pause", "fast", "--app", "tests.apps.basic:pool", url=logins.reader,
                      cwd=tmp_path)
     assert paused.returncode != 0 and "permission denied" in paused.stderr, paused.stderr
+
+
+def test_the_worker_role_prunes_but_leaves_vacuum_to_autovacuum(logins):
+    """The maintenance child's duties as the worker role: pruning (DELETE) works; ANALYZE and
+    VACUUM need the owner (or PostgreSQL 17's MAINTAIN), and the duty knows it beforehand."""
+    from workerpool import db, queries
+    from workerpool.queries import health as health_queries
+
+    with psycopg.connect(libpq(logins.admin)) as conn:
+        conn.execute("INSERT INTO workerpool_jobs (queue, task, state, finished_at) "
+                     "VALUES ('fast', 'quick', 'done', now() - interval '30 days')")
+    engine = db.create(logins.worker)
+    try:
+        with engine.begin() as conn:
+            assert queries.prune_finished(conn, older_than=7 * 86400, limit=100) == 1
+            allowed, why = health_queries.may_maintain(conn)
+    finally:
+        engine.dispose()
+    with psycopg.connect(libpq(logins.admin)) as conn:
+        version = conn.execute("SHOW server_version_num").fetchone()[0]
+    assert allowed == (int(version) >= 170000), why
+    assert "neither the owner" in why or allowed

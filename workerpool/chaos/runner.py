@@ -177,6 +177,17 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
         injector.continue_stopped(everything=True)
         fleet.kill_everything()
         app.pool.dispose()
+    verdict = judge(history, fleet)
+    landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
+    completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())
+                   for run in history.execs
+                   if run["outcome"] == "ok" and run["finished_at"] is not None]
+    return Result(schedule, injector, verdict, recovery_times(landed, completions), fleet,
+                  time.monotonic() - started, db.redact(url), phases)
+
+
+def judge(history: History, fleet: Fleet) -> Verdict:
+    """The checker's verdict on the history, plus what only the processes can tell."""
     verdict = check(history)
     for pgid, alive in fleet.orphans():
         verdict.add("orphan_process", {"supervisor": pgid, "alive": alive})
@@ -185,12 +196,7 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
             verdict.add("drain_exit", {"supervisor": pid, "exit": code})
         elif how == "SIGTERM early":  # before its handlers: the default action, nothing forked
             verdict.notes["SIGTERM before a supervisor was up (killed by it, nothing lost)"] += 1
-    landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
-    completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())
-                   for run in history.execs
-                   if run["outcome"] == "ok" and run["finished_at"] is not None]
-    return Result(schedule, injector, verdict, recovery_times(landed, completions), fleet,
-                  time.monotonic() - started, db.redact(url), phases)
+    return verdict
 
 
 def _wait_booted(fleet: Fleet, expected: int, timeout: float = 60.0) -> None:
