@@ -1,4 +1,4 @@
-"""`python -m workerpool.chaos` for ~40 s with a fixed seed, as CI runs it: every check passes.
+"""`python -m workerpool.chaos` for ~35 s with a fixed seed, as CI runs it: every check passes.
 
 The run makes its own throwaway clusters (a primary and a synchronous standby, initdb + pg_ctl
 on free ports), so it never restarts the machine's server; it injects every kind of fault,
@@ -17,7 +17,7 @@ from tests.helpers.paths import ROOT
 
 SEED = "20261201"
 COMMAND = [sys.executable, "-m", "workerpool.chaos", "--own-cluster", "--failover",
-           "--seed", SEED, "--duration", "40", "--settle-timeout", "20"]
+           "--seed", SEED, "--duration", "35", "--settle-timeout", "30"]
 
 
 def run(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -37,7 +37,7 @@ def test_a_seeded_run_passes_every_check(tmp_path):
     landed = Counter(f["kind"] for f in result["faults"] if not f["error"])
     assert landed["failover"] == 1, result["faults"]
     for kind in ("kill_child", "stop_child", "kill_supervisor", "term_supervisor",
-                 "terminate_backends"):
+                 "terminate_backends", "blackhole", "exhaust_connections"):
         assert landed[kind] >= 1, (kind, landed)
     assert landed["pg_restart_fast"] + landed["pg_restart_immediate"] >= 1, landed
     outcomes = result["outcomes"]

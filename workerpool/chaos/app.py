@@ -16,9 +16,11 @@ import uuid
 import zlib
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from workerpool import Backoff, Job, WorkerPool
 
-from .ledger import EFFECT, FINISH, PROBE, START, Ledger
+from .ledger import EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
 
 STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
 SETTINGS = {"stale_after": STALE_AFTER, "drain_timeout": 2.0, "hang_timeout": 3.0,
@@ -42,7 +44,8 @@ _ledger: Ledger | None = None
 def ledger() -> Ledger:
     global _ledger
     if _ledger is None:
-        _ledger = Ledger(pool.url)
+        direct = os.environ.get(LEDGER_URL_ENV)
+        _ledger = Ledger(make_url(direct) if direct else pool.url)
     return _ledger
 
 

@@ -16,6 +16,7 @@ import psycopg
 
 from .cluster import Cluster
 from .fleet import Fleet
+from .proxy import BlackholeProxy
 from .schedule import Fault
 
 log = logging.getLogger("workerpool.chaos")
@@ -61,6 +62,7 @@ class Injector:
     landed: list[Landed] = field(default_factory=list)
     stopped: dict[int, float] = field(default_factory=dict)  # pid → monotonic time to SIGCONT
     drain_codes: list[tuple[int, int | None]] = field(default_factory=list)
+    proxies: list[BlackholeProxy] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def now(self) -> float:
@@ -153,6 +155,11 @@ class Injector:
             _close_all(held)
             raise
         return f"{len(held)} connections for {fault.seconds:.1f}s"
+
+    def _blackhole(self, fault: Fault) -> str:
+        if not self.proxies:
+            raise RuntimeError("no proxy in front of a unix-socket server")
+        return f"{sum(proxy.silence() for proxy in self.proxies)} connections silenced"
 
     def _primary(self) -> Cluster:
         current = self.servers.standby if self.servers.failed_over else self.servers.primary

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 APP = "workerpool.chaos.app:pool"
+STARTED = "supervisor_started"
 ORPHAN_WAIT = 6.0  # seconds a dead supervisor's children get to exit (drain 2 s + margins)
 
 
@@ -37,6 +38,12 @@ class Member:
         with contextlib.suppress(OSError):
             return [int(pid) for pid in path.read_text().split()]
         return []
+
+
+def _read(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")
+    return ""
 
 
 def group_members(pgid: int) -> list[int]:
@@ -105,8 +112,9 @@ class Fleet:
 
     def terminate(self, member: Member, timeout: float) -> int | None:
         """SIGTERM (a drain); returns the exit code, None if it had to be killed."""
-        # a supervisor that has forked nothing yet may not have its handlers yet either
-        how = "SIGTERM" if member.children() else "SIGTERM early"
+        # it installs its signal handlers before it logs this line; before, SIGTERM's default
+        # action kills it (nothing is forked yet, so nothing is lost)
+        how = "SIGTERM" if STARTED in _read(member.log_path) else "SIGTERM early"
         member.draining = True
         member.process.send_signal(signal.SIGTERM)
         try:

@@ -64,6 +64,9 @@ VALUES (%(key)s, %(job)s, %(exec)s, statement_timestamp())
 ON CONFLICT (key) DO NOTHING
 """
 
+#: The URL the handlers' ledger connects to, straight to the server: the workers' own URL may
+#: go through the blackhole proxy, and a ledger write stuck forever would hide the fault.
+LEDGER_URL_ENV = "WORKERPOOL_CHAOS_LEDGER_URL"
 #: Seconds a ledger write keeps retrying through a database restart or failover; after that
 #: the handler raises and the job is retried like any failed job.
 RETRY_FOR = 30.0

@@ -22,8 +22,9 @@ from . import cluster as clusters
 from .checker import History, Verdict, check, recovery_times
 from .faults import Injector, Servers
 from .fleet import Fleet, group_members
-from .ledger import create_tables
+from .ledger import LEDGER_URL_ENV, create_tables
 from .producers import Producers
+from .proxy import BlackholeProxy
 from .schedule import FAILOVER, PROCESS_FAULTS, SERVER_FAULTS, Fault, plan
 
 log = logging.getLogger("workerpool.chaos")
@@ -141,10 +142,36 @@ def _clock_offset(url: URL) -> float:
     return float(row[0]) - (before + after) / 2  # type: ignore[index]
 
 
-def _env(url: URL) -> dict[str, str]:
+def _env(workers: URL, direct: URL) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
-    env[db.URL_ENV] = url.render_as_string(hide_password=False)
+    env[db.URL_ENV] = workers.render_as_string(hide_password=False)
+    env[LEDGER_URL_ENV] = direct.render_as_string(hide_password=False)  # never blackholed
     return env
+
+
+def _proxies(url: URL) -> list[BlackholeProxy]:
+    """One proxy per TCP server of ``url`` (none for a unix socket)."""
+    hosts = url.query.get("host", ())
+    hosts = (hosts,) if isinstance(hosts, str) else hosts
+    if not hosts and url.host:
+        hosts = (f"{url.host}:{url.port or 5432}",)
+    found = []
+    for host in hosts:
+        if str(host).startswith("/"):
+            return []
+        name, _, port = str(host).rpartition(":") if ":" in str(host) else (host, "", "5432")
+        found.append(BlackholeProxy((name, int(port))))
+    return found
+
+
+def _through(url: URL, proxies: list[BlackholeProxy]) -> URL:
+    """``url`` with its servers replaced by the proxies in front of them."""
+    if not proxies:
+        return url
+    hosts = tuple(f"127.0.0.1:{proxy.port}" for proxy in proxies)
+    query = {k: v for k, v in url.query.items() if k != "host"}
+    return URL.create(url.drivername, url.username, url.password, None, None, url.database,
+                      {**query, "host": hosts})
 
 
 def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
@@ -153,8 +180,10 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
     os.environ[db.URL_ENV] = url.render_as_string(hide_password=False)
     from . import app
 
-    fleet = Fleet(_env(url), workdir, options.supervisors)
-    injector = Injector(fleet, db.connect_kwargs(url), servers, DRAIN_WAIT, _clock_offset(url))
+    proxies = _proxies(url)
+    fleet = Fleet(_env(_through(url, proxies), url), workdir, options.supervisors)
+    injector = Injector(fleet, db.connect_kwargs(url), servers, DRAIN_WAIT, _clock_offset(url),
+                        proxies=proxies)
     producers = Producers(app.pool, options.seed, options.rate, threads=3,
                           poison_every=min(30.0, max(10.0, options.duration / 4)))
     try:
@@ -177,6 +206,8 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
         injector.continue_stopped(everything=True)
         fleet.kill_everything()
         app.pool.dispose()
+        for proxy in proxies:
+            proxy.close()
     verdict = judge(history, fleet)
     landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
     completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())

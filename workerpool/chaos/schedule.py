@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 
 #: Faults any run may inject (against any PostgreSQL server).
 PROCESS_FAULTS = ("kill_child", "stop_child", "kill_supervisor", "term_supervisor",
-                  "terminate_backends")
+                  "terminate_backends", "blackhole")
 #: Faults that stop or replace the database server: only against a cluster the run created.
 SERVER_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "exhaust_connections")
 FAILOVER = "failover"
 WEIGHTS = {"kill_child": 5, "stop_child": 3, "kill_supervisor": 2, "term_supervisor": 2,
-           "terminate_backends": 3, "pg_restart_fast": 1, "pg_restart_immediate": 1,
+           "terminate_backends": 3, "blackhole": 1, "pg_restart_fast": 1, "pg_restart_immediate": 1,
            "exhaust_connections": 1}
 #: Quiet seconds at the start (everything boots) and before the end of the fault window.
 WARMUP = 3.0
