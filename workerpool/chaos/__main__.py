@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="mean seconds between two faults (default 2)")
     parser.add_argument("--supervisors", type=int, default=2, help="supervisors kept up")
     parser.add_argument("--settle-timeout", type=float, default=30.0,
-                        help="seconds the drain waits for every job to end (default 30)")
+                        help="the drain gives up after this many seconds in which no job "
+                             "finished (default 30)")
     parser.add_argument("--json", default="chaos-result.json", metavar="PATH",
                         help="where the result goes as JSON (default %(default)s)")
     parser.add_argument("--logs", default=None, metavar="DIR",

@@ -80,7 +80,7 @@ def _enqueues(history: History, by_key: dict, execs_by_job: dict, verdict: Verdi
             if entry["status"] == "ok":
                 verdict.add("lost", entry["key"])
         elif row["state"] not in TERMINAL:
-            verdict.add("lost", f"{row['id']} ({row['state']})")
+            verdict.add("lost", f"{row['id']} ({row['state']}, crashes {row.get('crashes')})")
         elif entry["status"] == "gave_up":
             verdict.notes["enqueue outcome unknown, found (recovered)"] += 1
 

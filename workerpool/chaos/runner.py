@@ -32,6 +32,7 @@ log = logging.getLogger("workerpool.chaos")
 #: Written on the database a run creates; a run drops only a database that carries it.
 MARK = "created by workerpool.chaos: dropped at the end of the run"
 DRAIN_WAIT = 15.0  # seconds a SIGTERMed supervisor gets before the run kills its group
+SETTLE_CAP = 10  # the drain waits at most this many settle timeouts in all
 EXPECTED_CHILDREN = 4  # three queues and the maintenance child
 
 
@@ -261,16 +262,23 @@ SELECT count(*) FROM workerpool_jobs WHERE state NOT IN ('done', 'dead', 'cancel
 
 
 def _settle(url: URL, timeout: float) -> None:
-    """Wait until every job is terminal (the last cron tick may still be due)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Wait until every job is terminal (the last cron tick may still be due), for as long as
+    the work keeps moving: the drain gives up only after ``timeout`` seconds with no job
+    finished (suspects of child deaths run one at a time, so a backlog of them takes a while)."""
+    deadline, left = time.monotonic() + timeout, None
+    hard_stop = time.monotonic() + SETTLE_CAP * timeout
+    while time.monotonic() < min(deadline, hard_stop):
         with contextlib.suppress(psycopg.OperationalError):
             with psycopg.connect(autocommit=True, **db.connect_kwargs(url)) as conn:
                 row = conn.execute(UNFINISHED).fetchone()
-            if row is not None and row[0] == 0:
+            count = row[0] if row is not None else None
+            if count == 0:
                 return
+            if left is None or (count is not None and count < left):
+                deadline, left = time.monotonic() + timeout, count  # progress: wait on
         time.sleep(0.5)
-    log.warning("jobs still unfinished %gs after the workload ended", timeout)
+    log.warning("%s jobs still unfinished after the workload ended (no progress for %gs)",
+                left, timeout)
 
 
 def _wait_orphans(fleet: Fleet) -> None:
@@ -285,7 +293,7 @@ def read_history(url: URL, enqueued: list[dict[str, Any]]) -> History:
     with psycopg.connect(autocommit=True, row_factory=psycopg.rows.dict_row,
                          **db.connect_kwargs(url)) as conn:
         jobs = {row["id"]: row for row in conn.execute(
-            "SELECT id, key, task, state, dead_reason, attempts, max_attempts, errors "
+            "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors "
             "FROM workerpool_jobs")}
         execs = list(conn.execute("SELECT * FROM chaos_exec ORDER BY started_at"))
         probes: dict[str, list] = {}
