@@ -158,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="bench [%(relativeCreated)6.0f ms] %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # its start-up is not news
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the web figure: a line per request
     args = build_parser().parse_args(argv)
     try:
         if args.soak is not None:

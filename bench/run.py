@@ -14,17 +14,18 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, scale, supervised
+from . import ceiling, enqueue, scale, supervised, web
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
 from .database import BenchDatabase
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory")
+SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "web")
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
+WEB_REQUESTS = 30  # timed overview requests per repeat
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,10 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("claim_large_p50_ms", "ms", ratio_to="claim_empty_p50_ms")
         report.declare("claim_large_p99_ms", "ms", ratio_to=empty_p99,
                        target=Target("<=", 2.0, on_ratio=True))
+    if plan.wants("web"):
+        report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
+                       note="GET / of the dashboard, history done + backlog pending rows")
+        report.declare("web_overview_p99_ms", "ms")
 
 
 class Bench:
@@ -129,6 +134,8 @@ class Bench:
                 self.run_once()
         if self.plan.wants("scale"):
             self.measure_scale()
+        if self.plan.wants("web"):
+            self.measure_web()
 
     def run_once(self) -> None:
         plan = self.plan
@@ -249,6 +256,19 @@ class Bench:
         self.db.load_pending(QUEUE, noop.__name__, plan.backlog)
         self.db.vacuum()
         self.claim_rounds("large")
+
+    def measure_web(self) -> None:
+        """The overview over ``history`` done rows (all finished just now: the throughput
+        chart's window holds every one, its worst case) and ``backlog`` pending rows."""
+        self.db.reset()
+        self.db.load_finished(QUEUE, noop.__name__, self.plan.history)
+        self.db.load_pending(QUEUE, noop.__name__, self.plan.backlog)
+        self.db.vacuum()
+        for _ in range(self.plan.repeats):
+            p50, p99 = scale.p50_p99(web.overview_latencies_ms(self.pool, WEB_REQUESTS))
+            self.report.add("web_overview_p50_ms", p50)
+            self.report.add("web_overview_p99_ms", p99)
+            log.info("dashboard overview: p50 %.1f ms, p99 %.1f ms", p50, p99)
 
     def claim_rounds(self, table: str) -> None:
         scale.warm_up(self.pool, self.plan.claim_limit)

@@ -229,6 +229,18 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     return exitcodes.OK if verdict.healthy else exitcodes.UNHEALTHY
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    try:
+        from .web.server import serve
+    except ModuleNotFoundError as exc:
+        raise CliError(f"the dashboard needs its extra ({exc.name} is missing): "
+                       "pip install 'workerpool[web]'") from None
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port must be within 1..65535, got {args.port}")
+    serve(_pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    return exitcodes.OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
@@ -240,6 +252,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "roles": lambda args: live.cmd_roles(args),
     "run": cmd_run,
     "healthcheck": cmd_healthcheck,
+    "web": cmd_web,
     "demo": cmd_demo,
 }
 
@@ -292,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-format", default=None, choices=["text", "json", "auto"],
                      help="text (default), json (one object a line), or auto (json unless "
                           "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text")
+
+    web = add_command(sub, "web", help="the web dashboard: queues, jobs, dead letters, actions")
+    web.add_argument("app", nargs="?", metavar="APP:POOL", default=None,
+                     help="the app (its tasks decide what a retry may replay; default: what"
+                          " live workers registered)")
+    web.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
+                     help="address to listen on (default 127.0.0.1; any other needs"
+                          " $WORKERPOOL_WEB_TOKEN)")
+    web.add_argument("--port", type=int, default=8080, help="default %(default)s")
+    web.add_argument("--read-only", action="store_true",
+                     help="serve no action at all (no retry, purge, cancel, pause)")
 
     health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
     health.add_argument("workers", nargs="*", metavar="WORKER",

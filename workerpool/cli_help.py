@@ -72,6 +72,15 @@ example:
   workerpool run myapp.jobs:pool --log-format json   # one JSON object a line, for collectors
 
 Stops cleanly on SIGTERM or SIGINT: children drain their jobs, then exit.""",
+    "web": """\
+example:
+  workerpool web myapp.jobs:pool                       # http://127.0.0.1:8080/
+  workerpool web --read-only --port 9000
+  WORKERPOOL_WEB_TOKEN=$(openssl rand -hex 24) workerpool web myapp.jobs:pool --bind 0.0.0.0
+
+A non-loopback --bind is refused unless $WORKERPOOL_WEB_TOKEN is set: every request must then
+send it as a Bearer token or as the basic-auth password. Needs `pip install 'workerpool[web]'`
+(docs/dashboard.md).""",
     "healthcheck": """\
 example:
   workerpool healthcheck                   # a Kubernetes exec probe: exit 0 iff all fresh

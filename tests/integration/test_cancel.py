@@ -247,3 +247,34 @@ def test_a_cancelled_job_whose_worker_died_stays_cancelled(pool, sql):
     found = job_row(sql, job_id)
     assert found["state"] == "cancelled" and found["finished"]
     assert [e["type"] for e in found["errors"]] == ["WorkerLost", "Cancelled"]
+
+
+GIVE_BACKS = {
+    "snooze": lambda conn, lease: queries.snooze(conn, lease, 30),
+    "drain": lambda conn, lease: queries.give_back(conn, lease, {"type": "Interrupted"}),
+    "unstarted": lambda conn, lease: queries.return_unstarted(
+        conn, lease.worker, [(lease.job_id, lease.attempt)]).get(lease.job_id),
+}
+
+
+@pytest.mark.parametrize("way", sorted(GIVE_BACKS))
+def test_a_job_given_back_after_its_cancel_was_asked_ends_cancelled(pool, sql, way):
+    """The give-back is written before the worker learns of the cancel: the job must not go
+    back in line with the request forgotten (it would run again)."""
+    noop_task(pool)
+    job_id, bystander = pool.enqueue("noop", {}), pool.enqueue("noop", {})
+    with pool.engine.begin() as conn:
+        rows = queries.claim(conn, queue="q", worker="w", limit=2, task_versions={"noop": 1},
+                             stale_after=300)
+    attempts = {row.id: row.attempts for row in rows}
+    pool.cancel([job_id], reason="stop it")
+    with pool.engine.begin() as conn:
+        assert GIVE_BACKS[way](conn, queries.Lease(job_id, attempts[job_id], "w")) == "cancelled"
+        assert GIVE_BACKS[way](conn, queries.Lease(bystander, attempts[bystander], "w")) \
+            == "pending"
+    found = job_row(sql, job_id)
+    assert found["state"] == "cancelled" and found["finished"]
+    assert found["attempts"] == 1  # it was claimed and not refunded: the attempt happened
+    assert found["errors"][-1]["type"] == "Cancelled"
+    assert found["errors"][-1]["message"] == "stop it"
+    assert job_row(sql, bystander)["state"] == "pending"

@@ -162,8 +162,8 @@ def test_complete_with_a_lost_lease_changes_nothing(app, sql):
         assert queries.complete(conn, "w1", [(first.id, first.attempts)]) == set()
         assert queries.fail(conn, lease_of(first, "w1"), {"type": "X"}, 1.0) is None
         assert queries.mark_permanent(conn, lease_of(first, "w1"), {"type": "X"}) is False
-        assert queries.snooze(conn, lease_of(first, "w1"), 1.0) is False
-        assert queries.give_back(conn, lease_of(first, "w1"), {"type": "X"}) is False
+        assert queries.snooze(conn, lease_of(first, "w1"), 1.0) is None
+        assert queries.give_back(conn, lease_of(first, "w1"), {"type": "X"}) is None
         assert queries.save_checkpoint(conn, lease_of(first, "w1"), '{"s": 1}') is False
         assert queries.renew(conn, "w1", [(first.id, first.attempts)]) == set()
     assert sql("SELECT state, claimed_by, attempts, checkpoint, errors->-1->>'worker'"

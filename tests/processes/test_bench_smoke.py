@@ -41,6 +41,8 @@ EXPECTED = {
     "claim_empty_p99_ms",
     "claim_large_p50_ms",
     "claim_large_p99_ms",
+    "web_overview_p50_ms",
+    "web_overview_p99_ms",
 }
 FIELDS = {"name", "value", "unit", "median_of", "samples", "ratio", "ratio_to", "target", "met"}
 

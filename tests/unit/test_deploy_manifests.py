@@ -143,3 +143,13 @@ def test_database_url_comes_from_a_secret_never_a_literal() -> None:
             assert "value" not in url and "secretKeyRef" in url["valueFrom"]
             argv = " ".join(spec.get("command", []) + spec.get("args", []))
             assert "postgres" not in argv, "a database URL in argv is visible in /proc/*/cmdline"
+
+
+def test_the_metrics_port_the_supervisor_serves_is_the_one_the_pod_exposes(deployment,
+                                                                         worker) -> None:
+    served = int(env_value(worker, "WORKERPOOL_METRICS_PORT"))
+    assert env_value(worker, "WORKERPOOL_METRICS_BIND") == "0.0.0.0"  # reachable at the pod IP
+    exposed = {port["name"]: port["containerPort"] for port in worker.get("ports", [])}
+    assert exposed.get("metrics") == served
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(served)

@@ -11,6 +11,9 @@ from prometheus_client import generate_latest, values
 from prometheus_client.parser import text_string_to_metric_families
 
 from workerpool import metrics
+from workerpool.outcome import Outcome
+from workerpool.states import JobState, OutcomeKind
+from workerpool.worker.outcomes import _outcome_label
 
 
 @pytest.fixture
@@ -89,3 +92,19 @@ def test_restart_causes_are_a_bounded_set():
     slot.killed, slot.kill_at = True, 1.0
     assert restart_cause(slot, killed) == "hang"
     assert set(metrics.CAUSES) == {"hang", "recycle", "boot_failure", "signal", "exit"}
+
+
+@pytest.mark.parametrize(("kind", "state", "label"), [
+    (OutcomeKind.DONE, JobState.DONE, "done"),
+    (OutcomeKind.FAIL, JobState.FAILED, "retried"),  # raised, a retry is scheduled
+    (OutcomeKind.FAIL, JobState.DEAD, "dead"),
+    (OutcomeKind.PERMANENT, JobState.DEAD, "dead"),
+    (OutcomeKind.FAIL, JobState.CANCELLED, "cancelled"),
+    (OutcomeKind.SNOOZE, JobState.PENDING, "snoozed"),
+    (OutcomeKind.SNOOZE, JobState.CANCELLED, "cancelled"),
+    (OutcomeKind.INTERRUPTED, JobState.PENDING, "released"),
+    (OutcomeKind.DONE, None, "lost"),
+])
+def test_each_written_outcome_has_one_label_of_the_bounded_set(kind, state, label):
+    assert _outcome_label(Outcome(kind), state) == label
+    assert label in metrics.OUTCOMES

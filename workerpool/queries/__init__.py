@@ -14,6 +14,7 @@ One module per phase of a job's life, each ordered the same way:
 - ``maintenance``: the workers registry, cron schedules, pruning;
 - ``operations``: the dead-letter queue, status, read-outs;
 - ``control``: cancelling jobs, pausing and resuming queues;
+- ``dashboard``: what the web dashboard reads (job pages by keyset, bounded counts, estimates);
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is
@@ -45,6 +46,18 @@ from .control import (
     requested_cancels,
     select_ids,
     set_paused,
+)
+from .dashboard import (
+    JobFilter,
+    browse_jobs,
+    common_queues,
+    count_capped,
+    estimated_rows,
+    finished_per_minute,
+    job_detail,
+    last_analyzed,
+    lease_holder,
+    limit_time,
 )
 from .enqueue import (
     NOTIFY_CHANNEL,
@@ -114,17 +127,21 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "PLANNER_SETTINGS",
     "RELEASE_HOLD",
+    "JobFilter",
     "Lease",
     "NewJob",
     "advance_cron",
     "beat_worker",
     "bound_transaction",
+    "browse_jobs",
     "can_pipeline",
     "cancel",
     "claim",
     "claim_statement",
+    "common_queues",
     "complete",
     "count_by_queue_and_state",
+    "count_capped",
     "count_dead",
     "count_errors_by_type",
     "database_now",
@@ -132,18 +149,24 @@ __all__ = [
     "dead_tasks",
     "dead_where",
     "ensure_crons",
+    "estimated_rows",
     "fail",
     "find_jobs",
     "finish_cancelled",
+    "finished_per_minute",
     "give_back",
     "insert_job_chunks",
     "insert_jobs",
     "insert_one",
     "is_paused",
+    "job_detail",
     "job_outcomes",
     "job_queues",
     "job_states",
     "known_queues",
+    "last_analyzed",
+    "lease_holder",
+    "limit_time",
     "list_crons",
     "list_dead",
     "list_queue_states",

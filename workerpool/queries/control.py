@@ -31,6 +31,7 @@ from sqlalchemy.types import Text
 
 from ..schema import jobs, queues
 from ..states import DUE_STATES, LIVE_STATES, JobState
+from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
 from .leases import Lease, fence
 
@@ -38,13 +39,6 @@ from .leases import Lease, fence
 CONTROL = "!"
 
 _IDS = bindparam("ids", type_=ARRAY(BigInteger))
-
-
-def _entry(request: Any) -> Any:
-    """The history entry a cancel leaves in ``errors``: the request plus the attempt."""
-    stamped = (func.jsonb_build_object("attempt", jobs.c.attempts, "type", "Cancelled")
-               .op("||")(request))
-    return jobs.c.errors.op("||")(func.jsonb_build_array(stamped))
 
 
 def cancel_request(by: str, reason: str | None) -> Any:
@@ -83,7 +77,7 @@ def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) ->
         .values(
             state=case((queued, JobState.CANCELLED.value), else_=jobs.c.state),
             finished_at=case((queued, func.now()), else_=jobs.c.finished_at),
-            errors=case((queued, _entry(request)), else_=jobs.c.errors),
+            errors=case((queued, history(request)), else_=jobs.c.errors),
             cancel_request=request,
         )
         .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.attempts, jobs.c.state,
@@ -114,7 +108,7 @@ def finish_cancelled(conn: Connection, lease: Lease) -> bool:
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(state=JobState.CANCELLED, finished_at=func.now(), errors=_entry(request))
+        .values(state=JobState.CANCELLED, finished_at=func.now(), errors=history(request))
     )
     return conn.execute(stmt).rowcount == 1
 

@@ -10,13 +10,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, cast, func, literal, update
+from sqlalchemy import Connection, bindparam, case, cast, func, literal, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import Text
 
 from ..errors import MAX_DELAY
 from ..schema import jobs
 from ..states import DeadReason, JobState
+from .cancelled import or_cancelled
 from .clock import seconds
 from .leases import FENCE_MANY, Lease, fence, lease_params
 
@@ -72,24 +73,19 @@ def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float)
     Returns the new state, or None when the lease was lost (nothing written).
     """
     exhausted = jobs.c.attempts >= jobs.c.max_attempts
-    # An operator cancelled it while it ran, before its worker learned of it: it ends there.
-    asked = jobs.c.cancel_request.isnot(None)
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(
+        .values(**or_cancelled({
             # .value: a CASE types its parameters by their Python type, and a plain str keeps
             # the bound ``::VARCHAR`` an enum member would lose
-            state=case((asked, JobState.CANCELLED.value), (exhausted, JobState.DEAD.value),
-                       else_=JobState.FAILED.value),
-            dead_reason=case((and_(exhausted, ~asked), DeadReason.EXHAUSTED.value), else_=None),
-            run_at=case((exhausted | asked, jobs.c.run_at), else_=after(delay)),
-            finished_at=case((exhausted | asked, func.now()), else_=None),
-            errors=case((asked, errors_append(error).op("||")(func.jsonb_build_array(
-                func.jsonb_build_object("attempt", jobs.c.attempts, "type", "Cancelled")
-                .op("||")(jobs.c.cancel_request)))), else_=errors_append(error)),
-            crashes=0,  # an ordinary outcome: no longer a suspect
-        )
+            "state": case((exhausted, JobState.DEAD.value), else_=JobState.FAILED.value),
+            "dead_reason": case((exhausted, DeadReason.EXHAUSTED.value), else_=None),
+            "run_at": case((exhausted, jobs.c.run_at), else_=after(delay)),
+            "finished_at": case((exhausted, func.now()), else_=None),
+            "errors": errors_append(error),
+            "crashes": 0,  # an ordinary outcome: no longer a suspect
+        }))
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()
@@ -114,43 +110,54 @@ def mark_permanent(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> 
 
 # snooze: one leased row → pending at now()+delay, attempt refunded.
 # Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
-def snooze(conn: Connection, lease: Lease, delay: float) -> bool:
-    """``RetryLater``: pending again at ``now()+delay``; the attempt is given back."""
+def snooze(conn: Connection, lease: Lease, delay: float) -> str | None:
+    """``RetryLater``: pending again at ``now()+delay``; the attempt is given back.
+
+    Returns the new state (``cancelled`` if an operator asked), None when the lease was lost."""
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(state=JobState.PENDING, attempts=jobs.c.attempts - 1, run_at=after(delay),
-                crashes=0)  # an ordinary outcome: no longer a suspect
+        .values(**or_cancelled({
+            "state": JobState.PENDING, "attempts": jobs.c.attempts - 1, "run_at": after(delay),
+            "crashes": 0,  # an ordinary outcome: no longer a suspect
+        }))
+        .returning(jobs.c.state)
     )
-    return conn.execute(stmt).rowcount == 1
+    return conn.execute(stmt).scalar()
 
 
 # give_back: one leased row → pending after RELEASE_HOLD, attempt refunded, interruption
 # recorded. Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
-def give_back(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> bool:
-    """Drain: pending again shortly, attempt refunded, interruption recorded, checkpoint kept."""
+def give_back(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> str | None:
+    """Drain: pending again shortly, attempt refunded, interruption recorded, checkpoint kept.
+
+    Returns the new state (``cancelled`` if an operator asked), None when the lease was lost."""
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(
-            state=JobState.PENDING,
-            attempts=jobs.c.attempts - 1,
-            run_at=after(RELEASE_HOLD),
-            errors=errors_append(error),
-        )
+        .values(**or_cancelled({
+            "state": JobState.PENDING,
+            "attempts": jobs.c.attempts - 1,
+            "run_at": after(RELEASE_HOLD),
+            "errors": errors_append(error),
+        }))
+        .returning(jobs.c.state)
     )
-    return conn.execute(stmt).rowcount == 1
+    return conn.execute(stmt).scalar()
 
 
-def return_unstarted(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
+def return_unstarted(conn: Connection, worker: str,
+                     leases: Sequence[tuple[int, int]]) -> dict[int, str]:
     """Give back prefetched jobs that never started: ``pending``, attempt refunded, no error.
 
     ``run_at`` is kept, so each job keeps its place in line (it is already due). Fenced on the
-    leases like every finishing write; returns the ids given back.
+    leases like every finishing write; returns ``{id: new state}`` of the rows it changed
+    (``cancelled`` where an operator asked).
     """
     if not leases:
-        return set()
-    return set(conn.execute(_RETURN_UNSTARTED, lease_params(worker, leases)).scalars())
+        return {}
+    rows = conn.execute(_RETURN_UNSTARTED, lease_params(worker, leases)).all()
+    return {row.id: row.state for row in rows}
 
 
 # return_unstarted: prefetched leased rows → pending, attempt refunded, run_at kept.
@@ -158,6 +165,6 @@ def return_unstarted(conn: Connection, worker: str, leases: Sequence[tuple[int, 
 _RETURN_UNSTARTED = (
     update(jobs)
     .where(FENCE_MANY)
-    .values(state=JobState.PENDING, attempts=jobs.c.attempts - 1)
-    .returning(jobs.c.id)
+    .values(**or_cancelled({"state": JobState.PENDING, "attempts": jobs.c.attempts - 1}))
+    .returning(jobs.c.id, jobs.c.state)
 )

@@ -26,7 +26,6 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -35,6 +34,7 @@ from sqlalchemy.types import Integer, Text
 
 from ..schema import jobs
 from ..states import DeadReason, JobState
+from .cancelled import or_cancelled
 from .clock import seconds
 
 #: A job charged for a death waits ``CRASH_HOLD * 2**(its earlier solo deaths)`` seconds, at most
@@ -100,23 +100,17 @@ def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, An
         "with", func.to_jsonb(func.array_remove(held_ids, jobs.c.id)),
         "message", message, "at", func.now())
     hold = func.least(CRASH_HOLD_CAP, CRASH_HOLD * func.power(2.0, _SOLO_DEATHS))
-    # A row an operator asked to stop ends cancelled: its worker is gone, nothing runs it.
-    asked = jobs.c.cancel_request.isnot(None)
-    cancel_entry = func.jsonb_build_array(func.jsonb_build_object(
-        "attempt", jobs.c.attempts, "type", "Cancelled").op("||")(jobs.c.cancel_request))
-    return {  # .value: plain str parameters (a CASE types its values by their Python type)
-        "state": case((asked, JobState.CANCELLED.value), (exhausted, JobState.DEAD.value),
-                      else_=JobState.PENDING.value),
+    return or_cancelled({  # .value: plain str parameters (a CASE types values by Python type)
+        "state": case((exhausted, JobState.DEAD.value), else_=JobState.PENDING.value),
         "run_at": case((and_(alone, ~exhausted),
                         func.now() + func.make_interval(0, 0, 0, 0, 0, 0, hold)),
                        else_=jobs.c.run_at),
-        "dead_reason": case((and_(exhausted, ~asked), DeadReason.ABANDONED.value), else_=None),
-        "finished_at": case((or_(exhausted, asked), func.now()), else_=None),
+        "dead_reason": case((exhausted, DeadReason.ABANDONED.value), else_=None),
+        "finished_at": case((exhausted, func.now()), else_=None),
         "attempts": case((alone, jobs.c.attempts), else_=jobs.c.attempts - 1),
         "crashes": jobs.c.crashes + 1,
-        "errors": jobs.c.errors.op("||")(func.jsonb_build_array(entry)).op("||")(
-            case((asked, cancel_entry), else_=cast(literal("[]", Text), JSONB))),
-    }
+        "errors": jobs.c.errors.op("||")(func.jsonb_build_array(entry)),
+    })
 
 
 # reclaim_from_dead_worker: a dead process's rows → pending (suspects when it held several),

@@ -42,19 +42,23 @@ def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | No
     if kind == OutcomeKind.PERMANENT:
         return JobState.DEAD if queries.mark_permanent(conn, lease, outcome.error) else None
     if kind == OutcomeKind.SNOOZE:
-        return JobState.PENDING if queries.snooze(conn, lease, outcome.delay) else None
+        return queries.snooze(conn, lease, outcome.delay)
     if kind == OutcomeKind.INTERRUPTED:
-        return JobState.PENDING if queries.give_back(conn, lease, outcome.error) else None
+        return queries.give_back(conn, lease, outcome.error)
     if kind == OutcomeKind.UNSTARTED:
-        return JobState.PENDING if queries.return_unstarted(conn, lease.worker, job) else None
+        return queries.return_unstarted(conn, lease.worker, job).get(lease.job_id)
     if kind == OutcomeKind.CANCELLED:
         return JobState.CANCELLED if queries.finish_cancelled(conn, lease) else None
     raise ValueError(f"unknown outcome {kind!r}")
 
 
-#: The outcomes written for a whole batch in one statement, and the state each one leads to.
-BULK = ((OutcomeKind.DONE, queries.complete, JobState.DONE),
-        (OutcomeKind.UNSTARTED, queries.return_unstarted, JobState.PENDING))
+def _complete(conn: Connection, worker: str,
+              leases: Sequence[tuple[int, int]]) -> dict[int, str]:
+    return dict.fromkeys(queries.complete(conn, worker, leases), JobState.DONE)
+
+
+#: The outcomes written for a whole batch in one statement, each returning ``{id: new state}``.
+BULK = ((OutcomeKind.DONE, _complete), (OutcomeKind.UNSTARTED, queries.return_unstarted))
 
 
 def record_many(
@@ -63,13 +67,13 @@ def record_many(
     """Write a batch of outcomes: every ``done`` in one statement, every ``unstarted`` in one,
     the rest one by one."""
     states: dict[int, str | None] = {}
-    for kind, write, state in BULK:
+    for kind, write in BULK:
         leases = [(lease.job_id, lease.attempt) for lease, outcome in results
                   if outcome.kind == kind]
         if leases:
             applied = write(conn, worker, leases)
-            states.update((job_id, state if job_id in applied else None) for job_id, _ in leases)
-    bulk = {kind for kind, _, _ in BULK}
+            states.update((job_id, applied.get(job_id)) for job_id, _ in leases)
+    bulk = {kind for kind, _ in BULK}
     for lease, outcome in results:
         if outcome.kind not in bulk:
             states[lease.job_id] = record(conn, lease, outcome)
@@ -81,11 +85,15 @@ _PENDING_LABELS = {OutcomeKind.SNOOZE: "snoozed", OutcomeKind.INTERRUPTED: "rele
 
 
 def _outcome_label(outcome: Outcome, state: str | None) -> str:
-    """done, failed (will retry), dead, snoozed, released, cancelled, or lost (fenced out)."""
+    """done, retried (raised, a retry is scheduled), dead, snoozed, released, cancelled, or
+    lost (fenced out). A failed attempt is ``retried`` or ``dead``: one series each, so their
+    sum is the failure rate and nothing is counted twice."""
     if state is None:
         return "lost"
     if state == JobState.PENDING:
         return _PENDING_LABELS.get(outcome.kind, "released")
+    if state == JobState.FAILED:
+        return "retried"
     return str(state)
 
 

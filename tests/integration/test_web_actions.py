@@ -1,0 +1,103 @@
+"""The dashboard's actions against real PostgreSQL: retry (single, filtered after a dry run),
+purge, cancel, pause and resume, each through the same operations as the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.apps import web
+from tests.helpers.web import client, dead_jobs, post
+
+
+@pytest.fixture
+def app_pool(db_url):
+    pool = web.build(db_url)
+    yield pool
+    pool.dispose()
+
+
+@pytest.fixture
+def http(app_pool):
+    with client(app_pool) as test_client:
+        yield test_client
+
+
+def state(sql, job_id: int) -> str:
+    return sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+
+
+def test_retry_one_dead_job_and_it_leaves_the_dead_list(app_pool, http, sql):
+    job_id, other = dead_jobs(app_pool, 2)
+    answer = post(http, f"/jobs/{job_id}/retry", page=f"/jobs/{job_id}")
+    assert answer.status_code == 303 and answer.headers["location"] == "/dead"
+    assert state(sql, job_id) == "pending" and state(sql, other) == "dead"
+    listing = http.get("/dead")
+    assert f'data-id="{job_id}"' not in listing.text and f'data-id="{other}"' in listing.text
+    assert f"replayed job {job_id}: it is pending again" in listing.text
+    assert "replayed job" not in http.get("/dead").text  # the notice is shown once
+    replays = sql("SELECT replays FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+    assert replays[0]["by"] == "web@testclient" and replays[0]["dead_reason"] == "exhausted"
+
+
+def test_retrying_a_job_that_is_not_dead_changes_nothing(app_pool, http, sql):
+    job_id = app_pool.enqueue("ok", {}, delay=600)
+    answer = post(http, f"/jobs/{job_id}/retry")
+    assert answer.status_code == 303
+    assert f"job {job_id} is not dead" in http.get(f"/jobs/{job_id}").text
+    assert state(sql, job_id) == "pending"
+
+
+def test_filtered_retry_shows_a_dry_run_first(app_pool, http, sql):
+    boom = dead_jobs(app_pool, 2)
+    report = dead_jobs(app_pool, 1, task="monthly")[0]
+    dry = post(http, "/dead/retry", {"queue": "email"}, page="/dead?queue=email")
+    assert dry.status_code == 200
+    assert "Dry run: replay 2 dead jobs" in dry.text and "<td>boom</td><td>2</td>" in dry.text
+    assert all(state(sql, i) == "dead" for i in [*boom, report])
+    confirm = post(http, "/dead/retry", {"queue": "email", "confirm": "1"})
+    assert confirm.status_code == 303
+    assert [state(sql, i) for i in boom] == ["pending", "pending"]
+    assert state(sql, report) == "dead"
+
+
+def test_a_retry_of_an_unknown_task_is_refused_whole(app_pool, http, sql):
+    job_id = dead_jobs(app_pool, 1)[0]
+    sql("UPDATE workerpool_jobs SET task = 'retired' WHERE id = %s", job_id)
+    answer = post(http, "/dead/retry", {"confirm": "1"})
+    assert answer.status_code == 409 and "task &#39;retired&#39; (1 jobs)" in answer.text
+    assert state(sql, job_id) == "dead"
+
+
+def test_purge_counts_first_then_deletes(app_pool, http, sql):
+    old, new = dead_jobs(app_pool, 2)
+    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '40 days' WHERE id = %s", old)
+    dry = post(http, "/dead/purge", {"older_than": "30d"}, page="/dead")
+    assert dry.status_code == 200 and "Dry run: purge 1 dead jobs older than 30d" in dry.text
+    assert len(sql("SELECT id FROM workerpool_jobs")) == 2
+    assert post(http, "/dead/purge", {"older_than": "30d", "confirm": "1"}).status_code == 303
+    assert [r[0] for r in sql("SELECT id FROM workerpool_jobs")] == [new]
+    bad = post(http, "/dead/purge", {"older_than": "soon"})
+    assert bad.status_code == 400 and "bad duration &#39;soon&#39;" in bad.text
+
+
+def test_cancel_a_queued_job(app_pool, http, sql):
+    job_id = app_pool.enqueue("ok", {}, delay=600)
+    answer = post(http, f"/jobs/{job_id}/cancel", {"reason": "<b>not needed</b>"})
+    assert answer.status_code == 303 and answer.headers["location"] == f"/jobs/{job_id}"
+    page = http.get(f"/jobs/{job_id}")
+    assert f"job {job_id}: cancelled" in page.text
+    assert "&lt;b&gt;not needed&lt;/b&gt;" in page.text
+    assert state(sql, job_id) == "cancelled"
+    assert post(http, "/jobs/99999/cancel").status_code == 404
+
+
+def test_pause_and_resume_a_queue(app_pool, http, sql):
+    answer = post(http, "/queues/email/pause")
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+    assert sql("SELECT paused, paused_by FROM workerpool_queues") == [(True, "web@testclient")]
+    page = http.get("/")
+    assert "queue email paused" in page.text and "badge paused" in page.text
+    post(http, "/queues/email/resume")
+    assert sql("SELECT paused FROM workerpool_queues") == [(False,)]
+    unknown = post(http, "/queues/nosuch/pause")
+    assert unknown.status_code == 404 and "unknown queue &#39;nosuch&#39;" in unknown.text

@@ -1,0 +1,126 @@
+"""The dashboard in a real browser: `workerpool web` as a subprocess, headless Chromium driven
+by Selenium through Debian's chromedriver.
+
+CI (``CI`` set) must have Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them): there a missing binary fails the test. Locally it is skipped with the reason. Screenshots
+of each step go to ``tests/artifacts/`` (git-ignored; ``$WORKERPOOL_TEST_ARTIFACTS`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.apps import web
+from tests.helpers.paths import ROOT
+from tests.helpers.web import dead_jobs, served
+from workerpool.testing import drain
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def browser_binaries() -> tuple[str, str]:
+    found = [shutil.which(p) or (p if os.access(p, os.X_OK) else None)
+             for p in (CHROMIUM, CHROMEDRIVER)]
+    if all(found):
+        return CHROMIUM, CHROMEDRIVER
+    reason = "chromium or chromedriver not installed (apt-get install chromium chromium-driver)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: CI must run this test (.ci/run installs them)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    path = Path(os.environ.get("WORKERPOOL_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"screenshots: {path}")
+    return path
+
+
+@pytest.fixture
+def dashboard(db_url, tmp_path) -> Iterator[str]:
+    """`workerpool web tests.apps.web:pool` on a free port; its base URL."""
+    with served(db_url, tmp_path / "web.log") as base:
+        yield base
+    print((tmp_path / "web.log").read_text()[-3000:])
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    chromium, chromedriver = browser_binaries()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports land here
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
+        db_url, dashboard, browser, artifacts):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    pool = web.build(db_url)
+    for i in range(6):
+        pool.enqueue("ok", {"n": i})
+    drain(pool, "email")
+    dead_id, other_id = dead_jobs(pool, 2)
+    pool.enqueue("ok", {"later": True}, delay=3600)
+    pool.dispose()
+    wait = WebDriverWait(browser, 15)
+
+    browser.get(dashboard + "/")
+    assert "Overview" in browser.find_element(By.TAG_NAME, "h1").text
+    assert browser.find_element(By.ID, "queue-email").is_displayed()
+    browser.save_screenshot(str(artifacts / "web-overview.png"))
+
+    browser.find_element(By.ID, "nav-jobs").click()
+    wait.until(lambda d: d.execute_script("return typeof htmx") == "object")  # served locally
+    browser.execute_script("window.sameDocument = true")
+    Select(browser.find_element(By.ID, "filter-state")).select_by_value("dead")
+    browser.find_element(By.ID, "filter-apply").click()
+    wait.until(lambda d: "state=dead" in d.current_url and len(
+        d.find_elements(By.CSS_SELECTOR, "tr.job")) == 2)
+    assert browser.execute_script("return window.sameDocument") is True  # htmx swapped the table
+    states = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.job .state")}
+    assert states == {"dead"}
+    browser.save_screenshot(str(artifacts / "web-dead-filter.png"))
+
+    browser.find_element(By.CSS_SELECTOR, f'tr.job[data-id="{dead_id}"] a.job-link').click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "pre.traceback"))
+    traceback = browser.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    assert "Traceback (most recent call last)" in traceback
+    assert f"RuntimeError: the mail server said no {web.SCRIPT}" in traceback  # text, not run
+    browser.save_screenshot(str(artifacts / "web-job.png"))
+
+    browser.find_element(By.ID, "retry").click()
+    wait.until(lambda d: d.find_elements(By.ID, "notice"))
+    assert f"replayed job {dead_id}" in browser.find_element(By.ID, "notice").text
+    listed = {e.get_attribute("data-id") for e in browser.find_elements(By.CSS_SELECTOR,
+                                                                         "tr.job")}
+    assert str(dead_id) not in listed and str(other_id) in listed
+    browser.save_screenshot(str(artifacts / "web-after-retry.png"))
+
+    browser.find_element(By.ID, "nav-overview").click()
+    browser.find_element(By.CSS_SELECTOR, "#queue-email button.pause").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#queue-email .badge.paused"))
+    assert "queue email paused" in browser.find_element(By.ID, "notice").text
+    browser.save_screenshot(str(artifacts / "web-paused.png"))
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []  # no blocked script or style (the CSP), no missing file, no failed call

@@ -1,0 +1,99 @@
+"""The web dashboard: an ASGI app (Starlette) over a WorkerPool. ``pip install 'workerpool[web]'``.
+
+    from workerpool.web import app
+    dashboard = app(pool)                      # serve it, or mount it in your own app:
+    Mount("/jobs", app=app(pool, read_only=True))
+
+``workerpool web [APP:POOL]`` serves it with uvicorn (:mod:`workerpool.web.server`). The page
+needs no internet: htmx and the stylesheet are served from the package, charts are inline SVG.
+See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import (
+    InvalidFilter,
+    ReplayRefused,
+    UnknownJob,
+    UnknownQueue,
+    WorkerpoolError,
+    first_line,
+)
+from . import actions, pages
+from .inputs import BadInput
+from .render import render
+from .security import Csrf, CsrfRefused, Guard, token_from_env
+
+__all__ = ["app"]
+
+log = logging.getLogger("workerpool.web")
+
+FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
+
+#: Exceptions a person caused, answered with this status and their one-line message.
+REFUSALS: list[tuple[type[BaseException], int]] = [
+    (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
+    (UnknownQueue, 404), (ReplayRefused, 409), (WorkerpoolError, 400),
+]
+
+
+def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
+        csrf_secret: bytes | None = None) -> Any:
+    """The dashboard of ``pool`` as an ASGI app.
+
+    ``read_only``: no action route exists (POSTs get 404/405). ``token``: every request must
+    carry it (Bearer, or the basic-auth password); default ``$WORKERPOOL_WEB_TOKEN``, ``None``
+    for none (e.g. behind your own app's authentication). ``csrf_secret``: the key of the CSRF
+    tokens, to share between several processes serving the same dashboard (default: random).
+    """
+    token = token_from_env() if token is FROM_ENV else token
+    # The refusals are handled inside the app (a 4xx page); Exception goes to the outermost
+    # handler, which answers 500 and lets the server log it.
+    handlers: dict[Any, Any] = {kind: _failure for kind, _ in REFUSALS} | {Exception: _failure}
+    starlette = Starlette(routes=routes(read_only), exception_handlers=handlers)
+    starlette.state.pool = pool
+    starlette.state.read_only = read_only
+    starlette.state.csrf = Csrf(csrf_secret)
+    return Guard(starlette, token)
+
+
+def routes(read_only: bool) -> list[Any]:
+    static = StaticFiles(packages=[("workerpool.web", "static")])
+    found = [
+        Route("/", pages.overview_page, name="overview"),
+        Route("/jobs", pages.jobs_page, name="jobs"),
+        Route("/jobs/{job_id}", pages.job_page, name="job"),
+        Route("/dead", pages.dead_page, name="dead"),
+        Mount("/static", app=static, name="static"),
+    ]
+    if not read_only:
+        found += [
+            Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
+            Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
+            Route("/dead/retry", actions.retry_dead, methods=["POST"]),
+            Route("/dead/purge", actions.purge_dead, methods=["POST"]),
+            Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),
+            Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"]),
+        ]
+    return found
+
+
+async def _failure(request: Request, exc: Exception) -> Response:
+    """A refusal: its status and one line. Anything else: 500, the type only (a database
+    error's text could name the server; the log has the whole of it)."""
+    for kind, status in REFUSALS:
+        if isinstance(exc, kind):
+            return render(request, "error.html", {"message": first_line(exc)}, status)
+    log.exception("dashboard request failed: %s %s", request.method, request.url.path,
+                  extra={"event": "web_request_failed"})
+    message = f"internal error ({type(exc).__name__}); the server's log has the details"
+    return render(request, "error.html", {"message": message}, 500)

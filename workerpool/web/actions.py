@@ -1,0 +1,109 @@
+"""The dashboard's actions (POST only, CSRF-checked): retry, purge, cancel, pause, resume.
+
+Each calls the operation the command line calls (:mod:`workerpool.dead`, ``pool.cancel``,
+``pool.pause``/``resume``), so the checks, the logging and the hooks are the same. A bulk retry
+or purge is shown as a dry run first; only the confirmation form (``confirm=1``) changes rows.
+With ``--read-only`` none of these routes exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import dead
+from ..cancel import CANCELLED, STOPPING
+from . import inputs
+from .render import redirect, render
+from .security import CSRF_FIELD
+
+MAX_FORM_FIELDS = 50
+
+
+async def _form(request: Request) -> dict[str, Any]:
+    """The form, after its CSRF token was checked against the cookie."""
+    async with request.form(max_files=0, max_fields=MAX_FORM_FIELDS) as form:
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    request.app.state.csrf.check(request.cookies, request.headers, fields)
+    return fields
+
+
+def _actor(request: Request) -> str:
+    client = request.client.host if request.client else "?"
+    return f"web@{client}"
+
+
+async def retry_job(request: Request) -> Response:
+    await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    pool = request.app.state.pool
+    result = await run_in_threadpool(dead.retry, pool, [job_id], by=_actor(request))
+    if result.not_dead:
+        return redirect(request, f"/jobs/{job_id}", f"job {job_id} is not dead: nothing changed")
+    return redirect(request, "/dead", f"replayed job {job_id}: it is pending again")
+
+
+async def retry_dead(request: Request) -> Response:
+    form = await _form(request)
+    filters = inputs.dead_filter(form)
+    confirm = inputs.flag(form, "confirm")
+    pool = request.app.state.pool
+    result = await run_in_threadpool(lambda: dead.retry(
+        pool, all_matching=True, filters=filters, dry_run=not confirm, by=_actor(request)))
+    if confirm:
+        return redirect(request, "/dead", f"replayed {len(result.ids)} dead jobs")
+    return render(request, "confirm.html", {
+        "action": "/dead/retry", "verb": "Replay", "count": len(result.ids),
+        "by_task": sorted(result.by_task.items()), "form": _kept(form), "what": "dead jobs"})
+
+
+async def purge_dead(request: Request) -> Response:
+    form = await _form(request)
+    filters = inputs.dead_filter({**form, "since": None})
+    older_than = inputs.duration(form, "older_than")
+    confirm = inputs.flag(form, "confirm")
+    pool = request.app.state.pool
+    result = await run_in_threadpool(lambda: dead.purge(pool, older_than, filters,
+                                                        dry_run=not confirm))
+    if confirm:
+        return redirect(request, "/dead", f"purged {result.count} dead jobs")
+    return render(request, "confirm.html", {
+        "action": "/dead/purge", "verb": "Purge", "count": result.count, "by_task": [],
+        "form": _kept(form), "what": f"dead jobs older than {form.get('older_than')}"})
+
+
+def _kept(form: dict[str, Any]) -> dict[str, str]:
+    """The fields the confirmation form sends again (not the token: it is added afresh)."""
+    return {k: v for k, v in form.items() if k not in (CSRF_FIELD, "confirm") and v}
+
+
+async def cancel_job(request: Request) -> Response:
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    reason = inputs.text(form, "reason")
+    pool = request.app.state.pool
+    result = await run_in_threadpool(lambda: pool.cancel([job_id], reason=reason,
+                                                         by=_actor(request)))
+    verdict = result.verdicts.get(job_id)
+    text = {CANCELLED: "cancelled", STOPPING: "asked to stop"}.get(verdict, verdict)
+    return redirect(request, f"/jobs/{job_id}", f"job {job_id}: {text}")
+
+
+async def pause_queue(request: Request) -> Response:
+    return await _set_paused(request, True)
+
+
+async def resume_queue(request: Request) -> Response:
+    return await _set_paused(request, False)
+
+
+async def _set_paused(request: Request, paused: bool) -> Response:
+    await _form(request)
+    queue = request.path_params["queue"]
+    pool = request.app.state.pool
+    verb = pool.pause if paused else pool.resume
+    await run_in_threadpool(lambda: verb(queue, by=_actor(request)))
+    return redirect(request, "/", f"queue {queue} {'paused' if paused else 'resumed'}")

@@ -1,0 +1,120 @@
+"""Reading the dashboard's query strings and forms: every value checked, or one readable line.
+
+Empty fields mean "no filter" (an HTML form sends every field, filled or not). A bad value
+raises :class:`BadInput`, which the app answers with 400 and the message, before anything is
+read or written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..dead import DeadFilter, parse_duration, parse_since
+from ..errors import InvalidFilter
+from ..queries.dashboard import JobFilter
+from ..schema import DEAD_REASONS, STATES
+from ..validation import check_name
+
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+MAX_KEY = 1000
+
+
+class BadInput(ValueError):
+    """A query parameter or form field the dashboard cannot use."""
+
+
+def text(params: Mapping[str, Any], name: str) -> str | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be text")
+    value = value.strip()
+    return value or None
+
+
+def name(params: Mapping[str, Any], kind: str) -> str | None:
+    value = text(params, kind)
+    if value is not None:
+        try:
+            check_name(kind, value)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+    return value
+
+
+def choice(params: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> str | None:
+    value = text(params, field)
+    if value is not None and value not in allowed:
+        raise BadInput(f"{field} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def positive(params: Mapping[str, Any], field: str, default: int | None = None,
+             maximum: int | None = None) -> int | None:
+    value = text(params, field)
+    if value is None:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"{field} must be a positive whole number; got {value!r}")
+    if maximum is not None and int(value) > maximum:
+        raise BadInput(f"{field} must be at most {maximum}; got {value}")
+    return int(value)
+
+
+def moment(params: Mapping[str, Any], field: str) -> datetime | timedelta | None:
+    """A duration back from now (``2h``) or an ISO time with its offset."""
+    value = text(params, field)
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except InvalidFilter:
+        raise BadInput(f"{field} must be a duration back from now (15m, 2h, 7d) or an ISO time"
+                       f" with its offset; got {value!r}") from None
+
+
+def job_filter(params: Mapping[str, Any]) -> JobFilter:
+    """The jobs list's filters; on dead rows the time range is when they died (as the
+    dead-letter operations read ``since``), elsewhere when they were created."""
+    key = text(params, "key")
+    if key is not None and len(key) > MAX_KEY:
+        raise BadInput(f"key must be at most {MAX_KEY} characters")
+    state = choice(params, "state", STATES)
+    return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
+                     dead_reason=choice(params, "reason", DEAD_REASONS), key=key,
+                     created_after=moment(params, "since"),
+                     created_before=moment(params, "until"), by_finished=state == "dead")
+
+
+def dead_filter(params: Mapping[str, Any]) -> DeadFilter:
+    """The dead-letter filters of the retry and purge forms (the ones `workerpool dead` has)."""
+    try:
+        return DeadFilter(queue=name(params, "queue"), task=name(params, "task"),
+                          reason=choice(params, "reason", DEAD_REASONS),
+                          since=moment(params, "since"))
+    except InvalidFilter as exc:
+        raise BadInput(str(exc)) from None
+
+
+def duration(params: Mapping[str, Any], field: str) -> timedelta:
+    value = text(params, field)
+    if value is None:
+        raise BadInput(f"{field} is required (e.g. 30d, 12h)")
+    try:
+        return parse_duration(value)
+    except InvalidFilter as exc:
+        raise BadInput(str(exc)) from None
+
+
+def job_id(raw: str) -> int:
+    if not raw.isdigit() or not 0 < int(raw) < 2**63:
+        raise BadInput(f"a job id is a positive whole number; got {raw!r}")
+    return int(raw)
+
+
+def flag(params: Mapping[str, Any], field: str) -> bool:
+    return text(params, field) in ("1", "true", "on", "yes")

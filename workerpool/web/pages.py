@@ -1,0 +1,117 @@
+"""The dashboard's pages (GET): overview, jobs list, one job, the dead-letter queue.
+
+Every page reads in one short transaction with a statement timeout, so a slow query costs the
+page an error, never a stuck connection. Handlers are plain functions: Starlette runs them in its
+thread pool, beside the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import queries, why
+from ..errors import UnknownJob
+from ..queries import dashboard
+from ..schema import DEAD_REASONS, STATES
+from ..status import age
+from . import inputs, overview
+from .charts import bar_chart
+from .render import render
+
+LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit")
+
+
+@contextmanager
+def _read(pool: Any) -> Iterator[Any]:
+    """A read transaction with the overview's statement timeout (and the planner's own
+    choices: a key or an id filter is best served by its own index, then a sort)."""
+    with pool.engine.connect() as conn, conn.begin():
+        dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
+        yield conn
+
+
+def overview_page(request: Request) -> Response:
+    data = overview.collect(request.app.state.pool)
+    note = "lower bound: more rows than were read" if data.chart_capped else ""
+    titles = ("Finished per minute (done and cancelled)", "Dead per minute")
+    charts = [(title, bar_chart(title, bars, css, note)) for title, bars, css in
+              zip(titles, (data.finished, data.failures), ("done", "dead"), strict=True)]
+    template = "_overview.html" if request.headers.get("hx-request") else "overview.html"
+    return render(request, template, {"data": data, "charts": charts, "age": age,
+                                      "analyzed_age": _ago(data.now, data.analyzed)})
+
+
+def _ago(now: Any, then: Any) -> str:
+    return "never" if then is None else age((now - then).total_seconds()) + " ago"
+
+
+def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
+    params: dict[str, Any] = dict(request.query_params)
+    if dead_only:
+        params["state"] = "dead"
+        params.pop("until", None)  # the bulk retry and purge filter by "since" only
+    filters = inputs.job_filter(params)
+    limit = inputs.positive(params, "limit", inputs.DEFAULT_PAGE, inputs.MAX_PAGE)
+    before = inputs.positive(params, "before")
+    assert limit is not None
+    by_finished = filters.by_finished  # as `workerpool dead list`: most recent deaths first
+    with _read(request.app.state.pool) as conn:
+        rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
+        total = dashboard.count_capped(conn, filters.where())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    kept = {k: v for k, v in params.items() if k in LIST_PARAMS and v and k != "state"}
+    if not dead_only and params.get("state"):
+        kept["state"] = params["state"]
+    context = {
+        "rows": rows, "total": total, "cap": dashboard.COUNT_CAP, "params": params,
+        "states": STATES, "reasons": DEAD_REASONS, "dead_only": dead_only,
+        "by_finished": by_finished,
+        "older": _query(kept, before=rows[-1].id) if more else None,
+        "newest": _query(kept) if before else None,
+    }
+    if request.headers.get("hx-request") and request.headers.get("hx-target") == "job-table":
+        return render(request, "_jobs_table.html", context)
+    return render(request, "dead.html" if dead_only else "jobs.html", context)
+
+
+def _query(params: Mapping[str, Any], **extra: Any) -> str:
+    return "?" + urlencode({**params, **extra})
+
+
+def dead_page(request: Request) -> Response:
+    return jobs_page(request, dead_only=True)
+
+
+def job_page(request: Request) -> Response:
+    pool = request.app.state.pool
+    job_id = inputs.job_id(request.path_params["job_id"])
+    with _read(pool) as conn:
+        row = dashboard.job_detail(conn, job_id)
+        if row is None:
+            raise UnknownJob(f"no job has id {job_id}")
+        holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
+        workers = queries.list_workers(conn)
+        paused = {r.queue: r for r in queries.list_queue_states(conn)}.get(row.queue)
+    known = pool.task_versions(row.queue) if pool.tasks else None
+    reasons = why.reasons(why.Facts(row, row.now, paused, workers, known))
+    return render(request, "job.html", {
+        "job": row, "holder": holder, "reasons": reasons, "age": age,
+        "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
+        "cancel_request": _pretty(row.cancel_request),
+        "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
+    })
+
+
+def _pretty(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
