@@ -168,3 +168,17 @@ def test_the_worker_role_prunes_but_leaves_vacuum_to_autovacuum(logins):
         version = conn.execute("SHOW server_version_num").fetchone()[0]
     assert allowed == (int(version) >= 170000), why
     assert "neither the owner" in why or allowed
+
+
+def test_the_reader_serves_the_read_only_dashboard(logins):
+    from tests.apps import web
+    from tests.helpers.web import client
+
+    pool = web.build(logins.reader)
+    try:
+        with client(pool, read_only=True) as http:
+            for path in ("/", "/jobs", "/dead"):
+                page = http.get(path)
+                assert page.status_code == 200, (path, page.status_code, page.text[:500])
+    finally:
+        pool.dispose()
