@@ -30,7 +30,7 @@ def table(options: Options, result: Result) -> str:
     verdict = result.verdict
     landed = Counter(item.fault.kind for item in result.injector.landed if not item.error)
     failed = Counter(item.fault.kind for item in result.injector.landed if item.error)
-    rows = [f"workerpool chaos: seed {options.seed}, {options.duration:g}s of faults, "
+    rows = [f"workerpool.chaos: seed {options.seed}, {options.duration:g}s of faults, "
             f"{result.elapsed:.0f}s in all, on {result.target}",
             "phases ended at: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items()),
             "",
