@@ -253,6 +253,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
     "resume": lambda args: live.cmd_resume(args),
+    "roles": lambda args: live.cmd_roles(args),
     "run": cmd_run,
     "healthcheck": cmd_healthcheck,
     "web": cmd_web,

@@ -1,9 +1,10 @@
-"""`workerpool cancel`, `pause` and `resume`: an operator steers live work (see cli.py)."""
+"""`workerpool cancel`, `pause`, `resume` (steering live work) and `roles` (see cli.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from . import exitcodes
@@ -46,6 +47,13 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     return exitcodes.OK
 
 
+def cmd_roles(args: argparse.Namespace) -> int:
+    from .roles import print_sql
+
+    sys.stdout.write(print_sql(args.prefix, args.schema))
+    return exitcodes.OK
+
+
 def add_parsers(sub: Any) -> None:
     cancel = sub.add_parser("cancel", help="cancel jobs: queued ones now, running ones asked to"
                             " stop")
@@ -65,3 +73,11 @@ def add_parsers(sub: Any) -> None:
         parser.add_argument("--app", metavar="APP:POOL", default=None,
                             help="known queues are this app's (default: queues with live"
                                  " workers or rows)")
+    roles = sub.add_parser("roles", help="least-privilege group roles: owner (migrate), worker,"
+                           " reader (see docs/roles.md)")
+    roles.add_argument("--print-sql", action="store_true", required=True,
+                       help="print the idempotent SQL that creates the roles and their grants")
+    roles.add_argument("--prefix", default="workerpool",
+                       help="role names PREFIX_owner, PREFIX_worker, PREFIX_reader"
+                            " (default %(default)s)")
+    roles.add_argument("--schema", default="public", help="the schema of workerpool's tables")

@@ -112,10 +112,28 @@ def engine_options(url: URL, *, application_name: str, pool_size: int,
         args["prepare_threshold"] = None
     elif session_settings:
         args["options"] = startup_options(url, session_settings)
-    if url.query.get("host", "").startswith("/"):
+    if on_unix_socket(url):
         args.pop("tcp_user_timeout")  # unix socket: no TCP
     return {"connect_args": args, "pool_pre_ping": True, "pool_size": pool_size,
             "max_overflow": pool_size, "pool_recycle": 3600}
+
+
+def on_unix_socket(url: URL) -> bool:
+    """Whether ``url`` connects through a unix socket (``?host=/dir``). A multi-host URL
+    (``?host=a:5432&host=b:5432``, for failover) gives a tuple of hosts: any TCP host is TCP."""
+    hosts = url.query.get("host", ())
+    hosts = (hosts,) if isinstance(hosts, str) else hosts
+    return bool(hosts) and all(str(h).startswith("/") for h in hosts)
+
+
+def connect_kwargs(url: URL) -> dict[str, Any]:
+    """psycopg's keyword arguments for ``url``, as SQLAlchemy's psycopg dialect builds them
+    (a multi-host URL becomes libpq's ``host=a,b port=p,q``). Keyword arguments, not a DSN
+    string: the password never sits in text that an error message could echo into the log."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    _, kwargs = PGDialect_psycopg().create_connect_args(url)
+    return dict(kwargs)
 
 
 def create_async(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Any:

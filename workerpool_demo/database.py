@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
@@ -18,19 +18,26 @@ from workerpool.errors import ConfigError, first_line
 DEMO_ENVIRONMENT = {"SESSION_CLEANUP_SCHEDULE": "* * * * * */3"}
 
 
+#: Written on the database the demo creates; it drops a database only if this mark is on it.
+DEMO_MARK = "created by workerpool demo: dropped and re-created by each run"
+
+
 def fresh_database(name: str) -> URL:
-    """Create (or re-create) the demo's database ``name``; no other database is touched."""
+    """Create (or re-create) the demo's database ``name``; no other database is touched.
+
+    An existing database is dropped only if it carries :data:`DEMO_MARK` (the comment the demo
+    writes on a database it created); any other is refused, whatever its name."""
     with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         server = db.resolve_url()
     if server.database == name:
         raise ConfigError(f"the server URL names database {name!r} already: use another --database")
     admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    quoted = admin.dialect.identifier_preparer.quote(name)
     try:
         with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
-            conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+            _recreate(conn, name)
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(
             f"cannot create database {name!r} on {db.redact(server)}: {first_line(exc)}"
@@ -38,6 +45,23 @@ def fresh_database(name: str) -> URL:
     finally:
         admin.dispose()
     return server.set(database=name)
+
+
+def _recreate(conn: Connection, name: str) -> None:
+    quoted = conn.dialect.identifier_preparer.quote(name)
+    found = conn.execute(text(
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = :name"
+    ), {"name": name}).first()
+    if found is not None:
+        if found[0] != DEMO_MARK:
+            raise ConfigError(
+                f"database {name!r} exists and was not created by workerpool demo: refusing to "
+                "drop it (choose another --database, or drop it yourself)"
+            )
+        conn.exec_driver_sql(f"DROP DATABASE {quoted} WITH (FORCE)")
+    conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+    # utility statements take no bind parameters; the mark is a constant without quotes
+    conn.exec_driver_sql(f"COMMENT ON DATABASE {quoted} IS '{DEMO_MARK}'")
 
 
 def url_text(url: URL) -> str:

@@ -62,15 +62,12 @@ class Listener(threading.Thread):
 
     def _connect_args(self) -> dict[str, Any]:
         args = dict(db.CONNECT_ARGS)
-        if str(self.url.query.get("host", "")).startswith("/"):
+        if db.on_unix_socket(self.url):
             args.pop("tcp_user_timeout")  # unix socket: no TCP
         return args
 
     def _listen(self, retry: Reconnect) -> None:
-        # Keyword arguments, not a DSN string: the password never sits in text that an error
-        # message could echo into the log.
-        target = self.url.translate_connect_args(username="user", database="dbname")
-        target.update({key: str(value) for key, value in self.url.query.items()})
+        target = db.connect_kwargs(self.url)
         with psycopg.connect(autocommit=True, application_name=f"workerpool-listen:"
                              f"{self.queue}"[:63], **target, **self._connect_args()) as conn:
             conn.execute(queries.LISTEN)

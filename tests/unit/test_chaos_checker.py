@@ -1,0 +1,105 @@
+"""The chaos checker finds each kind of violation in a small hand-made history (and none in a
+clean one): a checker that passed everything would fail here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from workerpool.chaos.checker import History, check, recovery_times
+from workerpool.chaos.schedule import PROCESS_FAULTS, SERVER_FAULTS, plan
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def job(job_id, key, state="done", attempts=1, task="plain", errors=(), dead_reason=None):
+    return {"id": job_id, "key": key, "task": task, "state": state, "dead_reason": dead_reason,
+            "attempts": attempts, "max_attempts": 5, "errors": list(errors)}
+
+
+def run(exec_id, job_id, attempt=1, outcome="ok", kind="plain", tick=None):
+    return {"exec_id": exec_id, "job_id": job_id, "kind": kind, "attempt": attempt,
+            "outcome": outcome, "tick": tick, "worker": "w", "started_at": at(0),
+            "finished_at": at(1)}
+
+
+def clean() -> History:
+    return History(
+        enqueued=[{"key": "k1", "task": "plain", "mode": "single", "status": "ok", "job_id": 1},
+                  {"key": "rb", "task": "plain", "mode": "rollback", "status": "rolled_back",
+                   "job_id": 9}],
+        jobs={1: job(1, "k1", attempts=2)},
+        execs=[run("a", 1, attempt=1, outcome=None), run("b", 1, attempt=2)],
+        probes={"a": [(at(0), True), (at(3), True), (at(5), False)],
+                "b": [(at(4), True), (at(6), True)]},
+        effects={"k1": {"key": "k1"}},
+    )
+
+
+def test_a_clean_history_passes():
+    verdict = check(clean())
+    assert verdict.ok, dict(verdict.violations)
+    assert verdict.notes["jobs run again after a fault (at-least-once)"] == 1
+
+
+def test_two_valid_leases_at_once_is_a_fencing_violation():
+    history = clean()
+    history.probes["a"].append((at(4.5), True))  # a still held a valid lease after b had one
+    assert list(check(history).violations) == ["lease_overlap"]
+
+
+def test_lost_unexpected_and_rolled_back_runs_are_found():
+    history = clean()
+    history.enqueued.append({"key": "k2", "task": "plain", "mode": "bulk", "status": "ok",
+                             "job_id": 2})
+    history.jobs[9] = job(9, "rb")  # the rolled-back job was committed after all, and ran
+    history.execs.append(run("c", 9))
+    history.execs.append(run("d", 8))  # a run of a job nobody enqueued
+    found = check(history).violations
+    assert found["lost"] == ["k2"] and found["rolled_back_ran"] == [9]
+    assert found["rolled_back_committed"] == ["rb"] and found["unexpected"] == [8]
+
+
+def test_a_job_left_processing_or_done_without_its_run_is_found():
+    history = clean()
+    history.jobs[1] = job(1, "k1", attempts=3)  # done at attempt 3: no run of attempt 3 ended ok
+    history.jobs[3] = job(3, None, state="processing")
+    found = check(history).violations
+    assert found["done_without_its_run"] == [1] and found["left_processing"] == [3]
+
+
+def test_errors_and_effects_must_agree_with_the_ledger():
+    history = clean()
+    history.jobs[1] = job(1, "k1", attempts=2, errors=[{"attempt": 2, "type": "Flaky"}])
+    del history.effects["k1"]
+    found = check(history).violations
+    assert found["error_without_run"] == ["1 attempt 2"] and found["missing_effect"] == [1]
+
+
+def test_cron_ticks_enqueued_twice_or_overlapping_are_found():
+    history = clean()
+    history.jobs[5] = job(5, "cron:tick:a", task="tick")
+    history.jobs[6] = job(6, "cron:tick:b", task="tick")
+    history.jobs[7] = job(7, "cron:tick:b2", task="tick")
+    history.execs += [run("t5", 5, kind="tick", tick="a"), run("t6", 6, kind="tick", tick="b"),
+                      run("t7", 7, kind="tick", tick="b")]
+    history.probes.update({"t5": [(at(10), True), (at(12), True)],
+                           "t6": [(at(11), True)], "t7": [(at(20), True)]})
+    found = check(history).violations
+    assert found["cron_tick_twice"] == [{"tick": "b", "jobs": [6, 7]}]
+    assert [v["jobs"] for v in found["cron_overlap"]] == [[5, 6]]
+
+
+def test_recovery_is_the_first_completion_of_work_started_after_the_fault():
+    runs = [(0.0, 10.0), (1.5, 2.0), (2.5, 3.5)]
+    assert recovery_times([(1, "kill_child", 1.0)], runs) == {"kill_child": [1.0]}
+
+
+def test_one_seed_is_one_schedule_covering_every_kind():
+    kinds = PROCESS_FAULTS + SERVER_FAULTS
+    first, again = plan(5, 60, 2.0, kinds, True), plan(5, 60, 2.0, kinds, True)
+    assert first == again and first != plan(6, 60, 2.0, kinds, True)
+    assert {f.kind for f in first} == {*kinds, "failover"}

@@ -1,0 +1,27 @@
+"""`workerpool roles --print-sql` is generated from the schema: no workerpool table is missed."""
+
+from __future__ import annotations
+
+import pytest
+
+from workerpool.errors import ConfigError
+from workerpool.migrate import VERSION_TABLE
+from workerpool.roles import print_sql
+from workerpool.schema import metadata
+
+
+def test_every_table_of_the_schema_is_granted_to_the_worker_and_the_reader():
+    script = print_sql()
+    for table in metadata.tables:
+        assert (f"GRANT SELECT, INSERT, UPDATE, DELETE ON public.{table} TO workerpool_worker;"
+                in script), table
+        assert f"GRANT SELECT ON public.{table} TO workerpool_reader;" in script, table
+    assert f"GRANT SELECT ON public.{VERSION_TABLE} TO workerpool_worker;" in script
+    assert "TRUNCATE" not in script and "SUPERUSER" not in script
+
+
+def test_a_prefix_names_another_set_of_roles_and_a_bad_one_is_refused():
+    assert "CREATE ROLE acme_jobs_worker NOLOGIN;" in print_sql("acme_jobs")
+    for bad in ("", "Upper", "x;drop role postgres", "1x", "a" * 60):
+        with pytest.raises(ConfigError, match="role prefix"):
+            print_sql(bad)

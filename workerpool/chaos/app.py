@@ -1,0 +1,128 @@
+"""The application a chaos run's supervisors run: ``workerpool run workerpool.chaos.app:pool``.
+
+One handler per kind of job, each an idempotent consumer that records itself in the ledger
+(:mod:`.ledger`): ``plain`` (short), ``slow`` (seconds, longer than the lease, so it lives on
+lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own process every
+time) and the cron job ``tick`` (every two seconds, slower than its period now and then, so
+ticks are skipped rather than overlapped). Timings are short so that recovery is seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+import zlib
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from workerpool import Backoff, Job, WorkerPool
+
+from .ledger import EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
+
+STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
+SETTINGS = {"stale_after": STALE_AFTER, "drain_timeout": 2.0, "hang_timeout": 3.0,
+            "poll_interval": 0.2}
+FAST_RETRY = Backoff(base=0.2, factor=2.0, cap=2.0)
+PROBE_EVERY = 0.5  # seconds between lease samples while a slow job runs
+CRON = "* * * * * */2"  # croniter's sixth field: seconds
+
+
+class Flaky(Exception):
+    """The planned failure of a flaky job's early attempt."""
+
+
+pool = WorkerPool()
+pool.queue("work", concurrency=8, **SETTINGS)
+pool.queue("slow", concurrency=4, **SETTINGS)
+pool.queue("cron", concurrency=1, **SETTINGS)
+_ledger: Ledger | None = None
+
+
+def ledger() -> Ledger:
+    global _ledger
+    if _ledger is None:
+        direct = os.environ.get(LEDGER_URL_ENV)
+        _ledger = Ledger(make_url(direct) if direct else pool.url)
+    return _ledger
+
+
+class Execution:
+    """One run of one handler, as the ledger sees it."""
+
+    def __init__(self, job: Job, kind: str) -> None:
+        self.job, self.kind, self.id = job, kind, uuid.uuid4().hex
+        self.ledger = ledger()
+
+    def __enter__(self) -> Execution:
+        self.ledger.execute(START, {
+            "exec": self.id, "job": self.job.id, "kind": self.kind, "attempt": self.job.attempt,
+            "worker": self.job.worker, "pid": os.getpid(),
+            "tick": str(self.job.payload.get("tick")) if self.kind == "tick" else None})
+        self.probe()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self.finish("ok" if exc is None else f"raised:{type(exc).__name__}")
+
+    def probe(self) -> bool:
+        row = self.ledger.execute(PROBE, {
+            "exec": self.id, "job": self.job.id, "worker": self.job.worker,
+            "attempt": self.job.attempt, "stale": STALE_AFTER})
+        return bool(row and row[0])
+
+    def finish(self, outcome: str) -> None:
+        self.probe()
+        self.ledger.execute(FINISH, {"exec": self.id, "outcome": outcome})
+
+    def effect(self) -> None:
+        key = self.job.key or f"job:{self.job.id}"
+        self.ledger.execute(EFFECT, {"key": key, "job": self.job.id, "exec": self.id})
+
+    def work(self, seconds: float) -> None:
+        """Sleep ``seconds``, sampling the lease every :data:`PROBE_EVERY`."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, PROBE_EVERY))
+            self.probe()
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def plain(job: Job) -> None:
+    with Execution(job, "plain") as run:
+        time.sleep(float(job.payload.get("seconds", 0.02)))
+        run.effect()
+
+
+@pool.task(queue="slow", max_attempts=5, backoff=FAST_RETRY, timeout=60)
+def slow(job: Job) -> None:
+    with Execution(job, "slow") as run:
+        run.work(float(job.payload.get("seconds", 5.0)))
+        run.effect()
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def flaky(job: Job) -> None:
+    with Execution(job, "flaky") as run:
+        if job.attempt <= int(job.payload.get("fail", 1)):
+            raise Flaky(f"planned failure of attempt {job.attempt}")
+        run.effect()
+
+
+@pool.task(queue="work", max_attempts=3, backoff=FAST_RETRY)
+def poison(job: Job) -> None:
+    run = Execution(job, "poison").__enter__()
+    run.finish("killed")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pool.cron(CRON, queue="cron", name="tick", overlap="skip", missed="run_once", max_attempts=5,
+           backoff=FAST_RETRY)
+def tick(job: Job) -> None:
+    with Execution(job, "tick") as run:
+        # one tick in four outlasts the period: the next tick must be skipped, not overlapped
+        slow_tick = zlib.crc32(str(job.payload.get("tick")).encode()) % 4 == 0
+        run.work(2.5 if slow_tick else 0.3)
+        run.effect()

@@ -1,0 +1,175 @@
+"""The checker: the whole history (producers' log, jobs table, ledger) against the guarantees.
+
+Categories after Jepsen's total-queue checker: *lost* (an acknowledged enqueue that never ended
+done, dead or cancelled), *unexpected* (an execution of a job nobody enqueued, such as a
+rolled-back one), plus workerpool's own promises: no two executions of one job overlapping while
+both held a valid lease (fencing), effects once, attempts and errors that agree with the ledger,
+cron ticks enqueued once and never overlapping, nothing left ``processing``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+TERMINAL = {"done", "dead", "cancelled"}
+
+
+@dataclass
+class History:
+    enqueued: list[dict[str, Any]]  # the producers' log
+    jobs: dict[int, dict[str, Any]]  # id → row of workerpool_jobs
+    execs: list[dict[str, Any]]  # chaos_exec rows
+    probes: dict[str, list[tuple[datetime, bool]]]  # exec_id → (at, valid)
+    effects: dict[str, dict[str, Any]]  # key → chaos_effect row
+
+
+@dataclass
+class Verdict:
+    violations: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    outcomes: Counter = field(default_factory=Counter)
+    notes: Counter = field(default_factory=Counter)
+
+    def add(self, kind: str, detail: Any) -> None:
+        self.violations[kind].append(detail)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.violations.values())
+
+
+def check(history: History) -> Verdict:
+    verdict = Verdict()
+    by_key = {row["key"]: row for row in history.jobs.values() if row["key"]}
+    execs_by_job: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for run in history.execs:
+        execs_by_job[run["job_id"]].append(run)
+    _enqueues(history, by_key, execs_by_job, verdict)
+    for job_id, row in history.jobs.items():
+        runs = execs_by_job.get(job_id, [])
+        verdict.outcomes[f"{row['task']}: {_outcome(row)}"] += 1
+        _job(row, runs, history, verdict)
+    _fencing(history, execs_by_job, verdict)
+    _cron(history, verdict)
+    for job_id in execs_by_job.keys() - history.jobs.keys():
+        verdict.add("unexpected", job_id)
+    return verdict
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    return f"dead/{row['dead_reason']}" if row["state"] == "dead" else row["state"]
+
+
+def _enqueues(history: History, by_key: dict, execs_by_job: dict, verdict: Verdict) -> None:
+    for entry in history.enqueued:
+        row = by_key.get(entry["key"])
+        verdict.notes[f"enqueue {entry['mode']}: {entry['status']}"] += 1
+        if entry["status"] == "rolled_back":
+            if row is not None:
+                verdict.add("rolled_back_committed", entry["key"])
+            # by key, not by the id seen inside the transaction: after a failover the new
+            # primary's sequence may hand out again ids that were never committed
+            if row is not None and row["id"] in execs_by_job:
+                verdict.add("rolled_back_ran", row["id"])
+            if entry["key"] in history.effects:
+                verdict.add("rolled_back_effect", entry["key"])
+        elif row is None:
+            if entry["status"] == "ok":
+                verdict.add("lost", entry["key"])
+        elif row["state"] not in TERMINAL:
+            verdict.add("lost", f"{row['id']} ({row['state']}, crashes {row.get('crashes')})")
+        elif entry["status"] == "gave_up":
+            verdict.notes["enqueue outcome unknown, found (recovered)"] += 1
+
+
+def _job(row: dict[str, Any], runs: list[dict[str, Any]], history: History,
+         verdict: Verdict) -> None:
+    job_id = row["id"]
+    if row["state"] == "processing":
+        verdict.add("left_processing", job_id)
+    # a drained job gives its attempt back, so only a finished row must be at or past the ledger
+    if row["state"] in TERMINAL and runs and max(r["attempt"] for r in runs) > row["attempts"]:
+        verdict.add("attempts_behind_ledger", job_id)
+    if row["attempts"] > row["max_attempts"]:
+        verdict.add("attempts_over_max", job_id)
+    if row["state"] == "done":
+        if not any(r["outcome"] == "ok" and r["attempt"] == row["attempts"] for r in runs):
+            verdict.add("done_without_its_run", job_id)
+        if row["task"] != "poison" and row["key"] not in history.effects:
+            verdict.add("missing_effect", job_id)
+    raised = Counter(r["attempt"] for r in runs if (r["outcome"] or "").startswith("raised:"))
+    for entry in row["errors"]:
+        if entry.get("type", "").endswith("Flaky"):
+            if raised[entry.get("attempt")] <= 0:
+                verdict.add("error_without_run", f"{job_id} attempt {entry.get('attempt')}")
+            raised[entry.get("attempt")] -= 1
+    if row["task"] == "poison":
+        if row["state"] != "dead":
+            verdict.add("poison_not_dead", job_id)
+        if len(runs) > row["max_attempts"] + 1:
+            verdict.add("poison_overrun", f"{job_id}: {len(runs)} runs")
+    unplanned = [r for r in runs if not (r["outcome"] or "").startswith("raised:")]
+    if row["task"] != "poison" and len(unplanned) > 1:
+        verdict.notes["jobs run again after a fault (at-least-once)"] += 1
+
+
+def lease_interval(history: History, exec_id: str) -> tuple[datetime, datetime] | None:
+    """From an execution's first to its last probe that found its lease valid."""
+    valid = [at for at, ok in history.probes.get(exec_id, []) if ok]
+    return (min(valid), max(valid)) if valid else None
+
+
+def _overlaps(runs: list[dict[str, Any]], history: History) -> list[tuple[str, str]]:
+    spans = sorted((span, run["exec_id"]) for run in runs
+                   if (span := lease_interval(history, run["exec_id"])) is not None)
+    found = []
+    latest: tuple[datetime, str] | None = None  # the span reaching furthest so far, and whose
+    for (start, end), exec_id in spans:
+        if latest is not None and start <= latest[0]:
+            found.append((latest[1], exec_id))
+        if latest is None or end > latest[0]:
+            latest = (end, exec_id)
+    return found
+
+
+def _fencing(history: History, execs_by_job: dict, verdict: Verdict) -> None:
+    for job_id, runs in execs_by_job.items():
+        for pair in _overlaps(runs, history):
+            verdict.add("lease_overlap", {"job": job_id, "executions": pair})
+
+
+def _cron(history: History, verdict: Verdict) -> None:
+    ticks: dict[str, set[int]] = defaultdict(set)
+    ok_runs: Counter = Counter()
+    cron_runs = [run for run in history.execs if run["kind"] == "tick"]
+    for run in cron_runs:
+        ticks[run["tick"]].add(run["job_id"])
+        ok_runs[run["tick"]] += run["outcome"] == "ok"
+    for tick, jobs in ticks.items():
+        if len(jobs) > 1:
+            verdict.add("cron_tick_twice", {"tick": tick, "jobs": sorted(jobs)})
+    verdict.notes["cron ticks run"] = len(ticks)
+    verdict.notes["cron ticks completed more than once (re-run after a lost ack)"] = sum(
+        1 for n in ok_runs.values() if n > 1)
+    for a, b in _overlaps(cron_runs, history):
+        job_a = next(r["job_id"] for r in cron_runs if r["exec_id"] == a)
+        job_b = next(r["job_id"] for r in cron_runs if r["exec_id"] == b)
+        if job_a != job_b:  # one job's own overlaps are reported as lease_overlap
+            verdict.add("cron_overlap", {"jobs": [job_a, job_b], "executions": [a, b]})
+
+
+def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]
+                   ) -> dict[str, list[float]]:
+    """Per fault kind: seconds from each fault to the first completion of an execution that
+    started after it (new work done, not a run that was already past the fault)."""
+    runs = sorted(runs)  # (started, finished) of successful executions
+    starts = [started for started, _ in runs]
+    found: dict[str, list[float]] = defaultdict(list)
+    for _, kind, at in landed:
+        after = runs[bisect.bisect_right(starts, at):]
+        if after:
+            found[kind].append(min(finished for _, finished in after[:200]) - at)
+    return dict(found)

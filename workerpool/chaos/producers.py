@@ -1,0 +1,148 @@
+"""Producers: threads enqueueing single, bulk and transactional jobs, some rolled back.
+
+Every job has an idempotency key, so an enqueue whose outcome is unknown (the connection died
+around the COMMIT) is retried with the same key and payload: it either finds the row it wrote
+or writes it now, never a twin. The log (:class:`Enqueued`) is what the checker holds the
+database to: an ``ok`` key must end terminal, a ``rolled_back`` key must never exist nor run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from workerpool import WorkerPool
+
+log = logging.getLogger("workerpool.chaos")
+
+RETRY_FOR = 60.0  # seconds an enqueue is retried through outages before it is given up
+BUSINESS = text("INSERT INTO chaos_business (key) VALUES (:key) ON CONFLICT DO NOTHING")
+MODES = ("single", "bulk", "transaction", "rollback")
+MODE_WEIGHTS = (5, 2, 2, 1)
+
+
+class RolledBack(Exception):
+    """Raised inside a transaction to roll it back on purpose."""
+
+
+@dataclass
+class Enqueued:
+    key: str
+    task: str
+    mode: str
+    status: str  # ok · rolled_back · gave_up (outcome unknown: checked as "recovered" if found)
+    job_id: int | None = None
+
+
+class Producers:
+    """``threads`` producers at about ``rate`` operations a second in all, until stopped."""
+
+    def __init__(self, pool: WorkerPool, seed: int, rate: float, threads: int,
+                 poison_every: float) -> None:
+        self.pool, self.seed, self.rate, self.threads = pool, seed, rate, threads
+        self.poison_every = poison_every
+        self.log: list[Enqueued] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._last_poison = time.monotonic()
+        self._count = 0
+
+    def start(self) -> None:
+        for index in range(self.threads):
+            thread = threading.Thread(target=self._run, args=(index,), daemon=True,
+                                      name=f"chaos-producer-{index}")
+            thread.start()
+            self._workers.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._workers:
+            thread.join(RETRY_FOR + 5)
+
+    def records(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(entry) for entry in self.log]
+
+    def _run(self, index: int) -> None:
+        rng = random.Random(self.seed * 1000 + index)
+        gap = self.threads / self.rate
+        while not self._stop.wait(rng.expovariate(1.0 / gap)):
+            mode = rng.choices(MODES, MODE_WEIGHTS)[0]
+            batch = [self._job(rng, bulk=mode == "bulk")
+                     for _ in range(rng.randint(3, 10) if mode == "bulk" else 1)]
+            try:
+                self._enqueue(mode, batch)
+            except Exception as exc:  # gave up after RETRY_FOR: logged, checked as unknown
+                log.warning("enqueue gave up: %s", exc)
+                self._record(batch, mode, "gave_up")
+
+    def _job(self, rng: random.Random, bulk: bool) -> tuple[str, dict[str, Any], str]:
+        with self._lock:
+            self._count += 1
+            key = f"chaos:{self.seed}:{self._count}"
+            poison = time.monotonic() - self._last_poison > self.poison_every
+            if poison:
+                self._last_poison = time.monotonic()
+        if poison:
+            return "poison", {}, key
+        # slow jobs hold a slot for seconds: few of them, never in bulk, or the backlog grows
+        task = rng.choices(("plain", "flaky", "slow"), (85, 12, 0 if bulk else 3))[0]
+        payload: dict[str, Any] = {
+            "plain": lambda: {"seconds": round(rng.uniform(0.005, 0.05), 3)},
+            "flaky": lambda: {"fail": rng.randint(1, 2)},
+            "slow": lambda: {"seconds": round(rng.uniform(3.5, 6.0), 1)},
+        }[task]()
+        return task, payload, key
+
+    def _enqueue(self, mode: str, batch: list[tuple[str, dict[str, Any], str]]) -> None:
+        if mode == "rollback":
+            self._rolled_back(batch)
+            return
+        deadline = time.monotonic() + RETRY_FOR
+        while True:
+            try:
+                ids = self._write(mode, batch)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self._record(batch, mode, "ok", ids)
+
+    def _write(self, mode: str, batch: list[tuple[str, dict[str, Any], str]]) -> list[int]:
+        if mode == "single":
+            task, payload, key = batch[0]
+            return [self.pool.enqueue(task, payload, key=key)]
+        if mode == "bulk":
+            return self.pool.enqueue_many([(t, p, {"key": k}) for t, p, k in batch])
+        with self.pool.engine.begin() as conn:  # the business write and the job, or neither
+            task, payload, key = batch[0]
+            conn.execute(BUSINESS, {"key": key})
+            return [self.pool.enqueue(task, payload, key=key, conn=conn)]
+
+    def _rolled_back(self, batch: list[tuple[str, dict[str, Any], str]]) -> None:
+        task, payload, key = batch[0]
+        job_id = None
+        try:
+            with self.pool.engine.begin() as conn:
+                conn.execute(BUSINESS, {"key": key})
+                job_id = self.pool.enqueue(task, payload, key=key, conn=conn)
+                raise RolledBack
+        except RolledBack:
+            self._record(batch, "rollback", "rolled_back", [job_id])
+        except Exception:  # failed before the rollback: nothing was committed either
+            self._record(batch, "rollback", "rolled_back", [job_id])
+
+    def _record(self, batch: list[tuple[str, dict[str, Any], str]], mode: str, status: str,
+                ids: list[int | None] | None = None) -> None:
+        ids = ids or [None] * len(batch)
+        with self._lock:
+            self.log += [Enqueued(key, task, mode, status, job_id)
+                         for (task, _, key), job_id in zip(batch, ids, strict=True)]
