@@ -14,14 +14,14 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, scale, supervised
+from . import ceiling, enqueue, operators, scale, supervised
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
 from .database import BenchDatabase
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory")
+SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "operators")
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
@@ -41,6 +41,7 @@ class Plan:
     single: int  # single transactional enqueues per repeat
     pickup_jobs: int
     pickup_gap_ms: float
+    finished: int = 1_000_000  # finished rows in the operators' table
     concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
     quick: bool = False
 
@@ -96,6 +97,10 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("enqueue_single_tx_procs_per_s", "jobs/s",
                        ratio_to="enqueue_single_raw_tx_procs_per_s",
                        note=f"the enqueue(conn=...) loop in {callers} processes at once")
+    if plan.wants("operators"):
+        for name, note in operators.FIGURES:
+            report.declare(name, "ms", target=Target("<=", 100),
+                           note=f"{note}, {plan.finished:,} finished rows")
     if plan.wants("scale"):
         empty_p99 = "claim_empty_p99_ms"
         report.declare("claim_empty_p50_ms", "ms")
@@ -129,6 +134,8 @@ class Bench:
                 self.run_once()
         if self.plan.wants("scale"):
             self.measure_scale()
+        if self.plan.wants("operators"):
+            self.measure_operators()
 
     def run_once(self) -> None:
         plan = self.plan
@@ -258,3 +265,13 @@ class Bench:
             self.report.add(f"claim_{table}_p50_ms", p50)
             self.report.add(f"claim_{table}_p99_ms", p99)
             log.info("claim on the %s table: p50 %.3f ms, p99 %.3f ms", table, p50, p99)
+
+    # -- (7) operator paths at scale -----------------------------------------------------------
+
+    def measure_operators(self) -> None:
+        operators.load(self.db, self.plan.finished)
+        for name, samples in operators.timings_ms(self.pool, max(5, self.plan.repeats)).items():
+            for value in samples:
+                self.report.add(name, value)
+            log.info("%s: median %.1f ms, max %.1f ms", name, sorted(samples)[len(samples) // 2],
+                     max(samples))
