@@ -15,6 +15,7 @@ from sqlalchemy import (
     column,
     func,
     literal,
+    literal_column,
     select,
     text,
     true,
@@ -39,8 +40,12 @@ def dead_where(
     older_than: timedelta | None = None,
     ids: Sequence[int] | None = None,
 ):
-    """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed)."""
-    clauses = [jobs.c.state == JobState.DEAD]
+    """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed).
+
+    The state is a literal, not a bind parameter: it must match the dead index's predicate in
+    every plan, generic ones included, or listing the dead becomes a scan of the history.
+    """
+    clauses = [jobs.c.state == literal_column(f"'{JobState.DEAD}'")]
     if queue is not None:
         clauses.append(jobs.c.queue == queue)
     if task is not None:
@@ -76,7 +81,7 @@ DEAD_COLUMNS = (
 )
 
 
-# list_dead: matching dead rows, newest first. Index: ix_workerpool_jobs_finished (read newest
+# list_dead: matching dead rows, newest first. Index: ix_workerpool_jobs_dead (read newest
 # first, up to the limit); pk_workerpool_jobs when ids are given.
 def list_dead(conn: Connection, where, limit: int | None) -> list[Any]:
     """Dead rows matching ``where``, most recently dead first (errors: count and last only)."""
@@ -85,19 +90,19 @@ def list_dead(conn: Connection, where, limit: int | None) -> list[Any]:
 
 
 # count_dead: how many dead rows match.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead (index-only: the filters are its columns), pk_workerpool_jobs.
 def count_dead(conn: Connection, where) -> int:
     return conn.execute(select(func.count()).select_from(jobs).where(where)).scalar_one()
 
 
 # dead_ids: the matching dead rows' ids, ascending.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead, pk_workerpool_jobs with ids.
 def dead_ids(conn: Connection, where) -> list[int]:
     return list(conn.execute(select(jobs.c.id).where(where).order_by(jobs.c.id)).scalars())
 
 
 # dead_tasks: matching dead rows counted per task.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead, pk_workerpool_jobs with ids.
 def dead_tasks(conn: Connection, where) -> dict[str, int]:
     """How many matching dead rows each task has."""
     stmt = select(jobs.c.task, func.count()).where(where).group_by(jobs.c.task)
