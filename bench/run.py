@@ -21,7 +21,8 @@ from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "operators")
+SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "single", "scale", "memory",
+            "operators")
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
@@ -80,6 +81,15 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("rss_parent_peak_mb", "MiB", note="VmHWM of the supervisor after a drain")
         report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 80),
                        note="VmHWM of a worker child after a drain")
+    if plan.wants("enqueue") or plan.wants("single"):
+        report.declare("enqueue_single_raw_per_s", "jobs/s",
+                       note="plain psycopg autocommit INSERT ... RETURNING id per job")
+        report.declare("enqueue_single_per_s", "jobs/s", ratio_to="enqueue_single_raw_per_s",
+                       target=Target(">=", 0.85, on_ratio=True),
+                       note="enqueue() without conn=, one caller, alternating blocks with raw")
+        report.declare("enqueue_single_raw_cpu_us", "us/job", note="client CPU of the raw loop")
+        report.declare("enqueue_single_cpu_us", "us/job", ratio_to="enqueue_single_raw_cpu_us",
+                       note="client CPU of enqueue() without conn=")
     if plan.wants("enqueue"):
         report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
                        note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
@@ -149,6 +159,8 @@ class Bench:
         if plan.wants("pickup"):
             self.measure_pickup(notify=True)
             self.measure_pickup(notify=False)
+        if plan.wants("enqueue") or plan.wants("single"):
+            self.measure_single()
         if plan.wants("enqueue"):
             self.measure_enqueue()
 
@@ -236,6 +248,19 @@ class Bench:
         self.db.reset()
         self.measure("enqueue_single_tx_procs_per_s", enqueue.concurrent_per_second,
                      enqueue.single_caller, self.db.url, single)
+
+    def measure_single(self) -> None:
+        """``enqueue()`` without ``conn=`` and its raw floor, one after the other."""
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        pair = enqueue.single_pair(self.pool, self.db.dsn, self.plan.single)
+        for figure, key in (("enqueue_single_raw_per_s", "raw_per_s"),
+                            ("enqueue_single_per_s", "pool_per_s"),
+                            ("enqueue_single_raw_cpu_us", "raw_cpu_us"),
+                            ("enqueue_single_cpu_us", "pool_cpu_us")):
+            self.report.add(figure, pair[key])
+        log.info("single enqueue: %.0f/s against raw %.0f/s (client CPU %.0f us against %.0f)",
+                 pair["pool_per_s"], pair["raw_per_s"], pair["pool_cpu_us"], pair["raw_cpu_us"])
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from . import queries
+from . import queries, single_write
 from .errors import IdempotencyConflict, InvalidJob
 from .payload import check_key, dumps
 from .specs import TaskSpec
@@ -85,8 +85,19 @@ def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any]
     row = build_job(pool, task, payload, **options)
     if conn is not None:
         return queries.insert_one(caller_connection(conn), row, notify_queue=pool.notify)
-    with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback needed
-        return queries.insert_one(own, row, notify_queue=pool.notify)
+    engine = pool.engine  # a taken key writes nothing: autocommit needs no rollback
+    sql, params = queries.one_statement(engine.dialect, row, notify_queue=pool.notify)
+
+    def statement(cursor: Any) -> int:
+        returned = cursor.execute(sql, params).fetchone()
+        return queries.inserted_id(row, returned, lambda key: _holder(cursor, engine, key))
+
+    return single_write.write(engine, statement)
+
+
+def _holder(cursor: Any, engine: Engine, key: str) -> queries.Holder | None:
+    found = cursor.execute(queries.holder_sql(engine.dialect), {"key": key}).fetchone()
+    return None if found is None else queries.Holder(*found)
 
 
 def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:

@@ -35,7 +35,8 @@ SELECT 'a', 't', 'processing', 1, 'h:1:x', now() FROM generate_series(1, 10);
 INSERT INTO workerpool_jobs (queue, task, state, dead_reason, attempts, max_attempts, finished_at)
 SELECT 'a', 't', 'dead', 'exhausted', 1, 1, now() - make_interval(mins => i)
 FROM generate_series(1, 20) AS i;
-INSERT INTO workerpool_workers (id, host, pid, queue, tasks) VALUES ('h:1:x', 'h', 1, 'a', '{{"t": 1}}');
+INSERT INTO workerpool_workers (id, host, pid, queue, tasks)
+VALUES ('h:1:x', 'h', 1, 'a', '{{"t": 1}}');
 """
 
 

@@ -48,12 +48,16 @@ from .control import (
 )
 from .enqueue import (
     NOTIFY_CHANNEL,
+    Holder,
     NewJob,
     can_pipeline,
+    holder_sql,
     insert_job_chunks,
     insert_jobs,
     insert_one,
+    inserted_id,
     notify,
+    one_statement,
 )
 from .leases import Lease
 from .maintenance import (
@@ -114,6 +118,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "PLANNER_SETTINGS",
     "RELEASE_HOLD",
+    "Holder",
     "Lease",
     "NewJob",
     "advance_cron",
@@ -136,9 +141,11 @@ __all__ = [
     "find_jobs",
     "finish_cancelled",
     "give_back",
+    "holder_sql",
     "insert_job_chunks",
     "insert_jobs",
     "insert_one",
+    "inserted_id",
     "is_paused",
     "job_outcomes",
     "job_queues",
@@ -154,6 +161,7 @@ __all__ = [
     "notify",
     "notify_cancel",
     "oldest_due_ages",
+    "one_statement",
     "prune_finished",
     "prune_finished_statement",
     "prune_workers",

@@ -9,7 +9,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, bindparam, func, select, text
 
 from ..errors import IdempotencyConflict
 from ..schema import jobs
@@ -235,16 +235,48 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 
 
 def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool) -> int:
-    """Insert one job (and NOTIFY) in a single round trip; an existing key returns its job's id."""
-    inserted = conn.execute(_INSERT_ONE_NOTIFY if notify_queue else _INSERT_ONE, {
+    """Insert one job (and NOTIFY) in one statement; an existing key returns its job's id.
+
+    The statement also reads the job already holding the key, so a taken key costs no second
+    round trip (unless that job committed after the statement's snapshot: then it is read here).
+    """
+    stmt = _INSERT_ONE_STATEMENTS[row.key is not None, notify_queue]
+    returned = conn.execute(stmt, one_params(row)).one()
+    return inserted_id(row, returned, lambda key: _existing_by_key(conn, {key}).get(key))
+
+
+def one_statement(dialect: Any, row: NewJob, *, notify_queue: bool) -> tuple[str, dict[str, Any]]:
+    """The statement of :func:`insert_one` as the driver's own SQL text and its parameters,
+    for a caller that sends it on the DBAPI connection itself (``workerpool.single_write``)."""
+    return _one_driver_sql(dialect, row.key is not None, notify_queue), one_params(row)
+
+
+def one_params(row: NewJob) -> dict[str, Any]:
+    return {
         "queue": row.queue, "task": row.task, "payload": row.payload_json,
         "payload_version": row.payload_version, "priority": row.priority,
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
         "delay": row.delay, "channel": NOTIFY_CHANNEL,
-    }).scalar()
-    if inserted is not None:
-        return inserted
-    return _match_existing(row, _existing_by_key(conn, {row.key}).get(row.key))
+    }
+
+
+def inserted_id(row: NewJob, returned: Sequence[Any], lookup: Any) -> int:
+    """The job id from what :func:`insert_one`'s statement returned: ``(id, holder id, holder
+    task, holder payload)``; ``lookup(key)`` reads a holder the statement could not see."""
+    new_id, holder_id, holder_task, holder_payload = returned[:4]
+    if new_id is not None:
+        return new_id
+    if holder_id is not None:
+        return _match_existing(row, Holder(holder_id, holder_task, holder_payload))
+    return _match_existing(row, lookup(row.key))
+
+
+class Holder(NamedTuple):
+    """The job holding a key: what a new job with that key must match to be the same job."""
+
+    id: int
+    task: str
+    payload: Any
 
 
 # insert_one: insert one job unless its key is taken. Index: uq_workerpool_jobs_key (ON CONFLICT).
@@ -255,13 +287,46 @@ _INSERT_ONE_SQL = (
     " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))))"
     " ON CONFLICT (key) DO NOTHING RETURNING id"
 )
-_INSERT_ONE = text(_INSERT_ONE_SQL)
-# insert_one, notifying: the same insert and its queue's NOTIFY in one round trip.
-# Index: uq_workerpool_jobs_key (ON CONFLICT).
-_INSERT_ONE_NOTIFY = text(
-    f"WITH inserted AS ({_INSERT_ONE_SQL}) "
-    "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)"
-)
+#: A job without a key cannot conflict: no speculative insertion (as for keyless batches).
+_INSERT_ONE_KEYLESS_SQL = _INSERT_ONE_SQL.replace(" ON CONFLICT (key) DO NOTHING", "")
+
+
+# insert_one, the statement sent: the insert, the holder of a taken key (read in the same
+# statement, from its snapshot) and, when asked, the queue's NOTIFY (delivered on commit).
+# Index: uq_workerpool_jobs_key (ON CONFLICT and the holder's lookup).
+def _insert_one_statement(*, keyed: bool, notify: bool) -> Any:
+    insert = _INSERT_ONE_SQL if keyed else _INSERT_ONE_KEYLESS_SQL
+    notified = ", pg_notify(:channel, :queue)" if notify else ""
+    if not keyed:
+        return text(f"WITH inserted AS ({insert}) SELECT (SELECT id FROM inserted), NULL, NULL,"
+                    f" NULL{notified}")
+    return text(
+        f"WITH inserted AS ({insert}) "
+        f"SELECT i.id, holder.id, holder.task, holder.payload{notified} "
+        "FROM (SELECT (SELECT id FROM inserted) AS id) AS i "
+        f"LEFT JOIN {jobs.name} AS holder ON i.id IS NULL AND holder.key = CAST(:key AS text)"
+    )
+
+
+_INSERT_ONE_STATEMENTS = {
+    (keyed, notify): _insert_one_statement(keyed=keyed, notify=notify)
+    for keyed in (False, True) for notify in (False, True)
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _one_driver_sql(dialect: Any, keyed: bool, notify: bool) -> str:
+    return str(_INSERT_ONE_STATEMENTS[keyed, notify].compile(dialect=dialect))
+
+
+# holder_sql: the job holding one key (parameter ``key``). Index: uq_workerpool_jobs_key.
+@functools.lru_cache(maxsize=4)
+def holder_sql(dialect: Any) -> str:
+    """The job holding a key, as driver SQL: for a holder :func:`insert_one` could not see.
+    Returns :class:`Holder`'s columns."""
+    stmt = select(jobs.c.id, jobs.c.task, jobs.c.payload).where(
+        jobs.c.key == bindparam("key"))
+    return str(stmt.compile(dialect=dialect))
 
 
 # ---------------------------------------------------------------------------------------------
