@@ -28,8 +28,10 @@ NOTIFY_ENV = "BENCH_NOTIFY"
 CONCURRENCY_ENV = "BENCH_CONCURRENCY"
 RETENTION_ENV = "BENCH_RETENTION"
 PREFETCH_ENV = "BENCH_PREFETCH"
-#: The bench queue prefetches (the library default is 0): ``$BENCH_PREFETCH`` overrides.
-BENCH_PREFETCH = int(os.environ.get(PREFETCH_ENV, "50"))
+#: The bench queue prefetches 50: ``$BENCH_PREFETCH`` overrides; ``default`` (also for
+#: ``$BENCH_CONCURRENCY``) leaves the library's own default in place.
+LIBRARY_DEFAULT = "default"
+BENCH_PREFETCH = os.environ.get(PREFETCH_ENV, "50")
 #: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
 #: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
 #: measures the library's default, where a pass can claim at most 10).
@@ -57,10 +59,15 @@ def _stamp_file() -> int:
 
 
 def make_pool(url: str | URL | None = None, *, notify: bool = True,
-              concurrency: int = DEFAULT_CONCURRENCY) -> WorkerPool:
+              concurrency: int | str = DEFAULT_CONCURRENCY) -> WorkerPool:
     """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
     pool = WorkerPool(url, notify=notify)
-    pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH)
+    tuning = {}
+    if concurrency != LIBRARY_DEFAULT:
+        tuning["concurrency"] = int(concurrency)
+    if BENCH_PREFETCH != LIBRARY_DEFAULT:
+        tuning["prefetch"] = int(BENCH_PREFETCH)
+    pool.queue(QUEUE, notify=notify, **tuning)
     pool.task(noop, queue=QUEUE)
     pool.task(stamp, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
@@ -74,5 +81,5 @@ def notify_from_env() -> bool:
 
 pool = make_pool(
     notify=notify_from_env(),
-    concurrency=int(os.environ.get(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)),
+    concurrency=os.environ.get(CONCURRENCY_ENV, str(DEFAULT_CONCURRENCY)),
 )

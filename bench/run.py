@@ -24,7 +24,7 @@ log = logging.getLogger("workerpool.bench")
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "scale",
             "memory", "healthcheck", "operators")
 #: What a user who never tunes gets: the library's default concurrency and no prefetch.
-LIBRARY_DEFAULTS = {"BENCH_CONCURRENCY": "10", "BENCH_PREFETCH": "0"}
+LIBRARY_DEFAULTS = {"BENCH_CONCURRENCY": "default", "BENCH_PREFETCH": "default"}
 CEILING_2 = "ceiling_2proc_jobs_per_s"
 TUNED = {1: "drain_1child_jobs_per_s", 2: "drain_2children_jobs_per_s"}
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
@@ -74,7 +74,7 @@ def declare(report: Report, plan: Plan) -> None:
             report.declare(f"drain_defaults_{children}_jobs_per_s", "jobs/s",
                            ratio_to=TUNED[children], target=Target(">=", 0.5, on_ratio=True),
                            note=f"{children} x workerpool run with the library's defaults "
-                                "(concurrency 10, no prefetch); against tuned")
+                                "(pool.queue(name) untuned); against tuned")
     if plan.wants("metrics"):
         report.declare(METRICS_OFF, "jobs/s", note="workerpool run, 1 worker child, no metrics")
         report.declare("drain_metrics_on_jobs_per_s", "jobs/s", ratio_to=METRICS_OFF,

@@ -184,10 +184,17 @@ def suspect_counts(conn: Connection) -> dict[str, int]:
 _DUE_LITERALS = ", ".join(f"'{state}'" for state in DUE_STATES)
 
 
-# unrunnable: waiting rows that no known task version can run, per queue, task and version.
-# Index: ix_workerpool_jobs_due.
-def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]]) -> list[Any]:
-    """Waiting rows of the queues in ``known`` that no listed task version can run.
+#: Waiting rows read at most per queue by unrunnable (in claim order): bounded on any backlog.
+UNRUNNABLE_CAP = 10_000
+
+
+# unrunnable: waiting rows that no known task version can run, per queue, task and version,
+# among each queue's first UNRUNNABLE_CAP waiting rows in claim order.
+# Index: ix_workerpool_jobs_due (read in its order, stopping at the cap).
+def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]],
+               cap: int = UNRUNNABLE_CAP) -> list[Any]:
+    """Waiting rows of the queues in ``known`` that no listed task version can run, counted
+    among each queue's next ``cap`` waiting rows (those the claim would reach first).
 
     ``known``: queue → task → newest payload version a worker knows. Returns
     ``(queue, task, payload_version, count, known_version)``; ``known_version`` None = unknown task.
@@ -201,15 +208,19 @@ def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]]) -> list
             FROM jsonb_each(CAST(:known AS jsonb)) AS q, jsonb_each_text(q.value) AS t)
         SELECT j.queue, j.task, j.payload_version, count(*) AS count,
                max(k.version) AS known_version
-        FROM {jobs.name} AS j
+        FROM unnest(CAST(:queues AS text[])) AS q(queue)
+        CROSS JOIN LATERAL (
+            SELECT queue, task, payload_version FROM {jobs.name}
+            WHERE queue = q.queue AND state IN ({_DUE_LITERALS})
+            ORDER BY priority DESC, run_at, id LIMIT :cap) AS j
         LEFT JOIN known AS k ON k.queue = j.queue AND k.task = j.task
-        WHERE j.state IN ({_DUE_LITERALS}) AND j.queue = ANY(:queues)
         GROUP BY j.queue, j.task, j.payload_version
         HAVING max(k.version) IS NULL OR j.payload_version > max(k.version)
         ORDER BY j.queue, j.task, j.payload_version
         """
     )
-    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known)}
+    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known),
+              "cap": cap}
     return list(conn.execute(stmt, params))
 
 
