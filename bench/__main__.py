@@ -37,9 +37,11 @@ FULL_MIN_N = 50_000
 MAX_CONCURRENCY = 1000
 FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
-        "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0}
+        "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0,
+        "finished": 1_000_000}
 QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
-         "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0}
+         "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0,
+         "finished": 2_000}
 
 
 class UsageError(Exception):
@@ -58,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--claims", type=int, help="timed claims per round (scale)")
     parser.add_argument("--history", type=int, help="done rows in the large table (scale)")
     parser.add_argument("--backlog", type=int, help="pending rows in the large table (scale)")
+    parser.add_argument("--finished", type=int,
+                        help="finished rows in the operators' table (default 1000000)")
+    parser.add_argument("--database", metavar="NAME",
+                        help="use (create if missing) and keep this database instead of a "
+                             "scratch one: a 10M-row table is loaded once")
     parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
     parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
     parser.add_argument("--concurrency", type=int,
@@ -101,7 +108,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     sizes = dict(QUICK if args.quick else FULL)
     sizes["concurrency"] = DEFAULT_CONCURRENCY
     for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs",
-                 "concurrency"):
+                 "concurrency", "finished"):
         value = getattr(args, name)
         if value is not None:
             if value < 1:
@@ -138,11 +145,11 @@ def header(bench_db: BenchDatabase, plan: Plan) -> str:
             f"{' QUICK' if plan.quick else ''}")
 
 
-def run(plan: Plan, url: str | None) -> tuple[str, Report]:
+def run(plan: Plan, url: str | None, keep: str | None = None) -> tuple[str, Report]:
     server = db.resolve_url(url)
     report = Report()
     declare(report, plan)
-    with BenchDatabase(server) as bench_db:
+    with BenchDatabase(server, keep=keep) as bench_db:
         log.info("database %s on %s", bench_db.name, db.redact(server))
         title = header(bench_db, plan)
         bench = Bench(plan, bench_db, report)
@@ -164,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.soak is not None:
             return run_soak_command(args)
         plan = make_plan(args)
-        title, report = run(plan, args.url)
+        title, report = run(plan, args.url, args.database)
     except UsageError as exc:
         print(f"python -m bench: {exc}", file=sys.stderr)
         return 2

@@ -38,8 +38,10 @@ LIMIT_SETTINGS: dict[str, dict[str, dict]] = {
     "rate": {"queue": {"rate_limit": "1000000/s"}},
     "key": {"task": {"concurrency_limit": 1}},
 }
-#: The bench queue prefetches (the library default is 0): ``$BENCH_PREFETCH`` overrides.
-BENCH_PREFETCH = int(os.environ.get(PREFETCH_ENV, "50"))
+#: The bench queue prefetches 50: ``$BENCH_PREFETCH`` overrides; ``default`` (also for
+#: ``$BENCH_CONCURRENCY``) leaves the library's own default in place.
+LIBRARY_DEFAULT = "default"
+BENCH_PREFETCH = os.environ.get(PREFETCH_ENV, "50")
 #: The ceiling loop claims 100 rows per round trip; a worker claims as many rows as it has free
 #: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
 #: measures the library's default, where a pass can claim at most 10).
@@ -67,12 +69,16 @@ def _stamp_file() -> int:
 
 
 def make_pool(url: str | URL | None = None, *, notify: bool = True,
-              concurrency: int = DEFAULT_CONCURRENCY, limits: str = "off") -> WorkerPool:
+              concurrency: int | str = DEFAULT_CONCURRENCY, limits: str = "off") -> WorkerPool:
     """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
     pool = WorkerPool(url, notify=notify)
     settings = LIMIT_SETTINGS[limits]
-    pool.queue(QUEUE, concurrency=concurrency, notify=notify, prefetch=BENCH_PREFETCH,
-               **settings.get("queue", {}))
+    tuning = {}
+    if concurrency != LIBRARY_DEFAULT:
+        tuning["concurrency"] = int(concurrency)
+    if BENCH_PREFETCH != LIBRARY_DEFAULT:
+        tuning["prefetch"] = int(BENCH_PREFETCH)
+    pool.queue(QUEUE, notify=notify, **tuning, **settings.get("queue", {}))
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
@@ -86,6 +92,6 @@ def notify_from_env() -> bool:
 
 pool = make_pool(
     notify=notify_from_env(),
-    concurrency=int(os.environ.get(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)),
+    concurrency=os.environ.get(CONCURRENCY_ENV, str(DEFAULT_CONCURRENCY)),
     limits=os.environ.get(LIMITS_ENV, "off"),
 )

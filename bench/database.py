@@ -35,17 +35,22 @@ def libpq(url: URL) -> str:
 class BenchDatabase:
     """``with BenchDatabase(server_url) as bench_db:`` — a fresh migrated database, then dropped."""
 
-    def __init__(self, server_url: URL) -> None:
+    def __init__(self, server_url: URL, keep: str | None = None) -> None:
         self.server_url = server_url
-        self.name = f"{NAME_PREFIX}{secrets.token_hex(5)}"
+        self.keep = keep is not None  # a named database is kept (and reused) after the run
+        self.name = keep or f"{NAME_PREFIX}{secrets.token_hex(5)}"
         self.url = server_url.set(database=self.name)
         self.dsn = libpq(self.url)
         self._conn: psycopg.Connection | None = None
 
     def __enter__(self) -> BenchDatabase:
         with self._admin() as admin:
-            admin.execute(f'CREATE DATABASE "{self.name}"')
-        log.info("created %s", self.name, extra={"event": "bench_db_created"})
+            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                   (self.name,)).fetchone()
+            if not exists:
+                admin.execute(f'CREATE DATABASE "{self.name}"')
+        log.info("%s %s", "using" if exists else "created", self.name,
+                 extra={"event": "bench_db_created"})
         try:
             upgrade(self.url)
         except BaseException:
@@ -61,6 +66,9 @@ class BenchDatabase:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self.keep:
+            log.info("kept %s", self.name)
+            return
         with self._admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         log.info("dropped %s", self.name, extra={"event": "bench_db_dropped"})

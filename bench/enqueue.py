@@ -45,6 +45,37 @@ def single_per_second(pool: WorkerPool, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+#: Jobs per block in :func:`single_pair`: small, so both loops see the same moment of the machine.
+PAIR_BLOCK = 50
+
+
+def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
+    """``enqueue()`` without ``conn=`` against one autocommit ``INSERT ... RETURNING id`` per job
+    on a plain psycopg connection, in alternating blocks of :data:`PAIR_BLOCK` jobs (a shared
+    machine's load moves within seconds): jobs/s of each, and each one's client CPU per job."""
+    wall = {"raw": 0.0, "pool": 0.0}
+    cpu = {"raw": 0.0, "pool": 0.0}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def raw(start: int, end: int) -> None:
+            for i in range(start, end):
+                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
+
+        def ours(start: int, end: int) -> None:
+            for i in range(start, end):
+                pool.enqueue(noop.__name__, {"i": i})
+
+        raw(0, 10)  # past psycopg's prepare threshold, like warm_up for the pool
+        for start in range(0, count, PAIR_BLOCK):
+            end = min(count, start + PAIR_BLOCK)
+            for name, loop in (("raw", raw), ("pool", ours)):
+                began, began_cpu = time.perf_counter(), time.process_time()
+                loop(start, end)
+                wall[name] += time.perf_counter() - began
+                cpu[name] += time.process_time() - began_cpu
+    return {"raw_per_s": count / wall["raw"], "pool_per_s": count / wall["pool"],
+            "raw_cpu_us": cpu["raw"] * 1e6 / count, "pool_cpu_us": cpu["pool"] * 1e6 / count}
+
+
 RAW_BULK_SQL = (
     "INSERT INTO workerpool_jobs (queue, task, payload)"
     " SELECT %s, %s, p FROM unnest(%s::jsonb[]) AS p"
@@ -143,8 +174,10 @@ def load_for_drain(pool: WorkerPool, total: int, chunk: int = 5000) -> None:
 def warm_up(pool: WorkerPool) -> None:
     """Connect and compile the statements once, outside any timed window."""
     pool.enqueue_many(payloads(10))
-    with pool.engine.begin() as conn:
-        pool.enqueue(noop.__name__, {"warm": True}, conn=conn)
+    for _ in range(10):  # past psycopg's prepare threshold (5), like the raw loops' warm-up
+        pool.enqueue(noop.__name__, {"warm": True})
+        with pool.engine.begin() as conn:
+            pool.enqueue(noop.__name__, {"warm": True}, conn=conn)
 
 
 __all__ = [
@@ -155,6 +188,7 @@ __all__ = [
     "raw_single_caller",
     "raw_single_per_second",
     "single_caller",
+    "single_pair",
     "single_per_second",
     "warm_up",
 ]

@@ -14,18 +14,22 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, limits, scale, supervised, web
-from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop
+from . import ceiling, enqueue, floors, limits, operators, scale, supervised, web
+from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "metrics", "pickup", "enqueue", "scale", "memory", "web",
-            "limits")
+SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "scale",
+            "memory", "healthcheck", "operators", "web", "limits")
 #: What a run without ``--only`` measures (the limits comparison only when asked for: it drains
 #: the backlog four times per repeat).
 DEFAULT_SECTIONS = SECTIONS[:-1]
+#: What a user who never tunes gets: the library's default concurrency and no prefetch.
+LIBRARY_DEFAULTS = {"BENCH_CONCURRENCY": "default", "BENCH_PREFETCH": "default"}
+CEILING_2 = "ceiling_2proc_jobs_per_s"
+TUNED = {1: "drain_1child_jobs_per_s", 2: "drain_2children_jobs_per_s"}
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
@@ -46,6 +50,7 @@ class Plan:
     single: int  # single transactional enqueues per repeat
     pickup_jobs: int
     pickup_gap_ms: float
+    finished: int = 1_000_000  # finished rows in the operators' table
     concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
     quick: bool = False
 
@@ -55,16 +60,25 @@ class Plan:
 
 def declare(report: Report, plan: Plan) -> None:
     """Every figure this run can produce, with its unit, reference and target."""
-    if plan.wants("ceiling") or plan.wants("drain"):
+    if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
         report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
-        report.declare("ceiling_2proc_jobs_per_s", "jobs/s", ratio_to=CEILING,
+        report.declare(CEILING_2, "jobs/s", ratio_to=CEILING,
                        note="the same loop in 2 processes")
-    if plan.wants("drain"):
-        report.declare("drain_1child_jobs_per_s", "jobs/s", ratio_to=CEILING,
-                       note="workerpool run, 1 worker child, no-op jobs")
-        report.declare("drain_2children_jobs_per_s", "jobs/s", ratio_to=CEILING,
-                       target=Target(">=", 0.5, on_ratio=True),
-                       note="2 x workerpool run (1 worker child each) on one queue")
+    if plan.wants("drain") or plan.wants("defaults"):
+        report.declare(TUNED[1], "jobs/s", ratio_to=CEILING,
+                       target=Target(">=", 0.7, on_ratio=True),
+                       note=f"workerpool run, 1 worker child, concurrency {plan.concurrency}, "
+                            "prefetch 50, no-op jobs; against the 1-process loop")
+        report.declare(TUNED[2], "jobs/s", ratio_to=CEILING_2,
+                       target=Target(">=", 0.7, on_ratio=True),
+                       note="2 x workerpool run (1 child each) on one queue; against the "
+                            "2-process loop")
+    if plan.wants("defaults"):
+        for children in (1, 2):
+            report.declare(f"drain_defaults_{children}_jobs_per_s", "jobs/s",
+                           ratio_to=TUNED[children], target=Target(">=", 0.5, on_ratio=True),
+                           note=f"{children} x workerpool run with the library's defaults "
+                                "(pool.queue(name) untuned); against tuned")
     if plan.wants("metrics"):
         report.declare(METRICS_OFF, "jobs/s", note="workerpool run, 1 worker child, no metrics")
         report.declare("drain_metrics_on_jobs_per_s", "jobs/s", ratio_to=METRICS_OFF,
@@ -74,21 +88,37 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("drain_metrics_on_cpu_us_per_job", "us/job", ratio_to=METRICS_OFF_CPU,
                        note="the same with --metrics-port (less noisy than wall clock)")
     if plan.wants("pickup"):
+        for p in (50, 90, 99):
+            report.declare(f"pickup_raw_p{p}_ms", "ms",
+                           note="plain psycopg LISTEN, claim on notify, durable")
         for mode in ("notify", "poll"):
             for p in (50, 90, 99):
                 target = None
                 if mode == "notify" and p in (50, 99):
-                    target = Target("<=", 2.0 if p == 50 else 10.0)
-                report.declare(f"pickup_{mode}_p{p}_ms", "ms", target=target)
+                    target = Target("<=", 1.3 if p == 50 else 2.0, on_ratio=True)
+                report.declare(f"pickup_{mode}_p{p}_ms", "ms", target=target,
+                               ratio_to=f"pickup_raw_p{p}_ms" if mode == "notify" else None)
     if plan.wants("memory"):
         report.declare("rss_parent_peak_mb", "MiB", note="VmHWM of the supervisor after a drain")
-        report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 80),
+        report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 60),
                        note="VmHWM of a worker child after a drain")
+    if plan.wants("enqueue") or plan.wants("single"):
+        report.declare("enqueue_single_raw_per_s", "jobs/s",
+                       note="plain psycopg autocommit INSERT ... RETURNING id per job")
+        report.declare("enqueue_single_per_s", "jobs/s", ratio_to="enqueue_single_raw_per_s",
+                       target=Target(">=", 0.85, on_ratio=True),
+                       note="enqueue() without conn=, one caller, alternating blocks with raw")
+        report.declare("enqueue_single_raw_cpu_us", "us/job", note="client CPU of the raw loop")
+        report.declare("enqueue_single_cpu_us", "us/job", ratio_to="enqueue_single_raw_cpu_us",
+                       note="client CPU of enqueue() without conn=")
     if plan.wants("enqueue"):
         report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
                        note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
-        report.declare("enqueue_bulk_rows_per_s", "rows/s", ratio_to="enqueue_bulk_raw_rows_per_s",
-                       target=Target(">=", 100_000),
+        report.declare("enqueue_bulk_raw_copy_rows_per_s", "rows/s",
+                       note="plain psycopg COPY, 1000 rows per autocommit COPY")
+        report.declare("enqueue_bulk_rows_per_s", "rows/s",
+                       ratio_to="enqueue_bulk_raw_copy_rows_per_s",
+                       target=Target(">=", 0.9, on_ratio=True),
                        note="enqueue_many, 1000 jobs per call and transaction")
         report.declare("enqueue_single_raw_tx_per_s", "jobs/s",
                        note="plain psycopg BEGIN; INSERT; COMMIT per job")
@@ -103,6 +133,13 @@ def declare(report: Report, plan: Plan) -> None:
                        note=f"the enqueue(conn=...) loop in {callers} processes at once")
     if plan.wants("limits"):
         limits.declare(report)
+    if plan.wants("operators"):
+        for name, note in operators.FIGURES:
+            report.declare(name, "ms", target=Target("<=", 100),
+                           note=f"{note}, {plan.finished:,} finished rows")
+    if plan.wants("healthcheck"):
+        report.declare("healthcheck_ms", "ms", target=Target("<=", 50),
+                       note="python -m workerpool healthcheck, start to exit")
     if plan.wants("scale"):
         empty_p99 = "claim_empty_p99_ms"
         report.declare("claim_empty_p50_ms", "ms")
@@ -127,6 +164,7 @@ class Bench:
         self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False,
                                                 concurrency=plan.concurrency)
         self._metrics_runs = 0  # alternates which of metrics off/on drains first
+        self._defaults: supervised.Launcher | None = None  # the library defaults' supervisors
 
     def close(self) -> None:
         self.pool.dispose()
@@ -142,21 +180,31 @@ class Bench:
                 self.measure_limits()
         if self.plan.wants("scale"):
             self.measure_scale()
+        if self.plan.wants("operators"):
+            self.measure_operators()
         if self.plan.wants("web"):
             self.measure_web()
 
     def run_once(self) -> None:
         plan = self.plan
-        if plan.wants("ceiling") or plan.wants("drain"):
+        if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
             self.measure_ceiling(processes=1, figure=CEILING)
-            self.measure_ceiling(processes=2, figure="ceiling_2proc_jobs_per_s")
-        if plan.wants("drain") or plan.wants("memory"):
+            self.measure_ceiling(processes=2, figure=CEILING_2)
+        if plan.wants("drain") or plan.wants("memory") or plan.wants("defaults"):
             self.measure_drains()
+        if plan.wants("defaults"):
+            self.measure_default_drains()
         if plan.wants("metrics"):
             self.measure_metrics_cost()
         if plan.wants("pickup"):
+            self.measure_raw_pickup()
             self.measure_pickup(notify=True)
             self.measure_pickup(notify=False)
+        if plan.wants("enqueue") or plan.wants("single"):
+            self.measure_single()
+        if plan.wants("healthcheck"):
+            for value in floors.healthcheck_ms():
+                self.report.add("healthcheck_ms", value)
         if plan.wants("enqueue"):
             self.measure_enqueue()
 
@@ -170,11 +218,34 @@ class Bench:
             results.append(result)
             log.info("%s: %.0f jobs/s (peak RSS parent %.1f MiB, child %.1f MiB)", figure,
                      result.jobs_per_s, result.parent_peak_mb, result.child_peak_mb)
-            if self.plan.wants("drain"):
+            if self.plan.wants("drain") or self.plan.wants("defaults"):
                 self.report.add(figure, result.jobs_per_s)
         if self.plan.wants("memory"):
             self.report.add("rss_parent_peak_mb", max(r.parent_peak_mb for r in results))
             self.report.add("rss_child_peak_mb", max(r.child_peak_mb for r in results))
+
+    def measure_default_drains(self) -> None:
+        """The same drains with the library's defaults (what a user who never tunes gets)."""
+        if self._defaults is None:
+            workdir = self.launcher.workdir / "defaults"
+            workdir.mkdir()
+            self._defaults = supervised.Launcher(self.db, workdir, 10, extra_env=LIBRARY_DEFAULTS)
+        launcher = self._defaults
+        for children in (1, 2):
+            result = supervised.drain(launcher, self.pool, self.plan.n, children,
+                                      enqueue.load_for_drain)
+            self.report.add(f"drain_defaults_{children}_jobs_per_s", result.jobs_per_s)
+            log.info("drain with the defaults, %d child(ren): %.0f jobs/s", children,
+                     result.jobs_per_s)
+
+    def measure_raw_pickup(self) -> None:
+        self.db.reset()
+        latencies = floors.raw_pickup_ms(self.db.dsn, QUEUE, stamp.__name__,
+                                         self.plan.pickup_jobs, self.plan.pickup_gap_ms / 1000.0)
+        p50, p90, p99 = supervised.p50_p90_p99(latencies)
+        for p, value in ((50, p50), (90, p90), (99, p99)):
+            self.report.add(f"pickup_raw_p{p}_ms", value)
+        log.info("pickup (raw): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", p50, p90, p99)
 
     def measure_metrics_cost(self) -> None:
         """The drain with metrics off and on, back to back; the order alternates by repeat."""
@@ -230,6 +301,9 @@ class Bench:
         self.measure("enqueue_bulk_raw_rows_per_s", enqueue.raw_bulk_rows_per_second,
                      self.db.dsn, n)
         self.db.reset()
+        self.measure("enqueue_bulk_raw_copy_rows_per_s", floors.raw_copy_rows_per_second,
+                     self.db.dsn, QUEUE, noop.__name__, n)
+        self.db.reset()
         enqueue.warm_up(self.pool)
         self.measure("enqueue_bulk_rows_per_s", enqueue.bulk_rows_per_second, self.pool, n)
         self.db.reset()
@@ -244,6 +318,19 @@ class Bench:
         self.db.reset()
         self.measure("enqueue_single_tx_procs_per_s", enqueue.concurrent_per_second,
                      enqueue.single_caller, self.db.url, single)
+
+    def measure_single(self) -> None:
+        """``enqueue()`` without ``conn=`` and its raw floor, one after the other."""
+        self.db.reset()
+        enqueue.warm_up(self.pool)
+        pair = enqueue.single_pair(self.pool, self.db.dsn, self.plan.single)
+        for figure, key in (("enqueue_single_raw_per_s", "raw_per_s"),
+                            ("enqueue_single_per_s", "pool_per_s"),
+                            ("enqueue_single_raw_cpu_us", "raw_cpu_us"),
+                            ("enqueue_single_cpu_us", "pool_cpu_us")):
+            self.report.add(figure, pair[key])
+        log.info("single enqueue: %.0f/s against raw %.0f/s (client CPU %.0f us against %.0f)",
+                 pair["pool_per_s"], pair["raw_per_s"], pair["pool_cpu_us"], pair["raw_cpu_us"])
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)
@@ -297,3 +384,13 @@ class Bench:
             self.report.add(f"claim_{table}_p50_ms", p50)
             self.report.add(f"claim_{table}_p99_ms", p99)
             log.info("claim on the %s table: p50 %.3f ms, p99 %.3f ms", table, p50, p99)
+
+    # -- (7) operator paths at scale -----------------------------------------------------------
+
+    def measure_operators(self) -> None:
+        operators.load(self.db, self.plan.finished)
+        for name, samples in operators.timings_ms(self.pool, max(5, self.plan.repeats)).items():
+            for value in samples:
+                self.report.add(name, value)
+            log.info("%s: median %.1f ms, max %.1f ms", name, sorted(samples)[len(samples) // 2],
+                     max(samples))

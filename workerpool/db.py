@@ -159,7 +159,10 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
     round trip), e.g. ``{"statement_timeout": "15s"}``. Behind PgBouncer in transaction pooling
     mode a server session is shared between clients, so they are not applied there.
     """
-    return create_engine(url, **engine_options(
+    engine = create_engine(url, **engine_options(
         url, application_name=application_name, pool_size=pool_size,
         connect_timeout=connect_timeout, session_settings=session_settings,
     ))
+    from .single_write import skip_ping_when_asked  # psycopg-only module, loaded with the engine
+
+    return skip_ping_when_asked(engine)

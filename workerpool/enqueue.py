@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from . import queries, tracing
+from . import queries, single_write, tracing
 from .errors import IdempotencyConflict, InvalidJob
 from .limits import job_concurrency_key, key_scope
 from .payload import check_key, dumps
@@ -103,8 +103,16 @@ def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any]
     with tracing.enqueue_span(row.queue, row.task) as trace:
         if conn is not None:
             return queries.insert_one(conn, row, notify_queue=pool.notify, trace_context=trace)
+        if row.key is None:  # nothing to conflict with: one statement, no pre-ping
+            return _insert_keyless(pool.engine, row, pool.notify, trace)
         with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback
             return queries.insert_one(own, row, notify_queue=pool.notify, trace_context=trace)
+
+
+def _insert_keyless(engine: Engine, row: queries.NewJob, notify: bool, trace: str | None) -> int:
+    sql, params = queries.one_statement(engine.dialect, row, notify_queue=notify,
+                                        trace_context=trace)
+    return single_write.write(engine, lambda cursor: cursor.execute(sql, params).fetchone()[0])
 
 
 def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:

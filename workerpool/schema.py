@@ -189,6 +189,20 @@ Index(
     postgresql_where=text(_in("state", (*PRUNED_STATES, JobState.DEAD))),
 )
 
+# The dead-letter queue (``workerpool dead list``, status's dead counts): the finished index
+# above holds every done row too, so the dead rows get their own, newest first, carrying what
+# the listing filters and counts on (index-only counts of the dead alone).
+Index(
+    "ix_workerpool_jobs_dead",
+    jobs.c.finished_at,
+    jobs.c.id,
+    postgresql_where=text(f"state = '{JobState.DEAD}'"),
+    postgresql_include=["queue", "task", "dead_reason"],
+)
+#: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
+#: ``workerpool status`` shows the history's counts as the planner's estimates.
+QUEUE_STATE_STATISTICS = "workerpool_jobs_queue_state"
+
 # Live worker processes, one row per child process boot (maintained by the children).
 workers = Table(
     "workerpool_workers",

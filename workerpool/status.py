@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from . import limit_status, queries
 from .maintenance import health
+from .queries import counts as count_sql
 from .schema import DEAD_REASONS, STATES
 from .states import JobState
 
@@ -27,32 +28,35 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
     """Everything ``workerpool status`` shows, as JSON-ready data.
 
     ``known`` (queue → task → newest payload version) replaces what live workers registered when
-    deciding which waiting rows nobody can run (``--app``).
+    deciding which waiting rows nobody can run (``--app``). Every query is bounded whatever the
+    table holds: the history's counts are estimates (see :mod:`workerpool.queries.counts`).
     """
     with engine.connect() as conn:
         now = queries.database_now(conn)
-        counts = queries.state_counts(conn)
-        oldest = queries.oldest_due_ages(conn)
-        suspects = queries.suspect_counts(conn)
         workers = [worker_json(row) for row in queries.list_workers(conn)]
         crons = [cron_json(row) for row in queries.list_crons(conn)]
         runnable = dict(known) if known is not None else live_task_versions(workers)
+        paused = {row.queue: row for row in queries.list_queue_states(conn)}
+        exact = count_sql.table_estimate(conn) < count_sql.EXACT_BELOW
+        rows = queries.state_counts(conn) if exact else None
+        mcv = None if exact else count_sql.mcv_estimates(conn)
+        found = ({row.queue for row in rows} if rows is not None
+                 else count_sql.status_queues(conn) | {q for q, _ in mcv or {}})
+        queues = sorted(
+            found | set(runnable) | set(paused)
+            | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
+        )
+        counts = exact_counts(rows, queues) if rows is not None else count_jobs(conn, queues, mcv)
+        depths = queries.queue_depths(conn, queues)
         blocked = queries.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
-        paused = {row.queue: row for row in queries.list_queue_states(conn)}
         limits = limit_status.collect(conn, {q: row.limits for q, row in paused.items()})
-    queues = sorted(
-        {row.queue for row in counts} | set(oldest) | set(runnable) | set(paused)
-        | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
-    )
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
-        "queues": {q: queue_json(q, counts, oldest, workers, runnable, blocked)
-                   | {"suspects": suspects.get(q, 0)} | pause_json(paused.get(q))
-                   | {"limits": limits.get(q)}
-                   for q in queues},
+        "queues": {q: queue_json(q, counts[q], depths[q], workers, runnable, blocked)
+                   | pause_json(paused.get(q)) | {"limits": limits.get(q)} for q in queues},
         "crons": crons,
         "workers": workers,
         "table_health": table,
@@ -64,6 +68,59 @@ def why(engine: Engine, job_id: int) -> str:
     with engine.connect() as conn:
         published = {row.queue: row.limits for row in queries.list_queue_states(conn)}
         return limit_status.why_waiting(conn, job_id, published)
+
+
+def exact_counts(rows: list[Any], queues: list[str]) -> dict[str, dict[str, Any]]:
+    """:func:`count_jobs` from a count of every row (a small table: it costs little)."""
+    out = {q: {"counts": dict.fromkeys(STATES, 0), "dead_by_reason": dict.fromkeys(DEAD_REASONS, 0),
+               "estimated": []} for q in queues}
+    for row in rows:
+        counted = out[row.queue]
+        counted["counts"][row.state] += row.count
+        if row.state == JobState.DEAD and row.dead_reason:
+            counted["dead_by_reason"][row.dead_reason] += row.count
+    return out
+
+
+def count_jobs(conn: Connection, queues: list[str], mcv: Mapping[tuple[str, str], int] | None
+               ) -> dict[str, dict[str, Any]]:
+    """Per queue: ``counts`` by state, ``dead_by_reason``, and which of them are ``estimated``.
+
+    Pending, failed, processing and dead are exact up to their caps; done, cancelled and any
+    count past its cap are estimates (an exact count would read the history): from the
+    statistics on (queue, state) when ANALYZE gathered them (``mcv``), else from a plan.
+    """
+    def guess(queue: str, state: str) -> int:
+        if mcv is not None:
+            return mcv.get((queue, state), 0)
+        return count_sql.estimate(conn, queue, state)
+
+    live = count_sql.live_counts(conn, queues)
+    dead = count_sql.dead_counts(conn)
+    out: dict[str, dict[str, Any]] = {}
+    for queue in queues:
+        by_state = dict.fromkeys(STATES, 0)
+        estimated = []
+        for state in STATES:
+            if state == JobState.DEAD:
+                continue
+            counted, capped = live[queue]
+            if state in counted and state not in capped:
+                by_state[state] = counted[state]
+            elif state in counted:  # past the cap: the count so far is a floor
+                by_state[state] = max(counted[state], guess(queue, state))
+                estimated.append(str(state))
+            else:
+                by_state[state] = guess(queue, state)
+                estimated.append(str(state))
+        if dead is not None:
+            reasons = dict.fromkeys(DEAD_REASONS, 0) | dead.get(queue, {})
+        else:
+            reasons = {r: count_sql.estimate(conn, queue, JobState.DEAD, r) for r in DEAD_REASONS}
+            estimated += [str(JobState.DEAD), "dead_by_reason"]
+        by_state[JobState.DEAD] = sum(reasons.values())
+        out[queue] = {"counts": by_state, "dead_by_reason": reasons, "estimated": estimated}
+    return out
 
 
 def is_queue(name: str) -> bool:
@@ -82,24 +139,19 @@ def live_task_versions(workers: list[dict[str, Any]]) -> dict[str, dict[str, int
     return known
 
 
-def queue_json(queue: str, counts: list[Any], oldest: Mapping[str, float],
+def queue_json(queue: str, counted: Mapping[str, Any], depth: Mapping[str, Any],
                workers: list[dict[str, Any]], runnable: Mapping[str, Any],
                blocked: list[Any]) -> dict[str, Any]:
-    by_state = dict.fromkeys(STATES, 0)
-    dead_by_reason = dict.fromkeys(DEAD_REASONS, 0)
-    for row in counts:
-        if row.queue != queue:
-            continue
-        by_state[row.state] = by_state.get(row.state, 0) + row.count
-        if row.state == JobState.DEAD and row.dead_reason:
-            dead_by_reason[row.dead_reason] = dead_by_reason.get(row.dead_reason, 0) + row.count
+    oldest = depth["oldest_due"]
     return {
-        "counts": by_state,
-        "oldest_pending_age_s": round(oldest[queue], 3) if queue in oldest else None,
-        "dead_by_reason": dead_by_reason,
+        "counts": counted["counts"],
+        "estimated": counted["estimated"],
+        "oldest_pending_age_s": round(oldest, 3) if oldest > 0 else None,
+        "dead_by_reason": counted["dead_by_reason"],
         "unrunnable": [unrunnable_json(row) for row in blocked if row.queue == queue]
         if queue in runnable else None,
         "live_workers": sum(1 for w in workers if w["queue"] == queue and w["live"]),
+        "suspects": depth["suspects"],
     }
 
 
@@ -181,9 +233,19 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
 
 def render_queues(queues: Mapping[str, Any]) -> str:
     headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS"]
-    rows = [[name, *(q["counts"][s] for s in STATES), q["suspects"],
+    rows = [[name, *(count_cell(q, s) for s in STATES), q["suspects"],
              age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
-    return "QUEUES\n" + table(headers, rows)
+    note = ""
+    if any(q.get("estimated") for q in queues.values()):
+        note = ("\n  ~ estimated from the planner's statistics (an exact count would read the"
+                " whole history)")
+    return "QUEUES\n" + table(headers, rows) + note
+
+
+def count_cell(queue: Mapping[str, Any], state: str) -> str:
+    """A count, marked ``~`` when it is the planner's estimate."""
+    value = queue["counts"][state]
+    return f"~{value}" if state in queue.get("estimated", ()) else str(value)
 
 
 def render_paused(queues: Mapping[str, Any]) -> str:
@@ -195,7 +257,8 @@ def render_paused(queues: Mapping[str, Any]) -> str:
 
 
 def render_dead(queues: Mapping[str, Any]) -> str:
-    rows = [[name, *(q["dead_by_reason"][r] for r in DEAD_REASONS)]
+    rows = [[name, *(("~" if "dead_by_reason" in q.get("estimated", ()) else "")
+                     + str(q["dead_by_reason"][r]) for r in DEAD_REASONS)]
             for name, q in queues.items() if q["counts"][JobState.DEAD]]
     if not rows:
         return ""

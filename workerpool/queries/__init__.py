@@ -68,6 +68,7 @@ from .enqueue import (
     insert_jobs,
     insert_one,
     notify,
+    one_statement,
 )
 from .keys import holder, holders, release_expired
 from .leases import Lease
@@ -184,6 +185,7 @@ __all__ = [
     "notify",
     "notify_cancel",
     "oldest_due_ages",
+    "one_statement",
     "prune_finished",
     "prune_finished_statement",
     "prune_workers",

@@ -373,6 +373,22 @@ _INSERT_ONE_STATEMENTS = {
 }
 
 
+def one_statement(dialect: Any, row: NewJob, *, notify_queue: bool,
+                  trace_context: str | None = None) -> tuple[str, dict[str, Any]]:
+    """A job without a key as one statement in the driver's own SQL, and its parameters, for
+    a caller that sends it on the DBAPI connection itself (``workerpool.single_write``); the
+    statement returns the new id first. A keyed job needs :func:`insert_one` (a held key is
+    read after the insert)."""
+    if row.key is not None:
+        raise ValueError("one_statement takes a job without a key")
+    return _one_driver_sql(dialect, _one_shape(row), notify_queue), _one_params(row, trace_context)
+
+
+@functools.lru_cache(maxsize=16)
+def _one_driver_sql(dialect: Any, shape: tuple[bool, bool], notify: bool) -> str:
+    return str(_INSERT_ONE_STATEMENTS[shape, notify].compile(dialect=dialect))
+
+
 # ---------------------------------------------------------------------------------------------
 # the wake-up
 

@@ -42,8 +42,12 @@ def dead_where(
     older_than: timedelta | None = None,
     ids: Sequence[int] | None = None,
 ):
-    """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed)."""
-    clauses = [jobs.c.state == JobState.DEAD]
+    """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed).
+
+    The state is a literal, not a bind parameter: it must match the dead index's predicate in
+    every plan, generic ones included, or listing the dead becomes a scan of the history.
+    """
+    clauses = [jobs.c.state == literal_column(f"'{JobState.DEAD}'")]
     if queue is not None:
         clauses.append(jobs.c.queue == queue)
     if task is not None:
@@ -79,7 +83,7 @@ DEAD_COLUMNS = (
 )
 
 
-# list_dead: matching dead rows, newest first. Index: ix_workerpool_jobs_finished (read newest
+# list_dead: matching dead rows, newest first. Index: ix_workerpool_jobs_dead (read newest
 # first, up to the limit); pk_workerpool_jobs when ids are given.
 def list_dead(conn: Connection, where, limit: int | None) -> list[Any]:
     """Dead rows matching ``where``, most recently dead first (errors: count and last only)."""
@@ -88,19 +92,19 @@ def list_dead(conn: Connection, where, limit: int | None) -> list[Any]:
 
 
 # count_dead: how many dead rows match.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead (index-only: the filters are its columns), pk_workerpool_jobs.
 def count_dead(conn: Connection, where) -> int:
     return conn.execute(select(func.count()).select_from(jobs).where(where)).scalar_one()
 
 
 # dead_ids: the matching dead rows' ids, ascending.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead, pk_workerpool_jobs with ids.
 def dead_ids(conn: Connection, where) -> list[int]:
     return list(conn.execute(select(jobs.c.id).where(where).order_by(jobs.c.id)).scalars())
 
 
 # dead_tasks: matching dead rows counted per task.
-# Index: ix_workerpool_jobs_finished with a time filter, pk_workerpool_jobs with ids, else a scan.
+# Index: ix_workerpool_jobs_dead, pk_workerpool_jobs with ids.
 def dead_tasks(conn: Connection, where) -> dict[str, int]:
     """How many matching dead rows each task has."""
     stmt = select(jobs.c.task, func.count()).where(where).group_by(jobs.c.task)
@@ -188,10 +192,17 @@ def suspect_counts(conn: Connection) -> dict[str, int]:
 _DUE_LITERALS = ", ".join(f"'{state}'" for state in DUE_STATES)
 
 
-# unrunnable: waiting rows that no known task version can run, per queue, task and version.
-# Index: ix_workerpool_jobs_due.
-def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]]) -> list[Any]:
-    """Waiting rows of the queues in ``known`` that no listed task version can run.
+#: Waiting rows read at most per queue by unrunnable (in claim order): bounded on any backlog.
+UNRUNNABLE_CAP = 10_000
+
+
+# unrunnable: waiting rows that no known task version can run, per queue, task and version,
+# among each queue's first UNRUNNABLE_CAP waiting rows in claim order.
+# Index: ix_workerpool_jobs_due (read in its order, stopping at the cap).
+def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]],
+               cap: int = UNRUNNABLE_CAP) -> list[Any]:
+    """Waiting rows of the queues in ``known`` that no listed task version can run, counted
+    among each queue's next ``cap`` waiting rows (those the claim would reach first).
 
     ``known``: queue → task → newest payload version a worker knows. Returns
     ``(queue, task, payload_version, count, known_version)``; ``known_version`` None = unknown task.
@@ -205,15 +216,19 @@ def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]]) -> list
             FROM jsonb_each(CAST(:known AS jsonb)) AS q, jsonb_each_text(q.value) AS t)
         SELECT j.queue, j.task, j.payload_version, count(*) AS count,
                max(k.version) AS known_version
-        FROM {jobs.name} AS j
+        FROM unnest(CAST(:queues AS text[])) AS q(queue)
+        CROSS JOIN LATERAL (
+            SELECT queue, task, payload_version FROM {jobs.name}
+            WHERE queue = q.queue AND state IN ({_DUE_LITERALS})
+            ORDER BY priority DESC, run_at, id LIMIT :cap) AS j
         LEFT JOIN known AS k ON k.queue = j.queue AND k.task = j.task
-        WHERE j.state IN ({_DUE_LITERALS}) AND j.queue = ANY(:queues)
         GROUP BY j.queue, j.task, j.payload_version
         HAVING max(k.version) IS NULL OR j.payload_version > max(k.version)
         ORDER BY j.queue, j.task, j.payload_version
         """
     )
-    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known)}
+    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known),
+              "cap": cap}
     return list(conn.execute(stmt, params))
 
 

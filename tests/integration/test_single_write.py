@@ -1,0 +1,116 @@
+"""enqueue() without conn=: one autocommit statement, no pre-ping, and a dead pooled connection
+detected without a round trip (workerpool.single_write), on real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql._psycopg_common import _PGDialect_common_psycopg
+
+from tests.helpers.waiting import wait_until
+from workerpool import IdempotencyConflict, WorkerPool, single_write
+
+
+@pytest.fixture
+def counted_pings(monkeypatch) -> list[int]:
+    """Every ping the engine's pool really sends (installed before the engine exists)."""
+    sent: list[int] = []
+    ping = _PGDialect_common_psycopg.do_ping
+
+    def counting(self, dbapi_connection):
+        sent.append(1)
+        return ping(self, dbapi_connection)
+
+    monkeypatch.setattr(_PGDialect_common_psycopg, "do_ping", counting)
+    return sent
+
+
+@pytest.fixture
+def app(db_url, counted_pings):
+    pool = WorkerPool(db_url)
+
+    @pool.task(queue="q")
+    def work(job):
+        return None
+
+    yield pool
+    pool.dispose()
+
+
+def rows(sql) -> int:
+    return sql("SELECT count(*) FROM workerpool_jobs")[0][0]
+
+
+def backend_of(app: WorkerPool) -> int:
+    with app.engine.connect() as conn:
+        return conn.connection.driver_connection.info.backend_pid
+
+
+def test_enqueue_sends_no_ping(app, sql, counted_pings):
+    app.enqueue("work", {"i": 0})  # the pool's first connection: fresh, never pinged
+    for i in range(1, 6):
+        app.enqueue("work", {"i": i})
+    assert counted_pings == [] and rows(sql) == 6
+    with app.engine.connect():  # every other checkout keeps its ping
+        pass
+    assert counted_pings == [1]
+
+
+def test_a_taken_key_still_gets_its_holders_id_or_a_refusal(app, sql):
+    first = app.enqueue("work", {"a": 1}, key="k")
+    assert app.enqueue("work", {"a": 1}, key="k") == first
+    with pytest.raises(IdempotencyConflict):
+        app.enqueue("work", {"a": 2}, key="k")
+    assert rows(sql) == 1
+
+
+def test_a_terminated_pooled_connection_is_replaced_before_anything_is_sent(app, sql):
+    app.enqueue("work", {"i": 0})
+    pid = backend_of(app)
+    sql("SELECT pg_terminate_backend(%s)", pid)
+    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+               timeout=10, message="the backend to exit")
+    job_id = app.enqueue("work", {"i": 1})
+    assert sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", job_id) == [(1,)]
+    assert rows(sql) == 2 and backend_of(app) != pid
+
+
+def test_a_statement_that_could_not_be_sent_is_retried_once_on_a_pinged_connection(
+        app, counted_pings):
+    calls = []
+
+    def statement(cursor):
+        calls.append(1)
+        if len(calls) == 1:
+            raise psycopg.OperationalError("sending query and params failed: broken pipe")
+        return cursor.execute("SELECT 42").fetchone()[0]
+
+    with app.engine.connect():
+        pass  # a pooled connection, so the retry's checkout is not a fresh one
+    counted_pings.clear()
+    assert single_write.write(app.engine, statement) == 42
+    assert len(calls) == 2 and counted_pings == []  # the retry got a new connection: fresh
+
+
+def test_a_failure_after_the_statement_was_sent_is_never_retried(app, sql):
+    # The server ends the session while running the insert: in autocommit such a statement
+    # might have committed before the connection broke, so it must run at most once.
+    sql("CREATE SEQUENCE attempts")
+    sql("""CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN PERFORM nextval('attempts'); PERFORM pg_terminate_backend(pg_backend_pid());
+           RETURN NEW; END $$""")
+    sql("CREATE TRIGGER die BEFORE INSERT ON workerpool_jobs FOR EACH ROW EXECUTE FUNCTION die()")
+    with pytest.raises(sa_exc.OperationalError):
+        app.enqueue("work", {"i": 1})
+    assert sql("SELECT last_value FROM attempts") == [(1,)]
+    sql("DROP TRIGGER die ON workerpool_jobs")
+    app.enqueue("work", {"i": 2})  # the broken connection left the pool
+    assert rows(sql) == 1
+
+
+def test_database_errors_are_sqlalchemy_errors_as_before(app):
+    with pytest.raises(sa_exc.IntegrityError):  # the database's own bound on the payload
+        single_write.write(app.engine, lambda cursor: cursor.execute(
+            "INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 'work', '[]')"))
