@@ -127,3 +127,12 @@ def test_the_depth_sample_plans_no_scan(history, dsn):
 
     depths = run(history.engine, dsn, sample)
     assert depths["a"]["waiting"] == 1050 and depths["a"]["processing"] == 10
+
+
+@pytest.mark.parametrize("path", ["/", "/dead", "/jobs?state=dead&queue=a", "/jobs?state=pending"])
+def test_the_dashboards_job_lists_plan_no_scan(history, dsn, path):
+    from tests.helpers.web import client
+
+    with client(history) as http:
+        page = run(history.engine, dsn, lambda: http.get(path))
+    assert page.status_code == 200
