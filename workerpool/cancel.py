@@ -19,11 +19,10 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import queries
-from .dead import check_ids, default_actor
+from .dead import check_filter, check_ids, default_actor
 from .errors import InvalidFilter, UnknownJob
 from .pool import WorkerPool
 from .states import LIVE_STATES, JobState
-from .validation import check_name
 
 log = logging.getLogger("workerpool.cancel")
 
@@ -90,9 +89,9 @@ class Selection:
         if self.ids is not None:
             object.__setattr__(self, "ids", check_ids(self.ids))
         elif self.queue is not None:
-            _check_filter("queue", self.queue)
+            check_filter("queue", self.queue)
         if self.ids is None and self.task is not None:
-            _check_filter("task", self.task)
+            check_filter("task", self.task)
         if self.ids is not None and (self.task or self.state):
             raise InvalidFilter("task and state filters go with a queue, not with job ids")
         if self.state is not None and self.state not in LIVE_STATES:
@@ -110,13 +109,6 @@ class Selection:
             listing = ", ".join(str(job_id) for job_id in unknown)
             raise UnknownJob(f"unknown job id(s): {listing}; nothing was changed")
         return {job_id: states[job_id] for job_id in self.ids}
-
-
-def _check_filter(kind: str, value: Any) -> None:
-    try:
-        check_name(kind, value)
-    except ValueError as exc:
-        raise InvalidFilter(str(exc)) from None
 
 
 def cancel(pool: WorkerPool, selection: Selection, *, conn: Connection | None = None,

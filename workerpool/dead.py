@@ -116,6 +116,14 @@ def call_hook(hook: Callable[[DeadNotice], Any], notice: DeadNotice) -> None:
 # -- filters ----------------------------------------------------------------------------------
 
 
+def check_filter(kind: str, value: Any) -> None:
+    """A queue or task name given as a filter: InvalidFilter naming what is wrong."""
+    try:
+        check_name(kind, value)
+    except ValueError as exc:
+        raise InvalidFilter(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class DeadFilter:
     """Which dead rows an operation applies to (every field optional; all are ANDed)."""
@@ -128,12 +136,8 @@ class DeadFilter:
 
     def __post_init__(self) -> None:
         for kind in ("queue", "task"):
-            value = getattr(self, kind)
-            if value is not None:
-                try:
-                    check_name(kind, value)
-                except ValueError as exc:
-                    raise InvalidFilter(str(exc)) from None
+            if getattr(self, kind) is not None:
+                check_filter(kind, getattr(self, kind))
         if self.reason is not None and self.reason not in DEAD_REASONS:
             raise InvalidFilter(
                 f"reason must be one of {', '.join(DEAD_REASONS)}; got {self.reason!r}")

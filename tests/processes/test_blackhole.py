@@ -11,89 +11,14 @@ replacement releases the dead child's claim so the job runs again.
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 from sqlalchemy.engine import URL
 
 from tests.helpers.db import job_row
 from tests.helpers.waiting import wait_until
-
-
-@dataclass
-class Pair:
-    client: socket.socket
-    server: socket.socket
-    silent: bool = False
-
-
-@dataclass
-class BlackholeProxy:
-    """Forwards TCP connections to PostgreSQL until :meth:`silence` (then swallows both ways)."""
-
-    target: tuple[str, int] | str  # (host, port), or a unix socket path
-    listener: socket.socket = field(init=False)
-    pairs: list[Pair] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return self.listener.getsockname()[1]
-
-    def silence(self) -> int:
-        """Every connection open now stops forwarding (new ones still work); returns how many."""
-        with self.lock:
-            for pair in self.pairs:
-                pair.silent = True
-            return len(self.pairs)
-
-    def close(self) -> None:
-        self.listener.close()
-        with self.lock:
-            for pair in self.pairs:
-                pair.client.close()
-                pair.server.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            server = self._connect()
-            pair = Pair(client, server)
-            with self.lock:
-                self.pairs.append(pair)
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(pair, src, dst), daemon=True).start()
-
-    def _connect(self) -> socket.socket:
-        if isinstance(self.target, str):
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            server.connect(self.target)
-            return server
-        return socket.create_connection(self.target)
-
-    @staticmethod
-    def _pump(pair: Pair, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                if not pair.silent:  # silent: read and drop, so the peer's kernel still ACKs
-                    dst.sendall(data)
-        except OSError:
-            pass
-        if not pair.silent:
-            try:
-                dst.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+from workerpool.chaos.proxy import BlackholeProxy
 
 
 def _target(db_url: URL) -> tuple[str, int] | str:

@@ -28,7 +28,7 @@ class Pair:
 class BlackholeProxy:
     """Forwards 127.0.0.1:<port> to ``target`` until :meth:`silence`."""
 
-    target: tuple[str, int]
+    target: tuple[str, int] | str  # (host, port), or a unix socket path (an embedded server)
     listener: socket.socket = field(init=False)
     pairs: list[Pair] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -65,8 +65,7 @@ class BlackholeProxy:
             except OSError:
                 return  # closed
             try:
-                server = socket.create_connection(self.target, timeout=5)
-                server.settimeout(None)
+                server = self._connect()
             except OSError:  # the server is down: the client sees its connection closed
                 client.close()
                 continue
@@ -75,6 +74,16 @@ class BlackholeProxy:
                 self.pairs.append(pair)
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(pair, src, dst), daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        if isinstance(self.target, str):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.settimeout(5)
+            server.connect(self.target)
+        else:
+            server = socket.create_connection(self.target, timeout=5)
+        server.settimeout(None)
+        return server
 
     def _pump(self, pair: Pair, src: socket.socket, dst: socket.socket) -> None:
         try:
