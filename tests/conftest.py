@@ -15,6 +15,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -87,6 +88,25 @@ def pool(db_url: URL) -> Iterator[WorkerPool]:
     pool = WorkerPool(db_url)
     yield pool
     pool.dispose()
+
+
+@pytest.fixture
+def app_pool(db_url: URL) -> Iterator[WorkerPool]:
+    """The dashboard tests' application (tests/apps/web.py) on this test's database."""
+    from tests.apps import web  # imported here: only the dashboard's tests need Starlette
+
+    pool = web.build(db_url)
+    yield pool
+    pool.dispose()
+
+
+@pytest.fixture
+def http(app_pool: WorkerPool) -> Iterator[Any]:
+    """Starlette's test client on ``workerpool.web.app(app_pool)``."""
+    from tests.helpers.web import client
+
+    with client(app_pool) as test_client:
+        yield test_client
 
 
 @pytest.fixture

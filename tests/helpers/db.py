@@ -23,6 +23,10 @@ def job_row(sql, job_id: int) -> dict:
     return dict(zip(cols, row, strict=True))
 
 
+def job_state(sql, job_id: int) -> str:
+    return sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+
+
 def states(sql) -> dict[str, int]:
     """How many jobs are in each state (states with none are absent)."""
     return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))

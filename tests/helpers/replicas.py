@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy.engine import URL
 
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, kill_all
+from tests.helpers.waiting import wait_until
 
 
 class Replicas:
@@ -43,3 +47,45 @@ class Replicas:
     def stop(self) -> None:
         kill_all(self.running, show_logs=True)
         self.running.clear()
+
+
+LIMITS_APP = "tests.apps.limits:pool"
+
+
+def start_registered(replicas: Replicas, sql, queue: str, count: int) -> None:
+    """Start ``count`` supervisors of ``queue`` and wait until each child has registered."""
+    for _ in range(count):
+        replicas.start("--queue", queue)
+    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = %s", queue)
+               [0][0] == count, timeout=30, message=f"{count} {queue} workers registered")
+
+
+@contextmanager
+def processing_samples(sql) -> Iterator[list[int]]:
+    """Count the ``processing`` rows as fast as one connection can ask, while the block runs."""
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(sql("SELECT count(*) FROM workerpool_jobs"
+                               " WHERE state = 'processing'")[0][0])
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        sampler.join()
+
+
+def max_overlap(intervals: list[tuple]) -> int:
+    """The most intervals open at one instant (an end at t closes before a start at t)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+                   key=lambda edge: (edge[0], edge[1]))
+    most = open_now = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most

@@ -3,34 +3,15 @@ purge, cancel, pause and resume, each through the same operations as the command
 
 from __future__ import annotations
 
-import pytest
-
-from tests.apps import web
-from tests.helpers.web import client, dead_jobs, post
-
-
-@pytest.fixture
-def app_pool(db_url):
-    pool = web.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def http(app_pool):
-    with client(app_pool) as test_client:
-        yield test_client
-
-
-def state(sql, job_id: int) -> str:
-    return sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+from tests.helpers.db import job_state
+from tests.helpers.web import dead_jobs, post
 
 
 def test_retry_one_dead_job_and_it_leaves_the_dead_list(app_pool, http, sql):
     job_id, other = dead_jobs(app_pool, 2)
     answer = post(http, f"/jobs/{job_id}/retry", page=f"/jobs/{job_id}")
     assert answer.status_code == 303 and answer.headers["location"] == "/dead"
-    assert state(sql, job_id) == "pending" and state(sql, other) == "dead"
+    assert job_state(sql, job_id) == "pending" and job_state(sql, other) == "dead"
     listing = http.get("/dead")
     assert f'data-id="{job_id}"' not in listing.text and f'data-id="{other}"' in listing.text
     assert f"replayed job {job_id}: it is pending again" in listing.text
@@ -44,7 +25,7 @@ def test_retrying_a_job_that_is_not_dead_changes_nothing(app_pool, http, sql):
     answer = post(http, f"/jobs/{job_id}/retry")
     assert answer.status_code == 303
     assert f"job {job_id} is not dead" in http.get(f"/jobs/{job_id}").text
-    assert state(sql, job_id) == "pending"
+    assert job_state(sql, job_id) == "pending"
 
 
 def test_filtered_retry_shows_a_dry_run_first(app_pool, http, sql):
@@ -53,11 +34,11 @@ def test_filtered_retry_shows_a_dry_run_first(app_pool, http, sql):
     dry = post(http, "/dead/retry", {"queue": "email"}, page="/dead?queue=email")
     assert dry.status_code == 200
     assert "Dry run: replay 2 dead jobs" in dry.text and "<td>boom</td><td>2</td>" in dry.text
-    assert all(state(sql, i) == "dead" for i in [*boom, report])
+    assert all(job_state(sql, i) == "dead" for i in [*boom, report])
     confirm = post(http, "/dead/retry", {"queue": "email", "confirm": "1"})
     assert confirm.status_code == 303
-    assert [state(sql, i) for i in boom] == ["pending", "pending"]
-    assert state(sql, report) == "dead"
+    assert [job_state(sql, i) for i in boom] == ["pending", "pending"]
+    assert job_state(sql, report) == "dead"
 
 
 def test_a_retry_of_an_unknown_task_is_refused_whole(app_pool, http, sql):
@@ -65,7 +46,7 @@ def test_a_retry_of_an_unknown_task_is_refused_whole(app_pool, http, sql):
     sql("UPDATE workerpool_jobs SET task = 'retired' WHERE id = %s", job_id)
     answer = post(http, "/dead/retry", {"confirm": "1"})
     assert answer.status_code == 409 and "task &#39;retired&#39; (1 jobs)" in answer.text
-    assert state(sql, job_id) == "dead"
+    assert job_state(sql, job_id) == "dead"
 
 
 def test_purge_counts_first_then_deletes(app_pool, http, sql):
@@ -87,7 +68,7 @@ def test_cancel_a_queued_job(app_pool, http, sql):
     page = http.get(f"/jobs/{job_id}")
     assert f"job {job_id}: cancelled" in page.text
     assert "&lt;b&gt;not needed&lt;/b&gt;" in page.text
-    assert state(sql, job_id) == "cancelled"
+    assert job_state(sql, job_id) == "cancelled"
     assert post(http, "/jobs/99999/cancel").status_code == 404
 
 

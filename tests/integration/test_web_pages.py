@@ -12,19 +12,6 @@ from tests.helpers.web import client, dead_jobs, post
 from workerpool.testing import drain
 
 
-@pytest.fixture
-def app_pool(db_url):
-    pool = web.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def http(app_pool):
-    with client(app_pool) as test_client:
-        yield test_client
-
-
 def listed_ids(page) -> list[int]:
     return [int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)">', page.text)]
 

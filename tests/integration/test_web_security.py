@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from tests.apps import web
 from tests.helpers.cli import run_cli
+from tests.helpers.db import job_state
 from tests.helpers.paths import ROOT
 from tests.helpers.web import client, csrf, dead_jobs, post
 from workerpool.errors import ConfigError
@@ -32,16 +33,6 @@ def app_pool(db_url):
     pool.dispose()
 
 
-@pytest.fixture
-def http(app_pool):
-    with client(app_pool) as test_client:
-        yield test_client
-
-
-def state(sql, job_id: int) -> str:
-    return sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
-
-
 def test_a_post_without_a_valid_csrf_token_is_refused(app_pool, http, sql):
     job_id = app_pool.enqueue("ok", {}, delay=600)
     http.get("/")  # the cookie is set
@@ -58,7 +49,7 @@ def test_a_post_without_a_valid_csrf_token_is_refused(app_pool, http, sql):
     for answer in refused:
         assert answer.status_code == 403
         assert "CSRF token" in answer.text or "another site" in answer.text
-    assert state(sql, job_id) == "pending"
+    assert job_state(sql, job_id) == "pending"
     assert post(http, f"/jobs/{job_id}/cancel").status_code == 303
 
 
@@ -78,7 +69,7 @@ def test_read_only_serves_no_action(app_pool, sql):
         dead = http.get("/dead").text
     assert "<form method=\"post\"" not in job + overview + dead
     assert "read-only" in overview
-    assert state(sql, job_id) == "dead"
+    assert job_state(sql, job_id) == "dead"
 
 
 def test_with_a_token_every_request_needs_it(app_pool):
@@ -166,7 +157,7 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_it(app_pool, sql):
         answer = http.post(f"/ops/jobs/jobs/{job_id}/retry", data={"csrf_token": token},
                            follow_redirects=False)
         assert answer.status_code == 303 and answer.headers["location"] == "/ops/jobs/dead"
-    assert state(sql, job_id) == "pending"
+    assert job_state(sql, job_id) == "pending"
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.10", "::", "example.org"])

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.apps import basic
+from tests.apps import basic, limits
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, kill_all
+from tests.helpers.replicas import LIMITS_APP, Replicas
 
 STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
 
@@ -58,3 +59,12 @@ def app(db_url):
     pool = basic.build(db_url)
     yield pool
     pool.dispose()
+
+
+@pytest.fixture
+def replicas(db_url, tmp_path, sql) -> Iterator[Replicas]:
+    """Supervisors of tests/apps/limits.py on this test's database, its ledger table made."""
+    sql(limits.LEDGER)
+    group = Replicas(LIMITS_APP, db_url, tmp_path)
+    yield group
+    group.stop()

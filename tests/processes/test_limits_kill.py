@@ -5,27 +5,15 @@ from __future__ import annotations
 import os
 import signal
 
-import pytest
-
 from tests.apps import limits
-from tests.helpers.replicas import Replicas
+from tests.helpers.replicas import start_registered
 from tests.helpers.waiting import wait_until
-
-
-@pytest.fixture
-def replicas(db_url, tmp_path, sql):
-    sql(limits.LEDGER)
-    group = Replicas("tests.apps.limits:pool", db_url, tmp_path)
-    yield group
-    group.stop()
 
 
 def test_a_killed_child_frees_its_slot(replicas, sql):
     app = limits.build(replicas.env["WORKERPOOL_DATABASE_URL"])
-    for _ in range(3):  # three handler threads in all: the third waits on the limit
-        replicas.start("--queue", "capped")
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = 'capped'")
-               [0][0] == 3, timeout=30, message="three capped workers registered")
+    # three handler threads in all: the third waits on the limit
+    start_registered(replicas, sql, "capped", 3)
     app.enqueue_many([("hold", {"seconds": 60, "n": n}) for n in range(3)])
     app.dispose()
     holders = wait_until(lambda: (rows := sql(

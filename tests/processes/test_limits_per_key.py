@@ -5,22 +5,11 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-import pytest
-
 from tests.apps import limits
-from tests.helpers.replicas import Replicas
 from tests.helpers.waiting import wait_until
 
 KEYS = 20
 PER_KEY = 50
-
-
-@pytest.fixture
-def replicas(db_url, tmp_path, sql):
-    sql(limits.LEDGER)
-    group = Replicas("tests.apps.limits:pool", db_url, tmp_path)
-    yield group
-    group.stop()
 
 
 def test_each_key_runs_serially_while_keys_run_in_parallel(replicas, sql):

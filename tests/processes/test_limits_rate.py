@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.apps import limits
-from tests.helpers.replicas import Replicas
 from tests.helpers.waiting import wait_until
 
 RATE = 50
 SECONDS = 5
-
-
-@pytest.fixture
-def replicas(db_url, tmp_path, sql):
-    group = Replicas("tests.apps.limits:pool", db_url, tmp_path)
-    yield group
-    group.stop()
 
 
 def test_rate_limit_holds_across_replicas_over_five_seconds(replicas, sql):
