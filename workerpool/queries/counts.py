@@ -167,6 +167,14 @@ def estimate(conn: Connection, queue: str, state: str, reason: str | None = None
     return _plan_rows(plan)
 
 
+def estimates(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """Rows per (queue, state): from the (queue, state) statistics when ANALYZE gathered them,
+    else the planner's estimate of each pair. No table row is read."""
+    mcv = mcv_estimates(conn)
+    return {pair: mcv.get(pair, 0) if mcv is not None else estimate(conn, *pair)
+            for pair in pairs}
+
+
 def table_estimate(conn: Connection) -> int:
     """The planner's estimate of the whole table's rows (from its size if never analyzed)."""
     return _plan_rows(conn.execute(_ESTIMATE_TABLE).scalar_one())

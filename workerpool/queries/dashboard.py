@@ -7,8 +7,6 @@ Nothing here writes: the dashboard's actions call the same operations as the com
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -144,20 +142,6 @@ def finished_per_minute(conn: Connection, minutes: int, cap: int = FINISHED_CAP)
     """``(minute, queue, state, count)``: counts adding up to ``cap`` mean the window held more
     rows than were read (its oldest minutes are then undercounted)."""
     return list(conn.execute(_FINISHED, {"minutes": minutes, "cap": cap}))
-
-
-# estimated_rows: the planner's estimate of the rows matching each (queue, state): no table
-# read, only its statistics (as fresh as the last ANALYZE). Index: none (EXPLAIN only).
-def estimated_rows(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str],
-                                                                                 int]:
-    out = {}
-    for queue, state in pairs:
-        stmt = text("EXPLAIN (FORMAT JSON) SELECT 1 FROM workerpool_jobs"
-                    " WHERE queue = :queue AND state = :state")
-        plan = conn.execute(stmt, {"queue": queue, "state": state}).scalar_one()
-        plan = json.loads(plan) if isinstance(plan, str) else plan
-        out[(queue, state)] = int(plan[0]["Plan"]["Plan Rows"])
-    return out
 
 
 # common_queues: the queue names the table's statistics know (most common values of the column).

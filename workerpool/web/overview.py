@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import true
 
 from .. import queries
-from ..queries import dashboard
+from ..queries import counts, dashboard
 from ..queries.operations import DEPTH_CAP
 from ..states import JobState
 from ..status import LIVE_WORKER_WINDOW, is_queue
@@ -70,7 +70,7 @@ def collect(pool: Any) -> Overview:
                        | dashboard.common_queues(conn))
         depths = queries.queue_depths(conn, names)
         exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
-        estimates = (_exact_counts(conn) if exact else dashboard.estimated_rows(
+        estimates = (_exact_counts(conn) if exact else counts.estimates(
             conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
         finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
         analyzed = dashboard.last_analyzed(conn)
