@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 
 from . import queries
 from .dead import check_filter, check_ids, default_actor
@@ -128,8 +128,32 @@ def cancel(pool: WorkerPool, selection: Selection, *, conn: Connection | None = 
         result = _result(db, before, changed, by)
     notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
                for row in changed if row.state == JobState.CANCELLED]
-    report_cancelled(pool, notices)
+    if conn is None or not conn.in_transaction():
+        report_cancelled(pool, notices)
+    else:
+        _report_on_commit(pool, conn, notices)
     return result
+
+
+def _report_on_commit(pool: WorkerPool, conn: Connection, notices: list[CancelNotice]) -> None:
+    """In the caller's transaction: report when it commits, never when it rolls back.
+
+    SQLAlchemy Core has no after-commit event; ``commit`` fires as the COMMIT is sent, after
+    the last statement, so only a COMMIT the server refuses could still undo a reported cancel.
+    """
+    if not notices:
+        return
+    pending = [notices]
+
+    def committed(_conn: Connection) -> None:
+        if pending:
+            report_cancelled(pool, pending.pop())
+
+    def rolled_back(_conn: Connection) -> None:
+        pending.clear()
+
+    event.listen(conn, "commit", committed, once=True)
+    event.listen(conn, "rollback", rolled_back, once=True)
 
 
 @contextmanager

@@ -110,6 +110,27 @@ def test_on_cancel_hooks_see_each_cancelled_job(pool):
     assert seen == [(job_id, "noop", "why")]
 
 
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_on_cancel_hooks_in_the_callers_transaction_wait_for_its_commit(pool, sql, ending):
+    noop_task(pool)
+    job_id = pool.enqueue("noop", {})
+    seen = []
+    pool.on_cancel(lambda notice: seen.append(notice.id))
+    with pool.engine.connect() as conn:
+        with conn.begin() as transaction:
+            pool.cancel([job_id], conn=conn)
+            assert seen == []  # not yet: the caller may still roll it back
+            getattr(transaction, ending)()
+        with conn.begin():  # a later transaction on the same connection reports nothing more
+            conn.exec_driver_sql("SELECT 1")
+    if ending == "commit":
+        assert seen == [job_id]
+        assert job_row(sql, job_id)["state"] == "cancelled"
+    else:
+        assert seen == []
+        assert job_row(sql, job_id)["state"] == "pending"
+
+
 def test_a_job_claimed_in_the_same_instant_is_treated_as_running(pool, sql):
     """The cancel waits for the claim's row lock, re-reads the row and sees it processing."""
     noop_task(pool)
