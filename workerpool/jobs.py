@@ -32,12 +32,14 @@ class Job:
     _save_checkpoint: Callable[[Job, Any], None] | None = field(
         default=None, repr=False, compare=False
     )
-    _cancel: CancelFlag | None = field(default=None, repr=False, compare=False)
+    _cancel: Callable[[], CancelFlag] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
-                 payload: dict[str, Any] | None = None, cancel: CancelFlag | None = None) -> Job:
-        """``payload``: the row's payload brought to the task's current shape (default: as is)."""
+                 payload: dict[str, Any] | None = None,
+                 cancel: Callable[[], CancelFlag] | None = None) -> Job:
+        """``payload``: the row's payload brought to the task's current shape (default: as is);
+        ``cancel``: gives the job's cancel flag (made when first asked for)."""
         return cls(
             id=row.id,
             queue=row.queue,
@@ -60,8 +62,9 @@ class Job:
         """Set once an operator's cancel reaches this handler: ``if job.cancelled:`` or
         ``job.cancelled.wait(seconds)`` (a :class:`threading.Event` that is also a bool)."""
         if self._cancel is None:
-            object.__setattr__(self, "_cancel", CancelFlag())
-        return self._cancel  # type: ignore[return-value]
+            flag = CancelFlag()
+            object.__setattr__(self, "_cancel", lambda: flag)
+        return self._cancel()  # type: ignore[misc]
 
     def checkpoint(self, data: Any = ...) -> None:
         """Raise :class:`workerpool.Cancelled` if this job was asked to stop; then save durable

@@ -50,7 +50,7 @@ class Cancels:
             except queue_module.Empty:
                 return
             flight = self.flights.get(job_id)
-            if flight is not None and not flight.cancel.is_set():
+            if flight is not None and not flight.cancel_requested:
                 self._stop(flight)
 
     def check_if_due(self, session: Session, worker: str, every: float) -> None:
@@ -65,11 +65,11 @@ class Cancels:
     def _stop(self, flight: InFlight) -> None:
         job_id = flight.lease.job_id
         if flight.transition(Step.WITHDRAW) is FlightState.BUFFERED:  # never started
-            flight.cancel.set()
+            flight.cancel_flag().set()
             self.outcomes.add(flight, CANCELLED)
         elif flight.running:
             flight.cancel_deadline = time.monotonic() + self.grace
-            flight.cancel.set()
+            flight.cancel_flag().set()
             future = flight.future  # read after the flag: see Executor._await
             if future is not None:
                 future.cancel()

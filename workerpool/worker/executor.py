@@ -156,7 +156,7 @@ class Executor:
             outcome = Outcome(OutcomeKind.FAIL,
                               error_entry(classify_error, attempt=flight.lease.attempt,
                                           worker=self.worker_id), delay=60.0)
-        if flight.cancel.is_set():  # asked to stop: whatever it returned or raised
+        if flight.cancel_requested:  # asked to stop: whatever it returned or raised
             outcome = CANCELLED
         state = flight.transition(Step.RETURN)
         late = state in OVERDUE_STATES  # decided without it
@@ -169,7 +169,7 @@ class Executor:
         if row.payload_version < flight.spec.version:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
-                            payload=payload, cancel=flight.cancel)
+                            payload=payload, cancel=flight.cancel_flag)
 
     def _call(self, flight: InFlight, job: Job) -> BaseException | None:
         try:
@@ -186,7 +186,7 @@ class Executor:
         Its task runs in a copy of this thread's context (``call_soon_threadsafe`` copies it),
         so the run span current here is current in the handler too."""
         future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
-        if flight.hold_future(future) or flight.cancel.is_set():
+        if flight.hold_future(future) or flight.cancel_requested:
             future.cancel()
         future.result()
 

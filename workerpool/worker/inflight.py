@@ -127,9 +127,9 @@ class InFlight:
     future: concurrent.futures.Future | None = None  # set for async handlers
     suspect: bool = False  # held by a process that died: it runs alone (nothing else claimed)
     ran: float | None = None  # seconds its handler ran, once it returned (for the metrics)
-    cancel: CancelFlag = field(default_factory=CancelFlag)  # an operator asked it to stop
     cancel_deadline: float | None = None  # monotonic: past it, cancelled without the handler
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cancel: CancelFlag | None = field(default=None, repr=False)  # see cancel_flag
 
     def transition(self, step: Step) -> FlightState:
         """Apply ``step``; returns the state it was applied to (the caller's race verdict)."""
@@ -141,6 +141,23 @@ class InFlight:
                     f"job {self.lease.job_id}: cannot {step.value} when {before.value}")
             self.state = after
             return before
+
+    def cancel_flag(self) -> CancelFlag:
+        """Set when an operator asks the job to stop. Made on first use, under the lock (the
+        main loop and the handler may both ask first): few jobs are ever cancelled, and an
+        Event per claimed job costs a drain more than the rest of its handoff to a thread."""
+        flag = self._cancel
+        if flag is None:
+            with self._lock:
+                if self._cancel is None:
+                    self._cancel = CancelFlag()
+                flag = self._cancel
+        return flag
+
+    @property
+    def cancel_requested(self) -> bool:
+        flag = self._cancel
+        return flag is not None and flag.is_set()
 
     def hold_future(self, future: concurrent.futures.Future) -> bool:
         """Keep an async handler's future; True if its timeout already expired (cancel it).

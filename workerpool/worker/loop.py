@@ -283,7 +283,7 @@ class Worker:
             return
         reason = "worker stopped now" if self._stop_now.is_set() else "drain timeout"
         for flight in left:  # a cancelled one ends cancelled, never back in the queue
-            self.outcomes.add(flight, CANCELLED if flight.cancel.is_set() else
+            self.outcomes.add(flight, CANCELLED if flight.cancel_requested else
                               interrupted(flight.lease, f"{reason}: worker shutting down"))
         for attempt in range(RELEASE_TRIES):
             try:

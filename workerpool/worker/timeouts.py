@@ -90,7 +90,7 @@ class Timeouts:
         if future is not None:
             future.cancel()
         self.counters.timeouts += 1
-        cancelled = flight.cancel.is_set()  # asked to stop first: that is its end
+        cancelled = flight.cancel_requested  # asked to stop first: that is its end
         self.outcomes.add(flight, CANCELLED if cancelled else
                           timed_out(flight.spec, flight.lease, stack))
         log.warning("job %s exceeded its timeout of %gs", flight.lease.job_id,
