@@ -148,11 +148,15 @@ class Session:
         PgBouncer, :meth:`transaction` instead.
         """
         conn = self._main_connection()
+        # psycopg's own switch, not execution_options(isolation_level=...): on a connection
+        # kept for the process's life, each of those calls leaves a reset callback on its pool
+        # record that only a return to the pool clears (a leak of two objects per pass)
+        dbapi = conn.connection.dbapi_connection
         try:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
+            dbapi.autocommit = True
             yield conn
             conn.commit()  # ends SQLAlchemy's autobegun block; nothing is sent
-            conn.execution_options(isolation_level=conn.default_isolation_level)
+            dbapi.autocommit = False
         except BaseException:
             self._drop_main_connection()
             raise
