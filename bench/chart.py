@@ -1,4 +1,5 @@
-"""The soak's chart: throughput and backlog, claim latency, table size and dead rows over time.
+"""The soak's chart: throughput and backlog, claim latency, sizes (table, indexes, the worker
+child's RSS) and dead rows over time.
 
 matplotlib is a benchmark-only dependency (the ``dev`` extra): without it the CSV is the record
 and no chart is drawn.
@@ -41,6 +42,7 @@ def draw(path: Path, samples: Sequence[Any], *, title: str,
     claim.legend(loc="upper left")
     table.plot(t, [s.table_mb for s in samples], label="table MiB")
     table.plot(t, [s.index_mb for s in samples], label="indexes MiB")
+    table.plot(t, [s.child_rss_mb or 0 for s in samples], label="worker child RSS MiB")
     table.set_ylabel("size (MiB)")
     table.legend(loc="upper left")
     dead = table.twinx()

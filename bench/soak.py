@@ -44,6 +44,8 @@ PROBE_LIMIT = 20  # rows per probe claim: what a worker with 20 free slots asks 
 FIRST_MINUTE = 60.0
 #: done/s "tracks the offered rate" when the last minute's mean is within this share of it
 TRACKING = 0.9
+RSS_TARGET_MB = 60  # what a worker child must stay under
+RSS_GROWTH = 1.1  # a child's memory once warm: flat, not climbing with the jobs it ran
 
 
 @dataclass(frozen=True)
@@ -235,8 +237,10 @@ def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
         return ["too few samples for a verdict"]
     last_minute = [s.done_per_s for s in samples if s.t > samples[-1].t - FIRST_MINUTE]
     tracking = statistics.mean(last_minute)
-    first = [s.claim_p99_ms for s in samples if s.t <= FIRST_MINUTE and s.claim_p99_ms]
-    later = [s.claim_p99_ms for s in samples if s.t > FIRST_MINUTE and s.claim_p99_ms]
+    # the first minute's samples: at least the first one (taken at t = interval + a little)
+    first_end = max(FIRST_MINUTE, samples[0].t)
+    first = [s.claim_p99_ms for s in samples if s.t <= first_end and s.claim_p99_ms]
+    later = [s.claim_p99_ms for s in samples if s.t > first_end and s.claim_p99_ms]
     lines = [f"done/s over the last minute {tracking:.0f} of {plan.rate:.0f} offered:"
              f" {'met' if tracking >= TRACKING * plan.rate else 'MISSED'}"]
     if first and later:
@@ -249,6 +253,12 @@ def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
                      f"{max(settled):.1f} MiB: "
                      f"{'met' if max(settled) <= 1.5 * min(settled) else 'MISSED'}"
                      " (target: bounded, max <= 1.5x min)")
+    rss = [s.child_rss_mb for s in samples if s.t >= 2 * plan.retention and s.child_rss_mb]
+    if rss:
+        flat = max(rss) <= RSS_GROWTH * min(rss) and max(rss) <= RSS_TARGET_MB
+        lines.append(f"worker child RSS after two retention windows {min(rss):.1f}..."
+                     f"{max(rss):.1f} MiB: {'met' if flat else 'MISSED'} (target: <="
+                     f" {RSS_TARGET_MB} MiB, max <= {RSS_GROWTH}x min)")
     return lines
 
 
