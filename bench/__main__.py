@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="COUNTS",
                         help="supervisors on one database: drain N jobs with each count "
                              "(default 1,2,4,8); alone, only this section runs")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="with --scale: each count also through a PgBouncer (transaction "
+                             "pooling) the run starts")
     parser.add_argument("--claims", type=int, help="timed claims per round (growth)")
     parser.add_argument("--history", type=int, help="done rows in the large table (growth)")
     parser.add_argument("--backlog", type=int, help="pending rows in the large table (growth)")
@@ -132,7 +135,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if "growth" in sections and sizes["backlog"] < needed:
         raise UsageError(f"--backlog must be >= {needed} for {sizes['claims']} claims x "
                          f"{sizes['repeats']} repeats")
-    return Plan(sections=sections, quick=args.quick, fleet_counts=counts, **sizes)
+    if args.pgbouncer and "fleet" not in sections:
+        raise UsageError("--pgbouncer goes with --scale (or --only fleet)")
+    return Plan(sections=sections, quick=args.quick, fleet_counts=counts,
+                fleet_bouncer=args.pgbouncer, **sizes)
 
 
 def choose_sections(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:

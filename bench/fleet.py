@@ -10,26 +10,33 @@ slow spell of a shared machine spreads over all of them. Per drain:
   them (``bench.claim_timer``: BEGIN, the waiting outcomes, the claim, COMMIT); commits per 1,000
   jobs: every transaction the children ran in the drain;
 - WAL: the ``wal_sync`` (fsyncs) and ``wal_bytes`` deltas of ``pg_stat_wal`` from the load's
-  commit until the supervisors have stopped (a backend publishes its counters within a second,
-  and at exit), over the drain window. The view is cluster-wide, so a shared server's other
-  clients are in it: the rate over ``BACKGROUND_S`` just before, with the supervisors idle, is
-  subtracted from the fsyncs and reported beside them (not from the bytes);
+  commit until a second after the supervisors have stopped (a backend publishes its counters
+  within a second of going idle, and at exit), over the drain window. The view is
+  cluster-wide, so a shared server's other clients are in it: the rate over ``BACKGROUND_S``
+  just before, with the supervisors idle, is subtracted (fsyncs and bytes), and its fsync rate
+  is reported beside them;
 - connections: the most backends of the bench database at once during the drain, other than
   this process's own; primary CPU per job: the CPU those backends used during the drain; worker
   CPU per job: the queue children's.
+
+``--pgbouncer`` adds, for each count, the same drain with the supervisors connected through a
+fresh PgBouncer in transaction pooling mode (``bench.bouncer``, ``WORKERPOOL_PGBOUNCER=1``; the
+enqueuing process stays direct), the two alternating: then the connections are the bouncer's
+server connections, and PgBouncer's own CPU is in neither CPU figure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workerpool import WorkerPool
+from workerpool import WorkerPool, db
 
-from . import claim_timer, enqueue, supervised
-from .database import BenchDatabase
+from . import bouncer, claim_timer, enqueue, supervised
+from .database import BenchDatabase, libpq
 from .report import Report, markdown_table, percentile
 
 log = logging.getLogger("workerpool.bench")
@@ -37,6 +44,7 @@ log = logging.getLogger("workerpool.bench")
 DEFAULT_COUNTS = (1, 2, 4, 8)
 MAX_COUNT = 32
 BACKGROUND_S = 1.0  # the idle window before each drain: other clients' WAL on a shared server
+SETTLE_S = 1.0  # a backend publishes its WAL counters within a second of going idle
 POLL_S = 0.1
 #: (figure suffix, unit, column heading of the per-count table, note)
 FIGURES = (
@@ -51,15 +59,16 @@ FIGURES = (
     ("wal_syncs_per_1k_jobs", "fsyncs", "fsyncs/1k jobs", "the same per 1000 jobs"),
     ("wal_background_syncs_per_s", "fsyncs/s", "idle fsyncs/s",
      f"wal_sync rate over {BACKGROUND_S:g} s before the drain, supervisors idle"),
-    ("wal_bytes_per_job", "B/job", "WAL B/job", "pg_stat_wal.wal_bytes per job (cluster-wide)"),
+    ("wal_bytes_per_job", "B/job", "WAL B/job", "pg_stat_wal.wal_bytes per job, less the idle "
+                                                "rate"),
     ("connections", "conns", "connections", "most backends of the bench database at once"),
     ("primary_cpu_us_per_job", "us/job", "primary CPU us/job", "CPU of those backends"),
     ("worker_cpu_us_per_job", "us/job", "worker CPU us/job", "CPU of the queue children"),
 )
 
 
-def figure(count: int, suffix: str) -> str:
-    return f"fleet_{count}sup_{suffix}"
+def figure(count: int, suffix: str, bounced: bool = False) -> str:
+    return f"fleet_{count}sup{'_bouncer' if bounced else ''}_{suffix}"
 
 
 def parse_counts(text: str) -> tuple[int, ...]:
@@ -73,7 +82,9 @@ def parse_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-def declare(report: Report, counts: tuple[int, ...]) -> None:
+def declare(report: Report, counts: tuple[int, ...], *, bouncer: bool = False) -> None:
+    """Each count's figures (against the first count's); with ``bouncer``, the same through
+    PgBouncer, against the direct ones."""
     base = counts[0]
     for count in counts:
         for suffix, unit, _, note in FIGURES:
@@ -82,6 +93,9 @@ def declare(report: Report, counts: tuple[int, ...]) -> None:
                 ratio_to = figure(base, suffix)
             report.declare(figure(count, suffix), unit, ratio_to=ratio_to,
                            note=f"{count} supervisor(s): {note}")
+        for suffix, unit, _, note in FIGURES if bouncer else ():
+            report.declare(figure(count, suffix, True), unit, ratio_to=figure(count, suffix),
+                           note=f"{count} supervisor(s) through PgBouncer: {note}")
 
 
 @dataclass(frozen=True)
@@ -131,9 +145,11 @@ class Fleet:
     """Measures the ``fleet`` section into ``report``."""
 
     def __init__(self, bench_db: BenchDatabase, pool: WorkerPool, report: Report, workdir: Path,
-                 *, counts: tuple[int, ...], n: int, repeats: int, concurrency: int) -> None:
+                 *, counts: tuple[int, ...], n: int, repeats: int, concurrency: int,
+                 bouncer: bool = False) -> None:
         self.db, self.pool, self.report = bench_db, pool, report
         self.counts, self.n, self.repeats = counts, n, repeats
+        self.modes = (False, True) if bouncer else (False,)  # through PgBouncer or not
         self.workdir = workdir
         self.launcher = supervised.Launcher(bench_db, workdir, concurrency)
         self._drains = 0
@@ -143,18 +159,31 @@ class Fleet:
         for repeat in range(self.repeats):
             shift = repeat % len(self.counts)
             for count in self.counts[shift:] + self.counts[:shift]:
-                self.drain(count)
+                modes = self.modes if repeat % 2 == 0 else self.modes[::-1]
+                for bounced in modes:
+                    self.drain(count, bounced)
 
-    def drain(self, count: int) -> None:
+    def drain(self, count: int, bounced: bool = False) -> None:
         self._drains += 1
         times = self.workdir / f"claims-{self._drains}"
         times.mkdir(mode=0o700)
-        self.launcher.extra_env[claim_timer.CLAIM_TIMES_ENV] = str(times)
+        env = self.launcher.extra_env
+        env[claim_timer.CLAIM_TIMES_ENV] = str(times)
+        for name in (db.PGBOUNCER_ENV, "WORKERPOOL_DATABASE_URL"):
+            env.pop(name, None)
         self.db.reset()
-        backends = Backends(self.db)
+        backends = Backends(self.db)  # before the bouncer: none of its connections is ours
+        with contextlib.ExitStack() as stack:
+            if bounced:
+                through = stack.enter_context(bouncer.running(self.db.url))
+                env.update({db.PGBOUNCER_ENV: "1", "WORKERPOOL_DATABASE_URL": libpq(through)})
+            self.measure(count, bounced, times, backends)
+
+    def measure(self, count: int, bounced: bool, times: Path, backends: Backends) -> None:
         with self.launcher.running(count) as supervisors:
+            time.sleep(SETTLE_S)  # the start-up's counters land before the idle window opens
             idle = Wal.now(self.db)
-            time.sleep(BACKGROUND_S)  # the background window is the measurement, not a wait
+            time.sleep(BACKGROUND_S)  # the idle window is the measurement, not a wait
             since = time.monotonic()
             enqueue.load_for_drain(self.pool, self.n)
             before = Wal.now(self.db)
@@ -164,27 +193,28 @@ class Fleet:
             primary_cpu = backends.cpu_seconds()
             worker_cpu = sum(supervised.cpu_seconds(pid) for s in supervisors
                              for pid in s.queue_children())
-        after = Wal.now(self.db)  # the stopped backends have published their counters
+        time.sleep(SETTLE_S)  # stopped (or, behind the bouncer, idle) backends publish theirs
+        after = Wal.now(self.db)
         done, seconds = self.db.drain_window()
         if done != self.n:
             raise RuntimeError(f"fleet drain with {count} supervisors: {done} of {self.n} done")
-        background = (before.syncs - idle.syncs) / (before.at - idle.at)
-        syncs = max(0.0, after.syncs - before.syncs - background * (after.at - before.at))
+        background, syncs, wal_bytes = net_wal(idle, before, after)
         values = {
             "jobs_per_s": done / seconds if seconds > 0 else float("inf"),
             "wal_syncs_per_s": syncs / seconds if seconds > 0 else 0.0,
             "wal_syncs_per_1k_jobs": syncs * 1000.0 / done,
             "wal_background_syncs_per_s": background,
-            "wal_bytes_per_job": (after.bytes - before.bytes) / done,
+            "wal_bytes_per_job": wal_bytes / done,
             "connections": backends.peak,
             "primary_cpu_us_per_job": primary_cpu * 1e6 / done,
             "worker_cpu_us_per_job": worker_cpu * 1e6 / done,
             **claim_figures(claim_timer.read(times, since, until), done),
         }
         for suffix, value in values.items():
-            self.report.add(figure(count, suffix), value)
-        log.info("fleet, %d supervisor(s): %.0f jobs/s, claim p99 %.2f ms, %.1f rows/claim, "
-                 "%.1f fsyncs/s (idle %.1f), %d connections", count, values["jobs_per_s"],
+            self.report.add(figure(count, suffix, bounced), value)
+        log.info("fleet, %d supervisor(s)%s: %.0f jobs/s, claim p99 %.2f ms, %.1f rows/claim, "
+                 "%.1f fsyncs/s (idle %.1f), %d connections", count,
+                 " through PgBouncer" if bounced else "", values["jobs_per_s"],
                  values["claim_p99_ms"], values["rows_per_claim"], values["wal_syncs_per_s"],
                  values["wal_background_syncs_per_s"], values["connections"])
 
@@ -199,6 +229,15 @@ class Fleet:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the fleet drain of {self.n} jobs did not finish in time")
             time.sleep(POLL_S)
+
+
+def net_wal(idle: Wal, before: Wal, after: Wal) -> tuple[float, float, float]:
+    """``(idle fsyncs/s, fsyncs, bytes)`` of the drain, less the idle window's rates."""
+    idle_s, drain_s = before.at - idle.at, after.at - before.at
+    sync_rate = (before.syncs - idle.syncs) / idle_s
+    byte_rate = (before.bytes - idle.bytes) / idle_s
+    return (sync_rate, max(0.0, after.syncs - before.syncs - sync_rate * drain_s),
+            max(0.0, after.bytes - before.bytes - byte_rate * drain_s))
 
 
 def claim_figures(transactions: list[claim_timer.Transaction], done: int) -> dict[str, float]:
@@ -216,14 +255,18 @@ def claim_figures(transactions: list[claim_timer.Transaction], done: int) -> dic
 
 
 def table(report: Report, counts: tuple[int, ...]) -> str:
-    """One row per supervisor count, one column per figure (medians), for the docs."""
+    """One row per supervisor count (and through PgBouncer, when measured), one column per
+    figure (medians), for the docs."""
     rows = [("supervisors", *(heading for _, _, heading, _ in FIGURES))]
     for count in counts:
-        cells = []
-        for suffix, *_ in FIGURES:
-            value = report.figures[figure(count, suffix)].value
-            cells.append("-" if value is None else _cell(value))
-        rows.append((str(count), *cells))
+        for bounced in (False, True):
+            if figure(count, "jobs_per_s", bounced) not in report.figures:
+                continue
+            cells = []
+            for suffix, *_ in FIGURES:
+                value = report.figures[figure(count, suffix, bounced)].value
+                cells.append("-" if value is None else _cell(value))
+            rows.append((f"{count}{' via PgBouncer' if bounced else ''}", *cells))
     return markdown_table(rows, numeric=range(len(rows[0])))
 
 

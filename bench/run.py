@@ -57,6 +57,7 @@ class Plan:
     concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
     quick: bool = False
     fleet_counts: tuple[int, ...] = fleet.DEFAULT_COUNTS  # supervisors per fleet drain
+    fleet_bouncer: bool = False  # each fleet drain also through PgBouncer
 
     def wants(self, section: str) -> bool:
         return section in self.sections
@@ -147,7 +148,7 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("growth"):
         scale.declare(report)
     if plan.wants("fleet"):
-        fleet.declare(report, plan.fleet_counts)
+        fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -358,7 +359,7 @@ class Bench:
         workdir.mkdir()
         fleet.Fleet(self.db, self.pool, self.report, workdir, counts=self.plan.fleet_counts,
                     n=self.plan.n, repeats=self.plan.repeats,
-                    concurrency=self.plan.concurrency).run()
+                    concurrency=self.plan.concurrency, bouncer=self.plan.fleet_bouncer).run()
 
     # -- (5) growth: the claim against the table's size -----------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.__main__ import build_parser, make_plan
+from bench.__main__ import UsageError, build_parser, make_plan
 from bench.run import DEFAULT_SECTIONS
 
 
@@ -33,9 +33,13 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
 
 
+def test_pgbouncer_goes_with_the_supervisor_counts():
+    assert plan("--scale", "--pgbouncer").fleet_bouncer
+    with pytest.raises(UsageError, match="--pgbouncer goes with --scale"):
+        plan("--only", "drain", "--pgbouncer")
+
+
 @pytest.mark.parametrize("counts", ["0", "1,1", "2,x", "33", ","])
 def test_bad_counts_name_the_option(counts):
-    from bench.__main__ import UsageError
-
     with pytest.raises(UsageError, match="--scale wants"):
         plan("--scale", counts)
