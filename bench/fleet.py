@@ -188,23 +188,19 @@ class Fleet:
             enqueue.load_for_drain(self.pool, self.n)
             before = Wal.now(self.db)
             backends.begin()
+            worker_cpu = -children_cpu(supervisors)  # their start-up is not the drain's
             self.wait_drained(supervisors, backends)
             until = time.monotonic()
             primary_cpu = backends.cpu_seconds()
-            worker_cpu = sum(supervised.cpu_seconds(pid) for s in supervisors
-                             for pid in s.queue_children())
+            worker_cpu += children_cpu(supervisors)
         time.sleep(SETTLE_S)  # stopped (or, behind the bouncer, idle) backends publish theirs
         after = Wal.now(self.db)
         done, seconds = self.db.drain_window()
         if done != self.n:
             raise RuntimeError(f"fleet drain with {count} supervisors: {done} of {self.n} done")
-        background, syncs, wal_bytes = net_wal(idle, before, after)
         values = {
             "jobs_per_s": done / seconds if seconds > 0 else float("inf"),
-            "wal_syncs_per_s": syncs / seconds if seconds > 0 else 0.0,
-            "wal_syncs_per_1k_jobs": syncs * 1000.0 / done,
-            "wal_background_syncs_per_s": background,
-            "wal_bytes_per_job": wal_bytes / done,
+            **wal_figures(idle, before, after, done, seconds),
             "connections": backends.peak,
             "primary_cpu_us_per_job": primary_cpu * 1e6 / done,
             "worker_cpu_us_per_job": worker_cpu * 1e6 / done,
@@ -212,6 +208,9 @@ class Fleet:
         }
         for suffix, value in values.items():
             self.report.add(figure(count, suffix, bounced), value)
+        self.log(count, bounced, values)
+
+    def log(self, count: int, bounced: bool, values: dict[str, float]) -> None:
         log.info("fleet, %d supervisor(s)%s: %.0f jobs/s, claim p99 %.2f ms, %.1f rows/claim, "
                  "%.1f fsyncs/s (idle %.1f), %d connections", count,
                  " through PgBouncer" if bounced else "", values["jobs_per_s"],
@@ -231,13 +230,23 @@ class Fleet:
             time.sleep(POLL_S)
 
 
-def net_wal(idle: Wal, before: Wal, after: Wal) -> tuple[float, float, float]:
-    """``(idle fsyncs/s, fsyncs, bytes)`` of the drain, less the idle window's rates."""
+def children_cpu(supervisors: list[supervised.Supervisor]) -> float:
+    return sum(supervised.cpu_seconds(pid) for s in supervisors for pid in s.queue_children())
+
+
+def wal_figures(idle: Wal, before: Wal, after: Wal, done: int,
+                seconds: float) -> dict[str, float]:
+    """The drain's fsyncs and WAL bytes, less the idle window's rates over the same time."""
     idle_s, drain_s = before.at - idle.at, after.at - before.at
     sync_rate = (before.syncs - idle.syncs) / idle_s
     byte_rate = (before.bytes - idle.bytes) / idle_s
-    return (sync_rate, max(0.0, after.syncs - before.syncs - sync_rate * drain_s),
-            max(0.0, after.bytes - before.bytes - byte_rate * drain_s))
+    syncs = max(0.0, after.syncs - before.syncs - sync_rate * drain_s)
+    return {
+        "wal_syncs_per_s": syncs / seconds if seconds > 0 else 0.0,
+        "wal_syncs_per_1k_jobs": syncs * 1000.0 / done,
+        "wal_background_syncs_per_s": sync_rate,
+        "wal_bytes_per_job": max(0.0, after.bytes - before.bytes - byte_rate * drain_s) / done,
+    }
 
 
 def claim_figures(transactions: list[claim_timer.Transaction], done: int) -> dict[str, float]:
