@@ -4,6 +4,7 @@
     python -m bench --quick                      # a smoke run with tiny sizes (CI)
     python -m bench --soak 10 --rate 2000        # sustained load, a line per interval (soak.py)
     python -m bench --soak 10 --rate 2000 --embedded   # the same on a scratch embedded server
+    python -m bench --scale 1,2,4,8              # supervisors on one database (fleet.py)
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:
@@ -24,11 +25,11 @@ from pathlib import Path
 
 from workerpool import db
 
-from . import scale
+from . import fleet, scale
 from .app import DEFAULT_CONCURRENCY
 from .database import BenchDatabase, scratch_embedded_server
 from .report import Report
-from .run import DEFAULT_SECTIONS, SECTIONS, Bench, Plan, declare
+from .run import ALIASES, DEFAULT_SECTIONS, SECTIONS, Bench, Plan, declare
 from .soak import SoakPlan, run_soak
 
 log = logging.getLogger("workerpool.bench")
@@ -57,9 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and 1 repeat: proves the harness works, not for figures")
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
-    parser.add_argument("--claims", type=int, help="timed claims per round (scale)")
-    parser.add_argument("--history", type=int, help="done rows in the large table (scale)")
-    parser.add_argument("--backlog", type=int, help="pending rows in the large table (scale)")
+    parser.add_argument("--scale", nargs="?", const=",".join(map(str, fleet.DEFAULT_COUNTS)),
+                        metavar="COUNTS",
+                        help="supervisors on one database: drain N jobs with each count "
+                             "(default 1,2,4,8); alone, only this section runs")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="with --scale: each count also through a PgBouncer (transaction "
+                             "pooling) the run starts")
+    parser.add_argument("--claims", type=int, help="timed claims per round (growth)")
+    parser.add_argument("--history", type=int, help="done rows in the large table (growth)")
+    parser.add_argument("--backlog", type=int, help="pending rows in the large table (growth)")
     parser.add_argument("--finished", type=int,
                         help="finished rows in the operators' table (default 1000000)")
     parser.add_argument("--database", metavar="NAME",
@@ -122,17 +130,34 @@ def make_plan(args: argparse.Namespace) -> Plan:
                          "(use --quick for a smoke run)")
     if sizes["concurrency"] > MAX_CONCURRENCY:
         raise UsageError(f"--concurrency must be within 1..{MAX_CONCURRENCY}")
-    sections = tuple(DEFAULT_SECTIONS)
-    if args.only:
-        sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
-        unknown = sorted(set(sections) - set(SECTIONS))
-        if unknown or not sections:
-            raise UsageError(f"--only: unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    sections, counts = choose_sections(args)
     needed = scale.rows_needed(sizes["claims"], sizes["claim_limit"], sizes["repeats"])
-    if "scale" in sections and sizes["backlog"] < needed:
+    if "growth" in sections and sizes["backlog"] < needed:
         raise UsageError(f"--backlog must be >= {needed} for {sizes['claims']} claims x "
                          f"{sizes['repeats']} repeats")
-    return Plan(sections=sections, quick=args.quick, **sizes)
+    if args.pgbouncer and "fleet" not in sections:
+        raise UsageError("--pgbouncer goes with --scale (or --only fleet)")
+    return Plan(sections=sections, quick=args.quick, fleet_counts=counts,
+                fleet_bouncer=args.pgbouncer, **sizes)
+
+
+def choose_sections(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The sections to run (``--only``, plus ``fleet`` with ``--scale``) and the fleet's counts."""
+    counts = fleet.DEFAULT_COUNTS
+    if args.scale is not None:
+        try:
+            counts = fleet.parse_counts(args.scale)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if not args.only:
+        return (("fleet",) if args.scale is not None else tuple(DEFAULT_SECTIONS)), counts
+    sections = tuple(ALIASES.get(s.strip(), s.strip()) for s in args.only.split(",") if s.strip())
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown or not sections:
+        raise UsageError(f"--only: unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    if args.scale is not None and "fleet" not in sections:
+        sections += ("fleet",)
+    return sections, counts
 
 
 def header(bench_db: BenchDatabase, plan: Plan) -> str:
@@ -146,6 +171,7 @@ def header(bench_db: BenchDatabase, plan: Plan) -> str:
 
 
 def run(plan: Plan, url: str | None, keep: str | None = None) -> tuple[str, Report]:
+    """Measure ``plan`` on a private database of the server at ``url``."""
     server = db.resolve_url(url)
     report = Report()
     declare(report, plan)
@@ -185,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(report.table())
     print()
+    if plan.wants("fleet"):
+        print(fleet.table(report, plan.fleet_counts))
+        print()
     for line in report.json_lines():
         print(line)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -104,17 +104,19 @@ class Report:
         return markdown_table(rows)
 
 
-def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(rows: Sequence[Sequence[str]], numeric: Iterable[int] = (1, 3)) -> str:
+    """``rows[0]`` is the heading; the ``numeric`` columns are right-aligned."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    numeric = [i in (1, 3) for i in range(len(widths))]
+    columns = set(numeric)
+    right = [i in columns for i in range(len(widths))]
 
     def line(row: Sequence[str]) -> str:
         cells = [c.rjust(w) if num else c.ljust(w)
-                 for c, w, num in zip(row, widths, numeric, strict=True)]
+                 for c, w, num in zip(row, widths, right, strict=True)]
         return "| " + " | ".join(cells) + " |"
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else "-" * (w + 2)
-                          for w, num in zip(widths, numeric, strict=True)) + "|"
+                          for w, num in zip(widths, right, strict=True)) + "|"
     return "\n".join([line(rows[0]), rule, *(line(r) for r in rows[1:])])
 
 

@@ -14,18 +14,21 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, floors, limits, operators, scale, supervised, web
+from . import ceiling, enqueue, fleet, floors, limits, operators, scale, supervised, web
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "scale",
-            "memory", "healthcheck", "operators", "web", "limits")
-#: What a run without ``--only`` measures (the limits comparison only when asked for: it drains
-#: the backlog four times per repeat).
-DEFAULT_SECTIONS = SECTIONS[:-1]
+SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "growth",
+            "memory", "healthcheck", "operators", "web", "limits", "fleet")
+#: What a run without ``--only`` measures (the limits comparison and the supervisor counts only
+#: when asked for: they drain N jobs four times per repeat).
+DEFAULT_SECTIONS = SECTIONS[:-2]
+#: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
+#: size, before ``--scale`` came to mean supervisor counts.
+ALIASES = {"scale": "growth"}
 #: What a user who never tunes gets: the library's default concurrency and no prefetch.
 LIBRARY_DEFAULTS = {"BENCH_CONCURRENCY": "default", "BENCH_PREFETCH": "default"}
 CEILING_2 = "ceiling_2proc_jobs_per_s"
@@ -53,6 +56,8 @@ class Plan:
     finished: int = 1_000_000  # finished rows in the operators' table
     concurrency: int = DEFAULT_CONCURRENCY  # the bench queue's, in every worker child
     quick: bool = False
+    fleet_counts: tuple[int, ...] = fleet.DEFAULT_COUNTS  # supervisors per fleet drain
+    fleet_bouncer: bool = False  # each fleet drain also through PgBouncer
 
     def wants(self, section: str) -> bool:
         return section in self.sections
@@ -140,13 +145,10 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("healthcheck"):
         report.declare("healthcheck_ms", "ms", target=Target("<=", 50),
                        note="python -m workerpool healthcheck, start to exit")
-    if plan.wants("scale"):
-        empty_p99 = "claim_empty_p99_ms"
-        report.declare("claim_empty_p50_ms", "ms")
-        report.declare(empty_p99, "ms")
-        report.declare("claim_large_p50_ms", "ms", ratio_to="claim_empty_p50_ms")
-        report.declare("claim_large_p99_ms", "ms", ratio_to=empty_p99,
-                       target=Target("<=", 2.0, on_ratio=True))
+    if plan.wants("growth"):
+        scale.declare(report)
+    if plan.wants("fleet"):
+        fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -178,8 +180,10 @@ class Bench:
                 self.run_once()
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
-        if self.plan.wants("scale"):
-            self.measure_scale()
+            if self.plan.wants("fleet"):  # the same
+                self.measure_fleet()
+        if self.plan.wants("growth"):
+            self.measure_growth()
         if self.plan.wants("operators"):
             self.measure_operators()
         if self.plan.wants("web"):
@@ -348,20 +352,21 @@ class Bench:
         finally:
             bench.close()
 
-    # -- (5) scale -----------------------------------------------------------------------------
+    # -- (8) supervisors on one database ------------------------------------------------------
 
-    def measure_scale(self) -> None:
+    def measure_fleet(self) -> None:
+        workdir = self.launcher.workdir / "fleet"
+        workdir.mkdir()
+        fleet.Fleet(self.db, self.pool, self.report, workdir, counts=self.plan.fleet_counts,
+                    n=self.plan.n, repeats=self.plan.repeats,
+                    concurrency=self.plan.concurrency, bouncer=self.plan.fleet_bouncer).run()
+
+    # -- (5) growth: the claim against the table's size -----------------------------------------
+
+    def measure_growth(self) -> None:
         plan = self.plan
-        self.db.reset()
-        self.db.load_pending(QUEUE, noop.__name__,
-                             scale.rows_needed(plan.claims, plan.claim_limit, plan.repeats))
-        self.db.vacuum()
-        self.claim_rounds("empty")
-        self.db.reset()
-        self.db.load_finished(QUEUE, noop.__name__, plan.history)
-        self.db.load_pending(QUEUE, noop.__name__, plan.backlog)
-        self.db.vacuum()
-        self.claim_rounds("large")
+        scale.Growth(self.db, self.pool, self.report, claims=plan.claims, limit=plan.claim_limit,
+                     repeats=plan.repeats).run(history=plan.history, backlog=plan.backlog)
 
     def measure_web(self) -> None:
         """The overview over ``history`` done rows (all finished just now: the throughput
@@ -375,15 +380,6 @@ class Bench:
             self.report.add("web_overview_p50_ms", p50)
             self.report.add("web_overview_p99_ms", p99)
             log.info("dashboard overview: p50 %.1f ms, p99 %.1f ms", p50, p99)
-
-    def claim_rounds(self, table: str) -> None:
-        scale.warm_up(self.pool, self.plan.claim_limit)
-        for _ in range(self.plan.repeats):
-            latencies = scale.claim_latencies_ms(self.pool, self.plan.claims, self.plan.claim_limit)
-            p50, p99 = scale.p50_p99(latencies)
-            self.report.add(f"claim_{table}_p50_ms", p50)
-            self.report.add(f"claim_{table}_p99_ms", p99)
-            log.info("claim on the %s table: p50 %.3f ms, p99 %.3f ms", table, p50, p99)
 
     # -- (7) operator paths at scale -----------------------------------------------------------
 

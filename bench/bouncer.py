@@ -1,0 +1,119 @@
+"""A PgBouncer in transaction pooling mode in front of the bench server (``--scale --pgbouncer``).
+
+The same configuration as ``tests/processes/test_pgbouncer.py`` (trust authentication, no
+protocol-level prepared statements), with a pool large enough that it never makes a claim wait:
+the server connections it opens are the ones the fleet needed at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from sqlalchemy.engine import URL
+
+from .database import libpq
+
+POOL_SIZE = 50  # server connections per (database, user) at most
+START_TIMEOUT = 10.0
+
+
+class BouncerError(RuntimeError):
+    """PgBouncer is missing, or did not start."""
+
+
+def binary() -> str:
+    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
+    if not found:
+        raise BouncerError("--pgbouncer: pgbouncer is not installed (apt-get install pgbouncer)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _config(directory: Path, port: int, server: URL, newer: bool) -> Path:
+    (directory / "userlist.txt").write_text(f'"{server.username or "postgres"}" ""\n')
+    config = directory / "pgbouncer.ini"
+    config.write_text(f"""\
+[databases]
+* = host={server.host} port={server.port or 5432}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+pool_mode = transaction
+default_pool_size = {POOL_SIZE}
+max_client_conn = 2000
+auth_type = trust
+auth_file = {directory / "userlist.txt"}
+ignore_startup_parameters = extra_float_digits,options
+{"max_prepared_statements = 0" if newer else ""}
+""")
+    for path in (directory, *directory.iterdir()):  # pgbouncer runs as postgres when we are root
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return config
+
+
+def _newer(path: str) -> bool:
+    """1.21+ tracks prepared statements itself: keep 1.18's behaviour (the tested one)."""
+    first = subprocess.run([path, "--version"], capture_output=True, text=True,
+                           timeout=10).stdout.split()
+    return tuple(int(part) for part in first[1].split(".")[:2]) >= (1, 21)
+
+
+@contextlib.contextmanager
+def running(bench_url: URL) -> Iterator[URL]:
+    """A fresh PgBouncer for ``bench_url``'s server; yields the URL of the bench database
+    through it. Stopped (and its server connections closed) afterwards."""
+    if not bench_url.host:
+        raise BouncerError("--pgbouncer needs a TCP server URL (--url with a host)")
+    path = binary()
+    directory = Path(tempfile.mkdtemp(prefix="wp-bench-bouncer-"))
+    port = _free_port()
+    config = _config(directory, port, bench_url, _newer(path))
+    as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
+    log_path = directory / "pgbouncer.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen([path, *as_user, str(config)], stdin=subprocess.DEVNULL,
+                                stdout=log_file, stderr=log_file, start_new_session=True)
+    through = bench_url.set(host="127.0.0.1", port=port)
+    try:
+        _wait_accepting(proc, through, log_path)
+        yield through
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_accepting(proc: subprocess.Popen, url: URL, log_path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            raise BouncerError(f"pgbouncer exited with {proc.returncode}: {' '.join(tail)}")
+        with contextlib.suppress(psycopg.OperationalError):
+            with psycopg.connect(libpq(url), connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+                return
+        if time.monotonic() > deadline:
+            raise BouncerError(f"pgbouncer did not accept connections within {START_TIMEOUT}s")
+        time.sleep(0.1)

@@ -1,0 +1,45 @@
+"""Which sections ``python -m bench`` runs for ``--only`` and ``--scale`` (no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.__main__ import UsageError, build_parser, make_plan
+from bench.run import DEFAULT_SECTIONS
+
+
+def plan(*argv: str):
+    return make_plan(build_parser().parse_args(["--quick", *argv]))
+
+
+def test_scale_alone_runs_the_supervisor_counts_only():
+    chosen = plan("--scale")
+    assert chosen.sections == ("fleet",)
+    assert chosen.fleet_counts == (1, 2, 4, 8)
+    assert plan("--scale", "1,3").fleet_counts == (1, 3)
+
+
+def test_scale_with_only_adds_the_counts_to_the_sections():
+    assert plan("--only", "drain", "--scale", "2").sections == ("drain", "fleet")
+
+
+def test_the_old_scale_section_name_still_selects_the_claim_against_the_table_size():
+    assert plan("--only", "scale").sections == ("growth",)
+
+
+def test_a_run_without_only_leaves_out_the_long_comparisons():
+    assert plan().sections == DEFAULT_SECTIONS
+    assert "growth" in DEFAULT_SECTIONS
+    assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
+
+
+def test_pgbouncer_goes_with_the_supervisor_counts():
+    assert plan("--scale", "--pgbouncer").fleet_bouncer
+    with pytest.raises(UsageError, match="--pgbouncer goes with --scale"):
+        plan("--only", "drain", "--pgbouncer")
+
+
+@pytest.mark.parametrize("counts", ["0", "1,1", "2,x", "33", ","])
+def test_bad_counts_name_the_option(counts):
+    with pytest.raises(UsageError, match="--scale wants"):
+        plan("--scale", counts)
