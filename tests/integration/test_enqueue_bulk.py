@@ -168,6 +168,21 @@ def test_a_copied_batch_keeps_text_that_copy_would_otherwise_read_as_syntax(app,
     assert [stored[job_id] for job_id in ids] == [({"s": t, t: [t]}, t) for t in AWKWARD]
 
 
+def test_a_copied_batch_stores_its_callers_trace_context_on_every_row(app, sql, monkeypatch):
+    import contextlib
+    import json
+
+    from workerpool import enqueue
+
+    context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+               "tracestate": "vendor=a\\b\tc"}
+    monkeypatch.setattr(enqueue.tracing, "enqueue_span", lambda *args: contextlib.nullcontext(
+        json.dumps(context, separators=(",", ":"))))
+    ids = app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    assert sql("SELECT id, trace_context FROM workerpool_jobs ORDER BY id") == [
+        (job_id, context) for job_id in ids]
+
+
 def test_a_copied_batch_in_the_callers_transaction_goes_with_its_rollback(app, sql):
     with app.engine.connect() as conn:
         trans = conn.begin()
