@@ -1,9 +1,9 @@
 """Figure 4, enqueue: bulk ``enqueue_many`` rows/s and single transactional enqueues per second.
 
 Each has a plain-psycopg reference measured in the same run (the floor this machine allows for
-the same rows): a bulk ``INSERT ... SELECT FROM unnest(jsonb[])`` of the payloads alone, and one
-``INSERT`` per ``BEGIN``/``COMMIT``. workerpool adds validation, keys, ids in input order and the
-NOTIFY on top of those.
+the same rows): a ``COPY`` of the payloads alone (and the older ``INSERT ... SELECT FROM
+unnest(jsonb[])``), interleaved batch by batch with ``enqueue_many``, and one ``INSERT`` per
+``BEGIN``/``COMMIT``. workerpool adds validation, keys, ids in input order and the NOTIFY on top.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import psycopg
 
 from workerpool import WorkerPool
 
+from . import floors
 from .app import QUEUE, make_pool, noop
 
 BULK_BATCH = 1000
@@ -27,13 +28,53 @@ def payloads(count: int, start: int = 0) -> list[tuple[str, dict]]:
     return [(noop.__name__, {"i": i}) for i in range(start, start + count)]
 
 
-def bulk_rows_per_second(pool: WorkerPool, total: int, batch: int = BULK_BATCH) -> float:
-    """``enqueue_many`` calls of ``batch`` jobs (one transaction each) until ``total`` rows."""
-    batches = [payloads(min(batch, total - start), start) for start in range(0, total, batch)]
-    started = time.perf_counter()
-    for items in batches:
-        pool.enqueue_many(items)
-    return total / (time.perf_counter() - started)
+#: One loop of the bulk comparison: it writes the rows of one batch, given its start.
+BatchLoop = Callable[[int], None]
+
+
+def interleaved_rows_per_second(loops: dict[str, BatchLoop], bounds: list[tuple[int, int]]
+                                ) -> dict[str, float]:
+    """Each batch ``(start, end)`` through every loop in turn, the order rotating each round so
+    that no loop always follows another: rows/s of each. A shared machine's load moves within
+    seconds; so each loop sees the same moments of it, and the same growing table."""
+    names = list(loops)
+    wall = dict.fromkeys(names, 0.0)
+    for round_number, (start, _) in enumerate(bounds):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            began = time.perf_counter()
+            loops[name](start)
+            wall[name] += time.perf_counter() - began
+    rows = sum(end - start for start, end in bounds)
+    return {name: rows / seconds for name, seconds in wall.items()}
+
+
+def bulk_comparison(pool: WorkerPool, dsn: str, total: int, batch: int = BULK_BATCH
+                    ) -> dict[str, float]:
+    """Rows/s of plain psycopg ``COPY`` and ``INSERT ... unnest(jsonb[])`` (autocommit, payload
+    texts built before the clock starts) and of ``enqueue_many`` without keys and with a new
+    key per job, ``batch`` rows a call, interleaved (:func:`interleaved_rows_per_second`)."""
+    bounds = [(start, min(total, start + batch)) for start in range(0, total, batch)]
+    texts = {start: [json.dumps({"i": i}) for i in range(start, end)] for start, end in bounds}
+    items = {start: payloads(end - start, start) for start, end in bounds}
+    keyed = {start: [(task, payload, {"key": f"bulk:{payload['i']}"})
+                     for task, payload in batch_items] for start, batch_items in items.items()}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def raw_copy(start: int) -> None:
+            with conn.cursor().copy(floors.COPY_SQL) as copy:
+                for payload in texts[start]:
+                    copy.write_row((QUEUE, noop.__name__, payload))
+
+        def raw_unnest(start: int) -> None:
+            conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, texts[start]))
+
+        conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, texts[0][:1]))  # warm, untimed
+        loops: dict[str, BatchLoop] = {
+            "raw_copy": raw_copy, "raw_unnest": raw_unnest,
+            "pool": lambda start: pool.enqueue_many(items[start]),
+            "pool_keyed": lambda start: pool.enqueue_many(keyed[start]),
+        }
+        return interleaved_rows_per_second(loops, bounds)
 
 
 def single_per_second(pool: WorkerPool, count: int) -> float:
@@ -83,18 +124,6 @@ RAW_BULK_SQL = (
 RAW_SINGLE_SQL = (
     "INSERT INTO workerpool_jobs (queue, task, payload) VALUES (%s, %s, %s) RETURNING id"
 )
-
-
-def raw_bulk_rows_per_second(dsn: str, total: int, batch: int = BULK_BATCH) -> float:
-    """The reference: the same payloads, 1000 per autocommit statement, nothing else."""
-    batches = [[json.dumps({"i": i}) for i in range(start, min(total, start + batch))]
-               for start in range(0, total, batch)]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, batches[0][:1]))
-        started = time.perf_counter()
-        for payload_texts in batches:
-            conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, payload_texts))
-        return total / (time.perf_counter() - started)
 
 
 def raw_single_per_second(dsn: str, count: int) -> float:
@@ -181,10 +210,9 @@ def warm_up(pool: WorkerPool) -> None:
 
 
 __all__ = [
-    "bulk_rows_per_second",
+    "bulk_comparison",
     "concurrent_per_second",
     "load_for_drain",
-    "raw_bulk_rows_per_second",
     "raw_single_caller",
     "raw_single_per_second",
     "single_caller",

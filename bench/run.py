@@ -21,8 +21,8 @@ from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "growth",
-            "memory", "healthcheck", "operators", "web", "limits", "fleet")
+SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
+            "growth", "memory", "healthcheck", "operators", "web", "limits", "fleet")
 #: What a run without ``--only`` measures (the limits comparison and the supervisor counts only
 #: when asked for: they drain N jobs four times per repeat).
 DEFAULT_SECTIONS = SECTIONS[:-2]
@@ -116,7 +116,7 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("enqueue_single_raw_cpu_us", "us/job", note="client CPU of the raw loop")
         report.declare("enqueue_single_cpu_us", "us/job", ratio_to="enqueue_single_raw_cpu_us",
                        note="client CPU of enqueue() without conn=")
-    if plan.wants("enqueue"):
+    if plan.wants("enqueue") or plan.wants("bulk"):
         report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
                        note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
         report.declare("enqueue_bulk_raw_copy_rows_per_s", "rows/s",
@@ -124,7 +124,12 @@ def declare(report: Report, plan: Plan) -> None:
         report.declare("enqueue_bulk_rows_per_s", "rows/s",
                        ratio_to="enqueue_bulk_raw_copy_rows_per_s",
                        target=Target(">=", 0.9, on_ratio=True),
-                       note="enqueue_many, 1000 jobs per call and transaction")
+                       note="enqueue_many, 1000 jobs without keys per call (COPY), "
+                            "interleaved with the raw loops")
+        report.declare("enqueue_bulk_keyed_rows_per_s", "rows/s",
+                       ratio_to="enqueue_bulk_raw_copy_rows_per_s",
+                       note="enqueue_many, 1000 jobs with a new key each per call (INSERT)")
+    if plan.wants("enqueue"):
         report.declare("enqueue_single_raw_tx_per_s", "jobs/s",
                        note="plain psycopg BEGIN; INSERT; COMMIT per job")
         report.declare("enqueue_single_tx_per_s", "jobs/s", ratio_to="enqueue_single_raw_tx_per_s",
@@ -209,6 +214,8 @@ class Bench:
         if plan.wants("healthcheck"):
             for value in floors.healthcheck_ms():
                 self.report.add("healthcheck_ms", value)
+        if plan.wants("enqueue") or plan.wants("bulk"):
+            self.measure_bulk()
         if plan.wants("enqueue"):
             self.measure_enqueue()
 
@@ -299,17 +306,21 @@ class Bench:
 
     # -- (4) enqueue ---------------------------------------------------------------------------
 
-    def measure_enqueue(self) -> None:
-        n, single = self.plan.n, self.plan.single
-        self.db.reset()
-        self.measure("enqueue_bulk_raw_rows_per_s", enqueue.raw_bulk_rows_per_second,
-                     self.db.dsn, n)
-        self.db.reset()
-        self.measure("enqueue_bulk_raw_copy_rows_per_s", floors.raw_copy_rows_per_second,
-                     self.db.dsn, QUEUE, noop.__name__, n)
+    def measure_bulk(self) -> None:
+        """``enqueue_many`` with and without keys, interleaved with the raw COPY and INSERT."""
         self.db.reset()
         enqueue.warm_up(self.pool)
-        self.measure("enqueue_bulk_rows_per_s", enqueue.bulk_rows_per_second, self.pool, n)
+        bulk = enqueue.bulk_comparison(self.pool, self.db.dsn, self.plan.n)
+        for figure, key in (("enqueue_bulk_raw_rows_per_s", "raw_unnest"),
+                            ("enqueue_bulk_raw_copy_rows_per_s", "raw_copy"),
+                            ("enqueue_bulk_rows_per_s", "pool"),
+                            ("enqueue_bulk_keyed_rows_per_s", "pool_keyed")):
+            self.report.add(figure, bulk[key])
+        log.info("bulk: %.0f rows/s (keyed %.0f) against COPY %.0f", bulk["pool"],
+                 bulk["pool_keyed"], bulk["raw_copy"])
+
+    def measure_enqueue(self) -> None:
+        single = self.plan.single
         self.db.reset()
         self.measure("enqueue_single_raw_tx_per_s", enqueue.raw_single_per_second, self.db.dsn,
                      single)

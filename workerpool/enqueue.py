@@ -1,8 +1,9 @@
 """Enqueue: checking jobs and writing them, one at a time, in a batch, or in pipelined chunks.
 
-Everything here is checked before anything is written, and a write is as few statements as it
-can be: one job is one INSERT in autocommit (or in the caller's transaction), a batch is one
-multi-row INSERT, a large batch is chunks of :data:`INSERT_CHUNK` pipelined in one transaction.
+Everything here is checked before anything is kept, and a write is as few statements as it can
+be: one job is one INSERT in autocommit (or in the caller's transaction); a batch without keys is
+one COPY (``queries.bulk``), its rows checked as they stream; a batch with keys is one multi-row
+INSERT, or chunks of :data:`INSERT_CHUNK` pipelined in one transaction when it is large.
 
 The asyncio driver (:func:`enqueue_one_async`, :func:`enqueue_batch_async`) builds the same
 rows with the same checks and runs the same statements through ``AsyncConnection.run_sync``:
@@ -123,13 +124,17 @@ def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:
 def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[int]:
     """Many jobs atomically, with one NOTIFY; ids in the order given (``pool.enqueue_many``).
 
-    A batch of more than :data:`INSERT_CHUNK` jobs goes in chunks, pipelined in one transaction
-    (a savepoint in the caller's), unless the caller's driver cannot pipeline (psycopg2): then,
-    like a small batch, it is one statement.
+    A batch without keys is one COPY (:func:`_copy_batch`). A batch with a key needs ``ON
+    CONFLICT``: one INSERT, or, beyond :data:`INSERT_CHUNK` jobs, chunks pipelined in one
+    transaction (a savepoint in the caller's). A caller's connection on another driver than
+    psycopg 3 (psycopg2) can do neither COPY nor pipeline: its batch is one INSERT.
     """
     items = _job_items(jobs)
     if conn is not None:
         conn = caller_connection(conn)
+    if items and not _any_key(items) and (conn is None or queries.can_copy(conn)):
+        with tracing.enqueue_span(None, None, len(items)) as trace:
+            return _copy_batch(pool, items, conn, trace)
     if len(items) > INSERT_CHUNK and (conn is None or queries.can_pipeline(conn)):
         with tracing.enqueue_span(None, None, len(items)) as trace:
             return _write_chunks(pool, items, conn, trace)
@@ -142,6 +147,27 @@ def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[in
                 return queries.insert_jobs(own, rows, notify=pool.notify, trace_context=trace)
         with pool.engine.begin() as own:  # a taken key may raise after new rows are in
             return queries.insert_jobs(own, rows, notify=pool.notify, trace_context=trace)
+
+
+def _copy_batch(pool: Registry, items: list[Any], conn: Connection | None,
+                trace: str | None) -> list[int]:
+    """A batch without keys by COPY, each row checked as it streams (a bad one ends the COPY,
+    which writes nothing): in a transaction of its own, or a savepoint in the caller's."""
+    def copy(driver: Any, own_transaction: bool) -> list[int]:
+        rows = (_build_item(pool, item) for item in items)
+        return queries.copy_jobs(driver, rows, len(items), notify=pool.notify,
+                                 trace_context=trace, own_transaction=own_transaction)
+
+    if conn is None:
+        return single_write.write(pool.engine, lambda cursor: copy(cursor.connection, True))
+    with atomically(conn):
+        return copy(conn.connection.driver_connection, False)
+
+
+def _any_key(items: list[Any]) -> bool:
+    """Whether an item asks for a key (a keyed batch needs ``ON CONFLICT``: an INSERT)."""
+    return any(len(item) == 3 and isinstance(item[2], Mapping) and item[2].get("key") is not None
+               for item in items if isinstance(item, tuple | list))
 
 
 def _write_chunks(pool: Registry, items: list[Any], conn: Connection | None,

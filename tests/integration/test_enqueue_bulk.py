@@ -1,7 +1,10 @@
-"""enqueue_many: ids line up with the input however keys and new rows mix, in one statement or
-in pipelined chunks (batches larger than INSERT_CHUNK), and a bad batch writes nothing."""
+"""enqueue_many: ids line up with the input however keys and new rows mix, by COPY (no key), in
+one statement or in pipelined chunks (keys, batches larger than INSERT_CHUNK), and a bad batch
+writes nothing."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -16,6 +19,10 @@ def app(pool: WorkerPool) -> WorkerPool:
     def work(job):
         return None
 
+    @pool.task(queue="bulk", concurrency_limit=2)
+    def sync(job):
+        return None
+
     return pool
 
 
@@ -23,8 +30,22 @@ def payload_by_id(sql) -> dict[int, int]:
     return dict(sql("SELECT id, (payload->>'n')::int FROM workerpool_jobs"))
 
 
-def test_large_batch_without_keys_returns_ids_in_input_order(app, sql):
-    ids = app.enqueue_many([("work", {"n": n}) for n in range(3000)])
+LATE = 3 * INSERT_CHUNK + 7  # an index in the fourth chunk: three chunks were sent before it
+#: How a batch is written: COPY (no key in it), or INSERTs (one key among its jobs).
+PATHS = ["copy", "insert"]
+
+
+def chunked(count: int, bad_at: int | None = None, path: str = "copy") -> list[tuple]:
+    items: list[tuple] = [("work", {"n": n} if n != bad_at else {"n": {1, 2}})
+                          for n in range(count)]
+    if path == "insert":
+        items[0] = (*items[0], {"key": "first"})
+    return items
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_large_batch_returns_ids_in_input_order(app, sql, path):
+    ids = app.enqueue_many(chunked(3000, path=path))
     stored = payload_by_id(sql)
     assert [stored[job_id] for job_id in ids] == list(range(3000))
 
@@ -95,11 +116,15 @@ def test_a_conn_that_is_not_a_sqlalchemy_connection_is_an_invalid_job(app, sql, 
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
 
 
-def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
+@pytest.mark.parametrize("path", PATHS)
+def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql, path):
     from concurrent.futures import ThreadPoolExecutor
 
     def batch(first: int) -> list[int]:
-        return app.enqueue_many([("work", {"n": first + n}) for n in range(2000)])
+        items = [("work", {"n": first + n}) for n in range(2000)]
+        if path == "insert":
+            items[0] = (*items[0], {"key": f"first:{first}"})
+        return app.enqueue_many(items)
 
     with ThreadPoolExecutor(2) as run:  # the two statements draw from the sequence at once
         results = list(run.map(batch, (0, 10_000)))
@@ -108,37 +133,130 @@ def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql):
         assert [stored[job_id] for job_id in ids] == [first + n for n in range(2000)]
 
 
+# -- a batch without keys: COPY -------------------------------------------------------------------
+
+
+def test_a_copied_batch_stores_every_option_in_its_column(app, sql):
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    ids = app.enqueue_many([
+        ("work", {"n": 0}),
+        ("work", {"n": 1}, {"delay": 90.5, "priority": 7, "max_attempts": 2}),
+        ("sync", {"n": 2}, {"run_at": at, "concurrency_key": "acct:2"}),
+    ])
+    rows = sql("SELECT id, queue, task, payload_version, priority, max_attempts, concurrency_key,"
+               " key, key_scope, state, run_at - created_at, run_at FROM workerpool_jobs"
+               " ORDER BY id")
+    assert [row[0] for row in rows] == ids
+    assert [row[1:10] for row in rows] == [
+        ("bulk", "work", 1, 0, 5, None, None, None, "pending"),
+        ("bulk", "work", 1, 7, 2, None, None, None, "pending"),
+        ("bulk", "sync", 1, 0, 5, "acct:2", None, None, "pending"),
+    ]
+    assert rows[0][10].total_seconds() == 0  # the transaction's clock, as the default gives
+    assert rows[1][10].total_seconds() == 90.5
+    assert rows[2][11] == at
+
+
+#: What COPY's text format reads as syntax (tab, newline, backslash, \\N), and non-ASCII.
+AWKWARD = ["tab\there", "line\nbreak", "back\\slash", "\\N", 'quote"s', "é ☃ 𝄞", "\t\n\r"]
+
+
+def test_a_copied_batch_keeps_text_that_copy_would_otherwise_read_as_syntax(app, sql):
+    ids = app.enqueue_many([("sync", {"s": t, t: [t]}, {"concurrency_key": t}) for t in AWKWARD])
+    stored = {row[0]: row[1:] for row in sql(
+        "SELECT id, payload, concurrency_key FROM workerpool_jobs")}
+    assert [stored[job_id] for job_id in ids] == [({"s": t, t: [t]}, t) for t in AWKWARD]
+
+
+def test_a_copied_batch_stores_its_callers_trace_context_on_every_row(app, sql, monkeypatch):
+    import contextlib
+    import json
+
+    from workerpool import enqueue
+
+    context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+               "tracestate": "vendor=a\\b\tc"}
+    monkeypatch.setattr(enqueue.tracing, "enqueue_span", lambda *args: contextlib.nullcontext(
+        json.dumps(context, separators=(",", ":"))))
+    ids = app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    assert sql("SELECT id, trace_context FROM workerpool_jobs ORDER BY id") == [
+        (job_id, context) for job_id in ids]
+
+
+def test_a_copied_batch_in_the_callers_transaction_goes_with_its_rollback(app, sql):
+    with app.engine.connect() as conn:
+        trans = conn.begin()
+        ids = app.enqueue_many([("work", {"n": n}) for n in range(300)], conn=conn)
+        assert conn.execute(text("SELECT count(*) FROM workerpool_jobs")).scalar() == 300
+        trans.rollback()
+    assert len(ids) == 300
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
+def test_a_copied_batch_commits_with_the_callers_transaction(app, sql):
+    with app.engine.connect() as conn:  # no statement yet: the batch begins the transaction
+        ids = app.enqueue_many([("work", {"n": n}) for n in range(3)], conn=conn)
+        conn.commit()
+    stored = payload_by_id(sql)
+    assert [stored[job_id] for job_id in ids] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad_at", [0, 499, 999])
+def test_a_bad_item_anywhere_in_a_copied_batch_writes_nothing_and_frees_the_connection(
+        app, sql, bad_at):
+    with pytest.raises(PayloadError):
+        app.enqueue_many(chunked(1000, bad_at=bad_at))
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+    assert sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+               " AND state <> 'idle' AND pid <> pg_backend_pid()") == [(0,)]
+    ids = app.enqueue_many(chunked(10))  # the same pooled connection, back to usable
+    assert len(ids) == 10
+
+
+def test_copied_batches_notify_once_per_commit_and_never_for_a_rolled_back_one(app, dsn):
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN workerpool_jobs")
+        with app.engine.connect() as conn:
+            trans = conn.begin()
+            app.enqueue_many(chunked(5), conn=conn)
+            trans.rollback()
+        with pytest.raises(PayloadError):
+            app.enqueue_many(chunked(5, bad_at=4))
+        app.enqueue_many(chunked(5))
+        notes = list(listener.notifies(timeout=1.0))
+    assert [n.payload for n in notes] == ["bulk"]
+
+
 # -- batches larger than one chunk ---------------------------------------------------------------
 
-LATE = 3 * INSERT_CHUNK + 7  # an index in the fourth chunk: three chunks were sent before it
-
-
-def chunked(count: int, bad_at: int | None = None) -> list[tuple]:
-    return [("work", {"n": n} if n != bad_at else {"n": {1, 2}}) for n in range(count)]
-
-
-def test_a_bad_item_in_a_late_chunk_writes_nothing(app, sql):
+@pytest.mark.parametrize("path", PATHS)
+def test_a_bad_item_in_a_late_chunk_writes_nothing(app, sql, path):
     with pytest.raises(PayloadError, match=r"\$\.n: set"):
-        app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE))
+        app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE, path=path))
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
-    assert len(app.enqueue_many(chunked(4 * INSERT_CHUNK))) == 4 * INSERT_CHUNK  # pool usable
+    ids = app.enqueue_many(chunked(4 * INSERT_CHUNK, path=path))  # the pool is usable
+    assert len(ids) == 4 * INSERT_CHUNK
 
 
-def test_in_the_callers_transaction_a_bad_late_chunk_rolls_back_only_the_batch(app, sql):
+@pytest.mark.parametrize("path", PATHS)
+def test_in_the_callers_transaction_a_bad_late_chunk_rolls_back_only_the_batch(app, sql, path):
     with app.engine.begin() as conn:
         first = app.enqueue("work", {"n": -1}, conn=conn)
         with pytest.raises(PayloadError):
-            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE), conn=conn)
+            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE, path=path), conn=conn)
         conn.execute(text("SELECT 1"))  # the caller's transaction is still usable
     assert sql("SELECT id FROM workerpool_jobs") == [(first,)]
 
 
-def test_on_an_autocommit_connection_the_chunks_are_still_one_transaction(app, sql):
+@pytest.mark.parametrize("path", PATHS)
+def test_on_an_autocommit_connection_the_chunks_are_still_one_transaction(app, sql, path):
     with app.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         with pytest.raises(PayloadError):
-            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE), conn=conn)
-        ids = app.enqueue_many(chunked(2 * INSERT_CHUNK + 1), conn=conn)
+            app.enqueue_many(chunked(4 * INSERT_CHUNK, bad_at=LATE, path=path), conn=conn)
+        ids = app.enqueue_many(chunked(2 * INSERT_CHUNK + 1, path=path), conn=conn)
     stored = payload_by_id(sql)
     assert [stored[job_id] for job_id in ids] == list(range(2 * INSERT_CHUNK + 1))
     assert len(stored) == 2 * INSERT_CHUNK + 1
@@ -168,12 +286,13 @@ def test_a_key_held_by_another_job_in_a_late_chunk_writes_nothing(app, sql):
     assert sql("SELECT key FROM workerpool_jobs") == [("held",)]
 
 
-def test_a_chunked_batch_sends_one_notification(app, dsn):
+@pytest.mark.parametrize("path", PATHS)
+def test_a_chunked_batch_sends_one_notification(app, dsn, path):
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN workerpool_jobs")
-        app.enqueue_many(chunked(3 * INSERT_CHUNK))
+        app.enqueue_many(chunked(3 * INSERT_CHUNK, path=path))
         notes = list(listener.notifies(timeout=1.0))
     assert [n.payload for n in notes] == ["bulk"]
 

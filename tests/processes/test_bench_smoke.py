@@ -36,6 +36,7 @@ EXPECTED = {
     "enqueue_bulk_raw_rows_per_s",
     "enqueue_bulk_raw_copy_rows_per_s",
     "enqueue_bulk_rows_per_s",
+    "enqueue_bulk_keyed_rows_per_s",
     "enqueue_single_raw_per_s",
     "enqueue_single_per_s",
     "enqueue_single_raw_cpu_us",

@@ -38,7 +38,8 @@ from workerpool.migrate import drift
 from workerpool.pool import INSERT_CHUNK
 
 POOL_SIZE = 2
-JOBS = INSERT_CHUNK + 100  # enqueue_many sends them as two pipelined chunks
+#: enqueue_many sends half by COPY, and half (one of them keyed) as two pipelined chunks
+JOBS = 2 * (INSERT_CHUNK + 50)
 BROKEN = "prepared statement"
 
 
@@ -200,7 +201,10 @@ def enqueue_through(bouncer: Bouncer, db_url: URL, count: int) -> list[int]:
     pool.queue("work")
     pool.task(queue="work", name="touch")(app.touch)
     try:
-        return pool.enqueue_many([("touch", {"n": n}) for n in range(count)])
+        items: list[tuple] = [("touch", {"n": n}) for n in range(count)]
+        half = count // 2
+        items[half] = (*items[half], {"key": "through-the-bouncer"})
+        return pool.enqueue_many(items[:half]) + pool.enqueue_many(items[half:])
     finally:
         pool.dispose()
 

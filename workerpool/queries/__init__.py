@@ -8,6 +8,7 @@ the new owner's result.
 One module per phase of a job's life, each ordered the same way:
 
 - ``enqueue``: inserting jobs (one, a batch, pipelined chunks) and the wake-up NOTIFY;
+  ``bulk``: a batch without keys by COPY;
 - ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limited_claim``: with limits);
 - ``keys``: a key already held (its holder, an expired period);
 - ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted;
@@ -25,6 +26,7 @@ planned under). Every name is importable from ``workerpool.queries``.
 from __future__ import annotations
 
 from ..states import LIVE_STATES
+from .bulk import can_copy, copy_jobs
 from .claim import (
     CLAIM_COLUMNS,
     LISTEN,
@@ -137,12 +139,14 @@ __all__ = [
     "beat_worker",
     "bound_transaction",
     "browse_jobs",
+    "can_copy",
     "can_pipeline",
     "cancel",
     "claim",
     "claim_statement",
     "common_queues",
     "complete",
+    "copy_jobs",
     "count_by_queue_and_state",
     "count_capped",
     "count_dead",
