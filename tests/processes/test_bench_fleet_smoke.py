@@ -8,15 +8,12 @@ table lists each count.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.processes.test_pgbouncer import pgbouncer_binary
-
 from bench.fleet import FIGURES
 from tests.processes.test_bench_smoke import bench_databases, figures, run_bench
+from tests.processes.test_pgbouncer import pgbouncer_binary
 
 COUNTS = (1, 2)
 
