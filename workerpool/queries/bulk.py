@@ -7,8 +7,8 @@ the ids come first: one ``nextval`` per row, drawn in one statement, sorted asce
 the rows in input order (ids ascend with input order, as they do for ``insert_jobs``).
 
 Everything runs in one transaction: ids and the clock, then the COPY, then the NOTIFY, which
-PostgreSQL delivers on commit. A row whose check fails while the COPY streams ends it (psycopg
-sends CopyFail); the COPY then wrote nothing, and the rollback takes the transaction back.
+PostgreSQL delivers on commit. The caller checks every row first; should a row still fail to
+encode while the COPY streams, psycopg ends it (CopyFail), and the rollback keeps nothing.
 """
 
 from __future__ import annotations
