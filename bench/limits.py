@@ -5,8 +5,8 @@ over ``KEYS`` concurrency keys (the key is stored whether or not a limit reads i
 difference between two figures is the limit. Each limit is on but not binding:
 
 - ``global``: ``global_concurrency`` far above what the workers can hold;
-- ``rate``: ``rate_limit`` far above the drain's rate (so every claim counts a whole second of
-  starts: the most a queue-wide rate limit costs at this throughput);
+- ``rate``: ``rate_limit`` far above the drain's rate (the limit is never reached, and every
+  claim adds to its window's count);
 - ``key``: ``concurrency_limit=1`` per key on the task; with 1,000 keys round-robin, the jobs
   held at once always have distinct keys, yet each claim checks every row's key.
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import cli_help, exitcodes
+from . import cli_enqueue, cli_help, exitcodes
 from . import cli_live as live
 from .app import load_pool
 from .cli_help import add_command
@@ -35,22 +35,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    pool = load_pool(args.app)
-    try:
-        payload = json.loads(args.payload, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise CliError(f"--payload is not valid JSON: {exc}") from None
-    options: dict[str, Any] = {"key": args.key, "delay": args.delay}
-    if args.priority is not None:
-        options["priority"] = args.priority
-    if args.max_attempts is not None:
-        options["max_attempts"] = args.max_attempts
-    job_id = pool.enqueue(args.task, payload, **options)
-    print(job_id)
-    return exitcodes.OK
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     try:
         from workerpool_demo import Options, main
@@ -65,10 +49,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 DEMO_OPTIONS = ("duration", "users", "chaos", "chaos_every", "settle_timeout", "database", "seed")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 # -- status and the dead-letter queue --------------------------------------------------------
@@ -247,7 +227,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
-    "enqueue": cmd_enqueue,
+    "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
     "status": cmd_status,
     "dead": cmd_dead,
     "cancel": lambda args: live.cmd_cancel(args),
@@ -272,14 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = add_command(sub, "migrate", help="apply workerpool's migrations (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
 
-    enqueue = add_command(sub, "enqueue", help="enqueue one job")
-    enqueue.add_argument("app", metavar="APP:POOL")
-    enqueue.add_argument("task")
-    enqueue.add_argument("--payload", default="{}", help="a JSON object")
-    enqueue.add_argument("--key", default=None, help="idempotency key")
-    enqueue.add_argument("--delay", type=float, default=None, help="seconds before it may run")
-    enqueue.add_argument("--priority", type=int, default=None)
-    enqueue.add_argument("--max-attempts", type=int, default=None)
+    cli_enqueue.add_parser(sub)
 
     add_status_parser(sub)
     add_dead_parser(sub)

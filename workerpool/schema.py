@@ -219,6 +219,20 @@ workers = Table(
     Column("capacity", Integer),
 )
 
+# Queue-wide rate limits: the claims of each slice (a tenth) of the window, a ring of
+# RATE_SLICES + 1 rows per (queue, window), each slot taken over once its slice has left every
+# window a claim counts. Claims only add to it, so nothing can leave it too high or too low.
+RATE_SLICES = 10
+rate_counts = Table(
+    "workerpool_rate_counts",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("window_s", Integer, primary_key=True),
+    Column("slot", SmallInteger, primary_key=True),
+    Column("slice", BigInteger, nullable=False),  # seconds since the epoch / (window / slices)
+    Column("claims", Integer, nullable=False),
+)
+
 # Cron schedules: one row per cron job, the lock that makes a tick fire once across replicas.
 cron = Table(
     "workerpool_cron",

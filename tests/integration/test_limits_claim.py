@@ -9,6 +9,7 @@ import pytest
 
 from workerpool import WorkerPool, queries
 from workerpool.limits import claim_limits
+from workerpool.schema import RATE_SLICES
 
 
 def make_app(pool: WorkerPool, **queue: object) -> WorkerPool:
@@ -120,7 +121,8 @@ def test_queue_rate_limit_counts_starts_in_the_window(pool, sql):
                                        " 'processing'")])
     assert len(claim(app, "w2", limit=10)) == 2  # finished or not, a start counts in its window
     assert claim(app, "w3") == []
-    sql("UPDATE workerpool_jobs SET started_at = started_at - interval '61 seconds'")
+    # a window and a slice later (the ring's slices: workerpool.queries.rate_counts)
+    sql("UPDATE workerpool_rate_counts SET slice = slice - %s", RATE_SLICES + 1)
     assert len(claim(app, "w3")) == 5  # the window moved on
 
 

@@ -94,7 +94,7 @@ def claim_statement(
         return limited_claim_statement(
             queue=queue, worker=worker, limit=limit, limits=limits, alone=alone, shared=shared,
             known=lambda table: _known(task_versions, table),
-        ).returning(*CLAIM_COLUMNS, jobs.c.concurrency_key)
+            columns=(*CLAIM_COLUMNS, jobs.c.concurrency_key))
     due = _due_arm(queue, known, limit, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)

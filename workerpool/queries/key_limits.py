@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (
-    and_,
     bindparam,
     case,
     func,
@@ -82,13 +81,29 @@ def headroom(queue: str, keys: tuple[KeyLimit, ...], row: Any = jobs) -> Any:
 
 def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[KeyLimit, ...],
          queue: str) -> Any:
-    """Up to ``take`` due rows in claim order that fit their key, of the first ``walk_rows``."""
+    """Up to ``take`` due rows in claim order that fit their key, of the first ``walk_rows``.
+
+    The walk reads rows in claim order from the first, so when a key has no more rows among
+    the ``take`` candidates than its headroom, they are its first rows this worker may run and
+    all fit: counted per key in a hash (no sort: the worker's planner settings price sorts out,
+    and the price would make PostgreSQL JIT-compile the claim). Only a key with more candidates
+    than room probes for its first ``headroom`` due rows.
+    """
     rows = (select(jobs.c.id, jobs.c.concurrency_key, headroom(queue, keys).label("headroom"))
             .where(*where).order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
             .limit(walk_rows).subquery(f"{name}_walk"))  # headroom counted once per row
-    fits = or_(rows.c.concurrency_key.is_(None), rows.c.headroom.is_(None),
-               and_(rows.c.headroom > 0, rows.c.id.in_(_first_of_its_key(queue, rows))))
-    return select(rows.c.id, rows.c.concurrency_key).where(fits).limit(take).cte(name)
+    free = or_(rows.c.concurrency_key.is_(None), rows.c.headroom.is_(None))
+    candidates = (select(rows).where(or_(free, rows.c.headroom > 0)).limit(take)
+                  .cte(f"{name}_candidates"))
+    per_key = (select(candidates.c.concurrency_key, func.count().label("n"))
+               .group_by(candidates.c.concurrency_key).subquery(f"{name}_per_key"))
+    fits = or_(candidates.c.concurrency_key.is_(None), candidates.c.headroom.is_(None),
+               per_key.c.n <= candidates.c.headroom,
+               candidates.c.id.in_(_first_of_its_key(queue, candidates)))
+    return (select(candidates.c.id, candidates.c.concurrency_key)
+            .select_from(candidates.outerjoin(
+                per_key, per_key.c.concurrency_key == candidates.c.concurrency_key))
+            .where(fits).cte(name))
 
 
 def _first_of_its_key(queue: str, row: Any) -> Any:

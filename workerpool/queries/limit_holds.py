@@ -12,19 +12,21 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from ..limits import parse_rate
-from ..schema import jobs
+from ..schema import RATE_SLICES, jobs, rate_counts
 
 #: Which rows a claim could take now, but for limits.
 _DUE = ("state IN ('pending', 'failed') AND run_at <= now() AND crashes = 0"
         " AND attempts < max_attempts")
 
-# queue_usage: a limited queue's running jobs, starts in its rate window and due jobs.
-# Index: ix_workerpool_jobs_leased, ix_workerpool_jobs_started, ix_workerpool_jobs_due.
+# queue_usage: a limited queue's running jobs, claims its rate limit counts now (the ring of
+# queries.rate_counts) and due jobs.
+# Index: ix_workerpool_jobs_leased, pk_workerpool_rate_counts, ix_workerpool_jobs_due.
 _USAGE = text(f"""
 SELECT (SELECT count(*) FROM {jobs.name} WHERE queue = :queue AND state = 'processing')
          AS running,
-       (SELECT count(*) FROM {jobs.name} WHERE queue = :queue
-          AND started_at > statement_timestamp() - make_interval(secs => :window)) AS started,
+       (SELECT coalesce(sum(claims), 0) FROM {rate_counts.name} WHERE queue = :queue
+          AND window_s = :window AND slice >= floor(extract(epoch FROM statement_timestamp())
+            * {RATE_SLICES} / :window)::bigint - {RATE_SLICES}) AS started,
        (SELECT count(*) FROM {jobs.name} WHERE queue = :queue AND {_DUE}) AS due
 """)
 
@@ -51,7 +53,7 @@ def queue_usage(conn: Connection, queue: str, limits: Mapping[str, Any]) -> dict
     holds back."""
     rate = parse_rate("rate_limit", limits["rate_limit"]) if limits.get("rate_limit") else None
     usage = conn.execute(_USAGE, {"queue": queue,
-                                  "window": rate.window if rate else 1.0}).one()
+                                  "window": int(rate.window) if rate else 1}).one()
     out: dict[str, Any] = {"global_concurrency": None, "rate_limit": None, "tasks": {}}
     if limits.get("global_concurrency"):
         cap = limits["global_concurrency"]

@@ -1,10 +1,12 @@
 """The claim of a queue with limits: global concurrency, rate limits, per-key limits, in SQL.
 
-Every limit is a count of rows, taken by the claim itself: the queue's ``processing`` rows
-(``global_concurrency``), its rows started within the window (``rate_limit``), and per
-concurrency key the same two (a task's ``concurrency_limit`` and ``key_rate_limit``). No
-counter is kept anywhere, so a killed child's slot is free as soon as its rows leave
-``processing`` (the crash release, or the stale recovery for a lost host).
+Every concurrency limit is a count of rows, taken by the claim itself: the queue's
+``processing`` rows (``global_concurrency``) and per concurrency key the same (a task's
+``concurrency_limit``); a key's rate (``key_rate_limit``) counts its rows started within the
+window. No count of running jobs is kept anywhere, so a killed child's slot is free as soon as
+its rows leave ``processing`` (the crash release, or the stale recovery for a lost host). A
+queue's ``rate_limit`` counts claims in :mod:`.rate_counts`, which the claim adds to in the
+same statement: starts only ever add to it, so there is nothing for a crash to undo.
 
 Counts taken by two claims at once would both see the same free slot. So a limited claim first
 locks its queue's row in ``workerpool_queues`` (a row lock: it works behind PgBouncer, unlike an
@@ -42,8 +44,8 @@ from sqlalchemy.types import Integer
 from ..limits import ClaimLimits
 from ..schema import jobs, queues, workers
 from ..states import DUE_STATES, JobState
-from . import key_limits
-from .key_limits import NOW, count_upto, seconds
+from . import key_limits, rate_counts
+from .key_limits import NOW, count_upto
 from .planner import state_in
 
 # lock_queue: serialise the limited claims of one queue (or, shared, wait for those that are).
@@ -84,17 +86,18 @@ def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) 
 
 # limited_claim: due rows within every limit of the queue, in claim order, after lock_queue.
 # Index: ix_workerpool_jobs_due (and _suspects), ix_workerpool_jobs_leased (running),
-# ix_workerpool_jobs_started (rate); per key: ix_workerpool_jobs_running_key, _started_key and
+# pk_workerpool_rate_counts (rate); per key: ix_workerpool_jobs_running_key, _started_key and
 # _due_key (the key spread).
 def limited_claim_statement(*, queue: str, worker: str, limit: int,
                             known: Callable[[Any], Any], limits: ClaimLimits,
-                            alone: bool, shared: bool = False) -> Any:
+                            alone: bool, columns: tuple[Any, ...], shared: bool = False) -> Any:
     """The claim of ``claim.claim_statement`` with the queue's limits in its arms.
 
     ``known(table)``: the condition that this worker can run a row of ``table``. ``shared``:
     run under the shared lock, it claims only if the limits are still out of the fleet's reach
     (else nothing: the worker then claims under the exclusive lock). Each row returned says
-    whether they were (``limits_safe``), for the worker's choice of lock next time.
+    whether they were (``limits_safe``), for the worker's choice of lock next time, and
+    ``columns``.
     """
     budget = _budget(queue, worker, limits, limit).cte("budget")
     room = select(budget.c.n).scalar_subquery()
@@ -115,17 +118,22 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
     # read makes it guess a tenth of the table, and it then hash-joins the update with a scan
     # of every due row (26 ms instead of 1 at 100k pending).
     picked = arms.limit(room).cte("picked")
+    # claimed_at on the clock the limits count with (a lease stamp a few ms later than now())
     values = {"state": JobState.PROCESSING, "attempts": jobs.c.attempts + 1,
-              "claimed_by": worker, "claimed_at": func.now()}
-    if limits.rate or any(key.rate for key in limits.keys):
-        values["started_at"] = NOW  # what rate limits count (two more index entries a row)
-    return (
+              "claimed_by": worker, "claimed_at": NOW}
+    if any(key.rate for key in limits.keys):
+        values["started_at"] = NOW  # what key rate limits count (two more index entries a row)
+    claim = (
         update(jobs)
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
         .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
         .values(**values)
-        .returning(select(budget.c.safe).scalar_subquery().label("limits_safe"))
+        .returning(select(budget.c.safe).scalar_subquery().label("limits_safe"), *columns)
     )
+    if not limits.rate:
+        return claim
+    claimed = claim.cte("claimed")
+    return select(claimed).add_cte(rate_counts.add(queue, limits.rate, claimed).cte("counted"))
 
 
 def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
@@ -140,9 +148,7 @@ def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
             held.c.queue == queue, held.c.state == _PROCESSING,
             held.c.claimed_by.not_in(_fleet_ids(queue))))
     if limits.rate:
-        window = seconds(limits.rate.window)
-        counts["started"] = count_upto(limits.rate.count, lambda held: (
-            held.c.queue == queue, held.c.started_at > NOW - window))
+        counts["started"] = rate_counts.claimed(queue, limits.rate)
     # each count once (a column of its own), read by both the budget and the safety test
     counted = select(*(count.label(name) for name, count in counts.items())
                      ).subquery("counted") if counts else None

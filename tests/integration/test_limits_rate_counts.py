@@ -1,0 +1,113 @@
+"""A queue's rate limit counts claims in a ring of slices (workerpool.queries.rate_counts)."""
+
+from __future__ import annotations
+
+import threading
+
+from workerpool import WorkerPool, queries
+from workerpool.limits import claim_limits
+from workerpool.schema import RATE_SLICES
+
+
+def rated(pool: WorkerPool, rate: str) -> WorkerPool:
+    pool.queue("q", stale_after=300, rate_limit=rate)
+    pool.task(lambda job: None, queue="q", name="work")
+    return pool
+
+
+def claim(app: WorkerPool, worker: str, limit: int = 10):
+    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    with app.engine.begin() as conn:
+        return queries.claim(conn, queue="q", worker=worker, limit=limit,
+                             task_versions=app.task_versions("q"), stale_after=300,
+                             limits=limits)
+
+
+def ring(sql) -> list[tuple]:
+    return sql("SELECT slice, claims FROM workerpool_rate_counts WHERE queue = 'q'")
+
+
+def test_concurrent_claims_never_pass_the_rate_limit(pool, sql):
+    app = rated(pool, "7/h")
+    app.enqueue_many([("work", {"n": n}) for n in range(100)])
+    claimed: list[int] = []
+    start = threading.Barrier(8)
+
+    def claimer(n: int) -> None:
+        start.wait()
+        claimed.extend(row.id for row in claim(app, f"w{n}", limit=3))
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claimed) == 7
+    assert [claims for _, claims in ring(sql)] == [7]  # one slice, every claim added to it
+
+
+def test_a_crash_release_gives_no_start_back(pool, sql):
+    """A start stays a start: the count has nothing to undo, so nothing to drift."""
+    app = rated(pool, "5/m")
+    app.enqueue_many([("work", {"n": n}) for n in range(10)])
+    assert len(claim(app, "w1", limit=3)) == 3
+    with app.engine.begin() as conn:
+        assert len(queries.reclaim_from_dead_worker(conn, "w1")) == 3  # back to pending
+    assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'") == [(0,)]
+    assert len(claim(app, "w2")) == 2
+
+
+def test_a_slot_is_started_afresh_by_the_slice_that_takes_it_over(pool, sql):
+    app = rated(pool, "5/m")
+    app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    assert len(claim(app, "w1", limit=3)) == 3
+    [(now, _)] = ring(sql)
+    # the same slot, one ring earlier: out of every window the claim counts
+    sql("UPDATE workerpool_rate_counts SET slice = slice - %s", RATE_SLICES + 1)
+    assert len(claim(app, "w2")) == 5
+    assert ring(sql) == [(now, 5)]  # 5, not 3 + 5: the old slice's claims are gone
+
+
+def test_a_claim_older_than_its_slot_leaves_the_newer_slice_alone(pool, sql):
+    """A claim that waited past its slice's turn must not wipe the count of the slice now in its
+    slot (that would let the next claims pass the limit)."""
+    app = rated(pool, "5/m")
+    app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    assert len(claim(app, "w1", limit=3)) == 3
+    [(now, _)] = ring(sql)
+    sql("UPDATE workerpool_rate_counts SET slice = slice + %s", RATE_SLICES + 1)
+    assert len(claim(app, "w2")) == 2  # the newer slice's 3 count
+    assert ring(sql) == [(now + RATE_SLICES + 1, 3)]
+
+
+def test_a_rate_limited_claim_writes_no_start_on_the_rows(pool, sql):
+    app = rated(pool, "100/s")
+    app.enqueue_many([("work", {"n": n}) for n in range(3)])
+    assert len(claim(app, "w1")) == 3
+    assert sql("SELECT count(*) FROM workerpool_jobs WHERE started_at IS NOT NULL") == [(0,)]
+
+
+def test_status_and_the_why_line_read_the_ring(pool):
+    from workerpool import status
+
+    app = rated(pool, "5/m")
+    ids = app.enqueue_many([("work", {"n": n}) for n in range(8)])
+    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    with app.engine.begin() as conn:
+        queries.publish_limits(conn, "q", limits.as_json())
+    assert len(claim(app, "w1")) == 5
+    usage = status.collect(app.engine)["queues"]["q"]["limits"]["rate_limit"]
+    assert usage == {"limit": "5/m", "started": 5, "held": 3}
+    assert "held by rate_limit 5/m of queue q (5 started)" in status.why(app.engine, ids[-1])
+
+
+def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
+    pool.queue("q", stale_after=300, rate_limit="5/m")
+    pool.task(lambda job: None, queue="q", name="sync", concurrency_limit=1,
+              key_rate_limit="100/h", concurrency_key=lambda payload: f"k{payload['n'] % 3}")
+    pool.enqueue_many([("sync", {"n": n}) for n in range(12)])
+    rows = claim(pool, "w1")
+    assert sorted(row.concurrency_key for row in rows) == ["k0", "k1", "k2"]
+    assert [claims for _, claims in ring(sql)] == [3]
+    sql("UPDATE workerpool_jobs SET state = 'done' WHERE state = 'processing'")
+    assert len(claim(pool, "w2")) == 2  # the queue's 5 per minute, whatever the keys allow
