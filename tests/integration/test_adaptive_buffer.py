@@ -1,6 +1,6 @@
 """The default prefetch buffer is sized to the handlers (Worker on a thread, real PostgreSQL).
 
-Each scenario runs a warm-up of jobs whose handlers are fast (no-op) or slow (0.25 s), then
+Each scenario runs a warm-up of jobs whose handlers are fast (no-op) or slow (0.5 s), then
 ``hold`` jobs that block every handler slot; once the worker has made a few more passes, the
 rows it holds in ``processing`` beyond its busy slots are its buffer. No timing is asserted:
 the slow handler runs a hundred times longer than a claim takes even on a loaded machine.
@@ -20,7 +20,7 @@ from tests.helpers.workers import running
 from workerpool.worker.buffer import MOST_PER_SLOT
 
 CONCURRENCY = 2
-SLOW = 0.25  # seconds: over a hundred claim round trips
+SLOW = 0.5  # seconds: hundreds of claim round trips
 HOLDS = CONCURRENCY * (2 + MOST_PER_SLOT) + 5  # more than any buffer here can take
 
 
