@@ -35,7 +35,7 @@ class QueueSpec:
     ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
     slots, leased and waiting in claim order for the next free slot (0: claim only into free
     slots; None, the default: as many as the handlers finish during one claim's round trip, at
-    most ``concurrency``, none on a queue with limits). It lets one claim fetch many rows; it is
+    most 5 x ``concurrency``, none on a queue with limits). It lets one claim fetch many rows; it is
     also how much of a backlog one child can hold back from other replicas, so keep it small.
     """
 

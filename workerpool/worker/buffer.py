@@ -21,7 +21,7 @@ it, holding back a slot another replica could use).
 from __future__ import annotations
 
 #: The adaptive buffer holds at most this many jobs per handler slot.
-MOST_PER_SLOT = 1
+MOST_PER_SLOT = 5
 RUN_WEIGHT = 0.1  # of each finished job's run time in the moving average
 TRIP_WEIGHT = 0.2  # of each claim's round trip in the moving average
 
