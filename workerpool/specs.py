@@ -22,10 +22,10 @@ from .validation import (
     check_timezone,
 )
 
-#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). Off by default: a
-#: prefetched job has its attempt counted at claim, so if a poison message kills the process,
-#: every buffered job spends an attempt with it. Turn it on for throughput (README "Performance").
-DEFAULT_PREFETCH = 0
+#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). None: sized to the
+#: handlers' speed (workerpool/worker/buffer.py), so fast jobs are claimed in batches and slow
+#: ones, whose suspects a crash would make costly to recover, get no buffer.
+DEFAULT_PREFETCH: int | None = None
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,14 @@ class QueueSpec:
 
     ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
     slots, leased and waiting in claim order for the next free slot (0: claim only into free
-    slots). It lets one claim fetch many rows; it is also how much of a backlog one child can
-    hold back from other replicas, so keep it small.
+    slots; None, the default: as many as the handlers finish during one claim's round trip, at
+    most 5 x ``concurrency``, none on a queue with limits). It lets one claim fetch many rows; it is
+    also how much of a backlog one child can hold back from other replicas, so keep it small.
     """
 
     name: str
     concurrency: int = 10
-    prefetch: int = DEFAULT_PREFETCH
+    prefetch: int | None = DEFAULT_PREFETCH
     stale_after: float = 300.0
     drain_timeout: float = 30.0
     hang_timeout: float = 60.0
@@ -63,10 +64,7 @@ class QueueSpec:
             raise ConfigError(f"queue {self.name}: concurrency must be an int")
         if not 1 <= self.concurrency <= 1000:
             raise ConfigError(f"queue {self.name}: concurrency must be within 1..1000")
-        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
-            raise ConfigError(f"queue {self.name}: prefetch must be an int")
-        if not 0 <= self.prefetch <= 1000:
-            raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
+        self._check_prefetch()
         check_positive(f"queue {self.name}: stale_after", self.stale_after, minimum=0)
         check_positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
         check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
@@ -76,6 +74,14 @@ class QueueSpec:
                 grace == float("inf")):
             raise ConfigError(f"queue {self.name}: cancel_grace must be a finite number of"
                               f" seconds >= 0, got {grace!r}")
+
+    def _check_prefetch(self) -> None:
+        if self.prefetch is None:  # sized at run time
+            return
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
+            raise ConfigError(f"queue {self.name}: prefetch must be an int or None")
+        if not 0 <= self.prefetch <= 1000:
+            raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
 
 
 @dataclass(frozen=True)

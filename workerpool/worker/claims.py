@@ -1,8 +1,9 @@
 """When to claim, how many, and handing what was claimed to the handler threads.
 
-A worker holds at most ``concurrency`` running jobs plus ``prefetch`` buffered ones. It claims
-into that room when a handler slot is idle with nothing buffered, or when at least half the
-prefetch buffer has been used up; the waiting outcomes ride in the claim's transaction.
+A worker holds at most ``concurrency`` running jobs plus a buffer of claimed ones (its size:
+``prefetch``, or adapted to the handlers' speed, see :mod:`.buffer`). It claims into that room
+when a handler slot is idle with nothing buffered, or when at least half the buffer has been
+used up; the waiting outcomes ride in the claim's transaction.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import Permanent
 from ..limits import claim_limits
 from ..outcome import classify
 from ..pool import QueueSpec, TaskSpec
+from .buffer import Buffer
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight
@@ -37,12 +39,22 @@ class Claims:
         self.session, self.flights, self.outcomes = session, flights, outcomes
         self.executor, self.counters, self.closed = executor, counters, closed
         self.on_claim = on_claim
-        self.capacity = spec.concurrency + spec.prefetch  # jobs held at most
-        self.refill = max(1, spec.prefetch // 2)  # claim no fewer while slots are busy
         self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
+        self.buffer = Buffer(spec.concurrency, spec.prefetch, limited=bool(self.limits))
+        self.outcomes.prefetch = self.buffer.size
         self._published = False  # the limits, in the queue's row, for `workerpool status`
         self._key_cursor = ""  # where the next per-key claim's key spread resumes
         self._shared = False  # the last claim found the limits out of the fleet's reach
+
+    @property
+    def capacity(self) -> int:
+        """Jobs held at most, now: the handler slots plus the buffer."""
+        return self.spec.concurrency + self.buffer.size
+
+    @property
+    def refill(self) -> int:
+        """Claim no fewer rows than this while every handler slot is busy."""
+        return self.buffer.refill
 
     def busy(self) -> int:
         """Jobs held once the waiting outcomes are written: running (timed-out ones too),
@@ -63,8 +75,8 @@ class Claims:
         """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.
 
         Claiming a few rows each time one job finishes would cost a transaction per job; the
-        refill threshold makes each claim fetch at least half the prefetch (prefetch 0: claim
-        into any free slot, as without a buffer).
+        refill threshold makes each claim fetch at least half the buffer (no buffer: claim into
+        any free slot).
         """
         room = self.free_slots()
         return room > 0 and (room >= self.refill or self.capacity - room < self.spec.concurrency)
@@ -79,6 +91,7 @@ class Claims:
         if not self._published:
             self._publish_limits()
         batch = list(self.outcomes.unwritten)
+        began = time.monotonic()
         if batch or self.session.pooled or self.limits:  # a limited claim holds a lock
             with self.session.transaction() as conn:
                 states = self.outcomes.record(conn, batch) if batch else {}
@@ -86,6 +99,7 @@ class Claims:
         else:  # the claim alone, as after a wake-up: pickup latency is this round trip
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
+        self._resize(batch, time.monotonic() - began)
         self.outcomes.written(batch, states)
         if self.limits:
             self._after_limited_claim(rows)
@@ -97,6 +111,15 @@ class Claims:
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
+
+    def _resize(self, batch: list[Any], seconds: float) -> None:
+        """Feed the buffer the run times that rode with this claim, then its round trip."""
+        for flight, _ in batch:
+            if flight.ran is not None:
+                self.buffer.ran(flight.ran)
+        self.buffer.claimed(seconds)
+        # outcomes wait to ride with the next claim only while a buffer keeps handlers busy
+        self.outcomes.prefetch = self.buffer.size
 
     def _claim(self, conn: Connection) -> list[Any]:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,

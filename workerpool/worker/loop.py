@@ -8,8 +8,9 @@ Each pass:
      interval, or at once on a notification),
   3. fails jobs that overran their ``timeout`` (and asks for a recycle if one will not stop),
   4. writes finished outcomes in one batch, fenced on each lease,
-  5. claims into its free room (``concurrency`` handler slots plus ``prefetch`` buffered jobs)
-     when a handler slot is idle or at least half the prefetch buffer has been used up;
+  5. claims into its free room (``concurrency`` handler slots plus a buffer: ``prefetch``, or by
+     default as many jobs as the handlers finish during one claim's round trip) when a handler
+     slot is idle or at least half the buffer has been used up;
      otherwise outcomes wait, at most OUTCOME_FLUSH seconds, to ride with the next claim,
   6. reports a tick (the heartbeat) if the pass reached the database,
 then waits for a notification, a finished job that left the buffer low, a stop request or the
@@ -90,14 +91,9 @@ class Worker:
         self.flights = Flights()
         self.session = Session(pool, queue, self.spec.concurrency)
         self.outcomes = Outcomes(pool, queue, self.id, self.flights, self.counters,
-                                 prefetch=self.spec.prefetch)
-        self.leases = Leases(self.session, self.flights, self.counters, worker_id=self.id,
-                             queue=queue, task_versions=self.task_versions,
-                             stale_after=self.stale_after, orphans=orphans, renew=renew_leases,
-                             capacity=self.spec.concurrency + self.spec.prefetch)
+                                 prefetch=self.spec.prefetch or 0)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
         self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
-        self.leases.on_cancelled = self.cancels.ask
         self.pause = Pause(self.session, queue, self.spec.poll_interval)
         self.executor = Executor(pool, queue, self.id, self.spec.concurrency, self.session,
                                  began=self._handler_began, returned=self._handler_returned)
@@ -108,6 +104,11 @@ class Worker:
                              closed=lambda: (self._stopping.is_set() or self.timeouts.recycle
                                              or self.pause.paused),
                              on_claim=on_claim or (lambda: None))
+        self.leases = Leases(self.session, self.flights, self.counters, worker_id=self.id,
+                             queue=queue, task_versions=self.task_versions,
+                             stale_after=self.stale_after, orphans=orphans, renew=renew_leases,
+                             capacity=self.spec.concurrency + self.claims.buffer.most)
+        self.leases.on_cancelled = self.cancels.ask
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
 
@@ -214,7 +215,7 @@ class Worker:
         due += [deadline - now for deadline in self.timeouts.deadlines()]
         if until is not None:
             due.append(until - now)
-        if self.spec.prefetch and (self.flights or self.outcomes.unwritten):
+        if self.claims.buffer.size and (self.flights or self.outcomes.unwritten):
             due.append(OUTCOME_FLUSH)  # handlers do not wake the loop while the buffer is deep
         timeout = max(0.0, min(due))
         self._next_wake = now + timeout
@@ -235,7 +236,7 @@ class Worker:
 
     def _handler_returned(self, flight: InFlight, outcome: Outcome | None) -> None:
         self.outcomes.results.put((flight, outcome))
-        if (not self.spec.prefetch or outcome is None
+        if (not self.claims.buffer.size or outcome is None
                 or self.executor.waiting() < self.claims.refill):
             self._wake.set()  # the buffer runs low (or no buffer): time to claim
 
