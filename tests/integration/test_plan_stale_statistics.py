@@ -229,6 +229,7 @@ def rolled_back(engine: Engine, opening: Callable[[Connection], None]) -> Iterat
             opening(conn)
             raw = conn.connection.driver_connection
             assert raw.execute("SHOW enable_sort").fetchone()[0] == "off", "settings in force"
+            assert raw.execute("SHOW jit").fetchone()[0] == "off", "no JIT of a priced-out plan"
             yield raw
         finally:
             trans.rollback()
