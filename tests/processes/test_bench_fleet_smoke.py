@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 from bench.fleet import FIGURES
 from tests.processes.test_bench_smoke import bench_databases, figures, run_bench
-from tests.processes.test_pgbouncer import pgbouncer_binary
+from tests.processes.test_pgbouncer import backend, pgbouncer_binary
 
 COUNTS = (1, 2)
 
@@ -51,6 +51,7 @@ def test_the_per_count_table_has_a_row_per_count(fleet_run):
 
 def test_through_pgbouncer_each_figure_is_reported_against_the_direct_one(server_url: URL):
     pgbouncer_binary()  # skipped locally without one; fails under CI
+    backend(server_url)  # a TCP server, as the PgBouncer tests need
     result = run_bench(server_url, "--quick", "--scale", "1", "--pgbouncer")
     assert result.returncode == 0, result.stderr
     found = figures(result)
