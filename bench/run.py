@@ -29,7 +29,8 @@ DEFAULT_SECTIONS = SECTIONS[:-2]
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
 #: size, before ``--scale`` came to mean supervisor counts.
 ALIASES = {"scale": "growth"}
-#: What a user who never tunes gets: the library's default concurrency and prefetch (sized to the handlers).
+#: What a user who never tunes gets: the library's default concurrency and prefetch (a buffer
+#: sized to the handlers).
 LIBRARY_DEFAULTS = {"BENCH_CONCURRENCY": "default", "BENCH_PREFETCH": "default"}
 CEILING_2 = "ceiling_2proc_jobs_per_s"
 TUNED = {1: "drain_1child_jobs_per_s", 2: "drain_2children_jobs_per_s"}

@@ -64,7 +64,10 @@ def hold_after_warm_up(pool, sql, *, seconds: float, warm_up: int, **settings) -
 def test_fast_handlers_get_a_buffer(pool, sql):
     held = hold_after_warm_up(pool, sql, seconds=0.0, warm_up=50)
     assert held.size == MOST_PER_SLOT * CONCURRENCY  # no-op handlers: the bound
-    assert held.rows == CONCURRENCY + held.size  # claimed while every slot was busy
+    # claimed while every slot was busy: a full buffer, or one a refill short of full (the
+    # buffer may have grown after its last claim; it claims again once half of it is free)
+    refill = held.size // 2
+    assert CONCURRENCY + held.size - refill < held.rows <= CONCURRENCY + held.size, held
 
 
 def test_slow_handlers_get_none(pool, sql):
