@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.helpers.limited import claim, claim_at_once
 from workerpool import WorkerPool, queries
 from workerpool.limits import claim_limits
 from workerpool.schema import RATE_SLICES
@@ -17,12 +18,6 @@ def make_app(pool: WorkerPool, **queue: object) -> WorkerPool:
     return pool
 
 
-def claim(app: WorkerPool, worker: str, limit: int = 10):
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
-    with app.engine.begin() as conn:
-        return queries.claim(conn, queue="q", worker=worker, limit=limit,
-                             task_versions=app.task_versions("q"), stale_after=300,
-                             limits=limits)
 
 
 def finish(sql, ids) -> None:
@@ -57,18 +52,7 @@ def test_concurrent_claims_never_exceed_the_global_limit(pool, sql):
     app = make_app(pool, global_concurrency=4)
     app.task(lambda job: None, queue="q", name="work")
     app.enqueue_many([("work", {"n": n}) for n in range(200)])
-    claimed: list[int] = []
-    start = threading.Barrier(8)
-
-    def claimer(n: int) -> None:
-        start.wait()
-        claimed.extend(row.id for row in claim(app, f"w{n}", limit=3))
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    claimed = claim_at_once(app)
     assert len(claimed) == 4
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'") == [(4,)]
 

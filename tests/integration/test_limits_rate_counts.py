@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-
+from tests.helpers.limited import claim, claim_at_once
 from workerpool import WorkerPool, queries
 from workerpool.limits import claim_limits
 from workerpool.schema import RATE_SLICES
@@ -15,12 +14,6 @@ def rated(pool: WorkerPool, rate: str) -> WorkerPool:
     return pool
 
 
-def claim(app: WorkerPool, worker: str, limit: int = 10):
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
-    with app.engine.begin() as conn:
-        return queries.claim(conn, queue="q", worker=worker, limit=limit,
-                             task_versions=app.task_versions("q"), stale_after=300,
-                             limits=limits)
 
 
 def ring(sql) -> list[tuple]:
@@ -30,18 +23,7 @@ def ring(sql) -> list[tuple]:
 def test_concurrent_claims_never_pass_the_rate_limit(pool, sql):
     app = rated(pool, "7/h")
     app.enqueue_many([("work", {"n": n}) for n in range(100)])
-    claimed: list[int] = []
-    start = threading.Barrier(8)
-
-    def claimer(n: int) -> None:
-        start.wait()
-        claimed.extend(row.id for row in claim(app, f"w{n}", limit=3))
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    claimed = claim_at_once(app)
     assert len(claimed) == 7
     assert [claims for _, claims in ring(sql)] == [7]  # one slice, every claim added to it
 
