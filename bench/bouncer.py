@@ -1,8 +1,8 @@
 """A PgBouncer in transaction pooling mode in front of the bench server (``--scale --pgbouncer``).
 
-The same configuration as ``tests/processes/test_pgbouncer.py`` (trust authentication, no
-protocol-level prepared statements), with a pool large enough that it never makes a claim wait:
-the server connections it opens are the ones the fleet needed at once.
+The configuration the PgBouncer tests use too (trust authentication, no protocol-level
+prepared statements), with a pool large enough that it never makes a claim wait: the server
+connections it opens are the ones the fleet needed at once.
 """
 
 from __future__ import annotations
@@ -38,26 +38,31 @@ def binary() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def _config(directory: Path, port: int, server: URL, newer: bool) -> Path:
-    (directory / "userlist.txt").write_text(f'"{server.username or "postgres"}" ""\n')
+def write_config(directory: Path, port: int, server: tuple[str, int], *, newer: bool,
+                 pool_size: int = POOL_SIZE, max_clients: int = 2000,
+                 user: str = "postgres") -> Path:
+    """``pgbouncer.ini`` (and its userlist) in ``directory``: transaction pooling on
+    ``127.0.0.1:port`` in front of ``server`` (host, port), trust authentication.
+    ``tests/processes/test_pgbouncer.py`` starts its bouncers from the same file."""
+    (directory / "userlist.txt").write_text(f'"{user}" ""\n')
     config = directory / "pgbouncer.ini"
     config.write_text(f"""\
 [databases]
-* = host={server.host} port={server.port or 5432}
+* = host={server[0]} port={server[1]}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir =
 pool_mode = transaction
-default_pool_size = {POOL_SIZE}
-max_client_conn = 2000
+default_pool_size = {pool_size}
+max_client_conn = {max_clients}
 auth_type = trust
 auth_file = {directory / "userlist.txt"}
 ignore_startup_parameters = extra_float_digits,options
@@ -68,7 +73,7 @@ ignore_startup_parameters = extra_float_digits,options
     return config
 
 
-def _newer(path: str) -> bool:
+def newer(path: str) -> bool:
     """1.21+ tracks prepared statements itself: keep 1.18's behaviour (the tested one)."""
     first = subprocess.run([path, "--version"], capture_output=True, text=True,
                            timeout=10).stdout.split()
@@ -83,8 +88,9 @@ def running(bench_url: URL) -> Iterator[URL]:
         raise BouncerError("--pgbouncer needs a TCP server URL (--url with a host)")
     path = binary()
     directory = Path(tempfile.mkdtemp(prefix="wp-bench-bouncer-"))
-    port = _free_port()
-    config = _config(directory, port, bench_url, _newer(path))
+    port = free_port()
+    config = write_config(directory, port, (bench_url.host, bench_url.port or 5432),
+                          newer=newer(path), user=bench_url.username or "postgres")
     as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
     log_path = directory / "pgbouncer.log"
     with log_path.open("wb") as log_file:

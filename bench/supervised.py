@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workerpool import WorkerPool
+from workerpool.oslayer import child_pids
 
 from . import app
 from .database import BenchDatabase, libpq
@@ -59,10 +60,7 @@ class Supervisor:
         return self.process.pid
 
     def children(self) -> list[int]:
-        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        with contextlib.suppress(OSError):
-            return [int(pid) for pid in path.read_text().split()]
-        return []
+        return child_pids(self.pid)
 
     def queue_children(self) -> list[int]:
         return [pid for pid in self.children() if title(pid) == f"workerpool: {app.QUEUE}"]

@@ -52,6 +52,14 @@ def set_parent_death_signal(signum: int) -> bool:
         return False
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` forked that are still alive (Linux ``/proc``; [] if it is gone)."""
+    with contextlib.suppress(OSError):
+        return [int(child) for child in
+                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
 def set_title(title: str) -> None:
     try:
         import setproctitle

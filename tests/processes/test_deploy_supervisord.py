@@ -25,6 +25,7 @@ from tests.helpers.paths import ROOT
 from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
 from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
+from workerpool.oslayer import child_pids
 from workerpool.pool import QueueSpec
 
 CONF = ROOT / "deploy" / "supervisord.conf"
@@ -157,13 +158,6 @@ def logs(directory: Path) -> str:
     return "\n".join(parts)
 
 
-def children_of(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, pool, sql) -> None:
     conf = supervisord
     pool.task(queue="work", name="nap")(lambda job: None)  # enqueue-side declaration of APP's task
@@ -174,7 +168,7 @@ def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, 
                            "AND id = ANY(%s)", [*finishing, too_long])[0][0] == 3,
                timeout=30, message="the 1 s and 60 s jobs to be running")
     supervisor_pid = int(ctl(conf, "pid", "workerpool").stdout.strip())
-    children = children_of(supervisor_pid)
+    children = child_pids(supervisor_pid)
     assert children, "the supervisor has no children"
     assert_probe_healthy(conf.parent / "heartbeat")
 

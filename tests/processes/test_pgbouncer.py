@@ -15,7 +15,6 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
+from bench import bouncer as bouncer_config
 from tests.apps import bouncer as app
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
@@ -66,19 +66,6 @@ def pgbouncer_binary() -> str:
     pytest.skip(reason)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def version(binary: str) -> tuple[int, ...]:
-    """``pgbouncer --version`` → (1, 18, 0)."""
-    first = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                           timeout=10).stdout.split()
-    return tuple(int(part) for part in first[1].split("."))
-
-
 def backend(server_url: URL) -> tuple[str, int]:
     """The TCP address of the test server; the embedded one listens on a private socket."""
     if not server_url.host:
@@ -88,32 +75,6 @@ def backend(server_url: URL) -> tuple[str, int]:
             pytest.fail(reason)
         pytest.skip(reason)
     return server_url.host, server_url.port or 5432
-
-
-def write_config(directory: Path, port: int, server: tuple[str, int], *, newer: bool) -> Path:
-    (directory / "userlist.txt").write_text('"postgres" ""\n')
-    config = directory / "pgbouncer.ini"
-    config.write_text(f"""\
-[databases]
-* = host={server[0]} port={server[1]}
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {port}
-unix_socket_dir =
-pool_mode = transaction
-default_pool_size = {POOL_SIZE}
-max_client_conn = 100
-auth_type = trust
-auth_file = {directory / "userlist.txt"}
-ignore_startup_parameters = extra_float_digits,options
-""")
-    if newer:  # 1.21+ can track protocol-level prepared statements: keep 1.18's behaviour
-        with config.open("a") as out:
-            out.write("max_prepared_statements = 0\n")
-    for path in (directory, *directory.iterdir()):  # pgbouncer runs as postgres when we are root
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return config
 
 
 def accepts(bouncer: Bouncer, server_url: URL) -> bool:
@@ -132,13 +93,14 @@ def bouncer(server_url: URL) -> Iterator[Bouncer]:
     binary = pgbouncer_binary()
     server = backend(server_url)
     directory = Path(tempfile.mkdtemp(prefix="wp-pgbouncer-"))  # not tmp_path: 0700 parents
-    newer = version(binary) >= (1, 21)
+    newer = bouncer_config.newer(binary)
     as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
     started: list[Bouncer] = []
     try:
         for tries_left in reversed(range(3)):
-            port = free_port()
-            config = write_config(directory, port, server, newer=newer)
+            port = bouncer_config.free_port()
+            config = bouncer_config.write_config(directory, port, server, newer=newer,
+                                                 pool_size=POOL_SIZE, max_clients=100)
             log_path = directory / f"pgbouncer-{port}.log"
             with log_path.open("wb") as log_file:
                 proc = subprocess.Popen([binary, *as_user, str(config)],

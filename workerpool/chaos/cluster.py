@@ -25,6 +25,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
+from ..oslayer import child_pids
+
 log = logging.getLogger("workerpool.chaos")
 
 BIN_ENV = "WORKERPOOL_CHAOS_PG_BIN"
@@ -105,10 +107,7 @@ class Cluster:
     def crash(self) -> None:
         """SIGKILL the postmaster and every process it started: the server is simply gone."""
         postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
-        doomed = [postmaster]
-        with contextlib.suppress(OSError):
-            doomed += [int(p) for p in Path(f"/proc/{postmaster}/task/{postmaster}/children")
-                       .read_text().split()]
+        doomed = [postmaster, *child_pids(postmaster)]
         for pid in doomed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..oslayer import child_pids
+
 APP = "workerpool.chaos.app:pool"
 STARTED = "supervisor_started"
 ORPHAN_WAIT = 6.0  # seconds a dead supervisor's children get to exit (drain 2 s + margins)
@@ -34,10 +36,7 @@ class Member:
         return self.process.pid
 
     def children(self) -> list[int]:
-        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        with contextlib.suppress(OSError):
-            return [int(pid) for pid in path.read_text().split()]
-        return []
+        return child_pids(self.pid)
 
 
 def _read(path: Path) -> str:
