@@ -41,7 +41,6 @@ class Claims:
         self.on_claim = on_claim
         self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
         self.buffer = Buffer(spec.concurrency, spec.prefetch, limited=bool(self.limits))
-        self.outcomes.prefetch = self.buffer.size
         self._published = False  # the limits, in the queue's row, for `workerpool status`
         self._key_cursor = ""  # where the next per-key claim's key spread resumes
         self._shared = False  # the last claim found the limits out of the fleet's reach
@@ -118,8 +117,6 @@ class Claims:
             if flight.ran is not None:
                 self.buffer.ran(flight.ran)
         self.buffer.claimed(seconds)
-        # outcomes wait to ride with the next claim only while a buffer keeps handlers busy
-        self.outcomes.prefetch = self.buffer.size
 
     def _claim(self, conn: Connection) -> list[Any]:
         return queries.claim(conn, queue=self.queue, worker=self.worker_id,

@@ -90,8 +90,7 @@ class Worker:
         self._listener: Listener | None = None
         self.flights = Flights()
         self.session = Session(pool, queue, self.spec.concurrency)
-        self.outcomes = Outcomes(pool, queue, self.id, self.flights, self.counters,
-                                 prefetch=self.spec.prefetch or 0)
+        self.outcomes = Outcomes(pool, queue, self.id, self.flights, self.counters)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
         self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
         self.pause = Pause(self.session, queue, self.spec.poll_interval)
@@ -177,7 +176,7 @@ class Worker:
                 self.stop()
             if claiming and self.claims.due():
                 self.claims.claim_and_write_outcomes()
-            elif not claiming or self.outcomes.due():
+            elif not claiming or self.outcomes.due(self.claims.buffer.size):
                 self.outcomes.write(self.session)
             self.leases.beat_if_quiet(self.spec.poll_interval)
         except DATABASE_ERRORS as exc:

@@ -101,9 +101,9 @@ class Outcomes:
     """The outcomes a worker has not written yet, and what follows once they are."""
 
     def __init__(self, pool: WorkerPool, queue: str, worker_id: str, flights: Flights,
-                 counters: Counters, *, prefetch: int) -> None:
+                 counters: Counters) -> None:
         self.pool, self.queue, self.worker_id = pool, queue, worker_id
-        self.flights, self.counters, self.prefetch = flights, counters, prefetch
+        self.flights, self.counters = flights, counters
         #: Handler threads put their results here; only the main loop takes them.
         self.results: queue_module.SimpleQueue[Result] = queue_module.SimpleQueue()
         self.unwritten: list[tuple[InFlight, Outcome]] = []
@@ -124,11 +124,12 @@ class Outcomes:
             else:
                 self.add(flight, outcome)
 
-    def due(self) -> bool:
-        """Outcomes not riding with a claim are written within OUTCOME_FLUSH seconds."""
+    def due(self, buffered: int) -> bool:
+        """Outcomes not riding with a claim are written within OUTCOME_FLUSH seconds; at once
+        when the worker keeps no buffer (``buffered``: its size), whose handlers would idle."""
         if not self.unwritten:
             return False
-        return not self.prefetch or time.monotonic() - self.last_write >= OUTCOME_FLUSH
+        return not buffered or time.monotonic() - self.last_write >= OUTCOME_FLUSH
 
     def freed(self) -> int:
         """Jobs whose handler slot their waiting outcome's write will free."""
