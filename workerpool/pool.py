@@ -8,6 +8,7 @@ importable from here.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -90,6 +91,9 @@ class WorkerPool:
         self._url: URL | None = None
         self._engine: Engine | None = None
         self._async_engine: Any = None
+        # the first use may come from several threads at once (a web app's first requests):
+        # without it each would build an engine, and all but one would leak their connections
+        self._made = threading.RLock()
         self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
         self.payload_limit = payload_limit
         self.notify = notify
@@ -241,13 +245,17 @@ class WorkerPool:
     @property
     def url(self) -> URL:
         if self._url is None:
-            self._url = db.resolve_url(self._url_arg)
+            with self._made:
+                if self._url is None:
+                    self._url = db.resolve_url(self._url_arg)
         return self._url
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = db.create(self.url)
+            with self._made:
+                if self._engine is None:
+                    self._engine = db.create(self.url)
         return self._engine
 
     @property
@@ -255,7 +263,9 @@ class WorkerPool:
         """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
         :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
         if self._async_engine is None:
-            self._async_engine = db.create_async(self.url)
+            with self._made:
+                if self._async_engine is None:
+                    self._async_engine = db.create_async(self.url)
         return self._async_engine
 
     def use_engine(self, engine: Engine) -> None:
@@ -267,6 +277,7 @@ class WorkerPool:
         if self._engine is not None:
             self._engine.dispose(close=False)
         self._engine = None
+        self._made = threading.RLock()  # a thread of the parent may have held it at the fork
 
     def dispose(self) -> None:
         """Close the pool's connections. An async engine, if one was made, is closed too when

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -192,3 +194,29 @@ def test_text_round_trips_exactly_through_the_bulk_insert(app, sql):
     row = sql("SELECT key, payload FROM workerpool_jobs WHERE id = %s", ids[0])[0]
     assert row == (odd, {"s": odd, odd: [odd]})
     assert app.enqueue("send", {"s": odd, odd: [odd]}, key=odd) == ids[0]
+
+
+def test_threads_that_enqueue_first_at_once_share_one_engine(db_url, sql):
+    pool = WorkerPool(db_url)
+    pool.task(lambda job: None, queue="q", name="first")
+    start = threading.Barrier(8)
+    engines = []
+
+    def first_enqueue() -> None:
+        start.wait()
+        engines.append(pool.engine)
+        pool.enqueue("first", {})
+
+    threads = [threading.Thread(target=first_enqueue) for _ in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads inside the engine's creation, as a busy app does
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        pool.dispose()
+    assert len({id(engine) for engine in engines}) == 1  # one engine, so no pool left undisposed
+    assert sql("SELECT count(*) FROM workerpool_jobs")[0][0] == 8
