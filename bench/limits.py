@@ -19,9 +19,12 @@ from __future__ import annotations
 import logging
 import time
 
-from workerpool import WorkerPool, queries
+from sqlalchemy import Engine
+
+from workerpool import WorkerPool, db, queries
 from workerpool.jobs import new_worker_id
 from workerpool.limits import claim_limits
+from workerpool.worker import session_limits
 
 from . import app, supervised
 from .database import BenchDatabase
@@ -94,9 +97,11 @@ def _cpu(bench_db: BenchDatabase, supervisors: list[supervised.Supervisor]) -> f
     return sum(supervised.cpu_seconds(pid) for pid in children + backends)
 
 
-def claim_latencies_ms(bench_db: BenchDatabase, pool: WorkerPool, claims: int) -> list[float]:
-    """``claims`` timed claims of up to 10 rows, as a limited worker runs them; every
-    ``COMPLETE_EVERY`` claims the claimed rows are marked done, untimed."""
+def claim_latencies_ms(bench_db: BenchDatabase, engine: Engine, pool: WorkerPool,
+                       claims: int) -> list[float]:
+    """``claims`` timed claims of up to 10 rows of ``pool``'s queue, as a limited worker runs
+    them (on ``engine``, a connection set up as the worker's); every ``COMPLETE_EVERY`` claims
+    the claimed rows are marked done, untimed."""
     spec = pool.queue_spec(app.QUEUE)
     limits = claim_limits(spec, pool.tasks)
     versions = pool.task_versions(app.QUEUE)
@@ -104,7 +109,7 @@ def claim_latencies_ms(bench_db: BenchDatabase, pool: WorkerPool, claims: int) -
     latencies = []
     for index in range(claims):
         started = time.perf_counter()
-        with pool.engine.begin() as conn:
+        with engine.begin() as conn:
             rows = queries.claim(conn, queue=app.QUEUE, worker=worker, limit=10,
                                  task_versions=versions, stale_after=spec.stale_after,
                                  limits=limits)
@@ -125,10 +130,13 @@ class LimitsBench:
         self.db, self.report = bench_db, report
         self.n, self.repeats, self.claims = n, repeats, claims
         self.pools = {config: app.make_pool(bench_db.url, limits=config) for config in CONFIGS}
+        self.engine = db.create(bench_db.url, application_name="workerpool:bench",
+                                session_settings=session_limits())
 
     def close(self) -> None:
         for pool in self.pools.values():
             pool.dispose()
+        self.engine.dispose()
 
     def run(self, launcher: supervised.Launcher) -> None:
         for repeat in range(self.repeats):
@@ -148,10 +156,11 @@ class LimitsBench:
         load_backlog(self.db, max(self.n, 2 * needed))  # twice: some keys are busy
         self.db.vacuum()
         for config in CONFIGS:
-            claim_latencies_ms(self.db, self.pools[config], WARM_UP_CLAIMS)
+            claim_latencies_ms(self.db, self.engine, self.pools[config], WARM_UP_CLAIMS)
         for repeat in range(self.repeats):
             for config in CONFIGS[repeat % 2:] + CONFIGS[:repeat % 2]:
-                latencies = claim_latencies_ms(self.db, self.pools[config], self.claims)
+                latencies = claim_latencies_ms(self.db, self.engine, self.pools[config],
+                                               self.claims)
                 p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
                 self.report.add(f"limits_claim_{config}_p50_ms", p50)
                 self.report.add(f"limits_claim_{config}_p99_ms", p99)

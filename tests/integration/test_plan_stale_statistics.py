@@ -331,3 +331,52 @@ def test_hot_statement_stops_at_its_limit_under_stale_statistics(
                 assert scans[index] <= bound, scans
         if statement.startswith("claim"):
             assert plan["Actual Rows"] == (1 if statement.endswith("alone") else LIMIT)
+
+
+# -- the per-key probe, on statistics taken while nothing ran -------------------------------------
+
+RUNNING = 300  # the jobs two busy workers hold; the statistics saw none of them
+
+
+@pytest.fixture(scope="module")
+def idle_analyzed_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    """A backlog analyzed before any of it ran, then ``RUNNING`` of it claimed. Its keys are
+    as long as a tenant's id, so the key index is the larger of the two."""
+    name = f"wp_probe_{secrets.token_hex(6)}"
+    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = server_url.set(database=name)
+    try:
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            conn.execute("ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)")
+            conn.execute(f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+                SELECT 'q', 'work', '{{}}', 'tenant:' || md5((g % {KEYS})::text)
+                FROM generate_series(1, 100000) g""")
+            conn.execute("VACUUM ANALYZE workerpool_jobs")
+            conn.execute("UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
+                         f" claimed_at = now() WHERE id <= {RUNNING}")
+        yield url
+    finally:
+        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("planning", list(EXPLAIN))
+def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
+        idle_analyzed_url, planning):
+    """Both ``ix_workerpool_jobs_running_key`` and ``_leased`` hold the running rows; the
+    statistics rate them alike, and ``_leased`` would read every running row of the queue for
+    each candidate of the claim (150 x 40 us)."""
+    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
+    sql, params = compiled(lambda c: queries.claim(
+        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
+        limits=limits))
+    engine = worker_engine(idle_analyzed_url)
+    try:
+        with rolled_back(engine, lambda conn: None) as raw:
+            plan = EXPLAIN[planning](raw, sql, params)
+    finally:
+        engine.dispose()
+    probes = {node["Index Name"] for node in nodes(plan) if node.get("Alias") == "held"}
+    assert probes == {"ix_workerpool_jobs_running_key"}, probes
+    assert plan["Actual Rows"] == LIMIT

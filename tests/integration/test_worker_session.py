@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from workerpool import queries
+from workerpool.limits import claim_limits
 from workerpool.worker.session import Session
 
 
@@ -21,5 +23,30 @@ def test_single_statements_on_the_kept_connection_leave_nothing_behind(pool):
         # what SQLAlchemy runs when the connection returns to the pool: a kept connection never
         # does, so anything left here per statement grows for as long as the worker runs
         assert len(record.finalize_callback) <= 2
+    finally:
+        session.close()
+
+
+def test_the_claims_on_the_kept_connection_are_planned_once(pool):
+    """A prepared claim keeps its generic plan instead of being planned on every call (a plan
+    of the per-key claim costs the server about a millisecond, more than running it)."""
+    pool.queue("q")
+    pool.task(lambda job: None, name="t", queue="q", concurrency_limit=1)
+    limits = claim_limits(pool.queue_spec("q"), pool.tasks)
+    session = Session(pool, "q", concurrency=1)
+    session.open()
+    try:
+        for _ in range(12):
+            for per_key in (None, limits):
+                with session.transaction() as conn:
+                    queries.claim(conn, queue="q", worker="me", limit=10,
+                                  task_versions={"t": 1}, stale_after=30, limits=per_key)
+        with session.transaction() as conn:
+            plans = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE strpos(statement, 'UPDATE workerpool_jobs SET state') > 0").all()
+        assert len(plans) == 2, plans  # the plain claim and the per-key one
+        for generic, custom in plans:
+            assert custom == 0 and generic >= 5, plans
     finally:
         session.close()
