@@ -78,17 +78,28 @@ LOAD = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
-    """One loaded database for the module (loading takes seconds; every test rolls back)."""
+@contextmanager
+def loaded(server_url: URL, template_db: str, extra: list[str]) -> Iterator[URL]:
+    """A database loaded by ``LOAD`` and then ``extra`` (loading takes seconds; every test
+    rolls back)."""
     name = f"wp_plan_{secrets.token_hex(6)}"
     with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     url = server_url.set(database=name)
     try:
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            for statement in LOAD:
+            for statement in LOAD + extra:
                 conn.execute(statement)
+        yield url
+    finally:
+        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    with loaded(server_url, template_db, []) as url:
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
             stats = conn.execute("SELECT count(*) FROM pg_stats"
                                  " WHERE tablename = 'workerpool_jobs'").fetchone()[0]
             rows = conn.execute("SELECT reltuples FROM pg_class"
@@ -96,9 +107,14 @@ def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
         assert stats == 0, "the premise: no column statistics"
         assert rows > PENDING / 2, "the premise: VACUUM refreshed the row count"
         yield url
-    finally:
-        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def fresh_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    """The same rows with statistics that know them: a generic plan then prices ``LIMIT $n`` at
+    a tenth of the backlog, which is where a hash join over the whole table looks cheap."""
+    with loaded(server_url, template_db, ["ANALYZE workerpool_jobs"]) as url:
+        yield url
 
 
 # -- the connections, as workerpool opens them ----------------------------------------------------
@@ -180,8 +196,9 @@ def leases_of(url: URL, worker: str) -> list[tuple[int, int]]:
                             " AND state = 'processing' ORDER BY id", (worker,)).fetchall()
 
 
-def statements(url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
-    held = leases_of(url, "wk0")
+def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each hot statement; ``leases=False``: the claims only (the table holds no lease)."""
+    held = leases_of(url, "wk0") if leases else [(0, 1)]
     lease = queries.Lease(held[0][0], held[0][1], "wk0")
     interrupted = {"type": "Interrupted", "message": "drain"}
     versions = {"work": 1}
@@ -296,9 +313,14 @@ ARM_INDEXES = {
 }
 
 
+@pytest.fixture(scope="module", params=["stale", "fresh"])
+def loaded_url(request) -> URL:
+    return request.getfixturevalue(f"{request.param}_url")
+
+
 @pytest.fixture(scope="module")
-def hot_statements(stale_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
-    return statements(stale_url)
+def hot_statements(loaded_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
+    return statements(loaded_url)
 
 
 @pytest.mark.parametrize("session", list(SESSIONS))
@@ -308,11 +330,11 @@ def hot_statements(stale_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
                                        "claim per key alone", "complete", "renew",
                                        "return_unstarted", "give_back", "reclaim_from_dead_worker",
                                        "sweep_abandoned", "recover_stale", "prune_finished"])
-def test_hot_statement_stops_at_its_limit_under_stale_statistics(
-        stale_url, hot_statements, session, planning, statement):
+def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(
+        loaded_url, hot_statements, session, planning, statement):
     make_engine, opening = SESSIONS[session]
     sql, params = hot_statements[statement]
-    engine = make_engine(stale_url)
+    engine = make_engine(loaded_url)
     try:
         with rolled_back(engine, opening) as raw:
             plan = EXPLAIN[planning](raw, sql, params)
@@ -380,3 +402,43 @@ def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
     probes = {node["Index Name"] for node in nodes(plan) if node.get("Alias") == "held"}
     assert probes == {"ix_workerpool_jobs_running_key"}, probes
     assert plan["Actual Rows"] == LIMIT
+
+
+
+# -- the claims' generic plans, on a table that is nearly all backlog ------------------------------
+
+BACKLOG_ONLY = 120_000
+
+
+@pytest.fixture(scope="module")
+def backlog_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    """Nothing but a backlog, analyzed: a burst of enqueues on a young or pruned table."""
+    name = f"wp_backlog_{secrets.token_hex(6)}"
+    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = server_url.set(database=name)
+    try:
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            conn.execute(f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+                SELECT 'q', 'work', jsonb_build_object('n', g), 'k' || (g % {KEYS})
+                FROM generate_series(1, {BACKLOG_ONLY}) g""")
+            conn.execute("VACUUM ANALYZE workerpool_jobs")
+        yield url
+    finally:
+        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited", "claim per key"])
+def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(
+        backlog_url, statement):
+    """The worker keeps each statement's generic plan; priced with ``LIMIT $n`` unknown, a join
+    of the update to its picked rows could hash a scan of the whole table (53 ms a claim)."""
+    sql, params = statements(backlog_url, leases=False)[statement]
+    engine = worker_engine(backlog_url)
+    try:
+        with rolled_back(engine, lambda conn: None) as raw:
+            plan = generic_plan(raw, sql, params)
+    finally:
+        engine.dispose()
+    assert offending(plan) == [], plan

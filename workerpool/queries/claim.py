@@ -29,6 +29,7 @@ from ..states import DUE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
 from .leases import FENCE_MANY, Lease, fence, lease_params
 from .limited_claim import limited_claim_statement, lock_queue
+from .planner import one_of
 
 # LISTEN: subscribe a listener connection to the wake-up notifications. Index: none, no table.
 #: A hint only: workers also poll.
@@ -105,7 +106,7 @@ def claim_statement(
         picked = due
     return (
         update(jobs)
-        .where(jobs.c.id == picked.c.id)
+        .where(one_of(picked))
         .values(
             state=JobState.PROCESSING,
             attempts=jobs.c.attempts + 1,

@@ -46,7 +46,7 @@ from ..schema import jobs, queues, workers
 from ..states import DUE_STATES, JobState
 from . import key_limits, rate_counts
 from .key_limits import NOW, count_upto
-from .planner import state_in
+from .planner import one_of, state_in
 
 # lock_queue: serialise the limited claims of one queue (or, shared, wait for those that are).
 # Index: pk_workerpool_queues.
@@ -126,7 +126,7 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
     claim = (
         update(jobs)
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
-        .where(jobs.c.id == picked.c.id, state_in(*DUE_STATES))
+        .where(one_of(picked), state_in(*DUE_STATES))
         .values(**values)
         .returning(select(budget.c.safe).scalar_subquery().label("limits_safe"), *columns)
     )

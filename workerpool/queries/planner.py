@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import literal_column
+from sqlalchemy import any_, func, literal_column, select
 
 from ..schema import jobs
 from ..states import JobState
@@ -51,3 +51,16 @@ def state_in(*states: JobState, table: Any = jobs) -> Any:
     values = [literal_column(f"'{state}'") for state in states]
     column = table.c.state
     return column == values[0] if len(values) == 1 else column.in_(values)
+
+
+def one_of(picked: Any, table: Any = jobs) -> Any:
+    """``table.id = ANY(ARRAY(SELECT id FROM picked))``: the claim's UPDATE finds its rows by
+    primary key, with no join for the planner to choose.
+
+    As a join (``WHERE id = picked.id``), a generic plan (the worker's statements keep theirs)
+    prices the arms' ``LIMIT $n`` at a tenth of the backlog, and on a table that is mostly
+    backlog a hash join over a scan of the whole table then looks cheaper than the index
+    probes: 53 ms per claim of 10 at 120k pending rows instead of 0.3. An array is a value:
+    the update probes the primary key with it, whatever the estimates.
+    """
+    return table.c.id == any_(func.array(select(picked.c.id).scalar_subquery()))
