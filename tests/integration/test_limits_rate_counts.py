@@ -93,3 +93,24 @@ def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
     assert [claims for _, claims in ring(sql)] == [3]
     sql("UPDATE workerpool_jobs SET state = 'done' WHERE state = 'processing'")
     assert len(claim(pool, "w2")) == 2  # the queue's 5 per minute, whatever the keys allow
+
+
+def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
+    """A limit removed or changed leaves its window's slots behind; the maintenance child
+    deletes them once no claim can count them, and leaves the slots in use alone."""
+    from workerpool.maintenance.duties import Maintenance
+    from workerpool.queries.rate_counts import PRUNE_AFTER
+
+    app = rated(pool, "5/m")
+    app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    assert len(claim(app, "w1", limit=3)) == 3
+    [(now, _)] = ring(sql)
+    slice_s = 60 / RATE_SLICES
+    # an hourly window last used two hours ago, and a slot of this window past the margin
+    sql("INSERT INTO workerpool_rate_counts (queue, window_s, slot, slice, claims) VALUES"
+        " ('q', 3600, 0, floor(extract(epoch FROM now()) / 360)::bigint - 20, 4),"
+        " ('q', 60, %s, %s, 2)", (now + 1) % (RATE_SLICES + 1),
+        now - int((60 + PRUNE_AFTER) / slice_s) - 2)
+    assert Maintenance(app, worker_id="m").prune_rate_counts() == 2
+    assert ring(sql) == [(now, 3)]
+    assert len(claim(app, "w2")) == 2  # the count in use is untouched

@@ -65,6 +65,7 @@ class Maintenance:
         self.sweep_abandoned()
         self.prune_finished()
         self.prune_workers()
+        self.prune_rate_counts()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
         self.sample_depth()
 
@@ -116,6 +117,11 @@ class Maintenance:
             log.info("pruned worker %s (not seen for %ss)", worker, self.settings.worker_ttl,
                      extra={"event": "worker_pruned", "worker": worker})
         return gone
+
+    def prune_rate_counts(self) -> int:
+        """The rate limits' counts of windows no claim reads any more (a limit removed)."""
+        with self._transaction() as conn:
+            return queries.prune_rate_counts(conn)
 
     def sample_depth(self) -> None:
         """With metrics on, every DEPTH_EVERY seconds: one bounded query for the depth gauges."""

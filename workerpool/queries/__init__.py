@@ -13,7 +13,8 @@ One module per phase of a job's life, each ordered the same way:
 - ``keys``: a key already held (its holder, an expired period);
 - ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted;
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
-- ``maintenance``: the workers registry, cron schedules, pruning;
+- ``maintenance``: the workers registry, cron schedules, pruning (``rate_counts``: a rate
+  limit's ring of counts, and its pruning);
 - ``operations``: the dead-letter queue, status, read-outs;
 - ``control``: cancelling jobs, pausing and resuming queues;
 - ``dashboard``: what the web dashboard reads (job pages by keyset, bounded counts, estimates);
@@ -120,6 +121,7 @@ from .outcomes import (
     snooze,
 )
 from .planner import PLANNER_SETTINGS
+from .rate_counts import prune as prune_rate_counts
 from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
 
 __all__ = [
@@ -190,6 +192,7 @@ __all__ = [
     "one_statement",
     "prune_finished",
     "prune_finished_statement",
+    "prune_rate_counts",
     "prune_workers",
     "publish_limits",
     "purge_dead",

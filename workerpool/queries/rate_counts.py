@@ -12,14 +12,16 @@ whatever the rate.
 Only claims write here, and only to add: a crash, a lease lost or a cancel changes nothing (a
 start stays a start), and a slot never read again is simply overwritten later, so the count
 cannot drift. Two claims adding to one slice queue up on its row for the rest of their
-transactions; those that count (under the queue's exclusive lock) already take turns.
+transactions; those that count (under the queue's exclusive lock) already take turns. The slots
+of a window no claim uses any more (a limit removed or changed, a queue gone) are deleted by
+the maintenance child (``prune``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import case, func, literal, literal_column, select
+from sqlalchemy import Connection, case, delete, extract, func, literal, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.types import BigInteger, Integer, SmallInteger
 
@@ -67,3 +69,18 @@ def add(queue: str, rate: Rate, rows: Any) -> Any:
             "slice": func.greatest(rate_counts.c.slice, new.slice),
         },
     )
+
+
+#: How long after its window a slice is kept: past any claim statement still running (the
+#: worker's statement timeout is 15 s), so a prune never takes a slice a claim still counts.
+PRUNE_AFTER = 60
+
+
+# prune_rate_counts: delete the slots whose slice left every window a claim can still count.
+# Index: none (a scan of a table of a few rows per limited queue).
+def prune(conn: Connection) -> int:
+    """Delete ring slots no claim counts any more; returns how many. A slot still in use is
+    rewritten within its window, so only abandoned windows lose rows."""
+    ended = (rate_counts.c.slice + 1) * rate_counts.c.window_s / RATE_SLICES
+    stale = ended < extract("epoch", func.now()) - rate_counts.c.window_s - PRUNE_AFTER
+    return conn.execute(delete(rate_counts).where(stale)).rowcount
