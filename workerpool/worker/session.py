@@ -41,17 +41,10 @@ def session_limits() -> dict[str, str]:
     The transaction limits, for statements that run outside a transaction of ours (the
     one-statement claim), and the planner settings, in force before the first statement on the
     connection is planned and prepared (``queries.planner``).
-
-    ``plan_cache_mode``: the worker's prepared statements keep their first generic plan.
-    Left to choose, PostgreSQL plans every claim afresh: a generic plan costs a ``LIMIT $n``
-    at a tenth of its input, so it always looks dearer than a custom one and never wins. That
-    is 0.15 ms of the server's CPU per plain claim and 1 ms per per-key claim. With sorts and
-    bitmap scans priced out, the generic plan is the same index walk
-    (``tests/integration/test_plan_stale_statistics.py`` checks it for every hot statement).
     """
     limits = queries.time_limits(statement_timeout=STATEMENT_TIMEOUT, lock_timeout=LOCK_TIMEOUT,
                                  idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
-    return {**limits, **queries.PLANNER_SETTINGS, "plan_cache_mode": "force_generic_plan"}
+    return {**limits, **queries.PLANNER_SETTINGS}
 
 
 def bound(conn: Connection) -> None:
