@@ -79,8 +79,8 @@ LOAD = [
 
 
 @contextmanager
-def loaded(server_url: URL, template_db: str, extra: list[str]) -> Iterator[URL]:
-    """A database loaded by ``LOAD`` and then ``extra`` (loading takes seconds; every test
+def loaded(server_url: URL, template_db: str, load: list[str]) -> Iterator[URL]:
+    """A database of the template, then ``load`` run on it (loading takes seconds; every test
     rolls back)."""
     name = f"wp_plan_{secrets.token_hex(6)}"
     with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
@@ -88,7 +88,7 @@ def loaded(server_url: URL, template_db: str, extra: list[str]) -> Iterator[URL]
     url = server_url.set(database=name)
     try:
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            for statement in LOAD + extra:
+            for statement in load:
                 conn.execute(statement)
         yield url
     finally:
@@ -98,7 +98,7 @@ def loaded(server_url: URL, template_db: str, extra: list[str]) -> Iterator[URL]
 
 @pytest.fixture(scope="module")
 def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
-    with loaded(server_url, template_db, []) as url:
+    with loaded(server_url, template_db, LOAD) as url:
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
             stats = conn.execute("SELECT count(*) FROM pg_stats"
                                  " WHERE tablename = 'workerpool_jobs'").fetchone()[0]
@@ -113,7 +113,7 @@ def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
 def fresh_url(server_url: URL, template_db: str) -> Iterator[URL]:
     """The same rows with statistics that know them: a generic plan then prices ``LIMIT $n`` at
     a tenth of the backlog, which is where a hash join over the whole table looks cheap."""
-    with loaded(server_url, template_db, ["ANALYZE workerpool_jobs"]) as url:
+    with loaded(server_url, template_db, [*LOAD, "ANALYZE workerpool_jobs"]) as url:
         yield url
 
 
@@ -353,92 +353,3 @@ def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(
                 assert scans[index] <= bound, scans
         if statement.startswith("claim"):
             assert plan["Actual Rows"] == (1 if statement.endswith("alone") else LIMIT)
-
-
-# -- the per-key probe, on statistics taken while nothing ran -------------------------------------
-
-RUNNING = 300  # the jobs two busy workers hold; the statistics saw none of them
-
-
-@pytest.fixture(scope="module")
-def idle_analyzed_url(server_url: URL, template_db: str) -> Iterator[URL]:
-    """A backlog analyzed before any of it ran, then ``RUNNING`` of it claimed. Its keys are
-    as long as a tenant's id, so the key index is the larger of the two."""
-    name = f"wp_probe_{secrets.token_hex(6)}"
-    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    url = server_url.set(database=name)
-    try:
-        with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            conn.execute("ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)")
-            conn.execute(f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
-                SELECT 'q', 'work', '{{}}', 'tenant:' || md5((g % {KEYS})::text)
-                FROM generate_series(1, 100000) g""")
-            conn.execute("VACUUM ANALYZE workerpool_jobs")
-            conn.execute("UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
-                         f" claimed_at = now() WHERE id <= {RUNNING}")
-        yield url
-    finally:
-        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.mark.parametrize("planning", list(EXPLAIN))
-def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
-        idle_analyzed_url, planning):
-    """Both ``ix_workerpool_jobs_running_key`` and ``_leased`` hold the running rows; the
-    statistics rate them alike, and ``_leased`` would read every running row of the queue for
-    each candidate of the claim (150 x 40 us)."""
-    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
-    sql, params = compiled(lambda c: queries.claim(
-        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
-        limits=limits))
-    engine = worker_engine(idle_analyzed_url)
-    try:
-        with rolled_back(engine, lambda conn: None) as raw:
-            plan = EXPLAIN[planning](raw, sql, params)
-    finally:
-        engine.dispose()
-    probes = {node["Index Name"] for node in nodes(plan) if node.get("Alias") == "held"}
-    assert probes == {"ix_workerpool_jobs_running_key"}, probes
-    assert plan["Actual Rows"] == LIMIT
-
-
-
-# -- the claims' generic plans, on a table that is nearly all backlog ------------------------------
-
-BACKLOG_ONLY = 120_000
-
-
-@pytest.fixture(scope="module")
-def backlog_url(server_url: URL, template_db: str) -> Iterator[URL]:
-    """Nothing but a backlog, analyzed: a burst of enqueues on a young or pruned table."""
-    name = f"wp_backlog_{secrets.token_hex(6)}"
-    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    url = server_url.set(database=name)
-    try:
-        with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            conn.execute(f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
-                SELECT 'q', 'work', jsonb_build_object('n', g), 'k' || (g % {KEYS})
-                FROM generate_series(1, {BACKLOG_ONLY}) g""")
-            conn.execute("VACUUM ANALYZE workerpool_jobs")
-        yield url
-    finally:
-        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited", "claim per key"])
-def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(
-        backlog_url, statement):
-    """The worker keeps each statement's generic plan; priced with ``LIMIT $n`` unknown, a join
-    of the update to its picked rows could hash a scan of the whole table (53 ms a claim)."""
-    sql, params = statements(backlog_url, leases=False)[statement]
-    engine = worker_engine(backlog_url)
-    try:
-        with rolled_back(engine, lambda conn: None) as raw:
-            plan = generic_plan(raw, sql, params)
-    finally:
-        engine.dispose()
-    assert offending(plan) == [], plan

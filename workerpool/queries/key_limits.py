@@ -28,7 +28,8 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.types import Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import Integer, Text
 
 from ..limits import KeyLimit
 from ..schema import jobs
@@ -103,9 +104,8 @@ def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[Key
 
     The walk reads rows in claim order from the first, so when a key has no more rows among
     the ``take`` candidates than its headroom, they are its first rows this worker may run and
-    all fit: counted per key in a hash (no sort: the worker's planner settings price sorts out,
-    and the price would make PostgreSQL JIT-compile the claim). Only a key with more candidates
-    than room probes for its first ``headroom`` due rows.
+    all fit: counted per key in a hash (no sort: the worker's planner settings price sorts
+    out). Only a key with more candidates than room probes for its first ``headroom`` due rows.
     """
     rows = (select(jobs.c.id, jobs.c.concurrency_key, headroom(queue, keys).label("headroom"))
             .where(*where).order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
@@ -114,14 +114,18 @@ def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[Key
     candidates = (select(rows).where(or_(free, rows.c.headroom > 0)).limit(take)
                   .cte(f"{name}_candidates"))
     per_key = (select(candidates.c.concurrency_key, func.count().label("n"))
+               .where(candidates.c.concurrency_key.isnot(None))
                .group_by(candidates.c.concurrency_key).subquery(f"{name}_per_key"))
+    # the counts as one jsonb object, built once and looked up per row: a join of the
+    # candidates to their counts was planned, on statistics that saw no candidates, as a
+    # nested loop that rescans the counts per row (1.1 ms a claim of 130 instead of 0.1)
+    counts = select(func.jsonb_object_agg(per_key.c.concurrency_key, per_key.c.n, type_=JSONB)
+                    ).scalar_subquery()
     fits = or_(candidates.c.concurrency_key.is_(None), candidates.c.headroom.is_(None),
-               per_key.c.n <= candidates.c.headroom,
+               counts[candidates.c.concurrency_key].astext.cast(Integer)
+               <= candidates.c.headroom,
                candidates.c.id.in_(_first_of_its_key(queue, candidates)))
-    return (select(candidates.c.id, candidates.c.concurrency_key)
-            .select_from(candidates.outerjoin(
-                per_key, per_key.c.concurrency_key == candidates.c.concurrency_key))
-            .where(fits).cte(name))
+    return select(candidates.c.id, candidates.c.concurrency_key).where(fits).cte(name)
 
 
 def _first_of_its_key(queue: str, row: Any) -> Any:
