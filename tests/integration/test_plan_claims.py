@@ -98,3 +98,40 @@ def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(
     finally:
         engine.dispose()
     assert offending(plan) == [], plan
+
+
+# -- the per-key walk's counts, on a table analyzed while empty ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def young_url(server_url: URL, template_db: str) -> Iterator[URL]:
+    """Analyzed while empty (just migrated), then a backlog arrived and some of it ran."""
+    with loaded(server_url, template_db, [
+        "ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)",
+        "VACUUM ANALYZE workerpool_jobs",
+        f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+            SELECT 'q', 'work', '{{}}', 'k' || (g % {KEYS}) FROM generate_series(1, 50000) g""",
+        "UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
+        f" claimed_at = now() WHERE id <= {RUNNING}",
+    ]) as url:
+        yield url
+
+
+@pytest.mark.parametrize("planning", list(EXPLAIN))
+def test_the_per_key_walk_counts_its_candidates_once(young_url, planning):
+    """The statistics say the walk finds one candidate; a join of the candidates to their
+    per-key counts was then a nested loop that rebuilt the counts for every candidate."""
+    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
+    sql, params = compiled(lambda c: queries.claim(
+        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
+        limits=limits))
+    engine = worker_engine(young_url)
+    try:
+        with rolled_back(engine, lambda conn: None) as raw:
+            plan = EXPLAIN[planning](raw, sql, params)
+    finally:
+        engine.dispose()
+    counted = [node for node in nodes(plan) if node["Node Type"] == "Aggregate"
+               and node.get("Strategy") == "Hashed"]
+    assert counted and all(node["Actual Loops"] == 1 for node in counted), counted
+    assert plan["Actual Rows"] == LIMIT
