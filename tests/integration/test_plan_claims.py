@@ -25,6 +25,21 @@ from tests.integration.test_plan_stale_statistics import (
 from workerpool import queries
 from workerpool.limits import ClaimLimits, KeyLimit
 
+
+def per_key_claim_plan(url: URL, planning: str) -> dict:
+    """The explained plan of a per-key claim (limit 1 per key) on a worker's connection."""
+    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
+    sql, params = compiled(lambda c: queries.claim(
+        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
+        limits=limits))
+    engine = worker_engine(url)
+    try:
+        with rolled_back(engine, lambda conn: None) as raw:
+            return EXPLAIN[planning](raw, sql, params)
+    finally:
+        engine.dispose()
+
+
 # -- the per-key probe, on statistics taken while nothing ran -------------------------------------
 
 RUNNING = 300  # the jobs two busy workers hold; the statistics saw none of them
@@ -52,16 +67,7 @@ def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
     """Both ``ix_workerpool_jobs_running_key`` and ``_leased`` hold the running rows; the
     statistics rate them alike, and ``_leased`` would read every running row of the queue for
     each candidate of the claim (150 x 40 us)."""
-    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
-    sql, params = compiled(lambda c: queries.claim(
-        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
-        limits=limits))
-    engine = worker_engine(idle_analyzed_url)
-    try:
-        with rolled_back(engine, lambda conn: None) as raw:
-            plan = EXPLAIN[planning](raw, sql, params)
-    finally:
-        engine.dispose()
+    plan = per_key_claim_plan(idle_analyzed_url, planning)
     probes = {node["Index Name"] for node in nodes(plan) if node.get("Alias") == "held"}
     assert probes == {"ix_workerpool_jobs_running_key"}, probes
     assert plan["Actual Rows"] == LIMIT
@@ -121,16 +127,7 @@ def young_url(server_url: URL, template_db: str) -> Iterator[URL]:
 def test_the_per_key_walk_counts_its_candidates_once(young_url, planning):
     """The statistics say the walk finds one candidate; a join of the candidates to their
     per-key counts was then a nested loop that rebuilt the counts for every candidate."""
-    limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
-    sql, params = compiled(lambda c: queries.claim(
-        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
-        limits=limits))
-    engine = worker_engine(young_url)
-    try:
-        with rolled_back(engine, lambda conn: None) as raw:
-            plan = EXPLAIN[planning](raw, sql, params)
-    finally:
-        engine.dispose()
+    plan = per_key_claim_plan(young_url, planning)
     counted = [node for node in nodes(plan) if node["Node Type"] == "Aggregate"
                and node.get("Strategy") == "Hashed"]
     assert counted and all(node["Actual Loops"] == 1 for node in counted), counted
