@@ -1,14 +1,13 @@
 """WorkerPool: the registry of an application's queues, tasks and cron jobs, and its way in.
 
 The specs and their checks live in :mod:`workerpool.specs` and :mod:`workerpool.validation`;
-writing jobs lives in :mod:`workerpool.enqueue`. Their names used by other modules stay
-importable from here.
+writing jobs lives in :mod:`workerpool.enqueue`, the engines in :mod:`workerpool.engines`.
+Their names used by other modules stay importable from here.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -17,8 +16,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
-from . import db, queries
+from . import queries
 from .backoff import Backoff
+from .engines import Engines
 from .enqueue import (
     INSERT_CHUNK,
     build_job,
@@ -31,7 +31,7 @@ from .errors import ConfigError, UnknownQueue, UnknownTask
 from .limits import check_task_limits
 from .payload import DEFAULT_PAYLOAD_LIMIT
 from .schema import PAYLOAD_HARD_LIMIT
-from .specs import CronSpec, MaintenanceSpec, QueueSpec, TaskSpec
+from .specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from .validation import (
     check_cron_task_options,
     check_max_attempts,
@@ -56,21 +56,6 @@ __all__ = [
 STALE_ENV = "WORKER_CLAIM_STALE_MS"
 
 
-class Hooks(list[Callable[..., Any]]):
-    """Callbacks run for every job that goes dead (or is cancelled). ``pool.on_dead(fn)`` adds
-    one (a decorator)."""
-
-    def __init__(self, name: str = "on_dead") -> None:
-        super().__init__()
-        self.name = name
-
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(fn):
-            raise ConfigError(f"{self.name} hook must be callable, got {type(fn).__name__}")
-        self.append(fn)
-        return fn
-
-
 class WorkerPool:
     """Queues, tasks and cron jobs of one application, and the way to enqueue into them.
 
@@ -87,13 +72,7 @@ class WorkerPool:
     ) -> None:
         if not 0 < payload_limit <= PAYLOAD_HARD_LIMIT:
             raise ConfigError(f"payload_limit must be within 1..{PAYLOAD_HARD_LIMIT}")
-        self._url_arg = url
-        self._url: URL | None = None
-        self._engine: Engine | None = None
-        self._async_engine: Any = None
-        # the first use may come from several threads at once (a web app's first requests):
-        # without it each would build an engine, and all but one would leak their connections
-        self._made = threading.RLock()
+        self.engines = Engines(url)  # nothing connects until the first database call
         self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
         self.payload_limit = payload_limit
         self.notify = notify
@@ -244,65 +223,34 @@ class WorkerPool:
 
     @property
     def url(self) -> URL:
-        if self._url is None:
-            with self._made:
-                if self._url is None:
-                    self._url = db.resolve_url(self._url_arg)
-        return self._url
+        return self.engines.url
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            with self._made:
-                if self._engine is None:
-                    self._engine = db.create(self.url)
-        return self._engine
+        return self.engines.engine
 
     @property
     def async_engine(self) -> Any:
         """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
         :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
-        if self._async_engine is None:
-            with self._made:
-                if self._async_engine is None:
-                    self._async_engine = db.create_async(self.url)
-        return self._async_engine
+        return self.engines.async_engine
 
     def use_engine(self, engine: Engine) -> None:
         """Replace the engine (a forked child builds its own)."""
-        self._engine = engine
+        self.engines.use_engine(engine)
 
     def forget_engine(self) -> None:
         """Drop the engine inherited over a fork without touching its connections."""
-        if self._engine is not None:
-            self._engine.dispose(close=False)
-        self._engine = None
-        self._made = threading.RLock()  # a thread of the parent may have held it at the fork
+        self.engines.forget_engine()
 
     def dispose(self) -> None:
         """Close the pool's connections. An async engine, if one was made, is closed too when
         no event loop runs in this thread; inside one, ``await pool.dispose_async()``."""
-        if self._engine is not None:
-            self._engine.dispose()
-        self._engine = None
-        if self._async_engine is not None:
-            import asyncio
-
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(self.dispose_async())
-            else:
-                raise RuntimeError("inside an event loop: await pool.dispose_async()")
+        self.engines.dispose()
 
     async def dispose_async(self) -> None:
         """Close the pool's async engine (and the sync one) from inside an event loop."""
-        engine, self._async_engine = self._async_engine, None
-        if engine is not None:
-            await engine.dispose()
-        if self._engine is not None:
-            self._engine.dispose()
-        self._engine = None
+        await self.engines.dispose_async()
 
     def migrate(self, revision: str = "head") -> None:
         from .migrate import upgrade

@@ -1,4 +1,5 @@
-"""What an application declares: its worker types, tasks, cron jobs and maintenance settings.
+"""What an application declares: its worker types, tasks, cron jobs, maintenance settings and
+hooks.
 
 Each spec is frozen and checks itself when built, so a bad setting fails when the application
 is imported, with a ConfigError naming it.
@@ -156,3 +157,18 @@ class MaintenanceSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
                 raise ConfigError(f"maintenance: {name} must be an int within 1..100000")
+
+
+class Hooks(list[Callable[..., Any]]):
+    """Callbacks run for every job that goes dead (or is cancelled). ``pool.on_dead(fn)`` adds
+    one (a decorator)."""
+
+    def __init__(self, name: str = "on_dead") -> None:
+        super().__init__()
+        self.name = name
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise ConfigError(f"{self.name} hook must be callable, got {type(fn).__name__}")
+        self.append(fn)
+        return fn

@@ -98,7 +98,7 @@ def test_bad_input_is_refused_before_any_write(app, sql, args, options, error, m
             assert (await conn.execute(text("SELECT count(*) FROM workerpool_jobs"))).scalar() == 0
 
     run_with_engine(app, body)
-    assert app._async_engine is None  # refused before the pool's own engine was even made
+    assert app.engines._async_engine is None  # refused before the pool's own engine was even made
 
 
 def test_the_wrong_kind_of_connection_is_refused_by_name(app, sql):
@@ -143,7 +143,7 @@ def test_the_pools_own_async_engine_is_made_lazily_and_disposed(app, sql):
         ids += await app.enqueue_many_async([("send", {"n": i}) for i in range(300)])
         assert await app.enqueue_many_async([]) == []
         await app.dispose_async()
-        assert app._async_engine is None
+        assert app.engines._async_engine is None
         ids.append(await app.enqueue_async("send", {"n": 2}))  # a new engine, made again
         return ids
 
@@ -151,4 +151,4 @@ def test_the_pools_own_async_engine_is_made_lazily_and_disposed(app, sql):
     assert ids == sorted(ids) and len(set(ids)) == 302
     assert count(sql) == 302
     app.dispose()  # no loop running: closes the async engine too
-    assert app._async_engine is None
+    assert app.engines._async_engine is None

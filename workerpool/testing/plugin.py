@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy.engine import URL, make_url
 
 from .. import db
+from ..engines import Engines
 from ..pool import WorkerPool
 
 TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
@@ -86,11 +87,10 @@ def workerpool_pool(request: pytest.FixtureRequest, workerpool_database_url: URL
     from ..app import load_pool
 
     pool = load_pool(target)
-    saved = pool._url_arg, pool._url, pool._engine, pool._async_engine, pool._inline
-    pool._url_arg = pool._url = workerpool_database_url
-    pool._engine = pool._async_engine = None
+    saved = pool.engines, pool._inline
+    pool.engines = Engines(workerpool_database_url)
     try:
         yield pool
     finally:
         pool.dispose()
-        pool._url_arg, pool._url, pool._engine, pool._async_engine, pool._inline = saved
+        pool.engines, pool._inline = saved
