@@ -101,13 +101,18 @@ def running(bench_url: URL) -> Iterator[URL]:
         _wait_accepting(proc, through, log_path)
         yield through
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """Stop a helper server (PgBouncer, Prometheus): SIGTERM, then SIGKILL after ``grace``."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _wait_accepting(proc: subprocess.Popen, url: URL, log_path: Path) -> None:

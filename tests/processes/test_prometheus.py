@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 
+from bench.bouncer import stop
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
 from tests.processes.test_metrics import free_port
@@ -106,9 +107,4 @@ def test_a_real_prometheus_scrapes_the_supervisor(start, app, sql, tmp_path):
         assert {"workerpool_heartbeat_age_seconds", "workerpool_claims_total",
                 "workerpool_jobs_in_flight"} <= names
     finally:
-        prom.terminate()
-        try:
-            prom.wait(20)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait(10)
+        stop(prom, 20)
