@@ -4,6 +4,7 @@ on first use, once, and closed on dispose."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine
@@ -27,27 +28,26 @@ class Engines:
 
     @property
     def url(self) -> URL:
-        if self._url is None:
-            with self._made:
-                if self._url is None:
-                    self._url = db.resolve_url(self._url_arg)
-        return self._url
+        return self._once("_url", lambda: db.resolve_url(self._url_arg))
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            with self._made:
-                if self._engine is None:
-                    self._engine = db.create(self.url)
-        return self._engine
+        return self._once("_engine", lambda: db.create(self.url))
 
     @property
     def async_engine(self) -> Any:
-        if self._async_engine is None:
+        return self._once("_async_engine", lambda: db.create_async(self.url))
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        """The attribute ``name``, made by ``make`` if it is still None (by one thread only)."""
+        value = getattr(self, name)
+        if value is None:
             with self._made:
-                if self._async_engine is None:
-                    self._async_engine = db.create_async(self.url)
-        return self._async_engine
+                value = getattr(self, name)
+                if value is None:
+                    value = make()
+                    setattr(self, name, value)
+        return value
 
     def use_engine(self, engine: Engine) -> None:
         self._engine = engine
