@@ -10,12 +10,13 @@ from fastapi.testclient import TestClient
 from examples import fastapi_app
 from tests.helpers.waiting import wait_until
 from tests.processes.recipes import workerpool_run
+from workerpool.engines import Engines
 
 
 def test_the_job_runs_iff_the_request_commits(db_url, sql, tmp_path, monkeypatch):
     url = db_url.render_as_string(hide_password=False)
     monkeypatch.setenv("WORKERPOOL_DATABASE_URL", url)
-    monkeypatch.setattr(fastapi_app.pool, "_url", None)  # resolve this test's database
+    monkeypatch.setattr(fastapi_app.pool, "engines", Engines(None))  # on this test's database
     with TestClient(fastapi_app.app) as client, \
             workerpool_run("examples.fastapi_app:pool", url, tmp_path) as sup:
         created = client.post("/signups", json={"email": "ada@example.com"})

@@ -8,12 +8,13 @@ import signal
 from examples import flask_app
 from tests.helpers.waiting import wait_until
 from tests.processes.recipes import workerpool_run
+from workerpool.engines import Engines
 
 
 def test_the_job_commits_with_the_orm_session(db_url, sql, tmp_path, monkeypatch):
     url = db_url.render_as_string(hide_password=False)
     monkeypatch.setenv("WORKERPOOL_DATABASE_URL", url)
-    monkeypatch.setattr(flask_app.pool, "_url", None)  # resolve this test's database
+    monkeypatch.setattr(flask_app.pool, "engines", Engines(None))  # on this test's database
     app = flask_app.create_app()
     client = app.test_client()
     try:
