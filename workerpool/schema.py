@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from .states import DUE_STATES, LIVE_STATES, PRUNED_STATES, DeadReason, JobState
 
@@ -102,6 +102,11 @@ jobs = Table(
     # The enqueuer's W3C trace context ({"traceparent", "tracestate"}), the parent of the
     # worker's run span (workerpool.tracing); NULL when the enqueue was not traced.
     Column("trace_context", JSONB),
+    # What the handler returned (JSON, checked like a payload); NULL when it returned None.
+    # Written by the completing UPDATE, fenced on the lease.
+    Column("result", JSONB),
+    # The batch this job is a member of (or, for a batch's callback, the batch it reports on).
+    Column("batch_id", BigInteger),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -112,6 +117,7 @@ jobs = Table(
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
+    CheckConstraint(f"octet_length(result::text) <= {PAYLOAD_HARD_LIMIT}", name="result_size"),
     CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
     CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
     CheckConstraint(f"key_scope IS NULL OR {_in('key_scope', KEY_SCOPES)}", name="key_scope"),
@@ -199,6 +205,17 @@ Index(
     postgresql_where=text(f"state = '{JobState.DEAD}'"),
     postgresql_include=["queue", "task", "dead_reason"],
 )
+# Batches: a batch's members by state (the outcome path's "is any member still live?" is three
+# probes; status counts and result pages read only the batch's own entries). Rows without a
+# batch are not in it, so they pay nothing for it.
+Index(
+    "ix_workerpool_jobs_batch",
+    jobs.c.batch_id,
+    jobs.c.state,
+    jobs.c.id,
+    postgresql_where=text("batch_id IS NOT NULL"),
+)
+
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.
 QUEUE_STATE_STATISTICS = "workerpool_jobs_queue_state"
@@ -262,3 +279,59 @@ queues = Table(
     # of a limited queue locks this row, so that its counts are taken one claim at a time.
     Column("limits", JSONB),
 )
+
+#: What a finished batch came to: every member done, or at least one dead or cancelled.
+BATCH_OUTCOMES = ("success", "failure")
+#: Who fired a batch's callbacks: the transaction of its last member's outcome, its own opening
+#: transaction (an empty batch), or the maintenance sweep (a safety net that should never fire).
+BATCH_FIRED_BY = ("outcome", "empty", "sweep")
+
+# Batches (fan-out and fan-in): members carry ``batch_id``; the callbacks are enqueued exactly
+# once, in the transaction of the last member's final outcome (workerpool.queries.batches).
+batches = Table(
+    "workerpool_batches",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    # A coordinator's idempotency key: opening a batch under a key that exists reopens it.
+    Column("key", Text),
+    Column("on_complete", Text),
+    Column("on_success", Text),
+    Column("on_failure", Text),
+    # The callback jobs to insert, resolved from the opener's registry:
+    # [{"on": "complete"|"success"|"failure", "queue", "task", "payload_version", "priority",
+    #   "max_attempts"}]
+    Column("callbacks", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    Column("finished_at", TZ),
+    Column("outcome", Text),
+    Column("fired_by", Text),
+    Column("callback_ids", ARRAY(BigInteger)),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    CheckConstraint("jsonb_typeof(callbacks) = 'array'", name="callbacks_array"),
+    CheckConstraint(
+        f"(finished_at IS NULL) = (outcome IS NULL) AND "
+        f"(outcome IS NULL OR {_in('outcome', BATCH_OUTCOMES)}) AND "
+        f"(fired_by IS NULL OR {_in('fired_by', BATCH_FIRED_BY)})",
+        name="finished",
+    ),
+)
+Index("uq_workerpool_batches_key", batches.c.key, unique=True,
+      postgresql_where=text("key IS NOT NULL"))
+# The open batches: the maintenance sweep's and ``workerpool status``'s.
+Index("ix_workerpool_batches_open", batches.c.id, postgresql_where=text("finished_at IS NULL"))
+# Pruning finished batches after the retention.
+Index("ix_workerpool_batches_finished", batches.c.finished_at,
+      postgresql_where=text("finished_at IS NOT NULL"))
+
+# Callers waiting in ``pool.result`` for a job to settle: the outcome write that settles a job
+# listed here sends one NOTIFY on RESULTS_CHANNEL (and deletes the rows); a job nobody waits for
+# costs the outcome path nothing. A waiter that gives up deletes its own row.
+waiters = Table(
+    "workerpool_waiters",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("since", TZ, nullable=False, server_default=text("now()")),
+)
+Index("ix_workerpool_waiters_job_id", waiters.c.job_id)
