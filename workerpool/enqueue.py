@@ -96,14 +96,17 @@ _NO_SCOPE = (None, None, "keep")
 
 
 def enqueue_one(pool: Registry, task: str | Callable, payload: Mapping[str, Any] | None,
-                conn: Connection | None, options: Mapping[str, Any]) -> int:
-    """One job in one INSERT: in the caller's transaction on ``conn``, else in autocommit."""
+                conn: Connection | None, options: Mapping[str, Any], *,
+                batch_id: int | None = None) -> int:
+    """One job in one INSERT: in the caller's transaction on ``conn``, else in autocommit.
+    ``batch_id`` (with ``conn``): a member of that batch (``workerpool.batches``)."""
     row = build_job(pool, task, payload, **options)
     if conn is not None:
         conn = caller_connection(conn)
     with tracing.enqueue_span(row.queue, row.task) as trace:
         if conn is not None:
-            return queries.insert_one(conn, row, notify_queue=pool.notify, trace_context=trace)
+            return queries.insert_one(conn, row, notify_queue=pool.notify, trace_context=trace,
+                                      batch_id=batch_id)
         if row.key is None:  # nothing to conflict with: one statement, no pre-ping
             return _insert_keyless(pool.engine, row, pool.notify, trace)
         with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback
@@ -121,27 +124,30 @@ def build_batch(pool: Registry, jobs: Any) -> list[queries.NewJob]:
     return _build_rows(pool, _job_items(jobs), {})
 
 
-def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[int]:
+def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None, *,
+                  batch_id: int | None = None) -> list[int]:
     """Many jobs atomically, with one NOTIFY; ids in the order given (``pool.enqueue_many``).
 
     A batch without keys is one COPY (:func:`_copy_batch`). A batch with a key needs ``ON
     CONFLICT``: one INSERT, or, beyond :data:`INSERT_CHUNK` jobs, chunks pipelined in one
     transaction (a savepoint in the caller's). A caller's connection on another driver than
     psycopg 3 (psycopg2) can do neither COPY nor pipeline: its batch is one INSERT.
+    ``batch_id`` (with ``conn``): the new jobs are members of that batch.
     """
     items = _job_items(jobs)
     if conn is not None:
         conn = caller_connection(conn)
     if items and not _any_key(items) and (conn is None or queries.can_copy(conn)):
         with tracing.enqueue_span(None, None, len(items)) as trace:
-            return _copy_batch(pool, items, conn, trace)
+            return _copy_batch(pool, items, conn, trace, batch_id)
     if len(items) > INSERT_CHUNK and (conn is None or queries.can_pipeline(conn)):
         with tracing.enqueue_span(None, None, len(items)) as trace:
-            return _write_chunks(pool, items, conn, trace)
+            return _write_chunks(pool, items, conn, trace, batch_id)
     rows = _build_rows(pool, items, {})
     with tracing.enqueue_span(None, None, len(rows)) as trace:
         if conn is not None:
-            return queries.insert_jobs(conn, rows, notify=pool.notify, trace_context=trace)
+            return queries.insert_jobs(conn, rows, notify=pool.notify, trace_context=trace,
+                                       batch_id=batch_id)
         if all(row.key is None for row in rows):  # no key, no conflict: nothing to roll back
             with single_statement(pool.engine) as own:
                 return queries.insert_jobs(own, rows, notify=pool.notify, trace_context=trace)
@@ -150,7 +156,7 @@ def enqueue_batch(pool: Registry, jobs: Any, conn: Connection | None) -> list[in
 
 
 def _copy_batch(pool: Registry, items: list[Any], conn: Connection | None,
-                trace: str | None) -> list[int]:
+                trace: str | None, batch_id: int | None = None) -> list[int]:
     """A batch without keys by COPY: in a transaction of its own, or a savepoint in the
     caller's. Every row is checked before anything is sent: a bad one is refused with nothing
     written (checking them as they stream measured no faster)."""
@@ -158,7 +164,8 @@ def _copy_batch(pool: Registry, items: list[Any], conn: Connection | None,
 
     def copy(driver: Any, own_transaction: bool) -> list[int]:
         return queries.copy_jobs(driver, rows, len(rows), notify=pool.notify,
-                                 trace_context=trace, own_transaction=own_transaction)
+                                 trace_context=trace, own_transaction=own_transaction,
+                                 batch_id=batch_id)
 
     if conn is None:
         return single_write.write(pool.engine, lambda cursor: copy(cursor.connection, True))
@@ -173,7 +180,7 @@ def _any_key(items: list[Any]) -> bool:
 
 
 def _write_chunks(pool: Registry, items: list[Any], conn: Connection | None,
-                  trace: str | None) -> list[int]:
+                  trace: str | None, batch_id: int | None = None) -> list[int]:
     seen: dict[str, queries.NewJob] = {}
     chunks = (_build_rows(pool, items[start:end], seen)
               for start, end in _chunk_bounds(len(items)))
@@ -181,7 +188,8 @@ def _write_chunks(pool: Registry, items: list[Any], conn: Connection | None,
         with single_statement(pool.engine) as own, atomically(own):
             return queries.insert_job_chunks(own, chunks, notify=pool.notify, trace_context=trace)
     with atomically(conn):
-        return queries.insert_job_chunks(conn, chunks, notify=pool.notify, trace_context=trace)
+        return queries.insert_job_chunks(conn, chunks, notify=pool.notify, trace_context=trace,
+                                         batch_id=batch_id)
 
 
 def _build_rows(pool: Registry, items: list[Any], seen: dict[str, queries.NewJob]

@@ -38,9 +38,9 @@ class PayloadError(InvalidJob):
 class PayloadTooLarge(PayloadError):
     """Payload is larger than the size limit."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, what: str = "payload") -> None:
         self.size, self.limit = size, limit
-        super().__init__(f"payload is {size} bytes, over the limit of {limit} bytes")
+        super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
 
 
 class UnknownTask(WorkerpoolError, LookupError):
@@ -53,6 +53,41 @@ class UnknownQueue(ConfigError, LookupError):
 
 class UnknownJob(WorkerpoolError, LookupError):
     """No job has this id."""
+
+
+class UnknownBatch(WorkerpoolError, LookupError):
+    """No batch has this id."""
+
+
+class JobFailed(WorkerpoolError):
+    """The job ended ``dead``: ``reason`` (exhausted, permanent, abandoned) and ``errors``, its
+    error history (one entry per failed attempt), say why."""
+
+    def __init__(self, job_id: int, reason: str | None, errors: list) -> None:
+        self.job_id, self.reason, self.errors = job_id, reason, errors
+        last = errors[-1] if errors else {}
+        cause = f": {last.get('type', '')}: {last.get('message', '')}" if last else ""
+        super().__init__(f"job {job_id} is dead ({reason}){cause}")
+
+
+class JobCancelled(WorkerpoolError):
+    """The job was cancelled; ``errors`` holds the cancel request (who, why, when)."""
+
+    def __init__(self, job_id: int, errors: list) -> None:
+        self.job_id, self.errors = job_id, errors
+        super().__init__(f"job {job_id} was cancelled")
+
+
+class ResultTimeout(WorkerpoolError, TimeoutError):
+    """The job had not finished when the wait for its result ran out (it may still finish)."""
+
+
+class BatchClosed(WorkerpoolError):
+    """This batch's ``with`` block is over: open a new batch (or reopen it by its key)."""
+
+
+class BatchFinished(WorkerpoolError):
+    """This batch finished (its callbacks fired): it takes no new member."""
 
 
 class IdempotencyConflict(WorkerpoolError):

@@ -29,6 +29,8 @@ class Job:
     run_at: datetime | None = None
     checkpoint_data: Any = None
     worker: str = ""
+    #: The batch this job is a member of; in a batch's callback, the batch it reports on.
+    batch_id: int | None = None
     _save_checkpoint: Callable[[Job, Any], None] | None = field(
         default=None, repr=False, compare=False
     )
@@ -53,6 +55,7 @@ class Job:
             run_at=row.run_at,
             checkpoint_data=row.checkpoint,
             worker=worker,
+            batch_id=getattr(row, "batch_id", None),
             _save_checkpoint=saver,
             _cancel=cancel,
         )

@@ -15,6 +15,7 @@ from sqlalchemy import Connection
 
 from . import queries
 from .dead import DeadNotice
+from .queries.settled import after_rows
 from .states import DeadReason, JobState
 
 log = logging.getLogger("workerpool.orphans")
@@ -33,8 +34,10 @@ class Released:
 def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
     """Give back every row still ``processing`` under ``worker_ids`` and forget those workers."""
     released = Released()
+    changed = []
     for worker in worker_ids:
         rows = queries.reclaim_from_dead_worker(conn, worker)
+        changed += rows
         if rows:
             log.warning("released %d job(s) of dead worker %s", len(rows), worker,
                         extra={"event": "orphans_released", "worker": worker,
@@ -43,4 +46,6 @@ def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
         released.rows += len(rows)
         released.dead += [DeadNotice.of(row, DeadReason.ABANDONED)
                           for row in rows if row.state == JobState.DEAD]
+    # once, after every row: dead/abandoned (or cancelled) rows may end their batches
+    after_rows(conn, changed)
     return released

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import queries
-from .errors import Permanent, RetryLater, WorkerpoolError
+from .errors import PayloadError, Permanent, RetryLater, WorkerpoolError
+from .payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from .pool import TaskSpec
 from .states import OutcomeKind
 
@@ -25,6 +26,8 @@ class Outcome:
     kind: OutcomeKind
     error: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
+    #: ``done`` only: the handler's return value as JSON text (None: it returned None).
+    result: str | None = None
 
 
 def safe_text(value: Any, limit: int) -> str:
@@ -68,11 +71,22 @@ def format_traceback(exc: BaseException) -> str:
 
 
 def classify(
-    exc: BaseException | None, spec: TaskSpec, attempt: int, worker: str, rng=random
+    exc: BaseException | None, spec: TaskSpec, attempt: int, worker: str, rng=random, *,
+    result: Any = None, limit: int = DEFAULT_PAYLOAD_LIMIT,
 ) -> Outcome:
-    """The outcome of an attempt that returned (``exc is None``) or raised ``exc``."""
+    """The outcome of an attempt that returned ``result`` (``exc is None``) or raised ``exc``.
+
+    The result is checked like a payload (JSON, at most ``limit`` bytes); one that is refused
+    fails the attempt with the reason (retried per policy) and nothing of it is written.
+    """
     if exc is None:
-        return Outcome(OutcomeKind.DONE)
+        if result is None:
+            return Outcome(OutcomeKind.DONE)
+        try:
+            return Outcome(OutcomeKind.DONE, result=dumps(result, limit=limit, what="result",
+                                                          object_only=False))
+        except PayloadError as refused:
+            exc = refused
     if isinstance(exc, RetryLater):
         return Outcome(OutcomeKind.SNOOZE, delay=exc.delay)
     entry = error_entry(exc, attempt=attempt, worker=worker)

@@ -55,7 +55,7 @@ def dumps(
         text = _ENCODER.encode(payload)
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise PayloadTooLarge(size, limit)
+        raise PayloadTooLarge(size, limit, what)
     return text
 
 

@@ -20,6 +20,8 @@ class JobState(enum.StrEnum):
 
 #: States a job can still leave; the others are terminal.
 LIVE_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.FAILED)
+#: States a job ends in: its result (or its failure) is final, and its batch may finish.
+FINAL_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 #: States the due arm of the claim takes.
 DUE_STATES = (JobState.PENDING, JobState.FAILED)
 #: Terminal states whose rows the pruning deletes after the retention window.

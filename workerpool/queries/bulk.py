@@ -27,6 +27,8 @@ from .enqueue import NOTIFY_CHANNEL, TRACE_COLUMN, NewJob
 COPY_COLUMNS = ("id", "queue", "task", "payload", "payload_version", "priority", "max_attempts",
                 "run_at", TRACE_COLUMN, "concurrency_key")
 COPY_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+#: A batch's members: the same rows and the batch's id (one value for every row).
+COPY_BATCH_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}, batch_id) FROM STDIN"
 #: The sequence is looked up once per statement (an InitPlan): a lookup per row (the subquery
 #: in FROM is flattened into the scan) made the statement 5x slower.
 _RESERVE_SQL = (
@@ -55,7 +57,7 @@ def can_copy(conn: Connection) -> bool:
 
 def copy_jobs(driver: psycopg.Connection, rows: Iterable[NewJob], count: int, *,
               notify: bool = False, trace_context: str | None = None,
-              own_transaction: bool = False) -> list[int]:
+              own_transaction: bool = False, batch_id: int | None = None) -> list[int]:
     """COPY ``count`` rows (no keys), streamed from ``rows``; their ids in input order.
 
     ``own_transaction``: ``driver`` is in autocommit and this sends BEGIN and COMMIT (each with
@@ -69,7 +71,7 @@ def copy_jobs(driver: psycopg.Connection, rows: Iterable[NewJob], count: int, *,
     with driver.cursor() as cursor:
         try:
             now, ids = _reserve(cursor, begin, count)
-            queues = _copy(cursor, rows, ids, now, trace_context)
+            queues = _copy(cursor, rows, ids, now, trace_context, batch_id)
             _finish(cursor, queues if notify else None, commit=own_transaction)
         except BaseException:
             if own_transaction:
@@ -89,14 +91,17 @@ def _reserve(cursor: psycopg.Cursor, begin: str, count: int) -> tuple[datetime, 
 
 
 def _copy(cursor: psycopg.Cursor, rows: Iterable[NewJob], ids: list[int], now: datetime,
-          trace_context: str | None) -> set[str]:
+          trace_context: str | None, batch_id: int | None = None) -> set[str]:
     """Stream the rows, each with its id, :data:`LINES_PER_WRITE` at a time; their queues."""
     queues: set[str] = set()
     trace = _NULL if trace_context is None else _escape_json(trace_context)
     lines: list[str] = []
-    with cursor.copy(COPY_SQL, writer=LibpqWriter(cursor, flush_threshold=0)) as copy:
+    sql = COPY_SQL if batch_id is None else COPY_BATCH_SQL
+    member = "" if batch_id is None else f"\t{int(batch_id)}\n"
+    with cursor.copy(sql, writer=LibpqWriter(cursor, flush_threshold=0)) as copy:
         for job_id, row in zip(ids, rows, strict=True):
-            lines.append(_line(job_id, row, now, trace))
+            line = _line(job_id, row, now, trace)
+            lines.append(line[:-1] + member if member else line)
             queues.add(row.queue)
             if len(lines) == LINES_PER_WRITE:
                 copy.write("".join(lines))

@@ -51,6 +51,7 @@ CLAIM_COLUMNS = (
     jobs.c.claimed_at,
     jobs.c.crashes,  # above 0: a suspect, to run alone
     jobs.c.trace_context,  # the parent of the run span (workerpool.tracing)
+    jobs.c.batch_id,  # job.batch_id: a member's batch, or the batch a callback reports on
 )
 
 

@@ -34,6 +34,7 @@ from ..states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
 from .leases import Lease, fence
+from .settled import after_rows
 
 #: Notification payloads that are not queue names start with this (names cannot contain it).
 CONTROL = "!"
@@ -67,7 +68,8 @@ def select_ids(conn: Connection, queue: str, task: str | None, state: str | None
 # cancel: queued rows → cancelled now; processing rows → cancel requested (first request kept).
 # Index: pk_workerpool_jobs.
 def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) -> list[Any]:
-    """Returns ``id, queue, task, attempts, state, claimed_by`` of every row it changed."""
+    """Returns ``id, queue, task, attempts, state, claimed_by, batch_id`` of every row it
+    changed; waiters of the rows it cancelled are woken and their batches settled."""
     queued = jobs.c.state.in_([literal_column(f"'{s}'") for s in DUE_STATES])
     request = cancel_request(by, reason)
     stmt = (
@@ -81,9 +83,11 @@ def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) ->
             cancel_request=request,
         )
         .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.attempts, jobs.c.state,
-                   jobs.c.claimed_by)
+                   jobs.c.claimed_by, jobs.c.batch_id)
     )
-    return list(conn.execute(stmt, {"ids": list(ids)}).all())
+    rows = list(conn.execute(stmt, {"ids": list(ids)}).all())
+    after_rows(conn, rows)  # queued rows cancelled now: their waiters and batches
+    return rows
 
 
 # notify_cancel: tell the owner of these running rows to stop them. Index: none.

@@ -54,6 +54,11 @@ TRACE_COLUMN = "trace_context"
 TRACE_PARAM = "trace_context"
 TRACE_VALUE = f"CAST(:{TRACE_PARAM} AS jsonb)"
 
+# The batch: one value per statement too (a batch's members are written by its own calls); a
+# job outside a batch is written by statements that do not name the column at all.
+BATCH_COLUMN = ", batch_id"
+BATCH_VALUE = ", CAST(:batch_id AS bigint)"
+
 
 # ---------------------------------------------------------------------------------------------
 # a batch
@@ -72,10 +77,10 @@ TRACE_VALUE = f"CAST(:{TRACE_PARAM} AS jsonb)"
 _INSERT_SQL = """
 WITH inserted AS (
   INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key,
-                       run_at, {trace_column}{extra})
+                       run_at, {trace_column}{batch_column}{extra})
   SELECT queue, task, payload, payload_version, priority, max_attempts, key,
          COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))),
-         {trace_value}{extra}
+         {trace_value}{batch_value}{extra}
   FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
          max_attempts int, key text, run_at timestamptz, delay float8{extra_types}))
@@ -91,11 +96,14 @@ SELECT inserted.id{returning} FROM inserted{join_notified}
 _EXTRA_COLUMNS = ", concurrency_key, key_scope"
 
 
-def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False) -> Any:
+def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False,
+                      batched: bool = False) -> Any:
     return text(_INSERT_SQL.format(
         table=jobs.name,
         trace_column=TRACE_COLUMN,
         trace_value=TRACE_VALUE,
+        batch_column=BATCH_COLUMN if batched else "",
+        batch_value=BATCH_VALUE if batched else "",
         extra=_EXTRA_COLUMNS if extended else "",
         extra_types=", concurrency_key text, key_scope text" if extended else "",
         on_conflict=f"\n  ON CONFLICT (key) WHERE {KEY_HELD} DO NOTHING" if keyed else "",
@@ -107,30 +115,34 @@ def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False) -> A
 
 
 _INSERT_STATEMENTS = {
-    (keyed, notify, extended): _insert_statement(keyed=keyed, notify=notify, extended=extended)
+    (keyed, notify, extended, batched): _insert_statement(
+        keyed=keyed, notify=notify, extended=extended, batched=batched)
     for keyed in (False, True) for notify in (False, True) for extended in (False, True)
+    for batched in (False, True)
 }
 
 
 def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False,
-                trace_context: str | None = None) -> list[int]:
+                trace_context: str | None = None, batch_id: int | None = None) -> list[int]:
     """Insert ``rows`` in one statement; a row whose key exists returns the existing id.
 
     With ``notify=True`` the same statement also sends the wake-up NOTIFY for the rows' queues
     (see :func:`notify`). Raises IdempotencyConflict (nothing written by this call once the
     caller's transaction rolls back) when an existing key holds a different task or payload.
+    ``batch_id``: the new rows are members of this batch (a held key's job stays as it is).
     """
     if not rows:
         return []
     keyed, extended = _keyed(rows), _extended(rows)
-    returned = conn.execute(_INSERT_STATEMENTS[keyed, notify, extended],
-                            _insert_params(rows, notify, trace_context)).all()
+    returned = conn.execute(
+        _INSERT_STATEMENTS[keyed, notify, extended, batch_id is not None],
+        _insert_params(rows, notify, trace_context, batch_id)).all()
     return _ids_in_input_order(conn, rows, returned, keyed=keyed)
 
 
 def insert_job_chunks(
     conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False,
-    trace_context: str | None = None,
+    trace_context: str | None = None, batch_id: int | None = None,
 ) -> list[int]:
     """:func:`insert_jobs` for each chunk, all sent in one pipeline (psycopg's pipeline mode).
 
@@ -145,8 +157,9 @@ def insert_job_chunks(
         for rows in chunks:
             keyed = _keyed(rows)
             cursor = driver.cursor()
-            cursor.execute(_driver_sql(conn.dialect, keyed, notify, _extended(rows)),
-                           _insert_params(rows, notify, trace_context))
+            cursor.execute(_driver_sql(conn.dialect, keyed, notify, _extended(rows),
+                                       batch_id is not None),
+                           _insert_params(rows, notify, trace_context, batch_id))
             sent.append((rows, keyed, cursor))
     ids: list[int] = []
     for rows, keyed, cursor in sent:
@@ -169,18 +182,21 @@ def _extended(rows: Sequence[NewJob]) -> bool:
     return any(row.concurrency_key is not None or row.key_scope is not None for row in rows)
 
 
-def _insert_params(rows: Sequence[NewJob], notify: bool, trace_context: str | None
-                   ) -> dict[str, Any]:
+def _insert_params(rows: Sequence[NewJob], notify: bool, trace_context: str | None,
+                   batch_id: int | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {"rows": _rows_document(rows), TRACE_PARAM: trace_context}
+    if batch_id is not None:
+        params["batch_id"] = batch_id
     if notify:
         params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
     return params
 
 
-@functools.lru_cache(maxsize=16)
-def _driver_sql(dialect: Any, keyed: bool, notify: bool, extended: bool) -> str:
+@functools.lru_cache(maxsize=32)
+def _driver_sql(dialect: Any, keyed: bool, notify: bool, extended: bool,
+                batched: bool = False) -> str:
     """The insert as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
-    return str(_INSERT_STATEMENTS[keyed, notify, extended].compile(dialect=dialect))
+    return str(_INSERT_STATEMENTS[keyed, notify, extended, batched].compile(dialect=dialect))
 
 
 def _rows_document(rows: Sequence[NewJob]) -> str:
@@ -287,15 +303,17 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 
 
 def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
-               trace_context: str | None = None) -> int:
+               trace_context: str | None = None, batch_id: int | None = None) -> int:
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
     holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
 
     A key held for a period that is over is released (``keys.release_expired``) and the insert
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
-    statement = _INSERT_ONE_STATEMENTS[_one_shape(row), notify_queue]
+    statement = _INSERT_ONE_STATEMENTS[_one_shape(row, batch_id is not None), notify_queue]
     params = _one_params(row, trace_context)
+    if batch_id is not None:
+        params["batch_id"] = batch_id
     for _ in range(2):
         inserted = conn.execute(statement, params).scalar()
         if inserted is not None:
@@ -308,10 +326,11 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
     raise IdempotencyConflict(f"key {row.key!r} changed hands during this enqueue; retry")
 
 
-def _one_shape(row: NewJob) -> tuple[bool, bool]:
-    """(extended, replace): whether the row has limit columns, and replaces a pending holder."""
+def _one_shape(row: NewJob, batched: bool = False) -> tuple[bool, bool, bool]:
+    """(extended, replace, batched): whether the row has limit columns, replaces a pending
+    holder, and is a batch's member."""
     return (row.concurrency_key is not None or row.key_scope is not None,
-            row.on_conflict == "replace")
+            row.on_conflict == "replace", batched)
 
 
 def _one_params(row: NewJob, trace_context: str | None) -> dict[str, Any]:
@@ -338,14 +357,15 @@ _REPLACE = (
 )
 
 
-def _insert_one_sql(*, extended: bool, replace: bool) -> str:
-    """The one-job INSERT: plain (the common job), or with the columns of limits."""
+def _insert_one_sql(*, extended: bool, replace: bool, batched: bool = False) -> str:
+    """The one-job INSERT: plain (the common job), or with the columns of limits, or a
+    batch's member."""
     columns = ("queue, task, payload, payload_version, priority, max_attempts, key, run_at,"
-               f" {TRACE_COLUMN}")
+               f" {TRACE_COLUMN}{BATCH_COLUMN if batched else ''}")
     values = (":queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
               " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
               " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))),"
-              f" {TRACE_VALUE}")
+              f" {TRACE_VALUE}{BATCH_VALUE if batched else ''}")
     if extended:
         columns += ", concurrency_key, key_scope, key_expires_at"
         values += (", :concurrency_key, :key_scope,"
@@ -355,9 +375,10 @@ def _insert_one_sql(*, extended: bool, replace: bool) -> str:
             " RETURNING id")
 
 
-def _insert_one_statement(*, extended: bool, replace: bool, notify: bool) -> Any:
+def _insert_one_statement(*, extended: bool, replace: bool, notify: bool,
+                          batched: bool = False) -> Any:
     """The insert, alone or with its queue's NOTIFY in the same round trip."""
-    sql = _insert_one_sql(extended=extended, replace=replace)
+    sql = _insert_one_sql(extended=extended, replace=replace, batched=batched)
     if notify:
         sql = (f"WITH inserted AS ({sql}) "
                "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)")
@@ -367,9 +388,10 @@ def _insert_one_statement(*, extended: bool, replace: bool, notify: bool) -> Any
 # insert_one: insert one job unless its key is held (or replace a pending holder's payload).
 # Index: uq_workerpool_jobs_key (ON CONFLICT).
 _INSERT_ONE_STATEMENTS = {
-    ((extended, replace), notify): _insert_one_statement(extended=extended, replace=replace,
-                                                         notify=notify)
+    ((extended, replace, batched), notify): _insert_one_statement(
+        extended=extended, replace=replace, notify=notify, batched=batched)
     for extended in (False, True) for replace in (False, True) for notify in (False, True)
+    for batched in (False, True)
 }
 
 
@@ -385,7 +407,7 @@ def one_statement(dialect: Any, row: NewJob, *, notify_queue: bool,
 
 
 @functools.lru_cache(maxsize=16)
-def _one_driver_sql(dialect: Any, shape: tuple[bool, bool], notify: bool) -> str:
+def _one_driver_sql(dialect: Any, shape: tuple[bool, bool, bool], notify: bool) -> str:
     return str(_INSERT_ONE_STATEMENTS[shape, notify].compile(dialect=dialect))
 
 

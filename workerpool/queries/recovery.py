@@ -36,6 +36,7 @@ from ..schema import jobs
 from ..states import DeadReason, JobState
 from .cancelled import or_cancelled
 from .clock import seconds
+from .settled import after_rows
 
 #: A job charged for a death waits ``CRASH_HOLD * 2**(its earlier solo deaths)`` seconds, at most
 #: CRASH_HOLD_CAP, before it runs again: charged like any failure, it backs off, so other
@@ -46,7 +47,8 @@ CRASH_HOLD_CAP = 60.0
 
 #: The columns the recovery statements return for logging and dead-job notices.
 _CHANGED = (jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.attempts,
-            jobs.c.crashes, jobs.c.errors.op("->", return_type=JSONB)(-1).label("last_error"))
+            jobs.c.crashes, jobs.c.errors.op("->", return_type=JSONB)(-1).label("last_error"),
+            jobs.c.batch_id)
 
 #: Deaths this job already caused while running alone (its WorkerLost entries that say so).
 _SOLO_DEATHS = literal_column(
@@ -118,7 +120,8 @@ def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, An
 def reclaim_from_dead_worker(conn: Connection, worker: str) -> list[Any]:
     """A process died: attribute the death to what it held (see the module's docstring).
 
-    Returns ``(id, queue, task, state, attempts, crashes, last_error)`` of every row changed.
+    Returns ``(id, queue, task, state, attempts, crashes, last_error, batch_id)`` of every row
+    changed. The caller passes the rows of its whole transaction to ``settled.after_rows``.
     """
     lost = (
         select(jobs.c.id, jobs.c.claimed_by.label("owner"))
@@ -159,7 +162,9 @@ def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]
     """Leases not renewed for ``stale_after``: their worker is lost (a host gone). Exhausted ones
     are the sweep's; these go back to ``pending``, to run alone."""
     lost = _stale_leases(queue, stale_after, exhausted=False)
-    return list(conn.execute(recover(lost, "lease went stale")))
+    rows = list(conn.execute(recover(lost, "lease went stale")))
+    after_rows(conn, rows)  # a cancel asked meanwhile ends a row here
+    return rows
 
 
 # sweep_abandoned: a queue's stale leases with no attempts left → dead/abandoned when held
@@ -167,4 +172,6 @@ def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]
 def sweep_abandoned(conn: Connection, queue: str, stale_after: float) -> list[Any]:
     """Stale leases the claim will never take (no attempts left): attribute and resolve them."""
     lost = _stale_leases(queue, stale_after, exhausted=True)
-    return list(conn.execute(recover(lost, "lease went stale")))
+    rows = list(conn.execute(recover(lost, "lease went stale")))
+    after_rows(conn, rows)  # dead/abandoned rows may end their batch
+    return rows

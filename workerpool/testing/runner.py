@@ -8,6 +8,7 @@ written fenced on the job's lease, by the same code the worker uses.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from .. import queries
@@ -16,7 +17,7 @@ from ..jobs import Job, new_worker_id
 from ..outcome import Outcome, classify, upcast
 from ..payload import dumps
 from ..pool import TaskSpec, WorkerPool
-from ..worker.outcomes import record
+from ..worker.outcomes import record_settling
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
 #: not due again in this drain); "now" makes it due at once, so it runs until done or dead.
@@ -34,6 +35,12 @@ class Ran(tuple[int, "str | None"]):
 
     task: str
     outcome: Outcome
+
+    @property
+    def result(self) -> Any:
+        """What the handler returned (decoded JSON), when the attempt ended ``done``."""
+        text = self.outcome.result
+        return None if text is None else json.loads(text)
 
     def __new__(cls, job_id: int, task: str, state: str | None, outcome: Outcome) -> Ran:
         ran = super().__new__(cls, (job_id, state))
@@ -55,13 +62,19 @@ class Ran(tuple[int, "str | None"]):
 
 def call_handler(spec: TaskSpec, job: Job) -> BaseException | None:
     """Run the handler; return the exception it raised, or None if it returned."""
+    return call_handler_for_result(spec, job)[0]
+
+
+def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | None, Any]:
+    """Run the handler (an ``async def`` one in an event loop of its own): ``(None, what it
+    returned)`` or ``(what it raised, None)``."""
     try:
         result = spec.fn(job)
         if asyncio.iscoroutine(result):
-            asyncio.run(result)
+            result = asyncio.run(result)
     except Exception as exc:
-        return exc
-    return None
+        return exc, None
+    return None, result
 
 
 def make_job(pool: WorkerPool, row: Any, worker: str) -> tuple[TaskSpec, Job]:
@@ -82,10 +95,15 @@ def make_job(pool: WorkerPool, row: Any, worker: str) -> tuple[TaskSpec, Job]:
 def run_claimed(pool: WorkerPool, row: Any, worker: str) -> tuple[Outcome, str | None]:
     """Run one claimed row and record its outcome; returns (outcome, new state or None)."""
     spec, job = make_job(pool, row, worker)
-    outcome = classify(call_handler(spec, job), spec, job.attempt, worker)
+    exc, result = call_handler_for_result(spec, job)
+    outcome = classify(exc, spec, job.attempt, worker, result=result, limit=pool.payload_limit)
+    lease = queries.Lease(row.id, row.attempts, worker)
     with pool.engine.begin() as conn:
-        state = record(conn, queries.Lease(row.id, row.attempts, worker), outcome)
-    return outcome, state
+        states, fired = record_settling(conn, worker, [(lease, outcome)])
+    callbacks = [job_id for batch in fired for job_id in batch.callback_ids]
+    if callbacks and pool._inline is not None:  # inline mode runs them like enqueued jobs
+        pool._inline(None, callbacks)
+    return outcome, states[row.id]
 
 
 def claim(pool: WorkerPool, queue: str, worker: str, limit: int = 1) -> list[Any]:

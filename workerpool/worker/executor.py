@@ -145,13 +145,15 @@ class Executor:
         if not self._begin(flight):
             return
         span = tracing.run_span(row)  # None unless OpenTelemetry is installed
+        result = None
         try:
-            exc = self._call(flight, self._job(flight, row))
+            exc, result = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
         flight.ran = time.monotonic() - flight.started
         try:
-            outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id)
+            outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id,
+                               result=result, limit=self.pool.payload_limit)
         except BaseException as classify_error:  # never lose a result, whatever was raised
             outcome = Outcome(OutcomeKind.FAIL,
                               error_entry(classify_error, attempt=flight.lease.attempt,
@@ -171,16 +173,17 @@ class Executor:
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
                             payload=payload, cancel=flight.cancel_flag)
 
-    def _call(self, flight: InFlight, job: Job) -> BaseException | None:
+    def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
+        """``(None, what the handler returned)``, or ``(what it raised, None)``."""
         try:
             result = flight.spec.fn(job)
             if inspect.isawaitable(result):
-                self._await(flight, result)
+                result = self._await(flight, result)
         except BaseException as exc:
-            return exc
-        return None
+            return exc, None
+        return None, result
 
-    def _await(self, flight: InFlight, awaitable: Any) -> None:
+    def _await(self, flight: InFlight, awaitable: Any) -> Any:
         """Run an ``async def`` handler on the worker's event loop; many overlap there.
 
         Its task runs in a copy of this thread's context (``call_soon_threadsafe`` copies it),
@@ -188,7 +191,7 @@ class Executor:
         future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
         if flight.hold_future(future) or flight.cancel_requested:
             future.cancel()
-        future.result()
+        return future.result()
 
     def _save_checkpoint(self, job: Job, data: Any) -> None:
         text = dumps(data, limit=self.pool.payload_limit, what="checkpoint", object_only=False)

@@ -19,6 +19,9 @@ from ..cancel import CancelNotice, report_cancelled
 from ..dead import DeadNotice, report_dead
 from ..outcome import Outcome
 from ..pool import WorkerPool
+from ..queries.batches import Fired
+from ..queries.results import complete_settling
+from ..queries.settled import after_states
 from ..states import DeadReason, JobState, OutcomeKind
 from .counters import Counters
 from .inflight import Flights, InFlight, Step
@@ -33,10 +36,13 @@ Result = tuple[InFlight, Outcome | None]
 
 
 def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | None:
-    """Write one outcome, fenced on the lease. Returns the job's new state, None if lease lost."""
+    """Write one outcome, fenced on the lease. Returns the job's new state, None if lease lost.
+
+    What follows a final outcome (waiters, batches) is :func:`record_many`'s: call that."""
     kind, job = outcome.kind, [(lease.job_id, lease.attempt)]
     if kind == OutcomeKind.DONE:
-        return JobState.DONE if queries.complete(conn, lease.worker, job) else None
+        done = complete_settling(conn, lease.worker, [(*job[0], outcome.result)])
+        return JobState.DONE if done else None
     if kind == OutcomeKind.FAIL:
         return queries.fail(conn, lease, outcome.error, outcome.delay)
     if kind == OutcomeKind.PERMANENT:
@@ -52,32 +58,39 @@ def record(conn: Connection, lease: queries.Lease, outcome: Outcome) -> str | No
     raise ValueError(f"unknown outcome {kind!r}")
 
 
-def _complete(conn: Connection, worker: str,
-              leases: Sequence[tuple[int, int]]) -> dict[int, str]:
-    return dict.fromkeys(queries.complete(conn, worker, leases), JobState.DONE)
-
-
-#: The outcomes written for a whole batch in one statement, each returning ``{id: new state}``.
-BULK = ((OutcomeKind.DONE, _complete), (OutcomeKind.UNSTARTED, queries.return_unstarted))
+#: The outcomes written for a whole batch in one statement each.
+BULK = (OutcomeKind.DONE, OutcomeKind.UNSTARTED)
 
 
 def record_many(
     conn: Connection, worker: str, results: Sequence[tuple[queries.Lease, Outcome]]
 ) -> dict[int, str | None]:
-    """Write a batch of outcomes: every ``done`` in one statement, every ``unstarted`` in one,
-    the rest one by one."""
+    """Write a batch of outcomes: every ``done`` in one statement (with its result), every
+    ``unstarted`` in one, the rest one by one; then, once, what follows the final ones: their
+    waiters are woken and their batches finished (``queries.settled``: nothing more is sent
+    when no row has a batch or a waiter). Returns ``{job_id: new state or None}``."""
+    return record_settling(conn, worker, results)[0]
+
+
+def record_settling(
+    conn: Connection, worker: str, results: Sequence[tuple[queries.Lease, Outcome]]
+) -> tuple[dict[int, str | None], list[Fired]]:
+    """:func:`record_many`, and the batches the outcomes finished (their callbacks inserted)."""
     states: dict[int, str | None] = {}
-    for kind, write in BULK:
-        leases = [(lease.job_id, lease.attempt) for lease, outcome in results
-                  if outcome.kind == kind]
-        if leases:
-            applied = write(conn, worker, leases)
-            states.update((job_id, applied.get(job_id)) for job_id, _ in leases)
-    bulk = {kind for kind, _ in BULK}
+    done = [(lease.job_id, lease.attempt, outcome.result) for lease, outcome in results
+            if outcome.kind == OutcomeKind.DONE]
+    completed = complete_settling(conn, worker, done)
+    states.update((job_id, None) for job_id, _, _ in done)
+    states.update((row.id, JobState.DONE) for row in completed)
+    unstarted = [(lease.job_id, lease.attempt) for lease, outcome in results
+                 if outcome.kind == OutcomeKind.UNSTARTED]
+    if unstarted:
+        applied = queries.return_unstarted(conn, worker, unstarted)
+        states.update((job_id, applied.get(job_id)) for job_id, _ in unstarted)
     for lease, outcome in results:
-        if outcome.kind not in bulk:
+        if outcome.kind not in BULK:
             states[lease.job_id] = record(conn, lease, outcome)
-    return states
+    return states, after_states(conn, completed, states)
 
 
 #: The ``outcome`` label of workerpool_jobs_finished_total for an outcome written as pending.
