@@ -11,18 +11,25 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backoff import Backoff
+    from .batches import Batch, BatchStatus, MemberResult
     from .errors import (
+        BatchClosed,
+        BatchFinished,
         Cancelled,
         ConfigError,
         DatabaseNotConfigured,
         DuplicateJob,
         IdempotencyConflict,
         InvalidJob,
+        JobCancelled,
+        JobFailed,
         LeaseLost,
         PayloadError,
         PayloadTooLarge,
         Permanent,
+        ResultTimeout,
         RetryLater,
+        UnknownBatch,
         UnknownJob,
         UnknownQueue,
         UnknownTask,
@@ -30,27 +37,35 @@ if TYPE_CHECKING:
     )
     from .jobs import Job
     from .pool import WorkerPool
+    from .results import JobInfo
 
 __version__ = "0.1.0"
 
 _ERRORS = (
+    "BatchClosed",
+    "BatchFinished",
     "Cancelled",
     "ConfigError",
     "DatabaseNotConfigured",
     "DuplicateJob",
     "IdempotencyConflict",
     "InvalidJob",
+    "JobCancelled",
+    "JobFailed",
     "LeaseLost",
     "PayloadError",
     "PayloadTooLarge",
     "Permanent",
+    "ResultTimeout",
     "RetryLater",
+    "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",
     "WorkerpoolError",
 )
-_WHERE = {"Backoff": ".backoff", "Job": ".jobs", "WorkerPool": ".pool"}
+_WHERE = {"Backoff": ".backoff", "Job": ".jobs", "WorkerPool": ".pool", "JobInfo": ".results",
+          "Batch": ".batches", "BatchStatus": ".batches", "MemberResult": ".batches"}
 _WHERE.update(dict.fromkeys(_ERRORS, ".errors"))
 
 
@@ -69,6 +84,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Backoff",
+    "Batch",
+    "BatchClosed",
+    "BatchFinished",
+    "BatchStatus",
     "Cancelled",
     "ConfigError",
     "DatabaseNotConfigured",
@@ -76,11 +95,17 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidJob",
     "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobInfo",
     "LeaseLost",
+    "MemberResult",
     "PayloadError",
     "PayloadTooLarge",
     "Permanent",
+    "ResultTimeout",
     "RetryLater",
+    "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
     "UnknownTask",

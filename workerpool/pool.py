@@ -388,6 +388,54 @@ class WorkerPool:
 
         set_paused(self, queue, False, by=by, known=known)
 
+    # -- results and batches (workerpool.results, workerpool.batches) ---------------------------
+
+    def job(self, job_id: int) -> Any:
+        """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
+        UnknownJob when no job has this id (never enqueued, or pruned)."""
+        from .results import read
+
+        return read(self, job_id)
+
+    def result(self, job_id: int, timeout: float | None = None) -> Any:
+        """Wait for the job to end and return what its handler returned. Raises JobFailed
+        (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
+        finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
+        from .results import wait
+
+        return wait(self, job_id, timeout)
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio, on the pool's async engine."""
+        from .results import wait_async
+
+        return await wait_async(self, job_id, timeout)
+
+    def batch(self, *, on_complete: Any = None, on_success: Any = None, on_failure: Any = None,
+              payload: Mapping[str, Any] | None = None, conn: Connection | None = None,
+              key: str | None = None) -> Any:
+        """A batch to fill in a ``with`` block: ``batch.enqueue(...)`` adds members, all
+        written in one transaction (``conn=``: the caller's). When the last member ends, its
+        outcome's transaction enqueues the callbacks once (``on_complete`` always,
+        ``on_success`` if every member is done, ``on_failure`` if any is dead or cancelled) with
+        ``payload``. ``key=`` reopens the batch of that key (a coordinator run twice)."""
+        from .batches import Batch
+
+        return Batch(self, on_complete=on_complete, on_success=on_success,
+                     on_failure=on_failure, payload=payload, conn=conn, key=key)
+
+    def batch_status(self, batch_id: int) -> Any:
+        """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
+        from .batches import status
+
+        return status(self, batch_id)
+
+    def batch_results(self, batch_id: int, *, page_size: int = 500) -> Any:
+        """Every member's ``MemberResult`` (done ones first), read a page at a time."""
+        from .batches import results
+
+        return results(self, batch_id, page_size)
+
 
 def validate_crons(pool: WorkerPool) -> None:
     """Refuse at start a cron whose queue no worker type serves (one clear ConfigError)."""

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import BigInteger, Connection, bindparam, func, select, text
 
-from ..schema import batches, jobs
+from ..schema import KEY_HELD, batches, jobs
 from ..states import LIVE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
 
@@ -109,6 +109,18 @@ def outside_batch(conn: Connection, batch_id: int, ids: Sequence[int]) -> set[in
     return set(conn.execute(_OUTSIDE, {"ids": list(ids), "batch_id": batch_id}).scalars())
 
 
+# members_by_key: the members of ``batch_id`` holding these keys. Index: uq_workerpool_jobs_key.
+_BY_KEY = text(f"""
+SELECT key, id FROM {jobs.name}
+WHERE key = ANY(CAST(:keys AS text[])) AND {KEY_HELD} AND batch_id = :batch_id
+""")
+
+
+def members_by_key(conn: Connection, batch_id: int, keys: Iterable[str]) -> dict[str, int]:
+    rows = conn.execute(_BY_KEY, {"keys": sorted(set(keys)), "batch_id": batch_id})
+    return {row.key: row.id for row in rows}
+
+
 # ---------------------------------------------------------------------------------------------
 # finishing
 
@@ -134,11 +146,12 @@ WITH settled AS (
                     AND j.state IN ({_states(LIVE_STATES)}))
 ), fired AS (
   INSERT INTO {jobs.name} (queue, task, payload, payload_version, priority, max_attempts,
-                           batch_id)
-  SELECT c.queue, c.task, s.payload, c.payload_version, c.priority, c.max_attempts, s.id
+                           concurrency_key, batch_id)
+  SELECT c.queue, c.task, s.payload, c.payload_version, c.priority, c.max_attempts,
+         c.concurrency_key, s.id
   FROM settled s CROSS JOIN LATERAL jsonb_to_recordset(s.callbacks) AS c(
          "on" text, queue text, task text, payload_version int, priority smallint,
-         max_attempts int)
+         max_attempts int, concurrency_key text)
   WHERE c."on" = 'complete' OR (c."on" = 'failure') = s.failed
   RETURNING id, batch_id, queue
 ), finished AS (
@@ -273,6 +286,7 @@ __all__ = [
     "finish",
     "member_counts",
     "member_page",
+    "members_by_key",
     "open_batch",
     "open_batches",
     "outside_batch",

@@ -1,0 +1,334 @@
+"""Batches: fan out into member jobs, fan in with a callback that runs exactly once.
+
+::
+
+    with pool.batch(on_complete="report_ready", payload={"period": "2026-11"},
+                    key="report:2026-11") as batch:
+        for uid in user_ids:
+            batch.enqueue("monthly_report", {"user": uid}, key=f"report:2026-11:{uid}")
+    pool.batch_status(batch.id)
+
+The batch row and its members are written in one transaction (the batch's own, or the caller's
+with ``conn=``, in a savepoint). When the last member reaches a final state (done, dead or
+cancelled), the transaction of that outcome inserts the callback jobs: ``on_complete`` always,
+``on_success`` when every member is done, ``on_failure`` when any is dead or cancelled; each
+with the batch's payload, and ``job.batch_id`` naming the batch. The database decides which
+outcome is the last (:mod:`workerpool.queries.batches`); a batch with no member finishes when
+its ``with`` block ends.
+
+Keys, and running a coordinator twice:
+
+- A member whose key is already held by a job of this batch is that member (nothing written).
+- A member whose key is held by a job *outside* this batch is not a member: that job is not
+  enqueued again, the batch does not wait for it and does not count it. ``batch.enqueue``
+  returns its id, and :attr:`Batch.outside` lists it, so the coordinator can tell.
+- ``key=`` names the batch itself: opening a batch under a key that exists reopens that batch
+  (same callbacks and payload, else IdempotencyConflict). New members join it while it is open;
+  once it has finished it takes none (:class:`BatchFinished`), but enqueueing a member it already
+  has returns that member's id. So a coordinator that may run twice passes a batch key and
+  member keys, and its second run writes nothing.
+
+A dead member replayed after its batch finished runs again, and its new result shows in
+``batch_status`` and ``batch_results``, but the batch stays finished: no callback fires twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from .enqueue import build_job, caller_connection, enqueue_batch, enqueue_one
+from .errors import BatchClosed, BatchFinished, IdempotencyConflict, InvalidJob, UnknownBatch
+from .limits import job_concurrency_key
+from .payload import check_key, dumps
+from .queries import batches as sql
+from .results import check_id
+from .states import JobState
+
+if TYPE_CHECKING:
+    from .pool import WorkerPool
+
+#: The callbacks, in the order they are declared (and inserted).
+CALLBACKS = ("complete", "success", "failure")
+#: Members per page of :func:`results`.
+PAGE_SIZE = 500
+#: The order :func:`results` yields members in: settled ones first.
+RESULT_ORDER = (JobState.DONE, JobState.DEAD, JobState.CANCELLED, JobState.FAILED,
+                JobState.PENDING, JobState.PROCESSING)
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """A batch's progress: its members by state (its callbacks not counted), and whether it
+    finished (its callbacks were enqueued: ``callback_ids``)."""
+
+    id: int
+    key: str | None
+    total: int
+    pending: int
+    running: int
+    failed: int  # waiting to retry
+    done: int
+    dead: int
+    cancelled: int
+    finished: bool
+    finished_at: datetime | None
+    outcome: str | None  # "success" (every member done) or "failure", once finished
+    created_at: datetime
+    on_complete: str | None
+    on_success: str | None
+    on_failure: str | None
+    callback_ids: list[int]
+    fired_by: str | None  # "outcome", "empty" or "sweep" (the safety net)
+
+    @property
+    def live(self) -> int:
+        """Members that can still run."""
+        return self.pending + self.running + self.failed
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for name in ("finished_at", "created_at"):
+            value = out[name]
+            out[name] = value.isoformat() if value is not None else None
+        out["live"] = self.live
+        return out
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """One member of a batch: its state and, once ``done``, what its handler returned."""
+
+    job_id: int
+    state: str
+    result: Any
+    key: str | None
+
+
+class Batch:
+    """An open batch (see the module docstring). Made by ``pool.batch(...)``, which checks
+    everything given before anything is written; used as a context manager."""
+
+    def __init__(self, pool: WorkerPool, *, on_complete: Any = None, on_success: Any = None,
+                 on_failure: Any = None, payload: Mapping[str, Any] | None = None,
+                 conn: Connection | None = None, key: str | None = None) -> None:
+        self.pool = pool
+        self._conn_arg = caller_connection(conn) if conn is not None else None
+        self.key = check_key(key)
+        payload = {} if payload is None else payload
+        self.payload_json = dumps(payload, limit=pool.payload_limit, what="batch payload")
+        self.names: dict[str, str | None] = {}
+        templates = []
+        for on, task in zip(CALLBACKS, (on_complete, on_success, on_failure), strict=True):
+            if task is None:
+                self.names[on] = None
+                continue
+            spec = pool.task_spec(task)
+            self.names[on] = spec.name
+            templates.append({"on": on, "queue": spec.queue, "task": spec.name,
+                              "payload_version": spec.version, "priority": spec.priority,
+                              "max_attempts": spec.max_attempts,
+                              "concurrency_key": job_concurrency_key(spec, payload, None)})
+        self.callbacks_json = json.dumps(templates, separators=(",", ":"))
+        self.id: int | None = None
+        #: Ids of jobs whose keys were held outside this batch: not members (module docstring).
+        self.outside: list[int] = []
+        #: Whether ``key`` named a batch that existed (this is that batch).
+        self.reopened = False
+        #: Members this ``with`` block enqueued (new rows, and existing members named by key).
+        self.member_ids: list[int] = []
+        self._new_members = 0
+        self._finished = False
+        self._state = "new"  # new -> open -> closed
+        self._conn: Connection | None = None
+        self._own: Any = None
+        self._transaction: Any = None
+
+    # -- the block -----------------------------------------------------------------------------
+
+    def __enter__(self) -> Batch:
+        if self._state != "new":
+            raise BatchClosed("a batch is opened once: call pool.batch(...) again")
+        if self._conn_arg is not None:
+            self._conn = self._conn_arg
+            self._transaction = self._conn.begin_nested()  # the caller's transaction decides
+        else:
+            self._own = self.pool.engine.connect()
+            self._conn = self._own
+            self._transaction = self._own.begin()
+        try:
+            self._open()
+        except BaseException:
+            self._end(commit=False)
+            raise
+        self._state = "open"
+        return self
+
+    def _open(self) -> None:
+        opened = sql.open_batch(self._conn, key=self.key, on_complete=self.names["complete"],
+                                on_success=self.names["success"],
+                                on_failure=self.names["failure"],
+                                callbacks_json=self.callbacks_json,
+                                payload_json=self.payload_json)
+        self.id, self.reopened, self._finished = opened.id, not opened.created, opened.finished
+        if self.reopened and (opened.callbacks != json.loads(self.callbacks_json)
+                              or opened.payload != json.loads(self.payload_json)):
+            raise IdempotencyConflict(
+                f"batch key {self.key!r} belongs to batch {opened.id} with other callbacks or"
+                " payload")
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._state != "open":
+            return
+        if exc_type is not None:
+            self._end(commit=False)
+            return
+        fired: list[int] = []
+        try:
+            if not self._new_members:  # nothing to wait for: it finishes now
+                fired = [job_id for batch in sql.settle(self._conn, [self.id], "empty")
+                         for job_id in batch.callback_ids]
+        except BaseException:
+            self._end(commit=False)
+            raise
+        self._end(commit=True)
+        run = self.member_ids + fired
+        if self.pool._inline is not None and run:
+            self.pool._inline(self._conn_arg, run)
+
+    def _end(self, *, commit: bool) -> None:
+        self._state = "closed"
+        try:
+            if commit:
+                self._transaction.commit()
+            else:
+                self._transaction.rollback()
+        finally:
+            if self._own is not None:
+                self._own.close()
+            self._conn = None
+
+    # -- members -------------------------------------------------------------------------------
+
+    def _usable(self) -> Connection:
+        if self._state == "new":
+            raise BatchClosed("use the batch inside its with block: "
+                              "with pool.batch(...) as batch: batch.enqueue(...)")
+        if self._state == "closed" or self._conn is None:
+            raise BatchClosed(f"batch {self.id}: its with block is over; it takes no more"
+                              " members")
+        return self._conn
+
+    def enqueue(self, task: str | Callable[..., Any], payload: Mapping[str, Any] | None = None,
+                **options: Any) -> int:
+        """Enqueue one member (the options of ``pool.enqueue``, ``conn=`` excepted); returns
+        its id (the holder's, when its key is held: see the module docstring)."""
+        if "conn" in options:
+            raise InvalidJob("batch.enqueue takes no conn=: pass conn= to pool.batch(...)")
+        conn = self._usable()
+        if self._finished:
+            return self._existing(conn, [(task, payload, options)])[0]
+        job_id = enqueue_one(self.pool, task, payload, conn, options, batch_id=self.id)
+        self._joined([job_id], [job_id] if options.get("key") is not None else [])
+        return job_id
+
+    def enqueue_many(self, jobs: Any) -> list[int]:
+        """Enqueue many members at once (the items of ``pool.enqueue_many``); their ids."""
+        conn = self._usable()
+        items = list(jobs) if not isinstance(jobs, str | bytes | Mapping) else jobs
+        if self._finished:
+            return self._existing(conn, items)
+        ids = enqueue_batch(self.pool, items, conn, batch_id=self.id)
+        keyed = [job_id for job_id, item in zip(ids, items, strict=True)
+                 if len(item) == 3 and item[2].get("key") is not None]
+        self._joined(ids, keyed)
+        return ids
+
+    def _joined(self, ids: list[int], keyed: list[int]) -> None:
+        outside = sql.outside_batch(self._conn, self.id, keyed) if keyed else set()
+        self.outside += [job_id for job_id in ids if job_id in outside]
+        members = [job_id for job_id in ids if job_id not in outside]
+        self.member_ids += members
+        self._new_members += len(members)
+
+    def _existing(self, conn: Connection, items: list[Any]) -> list[int]:
+        """A finished batch takes no new member; a member it has (by key) answers its id."""
+        rows = [build_job(self.pool, *item[:2], **(item[2] if len(item) == 3 else {}))
+                for item in items]
+        found = sql.members_by_key(conn, self.id, [row.key for row in rows if row.key])
+        missing = [row for row in rows if row.key not in found]
+        if missing:
+            raise BatchFinished(f"batch {self.id} has finished: it takes no new member"
+                                f" ({missing[0].task}, key {missing[0].key!r})")
+        ids = [found[row.key] for row in rows]
+        self.member_ids += ids
+        return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def status(pool: WorkerPool, batch_id: int) -> BatchStatus:
+    """``pool.batch_status``: counts by state; UnknownBatch when there is no such batch (never
+    opened, rolled back, or pruned after the retention)."""
+    check_id(batch_id, "batch id")
+    with pool.engine.connect() as conn:
+        row = sql.read_batch(conn, batch_id)
+        if row is None:
+            raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned"
+                               " after the retention)")
+        counts = sql.member_counts(conn, batch_id, row.callback_ids or [])
+    return status_of(row, counts)
+
+
+def status_of(row: Any, counts: Mapping[str, int]) -> BatchStatus:
+    def n(state: str) -> int:
+        return counts.get(state, 0)
+
+    return BatchStatus(
+        id=row.id, key=row.key, total=sum(counts.values()), pending=n(JobState.PENDING),
+        running=n(JobState.PROCESSING), failed=n(JobState.FAILED), done=n(JobState.DONE),
+        dead=n(JobState.DEAD), cancelled=n(JobState.CANCELLED),
+        finished=row.finished_at is not None, finished_at=row.finished_at, outcome=row.outcome,
+        created_at=row.created_at, on_complete=row.on_complete, on_success=row.on_success,
+        on_failure=row.on_failure, callback_ids=list(row.callback_ids or []),
+        fired_by=row.fired_by)
+
+
+def results(pool: WorkerPool, batch_id: int, page_size: int = PAGE_SIZE
+            ) -> Iterator[MemberResult]:
+    """``pool.batch_results``: every member, ``done`` ones first (then dead, cancelled and the
+    live ones), by id within each state, read a keyset page at a time: the whole batch is never
+    in memory. Checks the id and that the batch exists now; the pages are read as you iterate."""
+    check_id(batch_id, "batch id")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidJob(f"page_size must be a positive int, got {page_size!r}")
+    with pool.engine.connect() as conn:
+        row = sql.read_batch(conn, batch_id)
+    if row is None:
+        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned after"
+                           " the retention)")
+    return _pages(pool, batch_id, list(row.callback_ids or []), page_size)
+
+
+def _pages(pool: WorkerPool, batch_id: int, callbacks: list[int], size: int
+           ) -> Iterator[MemberResult]:
+    for state in RESULT_ORDER:
+        after = 0
+        while True:
+            with pool.engine.connect() as conn:
+                page = sql.member_page(conn, batch_id, state, after, size, callbacks)
+            for member in page:
+                yield MemberResult(member.id, member.state, member.result, member.key)
+            if len(page) < size:
+                break
+            after = page[-1].id
+
+
+__all__ = ["Batch", "BatchStatus", "MemberResult", "results", "status", "status_of"]
