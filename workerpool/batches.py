@@ -35,7 +35,7 @@ A dead member replayed after its batch finished runs again, and its new result s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -170,6 +170,7 @@ class Batch:
         return self
 
     def _open(self) -> None:
+        assert self._conn is not None
         opened = sql.open_batch(self._conn, key=self.key, on_complete=self.names["complete"],
                                 on_success=self.names["success"],
                                 on_failure=self.names["failure"],
@@ -191,7 +192,8 @@ class Batch:
         fired: list[int] = []
         try:
             if not self._new_members:  # nothing to wait for: it finishes now
-                fired = [job_id for batch in sql.settle(self._conn, [self.id], "empty")
+                conn, batch_id = self._usable()
+                fired = [job_id for batch in sql.settle(conn, [batch_id], "empty")
                          for job_id in batch.callback_ids]
         except BaseException:
             self._end(commit=False)
@@ -215,14 +217,15 @@ class Batch:
 
     # -- members -------------------------------------------------------------------------------
 
-    def _usable(self) -> Connection:
+    def _usable(self) -> tuple[Connection, int]:
+        """The batch's connection and id, while its block is open."""
         if self._state == "new":
             raise BatchClosed("use the batch inside its with block: "
                               "with pool.batch(...) as batch: batch.enqueue(...)")
-        if self._state == "closed" or self._conn is None:
+        if self._state == "closed" or self._conn is None or self.id is None:
             raise BatchClosed(f"batch {self.id}: its with block is over; it takes no more"
                               " members")
-        return self._conn
+        return self._conn, self.id
 
     def enqueue(self, task: str | Callable[..., Any], payload: Mapping[str, Any] | None = None,
                 **options: Any) -> int:
@@ -230,42 +233,47 @@ class Batch:
         its id (the holder's, when its key is held: see the module docstring)."""
         if "conn" in options:
             raise InvalidJob("batch.enqueue takes no conn=: pass conn= to pool.batch(...)")
-        conn = self._usable()
+        conn, batch_id = self._usable()
         if self._finished:
-            return self._existing(conn, [(task, payload, options)])[0]
-        job_id = enqueue_one(self.pool, task, payload, conn, options, batch_id=self.id)
-        self._joined([job_id], [job_id] if options.get("key") is not None else [])
+            return self._existing(conn, batch_id, [(task, payload, options)])[0]
+        job_id = enqueue_one(self.pool, task, payload, conn, options, batch_id=batch_id)
+        self._joined(conn, batch_id, [job_id],
+                     [job_id] if options.get("key") is not None else [])
         return job_id
 
     def enqueue_many(self, jobs: Any) -> list[int]:
         """Enqueue many members at once (the items of ``pool.enqueue_many``); their ids."""
-        conn = self._usable()
-        items = list(jobs) if not isinstance(jobs, str | bytes | Mapping) else jobs
+        conn, batch_id = self._usable()
+        if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Iterable):
+            raise InvalidJob("enqueue_many takes an iterable of (task, payload) or (task,"
+                             f" payload, options), got {type(jobs).__name__}")
+        items = list(jobs)
         if self._finished:
-            return self._existing(conn, items)
-        ids = enqueue_batch(self.pool, items, conn, batch_id=self.id)
+            return self._existing(conn, batch_id, items)
+        ids = enqueue_batch(self.pool, items, conn, batch_id=batch_id)
         keyed = [job_id for job_id, item in zip(ids, items, strict=True)
                  if len(item) == 3 and item[2].get("key") is not None]
-        self._joined(ids, keyed)
+        self._joined(conn, batch_id, ids, keyed)
         return ids
 
-    def _joined(self, ids: list[int], keyed: list[int]) -> None:
-        outside = sql.outside_batch(self._conn, self.id, keyed) if keyed else set()
+    def _joined(self, conn: Connection, batch_id: int, ids: list[int], keyed: list[int]
+                ) -> None:
+        outside = sql.outside_batch(conn, batch_id, keyed) if keyed else set()
         self.outside += [job_id for job_id in ids if job_id in outside]
         members = [job_id for job_id in ids if job_id not in outside]
         self.member_ids += members
         self._new_members += len(members)
 
-    def _existing(self, conn: Connection, items: list[Any]) -> list[int]:
+    def _existing(self, conn: Connection, batch_id: int, items: list[Any]) -> list[int]:
         """A finished batch takes no new member; a member it has (by key) answers its id."""
         rows = [build_job(self.pool, *item[:2], **(item[2] if len(item) == 3 else {}))
                 for item in items]
-        found = sql.members_by_key(conn, self.id, [row.key for row in rows if row.key])
-        missing = [row for row in rows if row.key not in found]
+        found = sql.members_by_key(conn, batch_id, [row.key for row in rows if row.key])
+        missing = [row for row in rows if (row.key or "") not in found]
         if missing:
-            raise BatchFinished(f"batch {self.id} has finished: it takes no new member"
+            raise BatchFinished(f"batch {batch_id} has finished: it takes no new member"
                                 f" ({missing[0].task}, key {missing[0].key!r})")
-        ids = [found[row.key] for row in rows]
+        ids = [found[row.key or ""] for row in rows]
         self.member_ids += ids
         return ids
 

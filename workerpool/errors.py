@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The longest delay anything may ask for (ten years, in seconds): a snooze, a backoff cap or an
 #: enqueue delay beyond it is refused, so a run_at is always a valid PostgreSQL timestamp.
 MAX_DELAY = 10 * 365.25 * 86400
@@ -63,7 +65,7 @@ class JobFailed(WorkerpoolError):
     """The job ended ``dead``: ``reason`` (exhausted, permanent, abandoned) and ``errors``, its
     error history (one entry per failed attempt), say why."""
 
-    def __init__(self, job_id: int, reason: str | None, errors: list) -> None:
+    def __init__(self, job_id: int, reason: str | None, errors: list[Any]) -> None:
         self.job_id, self.reason, self.errors = job_id, reason, errors
         last = errors[-1] if errors else {}
         cause = f": {last.get('type', '')}: {last.get('message', '')}" if last else ""
@@ -73,7 +75,7 @@ class JobFailed(WorkerpoolError):
 class JobCancelled(WorkerpoolError):
     """The job was cancelled; ``errors`` holds the cancel request (who, why, when)."""
 
-    def __init__(self, job_id: int, errors: list) -> None:
+    def __init__(self, job_id: int, errors: list[Any]) -> None:
         self.job_id, self.errors = job_id, errors
         super().__init__(f"job {job_id} was cancelled")
 

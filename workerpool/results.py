@@ -65,7 +65,7 @@ class JobInfo:
     result: Any
     attempts: int
     max_attempts: int
-    errors: list
+    errors: list[Any]
     dead_reason: str | None
     key: str | None
     batch_id: int | None
@@ -360,11 +360,11 @@ class ResultListener(threading.Thread):
                 self.done = True
 
     def _listen(self) -> None:
-        args = dict(db.CONNECT_ARGS)
+        args: dict[str, Any] = {**db.CONNECT_ARGS, **db.connect_kwargs(self.url)}
         if db.on_unix_socket(self.url):
             args.pop("tcp_user_timeout")
         with psycopg.connect(autocommit=True, application_name="workerpool-results",
-                             **db.connect_kwargs(self.url), **args) as conn:
+                             **args) as conn:
             conn.execute(f"LISTEN {sql.RESULTS_CHANNEL}")
             self.connected.set()
             self._wake(None)  # anything that ended before LISTEN took effect: read again
