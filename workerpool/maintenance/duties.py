@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from .. import cron, metrics, queries
 from ..dead import DeadNotice, report_dead
 from ..pool import WorkerPool, validate_crons
+from ..queries import batches, results
 from ..states import DeadReason, JobState
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from .health import TableKeeper
@@ -31,6 +32,11 @@ log = logging.getLogger("workerpool.maintenance")
 MAINTENANCE_TYPE = "@maintenance"
 #: Seconds between two samples of the queue depth gauges (metrics on only).
 DEPTH_EVERY = 5.0
+#: Seconds between two sweeps of open batches (a safety net: see sweep_batches).
+BATCH_SWEEP_EVERY = 5.0
+#: A waiter row this old belongs to a caller that died waiting (a live one that waits longer
+#: loses only its notification, and polls).
+WAITER_TTL = 3600.0
 
 
 class Maintenance:
@@ -45,6 +51,7 @@ class Maintenance:
         self._registered = False
         self.table = TableKeeper(pool)
         self._sampled_at = float("-inf")
+        self._swept_batches_at = float("-inf")
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -64,6 +71,7 @@ class Maintenance:
         self.schedule_crons()
         self.sweep_abandoned()
         self.prune_finished()
+        self.sweep_batches()
         self.prune_workers()
         self.prune_rate_counts()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
@@ -109,6 +117,27 @@ class Maintenance:
             log.info("pruned %d finished jobs", deleted,
                      extra={"event": "jobs_pruned", "count": deleted})
         return deleted
+
+    def sweep_batches(self) -> list[batches.Fired]:
+        """Every BATCH_SWEEP_EVERY seconds: finish open batches whose members have all ended
+        (the outcome of the last one finishes its batch in its own transaction, so this fires
+        nothing unless that path was missed: logged at error level when it does); then prune
+        finished batches past the retention, and waiter rows of callers that died waiting."""
+        now = time.monotonic()
+        if now - self._swept_batches_at < BATCH_SWEEP_EVERY:
+            return []
+        self._swept_batches_at = now
+        with self._transaction() as conn:
+            fired = batches.sweep(conn)
+        for batch in fired:
+            log.error("batch %s finished by the maintenance sweep, not by its last member's"
+                      " outcome", batch.batch_id,
+                      extra={"event": "batch_swept", "batch_id": batch.batch_id,
+                             "outcome": batch.outcome})
+        with self._transaction() as conn:
+            batches.prune(conn, self.settings.retention, self.settings.prune_batch)
+            results.prune_waiters(conn, WAITER_TTL)
+        return fired
 
     def prune_workers(self) -> list[str]:
         with self._transaction() as conn:
