@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import cli_enqueue, cli_help, exitcodes
+from . import cli_batch, cli_enqueue, cli_help, exitcodes
 from . import cli_live as live
 from .app import load_pool
 from .cli_help import add_command
@@ -230,6 +230,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
     "status": cmd_status,
     "dead": cmd_dead,
+    "batch": lambda args: cli_batch.cmd_batch(args),
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
     "resume": lambda args: live.cmd_resume(args),
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_dead_parser(sub)
+    cli_batch.add_parser(sub)
     live.add_parsers(sub)
     run = add_command(sub, "run", help="the supervisor: fork one child per queue and keep them up")
     run.add_argument("app", metavar="APP:POOL")

@@ -61,6 +61,17 @@ anything changes, the jobs' tasks are checked against what can run them: the tas
 workers registered (the workers table), or, with --app APP:POOL, that application's tasks.
 A task neither knows refuses the whole replay and changes nothing; with no live worker and no
 --app there is nothing to check against, so it refuses too: pass --app.""",
+    "batch": """\
+example:
+  workerpool batch show 17
+  workerpool batch show 17 --json | jq '.done, .finished'""",
+    "batch show": """\
+example:
+  workerpool batch show 17                 # members by state, a progress bar, its callbacks
+  workerpool batch show 17 --json
+
+A batch is finished once its last member has ended (done, dead or cancelled): its callback
+jobs were enqueued then, once. An unknown id (never opened, or pruned) exits non-zero.""",
     "dead purge": """\
 example:
   workerpool dead purge --older-than 30d --dry-run

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from . import limit_status, queries
+from . import batch_report, limit_status, queries
 from .maintenance import health
 from .queries import counts as count_sql
 from .schema import DEAD_REASONS, STATES
@@ -51,6 +51,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         blocked = queries.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
         limits = limit_status.collect(conn, {q: row.limits for q, row in paused.items()})
+        batches = batch_report.open_batches(conn)
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
@@ -60,6 +61,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "crons": crons,
         "workers": workers,
         "table_health": table,
+        "batches": batches,
     }
 
 
@@ -214,7 +216,8 @@ def render(status: Mapping[str, Any]) -> str:
                                 if v.get("limits")})
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
-    parts += [p for p in (paused, held, dead, blocked) if p]
+    batches = batch_report.render_open(status.get("batches") or {})
+    parts += [p for p in (paused, held, dead, blocked, batches) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))

@@ -159,7 +159,7 @@ def test_a_batch_without_callbacks_only_tracks_progress(app, sql):
     assert status.finished and status.callback_ids == [] and status.done == 1
 
 
-# -- every path that ends a member ---------------------------------------------------------------
+# -- every path that ends a member ----------------------------------------------------------------
 
 
 def _done(app, sql, job_id):
@@ -245,7 +245,7 @@ def test_the_inline_mode_runs_members_and_then_the_callback(app, sql):
         "batch": batch.id, "payload": {"p": 1}}
 
 
-# -- the race of the last two members ------------------------------------------------------------
+# -- the race of the last two members -------------------------------------------------------------
 
 
 def _race(app, sql, monkeypatch, *, after_settle: threading.Barrier | None = None) -> int:
@@ -305,7 +305,7 @@ def test_without_the_batch_row_lock_the_race_loses_the_callback(app, sql, monkey
     assert fired == [0, 0, 0]
 
 
-# -- replay, the sweep ------------------------------------------------------------------------------
+# -- replay, the sweep ----------------------------------------------------------------------------
 
 
 def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_again(
@@ -354,7 +354,7 @@ def test_the_sweep_leaves_open_batches_with_live_members_alone(app, sql):
     assert not batch_row(sql, batch.id)["finished"]
 
 
-# -- one transaction -----------------------------------------------------------------------------
+# -- one transaction ------------------------------------------------------------------------------
 
 
 def test_a_batch_in_the_callers_transaction_exists_only_if_it_commits(app, sql):
@@ -400,7 +400,7 @@ def test_bulk_members_by_copy_and_by_pipelined_chunks_all_join_the_batch(app, sq
     assert app.batch_status(batch.id).pending == 900
 
 
-# -- keys ------------------------------------------------------------------------------------------
+# -- keys -----------------------------------------------------------------------------------------
 
 
 def test_a_member_whose_key_is_held_outside_the_batch_is_not_a_member(app, sql):
@@ -470,7 +470,7 @@ def test_a_batch_key_reused_with_other_callbacks_or_payload_is_refused(app, sql)
             pass
 
 
-# -- reading ----------------------------------------------------------------------------------------
+# -- reading --------------------------------------------------------------------------------------
 
 
 def test_batch_results_streams_every_member_by_keyset_pages(app, sql, monkeypatch):
@@ -505,7 +505,7 @@ def test_workerpool_status_counts_exclude_the_callbacks(app, sql):
     assert status.total == 1 and len(status.callback_ids) == 2
 
 
-# -- bad input --------------------------------------------------------------------------------------
+# -- bad input ------------------------------------------------------------------------------------
 
 
 def nothing_written(sql) -> bool:
