@@ -165,11 +165,11 @@ def check_command(name: str, rest: str) -> list[str]:
         return [f"no subcommand {name!r} (workerpool --help lists {sorted(choices())})"]
     words = [name]
     rest = rest.split(" #")[0]
-    verbs = choices(name) if name == "dead" else set()
+    verbs = choices(name) if name in ("dead", "batch") else set()
     first = rest.split()[0] if rest.split() else ""
     if verbs and re.fullmatch(r"[a-z]+", first):
         if first not in verbs:
-            return [f"no 'workerpool dead {first}' (verbs: {sorted(verbs)})"]
+            return [f"no 'workerpool {name} {first}' (verbs: {sorted(verbs)})"]
         words.append(first)
     known = options(*words)
     return [f"'workerpool {' '.join(words)}' has no option {option}"
