@@ -305,7 +305,7 @@ def status_of(row: Any, counts: Mapping[str, int]) -> BatchStatus:
         dead=n(JobState.DEAD), cancelled=n(JobState.CANCELLED),
         finished=row.finished_at is not None, finished_at=row.finished_at, outcome=row.outcome,
         created_at=row.created_at, on_complete=row.on_complete, on_success=row.on_success,
-        on_failure=row.on_failure, callback_ids=list(row.callback_ids or []),
+        on_failure=row.on_failure, callback_ids=sorted(row.callback_ids or []),
         fired_by=row.fired_by)
 
 

@@ -25,6 +25,8 @@ from sqlalchemy.engine import URL
 
 from workerpool import db, queries
 from workerpool.limits import ClaimLimits, KeyLimit, Rate
+from workerpool.queries import batches as batches_sql
+from workerpool.queries import results as results_sql
 from workerpool.queries.recovery import RECOVER_BATCH
 from workerpool.worker import (
     IDLE_IN_TRANSACTION_TIMEOUT,
@@ -41,6 +43,7 @@ FINISHED = 50_000  # past the retention (the prune's)
 LIMIT = 100
 KEYS = 1_000  # concurrency keys of the backlog (the per-key claims')
 RETENTION = 7 * 24 * 3600.0
+BATCH_MEMBERS = 20_000
 #: Nodes that read a whole backlog (or a whole lease set) instead of stopping at the limit.
 FORBIDDEN = {"Sort", "Incremental Sort", "Bitmap Heap Scan", "Seq Scan"}
 DIALECT = postgresql.psycopg.dialect()
@@ -71,6 +74,15 @@ LOAD = [
                                     finished_at)
         SELECT 'q', 'work', 'done', 1, 'old', now() - interval '30 days',
                now() - interval '30 days' FROM generate_series(1, {FINISHED})""",
+    # a batch of BATCH_MEMBERS members, all ended but one (its settle and its finish)
+    """INSERT INTO workerpool_batches (id, callbacks) VALUES (1, '[{"on": "complete",
+        "queue": "q", "task": "work", "payload_version": 1, "priority": 0,
+        "max_attempts": 5}]')""",
+    f"""INSERT INTO workerpool_jobs (queue, task, state, attempts, finished_at, batch_id)
+        SELECT 'q', 'work', 'done', 1, now(), 1 FROM generate_series(1, {BATCH_MEMBERS})""",
+    """INSERT INTO workerpool_jobs (queue, task, state, attempts, claimed_by, claimed_at,
+                                    batch_id)
+        VALUES ('q', 'work', 'processing', 1, 'wk1', now(), 1)""",
     # the claimer of the limited claims, registered (its capacity makes the shared lock safe)
     "INSERT INTO workerpool_workers (id, host, pid, queue, capacity) VALUES ('me', 'h', 1, 'q',"
     f" {LIMIT})",
@@ -223,6 +235,12 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
             c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
             alone=True)),
         "complete": compiled(lambda c: queries.complete(c, "wk0", held)),
+        "complete settling": compiled(lambda c: results_sql.complete_settling(
+            c, "wk0", [(job_id, attempt, None) for job_id, attempt in held])),
+        "complete settling with results": compiled(lambda c: results_sql.complete_settling(
+            c, "wk0", [(job_id, attempt, '{"n": 1}') for job_id, attempt in held])),
+        "settle batches (lock)": compiled(lambda c: batches_sql.settle(c, [1])),
+        "settle batches (finish)": compiled(lambda c: batches_sql.finish(c, [1], "outcome")),
         "renew": compiled(lambda c: queries.renew(c, "wk0", held)),
         "return_unstarted": compiled(lambda c: queries.return_unstarted(c, "wk0", held)),
         "give_back": compiled(lambda c: queries.give_back(c, lease, interrupted)),
@@ -327,7 +345,9 @@ def hot_statements(loaded_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("planning", list(EXPLAIN))
 @pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited",
                                        "claim limited shared", "claim per key",
-                                       "claim per key alone", "complete", "renew",
+                                       "claim per key alone", "complete",
+                                       "complete settling", "complete settling with results",
+                                       "settle batches (lock)", "settle batches (finish)", "renew",
                                        "return_unstarted", "give_back", "reclaim_from_dead_worker",
                                        "sweep_abandoned", "recover_stale", "prune_finished"])
 def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(

@@ -159,7 +159,7 @@ WITH settled AS (
   SET finished_at = clock_timestamp(),
       outcome = CASE WHEN s.failed THEN 'failure' ELSE 'success' END,
       fired_by = :fired_by,
-      callback_ids = ARRAY(SELECT f.id FROM fired f WHERE f.batch_id = b.id ORDER BY f.id)
+      callback_ids = ARRAY(SELECT f.id FROM fired f WHERE f.batch_id = b.id)
   FROM settled s WHERE b.id = s.id
   RETURNING b.id, b.outcome, b.callback_ids
 ), woken AS (
@@ -167,7 +167,7 @@ WITH settled AS (
   FROM fired HAVING count(*) > 0
 )
 SELECT finished.id, finished.outcome, finished.callback_ids, (SELECT count(*) FROM woken) AS woke
-FROM finished ORDER BY finished.id
+FROM finished
 """)
 
 
@@ -190,7 +190,8 @@ def finish(conn: Connection, locked: Sequence[int], fired_by: str) -> list[Fired
     """The second statement of :func:`settle`: ``locked`` are batch ids this transaction holds
     locked (a fresh snapshot sees every member outcome committed before the lock)."""
     rows = conn.execute(_FINISH, {"ids": list(locked), "fired_by": fired_by}).all()
-    return [Fired(row.id, row.outcome, list(row.callback_ids or [])) for row in rows]
+    # no ORDER BY in the statement (a sort node, however small, is what the plan tests forbid)
+    return sorted(Fired(row.id, row.outcome, sorted(row.callback_ids or [])) for row in rows)
 
 
 # sweep: open batches not locked by anyone → finished when every member has settled (a safety
