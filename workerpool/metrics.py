@@ -50,6 +50,8 @@ class Null:
     def woke(self, queue: str, source: str) -> None: ...
     def restarted(self, worker: str, cause: str) -> None: ...
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None: ...
+    def batches_finished(self, fired: list[Any], fired_by: str) -> None: ...
+    def batches_open(self, count: int) -> None: ...
 
 
 class Recorder(Null):
@@ -104,6 +106,13 @@ class Recorder(Null):
         self.suspects = Gauge(
             "workerpool_suspects", "Due jobs held by a process that died (they run alone)",
             ["queue"], multiprocess_mode="livemostrecent", registry=None)
+        self.batches_done = Counter(
+            "workerpool_batches_finished", "Batches finished (their callbacks enqueued), by"
+            " outcome and by who finished them: a member's outcome, or the sweep (never, unless"
+            " the outcome path missed one)", ["outcome", "fired_by"], registry=None)
+        self.batches_open_gauge = Gauge(
+            "workerpool_batches_open", "Batches opened and not finished yet, sampled by"
+            " maintenance", [], multiprocess_mode="livemostrecent", registry=None)
         self._children: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
         self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
@@ -194,6 +203,15 @@ class Recorder(Null):
             self._child(self.suspects, (queue,)).set(sample["suspects"])
             self._child(self.oldest_due, (queue,)).set(sample["oldest_due"])
             self.depth_cap.set(sample["cap"])
+
+
+    def batches_finished(self, fired: list[Any], fired_by: str) -> None:
+        """Batches this process finished (after the commit): counted, written at the flush."""
+        for batch in fired:
+            self._count(self.batches_done, batch.outcome, fired_by)
+
+    def batches_open(self, count: int) -> None:
+        self.batches_open_gauge.set(count)
 
 
 def add_observations(histogram: Any, buckets: list[int], total: float) -> None:

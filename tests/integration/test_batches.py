@@ -574,3 +574,24 @@ def test_an_unknown_batch_is_refused_when_asked_not_when_iterated(app):
         pass
     with pytest.raises(InvalidJob, match="page_size must be a positive int"):
         app.batch_results(batch.id, page_size=0)
+
+
+def test_the_maintenance_pass_sweeps_logs_at_error_level_and_prunes(app, sql, caplog):
+    with app.batch(on_complete="report") as left_open:
+        member = left_open.enqueue("member", {})
+    sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = %s", member)
+    with app.batch() as old:
+        pass
+    sql("UPDATE workerpool_batches SET finished_at = now() - interval '30 days' WHERE id = %s",
+        old.id)
+    sql("INSERT INTO workerpool_waiters (job_id, since) VALUES (1, now() - interval '2 hours')")
+    maintenance = Maintenance(app, worker_id="m")
+    with caplog.at_level("ERROR", logger="workerpool.maintenance"):
+        fired = maintenance.sweep_batches()
+    assert [f.batch_id for f in fired] == [left_open.id]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"batch {left_open.id} finished by the maintenance sweep, not by its last member's"
+        " outcome"]
+    assert sql("SELECT id FROM workerpool_batches") == [(left_open.id,)]  # the old one pruned
+    assert sql("SELECT count(*) FROM workerpool_waiters") == [(0,)]
+    assert maintenance.sweep_batches() == []  # not again within BATCH_SWEEP_EVERY

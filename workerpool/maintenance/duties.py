@@ -129,6 +129,8 @@ class Maintenance:
         self._swept_batches_at = now
         with self._transaction() as conn:
             fired = batches.sweep(conn)
+        metrics.record.batches_finished(fired, "sweep")
+        metrics.record.flush()
         for batch in fired:
             log.error("batch %s finished by the maintenance sweep, not by its last member's"
                       " outcome", batch.batch_id,
@@ -160,7 +162,9 @@ class Maintenance:
         self._sampled_at = now
         with self._transaction() as conn:
             samples = queries.queue_depths(conn, list(self.pool.queues))
+            open_batches = batches.count_open(conn)
         metrics.record.depth(samples)
+        metrics.record.batches_open(open_batches)
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""

@@ -120,6 +120,8 @@ class Outcomes:
         #: Handler threads put their results here; only the main loop takes them.
         self.results: queue_module.SimpleQueue[Result] = queue_module.SimpleQueue()
         self.unwritten: list[tuple[InFlight, Outcome]] = []
+        #: The batches the last :meth:`record` finished (counted once :meth:`written`).
+        self.fired: list[Fired] = []
         self.last_write = 0.0  # monotonic: the last outcomes write
 
     def add(self, flight: InFlight, outcome: Outcome) -> None:
@@ -161,7 +163,9 @@ class Outcomes:
                ) -> dict[int, str | None]:
         """Write ``batch`` in ``conn``'s transaction; nothing changes in memory until
         :meth:`written` is told the commit succeeded."""
-        return record_many(conn, self.worker_id, [(f.lease, outcome) for f, outcome in batch])
+        states, self.fired = record_settling(conn, self.worker_id,
+                                             [(f.lease, outcome) for f, outcome in batch])
+        return states
 
     def written(self, batch: list[tuple[InFlight, Outcome]],
                 states: dict[int, str | None]) -> None:
@@ -170,6 +174,8 @@ class Outcomes:
         self.unwritten = self.unwritten[len(batch):]
         dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
                 for flight, outcome in batch]
+        fired, self.fired = self.fired, []
+        metrics.record.batches_finished(fired, "outcome")
         # right after the commit, not at the end of the pass: a SIGKILL between the two would
         # lose these counts (the pass goes on to claim and to beat, round trips away)
         metrics.record.flush()

@@ -1,0 +1,31 @@
+"""The batch metrics: finished batches by outcome and by who finished them, the open gauge."""
+
+from __future__ import annotations
+
+from tests.unit.test_metrics import recorder, scraped  # noqa: F401  (the fixture)
+from workerpool import metrics
+from workerpool.queries.batches import Fired
+
+
+def test_finished_batches_are_counted_by_outcome_and_finisher_at_the_flush(recorder):  # noqa: F811
+    rec, directory = recorder
+    rec.batches_finished([Fired(1, "success", [10]), Fired(2, "failure", [11, 12])], "outcome")
+    rec.batches_finished([Fired(3, "success", [13])], "sweep")
+    assert ("workerpool_batches_finished_total",
+            (("fired_by", "outcome"), ("outcome", "success"))) not in scraped(directory)
+    rec.flush()
+    rec.batches_open(4)
+    found = scraped(directory)
+    assert found[("workerpool_batches_finished_total",
+                  (("fired_by", "outcome"), ("outcome", "success")))] == 1
+    assert found[("workerpool_batches_finished_total",
+                  (("fired_by", "outcome"), ("outcome", "failure")))] == 1
+    assert found[("workerpool_batches_finished_total",
+                  (("fired_by", "sweep"), ("outcome", "success")))] == 1
+    assert found[("workerpool_batches_open", ())] == 4
+
+
+def test_the_null_recorder_takes_the_batch_hooks():
+    null = metrics.Null()
+    null.batches_finished([Fired(1, "success", [])], "outcome")
+    null.batches_open(0)
