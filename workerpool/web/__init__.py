@@ -23,12 +23,13 @@ from starlette.staticfiles import StaticFiles
 from ..errors import (
     InvalidFilter,
     ReplayRefused,
+    UnknownBatch,
     UnknownJob,
     UnknownQueue,
     WorkerpoolError,
     first_line,
 )
-from . import actions, pages
+from . import actions, batch_pages, pages
 from .inputs import BadInput
 from .render import render
 from .security import Csrf, CsrfRefused, Guard, token_from_env
@@ -42,7 +43,7 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
-    (UnknownQueue, 404), (ReplayRefused, 409), (WorkerpoolError, 400),
+    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (WorkerpoolError, 400),
 ]
 
 
@@ -73,6 +74,8 @@ def routes(read_only: bool) -> list[Any]:
         Route("/jobs", pages.jobs_page, name="jobs"),
         Route("/jobs/{job_id}", pages.job_page, name="job"),
         Route("/dead", pages.dead_page, name="dead"),
+        Route("/batches", batch_pages.batches_page, name="batches"),
+        Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
         Mount("/static", app=static, name="static"),
     ]
     if not read_only:

@@ -106,6 +106,7 @@ def job_page(request: Request) -> Response:
     return render(request, "job.html", {
         "job": row, "holder": holder, "reasons": reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
+        "result": _pretty(row.result),
         "cancel_request": _pretty(row.cancel_request),
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
     })
