@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from workerpool.chaos.checker import History, check, recovery_times
+from workerpool.chaos.checker import TERMINAL, History, check, recovery_times
 from workerpool.chaos.schedule import PROCESS_FAULTS, SERVER_FAULTS, plan
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -15,9 +15,14 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def job(job_id, key, state="done", attempts=1, task="plain", errors=(), dead_reason=None):
+def job(job_id, key, state="done", attempts=1, task="plain", errors=(), dead_reason=None,
+        batch_id=None, finished=1.0, payload=None):
+    result = ({"key": key} if task == "plain" else {"key": key, "n": (payload or {}).get("n")}
+              if task == "member" else None)
     return {"id": job_id, "key": key, "task": task, "state": state, "dead_reason": dead_reason,
-            "attempts": attempts, "max_attempts": 5, "errors": list(errors)}
+            "attempts": attempts, "max_attempts": 5, "errors": list(errors),
+            "payload": payload or {}, "result": result if state == "done" else None,
+            "batch_id": batch_id, "finished_at": at(finished) if state in TERMINAL else None}
 
 
 def run(exec_id, job_id, attempt=1, outcome="ok", kind="plain", tick=None):
@@ -103,3 +108,60 @@ def test_one_seed_is_one_schedule_covering_every_kind():
     first, again = plan(5, 60, 2.0, kinds, True), plan(5, 60, 2.0, kinds, True)
     assert first == again and first != plan(6, 60, 2.0, kinds, True)
     assert {f.kind for f in first} == {*kinds, "failover"}
+
+
+# -- batches and results ------------------------------------------------------------------------
+
+
+def with_batch(finished_at=5.0, fired_by="outcome", callbacks=(20,), member_states=("done",) * 2
+               ) -> History:
+    """A clean history plus batch 1: its members (ids 10, 11...) and its callback job(s)."""
+    history = clean()
+    for offset, state in enumerate(member_states):
+        history.jobs[10 + offset] = job(10 + offset, f"m{offset}", state=state, task="member",
+                                        batch_id=1, finished=2.0 + offset,
+                                        payload={"n": offset})
+        history.execs.append(run(f"x{10 + offset}", 10 + offset, kind="member"))
+        history.effects[f"m{offset}"] = {"key": f"m{offset}"}
+    for callback in callbacks:
+        history.jobs[callback] = job(callback, None, task="batch_done", batch_id=1, finished=9)
+        history.execs.append(run(f"x{callback}", callback, kind="callback"))
+        history.effects[f"job:{callback}"] = {"key": f"job:{callback}"}
+    history.batches[1] = {"id": 1, "key": "b", "outcome": "success", "fired_by": fired_by,
+                          "finished_at": at(finished_at) if finished_at is not None else None,
+                          "callback_ids": list(callbacks) if finished_at is not None else None}
+    history.callbacks.append({"batch_id": 1, "live": 0})
+    return history
+
+
+def test_a_batch_fired_once_after_its_last_member_passes():
+    verdict = check(with_batch())
+    assert verdict.ok, dict(verdict.violations)
+    assert verdict.notes["batches finished"] == 1
+
+
+def test_a_batch_fired_twice_or_never_is_found():
+    assert list(check(with_batch(callbacks=(20, 21))).violations) == ["callback_count"]
+    unfinished = with_batch(finished_at=None, callbacks=())
+    assert check(unfinished).violations["batch_not_finished"] == [1]
+
+
+def test_a_batch_fired_early_or_by_the_sweep_is_found():
+    early = with_batch(member_states=("done", "processing"))
+    assert check(early).violations["batch_fired_early"] == [{"batch": 1, "live": [11]}]
+    before_last = with_batch(finished_at=2.5)  # member 11 ended at 3.0
+    assert list(check(before_last).violations) == ["batch_fired_early"]
+    assert check(with_batch(fired_by="sweep")).violations["batch_swept"] == [1]
+    saw_live = with_batch()
+    saw_live.callbacks[0]["live"] = 2
+    assert list(check(saw_live).violations) == ["callback_saw_live_members"]
+
+
+def test_a_wrong_stored_or_read_result_is_found():
+    history = with_batch()
+    history.jobs[10]["result"] = {"key": "m0", "n": 99}
+    history.reads.append({"key": "k1", "job_id": 1, "value": {"key": "other"}, "error": None})
+    history.reads.append({"key": "k1", "job_id": 1, "value": None, "error": "ResultTimeout"})
+    found = check(history).violations
+    assert found["wrong_result"] == [{"job": 10, "stored": {"key": "m0", "n": 99}}]
+    assert [r["value"] for r in found["wrong_result_read"]] == [{"key": "other"}]

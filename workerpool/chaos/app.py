@@ -3,8 +3,11 @@
 One handler per kind of job, each an idempotent consumer that records itself in the ledger
 (:mod:`.ledger`): ``plain`` (short), ``slow`` (seconds, longer than the lease, so it lives on
 lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own process every
-time) and the cron job ``tick`` (every two seconds, slower than its period now and then, so
-ticks are skipped rather than overlapped). Timings are short so that recovery is seconds.
+time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, which writes down
+how many members it saw still live), and the cron job ``tick`` (every two seconds, slower than
+its period now and then, so ticks are skipped rather than overlapped). ``plain`` and ``member``
+return a result the checker can predict from the job (:func:`expected_result`). Timings are
+short so that recovery is seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 from workerpool import Backoff, Job, WorkerPool
 
-from .ledger import EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
+from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
 
 STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
 SETTINGS = {"stale_after": STALE_AFTER, "drain_timeout": 2.0, "hang_timeout": 3.0,
@@ -89,10 +92,35 @@ class Execution:
             self.probe()
 
 
+def expected_result(task: str, key: str | None, payload: dict[str, Any]) -> Any:
+    """What the handler of ``task`` returns for this job (None: it returns nothing)."""
+    if task == "plain":
+        return {"key": key}
+    if task == "member":
+        return {"key": key, "n": payload.get("n")}
+    return None
+
+
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
-def plain(job: Job) -> None:
+def plain(job: Job) -> Any:
     with Execution(job, "plain") as run:
         time.sleep(float(job.payload.get("seconds", 0.02)))
+        run.effect()
+    return expected_result("plain", job.key, job.payload)
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def member(job: Job) -> Any:
+    with Execution(job, "member") as run:
+        time.sleep(float(job.payload.get("seconds", 0.01)))
+        run.effect()
+    return expected_result("member", job.key, job.payload)
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def batch_done(job: Job) -> None:
+    with Execution(job, "callback") as run:
+        run.ledger.execute(CALLBACK, {"exec": run.id, "job": job.id, "batch": job.batch_id})
         run.effect()
 
 

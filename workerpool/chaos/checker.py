@@ -4,7 +4,10 @@ Categories after Jepsen's total-queue checker: *lost* (an acknowledged enqueue t
 done, dead or cancelled), *unexpected* (an execution of a job nobody enqueued, such as a
 rolled-back one), plus workerpool's own promises: no two executions of one job overlapping while
 both held a valid lease (fencing), effects once, attempts and errors that agree with the ledger,
-cron ticks enqueued once and never overlapping, nothing left ``processing``.
+cron ticks enqueued once and never overlapping, nothing left ``processing``; every batch whose
+members all ended fired its callback exactly once, from an outcome (not the sweep), never
+before its last member; every stored result and every result read equals what the handler
+returned.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class History:
     execs: list[dict[str, Any]]  # chaos_exec rows
     probes: dict[str, list[tuple[datetime, bool]]]  # exec_id → (at, valid)
     effects: dict[str, dict[str, Any]]  # key → chaos_effect row
+    batches: dict[int, dict[str, Any]] = field(default_factory=dict)  # id → batches row
+    callbacks: list[dict[str, Any]] = field(default_factory=list)  # chaos_callback rows
+    reads: list[dict[str, Any]] = field(default_factory=list)  # the producers' result reads
 
 
 @dataclass
@@ -54,6 +60,8 @@ def check(history: History) -> Verdict:
         _job(row, runs, history, verdict)
     _fencing(history, execs_by_job, verdict)
     _cron(history, verdict)
+    _batches(history, verdict)
+    _results(history, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -98,7 +106,8 @@ def _job(row: dict[str, Any], runs: list[dict[str, Any]], history: History,
     if row["state"] == "done":
         if not any(r["outcome"] == "ok" and r["attempt"] == row["attempts"] for r in runs):
             verdict.add("done_without_its_run", job_id)
-        if row["task"] != "poison" and row["key"] not in history.effects:
+        # the handler's effect key: the job's key, else its id (a batch's callback has no key)
+        if row["task"] != "poison" and (row["key"] or f"job:{job_id}") not in history.effects:
             verdict.add("missing_effect", job_id)
     raised = Counter(r["attempt"] for r in runs if (r["outcome"] or "").startswith("raised:"))
     for entry in row["errors"]:
@@ -159,6 +168,63 @@ def _cron(history: History, verdict: Verdict) -> None:
         job_b = next(r["job_id"] for r in cron_runs if r["exec_id"] == b)
         if job_a != job_b:  # one job's own overlaps are reported as lease_overlap
             verdict.add("cron_overlap", {"jobs": [job_a, job_b], "executions": [a, b]})
+
+
+def _batches(history: History, verdict: Verdict) -> None:
+    """Each batch: finished once its members all ended, by an outcome, with one callback job
+    per callback, created after its last member ended, which saw no member still live."""
+    members: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in history.jobs.values():
+        if row.get("batch_id") is not None:
+            members[row["batch_id"]].append(row)
+    for batch_id, batch in history.batches.items():
+        callbacks = set(batch["callback_ids"] or [])
+        own = [row for row in members.get(batch_id, []) if row["id"] not in callbacks]
+        fired = [row for row in members.get(batch_id, []) if row["task"] == "batch_done"]
+        ended = all(row["state"] in TERMINAL for row in own)
+        verdict.notes[f"batches {'finished' if batch['finished_at'] else 'open'}"] += 1
+        if batch["finished_at"] is None:
+            if ended:
+                verdict.add("batch_not_finished", batch_id)
+            if fired:
+                verdict.add("callback_before_finish", batch_id)
+            continue
+        if not ended:
+            verdict.add("batch_fired_early", {"batch": batch_id, "live": [
+                row["id"] for row in own if row["state"] not in TERMINAL]})
+        last = max((row["finished_at"] for row in own if row["finished_at"]), default=None)
+        if last is not None and batch["finished_at"] < last:
+            verdict.add("batch_fired_early", {"batch": batch_id, "finished": str(last)})
+        if len(fired) != 1 or {row["id"] for row in fired} != callbacks:
+            verdict.add("callback_count",
+                        {"batch": batch_id, "jobs": sorted(row["id"] for row in fired)})
+        if batch["fired_by"] == "sweep":
+            verdict.add("batch_swept", batch_id)
+        verdict.notes[f"batch members per finished batch: {_size(len(own))}"] += 1
+    for seen in history.callbacks:
+        if seen["live"]:
+            verdict.add("callback_saw_live_members", {"batch": seen["batch_id"],
+                                                      "live": seen["live"]})
+
+
+def _size(count: int) -> str:
+    return "0 (empty)" if count == 0 else "1-9" if count < 10 else "10+"
+
+
+def _results(history: History, verdict: Verdict) -> None:
+    """Stored results equal what the handlers return; so does every result a producer read."""
+    from .app import expected_result
+
+    for row in history.jobs.values():
+        if row["state"] != "done" or row["task"] not in ("plain", "member"):
+            continue
+        wanted = expected_result(row["task"], row["key"], row.get("payload") or {})
+        if row.get("result") != wanted:
+            verdict.add("wrong_result", {"job": row["id"], "stored": row.get("result")})
+    for read in history.reads:
+        verdict.notes[f"results read: {read['error'] or 'value'}"] += 1
+        if read["error"] is None and read["value"] != {"key": read["key"]}:
+            verdict.add("wrong_result_read", read)
 
 
 def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]

@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS chaos_effect (
     key text PRIMARY KEY, job_id bigint NOT NULL, exec_id text NOT NULL, at timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS chaos_business (
     key text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS chaos_callback (
+    exec_id text PRIMARY KEY, job_id bigint NOT NULL, batch_id bigint NOT NULL,
+    live int NOT NULL, at timestamptz NOT NULL);
 """
 
 PROBE = """
@@ -57,6 +60,17 @@ ON CONFLICT (exec_id) DO NOTHING
 FINISH = """
 UPDATE chaos_exec SET finished_at = statement_timestamp(), outcome = %(outcome)s
 WHERE exec_id = %(exec)s
+"""
+#: A batch's callback as it starts: how many members of its batch were still live (the
+#: callbacks themselves left out), on the database's clock.
+CALLBACK = """
+INSERT INTO chaos_callback (exec_id, job_id, batch_id, live, at)
+SELECT %(exec)s, %(job)s, %(batch)s, count(*), statement_timestamp()
+FROM workerpool_jobs
+WHERE batch_id = %(batch)s AND state IN ('pending', 'processing', 'failed')
+  AND NOT id = ANY(COALESCE((SELECT callback_ids FROM workerpool_batches WHERE id = %(batch)s),
+                            '{}'))
+ON CONFLICT (exec_id) DO NOTHING
 """
 EFFECT = """
 INSERT INTO chaos_effect (key, job_id, exec_id, at)

@@ -17,14 +17,14 @@ from typing import Any
 
 from sqlalchemy import text
 
-from workerpool import WorkerPool
+from workerpool import WorkerPool, WorkerpoolError
 
 log = logging.getLogger("workerpool.chaos")
 
 RETRY_FOR = 60.0  # seconds an enqueue is retried through outages before it is given up
 BUSINESS = text("INSERT INTO chaos_business (key) VALUES (:key) ON CONFLICT DO NOTHING")
-MODES = ("single", "bulk", "transaction", "rollback")
-MODE_WEIGHTS = (5, 2, 2, 1)
+MODES = ("single", "bulk", "transaction", "rollback", "batch", "result")
+MODE_WEIGHTS = (5, 2, 2, 1, 1, 1)
 
 
 class RolledBack(Exception):
@@ -38,6 +38,17 @@ class Enqueued:
     mode: str
     status: str  # ok · rolled_back · gave_up (outcome unknown: checked as "recovered" if found)
     job_id: int | None = None
+    batch: str | None = None  # the key of the batch it was enqueued into
+
+
+@dataclass
+class Read:
+    """A ``pool.result`` a producer waited for: what it returned, or the error's name."""
+
+    key: str
+    job_id: int
+    value: Any
+    error: str | None = None
 
 
 class Producers:
@@ -48,6 +59,7 @@ class Producers:
         self.pool, self.seed, self.rate, self.threads = pool, seed, rate, threads
         self.poison_every = poison_every
         self.log: list[Enqueued] = []
+        self.reads: list[Read] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -70,23 +82,31 @@ class Producers:
         with self._lock:
             return [asdict(entry) for entry in self.log]
 
+    def result_reads(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(read) for read in self.reads]
+
     def _run(self, index: int) -> None:
         rng = random.Random(self.seed * 1000 + index)
         gap = self.threads / self.rate
         while not self._stop.wait(rng.expovariate(1.0 / gap)):
             mode = rng.choices(MODES, MODE_WEIGHTS)[0]
-            batch = [self._job(rng, bulk=mode == "bulk")
-                     for _ in range(rng.randint(3, 10) if mode == "bulk" else 1)]
+            size = {"bulk": rng.randint(3, 10), "batch": rng.randint(0, 20)}.get(mode, 1)
+            batch = [self._job(rng, bulk=mode == "bulk", member=mode == "batch")
+                     for _ in range(size)]
             try:
                 self._enqueue(mode, batch)
             except Exception as exc:  # gave up after RETRY_FOR: logged, checked as unknown
                 log.warning("enqueue gave up: %s", exc)
                 self._record(batch, mode, "gave_up")
 
-    def _job(self, rng: random.Random, bulk: bool) -> tuple[str, dict[str, Any], str]:
+    def _job(self, rng: random.Random, bulk: bool, member: bool = False
+             ) -> tuple[str, dict[str, Any], str]:
         with self._lock:
             self._count += 1
             key = f"chaos:{self.seed}:{self._count}"
+            if member:
+                return "member", {"n": self._count, "seconds": round(rng.uniform(0, 0.03), 3)}, key
             poison = time.monotonic() - self._last_poison > self.poison_every
             if poison:
                 self._last_poison = time.monotonic()
@@ -105,19 +125,48 @@ class Producers:
         if mode == "rollback":
             self._rolled_back(batch)
             return
+        batch_key = None
+        if mode == "batch":
+            with self._lock:
+                self._count += 1
+                batch_key = f"chaos-batch:{self.seed}:{self._count}"
         deadline = time.monotonic() + RETRY_FOR
         while True:
-            try:
-                ids = self._write(mode, batch)
+            try:  # a batch is retried under its key: the coordinator's second run
+                ids = self._write(mode, batch, batch_key)
                 break
             except Exception:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        self._record(batch, mode, "ok", ids)
+        self._record(batch, mode, "ok", ids, batch_key)
+        if mode == "result":
+            self._read(batch[0][2], ids[0])
 
-    def _write(self, mode: str, batch: list[tuple[str, dict[str, Any], str]]) -> list[int]:
-        if mode == "single":
+    def _read(self, key: str, job_id: int) -> None:
+        """Wait for the job's result as an application would (through outages: retried)."""
+        deadline = time.monotonic() + RETRY_FOR
+        while True:
+            try:
+                read = Read(key, job_id, self.pool.result(job_id, timeout=RETRY_FOR))
+                break
+            except WorkerpoolError as exc:  # JobFailed, ResultTimeout...: what it said
+                read = Read(key, job_id, None, type(exc).__name__)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.2)
+        with self._lock:
+            self.reads.append(read)
+
+    def _write(self, mode: str, batch: list[tuple[str, dict[str, Any], str]],
+               batch_key: str | None = None) -> list[int]:
+        if mode == "batch":
+            with self.pool.batch(on_complete="batch_done", key=batch_key,
+                                 payload={"producer": batch_key}) as opened:
+                return opened.enqueue_many([(t, p, {"key": k}) for t, p, k in batch])
+        if mode in ("single", "result"):
             task, payload, key = batch[0]
             return [self.pool.enqueue(task, payload, key=key)]
         if mode == "bulk":
@@ -141,8 +190,8 @@ class Producers:
             self._record(batch, "rollback", "rolled_back", [job_id])
 
     def _record(self, batch: list[tuple[str, dict[str, Any], str]], mode: str, status: str,
-                ids: list[int | None] | None = None) -> None:
+                ids: list[int | None] | None = None, batch_key: str | None = None) -> None:
         ids = ids or [None] * len(batch)
         with self._lock:
-            self.log += [Enqueued(key, task, mode, status, job_id)
+            self.log += [Enqueued(key, task, mode, status, job_id, batch_key)
                          for (task, _, key), job_id in zip(batch, ids, strict=True)]

@@ -202,7 +202,7 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
         fleet.stop_all(DRAIN_WAIT)
         _wait_orphans(fleet)
         phases["stopped"] = time.monotonic() - started
-        history = read_history(url, producers.records())
+        history = read_history(url, producers.records(), producers.result_reads())
     finally:
         injector.continue_stopped(everything=True)
         fleet.kill_everything()
@@ -289,18 +289,23 @@ def _wait_orphans(fleet: Fleet) -> None:
             time.sleep(0.2)
 
 
-def read_history(url: URL, enqueued: list[dict[str, Any]]) -> History:
+def read_history(url: URL, enqueued: list[dict[str, Any]],
+                 reads: list[dict[str, Any]] | None = None) -> History:
     with psycopg.connect(autocommit=True, row_factory=psycopg.rows.dict_row,
                          **db.connect_kwargs(url)) as conn:
         jobs = {row["id"]: row for row in conn.execute(
-            "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors "
-            "FROM workerpool_jobs")}
+            "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
+            " payload, result, batch_id, finished_at FROM workerpool_jobs")}
+        batches = {row["id"]: row for row in conn.execute(
+            "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
+            " FROM workerpool_batches")}
+        callbacks = list(conn.execute("SELECT * FROM chaos_callback"))
         execs = list(conn.execute("SELECT * FROM chaos_exec ORDER BY started_at"))
         probes: dict[str, list] = {}
         for row in conn.execute("SELECT exec_id, at, valid FROM chaos_probe"):
             probes.setdefault(row["exec_id"], []).append((row["at"], row["valid"]))
         effects = {row["key"]: row for row in conn.execute("SELECT * FROM chaos_effect")}
-    return History(enqueued, jobs, execs, probes, effects)
+    return History(enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [])
 
 
 __all__ = ["FAILOVER", "Options", "Result", "run"]
