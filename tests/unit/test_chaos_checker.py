@@ -160,8 +160,12 @@ def test_a_batch_fired_early_or_by_the_sweep_is_found():
 def test_a_wrong_stored_or_read_result_is_found():
     history = with_batch()
     history.jobs[10]["result"] = {"key": "m0", "n": 99}
-    history.reads.append({"key": "k1", "job_id": 1, "value": {"key": "other"}, "error": None})
-    history.reads.append({"key": "k1", "job_id": 1, "value": None, "error": "ResultTimeout"})
+    history.reads.append({"key": "k1", "task": "plain", "job_id": 1, "value": {"key": "other"},
+                          "error": None})
+    history.reads.append({"key": "k1", "task": "plain", "job_id": 1, "value": None,
+                          "error": "ResultTimeout"})
+    history.reads.append({"key": "k3", "task": "flaky", "job_id": 3, "value": None,
+                          "error": None})  # flaky returns nothing
     found = check(history).violations
     assert found["wrong_result"] == [{"job": 10, "stored": {"key": "m0", "n": 99}}]
     assert [r["value"] for r in found["wrong_result_read"]] == [{"key": "other"}]

@@ -223,7 +223,8 @@ def _results(history: History, verdict: Verdict) -> None:
             verdict.add("wrong_result", {"job": row["id"], "stored": row.get("result")})
     for read in history.reads:
         verdict.notes[f"results read: {read['error'] or 'value'}"] += 1
-        if read["error"] is None and read["value"] != {"key": read["key"]}:
+        if read["error"] is None and read["value"] != expected_result(read["task"], read["key"],
+                                                                      {}):
             verdict.add("wrong_result_read", read)
 
 

@@ -46,6 +46,7 @@ class Read:
     """A ``pool.result`` a producer waited for: what it returned, or the error's name."""
 
     key: str
+    task: str
     job_id: int
     value: Any
     error: str | None = None
@@ -141,17 +142,17 @@ class Producers:
                 time.sleep(0.2)
         self._record(batch, mode, "ok", ids, batch_key)
         if mode == "result":
-            self._read(batch[0][2], ids[0])
+            self._read(batch[0][2], batch[0][0], ids[0])
 
-    def _read(self, key: str, job_id: int) -> None:
+    def _read(self, key: str, task: str, job_id: int) -> None:
         """Wait for the job's result as an application would (through outages: retried)."""
         deadline = time.monotonic() + RETRY_FOR
         while True:
             try:
-                read = Read(key, job_id, self.pool.result(job_id, timeout=RETRY_FOR))
+                read = Read(key, task, job_id, self.pool.result(job_id, timeout=RETRY_FOR))
                 break
             except WorkerpoolError as exc:  # JobFailed, ResultTimeout...: what it said
-                read = Read(key, job_id, None, type(exc).__name__)
+                read = Read(key, task, job_id, None, type(exc).__name__)
                 break
             except Exception:
                 if time.monotonic() > deadline:
