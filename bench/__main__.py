@@ -39,10 +39,10 @@ MAX_CONCURRENCY = 1000
 FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
         "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0,
-        "finished": 1_000_000}
+        "finished": 1_000_000, "batch_members": 10_000}
 QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
          "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0,
-         "finished": 2_000}
+         "finished": 2_000, "batch_members": 200}
 
 
 class UsageError(Exception):
@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="use (create if missing) and keep this database instead of a "
                              "scratch one: a 10M-row table is loaded once")
     parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
+    parser.add_argument("--batch-members", type=int,
+                        help="members of the batch measured against plain jobs (10000)")
     parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
     parser.add_argument("--concurrency", type=int,
                         help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}: "
@@ -116,7 +118,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     sizes = dict(QUICK if args.quick else FULL)
     sizes["concurrency"] = DEFAULT_CONCURRENCY
     for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs",
-                 "concurrency", "finished"):
+                 "concurrency", "finished", "batch_members"):
         value = getattr(args, name)
         if value is not None:
             if value < 1:

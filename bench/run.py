@@ -14,7 +14,7 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import ceiling, enqueue, fleet, floors, limits, operators, scale, supervised, web
+from . import batches, ceiling, enqueue, fleet, floors, limits, operators, scale, supervised, web
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
 from .report import Report, Target
@@ -22,7 +22,7 @@ from .report import Report, Target
 log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
-            "growth", "memory", "healthcheck", "operators", "web", "limits", "fleet")
+            "growth", "memory", "healthcheck", "operators", "web", "batches", "limits", "fleet")
 #: What a run without ``--only`` measures (the limits comparison and the supervisor counts only
 #: when asked for: they drain N jobs four times per repeat).
 DEFAULT_SECTIONS = SECTIONS[:-2]
@@ -59,6 +59,7 @@ class Plan:
     quick: bool = False
     fleet_counts: tuple[int, ...] = fleet.DEFAULT_COUNTS  # supervisors per fleet drain
     fleet_bouncer: bool = False  # each fleet drain also through PgBouncer
+    batch_members: int = 10_000  # members of the batch drained against as many plain jobs
 
     def wants(self, section: str) -> bool:
         return section in self.sections
@@ -155,6 +156,8 @@ def declare(report: Report, plan: Plan) -> None:
         scale.declare(report)
     if plan.wants("fleet"):
         fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
+    if plan.wants("batches"):
+        batches.declare(report, plan.batch_members)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -184,6 +187,9 @@ class Bench:
             for repeat in range(self.plan.repeats):
                 log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
                 self.run_once()
+                if self.plan.wants("batches"):
+                    batches.measure(self.report, self.launcher, self.pool,
+                                    self.plan.batch_members, repeat)
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
             if self.plan.wants("fleet"):  # the same

@@ -28,6 +28,7 @@ member live" is three index probes, whatever the batch's size.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -176,22 +177,44 @@ def settle(conn: Connection, batch_ids: Iterable[int], fired_by: str = "outcome"
 
     Call it in the transaction that settled members of these batches, after their writes.
     Returns the batches it finished; nothing is sent for batches already finished.
+
+    The finishing statement takes the same ids as the lock (it skips the finished ones itself),
+    so on psycopg 3 both go in one pipeline: one round trip, and still two statements, the
+    second planned and run (with its own snapshot) only once the first holds its locks.
     """
     ids = sorted(set(batch_ids))
     if not ids:
         return []
-    locked = list(conn.execute(_LOCK_OPEN, {"ids": ids}).scalars())
-    if not locked:
-        return []
-    return finish(conn, locked, fired_by)
+    driver = getattr(getattr(conn, "connection", None), "driver_connection", None)
+    if not hasattr(driver, "pipeline"):  # another driver: one statement after the other
+        locked = list(conn.execute(_LOCK_OPEN, {"ids": ids}).scalars())
+        return finish(conn, locked, fired_by) if locked else []
+    params = {"ids": ids, "fired_by": fired_by}
+    with driver.pipeline():
+        lock = driver.cursor()
+        lock.execute(_driver_sql(conn.dialect, _LOCK_OPEN), params)
+        finishing = driver.cursor()
+        finishing.execute(_driver_sql(conn.dialect, _FINISH), params)
+    lock.fetchall()
+    return _fired(finishing.fetchall())
 
 
 def finish(conn: Connection, locked: Sequence[int], fired_by: str) -> list[Fired]:
     """The second statement of :func:`settle`: ``locked`` are batch ids this transaction holds
     locked (a fresh snapshot sees every member outcome committed before the lock)."""
-    rows = conn.execute(_FINISH, {"ids": list(locked), "fired_by": fired_by}).all()
-    # no ORDER BY in the statement (a sort node, however small, is what the plan tests forbid)
-    return sorted(Fired(row.id, row.outcome, sorted(row.callback_ids or [])) for row in rows)
+    return _fired(conn.execute(_FINISH, {"ids": list(locked), "fired_by": fired_by}).all())
+
+
+def _fired(rows: Iterable[Any]) -> list[Fired]:
+    """``(id, outcome, callback_ids, woke)`` rows as Fired, by id (the statement has no ORDER
+    BY: a sort node, however small, is what the plan tests forbid)."""
+    return sorted(Fired(row[0], row[1], sorted(row[2] or [])) for row in rows)
+
+
+@functools.lru_cache(maxsize=8)
+def _driver_sql(dialect: Any, statement: Any) -> str:
+    """A statement as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
+    return str(statement.compile(dialect=dialect))
 
 
 # sweep: open batches not locked by anyone → finished when every member has settled (a safety
