@@ -49,3 +49,9 @@ def tick(job: Job) -> None:
     with pool.engine.begin() as conn:
         conn.execute(text("UPDATE bouncer_ledger SET ended_at = clock_timestamp() WHERE id = :id"),
                      {"id": run})
+
+
+@pool.task(queue="work")
+def double(job: Job) -> int:
+    """A result, and a batch's member (and callback: its payload is the batch's)."""
+    return int(job.payload["n"]) * 2

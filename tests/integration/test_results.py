@@ -75,6 +75,10 @@ def app(pool: WorkerPool) -> WorkerPool:
     def wait_for_cancel(job):
         job.cancelled.wait(20)
 
+    @pool.task(queue="q", max_attempts=1, timeout=0.3)
+    async def overrun(job):
+        await asyncio.sleep(30)  # an async handler is cancelled at its timeout
+
     return pool
 
 
@@ -146,6 +150,15 @@ def test_a_permanent_failure_raises_job_failed_at_once(app):
             app.result(job_id, timeout=30)
     assert failed.value.reason == "permanent"
     assert failed.value.errors[-1]["type"] == "Permanent"
+
+
+def test_a_job_that_overran_its_timeout_on_its_last_attempt_raises_job_failed(app):
+    job_id = app.enqueue("overrun", {})
+    with running(app, "q"):
+        with pytest.raises(JobFailed) as failed:
+            app.result(job_id, timeout=30)
+    assert failed.value.reason == "exhausted"
+    assert failed.value.errors[-1]["type"] == "TimeoutError"
 
 
 def test_a_cancelled_queued_job_raises_job_cancelled(app):
