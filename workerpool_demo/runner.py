@@ -26,6 +26,8 @@ from typing import TextIO
 
 from sqlalchemy.engine import URL
 
+from workerpool import db
+
 from .database import demo_environment, fresh_database, shown_url
 from .options import Options
 from .play import Run, drain, play
@@ -44,13 +46,14 @@ def main(options: Options, out: TextIO = sys.stdout) -> int:
     options.check()
     out.write("workerpool demo: preparing a fresh database...\n")
     out.flush()
-    url = fresh_database(options.database)
-    with demo_environment(url):
-        app = importlib.import_module(APP)
-        try:
-            return Demo(options, app, url, out).run()
-        finally:
-            app.pool.dispose()
+    with db.embedded_for_this_command():
+        url = fresh_database(options.database)
+        with demo_environment(url):
+            app = importlib.import_module(APP)
+            try:
+                return Demo(options, app, url, out).run()
+            finally:
+                app.pool.dispose()
 
 
 class Demo:
