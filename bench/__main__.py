@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "scratch one: a 10M-row table is loaded once")
     parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
     parser.add_argument("--kills", type=int,
-                        help="kill -9s of the queue child per burst (--only burst; default 10)")
+                        help="kill -9s of the queue child per burst (--only burst; default 10, "
+                             "--quick 3)")
     parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
     parser.add_argument("--concurrency", type=int,
                         help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}: "
