@@ -112,15 +112,16 @@ def stop_embedded(data_dir: Path | None = None) -> bool:
 
 
 @contextmanager
-def embedded_for_this_command() -> Iterator[None]:
+def embedded_for_this_command() -> Iterator[bool]:
     """Around a command that may start the embedded server (no URL configured): the server is
     stopped at the end if it was not running before, so the command leaves nothing behind that
-    the user did not start. A server that was already running is left running."""
+    the user did not start. A server that was already running is left running. Yields whether
+    the server will be stopped at the end."""
     if os.environ.get(URL_ENV) or embedded_running():
-        yield
+        yield False
         return
     try:
-        yield
+        yield True
     finally:
         stop_embedded()
 
