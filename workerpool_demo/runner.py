@@ -133,7 +133,8 @@ class Demo:
         if self.stops_server:
             return (f"the embedded PostgreSQL the demo started stops with it (its data stays in"
                     f" {db.embedded_dir()})")
-        return f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown_url(self.url)}' workerpool status"
+        shown = shown_url(self.url)
+        return f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown}' workerpool status"
 
     def say(self, text: str) -> None:
         self.out.write(f"workerpool demo: {text}\n")
