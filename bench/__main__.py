@@ -5,6 +5,7 @@
     python -m bench --soak 10 --rate 2000        # sustained load, a line per interval (soak.py)
     python -m bench --soak 10 --rate 2000 --embedded   # the same on a scratch embedded server
     python -m bench --scale 1,2,4,8              # supervisors on one database (fleet.py)
+    python -m bench --only burst                 # kill -9 the worker child mid-drain (burst.py)
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:
@@ -39,10 +40,12 @@ MAX_CONCURRENCY = 1000
 FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
         "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0,
-        "finished": 1_000_000, "batch_members": 10_000}
+        "finished": 1_000_000, "batch_members": 10_000, "kills": 10, "burst_window_s": 5.0,
+        "burst_nap_ms": 20.0, "burst_concurrency": 10}
 QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
          "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0,
-         "finished": 2_000, "batch_members": 200}
+         "finished": 2_000, "batch_members": 200, "kills": 3, "burst_window_s": 1.0,
+         "burst_nap_ms": 20.0, "burst_concurrency": 2}
 
 
 class UsageError(Exception):
@@ -76,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--single", type=int, help="single transactional enqueues per repeat")
     parser.add_argument("--batch-members", type=int,
                         help="members of the batch measured against plain jobs (10000)")
+    parser.add_argument("--kills", type=int,
+                        help="kill -9s of the queue child per burst (--only burst; default 10, "
+                             "--quick 3)")
     parser.add_argument("--pickup-jobs", type=int, help="jobs per pickup-latency run")
     parser.add_argument("--concurrency", type=int,
                         help=f"the bench queue's concurrency (default {DEFAULT_CONCURRENCY}: "
@@ -118,7 +124,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     sizes = dict(QUICK if args.quick else FULL)
     sizes["concurrency"] = DEFAULT_CONCURRENCY
     for name in ("n", "repeats", "claims", "history", "backlog", "single", "pickup_jobs",
-                 "concurrency", "finished", "batch_members"):
+                 "concurrency", "finished", "batch_members", "kills"):
         value = getattr(args, name)
         if value is not None:
             if value < 1:

@@ -1,7 +1,8 @@
 """The application the benchmark runs: ``workerpool run bench.app:pool``.
 
-Two handlers on one queue: ``noop`` (the drain) and ``stamp``, which records when it started so
-the benchmark can compute pickup latency. ``stamp`` appends one short line to a file
+Three handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
+the benchmark can compute pickup latency, and ``nap``, a short sleep (the kill -9 burst, so that
+every kill finds jobs in flight). ``stamp`` appends one short line to a file
 (``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one syscall, no database round trip, so it
 perturbs the worker far less than writing the time into a table would. The times are
 ``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one clock for every process on the
@@ -46,6 +47,8 @@ BENCH_PREFETCH = os.environ.get(PREFETCH_ENV, "50")
 #: handler slots, so the bench queue runs 100 to compare like with like (``--concurrency 10``
 #: measures the library's default, where a pass can claim at most 10).
 DEFAULT_CONCURRENCY = 100
+#: A ``nap`` job's sleep when its payload names none.
+NAP_MS = 10.0
 
 _stamp_fd: tuple[int, int] | None = None  # (pid, fd): opened after the fork, in the child
 
@@ -58,6 +61,11 @@ def stamp(job: Job) -> None:
     """Record ``<job id> <monotonic seconds>`` the moment the handler starts."""
     started = time.monotonic()
     os.write(_stamp_file(), f"{job.id} {started!r}\n".encode())
+
+
+def nap(job: Job) -> None:
+    """The burst's job (``bench.burst``): sleep ``payload["ms"]`` milliseconds."""
+    time.sleep(float(job.payload.get("ms", NAP_MS)) / 1000.0)
 
 
 def _stamp_file() -> int:
@@ -81,6 +89,7 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
     pool.queue(QUEUE, notify=notify, **tuning, **settings.get("queue", {}))
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
+    pool.task(nap, queue=QUEUE)  # last: the claim's task CASE still matches noop first
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool

@@ -44,6 +44,32 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def server_address(url: URL) -> tuple[str, int]:
+    """Where PgBouncer reaches the server of ``url``: its TCP host and port, or its unix socket
+    directory (``?host=/dir``: the embedded server's)."""
+    if url.host:
+        return url.host, url.port or 5432
+    socket_dir = url.query.get("host")
+    if isinstance(socket_dir, str) and socket_dir.startswith("/"):
+        return socket_dir, url.port or 5432
+    raise BouncerError("PgBouncer needs a server URL with a host or a socket directory")
+
+
+def through_bouncer(url: URL, port: int) -> URL:
+    """``url`` pointed at a bouncer on ``127.0.0.1:port`` (a socket directory it named dropped:
+    libpq would prefer it to the host)."""
+    return url.difference_update_query(["host"]).set(host="127.0.0.1", port=port)
+
+
+def run_as(server: tuple[str, int]) -> list[str]:
+    """pgbouncer's ``-u`` under root (it refuses to run as root): ``postgres``, or for a unix
+    socket the owner of its directory (the embedded server keeps it private to its own user)."""
+    if os.geteuid() != 0:
+        return []
+    user = Path(server[0]).owner() if server[0].startswith("/") else "postgres"
+    return ["-u", pwd.getpwnam(user).pw_name]
+
+
 def write_config(directory: Path, port: int, server: tuple[str, int], *, newer: bool,
                  pool_size: int = POOL_SIZE, max_clients: int = 2000,
                  user: str = "postgres") -> Path:
@@ -84,19 +110,18 @@ def newer(path: str) -> bool:
 def running(bench_url: URL) -> Iterator[URL]:
     """A fresh PgBouncer for ``bench_url``'s server; yields the URL of the bench database
     through it. Stopped (and its server connections closed) afterwards."""
-    if not bench_url.host:
-        raise BouncerError("--pgbouncer needs a TCP server URL (--url with a host)")
+    server = server_address(bench_url)
     path = binary()
     directory = Path(tempfile.mkdtemp(prefix="wp-bench-bouncer-"))
     port = free_port()
-    config = write_config(directory, port, (bench_url.host, bench_url.port or 5432),
-                          newer=newer(path), user=bench_url.username or "postgres")
-    as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
+    config = write_config(directory, port, server, newer=newer(path),
+                          user=bench_url.username or "postgres")
+    as_user = run_as(server)
     log_path = directory / "pgbouncer.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([path, *as_user, str(config)], stdin=subprocess.DEVNULL,
                                 stdout=log_file, stderr=log_file, start_new_session=True)
-    through = bench_url.set(host="127.0.0.1", port=port)
+    through = through_bouncer(bench_url, port)
     try:
         _wait_accepting(proc, through, log_path)
         yield through

@@ -14,7 +14,20 @@ from pathlib import Path
 
 from workerpool import WorkerPool
 
-from . import batches, ceiling, enqueue, fleet, floors, limits, operators, scale, supervised, web
+from . import (
+    app,
+    batches,
+    burst,
+    ceiling,
+    enqueue,
+    fleet,
+    floors,
+    limits,
+    operators,
+    scale,
+    supervised,
+    web,
+)
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
 from .report import Report, Target
@@ -22,10 +35,14 @@ from .report import Report, Target
 log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
-            "growth", "memory", "healthcheck", "operators", "web", "batches", "limits", "fleet")
-#: What a run without ``--only`` measures (the limits comparison and the supervisor counts only
-#: when asked for: they drain N jobs four times per repeat).
-DEFAULT_SECTIONS = SECTIONS[:-2]
+            "growth", "memory", "healthcheck", "operators", "web", "batches", "limits", "fleet",
+            "burst")
+#: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
+#: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
+#: repeat) and it kills processes.
+ASKED_ONLY = ("limits", "fleet", "burst")
+#: What a run without ``--only`` measures.
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
 #: size, before ``--scale`` came to mean supervisor counts.
 ALIASES = {"scale": "growth"}
@@ -60,6 +77,10 @@ class Plan:
     fleet_counts: tuple[int, ...] = fleet.DEFAULT_COUNTS  # supervisors per fleet drain
     fleet_bouncer: bool = False  # each fleet drain also through PgBouncer
     batch_members: int = 10_000  # members of the batch drained against as many plain jobs
+    kills: int = 10  # SIGKILLs of the queue child per burst
+    burst_window_s: float = 5.0  # the burst's rate windows before and after
+    burst_nap_ms: float = 20.0  # each burst job's sleep
+    burst_concurrency: int = 10  # the burst's queue (the library's default; prefetch adaptive)
 
     def wants(self, section: str) -> bool:
         return section in self.sections
@@ -158,6 +179,9 @@ def declare(report: Report, plan: Plan) -> None:
         fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
     if plan.wants("batches"):
         batches.declare(report, plan.batch_members)
+    if plan.wants("burst"):
+        burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
+                      nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -176,6 +200,7 @@ class Bench:
                                                 concurrency=plan.concurrency)
         self._metrics_runs = 0  # alternates which of metrics off/on drains first
         self._defaults: supervised.Launcher | None = None  # the library defaults' supervisors
+        self._burst: supervised.Launcher | None = None  # the kill -9 burst's supervisors
 
     def close(self) -> None:
         self.pool.dispose()
@@ -225,6 +250,8 @@ class Bench:
             self.measure_bulk()
         if plan.wants("enqueue"):
             self.measure_enqueue()
+        if plan.wants("burst"):
+            self.measure_burst()
 
     # -- (2) drain and (6) memory ----------------------------------------------------------------
 
@@ -358,6 +385,20 @@ class Bench:
         value = how(*args)
         self.report.add(figure, value)
         log.info("%s: %.0f", figure, value)
+
+    # -- (12) the kill -9 burst ---------------------------------------------------------------
+
+    def measure_burst(self) -> None:
+        """The burst's queue: ``burst_concurrency`` and the library's adaptive prefetch, so the
+        jobs a kill makes suspects are what an untuned queue holds (each costs a run alone)."""
+        if self._burst is None:
+            workdir = self.launcher.workdir / "burst"
+            workdir.mkdir()
+            self._burst = supervised.Launcher(
+                self.db, workdir, self.plan.burst_concurrency,
+                extra_env={app.PREFETCH_ENV: app.LIBRARY_DEFAULT})
+        burst.Burst(self._burst, self.report, kills=self.plan.kills,
+                    window_s=self.plan.burst_window_s, nap_ms=self.plan.burst_nap_ms).run()
 
     # -- (7) limits --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,13 +27,32 @@ from tests.helpers.paths import ROOT
 from workerpool import WorkerPool, db
 from workerpool.migrate import upgrade
 
+TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
+EMBEDDED_TEST_DIR = Path(os.environ.get(db.EMBEDDED_DIR_ENV, ROOT / ".workerpool" / "test-pgdata"))
+
 
 def _server_url() -> URL:
-    raw = os.environ.get("WORKERPOOL_TEST_DATABASE_URL")
+    raw = os.environ.get(TEST_URL_ENV)
     if raw:
         return db.normalise(make_url(raw))
-    os.environ.setdefault(db.EMBEDDED_DIR_ENV, str(ROOT / ".workerpool" / "test-pgdata"))
+    os.environ.setdefault(db.EMBEDDED_DIR_ENV, str(EMBEDDED_TEST_DIR))
     return db.embedded_url()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The test run stops the embedded server at its end if it was not running at its start
+    (under xdist: the controlling process decides; its workers start or attach to the server)."""
+    if hasattr(session.config, "workerinput") or os.environ.get(TEST_URL_ENV):
+        return
+    session.config.stash[_STARTED_HERE] = not db.embedded_running(EMBEDDED_TEST_DIR)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.stash.get(_STARTED_HERE, False):
+        db.stop_embedded(EMBEDDED_TEST_DIR)
+
+
+_STARTED_HERE = pytest.StashKey[bool]()
 
 
 def _admin(url: URL) -> psycopg.Connection:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,46 @@ def embedded_url() -> URL:
         server = pgserver.get_server(data_dir, cleanup_mode=None)
     log.debug("embedded PostgreSQL at %s", data_dir)
     return normalise(make_url(server.get_uri()))
+
+
+def embedded_running(data_dir: Path | None = None) -> bool:
+    """Whether the embedded server of ``data_dir`` (default :func:`embedded_dir`) is running."""
+    pid_file = (data_dir or embedded_dir()) / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def stop_embedded(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server of ``data_dir`` (a fast shutdown: open sessions are ended).
+    Returns whether one was running."""
+    data_dir = data_dir or embedded_dir()
+    if not embedded_running(data_dir):
+        return False
+    import pgserver
+
+    # run as the owner of the data directory: pgserver runs PostgreSQL as its own user under root
+    user = data_dir.owner() if os.geteuid() == 0 else None
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user)
+    return True
+
+
+@contextmanager
+def embedded_for_this_command() -> Iterator[bool]:
+    """Around a command that may start the embedded server (no URL configured): the server is
+    stopped at the end if it was not running before, so the command leaves nothing behind that
+    the user did not start. A server that was already running is left running. Yields whether
+    the server will be stopped at the end."""
+    if os.environ.get(URL_ENV) or embedded_running():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        stop_embedded()
 
 
 def transaction_pooling() -> bool:

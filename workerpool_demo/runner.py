@@ -26,6 +26,8 @@ from typing import TextIO
 
 from sqlalchemy.engine import URL
 
+from workerpool import db
+
 from .database import demo_environment, fresh_database, shown_url
 from .options import Options
 from .play import Run, drain, play
@@ -44,18 +46,21 @@ def main(options: Options, out: TextIO = sys.stdout) -> int:
     options.check()
     out.write("workerpool demo: preparing a fresh database...\n")
     out.flush()
-    url = fresh_database(options.database)
-    with demo_environment(url):
-        app = importlib.import_module(APP)
-        try:
-            return Demo(options, app, url, out).run()
-        finally:
-            app.pool.dispose()
+    with db.embedded_for_this_command() as stops_server:
+        url = fresh_database(options.database)
+        with demo_environment(url):
+            app = importlib.import_module(APP)
+            try:
+                return Demo(options, app, url, out, stops_server).run()
+            finally:
+                app.pool.dispose()
 
 
 class Demo:
-    def __init__(self, options: Options, app: ModuleType, url: URL, out: TextIO) -> None:
+    def __init__(self, options: Options, app: ModuleType, url: URL, out: TextIO,
+                 stops_server: bool = False) -> None:
         self.options, self.app, self.url, self.out = options, app, url, out
+        self.stops_server = stops_server  # the embedded server it started, stopped at its end
         self.rng = random.Random(options.seed)
         self.scenario = plan(self.rng, options.duration, options.users, app.POISON_NAME)
 
@@ -119,10 +124,17 @@ class Demo:
             "",
             f"result: {'PASS' if all(c.ok for c in checks) else 'FAIL'}"
             + (" (interrupted)" if run.interrupted else ""),
-            f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown_url(self.url)}' workerpool status",
+            self.inspect_hint(),
         ]
         self.out.write("\n".join(out) + "\n")
         self.out.flush()
+
+    def inspect_hint(self) -> str:
+        if self.stops_server:
+            return (f"the embedded PostgreSQL the demo started stops with it (its data stays in"
+                    f" {db.embedded_dir()})")
+        shown = shown_url(self.url)
+        return f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown}' workerpool status"
 
     def say(self, text: str) -> None:
         self.out.write(f"workerpool demo: {text}\n")

@@ -240,4 +240,9 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
     readme = blocks(ROOT / "README.md")[0]
     demo, tests = readme.text.splitlines()[:2]
     assert demo.endswith(".venv/bin/workerpool demo"), demo
-    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert tests in ci
+    # as a new user runs it: the embedded PostgreSQL, no test URL set before it
+    before = "\n".join(ci[:ci.index(tests)])
+    assert not re.search(r"^\s*(export\s+)?WORKERPOOL_(TEST_)?DATABASE_URL=", before, re.M), before
+    assert "unset WORKERPOOL_TEST_DATABASE_URL WORKERPOOL_DATABASE_URL" in before

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from tests.helpers.waiting import wait_until
+from tests.helpers.workers import running
 from workerpool import WorkerPool, queries, status
 from workerpool.dead import list_dead
 from workerpool.worker import Worker
@@ -188,3 +189,22 @@ def test_a_worker_that_claims_a_suspect_claims_nothing_else_until_it_finishes(ap
         release.set()
         worker.stop()
         thread.join(30)
+
+
+def test_suspects_run_one_after_another_without_waiting_for_the_poll_interval(pool, sql):
+    """Each suspect runs alone; the next one is claimed with the outcome of the one before, not
+    a poll interval later (an hour here, and as long to the next lease renewal or hang check:
+    without that, only the first would run)."""
+    pool.queue("q", stale_after=3600, concurrency=4, poll_interval=3600, hang_timeout=3600)
+
+    @pool.task(queue="q")
+    def work(job):
+        return None
+
+    ids = pool.enqueue_many([("work", {"n": n}) for n in range(5)])
+    sql("UPDATE workerpool_jobs SET crashes = 1")
+    with running(pool, "q"):
+        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
+                   == [(len(ids),)], 20, message="every suspect done")
+    claimers = sql("SELECT count(DISTINCT claimed_at) FROM workerpool_jobs")
+    assert claimers == [(len(ids),)], "each suspect was claimed alone"

@@ -82,6 +82,43 @@ def test_replace_gives_a_pending_holder_the_new_payload_and_run_at(app, sql):
     assert abs((run_at - later).total_seconds()) < 0.01  # debounce: moved to the new time
 
 
+SCOPES = {"forever": {}, "live": {"unique": "live"}, "for a period": {"unique_for": 600}}
+
+
+@pytest.mark.parametrize("holder_state", ["pending", "processing"])
+@pytest.mark.parametrize("on_conflict", ["keep", "replace", "error"])
+@pytest.mark.parametrize("scope", list(SCOPES))
+def test_every_scope_and_on_conflict_with_a_held_key(app, sql, scope, on_conflict,
+                                                      holder_state):
+    """A second enqueue of a held key, with another payload and a later run_at: "replace"
+    gives a pending holder both in every scope; "keep" leaves the holder as it is (a key held
+    forever names one job, so another payload is a conflict); "error" names the holder. Only a
+    replace of a pending holder writes anything."""
+    options = SCOPES[scope]
+    first = app.enqueue("sync", {"v": 1}, key="d1", delay=600, on_conflict=on_conflict,
+                        **options)
+    if holder_state == "processing":
+        sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+            " claimed_at = now()")
+    before = sql("SELECT payload, run_at FROM workerpool_jobs")
+    second = lambda: app.enqueue("sync", {"v": 2}, key="d1", delay=1200,  # noqa: E731
+                                 on_conflict=on_conflict, **options)
+    if on_conflict == "error":
+        with pytest.raises(DuplicateJob):
+            second()
+    elif on_conflict == "keep" and scope == "forever":
+        with pytest.raises(IdempotencyConflict):
+            second()
+    else:
+        assert second() == first
+    [(payload, run_at)] = after = sql("SELECT payload, run_at FROM workerpool_jobs")
+    if on_conflict == "replace" and holder_state == "pending":
+        assert payload == {"v": 2}
+        assert run_at > before[0][1]  # moved to the new, later time
+    else:
+        assert after == before
+
+
 def test_replace_leaves_a_started_holder_alone(app, sql):
     first = app.enqueue("sync", {"v": 1}, key="k", unique="live", on_conflict="replace")
     sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"

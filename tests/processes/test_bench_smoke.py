@@ -136,6 +136,32 @@ def test_table_lists_the_figures_and_the_private_databases_are_dropped(quick_run
     assert not set(created) & bench_databases(server_url)
 
 
+BURST = {
+    "burst_rate_before_jobs_per_s": "jobs/s",
+    "burst_rate_after_jobs_per_s": "jobs/s",
+    "burst_recovery_s": "s",
+    "burst_held_jobs": "jobs",
+}
+
+
+def test_quick_burst_run_kills_the_child_and_reports_rates_and_recovery(server_url):
+    """``--only burst``: not in a run without ``--only``, so smoke-tested on its own. Exit 0
+    means every job of the backlog ended ``done`` (the section raises otherwise)."""
+    result = run_bench(server_url, "--quick", "--only", "burst")
+    assert result.returncode == 0, result.stderr
+    found = figures(result)
+    assert {name: f["unit"] for name, f in found.items()} == BURST
+    assert found["burst_rate_after_jobs_per_s"]["ratio_to"] == "burst_rate_before_jobs_per_s"
+    assert found["burst_rate_after_jobs_per_s"]["target"] == ">= 0.8x"
+    assert found["burst_rate_before_jobs_per_s"]["value"] > 0
+    assert found["burst_rate_after_jobs_per_s"]["value"] >= 0
+    assert found["burst_recovery_s"]["value"] >= 0
+    assert found["burst_held_jobs"]["value"] >= 1  # a kill lands while the child holds a job
+    assert re.search(r"burst: 3 kill -9s in .*jobs, all done", result.stderr), result.stderr
+    created = re.findall(r"created (wp_bench_[0-9a-f]+)", result.stderr)
+    assert len(created) == 1 and not set(created) & bench_databases(server_url)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

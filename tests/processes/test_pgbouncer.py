@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -50,7 +49,7 @@ class Bouncer:
     log_path: Path
 
     def url(self, db_url: URL) -> URL:
-        return db_url.set(host="127.0.0.1", port=self.port)
+        return bouncer_config.through_bouncer(db_url, self.port)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -67,14 +66,8 @@ def pgbouncer_binary() -> str:
 
 
 def backend(server_url: URL) -> tuple[str, int]:
-    """The TCP address of the test server; the embedded one listens on a private socket."""
-    if not server_url.host:
-        reason = ("the PgBouncer tests need a TCP PostgreSQL: set WORKERPOOL_TEST_DATABASE_URL"
-                  " (the embedded server's socket directory is private to its own user)")
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return server_url.host, server_url.port or 5432
+    """Where the bouncer reaches the test server: TCP, or the embedded server's socket."""
+    return bouncer_config.server_address(server_url)
 
 
 def accepts(bouncer: Bouncer, server_url: URL) -> bool:
@@ -94,7 +87,7 @@ def bouncer(server_url: URL) -> Iterator[Bouncer]:
     server = backend(server_url)
     directory = Path(tempfile.mkdtemp(prefix="wp-pgbouncer-"))  # not tmp_path: 0700 parents
     newer = bouncer_config.newer(binary)
-    as_user = ["-u", pwd.getpwnam("postgres").pw_name] if os.geteuid() == 0 else []
+    as_user = bouncer_config.run_as(server)
     started: list[Bouncer] = []
     try:
         for tries_left in reversed(range(3)):

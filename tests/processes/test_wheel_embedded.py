@@ -1,6 +1,6 @@
 """`pip install 'workerpool[embedded]'` makes `workerpool demo` work with no database at all:
 the wheel with its extra in a fresh venv, the demo run from a directory where it starts its own
-PostgreSQL (pgserver) under .workerpool/, and that server stopped afterwards."""
+PostgreSQL (pgserver) under .workerpool/, and that server stopped by the demo when it ends."""
 
 from __future__ import annotations
 
@@ -24,12 +24,14 @@ def test_the_embedded_extra_runs_the_demo_without_a_database(tmp_path):
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert "result: PASS" in demo.stdout
         assert (home / ".workerpool" / "pgdata" / "PG_VERSION").exists()  # its own server
+        # it started the server, so it stopped it: nothing is left running
+        assert not (home / ".workerpool" / "pgdata" / "postmaster.pid").exists()
     finally:
         stop_postmaster(home / ".workerpool" / "pgdata")
 
 
 def stop_postmaster(pgdata: Path) -> None:
-    """The embedded server outlives the demo (pgserver leaves it for the next command)."""
+    """A safety net: stop a server the demo failed to stop, so a failure leaves nothing behind."""
     pid_file = pgdata / "postmaster.pid"
     if not pid_file.exists():
         return

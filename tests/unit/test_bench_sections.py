@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.__main__ import UsageError, build_parser, make_plan
-from bench.run import DEFAULT_SECTIONS
+from bench.__main__ import FULL, QUICK, UsageError, build_parser, make_plan
+from bench.run import DEFAULT_SECTIONS, SECTIONS
 
 
 def plan(*argv: str):
@@ -31,6 +31,19 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert plan().sections == DEFAULT_SECTIONS
     assert "growth" in DEFAULT_SECTIONS
     assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
+    assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
+    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst"}
+
+
+def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():
+    chosen = plan("--only", "burst")
+    assert chosen.sections == ("burst",)
+    assert (chosen.kills, chosen.burst_window_s, chosen.burst_concurrency) == (
+        QUICK["kills"], QUICK["burst_window_s"], QUICK["burst_concurrency"])
+    assert QUICK["kills"] < FULL["kills"] and QUICK["burst_window_s"] < FULL["burst_window_s"]
+    assert plan("--only", "burst", "--kills", "5").kills == 5
+    with pytest.raises(UsageError, match="--kills must be >= 1"):
+        plan("--only", "burst", "--kills", "0")
 
 
 def test_pgbouncer_goes_with_the_supervisor_counts():

@@ -353,7 +353,8 @@ _REPLACE = (
     " run_at = EXCLUDED.run_at, priority = EXCLUDED.priority,"
     " concurrency_key = EXCLUDED.concurrency_key"
     f" WHERE {jobs.name}.state = 'pending' AND {jobs.name}.task = EXCLUDED.task"
-    f" AND NOT ({jobs.name}.key_scope = 'for' AND {jobs.name}.key_expires_at <= now())"
+    # IS DISTINCT FROM: a key held forever has a NULL scope, and NOT (NULL ...) is not true
+    f" AND ({jobs.name}.key_scope IS DISTINCT FROM 'for' OR {jobs.name}.key_expires_at > now())"
 )
 
 

@@ -63,12 +63,20 @@ class Claims:
     def free_slots(self) -> int:
         """Jobs this worker may still claim: its free slots plus free buffer places.
 
-        None while it holds a suspect: a suspect runs alone, so that a death while it runs is
-        its own.
+        None while a suspect runs: it runs alone, so that a death while it runs is its own. A
+        suspect whose outcome waits to be written frees the worker: that outcome rides with the
+        next claim, in its transaction, so the next job need not wait for the poll interval.
         """
-        if self.closed() or self.flights.holds_suspect():
+        if self.closed() or self._suspect_running():
             return 0
         return self.capacity - self.busy()
+
+    def _suspect_running(self) -> bool:
+        suspects = [id(flight) for flight in self.flights if flight.suspect]
+        if not suspects:  # the common pass: one look at each flight, as before
+            return False
+        finished = {id(flight) for flight, _ in self.outcomes.unwritten}
+        return any(suspect not in finished for suspect in suspects)
 
     def due(self) -> bool:
         """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.

@@ -216,9 +216,6 @@ class Flights:
         """A snapshot: the caller may retire jobs while it iterates."""
         return iter(list(self._by_id.values()))
 
-    def holds_suspect(self) -> bool:
-        return any(flight.suspect for flight in self._by_id.values())
-
     def held(self) -> list[InFlight]:
         return [flight for flight in self if flight.holds_lease]
 
