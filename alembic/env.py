@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from workerpool import db
 from workerpool.migrate import VERSION_TABLE, include_object
-from workerpool.schema import metadata
+from workerpool.sql import db
+from workerpool.sql.schema import metadata
 
 config = context.config
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workerpool import db
+from workerpool.sql import db
 
 from . import fleet, scale
 from .app import DEFAULT_CONCURRENCY

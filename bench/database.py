@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL, make_url
 
-from workerpool import db
 from workerpool.migrate import upgrade
+from workerpool.sql import db
 
 log = logging.getLogger("workerpool.bench")
 

@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
+from workerpool.sql import db
 
 from . import bouncer, claim_timer, enqueue, supervised
 from .database import BenchDatabase, libpq

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.database import BenchDatabase  # noqa: E402
-from workerpool import db, queries  # noqa: E402
+from workerpool import sql as queries  # noqa: E402
+from workerpool.sql import db  # noqa: E402
 
 LITERAL_STATES = {"'processing'": "processing", "'pending'": "pending", "'failed'": "failed"}
 

@@ -23,8 +23,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.database import BenchDatabase
-from workerpool import WorkerPool, db
-from workerpool.maintenance import Maintenance
+from workerpool import WorkerPool
+from workerpool.runtime.maintenance import Maintenance
+from workerpool.sql import db
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.database import BenchDatabase  # noqa: E402
-from workerpool import Job, WorkerPool, db  # noqa: E402
+from workerpool import Job, WorkerPool  # noqa: E402
+from workerpool.sql import db  # noqa: E402
 
 
 def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
@@ -44,7 +45,7 @@ def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
 
 
 def run_worker(url: str, notify: bool, poll: float) -> int:
-    from workerpool.worker import Worker
+    from workerpool.runtime.worker import Worker
 
     worker = Worker(build_pool(url, notify=notify, poll=poll), "latency")
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

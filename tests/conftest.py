@@ -23,8 +23,9 @@ from sqlalchemy.engine import URL, make_url
 
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
 from workerpool.migrate import upgrade
+from workerpool.sql import db
 
 
 def _server_url() -> URL:

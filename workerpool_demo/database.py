@@ -11,8 +11,8 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from workerpool import db
-from workerpool.errors import ConfigError, first_line
+from workerpool.model.errors import ConfigError, first_line
+from workerpool.sql import db
 
 #: The example's hourly sweep runs every 3 seconds in the demo (croniter's sixth field: seconds).
 DEMO_ENVIRONMENT = {"SESSION_CLEANUP_SCHEDULE": "* * * * * */3"}

@@ -12,8 +12,8 @@ import sys
 from typing import Any
 
 from workerpool import cli
-from workerpool.child import Child, build_runner
-from workerpool.config import WorkerType
+from workerpool.process.child import Child, build_runner
+from workerpool.process.settings import WorkerType
 
 
 class BootFault(RuntimeError):

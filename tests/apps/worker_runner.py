@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 
-from workerpool import worker as worker_module
+from workerpool.runtime import worker as worker_module
 
 
 def main(argv: list[str]) -> int:

@@ -6,8 +6,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from workerpool import WorkerPool, exitcodes
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool.model import exitcodes
+from workerpool.runtime.worker import Worker
 
 
 def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:

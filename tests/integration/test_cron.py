@@ -18,9 +18,14 @@ import pytest
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
 from workerpool import ConfigError, WorkerPool, testing
-from workerpool.cron import MISSED_GRACE, latest_tick_until, next_tick_after, tick_key
-from workerpool.maintenance import Maintenance
-from workerpool.specs import CronSpec
+from workerpool.model.specs import CronSpec
+from workerpool.runtime.maintenance import Maintenance
+from workerpool.runtime.maintenance.cron import (
+    MISSED_GRACE,
+    latest_tick_until,
+    next_tick_after,
+    tick_key,
+)
 
 
 def spec(expression: str, timezone: str = "UTC", **kw) -> CronSpec:

@@ -24,7 +24,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
+from workerpool.sql import db
 
 
 def _repository_root() -> Path:

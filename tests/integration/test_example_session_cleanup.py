@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workerpool import WorkerPool, testing
-from workerpool.maintenance import Maintenance
+from workerpool.runtime.maintenance import Maintenance
 from workerpool_demo import session_cleanup
 
 

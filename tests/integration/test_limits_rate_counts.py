@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from tests.helpers.limited import claim, claim_at_once
-from workerpool import WorkerPool, queries
-from workerpool.limits import claim_limits
-from workerpool.schema import RATE_SLICES
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.sql.schema import RATE_SLICES
 
 
 def rated(pool: WorkerPool, rate: str) -> WorkerPool:
@@ -70,7 +71,7 @@ def test_a_rate_limited_claim_writes_no_start_on_the_rows(pool, sql):
 
 
 def test_status_and_the_why_line_read_the_ring(pool):
-    from workerpool import status
+    from workerpool.ops import status
 
     app = rated(pool, "5/m")
     ids = app.enqueue_many([("work", {"n": n}) for n in range(8)])
@@ -98,8 +99,8 @@ def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
 def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
     """A limit removed or changed leaves its window's slots behind; the maintenance child
     deletes them once no claim can count them, and leaves the slots in use alone."""
-    from workerpool.maintenance.duties import Maintenance
-    from workerpool.queries.rate_counts import PRUNE_AFTER
+    from workerpool.runtime.maintenance.duties import Maintenance
+    from workerpool.sql.rate_counts import PRUNE_AFTER
 
     app = rated(pool, "5/m")
     app.enqueue_many([("work", {"n": n}) for n in range(20)])

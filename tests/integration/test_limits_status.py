@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from tests.helpers.cli import run_cli
-from workerpool import WorkerPool, queries, status
-from workerpool.limits import claim_limits
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.ops import status
 
 
 def limited(pool: WorkerPool) -> WorkerPool:

@@ -7,9 +7,10 @@ import logging
 import pytest
 
 from tests.helpers.waiting import wait_until
-from workerpool import ConfigError, WorkerPool, queries
-from workerpool.dead import DeadNotice, report_dead
-from workerpool.maintenance import MAINTENANCE_TYPE, Maintenance
+from workerpool import ConfigError, WorkerPool
+from workerpool import sql as queries
+from workerpool.ops.dead import DeadNotice, report_dead
+from workerpool.runtime.maintenance import MAINTENANCE_TYPE, Maintenance
 
 
 @pytest.fixture
@@ -167,8 +168,8 @@ def test_the_worker_runtime_reports_its_dead_jobs_through_on_dead(app, sql, capl
 
 
 def test_workers_beat_well_within_the_window_status_calls_live(app):
-    from workerpool.status import LIVE_WORKER_WINDOW
-    from workerpool.worker import Worker
+    from workerpool.ops.status import LIVE_WORKER_WINDOW
+    from workerpool.runtime.worker import Worker
 
     assert app.queue_spec("q").stale_after == 300  # leases renewed every 100 s would be too rare
     assert Worker(app, "q").renew_every <= LIVE_WORKER_WINDOW / 6

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 
-from workerpool import metrics, queries
-from workerpool.maintenance import Maintenance
+from workerpool import sql as queries
+from workerpool.model import metrics
+from workerpool.runtime.maintenance import Maintenance
 
 
 def insert(sql, queue: str, state: str, count: int, *, priority: int = 0, run_at: str = "now()",

@@ -13,9 +13,11 @@ import threading
 import pytest
 
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, queries, status
-from workerpool.dead import list_dead
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.ops import status
+from workerpool.ops.dead import list_dead
+from workerpool.runtime.worker import Worker
 
 
 @pytest.fixture

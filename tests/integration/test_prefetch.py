@@ -15,9 +15,10 @@ import pytest
 from tests.helpers.db import job_row, states
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import WorkerPool, exitcodes
-from workerpool.errors import ConfigError
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool.model import exitcodes
+from workerpool.model.errors import ConfigError
+from workerpool.runtime.worker import Worker
 
 
 def processing(sql) -> int:

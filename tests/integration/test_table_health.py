@@ -13,12 +13,13 @@ import pytest
 from sqlalchemy.engine import URL
 
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, status
-from workerpool.jobs import new_worker_id
-from workerpool.maintenance import Maintenance
-from workerpool.maintenance import health as health_module
-from workerpool.maintenance.health import TableKeeper, overdue, read
-from workerpool.queries import health as sql
+from workerpool import WorkerPool
+from workerpool.model.job import new_worker_id
+from workerpool.ops import status
+from workerpool.runtime.maintenance import Maintenance
+from workerpool.runtime.maintenance import health as health_module
+from workerpool.runtime.maintenance.health import TableKeeper, overdue, read
+from workerpool.sql import health as sql
 
 ROWS = 20_000  # above VACUUM_MIN_DEAD and ANALYZE_MIN_CHANGES
 

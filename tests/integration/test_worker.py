@@ -19,8 +19,11 @@ import pytest
 from tests.helpers.db import job_row, states
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import on_thread, running
-from workerpool import Permanent, RetryLater, WorkerPool, db, exitcodes, queries
-from workerpool.worker import Worker, session_limits
+from workerpool import Permanent, RetryLater, WorkerPool
+from workerpool import sql as queries
+from workerpool.model import exitcodes
+from workerpool.runtime.worker import Worker, session_limits
+from workerpool.sql import db
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
@@ -249,7 +252,7 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
 def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worker(
     pool, sql, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.timeouts.RECYCLE_GRACE", 0.3)
+    monkeypatch.setattr("workerpool.runtime.worker.timeouts.RECYCLE_GRACE", 0.3)
     pool.queue("q", poll_interval=0.05)
     release = threading.Event()
 
@@ -329,7 +332,7 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
 ):
     """Exit 0 tells the supervisor "released"; a worker that could not give its jobs back says
     otherwise, so the supervisor's releaser takes them instead of leaving them to stale_after."""
-    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.runtime.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05, drain_timeout=0.5)
     started, release = blocking_task(pool, "stuck")
     job_id = pool.enqueue("stuck", {})
@@ -547,7 +550,7 @@ def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one
 def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
     pool, sql, dsn, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.runtime.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
     pool.enqueue("ok", {})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from workerpool import queries
-from workerpool.limits import claim_limits
-from workerpool.worker.session import Session
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.runtime.worker.session import Session
 
 
 def test_single_statements_on_the_kept_connection_leave_nothing_behind(pool):

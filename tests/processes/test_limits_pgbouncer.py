@@ -15,7 +15,7 @@ from tests.helpers.replicas import (
 )
 from tests.helpers.waiting import wait_until
 from tests.processes.test_pgbouncer import bouncer  # noqa: F401 - the fixture
-from workerpool import db
+from workerpool.sql import db
 
 JOBS = 8
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from workerpool import Cancelled, Job, WorkerPool
-from workerpool.worker.listener import Listener
+from workerpool.runtime.worker.listener import Listener
 
 
 def listener() -> tuple[Listener, list, threading.Event]:

@@ -15,9 +15,9 @@ import yaml
 
 from tests.helpers.paths import ROOT
 from workerpool.cli import build_parser
-from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
-from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
-from workerpool.pool import QueueSpec
+from workerpool.client import QueueSpec
+from workerpool.process.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
+from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from .. import db
-from ..errors import ConfigError, WorkerpoolError, first_line
+from ..model.errors import ConfigError, WorkerpoolError, first_line
+from ..sql import db
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL
 
-from .. import db
 from ..migrate import upgrade
+from ..sql import db
 from . import cluster as clusters
 from .checker import History, Verdict, check, recovery_times
 from .faults import Injector, Servers

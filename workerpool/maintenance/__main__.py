@@ -13,12 +13,12 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from .. import exitcodes
-from ..app import AppLoadError, load_pool
-from ..errors import ConfigError
-from ..jobs import new_worker_id
-from .duties import Maintenance
-from .loop import MaintenanceLoop
+from ..cli.target import AppLoadError, load_pool
+from ..model import exitcodes
+from ..model.errors import ConfigError
+from ..model.job import new_worker_id
+from ..runtime.maintenance.duties import Maintenance
+from ..runtime.maintenance.loop import MaintenanceLoop
 
 log = logging.getLogger("workerpool.maintenance")
 

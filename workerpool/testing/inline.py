@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import Connection, event
 
-from .. import queries
-from ..errors import ConfigError
+from .. import sql
+from ..model.errors import ConfigError
 from .runner import drain
 
 MODES = ("inline", None)
@@ -79,7 +79,7 @@ class InlineRunner:
         try:
             while pending:
                 with self.pool.engine.connect() as conn:
-                    queues = queries.job_queues(conn, pending)
+                    queues = sql.job_queues(conn, pending)
                 pending.clear()
                 for queue in queues:
                     drain(self.pool, queue)

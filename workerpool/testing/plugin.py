@@ -18,9 +18,8 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from .. import db
-from ..engines import Engines
-from ..pool import WorkerPool
+from ..client import Engines, WorkerPool
+from ..sql import db
 
 TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
 
@@ -84,7 +83,7 @@ def workerpool_pool(request: pytest.FixtureRequest, workerpool_database_url: URL
         yield pool
         pool.dispose()
         return
-    from ..app import load_pool
+    from ..cli.target import load_pool
 
     pool = load_pool(target)
     saved = pool.engines, pool._inline

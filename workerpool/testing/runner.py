@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .. import queries
-from ..errors import InvalidJob, LeaseLost
-from ..jobs import Job, new_worker_id
-from ..outcome import Outcome, classify, upcast
-from ..payload import dumps
-from ..pool import TaskSpec, WorkerPool
-from ..worker.outcomes import record
+from .. import sql
+from ..client import TaskSpec, WorkerPool
+from ..model.attempt import Outcome, classify, upcast
+from ..model.errors import InvalidJob, LeaseLost
+from ..model.job import Job, new_worker_id
+from ..model.payload import dumps
+from ..runtime.worker.outcomes import record
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
 #: not due again in this drain); "now" makes it due at once, so it runs until done or dead.
@@ -70,9 +70,9 @@ def make_job(pool: WorkerPool, row: Any, worker: str) -> tuple[TaskSpec, Job]:
 
     def saver(job: Job, data: Any) -> None:
         text = dumps(data, limit=pool.payload_limit, what="checkpoint", object_only=False)
-        lease = queries.Lease(job.id, job.attempt, worker)
+        lease = sql.Lease(job.id, job.attempt, worker)
         with pool.engine.begin() as conn:
-            if not queries.save_checkpoint(conn, lease, text):
+            if not sql.save_checkpoint(conn, lease, text):
                 raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
     job = Job.from_row(row, worker=worker, saver=saver)
@@ -84,15 +84,15 @@ def run_claimed(pool: WorkerPool, row: Any, worker: str) -> tuple[Outcome, str |
     spec, job = make_job(pool, row, worker)
     outcome = classify(call_handler(spec, job), spec, job.attempt, worker)
     with pool.engine.begin() as conn:
-        state = record(conn, queries.Lease(row.id, row.attempts, worker), outcome)
+        state = record(conn, sql.Lease(row.id, row.attempts, worker), outcome)
     return outcome, state
 
 
 def claim(pool: WorkerPool, queue: str, worker: str, limit: int = 1) -> list[Any]:
     spec = pool.queue_spec(queue)
     with pool.engine.begin() as conn:
-        queries.recover_stale(conn, queue, spec.stale_after)  # as a worker's renewal beat does
-        return queries.claim(
+        sql.recover_stale(conn, queue, spec.stale_after)  # as a worker's renewal beat does
+        return sql.claim(
             conn,
             queue=queue,
             worker=worker,
@@ -132,5 +132,5 @@ def _drain_queue(pool: WorkerPool, queue: str, worker: str, retries: str, budget
         ran.append(Ran(rows[0].id, rows[0].task, state, outcome))
         if retries == "now" and state == "failed":
             with pool.engine.begin() as conn:
-                queries.make_due(conn, [rows[0].id])
+                sql.make_due(conn, [rows[0].id])
     return ran

@@ -16,11 +16,12 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import limit_status, queries, why
-from ..errors import UnknownJob
-from ..queries import dashboard
-from ..schema import DEAD_REASONS, STATES
-from ..status import age
+from .. import sql
+from ..model.errors import UnknownJob
+from ..ops import limit_status, why
+from ..ops.status import age
+from ..sql import dashboard
+from ..sql.schema import DEAD_REASONS, STATES
 from . import inputs, overview
 from .charts import bar_chart
 from .render import render
@@ -98,8 +99,8 @@ def job_page(request: Request) -> Response:
         if row is None:
             raise UnknownJob(f"no job has id {job_id}")
         holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
-        workers = queries.list_workers(conn)
-        states = {r.queue: r for r in queries.list_queue_states(conn)}
+        workers = sql.list_workers(conn)
+        states = {r.queue: r for r in sql.list_queue_states(conn)}
         limit = limit_status.holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
     known = pool.task_versions(row.queue) if pool.tasks else None
     reasons = why.reasons(why.Facts(row, row.now, states.get(row.queue), workers, known, limit))

@@ -23,7 +23,7 @@ from hashlib import sha256
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ..model.errors import ConfigError
 
 TOKEN_ENV = "WORKERPOOL_WEB_TOKEN"
 CSRF_COOKIE = "workerpool_csrf"

@@ -1,0 +1,254 @@
+"""Settings of `workerpool run`, checked before anything is forked.
+
+Every refusal is a :class:`~workerpool.errors.ConfigError` whose message is one line that says
+what is wrong and what to change. The deploy files import the constants below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..model.errors import ConfigError, UnknownQueue
+from . import heartbeat
+from .heartbeat import DEFAULT_MAX_AGE, HEARTBEAT_PERIOD, MAINTENANCE, RESERVED_NAMES
+
+if TYPE_CHECKING:
+    from ..client import QueueSpec
+
+__all__ = [
+    "DEFAULT_MAX_AGE",
+    "DRAIN_MARGIN",
+    "HEARTBEAT_PERIOD",
+    "MAINTENANCE",
+    "RELEASE_MARGIN",
+    "SHUTDOWN_MARGIN",
+    "RunSettings",
+    "WorkerKind",
+    "WorkerType",
+    "load",
+]
+
+DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
+GRACE_ENV = "WORKERPOOL_GRACE_PERIOD"
+METRICS_PORT_ENV = "WORKERPOOL_METRICS_PORT"
+METRICS_BIND_ENV = "WORKERPOOL_METRICS_BIND"
+DEFAULT_METRICS_BIND = "127.0.0.1"
+
+#: Seconds the supervisor waits beyond drain_timeout before it SIGKILLs what is left: time for a
+#: child to release its unfinished jobs and exit.
+DRAIN_MARGIN = 2.0
+#: Seconds the supervisor then gives its short-lived releaser child (forked only if a child died
+#: during shutdown without releasing its claims) before it SIGKILLs it and exits anyway.
+RELEASE_MARGIN = 3.0
+#: The whole stop budget beyond drain_timeout: the orchestrator's grace must exceed
+#: drain_timeout + SHUTDOWN_MARGIN.
+SHUTDOWN_MARGIN = DRAIN_MARGIN + RELEASE_MARGIN
+#: A lease shorter than this is refused: renewals and polls could not keep up.
+MIN_STALE_AFTER = 3.0
+#: First restart after a crash is immediate; consecutive fast failures wait
+#: restart_delay * 2**(n-2), capped here.
+RESTART_DELAY = 1.0
+RESTART_DELAY_CAP = 30.0
+#: A child that ran this long before dying is restarted at once (its crash count resets).
+STABLE_AFTER = 10.0
+#: Exits before the first heartbeat tick in a row after which the supervisor gives up.
+BOOT_RETRIES = 5
+#: The maintenance child must report at least this often (seconds) or it is replaced.
+MAINTENANCE_HANG_FLOOR = 60.0
+
+
+class WorkerKind(enum.StrEnum):
+    QUEUE = "queue"  # a Worker claiming from one queue
+    MAINTENANCE = "maintenance"  # the maintenance loop
+
+
+@dataclass(frozen=True)
+class WorkerType:
+    """One child the supervisor keeps alive: a queue, or the maintenance loop."""
+
+    name: str
+    kind: WorkerKind
+    drain_timeout: float
+    hang_timeout: float
+    #: A queue's effective settings (the pool's, with the environment's overrides applied):
+    #: what its children's Worker runs with. None for the maintenance loop.
+    spec: QueueSpec | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    workers: tuple[WorkerType, ...]
+    heartbeat_dir: Path
+    grace: float | None = None
+    restart_delay: float = RESTART_DELAY
+    boot_retries: int = BOOT_RETRIES
+    drain_margin: float = DRAIN_MARGIN
+    release_margin: float = RELEASE_MARGIN
+    metrics_port: int | None = None  # serve GET /metrics (workerpool.metrics) when set
+    metrics_bind: str = "127.0.0.1"
+
+    @property
+    def drain_timeout(self) -> float:
+        """The longest drain of any child: the supervisor waits this plus the margin."""
+        return max(w.drain_timeout for w in self.workers)
+
+    @property
+    def shutdown_budget(self) -> float:
+        """The longest a stop can take: drain, the margin, then the releaser's margin."""
+        return self.drain_timeout + self.drain_margin + self.release_margin
+
+
+def load(
+    pool: Any,
+    queues: list[str] | None = None,
+    *,
+    heartbeat_dir: str | Path | None = None,
+    grace: float | str | None = None,
+    restart_delay: float = RESTART_DELAY,
+    boot_retries: int = BOOT_RETRIES,
+    maintenance_interval: float | None = None,
+    metrics_port: int | str | None = None,
+    metrics_bind: str | None = None,
+) -> RunSettings:
+    """Validate everything `run` needs. The pool is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT``
+    applies to the queue settings each worker type carries.
+
+    ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
+    """
+    from ..client import validate_crons  # lazily: `healthcheck` imports this module and stays cheap
+
+    names = _queue_names(pool, queues)
+    validate_crons(pool)  # a cron on a queue no worker type serves: refused before any fork
+    drain_timeout = _drain_override()
+    workers = [_queue_type(pool, name, drain_timeout) for name in names]
+    if maintenance_interval is not None:
+        workers.append(_maintenance_type(workers, maintenance_interval))
+    settings = RunSettings(
+        workers=tuple(workers),
+        heartbeat_dir=Path(heartbeat_dir) if heartbeat_dir else heartbeat.default_dir(),
+        grace=_grace(grace),
+        restart_delay=_number("--restart-delay", restart_delay, minimum=0.0),
+        boot_retries=_count("--boot-retries", boot_retries),
+        **_metrics(metrics_port, metrics_bind),
+    )
+    _check_grace(settings, pool)
+    _check_heartbeat_dir(settings.heartbeat_dir)
+    return settings
+
+
+def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
+    if not pool.queues:
+        raise ConfigError("the pool declares no queues: add pool.queue(...) or a task")
+    names = list(dict.fromkeys(queues or pool.queues))
+    for name in names:
+        if name not in pool.queues:
+            declared = ", ".join(sorted(pool.queues))
+            raise UnknownQueue(f"unknown queue {name!r}; declared: {declared}")
+        if name in RESERVED_NAMES:
+            raise ConfigError(f"queue name {name!r} is reserved for the supervisor's own "
+                              f"processes ({', '.join(RESERVED_NAMES)}); rename the queue")
+    return names
+
+
+def _drain_override() -> float | None:
+    raw = os.environ.get(DRAIN_ENV)
+    if raw is None or raw == "":
+        return None
+    return _number(DRAIN_ENV, raw, minimum=0.0)
+
+
+def _queue_type(pool: Any, name: str, drain_timeout: float | None) -> WorkerType:
+    spec = pool.queues[name]
+    if drain_timeout is not None:
+        spec = dataclasses.replace(spec, drain_timeout=drain_timeout)
+    stale_after = pool.stale_after(name)
+    if stale_after < MIN_STALE_AFTER:
+        raise ConfigError(f"queue {name}: stale_after is {stale_after:g}s; use at least "
+                          f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)")
+    if spec.hang_timeout < 2 * spec.poll_interval:
+        raise ConfigError(f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
+                          f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "
+                          f"looks hung")
+    return WorkerType(name, WorkerKind.QUEUE, spec.drain_timeout, spec.hang_timeout, spec)
+
+
+def _maintenance_type(queues: list[WorkerType], interval: float) -> WorkerType:
+    hang = max([MAINTENANCE_HANG_FLOOR, 3 * interval] + [q.hang_timeout for q in queues])
+    drain = max(q.drain_timeout for q in queues)
+    return WorkerType(MAINTENANCE, WorkerKind.MAINTENANCE, drain, hang)
+
+
+def _grace(value: float | str | None) -> float | None:
+    if value is None or value == "":
+        value = os.environ.get(GRACE_ENV) or None
+        if value is None:
+            return None
+        return _number(GRACE_ENV, value, minimum=0.0, strict=True)
+    return _number("--grace", value, minimum=0.0, strict=True)
+
+
+def _check_grace(settings: RunSettings, pool: Any) -> None:
+    if settings.grace is None:
+        return
+    if settings.shutdown_budget >= settings.grace:
+        slowest = max(settings.workers, key=lambda w: w.drain_timeout)
+        margin = settings.drain_margin + settings.release_margin
+        raise ConfigError(
+            f"drain_timeout of {slowest.name} ({slowest.drain_timeout:g}s) plus the "
+            f"{margin:g}s shutdown margin is not below the orchestrator grace period "
+            f"({settings.grace:g}s): jobs would be SIGKILLed mid-drain; lower drain_timeout "
+            f"or raise the grace period"
+        )
+
+
+def _metrics(port: int | str | None, bind: str | None) -> dict[str, Any]:
+    """``--metrics-port`` / ``$WORKERPOOL_METRICS_PORT``, and the address to bind."""
+    name = "--metrics-port"
+    if port is None or port == "":
+        port, name = os.environ.get(METRICS_PORT_ENV) or None, METRICS_PORT_ENV
+    bind = bind or os.environ.get(METRICS_BIND_ENV) or DEFAULT_METRICS_BIND
+    if port is None:
+        return {}
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a TCP port (1..65535), got {port!r}") from None
+    if not 1 <= number <= 65535:
+        raise ConfigError(f"{name} must be a TCP port (1..65535), got {port!r}")
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{name}: metrics need prometheus_client: "
+                          "pip install 'workerpool[metrics]'") from None
+    return {"metrics_port": number, "metrics_bind": bind}
+
+
+def _check_heartbeat_dir(directory: Path) -> None:
+    try:
+        heartbeat.prepare_dir(directory)
+    except heartbeat.HeartbeatDirError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _number(name: str, value: Any, *, minimum: float, strict: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    too_small = number <= minimum if strict else number < minimum
+    if not math.isfinite(number) or too_small:
+        bound = ">" if strict else ">="
+        raise ConfigError(f"{name} must be a finite number {bound} {minimum:g}, got {value!r}")
+    return number
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
