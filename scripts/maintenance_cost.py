@@ -41,7 +41,7 @@ def measure(url, passes: int, rows: int) -> None:
     pool = WorkerPool(url)
     pool.queue("q")
     pool.cron("0 * * * *", queue="q", name="hourly")(lambda job: None)
-    maintenance = Maintenance(pool, worker_id="measure")
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="measure")
     maintenance.run_pass()
     times = []
     for _ in range(passes):

@@ -47,7 +47,8 @@ def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
 def run_worker(url: str, notify: bool, poll: float) -> int:
     from workerpool.runtime.worker import Worker
 
-    worker = Worker(build_pool(url, notify=notify, poll=poll), "latency")
+    pool = build_pool(url, notify=notify, poll=poll)
+    worker = Worker(pool.registry, pool.url, "latency")
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     return worker.run()
 

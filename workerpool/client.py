@@ -1,60 +1,47 @@
-"""WorkerPool: the registry of an application's queues, tasks and cron jobs, and its way in.
+"""The client: ``WorkerPool``, an application's registry, its engines, and the calls it makes.
 
-The specs and their checks live in :mod:`workerpool.specs` and :mod:`workerpool.validation`;
-writing jobs lives in :mod:`workerpool.enqueue`, the engines in :mod:`workerpool.engines`.
-Their names used by other modules stay importable from here.
+A ``WorkerPool`` is a :class:`~workerpool.model.registry.Registry` (queues, tasks, crons,
+hooks: what ``workerpool run`` hands its children), its :class:`Engines` (made on first use),
+and the calls an application makes: enqueue (checked by :mod:`workerpool.model.new_job`,
+written by :mod:`workerpool.sql.writes`), cancel, pause and resume. Nothing below this module
+imports it: the runtime gets the registry and a URL, never the pool.
 """
 
 from __future__ import annotations
 
-import os
+import getpass
+import logging
+import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 
 from . import sql
-from .model.backoff import Backoff
-from .model.errors import ConfigError, UnknownQueue, UnknownTask
-from .model.limits import check_task_limits
+from .model.cancel import CancelResult, Selection
+from .model.errors import ConfigError, InvalidFilter, UnknownJob, UnknownQueue
+from .model.new_job import NewJob, build_job
+from .model.notices import CancelNotice, report_cancelled
 from .model.payload import DEFAULT_PAYLOAD_LIMIT
+from .model.registry import Registry
 from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
-from .model.validation import (
-    check_cron_task_options,
-    check_max_attempts,
-    check_name,
-    check_positive,
-    check_priority,
-    check_version,
-)
+from .model.states import LIVE_WORKER_WINDOW, JobState
+from .model.validation import check_name
 from .sql import db
-from .sql.schema import PAYLOAD_HARD_LIMIT
 from .sql.writes import (
-    INSERT_CHUNK,
-    build_job,
     enqueue_batch,
     enqueue_batch_async,
     enqueue_one,
     enqueue_one_async,
 )
 
-__all__ = [
-    "INSERT_CHUNK",
-    "CronSpec",
-    "Hooks",
-    "MaintenanceSpec",
-    "QueueSpec",
-    "TaskSpec",
-    "WorkerPool",
-    "check_name",
-    "validate_crons",
-]
+__all__ = ["Engines", "WorkerPool", "default_actor"]
 
-STALE_ENV = "WORKER_CLAIM_STALE_MS"
+pause_log = logging.getLogger("workerpool.pause")
 T = TypeVar("T")
 
 
@@ -127,10 +114,12 @@ class Engines:
 
 
 class WorkerPool:
-    """Queues, tasks and cron jobs of one application, and the way to enqueue into them.
+    """An application's way in: its declarations (:attr:`registry`), its database, and the
+    calls it makes (enqueue, cancel, pause, resume).
 
     ``url``: a PostgreSQL URL; else ``$WORKERPOOL_DATABASE_URL``; else the embedded PostgreSQL.
-    Nothing connects until the first database call.
+    Nothing connects until the first database call. ``payload_limit`` and ``notify``: see
+    :class:`~workerpool.model.registry.Registry`.
     """
 
     def __init__(
@@ -140,154 +129,55 @@ class WorkerPool:
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         notify: bool = True,
     ) -> None:
-        if not 0 < payload_limit <= PAYLOAD_HARD_LIMIT:
-            raise ConfigError(f"payload_limit must be within 1..{PAYLOAD_HARD_LIMIT}")
+        #: The declarations: what ``workerpool run`` hands its children, without the engines.
+        self.registry = Registry(payload_limit=payload_limit, notify=notify)
         self.engines = Engines(url)  # nothing connects until the first database call
         self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
-        self.payload_limit = payload_limit
-        self.notify = notify
-        self.queues: dict[str, QueueSpec] = {}
-        self.tasks: dict[str, TaskSpec] = {}
-        self.crons: dict[str, CronSpec] = {}
-        self.on_dead: Hooks = Hooks()  # pool.on_dead(fn): fn(notice) for every job that goes dead
-        self.on_cancel: Hooks = Hooks("on_cancel")  # fn(notice) for every job cancelled
-        self.maintenance_settings = MaintenanceSpec()
+        # Declaring is the registry's: its own methods, so every signature and check is one.
+        self.queue = self.registry.queue
+        self.task = self.registry.task
+        self.cron = self.registry.cron
+        self.maintenance = self.registry.maintenance
+        self.validate_crons = self.registry.validate_crons
+        self.task_spec = self.registry.task_spec
+        self.queue_spec = self.registry.queue_spec
+        self.task_versions = self.registry.task_versions
 
-    # -- configuration -------------------------------------------------------------------------
+    # -- the declarations ----------------------------------------------------------------------
 
-    def queue(self, name: str, **settings: Any) -> QueueSpec:
-        """Declare (or re-declare) a worker type and its settings."""
-        spec = QueueSpec(name=name, **settings)
-        self.queues[name] = spec
-        return spec
+    @property
+    def queues(self) -> dict[str, QueueSpec]:
+        return self.registry.queues
 
-    def task(
-        self,
-        fn: Callable[..., Any] | None = None,
-        *,
-        queue: str = "default",
-        name: str | None = None,
-        max_attempts: int = 5,
-        timeout: float | None = None,
-        version: int = 1,
-        backoff: Backoff | None = None,
-        priority: int = 0,
-        upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
-        concurrency_limit: int | None = None,
-        concurrency_key: Callable[[Mapping[str, Any]], str] | None = None,
-        key_rate_limit: str | None = None,
-    ) -> Callable[..., Any]:
-        """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``.
+    @property
+    def tasks(self) -> dict[str, TaskSpec]:
+        return self.registry.tasks
 
-        ``concurrency_limit`` and ``key_rate_limit`` hold per concurrency key, cluster-wide
-        (docs/limits.md); ``concurrency_key`` computes a job's key from its payload.
-        """
+    @property
+    def crons(self) -> dict[str, CronSpec]:
+        return self.registry.crons
 
-        def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            task_name = check_name("task", name or func.__name__)
-            check_task_limits(task_name, concurrency_limit, concurrency_key, key_rate_limit)
-            spec = TaskSpec(
-                name=task_name,
-                queue=check_name("queue", queue),
-                fn=func,
-                max_attempts=check_max_attempts(max_attempts),
-                timeout=check_positive("timeout", timeout, allow_none=True),
-                version=check_version(version),
-                backoff=backoff or Backoff(),
-                priority=check_priority(priority),
-                upcasters=dict(upcasters or {}),
-                concurrency_limit=concurrency_limit,
-                concurrency_key=concurrency_key,
-                key_rate_limit=key_rate_limit,
-            )
-            self._check_new_task(spec)
-            self._add_task(spec)
-            if queue not in self.queues:
-                self.queue(queue)
-            return func
+    @property
+    def on_dead(self) -> Hooks:
+        """``@pool.on_dead``: ``fn(notice)`` for every job that goes dead."""
+        return self.registry.on_dead
 
-        return register(fn) if fn is not None else register
+    @property
+    def on_cancel(self) -> Hooks:
+        """``@pool.on_cancel``: ``fn(notice)`` for every job cancelled."""
+        return self.registry.on_cancel
 
-    def _check_new_task(self, spec: TaskSpec) -> None:
-        if spec.name in self.tasks and self.tasks[spec.name].fn is not spec.fn:
-            raise ConfigError(f"task {spec.name!r} is registered twice")
+    @property
+    def maintenance_settings(self) -> MaintenanceSpec:
+        return self.registry.maintenance_settings
 
-    def _add_task(self, spec: TaskSpec) -> None:
-        self.tasks[spec.name] = spec
-        spec.fn.__workerpool_task__ = spec.name  # type: ignore[attr-defined]
+    @property
+    def payload_limit(self) -> int:
+        return self.registry.payload_limit
 
-    def cron(
-        self,
-        expression: str,
-        *,
-        queue: str | None = None,
-        name: str | None = None,
-        overlap: str = "skip",
-        missed: str = "run_once",
-        timezone: str = "UTC",
-        **task_options: Any,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Run the decorated function on a schedule: ``@pool.cron("0 * * * *", queue="ops")``.
-
-        The function becomes a task (named after it unless ``name=``; ``task_options`` are those of
-        :meth:`task`) and a cron job. Bad expression, timezone or policy, or a duplicate name,
-        raise ConfigError here; an undeclared queue is refused at start (:func:`validate_crons`).
-        """
-        if callable(expression):
-            raise ConfigError("use @pool.cron(expression, queue=...), not bare @pool.cron")
-        if queue is None:
-            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
-
-        def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            cron_name = check_name("cron", name or func.__name__)
-            spec = CronSpec(cron_name, expression, queue, overlap, missed, timezone)
-            if cron_name in self.crons:
-                raise ConfigError(f"cron {cron_name!r} is declared twice")
-            if cron_name in self.tasks:
-                raise ConfigError(f"cron {cron_name!r}: a task of that name exists; pass name=")
-            options = check_cron_task_options(cron_name, task_options)
-            task = TaskSpec(name=cron_name, queue=queue, fn=func, **options)
-            self._add_task(task)  # its queue is not declared here: validate_crons checks it
-            self.crons[cron_name] = spec
-            return func
-
-        return register
-
-    def maintenance(self, **settings: Any) -> MaintenanceSpec:
-        """Set what the maintenance child does: ``retention`` (seconds or timedelta), etc."""
-        if isinstance(settings.get("retention"), timedelta):
-            settings["retention"] = settings["retention"].total_seconds()
-        self.maintenance_settings = MaintenanceSpec(**settings)
-        return self.maintenance_settings
-
-    def validate_crons(self) -> None:
-        validate_crons(self)
-
-    def task_spec(self, task: str | Callable[..., Any]) -> TaskSpec:
-        name = getattr(task, "__workerpool_task__", task)
-        if not isinstance(name, str) or name not in self.tasks:
-            raise UnknownTask(f"unknown task {name!r}; registered: {sorted(self.tasks)}")
-        return self.tasks[name]
-
-    def queue_spec(self, name: str) -> QueueSpec:
-        if name not in self.queues:
-            raise UnknownQueue(f"unknown queue {name!r}; declared: {sorted(self.queues)}")
-        return self.queues[name]
-
-    def stale_after(self, queue: str) -> float:
-        """Seconds before a lease is stale: ``$WORKER_CLAIM_STALE_MS`` if set, else the queue's."""
-        raw = os.environ.get(STALE_ENV)
-        if raw is None or raw == "":
-            return self.queue_spec(queue).stale_after
-        try:
-            value = float(raw) / 1000
-        except ValueError:
-            raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
-        return float(check_positive(STALE_ENV, value, minimum=0))
-
-    def task_versions(self, queue: str) -> dict[str, int]:
-        """What a worker of ``queue`` can run: task name → newest payload version it knows."""
-        return {t.name: t.version for t in self.tasks.values() if t.queue == queue}
+    @property
+    def notify(self) -> bool:
+        return self.registry.notify
 
     # -- database ------------------------------------------------------------------------------
 
@@ -340,12 +230,12 @@ class WorkerPool:
         priority: int | None = None,
         max_attempts: int | None = None,
         **limits: Any,
-    ) -> sql.NewJob:
+    ) -> NewJob:
         """Validate one job. Raises a named error for any bad input; touches no database.
 
         ``limits``: ``concurrency_key``, ``unique``, ``unique_for``, ``on_conflict``
         (docs/limits.md)."""
-        return build_job(self, task, payload, key=key, run_at=run_at, delay=delay,
+        return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
                          priority=priority, max_attempts=max_attempts, **limits)
 
     def enqueue(
@@ -418,9 +308,21 @@ class WorkerPool:
         """For tests: ``"inline"`` runs each enqueued job in this process right after the
         enqueuing transaction commits (at once without ``conn=``); ``None`` turns it off. The
         mode applies at once; used as a context manager, the previous mode returns on exit."""
-        from .testing.inline import set_mode
+        from .runtime.inline import MODES, InlineRunner
 
-        return set_mode(self, mode)
+        if mode not in MODES:
+            raise ConfigError(f"testing mode must be one of {MODES}, got {mode!r}")
+        previous = self._inline
+        self._inline = InlineRunner(self.registry, lambda: self.engine) if mode else None
+        return self._restore_mode(previous)
+
+    @contextmanager
+    def _restore_mode(self, previous: Callable[[Any, list[int]], None] | None
+                      ) -> Iterator[WorkerPool]:
+        try:
+            yield self
+        finally:
+            self._inline = previous
 
     # -- operating it live ---------------------------------------------------------------------
 
@@ -435,35 +337,117 @@ class WorkerPool:
         state: str | None = None,
         dry_run: bool = False,
         by: str | None = None,
-    ) -> Any:
+    ) -> CancelResult:
         """Cancel jobs by id (or a queue's, with optional ``task``/``state``): a queued job ends
         ``cancelled`` now, a running one is asked to stop. Returns a ``CancelResult`` saying per
-        id what happened; an unknown id raises UnknownJob and changes nothing."""
-        from .ops.cancel import Selection, cancel
+        id what happened; an unknown id raises UnknownJob and changes nothing.
 
+        With ``conn=`` it runs in the caller's transaction: the running jobs' owners are told,
+        and the ``on_cancel`` hooks run, when it commits. A queued job is cancelled in the same
+        statement that decides it (see :mod:`workerpool.sql.control` for the race with a
+        claim); a running one's owner also reads requests back as it renews its leases, which
+        is the path behind PgBouncer."""
         selection = Selection(tuple(ids) if ids is not None else None, queue, task, state)
-        return cancel(self, selection, conn=conn, reason=reason, by=by, dry_run=dry_run)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
+        by = by or default_actor()
+        with self._connection(conn) as db:
+            before = _selected(db, selection)
+            if dry_run or not before:
+                return CancelResult.planned(before, by)
+            changed = sql.cancel(db, list(before), by, reason)
+            sql.notify_owners(db, changed)
+            states = {row.id: row.state for row in changed}
+            rest = [job_id for job_id in before if job_id not in states]
+            others = sql.job_states(db, rest) if rest else {}
+        notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
+                   for row in changed if row.state == JobState.CANCELLED]
+        if conn is None or not conn.in_transaction():
+            report_cancelled(self.on_cancel, notices)
+        else:
+            _report_on_commit(conn, lambda: report_cancelled(self.on_cancel, notices))
+        return CancelResult.done(before, states, others, by)
 
     def pause(self, queue: str, *, by: str | None = None,
               known: Iterable[str] | None = None) -> None:
-        """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works)."""
-        from .ops.pausing import set_paused
+        """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works).
 
-        set_paused(self, queue, True, by=by, known=known)
+        Workers read their queue's row at most once per poll interval, and a notification
+        makes them read it at once; a paused queue's workers claim nothing, keep renewing the
+        leases of the jobs still running, and keep ticking (a paused queue is healthy)."""
+        self._set_paused(queue, True, by, known)
 
     def resume(self, queue: str, *, by: str | None = None,
                known: Iterable[str] | None = None) -> None:
         """Let every replica claim from ``queue`` again."""
-        from .ops.pausing import set_paused
+        self._set_paused(queue, False, by, known)
 
-        set_paused(self, queue, False, by=by, known=known)
+    def _set_paused(self, queue: str, paused: bool, by: str | None,
+                    known: Iterable[str] | None) -> None:
+        """An unknown queue raises UnknownQueue naming the known ones: ``known`` if given, else
+        the declared queues, else the queues live workers serve or that have rows."""
+        try:
+            check_name("queue", queue)
+        except ValueError as exc:
+            raise UnknownQueue(str(exc)) from None
+        by = by or default_actor()
+        with self.engine.begin() as conn:
+            names = set(known) if known is not None else (
+                set(self.queues) or sql.queue_names(conn, LIVE_WORKER_WINDOW))
+            if queue not in names:
+                raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
+                                   f"{', '.join(sorted(names)) or '(none)'}")
+            sql.set_paused(conn, queue, paused, by)
+        verb = "paused" if paused else "resumed"
+        pause_log.info("queue %s %s by %s", queue, verb, by,
+                       extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+
+    @contextmanager
+    def _connection(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as own:
+            yield own
 
 
-def validate_crons(pool: WorkerPool) -> None:
-    """Refuse at start a cron whose queue no worker type serves (one clear ConfigError)."""
-    for spec in pool.crons.values():
-        if spec.queue not in pool.queues:
-            raise ConfigError(
-                f"cron {spec.name!r}: queue {spec.queue!r} is not declared "
-                f"(declared: {sorted(pool.queues)}); add pool.queue({spec.queue!r})"
-            )
+def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
+    """The selected jobs and their states; unknown ids are refused by name."""
+    if selection.ids is None:
+        assert selection.queue is not None  # a Selection names ids or a queue
+        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state)
+        return sql.job_states(conn, ids) if ids else {}
+    states = sql.job_states(conn, selection.ids)
+    unknown = [job_id for job_id in selection.ids if job_id not in states]
+    if unknown:
+        listing = ", ".join(str(job_id) for job_id in unknown)
+        raise UnknownJob(f"unknown job id(s): {listing}; nothing was changed")
+    return {job_id: states[job_id] for job_id in selection.ids}
+
+
+def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:
+    """In the caller's transaction: report when it commits, never when it rolls back.
+
+    SQLAlchemy Core has no after-commit event; ``commit`` fires as the COMMIT is sent, after
+    the last statement, so only a COMMIT the server refuses could still undo a reported cancel.
+    """
+    pending = [report]
+
+    def committed(_conn: Connection) -> None:
+        if pending:
+            pending.pop()()
+
+    def rolled_back(_conn: Connection) -> None:
+        pending.clear()
+
+    event.listen(conn, "commit", committed, once=True)
+    event.listen(conn, "rollback", rolled_back, once=True)
+
+
+def default_actor() -> str:
+    """Who runs an operator's command, for the history it leaves: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

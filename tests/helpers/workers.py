@@ -22,7 +22,7 @@ def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
 @contextmanager
 def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
     """A Worker on ``queue`` for the block; stopped afterwards, and it must exit cleanly."""
-    worker = Worker(pool, queue, **kwargs)
+    worker = Worker(pool.registry, pool.url, queue, **kwargs)
     thread, code = on_thread(worker)
     try:
         yield worker

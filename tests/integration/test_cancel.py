@@ -18,8 +18,8 @@ from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import Cancelled, ConfigError, UnknownJob, WorkerPool
 from workerpool import sql as queries
+from workerpool.model.cancel import CANCELLED, FINISHED, STOPPING
 from workerpool.model.errors import InvalidFilter
-from workerpool.ops.cancel import CANCELLED, FINISHED, STOPPING
 
 
 def cancel_entry(sql, job_id: int) -> dict:

@@ -70,7 +70,7 @@ def test_a_maintenance_pass_samples_only_with_metrics_on(pool, sql, monkeypatch)
         def depth(self, samples):
             seen.append(samples)
 
-    maintenance = Maintenance(pool, worker_id="m")
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
     maintenance.run_pass()
     assert seen == []  # metrics off: no query at all
     monkeypatch.setattr(metrics, "record", Capture())

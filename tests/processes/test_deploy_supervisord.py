@@ -24,7 +24,7 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
-from workerpool.client import QueueSpec
+from workerpool.model.specs import QueueSpec
 from workerpool.process.oslayer import child_pids
 from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
 

@@ -34,9 +34,9 @@ from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, alive, kill_all
 from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
-from workerpool.client import INSERT_CHUNK
 from workerpool.migrate import drift
 from workerpool.sql import db
+from workerpool.sql.writes import INSERT_CHUNK
 
 POOL_SIZE = 2
 #: enqueue_many sends half by COPY, and half (one of them keyed) as two pipelined chunks

@@ -15,7 +15,7 @@ import yaml
 
 from tests.helpers.paths import ROOT
 from workerpool.cli import build_parser
-from workerpool.client import QueueSpec
+from workerpool.model.specs import QueueSpec
 from workerpool.process.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
 from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
 

@@ -37,37 +37,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ops", ("ops", "dead")),
     ("top", ("cli", "web", "testing", "contrib", "chaos", "maintenance", "__main__", "")),
 )
-#: Problems the layering has not removed yet. This list only shrinks, to empty.
-PENDING = frozenset({
-    'workerpool.client -> workerpool.ops.cancel -> workerpool.client',
-    'workerpool.ops.limit_status -> workerpool.ops.status -> workerpool.ops.limit_status',
-    'workerpool.cli -> workerpool.cli.enqueue -> workerpool.cli',
-    'workerpool.client (client) -> workerpool.ops.cancel (ops)',
-    'workerpool.client (client) -> workerpool.ops.pausing (ops)',
-    'workerpool.client (client) -> workerpool.testing.inline (top)',
-    'workerpool.process.child (process) -> workerpool.runtime.maintenance (runtime)',
-    'workerpool.process.child (process) -> workerpool.runtime.worker (runtime)',
-    'workerpool.process.settings (process) -> workerpool.client (client)',
-    'workerpool.process.supervisor (process) -> workerpool.runtime.releaser (runtime)',
-    'workerpool.runtime.maintenance (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.maintenance.cron (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.maintenance.duties (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.maintenance.duties (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.maintenance.health (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.release (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.releaser (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.releaser (runtime) -> workerpool.process.oslayer (process)',
-    'workerpool.runtime.worker.claims (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.executor (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.inflight (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.leases (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.worker.listener (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.loop (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.outcomes (runtime) -> workerpool.client (client)',
-    'workerpool.runtime.worker.outcomes (runtime) -> workerpool.ops.cancel (ops)',
-    'workerpool.runtime.worker.outcomes (runtime) -> workerpool.ops.dead (ops)',
-    'workerpool.runtime.worker.session (runtime) -> workerpool.client (client)',
-})
 #: Layers that may import fewer than every layer before them.
 NARROW = {"process": {"model"}}
 
@@ -264,9 +233,8 @@ def test_every_module_is_in_a_layer_folder_or_a_named_entry_point():
 
 
 def test_the_package_has_no_import_cycle_and_keeps_its_layers():
-    problems = [problem for problem in check() if problem not in PENDING]
+    problems = check()
     assert not problems, "\n".join(problems)
-    assert PENDING <= set(check()), f"fixed, remove from PENDING: {sorted(PENDING - set(check()))}"
 
 
 # -- the checker --------------------------------------------------------------------------------

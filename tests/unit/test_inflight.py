@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workerpool import sql as queries
-from workerpool.client import TaskSpec
+from workerpool.model.specs import TaskSpec
 from workerpool.runtime.worker.inflight import (
     Flights,
     FlightState,

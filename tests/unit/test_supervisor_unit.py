@@ -28,7 +28,6 @@ def killed_by(signum: int) -> int:
 
 @dataclass
 class FakeChild:
-    pool: object
     worker: WorkerType
     orphans: tuple[str, ...]
     parent_pid: int
@@ -40,7 +39,6 @@ class FakeChild:
 
 @dataclass
 class FakeReleaser:
-    pool: object
     worker_ids: tuple[str, ...]
     parent_pid: int
     close_fds: tuple[int, ...]
@@ -128,7 +126,7 @@ def fake() -> FakeOS:
 def make(fake: FakeOS, tmp_path: Path, *workers: WorkerType, **options) -> Supervisor:
     settings = RunSettings(workers=workers or (worker("email"), worker("sms")),
                            heartbeat_dir=tmp_path, **options)
-    sup = Supervisor(pool=None, settings=settings, os_layer=fake, child_factory=FakeChild,
+    sup = Supervisor(settings, os_layer=fake, child_factory=FakeChild,
                      releaser_factory=FakeReleaser)
     sup.start()
     assert sup.step() is None  # spawns everything

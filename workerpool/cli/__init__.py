@@ -18,12 +18,7 @@ from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import live
 from .helptext import add_command
-from .target import load_pool
-
-
-class CliError(Exception):
-    """A failure to report as one line with a non-zero exit."""
-
+from .target import CliError, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -56,20 +51,17 @@ DEMO_OPTIONS = ("duration", "users", "chaos", "chaos_every", "settle_timeout", "
 # -- status and the dead-letter queue --------------------------------------------------------
 
 
-def _pool_for(args: argparse.Namespace) -> Any:
-    """The app's pool with ``--app``, else a bare pool on the configured database URL."""
-    from ..client import WorkerPool
-
-    return load_pool(args.app) if getattr(args, "app", None) else WorkerPool()
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..ops import status
+    from ..ops import status, why
 
-    pool = _pool_for(args)
+    pool = pool_for(args)
     if args.job is not None:
-        line = status.why(pool.engine, args.job)
-        print(json.dumps({"job": args.job, "why": line}) if args.json else line)
+        with pool.engine.connect() as conn:
+            answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
+        text = why.line(answer)
+        print(json.dumps({"job": args.job, "why": text,
+                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons]})
+              if args.json else text)
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     data = status.collect(pool.engine, known)
@@ -97,7 +89,7 @@ def dead_list(args: argparse.Namespace) -> int:
 
     if args.limit < 0:
         raise CliError(f"--limit must be >= 0 (0 = all), got {args.limit}")
-    page = dead.list_dead(_pool_for(args), _dead_filter(args), limit=args.limit or None)
+    page = dead.list_dead(pool_for(args), _dead_filter(args), limit=args.limit or None)
     if args.json:
         print(json.dumps({"total": page.total, "jobs": [j.to_json() for j in page.jobs]}, indent=2))
         return exitcodes.OK
@@ -128,7 +120,7 @@ def dead_retry(args: argparse.Namespace) -> int:
         raise CliError("give job IDS or --all (with optional filters), not both and not neither")
     bar = ProgressBar("replaying")
     try:
-        result = dead.retry(_pool_for(args), args.ids or None, all_matching=args.all,
+        result = dead.retry(pool_for(args), args.ids or None, all_matching=args.all,
                             filters=_dead_filter(args), dry_run=args.dry_run, progress=bar)
     finally:
         bar.close()
@@ -163,7 +155,7 @@ def dead_purge(args: argparse.Namespace) -> int:
     older_than = dead.parse_duration(args.older_than)
     bar = ProgressBar("purging")
     try:
-        result = dead.purge(_pool_for(args), older_than, _dead_filter(args),
+        result = dead.purge(pool_for(args), older_than, _dead_filter(args),
                             dry_run=args.dry_run, progress=bar)
     finally:
         bar.close()
@@ -175,28 +167,10 @@ def dead_purge(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    return build_supervisor(args).run()
+def _run(args: argparse.Namespace) -> int:
+    from .run import cmd_run  # the database stack and the runtime: not for `healthcheck`
 
-
-def build_supervisor(args: argparse.Namespace, **seams: Any) -> Any:
-    """The supervisor `workerpool run` starts, not yet running. ``seams`` go to the Supervisor
-    (its ``child_factory``, ``releaser_factory``, ``os_layer``): tests inject faults there."""
-    from ..process import settings as config
-    from ..process.supervisor import Supervisor
-    from .logs import configure_logging
-
-    configure_logging(args.log_level, args.log_format)
-    pool = load_pool(args.app)
-    interval = pool.maintenance_settings.interval
-    settings = config.load(
-        pool, args.queue, heartbeat_dir=args.heartbeat_dir, grace=args.grace,
-        restart_delay=args.restart_delay, boot_retries=args.boot_retries,
-        maintenance_interval=interval, metrics_port=args.metrics_port,
-        metrics_bind=args.metrics_bind,
-    )
-    pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
-    return Supervisor(pool, settings, **seams)
+    return cmd_run(args)
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
@@ -223,7 +197,7 @@ def cmd_web(args: argparse.Namespace) -> int:
                        "pip install 'workerpool[web]'") from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
-    serve(_pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
     return exitcodes.OK
 
 
@@ -236,7 +210,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pause": lambda args: live.cmd_pause(args),
     "resume": lambda args: live.cmd_resume(args),
     "roles": lambda args: live.cmd_roles(args),
-    "run": cmd_run,
+    "run": lambda args: _run(args),
     "healthcheck": cmd_healthcheck,
     "web": cmd_web,
     "demo": cmd_demo,
@@ -335,7 +309,8 @@ def add_status_parser(sub: Any) -> None:
     status.add_argument("--app", metavar="APP:POOL", default=None,
                         help="judge runnable rows by this app's tasks instead of live workers'")
     status.add_argument("--job", type=int, default=None, metavar="ID",
-                        help="one line: the limit that holds this job, if any")
+                        help="one line: why this job is not running (a limit, a pause, no"
+                             " worker, ...)")
 
 
 def add_dead_parser(sub: Any) -> None:

@@ -15,12 +15,10 @@ from typing import Any
 from ..model import exitcodes
 from ..model.limits import ON_CONFLICT, UNIQUE_SCOPES
 from .helptext import add_command
+from .target import CliError, load_pool
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    from . import CliError
-    from .target import load_pool
-
     try:
         payload = json.loads(args.payload, parse_constant=_reject_constant)
     except ValueError as exc:

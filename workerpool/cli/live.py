@@ -1,4 +1,4 @@
-"""`workerpool cancel`, `pause`, `resume` (steering live work) and `roles` (see cli.py)."""
+"""`workerpool cancel`, `pause`, `resume` (steering live work) and `roles`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 from typing import Any
 
 from ..model import exitcodes
+from .target import CliError, pool_for
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from . import CliError, _pool_for
 
     if bool(args.ids) == bool(args.queue):
         raise CliError("give job IDs or --queue Q (with optional --task, --state), not both")
-    result = _pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
+    result = pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
                                     state=args.state, reason=args.reason, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -39,9 +39,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
-    from . import _pool_for
 
-    pool = _pool_for(args)
+    pool = pool_for(args)
     (pool.pause if paused else pool.resume)(args.queue)
     print(f"queue {args.queue} {'paused' if paused else 'resumed'}")
     return exitcodes.OK

@@ -1,7 +1,8 @@
-"""Finding the application's WorkerPool from an ``APP:POOL`` target (``package.module:pool``).
+"""What a command acts on: the application's WorkerPool from an ``APP:POOL`` target
+(``package.module:pool``), and how a command fails (:class:`CliError`).
 
-Shared by the ``workerpool`` command and ``python -m workerpool.maintenance``. Cheap to import:
-the pool module (SQLAlchemy) loads only when a target is resolved, so that
+Shared by the ``workerpool`` command, ``python -m workerpool.maintenance`` and the pytest
+plugin. Cheap to import: the client (SQLAlchemy) loads only when a target is resolved, so that
 ``workerpool healthcheck`` does not pay for it.
 """
 
@@ -10,12 +11,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..model.errors import WorkerpoolError
 
 if TYPE_CHECKING:
     from ..client import WorkerPool
+
+
+class CliError(Exception):
+    """A failure to report as one line with a non-zero exit."""
 
 
 class AppLoadError(WorkerpoolError):
@@ -38,3 +43,10 @@ def load_pool(target: str) -> WorkerPool:
     if not isinstance(pool, WorkerPool):
         raise AppLoadError(f"{target!r} is not a WorkerPool (got {type(pool).__name__})")
     return pool
+
+
+def pool_for(args: Any) -> WorkerPool:
+    """The app's pool with ``--app``, else a bare pool on the configured database URL."""
+    from ..client import WorkerPool
+
+    return load_pool(args.app) if getattr(args, "app", None) else WorkerPool()

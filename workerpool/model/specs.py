@@ -7,6 +7,7 @@ is imported, with a ConfigError naming it.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -172,3 +173,21 @@ class Hooks(list[Callable[..., Any]]):
             raise ConfigError(f"{self.name} hook must be callable, got {type(fn).__name__}")
         self.append(fn)
         return fn
+
+
+class WorkerKind(enum.StrEnum):
+    QUEUE = "queue"  # a Worker claiming from one queue
+    MAINTENANCE = "maintenance"  # the maintenance loop
+
+
+@dataclass(frozen=True)
+class WorkerType:
+    """One child the supervisor keeps alive: a queue, or the maintenance loop."""
+
+    name: str
+    kind: WorkerKind
+    drain_timeout: float
+    hang_timeout: float
+    #: A queue's effective settings (the pool's, with the environment's overrides applied):
+    #: what its children's Worker runs with. None for the maintenance loop.
+    spec: QueueSpec | None = None

@@ -24,6 +24,9 @@ LIVE_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.FAILED)
 DUE_STATES = (JobState.PENDING, JobState.FAILED)
 #: Terminal states whose rows the pruning deletes after the retention window.
 PRUNED_STATES = (JobState.DONE, JobState.CANCELLED)
+#: A registered worker seen within this many seconds is live (workers beat well inside it); one
+#: not seen for longer no longer vouches for the tasks it registered.
+LIVE_WORKER_WINDOW = 60.0
 
 
 class DeadReason(enum.StrEnum):

@@ -1,16 +1,18 @@
 """The checks behind every setting and job option: each returns the value or raises a named error.
 
 Settings (names, counts, timeouts, cron expressions) raise ConfigError when the application is
-declared; job options (priority, run_at, delay) raise InvalidJob at enqueue.
+declared; job options (priority, run_at, delay) raise InvalidJob at enqueue; an operator's
+filters (queue and task names, job ids) raise InvalidFilter.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .errors import MAX_DELAY, ConfigError, InvalidJob
+from .errors import MAX_DELAY, ConfigError, InvalidFilter, InvalidJob
 
 MAX_ATTEMPTS_CAP = 1000
 PRIORITY_RANGE = (-32768, 32767)
@@ -84,6 +86,28 @@ def check_delay(value: Any, run_at: datetime | None) -> float | None:
     if not 0 <= value <= MAX_DELAY:
         raise InvalidJob(f"delay must be within 0..{MAX_DELAY:.0f} seconds, got {value!r}")
     return float(value)
+
+
+# -- filters of operator commands -------------------------------------------------------------
+
+
+def check_filter(kind: str, value: Any) -> None:
+    """A queue or task name given as a filter: InvalidFilter naming what is wrong."""
+    try:
+        check_name(kind, value)
+    except ValueError as exc:
+        raise InvalidFilter(str(exc)) from None
+
+
+def check_ids(ids: Iterable[Any]) -> tuple[int, ...]:
+    checked = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidFilter(f"job ids are positive integers, got {value!r}")
+        checked.append(value)
+    if not checked:
+        raise InvalidFilter("no job ids given")
+    return tuple(dict.fromkeys(checked))
 
 
 # -- cron ---------------------------------------------------------------------------------------

@@ -1,18 +1,17 @@
-"""The dead-letter queue: reporting jobs that give up, and listing, replaying and purging them.
+"""The dead-letter queue: listing, replaying and purging dead jobs.
 
-A job that gives up is never silent: :func:`report_dead` logs one error line per dead job and
-calls every ``pool.on_dead`` hook. Dead rows stay (with their full error history) until an
-operator replays them (:func:`retry`: attempts reset, history kept, the replay recorded in the
-row's ``replays``) or purges them (:func:`purge`). The ``workerpool dead`` command calls these.
+A job that gives up is reported once, by the process that moved it
+(:func:`workerpool.model.notices.report_dead`). Dead rows stay (with their full error
+history) until an operator replays them (:func:`retry`: attempts reset, history kept, the replay
+recorded in the row's ``replays``) or purges them (:func:`purge`). The ``workerpool dead``
+command and the dashboard call these.
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
 import math
 import re
-import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,107 +20,21 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .. import sql
-from ..client import WorkerPool
-from ..model.attempt import safe_text
+from ..client import WorkerPool, default_actor
 from ..model.errors import InvalidFilter, ReplayRefused
-from ..model.validation import check_name
+from ..model.states import LIVE_WORKER_WINDOW
+from ..model.validation import check_filter, check_ids
 from ..sql.schema import DEAD_REASONS
 
 log = logging.getLogger("workerpool.dead")
 
 BATCH = 1000
 DEFAULT_LIST_LIMIT = 100
-#: A worker not seen for this long no longer vouches for the tasks it registered.
-LIVE_WORKER_WINDOW = 60.0
 
 Progress = Callable[[int, int], None]  # (rows done, rows in total)
 
 
-# -- giving up is never silent ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeadNotice:
-    """One job that just went dead: what the error log line and the ``on_dead`` hooks receive."""
-
-    id: int
-    queue: str
-    task: str
-    attempts: int
-    reason: str
-    error: Mapping[str, Any] | None = None
-
-    @classmethod
-    def of(cls, row: Any, reason: str | None = None, error: Mapping[str, Any] | None = None):
-        """From a DeadNotice or any row with ``id, queue, task, attempts`` (and a reason)."""
-        if isinstance(row, cls):
-            return row
-        return cls(
-            id=row.id,
-            queue=row.queue,
-            task=row.task,
-            attempts=row.attempts,
-            reason=reason or getattr(row, "dead_reason", None) or getattr(row, "reason", "?"),
-            error=error if error is not None else _row_error(row),
-        )
-
-    @property
-    def last_error(self) -> str:
-        if not self.error:
-            return "-"
-        kind, message = self.error.get("type", "?"), self.error.get("message", "")
-        text = safe_text(f"{kind}: {message}" if message else kind, 500)
-        return text.replace("\r", "\\r").replace("\n", "\\n")  # one log line per dead job
-
-
-def _row_error(row: Any) -> Mapping[str, Any] | None:
-    error = getattr(row, "error", None)
-    return error if error is not None else getattr(row, "last_error", None)
-
-
-def report_dead(
-    pool: WorkerPool,
-    rows: Iterable[Any],
-    *,
-    reason: str | None = None,
-    error: Mapping[str, Any] | None = None,
-) -> list[DeadNotice]:
-    """Log one error line per dead job and call each ``pool.on_dead`` hook with its notice.
-
-    ``rows``: DeadNotice objects, or rows with ``id, queue, task, attempts`` (``reason`` and
-    ``error`` fill what the rows lack). A hook that raises is logged, never propagated.
-    """
-    notices = [DeadNotice.of(row, reason, error) for row in rows]
-    for notice in notices:
-        log.error(
-            "job dead: queue=%s id=%s task=%s attempts=%s reason=%s last_error=%s",
-            notice.queue, notice.id, notice.task, notice.attempts, notice.reason,
-            notice.last_error,
-            extra={"event": "job_dead", "job_id": notice.id, "queue": notice.queue,
-                   "task": notice.task, "attempts": notice.attempts, "reason": notice.reason},
-        )
-        for hook in list(pool.on_dead):
-            call_hook(hook, notice)
-    return notices
-
-
-def call_hook(hook: Callable[[DeadNotice], Any], notice: DeadNotice) -> None:
-    try:
-        hook(notice)
-    except Exception:
-        log.exception("on_dead hook %s failed for job %s", getattr(hook, "__name__", hook),
-                      notice.id, extra={"event": "on_dead_hook_failed", "job_id": notice.id})
-
-
 # -- filters ----------------------------------------------------------------------------------
-
-
-def check_filter(kind: str, value: Any) -> None:
-    """A queue or task name given as a filter: InvalidFilter naming what is wrong."""
-    try:
-        check_name(kind, value)
-    except ValueError as exc:
-        raise InvalidFilter(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -151,17 +64,6 @@ class DeadFilter:
     def where(self, older_than: timedelta | None = None):
         return sql.dead_where(queue=self.queue, task=self.task, reason=self.reason,
                                   since=self.since, ids=self.ids, older_than=older_than)
-
-
-def check_ids(ids: Iterable[Any]) -> tuple[int, ...]:
-    checked = []
-    for value in ids:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidFilter(f"job ids are positive integers, got {value!r}")
-        checked.append(value)
-    if not checked:
-        raise InvalidFilter("no job ids given")
-    return tuple(dict.fromkeys(checked))
 
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -331,14 +233,6 @@ def _refuse_unknown_tasks(by_task: Mapping[str, int], known: set[str]) -> None:
             f"cannot replay: task {listing} is no longer registered; nothing was changed "
             "(narrow with --task, or remove them with 'workerpool dead purge')"
         )
-
-
-def default_actor() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 # -- purge --------------------------------------------------------------------------------------

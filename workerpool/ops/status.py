@@ -14,14 +14,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from .. import sql
-from ..model.states import JobState
+from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
 from ..sql import counts as count_sql
+from ..sql import limit_holds
 from ..sql.schema import DEAD_REASONS, STATES
-from . import limit_status
 
-#: A worker seen within this many seconds is live (workers beat well inside it).
-LIVE_WORKER_WINDOW = 60.0
 SCHEMA_VERSION = 1
 
 
@@ -51,7 +49,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         depths = sql.queue_depths(conn, queues)
         blocked = sql.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
-        limits = limit_status.collect(conn, {q: row.limits for q, row in paused.items()})
+        limits = limits_in_use(conn, {q: row.limits for q, row in paused.items()})
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
@@ -64,11 +62,13 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
     }
 
 
-def why(engine: Engine, job_id: int) -> str:
-    """The job's "why is it not running" line: the limit that holds it, if one does."""
-    with engine.connect() as conn:
-        published = {row.queue: row.limits for row in sql.list_queue_states(conn)}
-        return limit_status.why_waiting(conn, job_id, published)
+def limits_in_use(conn: Connection, published: Mapping[str, Any]) -> dict[str, Any]:
+    """queue → each limit, what uses it and what it holds back (queues with limits only).
+
+    The limits come from the queue's row, where its workers published what they enforce, so
+    this needs only the database, like the rest of ``workerpool status``."""
+    return {queue: limit_holds.queue_usage(conn, queue, limits)
+            for queue, limits in sorted(published.items()) if limits}
 
 
 def exact_counts(rows: list[Any], queues: list[str]) -> dict[str, dict[str, Any]]:
@@ -211,8 +211,8 @@ def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
     parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
     paused = render_paused(status["queues"])
-    held = limit_status.render({q: v["limits"] for q, v in status["queues"].items()
-                                if v.get("limits")})
+    held = render_limits({q: v["limits"] for q, v in status["queues"].items()
+                          if v.get("limits")})
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
     parts += [p for p in (paused, held, dead, blocked) if p]
@@ -230,6 +230,30 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
     lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in cells]
     return "\n".join(lines)
+
+
+def render_limits(limits: Mapping[str, Any]) -> str:
+    """The LIMITS table: one row per limit of each limited queue."""
+    rows = []
+    for queue, usage in limits.items():
+        if usage["global_concurrency"]:
+            cap = usage["global_concurrency"]
+            rows.append([queue, "global_concurrency", cap["limit"], f"{cap['running']} running",
+                         cap["held"]])
+        if usage["rate_limit"]:
+            rate = usage["rate_limit"]
+            rows.append([queue, "rate_limit", rate["limit"], f"{rate['started']} started",
+                         rate["held"]])
+        for task, held in usage["tasks"].items():
+            if held.get("concurrency_limit"):
+                rows.append([queue, f"concurrency_limit ({task}, per key)",
+                             held["concurrency_limit"], "-", held["held_by_concurrency_limit"]])
+            if held.get("key_rate_limit"):
+                rows.append([queue, f"key_rate_limit ({task}, per key)", held["key_rate_limit"],
+                             "-", held["held_by_key_rate_limit"]])
+    if not rows:
+        return ""
+    return "LIMITS\n" + table(["QUEUE", "LIMIT", "SETTING", "IN USE", "HOLDING"], rows)
 
 
 def render_queues(queues: Mapping[str, Any]) -> str:

@@ -1,9 +1,15 @@
-"""Why is this job not running? Plain-language reasons read from the facts around one job.
+"""Why is this job not running? The one answer ``workerpool status --job`` and the dashboard
+give, read from the facts around one job.
 
-:func:`reasons` runs every check in :data:`CHECKS` over a :class:`Facts` and returns what each
-found, most important first. A check is a function ``Facts -> Reason | None``; a new cause of
-waiting (a concurrency or rate limit, say) is one more function appended to ``CHECKS``, so every
-page and command that explains a job explains the new cause too.
+:func:`explain` reads the facts (the job's row, its queue's pause row, the registered workers,
+the limit holding it back, if any) and runs every check in :data:`CHECKS` over them;
+:func:`reasons` returns what each found, most important first. A check is a function
+``Facts -> Reason | None``; a new cause of waiting is one more function appended to ``CHECKS``,
+so every page and command that explains a job explains the new cause too. :func:`line` is the
+one-line answer of ``workerpool status --job``.
+
+The limits come from the queue's row, where its workers published what they enforce, so the
+answer needs only the database.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..model.states import DUE_STATES, JobState
+from sqlalchemy import Connection
 
-#: A worker seen within this many seconds is live (as in ``workerpool status``).
-LIVE_WORKER_WINDOW = 60.0
+from .. import sql
+from ..model.errors import UnknownJob
+from ..model.limits import parse_rate
+from ..model.states import DUE_STATES, LIVE_WORKER_WINDOW, JobState
+from ..sql import dashboard, limit_holds
+from .status import age
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class Facts:
     paused: Any | None = None  # the workerpool_queues row, or None
     workers: Sequence[Any] = field(default_factory=tuple)
     known: Mapping[str, int] | None = None  # the app's tasks → versions, if an app was given
-    limit: str | None = None  # the limit holding it back (limit_status.holding_limit), if any
+    limit: str | None = None  # the limit holding it back (:func:`holding_limit`), if any
 
     @property
     def live_workers(self) -> list[Any]:
@@ -44,8 +54,6 @@ class Facts:
 
 
 def _age(seconds: float) -> str:
-    from .status import age
-
     return age(max(0.0, seconds))
 
 
@@ -146,3 +154,92 @@ def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]
     """What keeps this job from running now; empty when nothing does (it waits for a slot)."""
     found = (check(facts) for check in (CHECKS if checks is None else checks))
     return [reason for reason in found if reason is not None]
+
+
+# -- reading the facts --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One job's facts and what keeps it from running (empty: it waits for a free worker)."""
+
+    facts: Facts
+    reasons: list[Reason]
+
+    @property
+    def job(self) -> Any:
+        return self.facts.job
+
+
+def explain(conn: Connection, job_id: int,
+            known: Mapping[str, Mapping[str, int]] | None = None) -> Explanation:
+    """Why job ``job_id`` is not running. ``known``: the app's tasks and payload versions per
+    queue (queue → task → version), when an app was given; else live workers' count."""
+    row = dashboard.job_detail(conn, job_id)
+    if row is None:
+        raise UnknownJob(f"no job has id {job_id}")
+    states = {r.queue: r for r in sql.list_queue_states(conn)}
+    limit = holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
+    facts = Facts(row, row.now, states.get(row.queue), sql.list_workers(conn),
+                  None if known is None else dict(known.get(row.queue, {})), limit)
+    return Explanation(facts, reasons(facts))
+
+
+def app_tasks(registry: Any) -> dict[str, dict[str, int]]:
+    """queue → task → payload version of every task an app declares (``known`` of
+    :func:`explain`)."""
+    known: dict[str, dict[str, int]] = {}
+    for spec in registry.tasks.values():
+        known.setdefault(spec.queue, {})[spec.name] = spec.version
+    return known
+
+
+def line(explanation: Explanation) -> str:
+    """The one-line answer: ``job 812 (sync_account): held by concurrency_limit of key
+    'account:42' (1 of 1 running)``, or every reason found, or that nothing holds it."""
+    job = explanation.job
+    head = f"job {job.id} ({job.task}): "
+    if not explanation.reasons:
+        return head + "due, no limit holds it (waiting for a free worker)"
+    return head + "; ".join(f"held by {explanation.facts.limit}" if reason.code == "limit"
+                            else reason.text for reason in explanation.reasons)
+
+
+def holding_limit(conn: Connection, job_id: int, published: Mapping[str, Any]) -> str | None:
+    """The limit that holds this due job back now (as a phrase), or None."""
+    row = limit_holds.job(conn, job_id)
+    return _hold(conn, row, published) if row is not None and row.due else None
+
+
+def _hold(conn: Connection, row: Any, published: Mapping[str, Any]) -> str | None:
+    limits = published.get(row.queue) or {}
+    return _queue_hold(conn, row.queue, limits) or _key_hold(conn, row, limits)
+
+
+def _queue_hold(conn: Connection, queue: str, limits: Mapping[str, Any]) -> str | None:
+    usage = limit_holds.queue_usage(conn, queue, {**limits, "tasks": {}})
+    cap = usage["global_concurrency"]
+    if cap and cap["running"] >= cap["limit"]:
+        return f"global_concurrency of queue {queue} ({cap['running']} of {cap['limit']} running)"
+    rate = usage["rate_limit"]
+    if rate and rate["held"]:
+        return f"rate_limit {rate['limit']} of queue {queue} ({rate['started']} started)"
+    return None
+
+
+def _key_hold(conn: Connection, row: Any, limits: Mapping[str, Any]) -> str | None:
+    task = (limits.get("tasks") or {}).get(row.task)
+    if not task or row.concurrency_key is None:
+        return None
+    rate = parse_rate("key_rate_limit", task["key_rate_limit"]) if task.get(
+        "key_rate_limit") else None
+    used = limit_holds.key_usage(conn, row.queue, row.concurrency_key,
+                                 rate.window if rate else 1.0)
+    cap = task.get("concurrency_limit")
+    if cap and used.running >= cap:
+        return (f"concurrency_limit of key {row.concurrency_key!r} ({used.running} of {cap}"
+                " running)")
+    if rate and used.started >= rate.count:
+        return (f"key_rate_limit {rate} of key {row.concurrency_key!r} ({used.started}"
+                " started)")
+    return None

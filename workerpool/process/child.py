@@ -2,12 +2,11 @@
 
 ``Child.__init__`` only stores what the child needs. ``Child.start`` runs in the forked process:
 it resets the parent's signal handlers, closes the parent's descriptors, asks to be signalled if
-the parent dies, drops the inherited database engine, and runs a ``Worker`` (one queue) or the
-maintenance loop, reporting to the parent over a pipe:
-
-    ``w <worker id>\\n``  first, before any claim: the lease owner name of this process;
-    ``t\\n``              a tick after a loop pass that reached the database (the heartbeat);
-    ``j\\n``              once, when the worker claims its first job (it made progress).
+the parent dies, drops what the parent held (``after_fork``: the application's engine), and runs
+what its ``runner_factory`` builds (a queue's worker, or the maintenance loop:
+:func:`workerpool.runtime.build_runner`, handed in by whoever builds the supervisor), reporting
+to the parent over its pipe (:mod:`.pipe`): ``Started`` first, before any claim, then a
+``Tick`` after each loop pass that reached the database, and ``Claimed`` once.
 
 Signals in the child: TERM, INT and HUP drain (stop claiming, let in-flight jobs finish within
 drain_timeout, release the rest), any number of times, once; QUIT stops at once (in-flight jobs
@@ -25,13 +24,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..model import exitcodes, tracing
-from ..runtime.maintenance import Maintenance, MaintenanceLoop
-from ..runtime.worker import Worker
-from . import oslayer
-from .settings import WorkerKind, WorkerType
+from ..model.job import new_worker_id
+from ..model.specs import WorkerType
+from . import oslayer, pipe
 
 log = logging.getLogger("workerpool.child")
 
@@ -48,36 +46,19 @@ class Runner(Protocol):
     def stop_now(self) -> None: ...
 
 
-#: Builds what a child runs: ``(pool, worker_type, *, worker_id, on_tick, parent_alive,
-#: orphans) -> Runner``. :func:`build_runner` unless a test injects a fault.
+#: Builds what a child runs, in the child after the fork: ``(worker_type, *, worker_id,
+#: on_tick, parent_alive, orphans, on_claim) -> Runner``.
 RunnerFactory = Callable[..., Runner]
-
-
-def build_runner(pool: Any, worker: WorkerType, *, worker_id: str, on_tick: Callable[[], None],
-                 parent_alive: Callable[[], bool], orphans: tuple[str, ...],
-                 on_claim: Callable[[], None] | None = None) -> Runner:
-    """The maintenance loop, or a Worker on its queue with the settings loaded for it.
-
-    Runs in the child after the fork. The runners' modules are imported with this module, in
-    the parent before its first fork: a replacement child then costs a fork, not the import of
-    the database stack (a few hundred milliseconds), so a queue whose child was killed is
-    serving again at once.
-    """
-    if worker.kind == WorkerKind.MAINTENANCE:
-        return MaintenanceLoop(Maintenance(pool, worker_id=worker_id), on_tick=on_tick,
-                               parent_alive=parent_alive)
-    return Worker(pool, worker.name, spec=worker.spec, worker_id=worker_id, on_tick=on_tick,
-                  parent_alive=parent_alive, orphans=orphans, on_claim=on_claim)
 
 
 class Child:
     """What the supervisor forks for one worker type."""
 
-    def __init__(self, pool: Any, worker: WorkerType, *, parent_pid: int,
+    def __init__(self, worker: WorkerType, *, runner_factory: RunnerFactory, parent_pid: int,
                  orphans: tuple[str, ...] = (), close_fds: tuple[int, ...] = (),
-                 runner_factory: RunnerFactory = build_runner) -> None:
-        self.pool = pool
+                 after_fork: Callable[[], None] = lambda: None) -> None:
         self.worker = worker
+        self.after_fork = after_fork
         self.parent_pid = parent_pid
         self.orphans = orphans
         self.close_fds = close_fds
@@ -120,7 +101,7 @@ class Child:
         if not self.parent_alive():  # the parent died before prctl: no signal will come
             self._request("stop")
         signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
-        self.pool.forget_engine()
+        self.after_fork()  # the application's engine came over the fork: never use it
 
     def _watch_signals(self) -> None:
         read_fd, write_fd = os.pipe()
@@ -159,13 +140,11 @@ class Child:
             _apply(runner, how)
 
     def _build_runner(self) -> Runner:
-        from ..model.job import new_worker_id
-
         worker_id = new_worker_id()
-        self._send(f"w {worker_id}\n".encode())
-        return self.runner_factory(self.pool, self.worker, worker_id=worker_id,
-                                   on_tick=self.tick, parent_alive=self.parent_alive,
-                                   orphans=self.orphans, on_claim=self.claimed)
+        pipe.send(self._tick_fd, pipe.Started(worker_id))
+        return self.runner_factory(self.worker, worker_id=worker_id, on_tick=self.tick,
+                                   parent_alive=self.parent_alive, orphans=self.orphans,
+                                   on_claim=self.claimed)
 
     # -- reports to the parent ---------------------------------------------------------------
 
@@ -178,20 +157,14 @@ class Child:
         if now - self._last_tick < TICK_INTERVAL:
             return
         self._last_tick = now
-        self._send(b"t\n")
+        pipe.send(self._tick_fd, pipe.TICK)
 
     def claimed(self) -> None:
         """The worker claimed its first job: tell the parent once (this child made progress,
         so its death is not a boot failure and its restart is not backed off)."""
         if not self._claimed:
             self._claimed = True
-            self._send(b"j\n")
-
-    def _send(self, message: bytes) -> None:
-        try:
-            os.write(self._tick_fd, message)
-        except (BlockingIOError, BrokenPipeError):
-            pass  # a full pipe drops a tick; a closed one means the parent is gone
+            pipe.send(self._tick_fd, pipe.CLAIMED)
 
 
 def _note_signal(signum: int, frame: object) -> None:

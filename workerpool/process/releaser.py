@@ -1,22 +1,34 @@
-"""The parent's side of the releaser: which claims nobody released, and the releaser's lifetime.
+"""The releaser: a short-lived child the supervisor forks as it exits, for claims left behind.
 
 As the supervisor exits, the worker ids of queue children that died during shutdown without
 draining (SIGKILLed at the deadline, crashed, FATAL) and orphans no replacement took still hold
-leases until ``stale_after``. :class:`ExitRelease` forks one short-lived
-:class:`~workerpool.releaser.Releaser` for them, reads its report, and gives it at most
-``release_margin`` seconds before a SIGKILL. Standard library only, like the supervisor.
+leases until ``stale_after``. :class:`ExitRelease` (the parent's side) forks one
+:class:`Releaser` for them, reads its report, and gives it at most ``release_margin`` seconds
+before a SIGKILL.
+
+The :class:`Releaser` is built in the parent before the fork with the release to run (given by
+whoever builds the supervisor: :func:`workerpool.runtime.release.release_dead_workers`), and
+becomes a process after it: no heartbeat file, no signal handling beyond the defaults. It
+reports ``Released(rows)`` over its pipe, reports the jobs that went dead, and exits 0 (1 on a
+database error: the stale recovery takes the rows later). Standard library and the model only,
+like the supervisor.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..model import exitcodes
+from ..model.errors import first_line
+from ..model.notices import report_dead
+from . import oslayer, pipe
 from .oslayer import describe_status
 from .settings import WorkerKind
-from .slots import LIVE, Slot, close_pipe, read_lines
+from .slots import LIVE, Slot
 
 #: These lines are the supervisor's own: logged under its name.
 log = logging.getLogger("workerpool.supervisor")
@@ -58,11 +70,11 @@ class ExitRelease:
         return True
 
     def read(self, os_layer: Any) -> None:
-        """Its pipe is readable: ``r <rows>`` says what it released."""
-        self._parse(read_lines(os_layer, self))
+        """Its pipe is readable: ``Released(rows)`` says what it released."""
+        self._parse(pipe.read(os_layer, self))
 
     def exited(self, os_layer: Any, status: int) -> None:
-        self._parse(close_pipe(os_layer, self))
+        self._parse(pipe.close(os_layer, self))
         self.done = True
         self._log(describe_status(status))
 
@@ -74,10 +86,10 @@ class ExitRelease:
             self._log("killed at its deadline")
         return self.done
 
-    def _parse(self, lines: list[str]) -> None:
-        for line in lines:
-            if line.startswith("r ") and line[2:].strip().isdecimal():
-                self.rows = int(line[2:])
+    def _parse(self, messages: list[pipe.Message]) -> None:
+        for message in messages:
+            if isinstance(message, pipe.Released):
+                self.rows = message.rows
 
     def _log(self, how: str) -> None:
         count = len(self.worker_ids)
@@ -89,3 +101,55 @@ class ExitRelease:
             log.error("release failed: releaser %s; the jobs of %d dead worker(s) return after "
                       "stale_after", how, count,
                       extra={"event": "release_failed", "count": count})
+
+
+#: The releaser's own log lines.
+releaser_log = logging.getLogger("workerpool.releaser")
+
+
+class Releaser:
+    """Built in the supervisor before the fork; :meth:`start` runs in the forked process.
+
+    ``release(worker_ids)`` releases their claims and returns what it did (``rows`` and the
+    ``dead`` notices); ``on_dead`` are the hooks those dead jobs are reported to;
+    ``after_fork`` drops what the parent held (the application's engine) without closing it.
+    """
+
+    def __init__(self, worker_ids: tuple[str, ...], *, release: Callable[[tuple[str, ...]], Any],
+                 on_dead: Iterable[Callable[..., Any]] = (),
+                 after_fork: Callable[[], None] = lambda: None, parent_pid: int,
+                 close_fds: tuple[int, ...] = ()) -> None:
+        self.worker_ids = worker_ids
+        self.release = release
+        self.on_dead = on_dead
+        self.after_fork = after_fork
+        self.parent_pid = parent_pid
+        self.close_fds = close_fds
+
+    def start(self, report_fd: int) -> int:
+        """Become the releaser process; return its exit code."""
+        self._become_process()
+        try:
+            released = self.release(self.worker_ids)
+        except Exception as exc:  # database down, timeout: the stale recovery takes them later
+            releaser_log.warning("releaser could not release %d dead worker(s): %s",
+                                 len(self.worker_ids), first_line(exc),
+                                 extra={"event": "releaser_error"})
+            return exitcodes.FAILURE
+        pipe.send(report_fd, pipe.Released(released.rows))
+        self._report_dead(released.dead)
+        return exitcodes.OK
+
+    def _become_process(self) -> None:
+        oslayer.shed_parent_state("workerpool: releaser", self.close_fds)
+        oslayer.set_parent_death_signal(signal.SIGKILL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, oslayer.HANDLED_SIGNALS)
+        self.after_fork()
+
+    def _report_dead(self, dead: list[Any]) -> None:
+        """Exhausted rows went dead/abandoned: logged once at error level, on_dead hooks run."""
+        try:
+            report_dead(self.on_dead, dead)
+        except Exception:
+            releaser_log.exception("reporting dead jobs failed",
+                                   extra={"event": "report_dead_failed"})

@@ -7,19 +7,18 @@ what is wrong and what to change. The deploy files import the constants below.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..model.errors import ConfigError, UnknownQueue
+from ..model.specs import QueueSpec, WorkerKind, WorkerType
+from ..model.validation import check_positive
 from . import heartbeat
 from .heartbeat import DEFAULT_MAX_AGE, HEARTBEAT_PERIOD, MAINTENANCE, RESERVED_NAMES
-
-if TYPE_CHECKING:
-    from ..client import QueueSpec
 
 __all__ = [
     "DEFAULT_MAX_AGE",
@@ -35,6 +34,7 @@ __all__ = [
 ]
 
 DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
+STALE_ENV = "WORKER_CLAIM_STALE_MS"
 GRACE_ENV = "WORKERPOOL_GRACE_PERIOD"
 METRICS_PORT_ENV = "WORKERPOOL_METRICS_PORT"
 METRICS_BIND_ENV = "WORKERPOOL_METRICS_BIND"
@@ -63,28 +63,12 @@ BOOT_RETRIES = 5
 MAINTENANCE_HANG_FLOOR = 60.0
 
 
-class WorkerKind(enum.StrEnum):
-    QUEUE = "queue"  # a Worker claiming from one queue
-    MAINTENANCE = "maintenance"  # the maintenance loop
-
-
-@dataclass(frozen=True)
-class WorkerType:
-    """One child the supervisor keeps alive: a queue, or the maintenance loop."""
-
-    name: str
-    kind: WorkerKind
-    drain_timeout: float
-    hang_timeout: float
-    #: A queue's effective settings (the pool's, with the environment's overrides applied):
-    #: what its children's Worker runs with. None for the maintenance loop.
-    spec: QueueSpec | None = None
-
-
 @dataclass(frozen=True)
 class RunSettings:
     workers: tuple[WorkerType, ...]
     heartbeat_dir: Path
+    #: Every declared queue's settings for this run (:func:`queue_settings`), served or not.
+    queues: Mapping[str, QueueSpec] = dataclasses.field(default_factory=dict)
     grace: float | None = None
     restart_delay: float = RESTART_DELAY
     boot_retries: int = BOOT_RETRIES
@@ -116,21 +100,22 @@ def load(
     metrics_port: int | str | None = None,
     metrics_bind: str | None = None,
 ) -> RunSettings:
-    """Validate everything `run` needs. The pool is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT``
-    applies to the queue settings each worker type carries.
+    """Validate everything `run` needs, from the registry ``pool`` declares and the environment.
+    The registry is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT`` and
+    ``$WORKER_CLAIM_STALE_MS`` apply to the queue settings each worker type carries (and to
+    ``RunSettings.queues``, what the maintenance child sweeps).
 
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
     """
-    from ..client import validate_crons  # lazily: `healthcheck` imports this module and stays cheap
-
     names = _queue_names(pool, queues)
-    validate_crons(pool)  # a cron on a queue no worker type serves: refused before any fork
-    drain_timeout = _drain_override()
-    workers = [_queue_type(pool, name, drain_timeout) for name in names]
+    pool.validate_crons()  # a cron on a queue no worker type serves: refused before any fork
+    effective = queue_settings(pool)
+    workers = [_queue_type(effective[name]) for name in names]
     if maintenance_interval is not None:
         workers.append(_maintenance_type(workers, maintenance_interval))
     settings = RunSettings(
         workers=tuple(workers),
+        queues=effective,
         heartbeat_dir=Path(heartbeat_dir) if heartbeat_dir else heartbeat.default_dir(),
         grace=_grace(grace),
         restart_delay=_number("--restart-delay", restart_delay, minimum=0.0),
@@ -156,6 +141,19 @@ def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
     return names
 
 
+def queue_settings(registry: Any) -> dict[str, QueueSpec]:
+    """Every declared queue's settings for this run: as declared, with the environment's
+    overrides (``$WORKERPOOL_DRAIN_TIMEOUT``, ``$WORKER_CLAIM_STALE_MS``) applied."""
+    overrides: dict[str, float] = {}
+    drain_timeout, stale_after = _drain_override(), _stale_override()
+    if drain_timeout is not None:
+        overrides["drain_timeout"] = drain_timeout
+    if stale_after is not None:
+        overrides["stale_after"] = stale_after
+    return {name: dataclasses.replace(spec, **overrides) if overrides else spec
+            for name, spec in registry.queues.items()}
+
+
 def _drain_override() -> float | None:
     raw = os.environ.get(DRAIN_ENV)
     if raw is None or raw == "":
@@ -163,11 +161,20 @@ def _drain_override() -> float | None:
     return _number(DRAIN_ENV, raw, minimum=0.0)
 
 
-def _queue_type(pool: Any, name: str, drain_timeout: float | None) -> WorkerType:
-    spec = pool.queues[name]
-    if drain_timeout is not None:
-        spec = dataclasses.replace(spec, drain_timeout=drain_timeout)
-    stale_after = pool.stale_after(name)
+def _stale_override() -> float | None:
+    """``$WORKER_CLAIM_STALE_MS`` in seconds, if set: it replaces every queue's stale_after."""
+    raw = os.environ.get(STALE_ENV)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw) / 1000
+    except ValueError:
+        raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
+    return float(check_positive(STALE_ENV, value, minimum=0))
+
+
+def _queue_type(spec: QueueSpec) -> WorkerType:
+    name, stale_after = spec.name, spec.stale_after
     if stale_after < MIN_STALE_AFTER:
         raise ConfigError(f"queue {name}: stale_after is {stale_after:g}s; use at least "
                           f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)")

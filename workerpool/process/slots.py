@@ -1,14 +1,14 @@
 """The supervisor's slots: one per worker type, holding the process that currently serves it.
 
-Also the parent's end of the report pipes (a slot's child, the releaser): the lines a child
-writes, read without blocking. Standard library only, like the supervisor.
+A slot also keeps the worker ids of its dead children whose claims are still to be released
+(``orphans``): its next child releases them first thing (:mod:`workerpool.runtime.release`).
+Standard library only, like the supervisor.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from ..model import exitcodes
 from ..model.states import ChildState
@@ -112,36 +112,3 @@ def restart_cause(slot: Slot, status: int) -> str:
     if not slot.ticked:
         return "boot_failure"
     return "signal" if os.WIFSIGNALED(status) else "exit"
-
-
-class Reporter(Protocol):
-    """The parent's end of one child's report pipe (a slot, the releaser)."""
-
-    fd: int | None
-    buffer: bytes
-
-
-def read_lines(os_layer: Any, reporter: Reporter) -> list[str]:
-    """The complete lines the pipe holds now. At end of file the fd is closed and set to None
-    (the child is exiting: the reap step decides what that means)."""
-    assert reporter.fd is not None
-    data = os_layer.read(reporter.fd)
-    if data is None:
-        return []
-    if data == b"":
-        os_layer.close(reporter.fd)
-        reporter.fd = None
-        return []
-    *lines, reporter.buffer = (reporter.buffer + data).split(b"\n")
-    return [line.decode("utf-8", "replace") for line in lines]
-
-
-def close_pipe(os_layer: Any, reporter: Reporter) -> list[str]:
-    """A child was reaped: its last words (a worker id may still be in the pipe), then close."""
-    if reporter.fd is None:
-        return []
-    lines = read_lines(os_layer, reporter)
-    if reporter.fd is not None:
-        os_layer.close(reporter.fd)
-        reporter.fd = None
-    return lines

@@ -18,7 +18,9 @@ Before it exits, the parent forks one short-lived ``releaser`` child if claims w
 stay leased until ``stale_after``: the worker ids of queue children that died during shutdown
 without draining (SIGKILLed at the deadline, crashed, FATAL) and orphans no replacement took.
 It waits for it at most ``release_margin`` seconds, then SIGKILLs it and exits anyway
-(:mod:`workerpool.exit_release`). Each slot's own bookkeeping lives in :mod:`workerpool.slots`.
+(:mod:`.releaser`). Each slot's own bookkeeping lives in :mod:`.slots`; what the children say,
+in :mod:`.pipe`. What a child and the releaser run is handed in as factories (``workerpool run``
+builds them): this module imports no database code.
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ from typing import Any
 
 from ..model import exitcodes, metrics
 from ..model.states import ChildState, SupervisorMood
-from . import heartbeat
+from . import heartbeat, pipe
 from .exporter import Exporter
 from .oslayer import RealOS, describe_status, set_title
 from .releaser import ExitRelease, unreleased
-from .settings import RunSettings, WorkerType
-from .slots import LIVE, SERVING, Slot, close_pipe, read_lines, restart_cause, restart_delay
+from .settings import RunSettings
+from .slots import LIVE, SERVING, Slot, restart_cause, restart_delay
 
 log = logging.getLogger("workerpool.supervisor")
 
@@ -54,14 +56,16 @@ ChildFactory = Callable[..., Any]
 class Supervisor:
     """Keeps one child per worker type alive until told to stop."""
 
-    def __init__(self, pool: Any, settings: RunSettings, *, os_layer: Any = None,
-                 child_factory: ChildFactory | None = None,
-                 releaser_factory: ChildFactory | None = None) -> None:
-        self.pool = pool
+    def __init__(self, settings: RunSettings, *, child_factory: ChildFactory,
+                 releaser_factory: ChildFactory, os_layer: Any = None) -> None:
         self.settings = settings
         self.os = os_layer or RealOS()
-        self.child_factory = child_factory or _default_child_factory
-        self.releaser_factory = releaser_factory or _default_releaser_factory
+        #: ``child_factory(worker_type, *, parent_pid, orphans, close_fds)``: a
+        #: :class:`~.child.Child` (built before the fork; its ``start`` runs after it).
+        self.child_factory = child_factory
+        #: ``releaser_factory(worker_ids, *, parent_pid, close_fds)``: a
+        #: :class:`~.releaser.Releaser`.
+        self.releaser_factory = releaser_factory
         self.release: ExitRelease | None = None
         self.slots = [Slot(worker) for worker in settings.workers]
         self.mood = SupervisorMood.RUNNING
@@ -193,16 +197,17 @@ class Supervisor:
             self.release.read(self.os)
 
     def _read_pipe(self, slot: Slot) -> None:
-        self._handle_reports(slot, read_lines(self.os, slot))
+        self._handle_reports(slot, pipe.read(self.os, slot))
 
-    def _handle_reports(self, slot: Slot, lines: list[str]) -> None:
-        for line in lines:
-            if line.startswith("w "):
-                slot.worker_id = line[2:].strip()
-            elif line == "t":
-                self._ticked(slot)
-            elif line == "j":
-                slot.claimed = True
+    def _handle_reports(self, slot: Slot, messages: list[pipe.Message]) -> None:
+        for message in messages:
+            match message:
+                case pipe.Started(worker_id):
+                    slot.worker_id = worker_id
+                case pipe.Tick():
+                    self._ticked(slot)
+                case pipe.Claimed():
+                    slot.claimed = True
 
     def _ticked(self, slot: Slot) -> None:
         now = self.os.monotonic()
@@ -227,7 +232,7 @@ class Supervisor:
             self._child_exited(slot, status)
 
     def _child_exited(self, slot: Slot, status: int) -> None:
-        self._handle_reports(slot, close_pipe(self.os, slot))  # its worker id may be in there
+        self._handle_reports(slot, pipe.close(self.os, slot))  # its Started may be in there
         self._log_exit(slot, status)
         if self.exporter is not None:
             self.exporter.child_exited(slot.pid)
@@ -320,7 +325,7 @@ class Supervisor:
 
     def _spawn(self, slot: Slot, now: float) -> None:
         others = tuple(s.fd for s in self.slots if s.fd is not None)
-        child = self.child_factory(self.pool, slot.worker, parent_pid=self.os.getpid(),
+        child = self.child_factory(slot.worker, parent_pid=self.os.getpid(),
                                    orphans=tuple(slot.orphans),
                                    close_fds=others + self._own_fds())
         try:
@@ -399,24 +404,10 @@ class Supervisor:
         if not release.worker_ids:
             release.done = True
             return
-        releaser = self.releaser_factory(self.pool, release.worker_ids,
+        releaser = self.releaser_factory(release.worker_ids,
                                          parent_pid=self.os.getpid(),
                                          close_fds=tuple(self._watched_fds())
                                          + self._own_fds())
         if release.spawn(self.os, releaser, self.settings.release_margin):
             for slot in self.slots:
                 slot.orphans = []  # handed over
-
-
-def _default_releaser_factory(pool: Any, worker_ids: tuple[str, ...], **kwargs: Any) -> Any:
-    from ..runtime.releaser import (
-        Releaser,  # not at the top: the supervisor imports no database code
-    )
-
-    return Releaser(pool, worker_ids, **kwargs)
-
-
-def _default_child_factory(pool: Any, worker: WorkerType, **kwargs: Any) -> Any:
-    from .child import Child  # not at the top: the supervisor imports no database code
-
-    return Child(pool, worker, **kwargs)

@@ -1,8 +1,18 @@
 """Claims of processes that died: given back to the queue (or dead-lettered when exhausted).
 
-One function for every place that learns of a dead process: a replacement child at boot (its
-predecessors) and the supervisor's releaser at shutdown. The stale recovery
-(``sql.recover_stale``) covers a host that vanished with nobody left to say so.
+The one release of a dead child's claims, wherever its death is learned:
+
+- the parent reaps a child that did not drain: its worker id joins its slot's orphans
+  (:mod:`workerpool.process.slots`), and the replacement child releases them first thing, before
+  it claims (:func:`release_orphans`, from the worker's registration);
+- children die during shutdown with nobody to replace them: the parent forks one short-lived
+  releaser (:mod:`workerpool.process.releaser`), which runs :func:`release_dead_workers`;
+- a host vanished with nobody left to say so: the stale recovery of any worker of its queues
+  takes its rows once their leases are stale (``sql.recover_stale``).
+
+Each row is attributed the same way (``sql.reclaim_from_dead_worker``, in
+:mod:`workerpool.sql.recovery`): back to ``pending`` with the attempt spent, a suspect when its
+worker held several, or ``dead/abandoned`` when exhausted, each with a ``WorkerLost`` entry.
 """
 
 from __future__ import annotations
@@ -12,10 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
+from sqlalchemy.engine import URL
 
 from .. import sql
+from ..model.notices import DeadNotice
 from ..model.states import DeadReason, JobState
-from ..ops.dead import DeadNotice
+from ..sql import db
 
 log = logging.getLogger("workerpool.orphans")
 
@@ -44,3 +56,23 @@ def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
         released.dead += [DeadNotice.of(row, DeadReason.ABANDONED)
                           for row in rows if row.state == JobState.DEAD]
     return released
+
+
+#: The releaser's limits: it must be done well inside the supervisor's release margin.
+CONNECT_TIMEOUT = 2  # whole seconds (libpq)
+STATEMENT_TIMEOUT = 2.0
+
+
+def release_dead_workers(url: URL, worker_ids: Iterable[str]) -> Released:
+    """:func:`release_orphans` in one bounded transaction on an engine of its own (2 s to
+    connect, 2 s per statement and lock), for the releaser process. Raises on a database
+    error: the stale recovery takes the rows later."""
+    engine = db.create(url, application_name="workerpool releaser", pool_size=1,
+                       connect_timeout=CONNECT_TIMEOUT)
+    try:
+        with engine.begin() as conn:
+            sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
+                                  lock_timeout=STATEMENT_TIMEOUT, idle_timeout=STATEMENT_TIMEOUT)
+            return release_orphans(conn, worker_ids)
+    finally:
+        engine.dispose()

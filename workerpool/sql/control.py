@@ -33,6 +33,7 @@ from ..model.states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
 from .leases import Lease, fence
+from .operations import list_workers
 from .schema import jobs, queues
 
 #: Notification payloads that are not queue names start with this (names cannot contain it).
@@ -92,6 +93,16 @@ def notify_cancel(conn: Connection, owner: str, ids: Sequence[int]) -> None:
     conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, payload)))
 
 
+def notify_owners(conn: Connection, changed: Sequence[Any]) -> None:
+    """Tell the owner of each row a cancel left ``processing`` (one notification per owner)."""
+    owners: dict[str, list[int]] = {}
+    for row in changed:
+        if row.state == JobState.PROCESSING:
+            owners.setdefault(row.claimed_by, []).append(row.id)
+    for owner, ids in owners.items():
+        notify_cancel(conn, owner, ids)
+
+
 # requested_cancels: which of this worker's leased rows an operator asked to stop.
 # Index: ix_workerpool_jobs_claimed_by.
 def requested_cancels(conn: Connection, worker: str) -> set[int]:
@@ -143,3 +154,12 @@ def list_queue_states(conn: Connection) -> list[Any]:
 # would be better; this runs only for an operator's pause of an unknown name).
 def known_queues(conn: Connection) -> set[str]:
     return set(conn.execute(select(jobs.c.queue).distinct()).scalars())
+
+
+def queue_names(conn: Connection, live_window: float) -> set[str]:
+    """The queues an operator may name: those live workers serve (seen within ``live_window``
+    seconds), those with a state row, and those with rows."""
+    live = {row.queue for row in list_workers(conn)
+            if row.age <= live_window and not row.queue.startswith("@")}
+    states = {row.queue for row in list_queue_states(conn)}
+    return live | states | known_queues(conn)

@@ -2,7 +2,7 @@
 counts that stay bounded on a table of millions (capped exact counts, or the planner's estimate).
 
 Nothing here writes: the dashboard's actions call the same operations as the command line
-(:mod:`workerpool.dead`, :mod:`workerpool.cancel`, :mod:`workerpool.pausing`).
+(:mod:`workerpool.ops.dead`, ``pool.cancel``, ``pool.pause``).
 """
 
 from __future__ import annotations

@@ -5,44 +5,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, func, select, text
 
 from ..model.errors import IdempotencyConflict
+from ..model.new_job import NewJob
 from . import keys
 from .schema import KEY_HELD, jobs
 
 #: The channel that wakes listening workers (see ``claim.LISTEN``).
 NOTIFY_CHANNEL = "workerpool_jobs"
-
-
-class NewJob(NamedTuple):
-    """A validated row to insert (built by WorkerPool, never by users).
-
-    A NamedTuple, not a frozen dataclass: one is built per enqueued job, and a frozen
-    dataclass's ``__init__`` is several times slower.
-    """
-
-    queue: str
-    task: str
-    payload_json: str
-    payload_version: int
-    priority: int
-    max_attempts: int
-    key: str | None
-    run_at: datetime | None
-    delay: float | None
-    #: Counted with the jobs of the same key against its task's per-key limits.
-    concurrency_key: str | None = None
-    #: How long the key is held: None forever, "live", or "for" ``unique_for`` seconds.
-    key_scope: str | None = None
-    unique_for: float | None = None
-    #: What a taken key does: "keep" the holder, "replace" a pending holder's payload and
-    #: run_at, or "error".
-    on_conflict: str = "keep"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,12 +21,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from ..model.payload import PAYLOAD_HARD_LIMIT
 from ..model.states import DUE_STATES, LIVE_STATES, PRUNED_STATES, DeadReason, JobState
 
 STATES = tuple(JobState)
 DEAD_REASONS = tuple(DeadReason)
-#: Hard bound enforced by the database; the client refuses far earlier (64 KiB by default).
-PAYLOAD_HARD_LIMIT = 1024 * 1024
 
 metadata = MetaData(
     naming_convention={

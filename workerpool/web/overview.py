@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import true
 
 from .. import sql
-from ..model.states import JobState
-from ..ops.status import LIVE_WORKER_WINDOW, is_queue
+from ..model.states import LIVE_WORKER_WINDOW, JobState
+from ..ops.status import is_queue
 from ..sql import counts, dashboard
 from ..sql.operations import DEPTH_CAP
 from .charts import Bar

@@ -8,8 +8,7 @@ one maintenance child per replica and runs that loop in it; without the supervis
 
 from __future__ import annotations
 
-from ...ops.dead import report_dead
 from .duties import MAINTENANCE_TYPE, Maintenance
 from .loop import MaintenanceLoop
 
-__all__ = ["MAINTENANCE_TYPE", "Maintenance", "MaintenanceLoop", "report_dead"]
+__all__ = ["MAINTENANCE_TYPE", "Maintenance", "MaintenanceLoop"]

@@ -24,7 +24,8 @@ from croniter import croniter
 from sqlalchemy import Connection
 
 from ... import sql
-from ...client import WorkerPool
+from ...model.new_job import build_job
+from ...model.registry import Registry
 from ...model.specs import CronSpec
 from ...model.states import LIVE_STATES
 
@@ -82,20 +83,20 @@ def decide(spec: CronSpec, row: Any, now: datetime) -> Decision:
     return Decision(ENQUEUE, tick, following, late=late)
 
 
-def schedule(pool: WorkerPool, conn: Connection) -> list[tuple[str, Decision]]:
-    """One scheduling pass over ``pool.crons`` inside the caller's transaction."""
-    specs = list(pool.crons.values())
+def schedule(registry: Registry, conn: Connection) -> list[tuple[str, Decision]]:
+    """One scheduling pass over ``registry.crons`` inside the caller's transaction."""
+    specs = list(registry.crons.values())
     if not specs:
         return []
     sql.ensure_crons(conn, [(s.name, s.queue, s.expression, s.timezone) for s in specs])
     now = sql.database_now(conn)
     done = []
     for row in sql.lock_crons(conn, [s.name for s in specs]):
-        spec = pool.crons[row.name]
+        spec = registry.crons[row.name]
         try:
             with conn.begin_nested():  # one schedule's failure must not stop the others
                 decision = decide(spec, row, now)
-                apply(pool, conn, spec, row, decision)
+                apply(registry, conn, spec, row, decision)
         except Exception:
             log.exception("cron %s: scheduling failed", spec.name,
                           extra={"event": "cron_failed", "cron": spec.name})
@@ -104,7 +105,8 @@ def schedule(pool: WorkerPool, conn: Connection) -> list[tuple[str, Decision]]:
     return done
 
 
-def apply(pool: WorkerPool, conn: Connection, spec: CronSpec, row: Any, decision: Decision) -> None:
+def apply(registry: Registry, conn: Connection, spec: CronSpec, row: Any,
+          decision: Decision) -> None:
     """Write one decision (the schedule row is locked by this transaction)."""
     if decision.action == WAIT:
         return
@@ -113,19 +115,20 @@ def apply(pool: WorkerPool, conn: Connection, spec: CronSpec, row: Any, decision
                            timezone=spec.timezone, next_tick=decision.next_tick)
         return
     assert decision.tick is not None and decision.next_tick is not None
-    job_id = enqueue_tick(pool, conn, spec, decision.tick) if decision.action == ENQUEUE else None
+    enqueue = decision.action == ENQUEUE
+    job_id = enqueue_tick(registry, conn, spec, decision.tick) if enqueue else None
     sql.advance_cron(conn, spec.name, queue=spec.queue, tick=decision.tick,
                          next_tick=decision.next_tick,
                          job_id=job_id, skipped=decision.action == SKIP_OVERLAP)
     log_decision(spec, row, decision, job_id)
 
 
-def enqueue_tick(pool: WorkerPool, conn: Connection, spec: CronSpec, tick: datetime) -> int:
+def enqueue_tick(registry: Registry, conn: Connection, spec: CronSpec, tick: datetime) -> int:
     """The job of one tick. Its key makes a second insert of the same tick return the first job."""
     iso = tick.astimezone(UTC).isoformat()
-    job = pool.build(spec.name, {"tick": iso}, key=tick_key(spec.name, tick))
+    job = build_job(registry, spec.name, {"tick": iso}, key=tick_key(spec.name, tick))
     job_id = sql.insert_jobs(conn, [job])[0]
-    if pool.notify:
+    if registry.notify:
         sql.notify(conn, [spec.queue])
     return job_id
 

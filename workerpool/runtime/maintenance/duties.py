@@ -12,16 +12,17 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from ... import sql
-from ...client import WorkerPool, validate_crons
 from ...model import metrics
+from ...model.notices import DeadNotice, report_dead
+from ...model.registry import Registry
+from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...ops.dead import DeadNotice, report_dead
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
 from .health import TableKeeper
@@ -36,16 +37,25 @@ DEPTH_EVERY = 5.0
 
 
 class Maintenance:
-    """One replica's maintenance duties, run a pass at a time against ``pool.engine``."""
+    """One replica's maintenance duties, run a pass at a time on ``engine``.
 
-    def __init__(self, pool: WorkerPool, *, worker_id: str, interval: float | None = None) -> None:
-        validate_crons(pool)
-        self.pool = pool
+    ``registry``: the crons to schedule, the queues to sweep and the ``on_dead`` hooks;
+    ``queues``: the queues' settings for this run (default: as declared; ``workerpool run``
+    applies the environment's overrides, :mod:`workerpool.process.settings`).
+    """
+
+    def __init__(self, registry: Registry, engine: Engine, *, worker_id: str,
+                 interval: float | None = None,
+                 queues: Mapping[str, QueueSpec] | None = None) -> None:
+        registry.validate_crons()
+        self.registry = registry
+        self.engine = engine
+        self.queues = dict(registry.queues if queues is None else queues)
         self.worker_id = worker_id
-        self.settings = pool.maintenance_settings
+        self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
-        self.table = TableKeeper(pool)
+        self.table = TableKeeper(engine)
         self._sampled_at = float("-inf")
 
     # -- the pass ------------------------------------------------------------------------------
@@ -54,7 +64,7 @@ class Maintenance:
     def _transaction(self) -> Iterator[Connection]:
         """A short transaction with the worker's time limits: a lock or a stuck statement errors
         out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
-        with self.pool.engine.begin() as conn:
+        with self.engine.begin() as conn:
             sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
                                       lock_timeout=LOCK_TIMEOUT,
                                       idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
@@ -81,21 +91,20 @@ class Maintenance:
         self._registered = True
 
     def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
-        if not self.pool.crons:
+        if not self.registry.crons:
             return []
         with self._transaction() as conn:
-            return cron.schedule(self.pool, conn)
+            return cron.schedule(self.registry, conn)
 
     def sweep_abandoned(self) -> list[DeadNotice]:
         """Stale leases with no attempts left: ``dead/abandoned`` when the lost worker held only
         that job (each reported), a suspect with its attempt back when it held others."""
         notices: list[DeadNotice] = []
-        for name in self.pool.queues:
-            stale_after = self.pool.stale_after(name)  # the queue's, or $WORKER_CLAIM_STALE_MS
+        for name, spec in self.queues.items():
             with self._transaction() as conn:
-                rows = sql.sweep_abandoned(conn, name, stale_after)
+                rows = sql.sweep_abandoned(conn, name, spec.stale_after)
             dead = [row for row in rows if row.state == JobState.DEAD]
-            notices += report_dead(self.pool, dead, reason=DeadReason.ABANDONED)
+            notices += report_dead(self.registry.on_dead, dead, reason=DeadReason.ABANDONED)
         return notices
 
     def prune_finished(self) -> int:
@@ -132,7 +141,7 @@ class Maintenance:
             return
         self._sampled_at = now
         with self._transaction() as conn:
-            samples = sql.queue_depths(conn, list(self.pool.queues))
+            samples = sql.queue_depths(conn, list(self.queues))
         metrics.record.depth(samples)
 
     def close(self) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from ...client import WorkerPool
 from ...sql import db
 from ...sql import health as sql
 
@@ -134,12 +133,12 @@ class TableKeeper:
     """Reads the table's health at a bounded cadence and runs what is overdue in the background.
 
     ``tick()`` is cheap between reads; ``check()`` reads now. One command at a time: while one
-    runs, a due read only logs. ``pool.engine`` serves the reads; commands get a connection of
+    runs, a due read only logs. ``engine`` serves the reads; commands get a connection of
     their own (autocommit: VACUUM cannot run in a transaction block).
     """
 
-    def __init__(self, pool: WorkerPool, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.pool = pool
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
         self.clock = clock
         self._next_read = 0.0
         self._thread: threading.Thread | None = None
@@ -157,7 +156,7 @@ class TableKeeper:
 
     def check(self) -> str | None:
         """Read the health; start what is overdue. Returns the command started, if any."""
-        with self.pool.engine.connect() as conn:
+        with self.engine.connect() as conn:
             health = read(conn)
             self._warn_horizon(health.holder)
             command = overdue(health)
@@ -214,8 +213,8 @@ class TableKeeper:
             limits = {"statement_timeout": f"{round(COMMAND_TIMEOUT * 1000)}ms",
                       "lock_timeout": f"{round(LOCK_TIMEOUT * 1000)}ms"}
             self._command_engine = db.create(
-                self.pool.url, application_name="workerpool maintenance: table health", pool_size=1,
-                session_settings=limits)
+                self.engine.url, application_name="workerpool maintenance: table health",
+                pool_size=1, session_settings=limits)
         with self._command_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             raw = conn.connection.driver_connection

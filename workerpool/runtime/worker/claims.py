@@ -15,11 +15,12 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ... import sql
-from ...client import QueueSpec, TaskSpec
 from ...model import metrics
 from ...model.attempt import classify
 from ...model.errors import Permanent
+from ...model.job import Lease
 from ...model.limits import claim_limits
+from ...model.specs import QueueSpec, TaskSpec
 from .buffer import Buffer
 from .counters import Counters
 from .executor import Executor
@@ -142,7 +143,7 @@ class Claims:
 
     def _start(self, row: Any) -> None:
         """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""
-        lease = sql.Lease(row.id, row.attempts, self.worker_id)
+        lease = Lease(row.id, row.attempts, self.worker_id)
         spec = self.tasks.get(row.task)
         if spec is None:  # the claim filters on known tasks; never run what we cannot
             self._refuse(row, lease)
@@ -151,7 +152,7 @@ class Claims:
         self.flights.add(flight)
         self.executor.submit(flight, row)
 
-    def _refuse(self, row: Any, lease: sql.Lease) -> None:
+    def _refuse(self, row: Any, lease: Lease) -> None:
         spec = TaskSpec(name=row.task, queue=self.queue, fn=lambda job: None)
         flight = InFlight(lease, spec, time.monotonic(), None, FlightState.FINISHED)
         self.flights.add(flight)

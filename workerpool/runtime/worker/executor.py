@@ -16,11 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import sql
-from ...client import WorkerPool
 from ...model import tracing
 from ...model.attempt import CANCELLED, Outcome, classify, error_entry, upcast
 from ...model.errors import LeaseLost
-from ...model.job import Job
+from ...model.job import Job, Lease
 from ...model.payload import dumps
 from ...model.states import OutcomeKind
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
@@ -106,10 +105,11 @@ class Executor:
     the timeout had already decided the attempt.
     """
 
-    def __init__(self, pool: WorkerPool, queue: str, worker_id: str, concurrency: int,
-                 session: Session, *, began: Callable[[InFlight], None],
+    def __init__(self, queue: str, worker_id: str, concurrency: int, session: Session, *,
+                 payload_limit: int, began: Callable[[InFlight], None],
                  returned: Callable[[InFlight, Outcome | None], None]) -> None:
-        self.pool, self.worker_id, self.session, self.queue = pool, worker_id, session, queue
+        self.worker_id, self.session, self.queue = worker_id, session, queue
+        self.payload_limit = payload_limit  # a checkpoint's, as a payload's
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
         self._async = EventLoopThread(f"wp-{queue}-asyncio")
@@ -192,8 +192,8 @@ class Executor:
         future.result()
 
     def _save_checkpoint(self, job: Job, data: Any) -> None:
-        text = dumps(data, limit=self.pool.payload_limit, what="checkpoint", object_only=False)
-        lease = sql.Lease(job.id, job.attempt, self.worker_id)
+        text = dumps(data, limit=self.payload_limit, what="checkpoint", object_only=False)
+        lease = Lease(job.id, job.attempt, self.worker_id)
         with self.session.transaction(main_loop=False) as conn:
             saved = sql.save_checkpoint(conn, lease, text)
         if not saved:

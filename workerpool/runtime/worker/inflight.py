@@ -24,9 +24,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ... import sql
-from ...client import TaskSpec
-from ...model.job import CancelFlag
+from ...model.job import CancelFlag, Lease
+from ...model.specs import TaskSpec
 
 
 class FlightState(enum.Enum):
@@ -118,7 +117,7 @@ class InFlight:
     ``future`` is set under the job's lock (see :meth:`hold_future`).
     """
 
-    lease: sql.Lease
+    lease: Lease
     spec: TaskSpec
     started: float  # monotonic: when claimed, then when its handler started
     deadline: float | None  # monotonic; None when the task has no timeout or has not started

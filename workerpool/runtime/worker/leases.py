@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from ... import sql
-from ...ops.dead import DeadNotice
+from ...model.notices import DeadNotice
 from ..release import release_orphans
 from .counters import Counters
 from .inflight import Flights, FlightState, InFlight, Step

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from sqlalchemy.engine import URL
 
 from ... import sql
-from ...client import WorkerPool
 from ...model import metrics
 from ...model.errors import first_line
 from ...sql import db
@@ -31,14 +31,14 @@ class Listener(threading.Thread):
     ``WorkerPool(notify=False)`` or ``pool.queue(..., notify=False)`` turn it off.
     """
 
-    def __init__(self, pool: WorkerPool, queue: str, wake: threading.Event, *,
+    def __init__(self, url: URL, queue: str, wake: threading.Event, *,
                  worker_id: str = "", on_cancel: Callable[[list[int]], None] | None = None,
                  on_pause: Callable[[], None] | None = None) -> None:
         super().__init__(name=f"wp-{queue}-listen", daemon=True)
         self.worker_id = worker_id
         self.on_cancel = on_cancel or (lambda ids: None)
         self.on_pause = on_pause or (lambda: None)
-        self.url = pool.url.set(drivername="postgresql")
+        self.url = url.set(drivername="postgresql")
         self.queue = queue
         self.wake = wake
         self.connected = threading.Event()

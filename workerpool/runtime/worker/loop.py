@@ -29,10 +29,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from ...client import QueueSpec, TaskSpec, WorkerPool
+from sqlalchemy.engine import URL
+
 from ...model import exitcodes, metrics
 from ...model.attempt import CANCELLED, Outcome, interrupted
 from ...model.job import new_worker_id
+from ...model.registry import Registry
+from ...model.specs import QueueSpec, TaskSpec
 from ...model.states import OutcomeKind
 from .claims import Claims
 from .control import Cancels, Pause
@@ -53,13 +56,17 @@ RELEASE_TRIES = 3  # attempts to release unfinished jobs at the drain deadline
 class Worker:
     """Claims and runs the jobs of one queue until asked to stop, then drains.
 
-    ``spec`` replaces ``pool.queue_spec(queue)`` (settings loaded for this run);
+    ``registry``: the application's declarations (the queue's tasks, the hooks); ``url``: the
+    database, on which it makes its own engine once running. ``spec`` replaces
+    ``registry.queue_spec(queue)``: the settings loaded for this run (``workerpool run`` applies
+    the environment's overrides, :mod:`workerpool.process.settings`).
     ``renew_leases=False`` is a test fault: leases run out while their jobs run.
     """
 
     def __init__(
         self,
-        pool: WorkerPool,
+        registry: Registry,
+        url: URL,
         queue: str,
         *,
         spec: QueueSpec | None = None,
@@ -70,16 +77,15 @@ class Worker:
         renew_leases: bool = True,
         on_claim: Callable[[], None] | None = None,
     ) -> None:
-        self.pool = pool
-        self.spec: QueueSpec = spec if spec is not None else pool.queue_spec(queue)
+        self.registry = registry
+        self.spec: QueueSpec = spec if spec is not None else registry.queue_spec(queue)
         self.queue = queue
         self.id = worker_id or new_worker_id()
         self.on_tick = on_tick or (lambda: None)
         self.parent_alive = parent_alive or (lambda: True)
-        self.task_versions = pool.task_versions(queue)
-        self.tasks: dict[str, TaskSpec] = {name: pool.task_spec(name)
-                                           for name in self.task_versions}
-        self.stale_after = pool.stale_after(queue)
+        self.task_versions = registry.task_versions(queue)
+        self.tasks: dict[str, TaskSpec] = registry.queue_tasks(queue)
+        self.stale_after = self.spec.stale_after
         self.counters = Counters()
         self._wake = threading.Event()
         self._next_wake = 0.0  # monotonic: when the main loop wakes at the latest
@@ -89,12 +95,14 @@ class Worker:
         self._unreleased = False  # the drain could not give its jobs back
         self._listener: Listener | None = None
         self.flights = Flights()
-        self.session = Session(pool, queue, self.spec.concurrency)
-        self.outcomes = Outcomes(pool, queue, self.id, self.flights, self.counters)
+        self.session = Session(url, queue, self.spec.concurrency)
+        self.outcomes = Outcomes(queue, self.id, self.flights, self.counters,
+                                 on_dead=registry.on_dead, on_cancel=registry.on_cancel)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
         self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
         self.pause = Pause(self.session, queue, self.spec.poll_interval)
-        self.executor = Executor(pool, queue, self.id, self.spec.concurrency, self.session,
+        self.executor = Executor(queue, self.id, self.spec.concurrency, self.session,
+                                 payload_limit=registry.payload_limit,
                                  began=self._handler_began, returned=self._handler_returned)
         self.claims = Claims(self.spec, queue, self.id, tasks=self.tasks,
                              task_versions=self.task_versions, stale_after=self.stale_after,
@@ -244,8 +252,8 @@ class Worker:
     def _open(self) -> None:
         self.session.open()
         self.executor.start()
-        if self.spec.notify and self.pool.notify and not self.session.pooled:
-            self._listener = Listener(self.pool, self.queue, self._wake, worker_id=self.id,
+        if self.spec.notify and self.registry.notify and not self.session.pooled:
+            self._listener = Listener(self.session.url, self.queue, self._wake, worker_id=self.id,
                                       on_cancel=self.cancels.ask, on_pause=self.pause.changed)
             self._listener.start()
 

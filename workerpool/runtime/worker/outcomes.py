@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from ... import sql
-from ...client import WorkerPool
 from ...model import metrics
 from ...model.attempt import Outcome
+from ...model.job import Lease
+from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
+from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
-from ...ops.cancel import CancelNotice, report_cancelled
-from ...ops.dead import DeadNotice, report_dead
 from .counters import Counters
 from .inflight import Flights, InFlight, Step
 from .session import Session
@@ -33,7 +33,7 @@ OUTCOME_FLUSH = 0.1  # seconds a finished job's outcome may wait to ride with th
 Result = tuple[InFlight, Outcome | None]
 
 
-def record(conn: Connection, lease: sql.Lease, outcome: Outcome) -> str | None:
+def record(conn: Connection, lease: Lease, outcome: Outcome) -> str | None:
     """Write one outcome, fenced on the lease. Returns the job's new state, None if lease lost."""
     kind, job = outcome.kind, [(lease.job_id, lease.attempt)]
     if kind == OutcomeKind.DONE:
@@ -63,7 +63,7 @@ BULK = ((OutcomeKind.DONE, _complete), (OutcomeKind.UNSTARTED, sql.return_unstar
 
 
 def record_many(
-    conn: Connection, worker: str, results: Sequence[tuple[sql.Lease, Outcome]]
+    conn: Connection, worker: str, results: Sequence[tuple[Lease, Outcome]]
 ) -> dict[int, str | None]:
     """Write a batch of outcomes: every ``done`` in one statement, every ``unstarted`` in one,
     the rest one by one."""
@@ -101,9 +101,10 @@ def _outcome_label(outcome: Outcome, state: str | None) -> str:
 class Outcomes:
     """The outcomes a worker has not written yet, and what follows once they are."""
 
-    def __init__(self, pool: WorkerPool, queue: str, worker_id: str, flights: Flights,
-                 counters: Counters) -> None:
-        self.pool, self.queue, self.worker_id = pool, queue, worker_id
+    def __init__(self, queue: str, worker_id: str, flights: Flights, counters: Counters, *,
+                 on_dead: Hooks, on_cancel: Hooks) -> None:
+        self.queue, self.worker_id = queue, worker_id
+        self.on_dead, self.on_cancel = on_dead, on_cancel  # the registry's hooks
         self.flights, self.counters = flights, counters
         #: Handler threads put their results here; only the main loop takes them.
         self.results: queue_module.SimpleQueue[Result] = queue_module.SimpleQueue()
@@ -165,7 +166,7 @@ class Outcomes:
         cancelled = [flight for flight, _ in batch
                      if states.get(flight.lease.job_id) == JobState.CANCELLED]
         if cancelled:
-            report_cancelled(self.pool, [CancelNotice(f.lease.job_id, self.queue, f.spec.name,
+            report_cancelled(self.on_cancel, [CancelNotice(f.lease.job_id, self.queue, f.spec.name,
                                                       f.lease.attempt) for f in cancelled])
 
     def _recorded(self, flight: InFlight, outcome: Outcome,
@@ -198,6 +199,6 @@ class Outcomes:
         if not notices:
             return
         try:
-            report_dead(self.pool, notices)
+            report_dead(self.on_dead, notices)
         except Exception:
             log.exception("reporting dead jobs failed", extra={"event": "report_dead_failed"})

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import psycopg
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from ... import sql
-from ...client import WorkerPool
 from ...model.errors import first_line
 from ...sql import db
 
@@ -76,8 +76,8 @@ class Session:
     Built before a fork, opened after it: ``__init__`` connects nothing.
     """
 
-    def __init__(self, pool: WorkerPool, queue: str, concurrency: int) -> None:
-        self.pool = pool
+    def __init__(self, url: URL, queue: str, concurrency: int) -> None:
+        self.url = url
         self.queue = queue
         self.concurrency = concurrency
         self.engine: Engine | None = None
@@ -92,7 +92,7 @@ class Session:
         size = min(self.concurrency, 16) + 2  # handler checkpoints + the main loop
         # One decision for the engine's session limits and the claim path that relies on them.
         self.pooled = db.transaction_pooling()
-        self.engine = db.create(self.pool.url, application_name=name, pool_size=size,
+        self.engine = db.create(self.url, application_name=name, pool_size=size,
                                 session_settings=session_limits())
 
     def close(self) -> None:
