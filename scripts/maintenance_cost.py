@@ -12,7 +12,6 @@ them in batches of 1000. Drops the scratch database at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -24,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.database import BenchDatabase
 from workerpool import WorkerPool
+from workerpool.client import database_url
 from workerpool.runtime.maintenance import Maintenance
-from workerpool.sql import db
 
 
 def main() -> None:
@@ -33,7 +32,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args()
-    with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
+    with BenchDatabase(database_url()) as scratch:
         measure(scratch.url, args.passes, args.rows)
 
 

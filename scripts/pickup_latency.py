@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.database import BenchDatabase  # noqa: E402
 from workerpool import Job, WorkerPool  # noqa: E402
-from workerpool.sql import db  # noqa: E402
+from workerpool.client import database_url  # noqa: E402
 
 
 def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
@@ -110,7 +110,7 @@ def main() -> None:
     if args.worker:
         sys.exit(run_worker(args.worker, args.notify == "on", args.poll))
 
-    with BenchDatabase(db.resolve_url()) as scratch:
+    with BenchDatabase(database_url()) as scratch:
         text_url = scratch.url.render_as_string(hide_password=False)
         for notify in (True, False):
             called, committed = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)

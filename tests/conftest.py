@@ -25,6 +25,7 @@ from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
 from workerpool import WorkerPool
 from workerpool.migrate import upgrade
+from workerpool.process import settings
 from workerpool.sql import db
 
 
@@ -32,8 +33,8 @@ def _server_url() -> URL:
     raw = os.environ.get("WORKERPOOL_TEST_DATABASE_URL")
     if raw:
         return db.normalise(make_url(raw))
-    os.environ.setdefault(db.EMBEDDED_DIR_ENV, str(ROOT / ".workerpool" / "test-pgdata"))
-    return db.embedded_url()
+    os.environ.setdefault(settings.EMBEDDED_DIR_ENV, str(ROOT / ".workerpool" / "test-pgdata"))
+    return db.embedded_url(settings.embedded_dir())
 
 
 def _admin(url: URL) -> psycopg.Connection:

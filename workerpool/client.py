@@ -31,6 +31,7 @@ from .model.registry import Registry
 from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from .model.states import LIVE_WORKER_WINDOW, JobState
 from .model.validation import check_name
+from .process import settings
 from .sql import db
 from .sql.writes import (
     enqueue_batch,
@@ -39,7 +40,7 @@ from .sql.writes import (
     enqueue_one_async,
 )
 
-__all__ = ["Engines", "WorkerPool", "default_actor"]
+__all__ = ["Engines", "WorkerPool", "database_url", "default_actor"]
 
 pause_log = logging.getLogger("workerpool.pause")
 T = TypeVar("T")
@@ -51,6 +52,8 @@ class Engines:
 
     def __init__(self, url_arg: str | URL | None) -> None:
         self._url_arg = url_arg
+        #: Behind PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``, read once).
+        self.pooled = settings.transaction_pooling()
         self._url: URL | None = None
         self._engine: Engine | None = None
         self._async_engine: Any = None
@@ -60,15 +63,16 @@ class Engines:
 
     @property
     def url(self) -> URL:
-        return self._once("_url", lambda: db.resolve_url(self._url_arg))
+        return self._once("_url", lambda: database_url(self._url_arg))
 
     @property
     def engine(self) -> Engine:
-        return self._once("_engine", lambda: db.create(self.url))
+        return self._once("_engine", lambda: db.create(self.url, pooled=self.pooled))
 
     @property
     def async_engine(self) -> Any:
-        return self._once("_async_engine", lambda: db.create_async(self.url))
+        return self._once("_async_engine",
+                          lambda: db.create_async(self.url, pooled=self.pooled))
 
     def _once(self, name: str, make: Callable[[], T]) -> T:
         """The attribute ``name``, made by ``make`` if it is still None (by one thread only)."""
@@ -442,6 +446,13 @@ def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:
 
     event.listen(conn, "commit", committed, once=True)
     event.listen(conn, "rollback", rolled_back, once=True)
+
+
+def database_url(url: str | URL | None = None) -> URL:
+    """Where to connect: ``url``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
+    PostgreSQL (started, or attached to, in ``$WORKERPOOL_EMBEDDED_DIR``)."""
+    given = url if url is not None else settings.database_url()
+    return db.resolve_url(given, embedded_dir=settings.embedded_dir())
 
 
 def default_actor() -> str:

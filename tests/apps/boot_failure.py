@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         return real(worker, **kwargs)
 
     return Supervisor(settings, child_factory=run.child_factory(pool, runner),
-                      releaser_factory=run.releaser_factory(pool)).run()
+                      releaser_factory=run.releaser_factory(pool, settings)).run()
 
 
 if __name__ == "__main__":

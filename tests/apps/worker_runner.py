@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spec = queue_settings(pool)[queue]  # with the environment's overrides, as `workerpool run`
     worker = worker_module.Worker(pool.registry, pool.url, queue, spec=spec,
-                                  orphans=tuple(orphans),
+                                  orphans=tuple(orphans), pooled=pool.engines.pooled,
                                   on_tick=lambda: print("tick", flush=True))
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
     print(f"worker {worker.id}", flush=True)

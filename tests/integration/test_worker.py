@@ -572,10 +572,8 @@ def test_worker_connections_start_with_the_limits_and_keep_the_urls_options(
 ):
     """The one-statement claim runs outside any transaction of ours: its limits are the
     session's. Behind PgBouncer a session is shared, so nothing is set there."""
-    if pooled:
-        monkeypatch.setenv(db.PGBOUNCER_ENV, "1")
     url = db_url.update_query_dict({"options": "-c work_mem=7MB"})
-    engine = db.create(url, session_settings=session_limits())
+    engine = db.create(url, session_settings=session_limits(), pooled=pooled)
     try:
         with engine.connect() as conn:
             shown = [conn.exec_driver_sql(f"SHOW {name}").scalar()

@@ -24,10 +24,10 @@ from .target import CliError, pool_for
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from ..client import database_url
     from ..migrate import upgrade
-    from ..sql import db
 
-    upgrade(db.resolve_url(), args.revision)
+    upgrade(database_url(), args.revision)
     print(f"workerpool: migrated to {args.revision}")
     return exitcodes.OK
 
@@ -176,12 +176,12 @@ def _run(args: argparse.Namespace) -> int:
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..process import heartbeat
+    from ..process import settings
     from ..process.healthcheck import check
 
     if not args.max_age > 0:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
-    directory = Path(args.dir) if args.dir else heartbeat.default_dir()
+    directory = Path(args.dir) if args.dir else settings.heartbeat_directory()
     verdict = check(directory, args.max_age, args.workers)
     if not verdict.healthy:
         raise CliError(verdict.message)

@@ -9,15 +9,14 @@ top-level keys beside ``time``, ``level``, ``logger``, ``process`` and ``message
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from ..model.errors import ConfigError
+from ..process import settings
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d] %(event)s: %(message)s"
 JSON_FIELDS = "{asctime}{levelname}{name}{process}{event}{message}"
 JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger"}
-FORMAT_ENV = "WORKERPOOL_LOG_FORMAT"
 #: ``auto``: JSON unless stderr is a terminal (a person reading it gets text).
 FORMATS = ("text", "json", "auto")
 
@@ -33,10 +32,10 @@ class EventDefault(logging.Filter):
 
 def resolve_format(given: str | None) -> str:
     """``text`` or ``json``: the option, else ``$WORKERPOOL_LOG_FORMAT``, else text."""
-    chosen = (given or os.environ.get(FORMAT_ENV) or "text").lower()
+    chosen = (given or settings.log_format() or "text").lower()
     if chosen not in FORMATS:
         raise ConfigError(f"log format must be one of {FORMATS} (--log-format or "
-                          f"${FORMAT_ENV}), got {chosen!r}")
+                          f"${settings.LOG_FORMAT_ENV}), got {chosen!r}")
     if chosen == "auto":
         return "text" if sys.stderr.isatty() else "json"
     return chosen

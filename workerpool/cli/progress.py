@@ -1,4 +1,4 @@
-"""A small stderr progress bar for bulk operations (stdlib only: one line, redrawn in place).
+"""A small stderr progress bar for bulk operations (one line, redrawn in place).
 
 Drawn after each batch when stderr is a terminal; forced on (one line per update, for logs) or
 off with ``WORKERPOOL_PROGRESS=1`` / ``0``.
@@ -6,12 +6,12 @@ off with ``WORKERPOOL_PROGRESS=1`` / ``0``.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TextIO
 
-ENV = "WORKERPOOL_PROGRESS"
+from ..process import settings
+
 WIDTH = 30
 
 
@@ -21,7 +21,7 @@ class ProgressBar:
     def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
         self.stream = stream or sys.stderr
-        forced = os.environ.get(ENV, "").strip()
+        forced = settings.progress()
         self.enabled = forced == "1" or (forced != "0" and self.stream.isatty())
         self.in_place = self.stream.isatty()
         self.started = time.monotonic()

@@ -33,7 +33,7 @@ def build_supervisor(args: argparse.Namespace) -> Supervisor:
     """The supervisor `workerpool run` starts, not yet running."""
     pool, settings = load(args)
     return Supervisor(settings, child_factory=child_factory(pool, runner_factory(pool, settings)),
-                      releaser_factory=releaser_factory(pool))
+                      releaser_factory=releaser_factory(pool, settings))
 
 
 def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings]:
@@ -53,7 +53,8 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
 def runner_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> RunnerFactory:
     """What a child runs: the runtime's runner on the pool's registry and URL, with this run's
     queue settings."""
-    return functools.partial(build_runner, pool.registry, pool.url, queues=settings.queues)
+    return functools.partial(build_runner, pool.registry, pool.url, queues=settings.queues,
+                             pooled=settings.pooled)
 
 
 def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:
@@ -61,7 +62,8 @@ def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:
     return functools.partial(Child, runner_factory=runner, after_fork=pool.forget_engine)
 
 
-def releaser_factory(pool: WorkerPool) -> Any:
+def releaser_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> Any:
     """``(worker_ids, *, parent_pid, close_fds) -> Releaser`` on the pool's URL and hooks."""
-    return functools.partial(Releaser, release=functools.partial(release_dead_workers, pool.url),
-                             on_dead=pool.on_dead, after_fork=pool.forget_engine)
+    release = functools.partial(release_dead_workers, pool.url, pooled=settings.pooled)
+    return functools.partial(Releaser, release=release, on_dead=pool.on_dead,
+                             after_fork=pool.forget_engine)

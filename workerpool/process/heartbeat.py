@@ -14,7 +14,6 @@ import stat
 import time
 from pathlib import Path
 
-DIR_ENV = "WORKERPOOL_HEARTBEAT_DIR"
 SUFFIX = ".heartbeat"
 SUPERVISOR = "supervisor"
 #: The maintenance child's name. '@' cannot start a queue name, so it never collides with one
@@ -34,10 +33,8 @@ class HeartbeatDirError(Exception):
 
 
 def default_dir() -> Path:
-    """``$WORKERPOOL_HEARTBEAT_DIR``, else a per-user directory on tmpfs when there is one."""
-    configured = os.environ.get(DIR_ENV)
-    if configured:
-        return Path(configured)
+    """A per-user directory on tmpfs when there is one (``$WORKERPOOL_HEARTBEAT_DIR`` replaces
+    it: :func:`workerpool.process.settings.heartbeat_directory`)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
     return Path(base) / f"workerpool-{os.getuid()}"
 

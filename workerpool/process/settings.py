@@ -1,7 +1,12 @@
-"""Settings of `workerpool run`, checked before anything is forked.
+"""Settings of `workerpool run`, checked before anything is forked, and the environment.
 
-Every refusal is a :class:`~workerpool.errors.ConfigError` whose message is one line that says
-what is wrong and what to change. The deploy files import the constants below.
+Every refusal is a :class:`~workerpool.model.errors.ConfigError` whose message is one line that
+says what is wrong and what to change. The deploy files import the constants below.
+
+This module is the one place that reads environment variables (:data:`ENVIRONMENT` lists them).
+Each reader returns the variable's value now; a process reads each once, when it sets up (a
+pool its engines, ``workerpool run`` its settings, a command its output), and hands the value
+down: the layers below never read the environment.
 """
 
 from __future__ import annotations
@@ -33,12 +38,78 @@ __all__ = [
     "load",
 ]
 
-DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
+URL_ENV = "WORKERPOOL_DATABASE_URL"
+EMBEDDED_DIR_ENV = "WORKERPOOL_EMBEDDED_DIR"
+PGBOUNCER_ENV = "WORKERPOOL_PGBOUNCER"
 STALE_ENV = "WORKER_CLAIM_STALE_MS"
+HEARTBEAT_DIR_ENV = "WORKERPOOL_HEARTBEAT_DIR"
+DRAIN_ENV = "WORKERPOOL_DRAIN_TIMEOUT"
 GRACE_ENV = "WORKERPOOL_GRACE_PERIOD"
 METRICS_PORT_ENV = "WORKERPOOL_METRICS_PORT"
 METRICS_BIND_ENV = "WORKERPOOL_METRICS_BIND"
+LOG_FORMAT_ENV = "WORKERPOOL_LOG_FORMAT"
+PROGRESS_ENV = "WORKERPOOL_PROGRESS"
+WEB_TOKEN_ENV = "WORKERPOOL_WEB_TOKEN"
+TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
+#: Every variable workerpool reads (docs/configuration.md describes each).
+ENVIRONMENT = (URL_ENV, EMBEDDED_DIR_ENV, PGBOUNCER_ENV, STALE_ENV, HEARTBEAT_DIR_ENV, DRAIN_ENV,
+               GRACE_ENV, METRICS_PORT_ENV, METRICS_BIND_ENV, LOG_FORMAT_ENV, PROGRESS_ENV,
+               WEB_TOKEN_ENV, TEST_URL_ENV)
 DEFAULT_METRICS_BIND = "127.0.0.1"
+DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
+
+
+
+# -- the environment ----------------------------------------------------------------------------
+
+
+def _get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value, None when unset or empty."""
+    return (os.environ if environ is None else environ).get(name) or None
+
+
+def database_url() -> str | None:
+    """``$WORKERPOOL_DATABASE_URL``: where a pool connects when it is given no URL."""
+    return _get(URL_ENV)
+
+
+def embedded_dir() -> Path:
+    """Where the embedded PostgreSQL keeps its data: ``$WORKERPOOL_EMBEDDED_DIR``, else
+    ``.workerpool/pgdata`` under the current directory."""
+    return Path(_get(EMBEDDED_DIR_ENV) or DEFAULT_EMBEDDED_DIR).absolute()
+
+
+def transaction_pooling() -> bool:
+    """``$WORKERPOOL_PGBOUNCER=1``: connections go through PgBouncer in transaction pooling mode
+    (no session state: no server-side prepared statements, no LISTEN, no startup options)."""
+    return (_get(PGBOUNCER_ENV) or "").lower() in ("1", "true", "yes", "on")
+
+
+def heartbeat_directory() -> Path:
+    """``$WORKERPOOL_HEARTBEAT_DIR``, else a per-user directory on tmpfs when there is one."""
+    configured = _get(HEARTBEAT_DIR_ENV)
+    return Path(configured) if configured else heartbeat.default_dir()
+
+
+def log_format() -> str | None:
+    """``$WORKERPOOL_LOG_FORMAT``: text, json or auto (checked by the command line)."""
+    return _get(LOG_FORMAT_ENV)
+
+
+def progress() -> str:
+    """``$WORKERPOOL_PROGRESS``: 1 forces progress bars, 0 hides them, unset: on a terminal."""
+    return (_get(PROGRESS_ENV) or "").strip()
+
+
+def web_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """``$WORKERPOOL_WEB_TOKEN``: the dashboard's bearer token (checked by the dashboard)."""
+    return _get(WEB_TOKEN_ENV, environ)
+
+
+def test_database_url() -> str | None:
+    """``$WORKERPOOL_TEST_DATABASE_URL``: where the pytest plugin makes throwaway databases."""
+    return _get(TEST_URL_ENV)
+
 
 #: Seconds the supervisor waits beyond drain_timeout before it SIGKILLs what is left: time for a
 #: child to release its unfinished jobs and exit.
@@ -74,8 +145,10 @@ class RunSettings:
     boot_retries: int = BOOT_RETRIES
     drain_margin: float = DRAIN_MARGIN
     release_margin: float = RELEASE_MARGIN
-    metrics_port: int | None = None  # serve GET /metrics (workerpool.metrics) when set
+    metrics_port: int | None = None  # serve GET /metrics (process/exporter.py) when set
     metrics_bind: str = "127.0.0.1"
+    #: Connections go through PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``).
+    pooled: bool = False
 
     @property
     def drain_timeout(self) -> float:
@@ -116,7 +189,8 @@ def load(
     settings = RunSettings(
         workers=tuple(workers),
         queues=effective,
-        heartbeat_dir=Path(heartbeat_dir) if heartbeat_dir else heartbeat.default_dir(),
+        pooled=transaction_pooling(),
+        heartbeat_dir=Path(heartbeat_dir) if heartbeat_dir else heartbeat_directory(),
         grace=_grace(grace),
         restart_delay=_number("--restart-delay", restart_delay, minimum=0.0),
         boot_retries=_count("--boot-retries", boot_retries),
@@ -155,16 +229,16 @@ def queue_settings(registry: Any) -> dict[str, QueueSpec]:
 
 
 def _drain_override() -> float | None:
-    raw = os.environ.get(DRAIN_ENV)
-    if raw is None or raw == "":
+    raw = _get(DRAIN_ENV)
+    if raw is None:
         return None
     return _number(DRAIN_ENV, raw, minimum=0.0)
 
 
 def _stale_override() -> float | None:
     """``$WORKER_CLAIM_STALE_MS`` in seconds, if set: it replaces every queue's stale_after."""
-    raw = os.environ.get(STALE_ENV)
-    if raw is None or raw == "":
+    raw = _get(STALE_ENV)
+    if raw is None:
         return None
     try:
         value = float(raw) / 1000
@@ -193,7 +267,7 @@ def _maintenance_type(queues: list[WorkerType], interval: float) -> WorkerType:
 
 def _grace(value: float | str | None) -> float | None:
     if value is None or value == "":
-        value = os.environ.get(GRACE_ENV) or None
+        value = _get(GRACE_ENV)
         if value is None:
             return None
         return _number(GRACE_ENV, value, minimum=0.0, strict=True)
@@ -218,8 +292,8 @@ def _metrics(port: int | str | None, bind: str | None) -> dict[str, Any]:
     """``--metrics-port`` / ``$WORKERPOOL_METRICS_PORT``, and the address to bind."""
     name = "--metrics-port"
     if port is None or port == "":
-        port, name = os.environ.get(METRICS_PORT_ENV) or None, METRICS_PORT_ENV
-    bind = bind or os.environ.get(METRICS_BIND_ENV) or DEFAULT_METRICS_BIND
+        port, name = _get(METRICS_PORT_ENV), METRICS_PORT_ENV
+    bind = bind or _get(METRICS_BIND_ENV) or DEFAULT_METRICS_BIND
     if port is None:
         return {}
     try:

@@ -63,12 +63,13 @@ CONNECT_TIMEOUT = 2  # whole seconds (libpq)
 STATEMENT_TIMEOUT = 2.0
 
 
-def release_dead_workers(url: URL, worker_ids: Iterable[str]) -> Released:
+def release_dead_workers(url: URL, worker_ids: Iterable[str], *, pooled: bool = False
+                         ) -> Released:
     """:func:`release_orphans` in one bounded transaction on an engine of its own (2 s to
     connect, 2 s per statement and lock), for the releaser process. Raises on a database
     error: the stale recovery takes the rows later."""
     engine = db.create(url, application_name="workerpool releaser", pool_size=1,
-                       connect_timeout=CONNECT_TIMEOUT)
+                       connect_timeout=CONNECT_TIMEOUT, pooled=pooled)
     try:
         with engine.begin() as conn:
             sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,

@@ -30,14 +30,16 @@ class Runner(Protocol):
 def build_runner(registry: Registry, url: URL, worker: WorkerType, *, worker_id: str,
                  on_tick: Callable[[], None], parent_alive: Callable[[], bool],
                  orphans: tuple[str, ...], on_claim: Callable[[], None] | None = None,
-                 queues: Mapping[str, QueueSpec] | None = None) -> Runner:
+                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False) -> Runner:
     """The maintenance loop, or a Worker on its queue with the settings loaded for it.
 
     ``queues``: every queue's settings for this run (what the maintenance sweep uses; default:
-    as declared); a queue's own worker runs with ``worker.spec``.
+    as declared); a queue's own worker runs with ``worker.spec``. ``pooled``: behind PgBouncer.
     """
     if worker.kind == WorkerKind.MAINTENANCE:
-        maintenance = Maintenance(registry, db.create(url), worker_id=worker_id, queues=queues)
+        maintenance = Maintenance(registry, db.create(url, pooled=pooled), worker_id=worker_id,
+                                  queues=queues, pooled=pooled)
         return MaintenanceLoop(maintenance, on_tick=on_tick, parent_alive=parent_alive)
     return Worker(registry, url, worker.name, spec=worker.spec, worker_id=worker_id,
-                  on_tick=on_tick, parent_alive=parent_alive, orphans=orphans, on_claim=on_claim)
+                  on_tick=on_tick, parent_alive=parent_alive, orphans=orphans, on_claim=on_claim,
+                  pooled=pooled)

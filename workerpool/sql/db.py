@@ -1,14 +1,14 @@
-"""Where the database is and how to connect to it.
+"""How to connect to the database: URLs, engines, and the embedded PostgreSQL.
 
-The URL comes from the argument, else ``$WORKERPOOL_DATABASE_URL``, else an embedded PostgreSQL
-started with ``pgserver`` under ``.workerpool/``. The password is never logged: use
-:func:`redact` on anything that shows a URL.
+Whoever calls here says where and how (a URL or none, for the embedded PostgreSQL started with
+``pgserver``; whether connections go through PgBouncer): the environment is read by
+:mod:`workerpool.process.settings`, never here (``workerpool.client.database_url`` puts the
+two together). The password is never logged: use :func:`redact` on anything that shows a URL.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,10 +21,6 @@ from ..model.errors import ConfigError, DatabaseNotConfigured
 
 log = logging.getLogger("workerpool.db")
 
-URL_ENV = "WORKERPOOL_DATABASE_URL"
-EMBEDDED_DIR_ENV = "WORKERPOOL_EMBEDDED_DIR"
-PGBOUNCER_ENV = "WORKERPOOL_PGBOUNCER"
-DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
 
 #: libpq settings that bound every network wait, so a black-holed connection errors out.
 CONNECT_ARGS = {
@@ -37,13 +33,12 @@ CONNECT_ARGS = {
 }
 
 
-def resolve_url(url: str | URL | None = None) -> URL:
-    """The SQLAlchemy URL to use: argument → environment → embedded PostgreSQL."""
-    raw = url if url is not None else os.environ.get(URL_ENV) or None
-    if raw is None:
-        return embedded_url()
+def resolve_url(url: str | URL | None, *, embedded_dir: Path) -> URL:
+    """The SQLAlchemy URL to use: ``url``, else the embedded PostgreSQL in ``embedded_dir``."""
+    if url is None:
+        return embedded_url(embedded_dir)
     try:
-        parsed = make_url(raw)
+        parsed = make_url(url)
     except Exception:
         raise ConfigError("database URL is not a valid URL (value hidden)") from None
     return normalise(parsed)
@@ -64,34 +59,21 @@ def redact(url: str | URL) -> str:
         return "<unparseable URL>"
 
 
-def embedded_dir() -> Path:
-    return Path(os.environ.get(EMBEDDED_DIR_ENV, DEFAULT_EMBEDDED_DIR)).absolute()
-
-
-def embedded_url() -> URL:
-    """Start (or attach to) the private PostgreSQL under ``.workerpool/`` and return its URL."""
+def embedded_url(data_dir: Path) -> URL:
+    """Start (or attach to) the private PostgreSQL in ``data_dir`` and return its URL."""
     try:
         import pgserver
     except ImportError:
         raise DatabaseNotConfigured(
-            f"set {URL_ENV}, or install the embedded PostgreSQL: pip install 'workerpool[embedded]'"
+            "set WORKERPOOL_DATABASE_URL, or install the embedded PostgreSQL: pip install"
+            " 'workerpool[embedded]'"
         ) from None
-    data_dir = embedded_dir()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         server = pgserver.get_server(data_dir, cleanup_mode=None)
     log.debug("embedded PostgreSQL at %s", data_dir)
     return normalise(make_url(server.get_uri()))
-
-
-def transaction_pooling() -> bool:
-    """``$WORKERPOOL_PGBOUNCER=1``: connections go through PgBouncer in transaction pooling mode.
-
-    Then no session state is used: no server-side prepared statements and no LISTEN (workers
-    rely on polling; NOTIFY at enqueue is harmless and stays).
-    """
-    return os.environ.get(PGBOUNCER_ENV, "").lower() in ("1", "true", "yes", "on")
 
 
 def startup_options(url: URL, settings: Mapping[str, str]) -> str:
@@ -102,13 +84,16 @@ def startup_options(url: URL, settings: Mapping[str, str]) -> str:
 
 
 def engine_options(url: URL, *, application_name: str, pool_size: int,
-                   connect_timeout: int | None, session_settings: Mapping[str, str] | None
-                   ) -> dict[str, Any]:
-    """The keyword arguments of ``create_engine`` (sync or async) for :func:`create`."""
+                   connect_timeout: int | None, session_settings: Mapping[str, str] | None,
+                   pooled: bool = False) -> dict[str, Any]:
+    """The keyword arguments of ``create_engine`` (sync or async) for :func:`create`.
+
+    ``pooled``: connections go through PgBouncer in transaction pooling mode, where a server
+    session is shared: no server-side prepared statements and no startup options."""
     args: dict[str, Any] = dict(CONNECT_ARGS, application_name=application_name)
     if connect_timeout is not None:
         args["connect_timeout"] = connect_timeout
-    if transaction_pooling():
+    if pooled:
         args["prepare_threshold"] = None
     elif session_settings:
         args["options"] = startup_options(url, session_settings)
@@ -136,7 +121,8 @@ def connect_kwargs(url: URL) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def create_async(url: URL, *, application_name: str = "workerpool", pool_size: int = 5) -> Any:
+def create_async(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
+                 pooled: bool = False) -> Any:
     """An ``AsyncEngine`` on psycopg's async driver, with the same connection settings as
     :func:`create` (for ``enqueue_async`` without ``conn=``). Needs greenlet, which
     ``SQLAlchemy[asyncio]`` installs."""
@@ -145,23 +131,24 @@ def create_async(url: URL, *, application_name: str = "workerpool", pool_size: i
     return create_async_engine(
         url.set(drivername="postgresql+psycopg_async"),
         **engine_options(url, application_name=application_name, pool_size=pool_size,
-                         connect_timeout=None, session_settings=None),
+                         connect_timeout=None, session_settings=None, pooled=pooled),
     )
 
 
 def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
            connect_timeout: int | None = None,
-           session_settings: Mapping[str, str] | None = None) -> Engine:
+           session_settings: Mapping[str, str] | None = None, pooled: bool = False) -> Engine:
     """An engine for one process. Never share it across a fork: build a new one in the child.
 
     ``connect_timeout``: whole seconds (libpq's unit; it treats 1 as 2), default 5.
     ``session_settings``: server settings every connection starts with (libpq ``options``, no
     round trip), e.g. ``{"statement_timeout": "15s"}``. Behind PgBouncer in transaction pooling
-    mode a server session is shared between clients, so they are not applied there.
+    mode (``pooled``) a server session is shared between clients, so they are not applied
+    there, and statements are not prepared on the server.
     """
     engine = create_engine(url, **engine_options(
         url, application_name=application_name, pool_size=pool_size,
-        connect_timeout=connect_timeout, session_settings=session_settings,
+        connect_timeout=connect_timeout, session_settings=session_settings, pooled=pooled,
     ))
     from .single_write import skip_ping_when_asked  # psycopg-only module, loaded with the engine
 

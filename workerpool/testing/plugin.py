@@ -10,7 +10,6 @@ runs; otherwise a new, empty ``WorkerPool``.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,9 +18,10 @@ import pytest
 from sqlalchemy.engine import URL, make_url
 
 from ..client import Engines, WorkerPool
+from ..process import settings
 from ..sql import db
 
-TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
+TEST_URL_ENV = settings.TEST_URL_ENV
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,8 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def server_url() -> URL:
     """Where throwaway databases are made: the test URL, the app's URL, or the embedded one."""
-    raw = os.environ.get(TEST_URL_ENV) or os.environ.get(db.URL_ENV)
-    return db.normalise(make_url(raw)) if raw else db.embedded_url()
+    raw = settings.test_database_url() or settings.database_url()
+    return db.normalise(make_url(raw)) if raw else db.embedded_url(settings.embedded_dir())
 
 
 def _admin_execute(server: URL, statement: str) -> None:

@@ -41,12 +41,13 @@ class Maintenance:
 
     ``registry``: the crons to schedule, the queues to sweep and the ``on_dead`` hooks;
     ``queues``: the queues' settings for this run (default: as declared; ``workerpool run``
-    applies the environment's overrides, :mod:`workerpool.process.settings`).
+    applies the environment's overrides, :mod:`workerpool.process.settings`); ``pooled``: the
+    engine goes through PgBouncer in transaction pooling mode.
     """
 
     def __init__(self, registry: Registry, engine: Engine, *, worker_id: str,
                  interval: float | None = None,
-                 queues: Mapping[str, QueueSpec] | None = None) -> None:
+                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False) -> None:
         registry.validate_crons()
         self.registry = registry
         self.engine = engine
@@ -55,7 +56,7 @@ class Maintenance:
         self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
-        self.table = TableKeeper(engine)
+        self.table = TableKeeper(engine, pooled=pooled)
         self._sampled_at = float("-inf")
 
     # -- the pass ------------------------------------------------------------------------------

@@ -137,8 +137,10 @@ class TableKeeper:
     their own (autocommit: VACUUM cannot run in a transaction block).
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic,
+                 pooled: bool = False) -> None:
         self.engine = engine
+        self.pooled = pooled  # behind PgBouncer: its command engine sets no startup options
         self.clock = clock
         self._next_read = 0.0
         self._thread: threading.Thread | None = None
@@ -214,7 +216,7 @@ class TableKeeper:
                       "lock_timeout": f"{round(LOCK_TIMEOUT * 1000)}ms"}
             self._command_engine = db.create(
                 self.engine.url, application_name="workerpool maintenance: table health",
-                pool_size=1, session_settings=limits)
+                pool_size=1, session_settings=limits, pooled=self.pooled)
         with self._command_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             raw = conn.connection.driver_connection

@@ -60,7 +60,8 @@ class Worker:
     database, on which it makes its own engine once running. ``spec`` replaces
     ``registry.queue_spec(queue)``: the settings loaded for this run (``workerpool run`` applies
     the environment's overrides, :mod:`workerpool.process.settings`).
-    ``renew_leases=False`` is a test fault: leases run out while their jobs run.
+    ``pooled``: its connections go through PgBouncer in transaction pooling mode (no LISTEN, no
+    session state). ``renew_leases=False`` is a test fault: leases run out while their jobs run.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Worker:
         orphans: tuple[str, ...] = (),
         renew_leases: bool = True,
         on_claim: Callable[[], None] | None = None,
+        pooled: bool = False,
     ) -> None:
         self.registry = registry
         self.spec: QueueSpec = spec if spec is not None else registry.queue_spec(queue)
@@ -95,7 +97,7 @@ class Worker:
         self._unreleased = False  # the drain could not give its jobs back
         self._listener: Listener | None = None
         self.flights = Flights()
-        self.session = Session(url, queue, self.spec.concurrency)
+        self.session = Session(url, queue, self.spec.concurrency, pooled=pooled)
         self.outcomes = Outcomes(queue, self.id, self.flights, self.counters,
                                  on_dead=registry.on_dead, on_cancel=registry.on_cancel)
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)

@@ -76,12 +76,12 @@ class Session:
     Built before a fork, opened after it: ``__init__`` connects nothing.
     """
 
-    def __init__(self, url: URL, queue: str, concurrency: int) -> None:
+    def __init__(self, url: URL, queue: str, concurrency: int, *, pooled: bool = False) -> None:
         self.url = url
         self.queue = queue
         self.concurrency = concurrency
         self.engine: Engine | None = None
-        self.pooled = False  # behind PgBouncer: no session state (decided once, in open)
+        self.pooled = pooled  # behind PgBouncer: no session state, no one-statement claim
         self.backoff = Reconnect()
         self.reached_db = False  # the current pass made a successful round trip
         self.last_contact = 0.0  # monotonic time of the last successful database round trip
@@ -90,10 +90,9 @@ class Session:
     def open(self) -> None:
         name = f"workerpool:{self.queue}"[:63]
         size = min(self.concurrency, 16) + 2  # handler checkpoints + the main loop
-        # One decision for the engine's session limits and the claim path that relies on them.
-        self.pooled = db.transaction_pooling()
+        # One flag for the engine's session limits and the claim path that relies on them.
         self.engine = db.create(self.url, application_name=name, pool_size=size,
-                                session_settings=session_limits())
+                                session_settings=session_limits(), pooled=self.pooled)
 
     def close(self) -> None:
         self._drop_main_connection(broken=False)
