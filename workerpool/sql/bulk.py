@@ -41,9 +41,9 @@ _NULL = "\\N"
 #: it (``validation.NAME_PATTERN``).
 _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _LINE = "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n"
-#: Rows per COPY message. The server starts on the first rows while the rest are checked and
-#: built (psycopg's own buffer sends 32 KiB at a time: most of a 1000-row batch); 128 measured
-#: ahead of 32 and of psycopg's buffering on 1000-row batches.
+#: Rows per COPY message. The server starts on the first rows while the rest are built, which
+#: psycopg's own buffer would delay (it sends 32 KiB at a time: most of a 1000-row batch); much
+#: smaller messages cost more writes than they overlap.
 LINES_PER_WRITE = 128
 
 

@@ -30,12 +30,14 @@ from . import single_write
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-#: Jobs per statement in :func:`enqueue_batch`: 250 measured fastest of 100-500 with
-#: ``python -m bench --only enqueue``. The server is the slower side (~1.5 ms to insert 250 rows,
-#: ~0.6 ms of Python to check and build them), so Python's work hides behind it.
+#: Jobs per statement in :func:`enqueue_batch`. Chunks are pipelined: the server inserts one
+#: while Python checks and builds the next. At 250 the server is the slower side (about 1.5 ms
+#: to insert them, 0.6 ms of Python to build them), so Python's work hides behind it; smaller
+#: chunks pay more round trips, larger ones wait longer for the first (``python -m bench --only
+#: enqueue`` compares them).
 INSERT_CHUNK = 250
 #: The first chunk is smaller: nothing overlaps the Python work on it, so a small one gets the
-#: server started sooner (faster on 1000-job batches with the same command).
+#: server started sooner.
 FIRST_CHUNK = 50
 
 
@@ -105,7 +107,7 @@ def _copy_batch(pool: Target, items: list[Any], conn: Connection | None,
                 trace: str | None) -> list[int]:
     """A batch without keys by COPY: in a transaction of its own, or a savepoint in the
     caller's. Every row is checked before anything is sent: a bad one is refused with nothing
-    written (checking them as they stream measured no faster)."""
+    written (checking them as they stream gains nothing: Python is the faster side)."""
     rows = [build_item(pool.registry, item) for item in items]
 
     def copy(driver: Any, own_transaction: bool) -> list[int]:
