@@ -10,8 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backoff import Backoff
-    from .errors import (
+    from .client import WorkerPool
+    from .model.backoff import Backoff
+    from .model.errors import (
         Cancelled,
         ConfigError,
         DatabaseNotConfigured,
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
         UnknownTask,
         WorkerpoolError,
     )
-    from .jobs import Job
-    from .pool import WorkerPool
+    from .model.job import Job
 
 __version__ = "0.1.0"
 
@@ -50,8 +50,8 @@ _ERRORS = (
     "UnknownTask",
     "WorkerpoolError",
 )
-_WHERE = {"Backoff": ".backoff", "Job": ".jobs", "WorkerPool": ".pool"}
-_WHERE.update(dict.fromkeys(_ERRORS, ".errors"))
+_WHERE = {"Backoff": ".model.backoff", "Job": ".model.job", "WorkerPool": ".client"}
+_WHERE.update(dict.fromkeys(_ERRORS, ".model.errors"))
 
 
 def __getattr__(name: str) -> Any:
