@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from alembic import context
 
-from workerpool import db
+from workerpool.client import database_url
 from workerpool.migrate import VERSION_TABLE, include_object
-from workerpool.schema import metadata
+from workerpool.process import settings
+from workerpool.sql import db
+from workerpool.sql.schema import metadata
 
 config = context.config
 
@@ -20,7 +22,7 @@ def _migrate(**options) -> None:
 
 
 def run_migrations_offline() -> None:
-    url = db.resolve_url(config.get_main_option("sqlalchemy.url") or None)
+    url = database_url(config.get_main_option("sqlalchemy.url") or None)
     _migrate(url=str(url), literal_binds=True)
 
 
@@ -28,8 +30,8 @@ def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
         return _run(connection)
-    url = db.resolve_url(config.attributes.get("url") or None)
-    engine = db.create(url)
+    url = database_url(config.attributes.get("url") or None)
+    engine = db.create(url, pooled=settings.transaction_pooling())
     with engine.connect() as conn:
         _run(conn)
     engine.dispose()

@@ -24,7 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workerpool import db
+from workerpool.client import database_url
+from workerpool.sql import db
 
 from . import fleet, scale
 from .app import DEFAULT_CONCURRENCY
@@ -115,7 +116,7 @@ def soak_plan(args: argparse.Namespace) -> SoakPlan:
 def run_soak_command(args: argparse.Namespace) -> int:
     plan = soak_plan(args)
     if not args.embedded:
-        return run_soak(plan, db.resolve_url(args.url))
+        return run_soak(plan, database_url(args.url))
     with scratch_embedded_server() as server:
         return run_soak(plan, server)
 
@@ -180,7 +181,7 @@ def header(bench_db: BenchDatabase, plan: Plan) -> str:
 
 def run(plan: Plan, url: str | None, keep: str | None = None) -> tuple[str, Report]:
     """Measure ``plan`` on a private database of the server at ``url``."""
-    server = db.resolve_url(url)
+    server = database_url(url)
     report = Report()
     declare(report, plan)
     with BenchDatabase(server, keep=keep) as bench_db:

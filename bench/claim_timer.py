@@ -46,8 +46,8 @@ class Transaction:
 def install(directory: str) -> None:
     """Wrap the session's transactions and the claim (idempotent)."""
     global _directory
-    from workerpool import queries
-    from workerpool.worker.session import Session
+    from workerpool import sql as queries
+    from workerpool.runtime.worker.session import Session
 
     if getattr(queries.claim, "bench_timed", False):
         return

@@ -19,8 +19,9 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL, make_url
 
-from workerpool import db
+from workerpool.client import database_url
 from workerpool.migrate import upgrade
+from workerpool.sql import db
 
 log = logging.getLogger("workerpool.bench")
 
@@ -153,4 +154,4 @@ def scratch_embedded_server() -> Iterator[URL]:
 
 def server_url(raw: str | None) -> URL:
     """The server to benchmark: ``--url``, else ``$WORKERPOOL_DATABASE_URL``, else embedded."""
-    return db.resolve_url(raw)
+    return database_url(raw)

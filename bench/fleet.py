@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
+from workerpool.process import settings
 
 from . import bouncer, claim_timer, enqueue, supervised
 from .database import BenchDatabase, libpq
@@ -169,14 +170,14 @@ class Fleet:
         times.mkdir(mode=0o700)
         env = self.launcher.extra_env
         env[claim_timer.CLAIM_TIMES_ENV] = str(times)
-        for name in (db.PGBOUNCER_ENV, "WORKERPOOL_DATABASE_URL"):
+        for name in (settings.PGBOUNCER_ENV, "WORKERPOOL_DATABASE_URL"):
             env.pop(name, None)
         self.db.reset()
         backends = Backends(self.db)  # before the bouncer: none of its connections is ours
         with contextlib.ExitStack() as stack:
             if bounced:
                 through = stack.enter_context(bouncer.running(self.db.url))
-                env.update({db.PGBOUNCER_ENV: "1", "WORKERPOOL_DATABASE_URL": libpq(through)})
+                env.update({settings.PGBOUNCER_ENV: "1", "WORKERPOOL_DATABASE_URL": libpq(through)})
             self.measure(count, bounced, times, backends)
 
     def measure(self, count: int, bounced: bool, times: Path, backends: Backends) -> None:

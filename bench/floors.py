@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from workerpool import heartbeat
+from workerpool.process import heartbeat
 
 from .ceiling import CLAIM_SQL, START_TIMEOUT
 

@@ -21,10 +21,12 @@ import time
 
 from sqlalchemy import Engine
 
-from workerpool import WorkerPool, db, queries
-from workerpool.jobs import new_worker_id
-from workerpool.limits import claim_limits
-from workerpool.worker import session_limits
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.job import new_worker_id
+from workerpool.model.limits import claim_limits
+from workerpool.runtime.worker import session_limits
+from workerpool.sql import db
 
 from . import app, supervised
 from .database import BenchDatabase

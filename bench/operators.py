@@ -13,7 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from workerpool import WorkerPool, dead, queries, status
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.ops import dead, status
 
 from .app import QUEUE, noop
 from .database import BenchDatabase

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import time
 
-from workerpool import WorkerPool, queries
-from workerpool.jobs import new_worker_id
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.job import new_worker_id
 
 from .app import QUEUE, make_pool, noop
 from .database import BenchDatabase

@@ -29,9 +29,11 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from workerpool import WorkerPool, db, queries
-from workerpool.maintenance import health
-from workerpool.worker import session_limits
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.runtime.maintenance import health
+from workerpool.runtime.worker import session_limits
+from workerpool.sql import db
 
 from . import app, supervised
 from .database import BenchDatabase

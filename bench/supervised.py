@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workerpool import WorkerPool
-from workerpool.oslayer import child_pids
+from workerpool.process.oslayer import child_pids
 
 from . import app
 from .database import BenchDatabase, libpq

@@ -19,7 +19,6 @@ Drops the scratch database at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -32,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.database import BenchDatabase  # noqa: E402
-from workerpool import db, queries  # noqa: E402
+from workerpool import sql as queries  # noqa: E402
+from workerpool.client import database_url  # noqa: E402
 
 LITERAL_STATES = {"'processing'": "processing", "'pending'": "pending", "'failed'": "failed"}
 
@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.claims < 2 or args.history < 0:
         parser.error("--claims must be at least 2 and --history at least 0")
-    with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
+    with BenchDatabase(database_url()) as scratch:
         scratch.sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
                     " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",
                     (args.history,))

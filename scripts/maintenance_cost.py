@@ -12,7 +12,6 @@ them in batches of 1000. Drops the scratch database at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -23,8 +22,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.database import BenchDatabase
-from workerpool import WorkerPool, db
-from workerpool.maintenance import Maintenance
+from workerpool import WorkerPool
+from workerpool.client import database_url
+from workerpool.runtime.maintenance import Maintenance
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args()
-    with BenchDatabase(db.resolve_url(os.environ.get(db.URL_ENV))) as scratch:
+    with BenchDatabase(database_url()) as scratch:
         measure(scratch.url, args.passes, args.rows)
 
 
@@ -40,7 +40,7 @@ def measure(url, passes: int, rows: int) -> None:
     pool = WorkerPool(url)
     pool.queue("q")
     pool.cron("0 * * * *", queue="q", name="hourly")(lambda job: None)
-    maintenance = Maintenance(pool, worker_id="measure")
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="measure")
     maintenance.run_pass()
     times = []
     for _ in range(passes):

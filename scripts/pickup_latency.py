@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.database import BenchDatabase  # noqa: E402
-from workerpool import Job, WorkerPool, db  # noqa: E402
+from workerpool import Job, WorkerPool  # noqa: E402
+from workerpool.client import database_url  # noqa: E402
 
 
 def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
@@ -44,9 +45,10 @@ def build_pool(url: str, *, notify: bool, poll: float) -> WorkerPool:
 
 
 def run_worker(url: str, notify: bool, poll: float) -> int:
-    from workerpool.worker import Worker
+    from workerpool.runtime.worker import Worker
 
-    worker = Worker(build_pool(url, notify=notify, poll=poll), "latency")
+    pool = build_pool(url, notify=notify, poll=poll)
+    worker = Worker(pool.registry, pool.url, "latency")
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     return worker.run()
 
@@ -108,7 +110,7 @@ def main() -> None:
     if args.worker:
         sys.exit(run_worker(args.worker, args.notify == "on", args.poll))
 
-    with BenchDatabase(db.resolve_url()) as scratch:
+    with BenchDatabase(database_url()) as scratch:
         text_url = scratch.url.render_as_string(hide_password=False)
         for notify in (True, False):
             called, committed = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)

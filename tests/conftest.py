@@ -24,19 +24,22 @@ from sqlalchemy.engine import URL, make_url
 
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
 from workerpool.migrate import upgrade
+from workerpool.process import settings
+from workerpool.sql import db
 
-TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
-EMBEDDED_TEST_DIR = Path(os.environ.get(db.EMBEDDED_DIR_ENV, ROOT / ".workerpool" / "test-pgdata"))
+TEST_URL_ENV = settings.TEST_URL_ENV
+EMBEDDED_TEST_DIR = Path(os.environ.get(settings.EMBEDDED_DIR_ENV,
+                                        ROOT / ".workerpool" / "test-pgdata")).absolute()
 
 
 def _server_url() -> URL:
     raw = os.environ.get(TEST_URL_ENV)
     if raw:
         return db.normalise(make_url(raw))
-    os.environ.setdefault(db.EMBEDDED_DIR_ENV, str(EMBEDDED_TEST_DIR))
-    return db.embedded_url()
+    os.environ.setdefault(settings.EMBEDDED_DIR_ENV, str(EMBEDDED_TEST_DIR))
+    return db.embedded_url(settings.embedded_dir())
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -10,9 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backoff import Backoff
-    from .batches import Batch, BatchStatus, MemberResult
-    from .errors import (
+    from .client import WorkerPool
+    from .model.backoff import Backoff
+    from .model.batch import BatchStatus, MemberResult
+    from .model.errors import (
         BatchClosed,
         BatchFinished,
         Cancelled,
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
         UnknownTask,
         WorkerpoolError,
     )
-    from .jobs import Job
-    from .pool import WorkerPool
-    from .results import JobInfo
+    from .model.job import Job
+    from .model.results import JobInfo
+    from .sql.batching import Batch
 
 __version__ = "0.1.0"
 
@@ -64,9 +65,10 @@ _ERRORS = (
     "UnknownTask",
     "WorkerpoolError",
 )
-_WHERE = {"Backoff": ".backoff", "Job": ".jobs", "WorkerPool": ".pool", "JobInfo": ".results",
-          "Batch": ".batches", "BatchStatus": ".batches", "MemberResult": ".batches"}
-_WHERE.update(dict.fromkeys(_ERRORS, ".errors"))
+_WHERE = {"Backoff": ".model.backoff", "Job": ".model.job", "WorkerPool": ".client",
+          "JobInfo": ".model.results", "Batch": ".sql.batching", "BatchStatus": ".model.batch",
+          "MemberResult": ".model.batch"}
+_WHERE.update(dict.fromkeys(_ERRORS, ".model.errors"))
 
 
 def __getattr__(name: str) -> Any:

@@ -17,7 +17,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from .schema import metadata
+from .sql.schema import metadata
 
 VERSION_TABLE = "workerpool_alembic_version"
 

@@ -11,8 +11,10 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from workerpool import db
-from workerpool.errors import ConfigError, first_line
+from workerpool.client import database_url
+from workerpool.model.errors import ConfigError, first_line
+from workerpool.process import settings
+from workerpool.sql import db
 
 #: The example's hourly sweep runs every 3 seconds in the demo (croniter's sixth field: seconds).
 DEMO_ENVIRONMENT = {"SESSION_CLEANUP_SCHEDULE": "* * * * * */3"}
@@ -29,7 +31,7 @@ def fresh_database(name: str) -> URL:
     writes on a database it created); any other is refused, whatever its name."""
     with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        server = db.resolve_url()
+        server = database_url()
     if server.database == name:
         raise ConfigError(f"the server URL names database {name!r} already: use another --database")
     admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
@@ -76,7 +78,7 @@ def shown_url(url: URL) -> str:
 @contextmanager
 def demo_environment(url: URL) -> Iterator[None]:
     """Point this process (and the supervisor it starts) at the demo database and schedule."""
-    wanted = {db.URL_ENV: url_text(url), **DEMO_ENVIRONMENT}
+    wanted = {settings.URL_ENV: url_text(url), **DEMO_ENVIRONMENT}
     before = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     try:

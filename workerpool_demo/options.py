@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workerpool.errors import ConfigError
+from workerpool.model.errors import ConfigError
 
 DEFAULT_DATABASE = "workerpool_demo"
 DATABASE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TextIO
 
-from workerpool.states import LIVE_STATES
+from workerpool.model.states import LIVE_STATES
 
 from .options import Options
 from .process import DRAIN_WAIT, Supervisor

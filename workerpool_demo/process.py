@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from workerpool.oslayer import set_parent_death_signal
+from workerpool.process.oslayer import set_parent_death_signal
 
 from .database import url_text
 

@@ -26,7 +26,8 @@ from typing import TextIO
 
 from sqlalchemy.engine import URL
 
-from workerpool import db
+from workerpool.process import settings
+from workerpool.sql import db
 
 from .database import demo_environment, fresh_database, shown_url
 from .options import Options
@@ -46,7 +47,8 @@ def main(options: Options, out: TextIO = sys.stdout) -> int:
     options.check()
     out.write("workerpool demo: preparing a fresh database...\n")
     out.flush()
-    with db.embedded_for_this_command() as stops_server:
+    with db.embedded_for_this_command(settings.database_url(),
+                                      settings.embedded_dir()) as stops_server:
         url = fresh_database(options.database)
         with demo_environment(url):
             app = importlib.import_module(APP)
@@ -132,7 +134,7 @@ class Demo:
     def inspect_hint(self) -> str:
         if self.stops_server:
             return (f"the embedded PostgreSQL the demo started stops with it (its data stays in"
-                    f" {db.embedded_dir()})")
+                    f" {settings.embedded_dir()})")
         shown = shown_url(self.url)
         return f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown}' workerpool status"
 

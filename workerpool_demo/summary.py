@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from workerpool import queries
-from workerpool.states import DeadReason, JobState
+from workerpool import sql as queries
+from workerpool.model.states import DeadReason, JobState
 
 from .scenario import Backend, Scenario
 

@@ -8,8 +8,8 @@ from typing import TextIO
 
 from sqlalchemy import Connection
 
-from workerpool import queries
-from workerpool.states import JobState
+from workerpool import sql as queries
+from workerpool.model.states import JobState
 
 SHOWN_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.DONE, JobState.FAILED,
                 JobState.DEAD)

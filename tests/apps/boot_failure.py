@@ -11,28 +11,27 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from workerpool import cli
-from workerpool.child import Child, build_runner
-from workerpool.config import WorkerType
+from workerpool.cli import build_parser, run
+from workerpool.model.specs import WorkerType
+from workerpool.process.supervisor import Supervisor
 
 
 class BootFault(RuntimeError):
     """The injected failure."""
 
 
-def fail_at_boot(pool: Any, worker: WorkerType, **kwargs: Any) -> Any:
-    raise BootFault(f"{worker.name}: injected boot failure")
-
-
 def main(argv: list[str]) -> int:
     failing, *run_argv = argv
+    pool, settings = run.load(build_parser().parse_args(run_argv))
+    real = run.runner_factory(pool, settings)
 
-    def child_factory(pool: Any, worker: WorkerType, **kwargs: Any) -> Child:
-        factory = fail_at_boot if worker.name == failing else build_runner
-        return Child(pool, worker, runner_factory=factory, **kwargs)
+    def runner(worker: WorkerType, **kwargs: Any) -> Any:
+        if worker.name == failing:
+            raise BootFault(f"{worker.name}: injected boot failure")
+        return real(worker, **kwargs)
 
-    args = cli.build_parser().parse_args(run_argv)
-    return cli.build_supervisor(args, child_factory=child_factory).run()
+    return Supervisor(settings, child_factory=run.child_factory(pool, runner),
+                      releaser_factory=run.releaser_factory(pool, settings)).run()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import os
 import time
 
 from workerpool import Job, WorkerPool
-from workerpool.worker import timeouts
+from workerpool.runtime.worker import timeouts
 
 timeouts.RECYCLE_GRACE = float(os.environ.get("RUNTIME_RECYCLE_GRACE", timeouts.RECYCLE_GRACE))
 

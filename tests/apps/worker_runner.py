@@ -13,7 +13,8 @@ import logging
 import signal
 import sys
 
-from workerpool import worker as worker_module
+from workerpool.process.settings import queue_settings
+from workerpool.runtime import worker as worker_module
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +23,9 @@ def main(argv: list[str]) -> int:
     pool = getattr(importlib.import_module(module_name), attribute)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    worker = worker_module.Worker(pool, queue, orphans=tuple(orphans),
+    spec = queue_settings(pool)[queue]  # with the environment's overrides, as `workerpool run`
+    worker = worker_module.Worker(pool.registry, pool.url, queue, spec=spec,
+                                  orphans=tuple(orphans), pooled=pool.engines.pooled,
                                   on_tick=lambda: print("tick", flush=True))
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
     print(f"worker {worker.id}", flush=True)

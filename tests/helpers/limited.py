@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from workerpool import WorkerPool, queries
-from workerpool.limits import claim_limits
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
 
 
 def claim(app: WorkerPool, worker: str, limit: int = 10):

@@ -6,8 +6,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from workerpool import WorkerPool, exitcodes
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool.model import exitcodes
+from workerpool.runtime.worker import Worker
 
 
 def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
@@ -21,7 +22,7 @@ def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
 @contextmanager
 def running(pool: WorkerPool, queue: str, **kwargs) -> Iterator[Worker]:
     """A Worker on ``queue`` for the block; stopped afterwards, and it must exit cleanly."""
-    worker = Worker(pool, queue, **kwargs)
+    worker = Worker(pool.registry, pool.url, queue, **kwargs)
     thread, code = on_thread(worker)
     try:
         yield worker

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers.db import states
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool.worker.buffer import MOST_PER_SLOT
+from workerpool.runtime.worker.buffer import MOST_PER_SLOT
 
 CONCURRENCY = 2
 SLOW = 0.5  # seconds: hundreds of claim round trips

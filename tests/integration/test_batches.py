@@ -27,17 +27,17 @@ from workerpool import (
     UnknownBatch,
     UnknownTask,
     WorkerPool,
-    queries,
     testing,
 )
+from workerpool import sql as queries
 from workerpool.dead import retry
-from workerpool.maintenance.duties import Maintenance
-from workerpool.orphans import release_orphans
-from workerpool.outcome import Outcome
-from workerpool.queries import batches as batches_sql
-from workerpool.queries import settled as settled_module
-from workerpool.states import OutcomeKind
-from workerpool.worker.outcomes import record_many
+from workerpool.model.attempt import Outcome
+from workerpool.model.states import OutcomeKind
+from workerpool.runtime.maintenance.duties import Maintenance
+from workerpool.runtime.release import release_orphans
+from workerpool.runtime.worker.outcomes import record_many
+from workerpool.sql import batches as batches_sql
+from workerpool.sql import settled as settled_module
 
 NO_RETRY = Backoff(base=0, cap=0, jitter=0)
 SWITCH: dict[str, bool] = {"fail": True}
@@ -189,14 +189,14 @@ def _crash_release(app, sql, job_id):
 
 def _abandoned_sweep(app, sql, job_id):
     lease(sql, job_id, "lost-host", attempts=5, stale=True)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     assert maintenance.sweep_abandoned()
 
 
 def _stale_recovery_of_a_cancelled_job(app, sql, job_id):
     lease(sql, job_id, "lost-host", attempts=1, stale=True, cancel=True)
     with app.engine.begin() as conn:
-        rows = queries.recover_stale(conn, "q", app.stale_after("q"))
+        rows = queries.recover_stale(conn, "q", app.queue_spec("q").stale_after)
     assert [row.state for row in rows] == ["cancelled"]
 
 
@@ -585,7 +585,7 @@ def test_the_maintenance_pass_sweeps_logs_at_error_level_and_prunes(app, sql, ca
     sql("UPDATE workerpool_batches SET finished_at = now() - interval '30 days' WHERE id = %s",
         old.id)
     sql("INSERT INTO workerpool_waiters (job_id, since) VALUES (1, now() - interval '2 hours')")
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     with caplog.at_level("ERROR", logger="workerpool.maintenance"):
         fired = maintenance.sweep_batches()
     assert [f.batch_id for f in fired] == [left_open.id]

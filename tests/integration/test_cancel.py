@@ -16,9 +16,10 @@ import pytest
 from tests.helpers.db import job_row
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import Cancelled, ConfigError, UnknownJob, WorkerPool, queries
-from workerpool.cancel import CANCELLED, FINISHED, STOPPING
-from workerpool.errors import InvalidFilter
+from workerpool import Cancelled, ConfigError, UnknownJob, WorkerPool
+from workerpool import sql as queries
+from workerpool.model.cancel import CANCELLED, FINISHED, STOPPING
+from workerpool.model.errors import InvalidFilter
 
 
 def cancel_entry(sql, job_id: int) -> dict:

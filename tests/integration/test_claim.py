@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from workerpool import WorkerPool, queries
-from workerpool.queries import Lease
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.sql import Lease
 
 
 @pytest.fixture

@@ -18,9 +18,14 @@ import pytest
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
 from workerpool import ConfigError, WorkerPool, testing
-from workerpool.cron import MISSED_GRACE, latest_tick_until, next_tick_after, tick_key
-from workerpool.maintenance import Maintenance
-from workerpool.specs import CronSpec
+from workerpool.model.specs import CronSpec
+from workerpool.runtime.maintenance import Maintenance
+from workerpool.runtime.maintenance.cron import (
+    MISSED_GRACE,
+    latest_tick_until,
+    next_tick_after,
+    tick_key,
+)
 
 
 def spec(expression: str, timezone: str = "UTC", **kw) -> CronSpec:
@@ -74,9 +79,9 @@ def test_duplicate_name_and_unknown_queue_are_refused():
     # 'ops' was declared by the task above; 'typo' never was: refused at start, not at decoration
     pool.cron("0 * * * *", queue="typo", name="other")(sweep)
     with pytest.raises(ConfigError, match=r"cron 'other': queue 'typo' is not declared"):
-        Maintenance(pool, worker_id="w")
+        Maintenance(pool.registry, pool.engine, worker_id="w")
     pool.queue("typo")
-    Maintenance(pool, worker_id="w")
+    Maintenance(pool.registry, pool.engine, worker_id="w")
 
 
 def test_the_decorated_function_is_an_ordinary_task():
@@ -137,7 +142,7 @@ def make_due(sql, name="c"):
 def test_first_pass_schedules_from_now_then_each_tick_becomes_one_job(app, sql):
     ran = []
     app.cron("* * * * * *", queue="q", name="c")(lambda job: ran.append(job.payload["tick"]))
-    maintenance = Maintenance(app, worker_id="m1")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m1")
     maintenance.run_pass()
     last_tick, next_tick, last_job, skipped = cron_row(sql)
     assert (last_tick, last_job, skipped) == (None, None, 0)  # first sight: nothing fires
@@ -163,7 +168,7 @@ def test_replicas_racing_on_the_same_ticks_enqueue_each_once(app, db_url, sql):
         other = WorkerPool(db_url)
         other.queue("q")
         other.cron("* * * * * *", queue="q", name="c", overlap="allow")(sweep)
-        replicas.append(Maintenance(other, worker_id=f"m{n}"))
+        replicas.append(Maintenance(other.registry, other.engine, worker_id=f"m{n}"))
     replicas[0].run_pass()
     barrier = threading.Barrier(3)
 
@@ -182,12 +187,12 @@ def test_replicas_racing_on_the_same_ticks_enqueue_each_once(app, db_url, sql):
     assert len(ticks) >= 2 and len(ticks) == len(set(ticks))  # one job per tick
     assert cron_row(sql)[0].astimezone(UTC).isoformat() == max(ticks)
     for m in replicas:
-        m.pool.dispose()
+        m.engine.dispose()
 
 
 def test_overlap_skip_counts_and_logs_a_skipped_tick(app, sql, caplog):
     app.cron("* * * * * *", queue="q", name="c")(sweep)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     maintenance.run_pass()
     make_due(sql)
     maintenance.run_pass()
@@ -207,7 +212,7 @@ def test_overlap_skip_counts_and_logs_a_skipped_tick(app, sql, caplog):
 
 def test_overlap_allow_enqueues_while_the_previous_run_is_pending(app, sql):
     app.cron("* * * * * *", queue="q", name="c", overlap="allow")(sweep)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     maintenance.run_pass()
     for _ in range(2):
         make_due(sql)
@@ -226,7 +231,7 @@ def daily_three_hours_ago(sql) -> tuple[str, datetime]:
 def test_after_downtime_run_once_runs_one_catch_up_and_skip_runs_none(app, sql, missed, caplog):
     expression, latest = daily_three_hours_ago(sql)
     app.cron(expression, queue="q", name="c", missed=missed)(sweep)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     maintenance.run_pass()
     assert cron_row(sql)[1] == latest + timedelta(days=1)
     # the schedulers were down for three days: the next tick the row knows is 3 days old
@@ -249,11 +254,11 @@ def test_after_downtime_run_once_runs_one_catch_up_and_skip_runs_none(app, sql, 
 
 def test_changing_the_expression_reschedules_from_now(app, sql, db_url):
     app.cron("* * * * * *", queue="q", name="c")(sweep)
-    Maintenance(app, worker_id="m").run_pass()
+    Maintenance(app.registry, app.engine, worker_id="m").run_pass()
     changed = WorkerPool(db_url)
     changed.queue("q")
     changed.cron("0 0 1 1 *", queue="q", name="c", timezone="Asia/Tokyo")(sweep)
-    Maintenance(changed, worker_id="m2").run_pass()
+    Maintenance(changed.registry, changed.engine, worker_id="m2").run_pass()
     expression, timezone, next_tick = sql(
         "SELECT expression, timezone, next_tick FROM workerpool_cron")[0]
     assert (expression, timezone) == ("0 0 1 1 *", "Asia/Tokyo")
@@ -265,7 +270,7 @@ def test_changing_the_expression_reschedules_from_now(app, sql, db_url):
 def test_a_failing_schedule_does_not_stop_the_others(app, sql, caplog):
     app.cron("* * * * * *", queue="q", name="a")(sweep)
     app.cron("* * * * * *", queue="q", name="b")(sweep)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     maintenance.run_pass()
     del app.tasks["b"]  # b's enqueue now fails (UnknownTask); a must still be scheduled
     make_due(sql, "a")

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from workerpool import Backoff, WorkerPool, testing
-from workerpool.dead import DeadFilter, list_dead, parse_duration, parse_since, purge, retry
-from workerpool.errors import InvalidFilter, ReplayRefused
+from workerpool.model.errors import InvalidFilter, ReplayRefused
+from workerpool.ops.dead import DeadFilter, list_dead, parse_duration, parse_since, purge, retry
 
 ROW_COLUMNS = "id, state, dead_reason, attempts, run_at, finished_at, errors, replays, checkpoint"
 

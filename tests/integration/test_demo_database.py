@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
-from workerpool.errors import ConfigError
+from workerpool.model.errors import ConfigError
 from workerpool_demo.database import DEMO_MARK, fresh_database
 
 

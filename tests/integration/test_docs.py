@@ -24,7 +24,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
+from workerpool.process import settings
 
 
 def _repository_root() -> Path:
@@ -103,7 +104,7 @@ def test_the_pages_are_found_and_have_samples() -> None:
 )
 def test_python_samples_run(page: Path, db_url: URL, pool: WorkerPool, monkeypatch,
                             tmp_path: Path) -> None:
-    monkeypatch.setenv(db.URL_ENV, db_url.render_as_string(hide_password=False))
+    monkeypatch.setenv(settings.URL_ENV, db_url.render_as_string(hide_password=False))
     monkeypatch.chdir(tmp_path)
     with pool.engine.begin() as conn:
         conn.execute(text(USERS_TABLE))

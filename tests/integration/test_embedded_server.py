@@ -10,28 +10,29 @@ import sys
 import pytest
 
 from tests.helpers.paths import ROOT
-from workerpool import db
+from workerpool.process import settings
+from workerpool.sql import db
 
 
 @pytest.fixture
 def own_embedded_dir(tmp_path, monkeypatch):
-    monkeypatch.delenv(db.URL_ENV, raising=False)
-    monkeypatch.setenv(db.EMBEDDED_DIR_ENV, str(tmp_path / "pgdata"))
+    monkeypatch.delenv(settings.URL_ENV, raising=False)
+    monkeypatch.setenv(settings.EMBEDDED_DIR_ENV, str(tmp_path / "pgdata"))
     yield tmp_path / "pgdata"
     db.stop_embedded(tmp_path / "pgdata")
 
 
 def test_a_command_that_starts_the_server_stops_it_at_its_end(own_embedded_dir):
-    with db.embedded_for_this_command():
-        db.embedded_url()
+    with db.embedded_for_this_command(None, own_embedded_dir):
+        db.embedded_url(own_embedded_dir)
         assert db.embedded_running(own_embedded_dir)
     assert not db.embedded_running(own_embedded_dir)
 
 
 def test_a_server_that_was_already_running_is_left_running(own_embedded_dir):
-    db.embedded_url()
-    with db.embedded_for_this_command():
-        db.embedded_url()
+    db.embedded_url(own_embedded_dir)
+    with db.embedded_for_this_command(None, own_embedded_dir):
+        db.embedded_url(own_embedded_dir)
     assert db.embedded_running(own_embedded_dir)
     assert db.stop_embedded(own_embedded_dir)
     assert not db.embedded_running(own_embedded_dir)
@@ -42,7 +43,7 @@ def test_the_test_command_stops_the_embedded_server_it_started(own_embedded_dir)
     """The README's test command on a fresh machine (no test URL): the suite starts the embedded
     server, and stops it when it ends."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env[db.EMBEDDED_DIR_ENV] = str(own_embedded_dir)
+    env[settings.EMBEDDED_DIR_ENV] = str(own_embedded_dir)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
          "tests/integration/test_claim.py::test_claim_counts_the_attempt_and_takes_the_lease",

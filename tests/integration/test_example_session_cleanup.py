@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workerpool import WorkerPool, testing
-from workerpool.maintenance import Maintenance
+from workerpool.runtime.maintenance import Maintenance
 from workerpool_demo import session_cleanup
 
 
@@ -20,7 +20,7 @@ def test_hourly_sweep_deletes_only_what_expired(pool: WorkerPool, sql):
     sql("INSERT INTO example_audit_log (at, event) VALUES"
         " (now() - interval '91 days', 'login'), (now() - interval '89 days', 'login')")
 
-    maintenance = Maintenance(pool, worker_id="m")
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
     maintenance.run_pass()  # first sight: scheduled for the next full hour
     sql("UPDATE workerpool_cron SET next_tick = date_trunc('hour', now())")  # that hour has come
     maintenance.run_pass()

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.helpers.limited import claim, claim_at_once
-from workerpool import WorkerPool, queries
-from workerpool.limits import claim_limits
-from workerpool.schema import RATE_SLICES
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.sql.schema import RATE_SLICES
 
 
 def make_app(pool: WorkerPool, **queue: object) -> WorkerPool:

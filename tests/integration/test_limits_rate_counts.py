@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from tests.helpers.limited import claim, claim_at_once
-from workerpool import WorkerPool, queries
-from workerpool.limits import claim_limits
-from workerpool.schema import RATE_SLICES
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.sql.schema import RATE_SLICES
 
 
 def rated(pool: WorkerPool, rate: str) -> WorkerPool:
@@ -70,7 +71,7 @@ def test_a_rate_limited_claim_writes_no_start_on_the_rows(pool, sql):
 
 
 def test_status_and_the_why_line_read_the_ring(pool):
-    from workerpool import status
+    from workerpool.ops import status, why
 
     app = rated(pool, "5/m")
     ids = app.enqueue_many([("work", {"n": n}) for n in range(8)])
@@ -80,7 +81,9 @@ def test_status_and_the_why_line_read_the_ring(pool):
     assert len(claim(app, "w1")) == 5
     usage = status.collect(app.engine)["queues"]["q"]["limits"]["rate_limit"]
     assert usage == {"limit": "5/m", "started": 5, "held": 3}
-    assert "held by rate_limit 5/m of queue q (5 started)" in status.why(app.engine, ids[-1])
+    with app.engine.connect() as conn:
+        line = why.line(why.explain(conn, ids[-1]))
+    assert "held by rate_limit 5/m of queue q (5 started)" in line
 
 
 def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
@@ -98,8 +101,8 @@ def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
 def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
     """A limit removed or changed leaves its window's slots behind; the maintenance child
     deletes them once no claim can count them, and leaves the slots in use alone."""
-    from workerpool.maintenance.duties import Maintenance
-    from workerpool.queries.rate_counts import PRUNE_AFTER
+    from workerpool.runtime.maintenance.duties import Maintenance
+    from workerpool.sql.rate_counts import PRUNE_AFTER
 
     app = rated(pool, "5/m")
     app.enqueue_many([("work", {"n": n}) for n in range(20)])
@@ -111,6 +114,6 @@ def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
         " ('q', 3600, 0, floor(extract(epoch FROM now()) / 360)::bigint - 20, 4),"
         " ('q', 60, %s, %s, 2)", (now + 1) % (RATE_SLICES + 1),
         now - int((60 + PRUNE_AFTER) / slice_s) - 2)
-    assert Maintenance(app, worker_id="m").prune_rate_counts() == 2
+    assert Maintenance(app.registry, app.engine, worker_id="m").prune_rate_counts() == 2
     assert ring(sql) == [(now, 3)]
     assert len(claim(app, "w2")) == 2  # the count in use is untouched

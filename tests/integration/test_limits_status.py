@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from tests.helpers.cli import run_cli
-from workerpool import WorkerPool, queries, status
-from workerpool.limits import claim_limits
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.ops import status, why
 
 
 def limited(pool: WorkerPool) -> WorkerPool:
@@ -43,6 +45,12 @@ def test_status_names_the_limits_and_what_they_hold(pool):
     assert "LIMITS" in text and "global_concurrency" in text and "concurrency_limit (sync" in text
 
 
+def why_line(app, job_id: int) -> str:
+    """What `workerpool status --job` prints: the one answer the dashboard gives too."""
+    with app.engine.connect() as conn:
+        return why.line(why.explain(conn, job_id))
+
+
 def test_a_jobs_why_line_names_the_limit_that_holds_it(pool):
     app = limited(pool)
     first, second = app.enqueue("work", {"n": 1}), app.enqueue("work", {"n": 2})
@@ -52,12 +60,11 @@ def test_a_jobs_why_line_names_the_limit_that_holds_it(pool):
     publish_and_claim(app, "capped", 5)
     [claimed] = [row.id for row in publish_and_claim(app, "keyed", 1)]
     assert claimed == held
-    assert "held by global_concurrency of queue capped (1 of 1 running)" in status.why(
-        app.engine, second)
-    assert "processing, not due" in status.why(app.engine, first)
-    assert "held by concurrency_limit of key 'account:7' (1 of 1 running)" in status.why(
-        app.engine, waiting)
-    assert "no limit holds it" in status.why(app.engine, free)
+    assert "held by global_concurrency of queue capped (1 of 1 running)" in why_line(app, second)
+    assert "it is running" in why_line(app, first)  # every reason, not only limits
+    assert "held by concurrency_limit of key 'account:7' (1 of 1 running)" in why_line(
+        app, waiting)
+    assert why_line(app, free) == f"job {free} (sync): no live worker serves queue keyed"
 
 
 def test_status_job_on_the_command_line(pool, db_url, tmp_path):

@@ -7,9 +7,11 @@ import logging
 import pytest
 
 from tests.helpers.waiting import wait_until
-from workerpool import ConfigError, WorkerPool, queries
-from workerpool.dead import DeadNotice, report_dead
-from workerpool.maintenance import MAINTENANCE_TYPE, Maintenance
+from workerpool import ConfigError, WorkerPool
+from workerpool import sql as queries
+from workerpool.model.notices import DeadNotice, report_dead
+from workerpool.process.settings import queue_settings
+from workerpool.runtime.maintenance import MAINTENANCE_TYPE, Maintenance
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def test_sweep_dead_letters_stale_exhausted_leases_and_reports_each(app, sql, ca
         raise RuntimeError("pager down")
 
     app.on_dead(seen.append)
-    maintenance = Maintenance(app, worker_id="maint-1")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="maint-1")
     with caplog.at_level(logging.ERROR, logger="workerpool.dead"):
         maintenance.run_pass()
     assert state_of(sql, exhausted_stale) == ("dead", "abandoned")
@@ -63,12 +65,14 @@ def test_sweep_dead_letters_stale_exhausted_leases_and_reports_each(app, sql, ca
         "job_dead", "on_dead_hook_failed"]  # a failing hook is logged, the next hook still runs
     assert [(n.id, n.reason, n.attempts) for n in seen] == [(exhausted_stale, "abandoned", 3)]
 
-    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "5000")  # the env overrides the queue's 300 s
-    maintenance.run_pass()
+    # the env overrides the queue's 300 s: read once, with the run's settings
+    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "5000")
+    Maintenance(app.registry, app.engine, worker_id="maint-1",
+                queues=queue_settings(app)).run_pass()
     assert state_of(sql, exhausted_fresh) == ("dead", "abandoned")
     monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "soon")
     with pytest.raises(ConfigError, match="WORKER_CLAIM_STALE_MS must be milliseconds"):
-        maintenance.run_pass()
+        queue_settings(app)
 
 
 def test_pruning_deletes_old_done_and_cancelled_in_batches_and_keeps_dead_and_recent(app, sql):
@@ -88,7 +92,7 @@ def test_pruning_deletes_old_done_and_cancelled_in_batches_and_keeps_dead_and_re
     sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
         " VALUES ('q', 'work', 'cancelled', now() - interval '7 days 1 minute')")
     app.maintenance(prune_batch=1000, prune_batches_per_pass=2)
-    maintenance = Maintenance(app, worker_id="m")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
 
     assert maintenance.prune_finished() == 2000  # one pass is bounded: two batches
     assert maintenance.prune_finished() == 501  # the rest, cancelled included
@@ -113,7 +117,7 @@ def test_workers_registry_registers_beats_and_prunes_the_stale(app, sql):
     sql("INSERT INTO workerpool_workers (id, host, pid, queue, last_seen)"
         " VALUES ('h:1:old', 'h', 1, 'q', now() - interval '10 minutes'),"
         " ('h:2:new', 'h', 2, 'q', now() - interval '5 seconds')")
-    maintenance = Maintenance(app, worker_id="h:3:maint")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="h:3:maint")
     maintenance.run_pass()
     rows = dict(sql("SELECT id, queue FROM workerpool_workers"))
     assert rows == {"h:2:new": "q", "h:3:maint": MAINTENANCE_TYPE}
@@ -133,7 +137,7 @@ def test_report_dead_accepts_the_worker_runtimes_rows(app, caplog):
     seen = []
     app.on_dead(seen.append)
     with caplog.at_level(logging.ERROR, logger="workerpool.dead"):
-        report_dead(app, [Row()], reason="exhausted",
+        report_dead(app.on_dead, [Row()], reason="exhausted",
                     error={"type": "ConnectionError", "message": "provider 503\nretry later"})
     assert caplog.records[0].getMessage() == (
         "job dead: queue=q id=7 task=work attempts=5 reason=exhausted "
@@ -167,9 +171,9 @@ def test_the_worker_runtime_reports_its_dead_jobs_through_on_dead(app, sql, capl
 
 
 def test_workers_beat_well_within_the_window_status_calls_live(app):
-    from workerpool.status import LIVE_WORKER_WINDOW
-    from workerpool.worker import Worker
+    from workerpool.model.states import LIVE_WORKER_WINDOW
+    from workerpool.runtime.worker import Worker
 
     assert app.queue_spec("q").stale_after == 300  # leases renewed every 100 s would be too rare
-    assert Worker(app, "q").renew_every <= LIVE_WORKER_WINDOW / 6
+    assert Worker(app.registry, app.url, "q").renew_every <= LIVE_WORKER_WINDOW / 6
     assert app.maintenance_settings.worker_ttl >= 2 * LIVE_WORKER_WINDOW

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 
-from workerpool import metrics, queries
-from workerpool.maintenance import Maintenance
+from workerpool import sql as queries
+from workerpool.model import metrics
+from workerpool.runtime.maintenance import Maintenance
 
 
 def insert(sql, queue: str, state: str, count: int, *, priority: int = 0, run_at: str = "now()",
@@ -69,7 +70,7 @@ def test_a_maintenance_pass_samples_only_with_metrics_on(pool, sql, monkeypatch)
         def depth(self, samples):
             seen.append(samples)
 
-    maintenance = Maintenance(pool, worker_id="m")
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
     maintenance.run_pass()
     assert seen == []  # metrics off: no query at all
     monkeypatch.setattr(metrics, "record", Capture())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import inspect
 
-from workerpool import db
 from workerpool.migrate import alembic_config, downgrade, drift, upgrade
-from workerpool.schema import metadata
+from workerpool.sql import db
+from workerpool.sql.schema import metadata
 
 
 def test_upgrade_head_matches_the_models_exactly(empty_db_url):

@@ -16,8 +16,9 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from workerpool import dead, queries, status
-from workerpool.dead import DeadFilter
+from workerpool import sql as queries
+from workerpool.ops import dead, status
+from workerpool.ops.dead import DeadFilter
 
 HISTORY = 200_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workerpool import Backoff, Job, LeaseLost, Permanent, RetryLater, WorkerPool, testing
-from workerpool.outcome import error_entry, safe_text
+from workerpool.model.attempt import error_entry, safe_text
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 from tests.helpers.db import job_row
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import UnknownQueue, WorkerPool, status
+from workerpool import UnknownQueue, WorkerPool
+from workerpool.ops import status
 
 
 def ticking(pool: WorkerPool) -> tuple[list[int], threading.Event]:

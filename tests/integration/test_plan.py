@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy.dialects import postgresql
 
-from workerpool import WorkerPool, queries
+from workerpool import WorkerPool
+from workerpool import sql as queries
 
 
 def _nodes(plan: dict):

@@ -22,8 +22,8 @@ from tests.integration.test_plan_stale_statistics import (
     statements,
     worker_engine,
 )
-from workerpool import queries
-from workerpool.limits import ClaimLimits, KeyLimit
+from workerpool import sql as queries
+from workerpool.model.limits import ClaimLimits, KeyLimit
 
 
 def per_key_claim_plan(url: URL, planning: str) -> dict:

@@ -23,17 +23,18 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 
-from workerpool import db, queries
-from workerpool.limits import ClaimLimits, KeyLimit, Rate
-from workerpool.queries import batches as batches_sql
-from workerpool.queries import results as results_sql
-from workerpool.queries.recovery import RECOVER_BATCH
-from workerpool.worker import (
+from workerpool import sql as queries
+from workerpool.model.limits import ClaimLimits, KeyLimit, Rate
+from workerpool.runtime.worker import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     LOCK_TIMEOUT,
     STATEMENT_TIMEOUT,
     session_limits,
 )
+from workerpool.sql import batches as batches_sql
+from workerpool.sql import db
+from workerpool.sql import results as results_sql
+from workerpool.sql.recovery import RECOVER_BATCH
 
 PENDING = 200_000
 LIVE_LEASES = 2_000  # 40 each for wk0 .. wk49

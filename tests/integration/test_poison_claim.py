@@ -14,9 +14,11 @@ import pytest
 
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import WorkerPool, queries, status
-from workerpool.dead import list_dead
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool import sql as queries
+from workerpool.ops import status
+from workerpool.ops.dead import list_dead
+from workerpool.runtime.worker import Worker
 
 
 @pytest.fixture
@@ -166,7 +168,7 @@ def test_a_worker_that_claims_a_suspect_claims_nothing_else_until_it_finishes(ap
     sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", suspect)
     app.enqueue_many([("work", {"n": n}) for n in range(20)])
     ticks: list[int] = []
-    worker = Worker(app, "q", on_tick=lambda: ticks.append(1))
+    worker = Worker(app.registry, app.url, "q", on_tick=lambda: ticks.append(1))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

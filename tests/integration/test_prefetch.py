@@ -15,9 +15,10 @@ import pytest
 from tests.helpers.db import job_row, states
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import WorkerPool, exitcodes
-from workerpool.errors import ConfigError
-from workerpool.worker import Worker
+from workerpool import WorkerPool
+from workerpool.model import exitcodes
+from workerpool.model.errors import ConfigError
+from workerpool.runtime.worker import Worker
 
 
 def processing(sql) -> int:
@@ -72,7 +73,7 @@ def test_a_drain_gives_unstarted_jobs_back_at_once(pool, sql):
 
     ids = pool.enqueue_many([("blocking", {}) for _ in range(4)])
     before = dict(sql("SELECT id, run_at FROM workerpool_jobs"))
-    worker = Worker(pool, "q")
+    worker = Worker(pool.registry, pool.url, "q")
     code: list[int] = []
     thread = threading.Thread(target=lambda: code.append(worker.run()), daemon=True)
     thread.start()
@@ -97,9 +98,8 @@ def test_a_drain_gives_unstarted_jobs_back_at_once(pool, sql):
     assert worker.counters.unstarted == 3 and worker.counters.released == 0
 
 
-def test_renewal_covers_buffered_jobs(pool, sql, monkeypatch):
-    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "600")
-    pool.queue("q", concurrency=1, prefetch=2, poll_interval=0.05)
+def test_renewal_covers_buffered_jobs(pool, sql):
+    pool.queue("q", concurrency=1, prefetch=2, poll_interval=0.05, stale_after=0.6)
     runs, release = [], threading.Event()
 
     @pool.task(queue="q")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from workerpool import db
 from workerpool.migrate import downgrade, drift, upgrade
-from workerpool.schema import JOBS_AUTOVACUUM
+from workerpool.sql import db
+from workerpool.sql.schema import JOBS_AUTOVACUUM
 
 
 def reloptions(engine) -> dict[str, str]:

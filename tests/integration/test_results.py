@@ -26,14 +26,14 @@ from workerpool import (
     ResultTimeout,
     UnknownJob,
     WorkerPool,
-    queries,
-    results,
     testing,
 )
-from workerpool.outcome import Outcome
-from workerpool.queries import results as results_sql
-from workerpool.states import OutcomeKind
-from workerpool.worker.outcomes import record_many
+from workerpool import sql as queries
+from workerpool.model.attempt import Outcome
+from workerpool.model.states import OutcomeKind
+from workerpool.runtime.worker.outcomes import record_many
+from workerpool.sql import results as results_sql
+from workerpool.sql import waiting
 
 NO_RETRY = Backoff(base=0, cap=0, jitter=0)
 
@@ -258,14 +258,14 @@ def _wait_in_thread(pool: WorkerPool, job_id: int) -> tuple[threading.Thread, li
 
 def test_a_waiter_is_woken_by_the_notification_of_the_outcome(app, sql, monkeypatch):
     # polls 60 s apart: within the deadline below only the NOTIFY can wake the waiter
-    monkeypatch.setattr(results, "POLL_FIRST", 60.0)
-    monkeypatch.setattr(results, "POLL_CAP_LISTENING", 60.0)
+    monkeypatch.setattr(waiting, "POLL_FIRST", 60.0)
+    monkeypatch.setattr(waiting, "POLL_CAP_LISTENING", 60.0)
     job_id = app.enqueue("add", {"a": 1, "b": 1})
     thread, got = _wait_in_thread(app, job_id)
     wait_until(lambda: sql("SELECT count(*) FROM workerpool_waiters WHERE job_id = %s",
                            job_id) == [(1,)], 20, message="the waiter listed")
     # and its listener connected (connecting wakes every waiter once: not the wake-up tested)
-    wait_until(lambda: results._LISTENERS[app].connected.is_set(), 20, message="listening")
+    wait_until(lambda: waiting._LISTENERS[app].connected.is_set(), 20, message="listening")
     _complete_by_hand(app, sql, job_id, "41")
     thread.join(20)
     assert got == [41]

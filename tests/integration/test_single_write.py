@@ -10,7 +10,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql._psycopg_common import _PGDialect_common_psycopg
 
 from tests.helpers.waiting import wait_until
-from workerpool import IdempotencyConflict, WorkerPool, single_write
+from workerpool import IdempotencyConflict, WorkerPool
+from workerpool.sql import single_write
 
 
 @pytest.fixture

@@ -13,12 +13,13 @@ import pytest
 from sqlalchemy.engine import URL
 
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, status
-from workerpool.jobs import new_worker_id
-from workerpool.maintenance import Maintenance
-from workerpool.maintenance import health as health_module
-from workerpool.maintenance.health import TableKeeper, overdue, read
-from workerpool.queries import health as sql
+from workerpool import WorkerPool
+from workerpool.model.job import new_worker_id
+from workerpool.ops import status
+from workerpool.runtime.maintenance import Maintenance
+from workerpool.runtime.maintenance import health as health_module
+from workerpool.runtime.maintenance.health import TableKeeper, overdue, read
+from workerpool.sql import health as sql
 
 ROWS = 20_000  # above VACUUM_MIN_DEAD and ANALYZE_MIN_CHANGES
 
@@ -56,7 +57,7 @@ def test_analyze_runs_when_the_statistics_are_behind(pool, quiet_table):
     quiet_table(f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't'"
                 f" FROM generate_series(1, {ROWS})")
     settle_counters(pool, lambda row: row.modified >= ROWS)
-    keeper = TableKeeper(pool)
+    keeper = TableKeeper(pool.engine)
     assert keeper.check() == sql.ANALYZE
     keeper.wait(60)
     row = settle_counters(pool, lambda row: row.analyze_age is not None and row.modified == 0)
@@ -72,7 +73,7 @@ def test_vacuum_with_analyze_runs_when_dead_rows_pile_up(pool, quiet_table):
                 f" FROM generate_series(1, {ROWS})")
     quiet_table("DELETE FROM workerpool_jobs")
     settle_counters(pool, lambda row: row.dead >= ROWS)
-    keeper = TableKeeper(pool)
+    keeper = TableKeeper(pool.engine)
     assert keeper.check() == sql.VACUUM
     keeper.wait(60)
     row = settle_counters(pool, lambda row: row.vacuum_age is not None and row.dead == 0)
@@ -82,8 +83,8 @@ def test_vacuum_with_analyze_runs_when_dead_rows_pile_up(pool, quiet_table):
 
 def test_health_is_read_at_a_bounded_cadence_from_the_maintenance_pass(pool, monkeypatch):
     now = [1000.0]
-    maintenance = Maintenance(pool, worker_id=new_worker_id())
-    maintenance.table = TableKeeper(pool, clock=lambda: now[0])
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id=new_worker_id())
+    maintenance.table = TableKeeper(pool.engine, clock=lambda: now[0])
     reads = []
     monkeypatch.setattr(health_module, "read",
                         lambda conn, real=health_module.read: reads.append(1) or real(conn))
@@ -130,7 +131,7 @@ def test_a_role_that_does_not_own_the_table_says_once_what_it_cannot_do(
     pool = WorkerPool(dml_role)
     try:
         settle_counters(pool, lambda row: row.modified >= ROWS)
-        keeper = TableKeeper(pool)
+        keeper = TableKeeper(pool.engine)
         with caplog.at_level(logging.WARNING, logger="workerpool.maintenance"):
             assert keeper.check() is None
             assert keeper.check() is None

@@ -13,7 +13,8 @@ SCRIPT = r"""
 import sys
 if sys.argv[2] == "absent":
     sys.modules["opentelemetry"] = None  # import opentelemetry now raises ImportError
-from workerpool import WorkerPool, tracing
+from workerpool import WorkerPool
+from workerpool.model import tracing
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 

@@ -207,7 +207,7 @@ def test_bad_concurrency_keys_are_refused_by_name(app, sql):
 
 
 def test_a_dead_job_whose_live_key_a_newer_job_holds_is_not_replayed(app, sql):
-    from workerpool.dead import retry
+    from workerpool.ops.dead import retry
 
     old = app.enqueue("sync", {"v": 1}, key="k", unique="live")
     finish(sql, old, "dead")

@@ -16,7 +16,7 @@ from tests.helpers.cli import run_cli
 from tests.helpers.db import job_state
 from tests.helpers.paths import ROOT
 from tests.helpers.web import client, csrf, dead_jobs, post
-from workerpool.errors import ConfigError
+from workerpool.model.errors import ConfigError
 from workerpool.web import app
 from workerpool.web.security import check_bind
 

@@ -19,8 +19,11 @@ import pytest
 from tests.helpers.db import job_row, states
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import on_thread, running
-from workerpool import Permanent, RetryLater, WorkerPool, db, exitcodes, queries
-from workerpool.worker import Worker, session_limits
+from workerpool import Permanent, RetryLater, WorkerPool
+from workerpool import sql as queries
+from workerpool.model import exitcodes
+from workerpool.runtime.worker import Worker, session_limits
+from workerpool.sql import db
 
 ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
 
@@ -136,9 +139,8 @@ def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql)
 # -- leases ------------------------------------------------------------------------------------
 
 
-def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql, monkeypatch):
-    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "1000")  # renewed every ~0.33 s
-    pool.queue("q", concurrency=2, poll_interval=0.05)
+def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql):
+    pool.queue("q", concurrency=2, poll_interval=0.05, stale_after=1.0)  # renewed every ~0.33 s
     runs: list[int] = []
 
     @pool.task(queue="q")
@@ -157,11 +159,10 @@ def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql, mon
 
 
 def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_rejected(
-    pool, sql, monkeypatch
+    pool, sql
 ):
-    monkeypatch.setenv("WORKER_CLAIM_STALE_MS", "500")
     # prefetch=0: with buffer room the first worker could re-claim its own stale job itself
-    pool.queue("q", concurrency=1, prefetch=0, poll_interval=0.05)
+    pool.queue("q", concurrency=1, prefetch=0, poll_interval=0.05, stale_after=0.5)
     runs: list[int] = []
     second_done = threading.Event()
 
@@ -249,7 +250,7 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
 def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worker(
     pool, sql, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.timeouts.RECYCLE_GRACE", 0.3)
+    monkeypatch.setattr("workerpool.runtime.worker.timeouts.RECYCLE_GRACE", 0.3)
     pool.queue("q", poll_interval=0.05)
     release = threading.Event()
 
@@ -258,7 +259,7 @@ def test_a_timeout_is_a_failure_and_a_handler_that_ignores_it_recycles_the_worke
         release.wait(20)
 
     job_id = pool.enqueue("stuck", {})
-    worker = Worker(pool, "q")
+    worker = Worker(pool.registry, pool.url, "q")
     _, code = on_thread(worker)
     wait_until(lambda: code, 15, message="worker to exit for recycling")
     release.set()
@@ -329,11 +330,11 @@ def test_a_drain_whose_release_is_refused_exits_non_zero_and_keeps_the_claim(
 ):
     """Exit 0 tells the supervisor "released"; a worker that could not give its jobs back says
     otherwise, so the supervisor's releaser takes them instead of leaving them to stale_after."""
-    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.runtime.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05, drain_timeout=0.5)
     started, release = blocking_task(pool, "stuck")
     job_id = pool.enqueue("stuck", {})
-    worker = Worker(pool, "q")
+    worker = Worker(pool.registry, pool.url, "q")
     blocker = psycopg.connect(dsn)
     try:
         thread, code = on_thread(worker)
@@ -367,7 +368,7 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
             resume.wait(20)
 
     job_id = pool.enqueue("slow", {})
-    worker = Worker(pool, "q", on_tick=on_tick)
+    worker = Worker(pool.registry, pool.url, "q", on_tick=on_tick)
     try:
         thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
@@ -411,7 +412,7 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
                                         task_versions=pool.task_versions("q"), stale_after=1.0))
         return bool(stolen)
 
-    worker = Worker(pool, "q")
+    worker = Worker(pool.registry, pool.url, "q")
     try:
         thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
@@ -547,7 +548,7 @@ def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one
 def test_the_claim_is_bounded_by_lock_timeout_and_ticks_stop_while_it_fails(
     pool, sql, dsn, monkeypatch
 ):
-    monkeypatch.setattr("workerpool.worker.session.LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr("workerpool.runtime.worker.session.LOCK_TIMEOUT", 0.2)
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
     pool.enqueue("ok", {})
@@ -571,10 +572,8 @@ def test_worker_connections_start_with_the_limits_and_keep_the_urls_options(
 ):
     """The one-statement claim runs outside any transaction of ours: its limits are the
     session's. Behind PgBouncer a session is shared, so nothing is set there."""
-    if pooled:
-        monkeypatch.setenv(db.PGBOUNCER_ENV, "1")
     url = db_url.update_query_dict({"options": "-c work_mem=7MB"})
-    engine = db.create(url, session_settings=session_limits())
+    engine = db.create(url, session_settings=session_limits(), pooled=pooled)
     try:
         with engine.connect() as conn:
             shown = [conn.exec_driver_sql(f"SHOW {name}").scalar()
@@ -593,7 +592,8 @@ def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
     ticks = [0]
-    worker = Worker(pool, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1))
+    worker = Worker(pool.registry, pool.url, "q",
+                    on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1))
     thread = threading.Thread(target=worker.run, daemon=True)
     try:
         thread.start()
@@ -612,6 +612,6 @@ def test_a_spec_given_to_the_worker_replaces_the_pools_queue_spec():
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("q", drain_timeout=30)
     spec = dataclasses.replace(pool.queue_spec("q"), drain_timeout=0.5)
-    worker = Worker(pool, "q", spec=spec, renew_leases=False)
+    worker = Worker(pool.registry, pool.url, "q", spec=spec, renew_leases=False)
     assert worker.spec is spec and pool.queue_spec("q").drain_timeout == 30
     assert not worker.renew_leases

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from workerpool import queries
-from workerpool.limits import claim_limits
-from workerpool.worker.session import Session
+from workerpool import sql as queries
+from workerpool.model.limits import claim_limits
+from workerpool.runtime.worker.session import Session
 
 
 def test_single_statements_on_the_kept_connection_leave_nothing_behind(pool):
     pool.queue("q")
-    session = Session(pool, "q", concurrency=1)
+    session = Session(pool.url, "q", concurrency=1)
     session.open()
     try:
         for _ in range(200):
@@ -35,7 +35,7 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
     pool.task(lambda job: None, name="t", queue="q", concurrency_limit=1)
     limits = claim_limits(pool.queue_spec("q"), pool.tasks)
     pool.enqueue_many([("t", {"n": n}) for n in range(200)])
-    session = Session(pool, "q", concurrency=1)
+    session = Session(pool.url, "q", concurrency=1)
     session.open()
     try:
         for _ in range(12):

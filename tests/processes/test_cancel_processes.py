@@ -6,6 +6,7 @@ tests.helpers.cli.run_cli. PgBouncer (cancel by lease renewal, no LISTEN): test_
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, kill_all
 from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
+from workerpool.client import Engines
 
 APP = "tests.apps.control:pool"
 
@@ -53,8 +55,8 @@ def launch(db_url, tmp_path) -> Iterator:
 def app(db_url) -> Iterator[WorkerPool]:
     from tests.apps import control
 
-    pool = WorkerPool(db_url)
-    pool.queues, pool.tasks = control.pool.queues, control.pool.tasks
+    pool = copy.copy(control.pool)  # its declarations, on this test's database
+    pool.engines = Engines(db_url)
     yield pool
     pool.dispose()
 

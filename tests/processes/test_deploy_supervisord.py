@@ -24,9 +24,9 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
-from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
-from workerpool.oslayer import child_pids
-from workerpool.pool import QueueSpec
+from workerpool.model.specs import QueueSpec
+from workerpool.process.oslayer import child_pids
+from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
 
 CONF = ROOT / "deploy" / "supervisord.conf"
 PROGRAM = "program:workerpool"

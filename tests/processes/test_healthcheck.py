@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
-from workerpool import heartbeat
-from workerpool.healthcheck import check
+from workerpool.process import heartbeat
+from workerpool.process.healthcheck import check
 
 
 def stamp(directory: Path, worker: str, age: float) -> None:

@@ -15,7 +15,7 @@ from tests.helpers.replicas import (
 )
 from tests.helpers.waiting import wait_until
 from tests.processes.test_pgbouncer import bouncer  # noqa: F401 - the fixture
-from workerpool import db
+from workerpool.process import settings
 
 JOBS = 8
 
@@ -24,7 +24,7 @@ JOBS = 8
 def replicas(db_url, tmp_path, sql, bouncer):  # noqa: F811 - the fixture imported above
     sql(limits.LEDGER)
     group = Replicas(LIMITS_APP, bouncer.url(db_url), tmp_path,
-                     extra_env={db.PGBOUNCER_ENV: "1"})
+                     extra_env={settings.PGBOUNCER_ENV: "1"})
     yield group
     group.stop()
 

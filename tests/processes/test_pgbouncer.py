@@ -32,9 +32,11 @@ from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, alive, kill_all
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
 from workerpool.migrate import drift
-from workerpool.pool import INSERT_CHUNK
+from workerpool.process import settings
+from workerpool.sql import db
+from workerpool.sql.writes import INSERT_CHUNK
 
 POOL_SIZE = 2
 #: enqueue_many sends half by COPY, and half (one of them keyed) as two pipelined chunks
@@ -131,7 +133,7 @@ def launch(db_url: URL, bouncer: Bouncer, tmp_path: Path) -> Iterator:
         url = bouncer.url(db_url).render_as_string(hide_password=False)
         env.update(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(ROOT))
         if pgbouncer_mode:
-            env[db.PGBOUNCER_ENV] = "1"
+            env[settings.PGBOUNCER_ENV] = "1"
         log_path = tmp_path / f"supervisor{len(running)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
@@ -184,7 +186,7 @@ def children_started(sup: Supervisor) -> dict[str, int]:
 
 def test_pgbouncer_mode_runs_every_job_and_cron_tick_once(launch, bouncer, db_url, sql, ledger,
                                                           monkeypatch):
-    monkeypatch.setenv(db.PGBOUNCER_ENV, "1")  # the test's own enqueue engine, too
+    monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")  # the test's own enqueue engine, too
     sup = launch(pgbouncer_mode=True)
     sup.wait_running("work", "cron", "@maintenance")
     ids = enqueue_through(bouncer, db_url, JOBS)
@@ -227,7 +229,7 @@ def test_a_cancel_reaches_a_running_job_without_notifications(launch, bouncer, d
                                                                ledger, monkeypatch, tmp_path):
     """Behind the bouncer there is no LISTEN: the worker reads its cancel requests back (every
     poll interval while it runs jobs, and at each lease renewal)."""
-    monkeypatch.setenv(db.PGBOUNCER_ENV, "1")
+    monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")
     sup = launch(pgbouncer_mode=True)
     sup.wait_running("work")
     pool = WorkerPool(bouncer.url(db_url))
@@ -270,7 +272,7 @@ def test_migrate_through_the_bouncer(bouncer, empty_db_url, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
     env.update({"WORKERPOOL_DATABASE_URL":
                 bouncer.url(empty_db_url).render_as_string(hide_password=False),
-                "PYTHONPATH": str(ROOT), db.PGBOUNCER_ENV: "1"})
+                "PYTHONPATH": str(ROOT), settings.PGBOUNCER_ENV: "1"})
     done = subprocess.run([sys.executable, "-m", "workerpool", "migrate"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

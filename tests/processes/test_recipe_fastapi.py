@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from examples import fastapi_app
 from tests.helpers.waiting import wait_until
 from tests.processes.recipes import workerpool_run
-from workerpool.engines import Engines
+from workerpool.client import Engines
 
 
 def test_the_job_runs_iff_the_request_commits(db_url, sql, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import signal
 from examples import flask_app
 from tests.helpers.waiting import wait_until
 from tests.processes.recipes import workerpool_run
-from workerpool.engines import Engines
+from workerpool.client import Engines
 
 
 def test_the_job_commits_with_the_orm_session(db_url, sql, tmp_path, monkeypatch):

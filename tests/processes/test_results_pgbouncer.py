@@ -7,12 +7,14 @@ from __future__ import annotations
 from tests.apps import bouncer as app
 from tests.helpers.waiting import wait_until
 from tests.processes.test_pgbouncer import BROKEN, bouncer, launch  # noqa: F401 (fixtures)
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
+from workerpool.process import settings
 
 
 def test_results_and_a_batch_through_pgbouncer(launch, bouncer, db_url, sql,  # noqa: F811
                                                monkeypatch):
-    monkeypatch.setenv(db.PGBOUNCER_ENV, "1")  # the test's own pool too: no LISTEN, no prepare
+    # the test's own pool too: no LISTEN, no prepare
+    monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")
     sql(app.LEDGER)
     sup = launch(pgbouncer_mode=True)
     sup.wait_running("work")

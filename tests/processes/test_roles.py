@@ -24,7 +24,7 @@ from tests.apps import basic
 from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.waiting import wait_until
-from workerpool.roles import print_sql
+from workerpool.ops.roles import print_sql
 
 
 @dataclass(frozen=True)
@@ -151,8 +151,9 @@ def test_the_reader_reads_status_and_writes_nothing(logins, tmp_path):
 def test_the_worker_role_prunes_but_leaves_vacuum_to_autovacuum(logins):
     """The maintenance child's duties as the worker role: pruning (DELETE) works; ANALYZE and
     VACUUM need the owner (or PostgreSQL 17's MAINTAIN), and the duty knows it beforehand."""
-    from workerpool import db, queries
-    from workerpool.queries import health as health_queries
+    from workerpool import sql as queries
+    from workerpool.sql import db
+    from workerpool.sql import health as health_queries
 
     with psycopg.connect(libpq(logins.admin)) as conn:
         conn.execute("INSERT INTO workerpool_jobs (queue, task, state, finished_at) "

@@ -22,7 +22,7 @@ from tests.helpers.db import job_row
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import alive, group_alive
 from tests.helpers.waiting import wait_until
-from workerpool.config import DRAIN_MARGIN, RELEASE_MARGIN
+from workerpool.process.settings import DRAIN_MARGIN, RELEASE_MARGIN
 
 MEASURES = ROOT / ".workerpool" / "measurements.jsonl"
 

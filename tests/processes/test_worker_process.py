@@ -25,8 +25,9 @@ from sqlalchemy.engine import URL, make_url
 from tests.helpers.db import states
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
-from workerpool import WorkerPool, db
+from workerpool import WorkerPool
 from workerpool.migrate import upgrade
+from workerpool.sql import db
 
 
 class WorkerProcess:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.test_metrics import recorder, scraped  # noqa: F401  (the fixture)
-from workerpool import metrics
-from workerpool.queries.batches import Fired
+from workerpool.model import metrics
+from workerpool.sql.batches import Fired
 
 
 def test_finished_batches_are_counted_by_outcome_and_finisher_at_the_flush(recorder):  # noqa: F811

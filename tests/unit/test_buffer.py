@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workerpool.worker.buffer import MOST_PER_SLOT, Buffer
+from workerpool.runtime.worker.buffer import MOST_PER_SLOT, Buffer
 
 
 def sized(concurrency: int, run: float, trip: float, **kwargs) -> Buffer:

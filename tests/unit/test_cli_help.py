@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from workerpool.cli_help import EXAMPLES
+from workerpool.cli.helptext import EXAMPLES
 
 
 def help_of(*command: str) -> str:

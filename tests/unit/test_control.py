@@ -8,14 +8,14 @@ import threading
 import pytest
 
 from workerpool import Cancelled, Job, WorkerPool
-from workerpool.worker.listener import Listener
+from workerpool.runtime.worker.listener import Listener
 
 
 def listener() -> tuple[Listener, list, threading.Event]:
     seen: list = []
     wake = threading.Event()
     pool = WorkerPool("postgresql://unused/x")
-    made = Listener(pool, "email", wake, worker_id="host:1:ab",
+    made = Listener(pool.url, "email", wake, worker_id="host:1:ab",
                     on_cancel=lambda ids: seen.append(("cancel", ids)),
                     on_pause=lambda: seen.append(("pause",)))
     return made, seen, wake

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import make_url
 
-from workerpool import db
+from workerpool.sql import db
 
 MULTI = make_url("postgresql+psycopg://app:pw@/jobs?host=10.0.0.1:5432&host=10.0.0.2:5433"
                  "&target_session_attrs=read-write")

@@ -15,9 +15,10 @@ import yaml
 
 from tests.helpers.paths import ROOT
 from workerpool.cli import build_parser
-from workerpool.config import GRACE_ENV, SHUTDOWN_MARGIN
-from workerpool.heartbeat import DIR_ENV, HEARTBEAT_PERIOD
-from workerpool.pool import QueueSpec
+from workerpool.model.specs import QueueSpec
+from workerpool.process.heartbeat import HEARTBEAT_PERIOD
+from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
+from workerpool.process.settings import HEARTBEAT_DIR_ENV as DIR_ENV
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workerpool import queries
-from workerpool.pool import TaskSpec
-from workerpool.worker.inflight import (
+from workerpool import sql as queries
+from workerpool.model.specs import TaskSpec
+from workerpool.runtime.worker.inflight import (
     Flights,
     FlightState,
     IllegalTransition,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workerpool import ConfigError, WorkerPool
-from workerpool.limits import Rate, claim_limits, parse_rate
+from workerpool.model.limits import Rate, claim_limits, parse_rate
 
 
 @pytest.mark.parametrize(("text", "rate"), [

@@ -1,4 +1,4 @@
-"""workerpool.metrics without processes: batched observations scrape exactly like observe()."""
+"""The metrics recorder without processes: batched observations scrape exactly like observe()."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 from prometheus_client import generate_latest, values
 from prometheus_client.parser import text_string_to_metric_families
 
-from workerpool import metrics
-from workerpool.outcome import Outcome
-from workerpool.states import JobState, OutcomeKind
-from workerpool.worker.outcomes import _outcome_label
+from workerpool.model import metrics
+from workerpool.model.attempt import Outcome
+from workerpool.model.states import JobState, OutcomeKind
+from workerpool.process import exporter
+from workerpool.runtime.worker.outcomes import _outcome_label
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def recorder(tmp_path, monkeypatch):
 
 
 def scraped(directory: str) -> dict[tuple, float]:
-    text = generate_latest(metrics.registry(directory)).decode()
+    text = generate_latest(exporter.registry(directory)).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -79,8 +80,8 @@ def test_the_null_recorder_takes_every_hook():
 
 
 def test_restart_causes_are_a_bounded_set():
-    from workerpool.config import WorkerKind, WorkerType
-    from workerpool.slots import Slot, restart_cause
+    from workerpool.process.settings import WorkerKind, WorkerType
+    from workerpool.process.slots import Slot, restart_cause
 
     slot = Slot(WorkerType("fast", WorkerKind.QUEUE, 1.0, 5.0))
     killed, exited_75, exited_1 = 9, 75 << 8, 1 << 8  # waitpid statuses

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workerpool import PayloadError, PayloadTooLarge
-from workerpool import payload as checks
+from workerpool.model import payload as checks
 
 ODD_SCALARS = [
     "\x00", "a\\u0000", "\ud800", "[[[[", "{" * 70, "9" * 4100, 10**4005, 10**3990, -(10**4100),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from workerpool.errors import ConfigError
 from workerpool.migrate import VERSION_TABLE
-from workerpool.roles import print_sql
-from workerpool.schema import metadata
+from workerpool.model.errors import ConfigError
+from workerpool.ops.roles import print_sql
+from workerpool.sql.schema import metadata
 
 
 def test_every_table_of_the_schema_is_granted_to_the_worker_and_the_reader():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from workerpool import exitcodes
-from workerpool.config import RunSettings, WorkerType
-from workerpool.states import ChildState
-from workerpool.supervisor import Supervisor
+from workerpool.model import exitcodes
+from workerpool.model.states import ChildState
+from workerpool.process.settings import RunSettings, WorkerType
+from workerpool.process.supervisor import Supervisor
 
 
 def exited(code: int) -> int:
@@ -28,7 +28,6 @@ def killed_by(signum: int) -> int:
 
 @dataclass
 class FakeChild:
-    pool: object
     worker: WorkerType
     orphans: tuple[str, ...]
     parent_pid: int
@@ -40,7 +39,6 @@ class FakeChild:
 
 @dataclass
 class FakeReleaser:
-    pool: object
     worker_ids: tuple[str, ...]
     parent_pid: int
     close_fds: tuple[int, ...]
@@ -128,7 +126,7 @@ def fake() -> FakeOS:
 def make(fake: FakeOS, tmp_path: Path, *workers: WorkerType, **options) -> Supervisor:
     settings = RunSettings(workers=workers or (worker("email"), worker("sms")),
                            heartbeat_dir=tmp_path, **options)
-    sup = Supervisor(pool=None, settings=settings, os_layer=fake, child_factory=FakeChild,
+    sup = Supervisor(settings, os_layer=fake, child_factory=FakeChild,
                      releaser_factory=FakeReleaser)
     sup.start()
     assert sup.step() is None  # spawns everything
@@ -380,7 +378,7 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops():
     import threading
 
     from tests.helpers.waiting import wait_until
-    from workerpool.maintenance import MaintenanceLoop
+    from workerpool.runtime.maintenance import MaintenanceLoop
 
     ticks: list[int] = []
     loop = MaintenanceLoop(StandInMaintenance(None, worker_id="w"),
@@ -400,7 +398,8 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops():
 
 
 def test_maintenance_worker_type_outlives_every_queue_timing(tmp_path):
-    from workerpool import WorkerPool, config
+    from workerpool import WorkerPool
+    from workerpool.process import settings as config
 
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("email", drain_timeout=7, hang_timeout=90)
@@ -413,7 +412,8 @@ def test_maintenance_worker_type_outlives_every_queue_timing(tmp_path):
 def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monkeypatch):
     import dataclasses
 
-    from workerpool import WorkerPool, config
+    from workerpool import WorkerPool
+    from workerpool.process import settings as config
 
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("email", drain_timeout=7)
@@ -428,7 +428,8 @@ def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monk
 
 
 def test_a_queue_named_maintenance_does_not_collide_with_the_maintenance_child(tmp_path):
-    from workerpool import WorkerPool, config
+    from workerpool import WorkerPool
+    from workerpool.process import settings as config
 
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("maintenance")  # DESIGN §6's own cron example uses this queue name
@@ -508,8 +509,9 @@ def test_a_clean_drain_forks_no_releaser(fake, tmp_path):
 
 
 def test_the_grace_period_must_cover_drain_plus_both_margins(tmp_path):
-    from workerpool import WorkerPool, config
-    from workerpool.errors import ConfigError
+    from workerpool import WorkerPool
+    from workerpool.model.errors import ConfigError
+    from workerpool.process import settings as config
 
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("email", drain_timeout=26)

@@ -55,7 +55,8 @@ def mypy(tmp_path_factory):
 @pytest.mark.timeout(600)
 def test_the_modules_of_the_public_names_pass_mypy_strict(mypy):
     modules = {ROOT / "__init__.py"} | {
-        ROOT / (where.lstrip(".") + ".py") for where in workerpool._WHERE.values()
+        ROOT / (where.lstrip(".").replace(".", "/") + ".py")
+        for where in workerpool._WHERE.values()
     }
     assert (ROOT / "py.typed").is_file()
     result = mypy(*sorted(map(str, modules)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from workerpool import why
+from workerpool.ops import why
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
-from .. import db
-from ..errors import ConfigError, WorkerpoolError, first_line
+from ..model.errors import ConfigError, WorkerpoolError, first_line
+from ..process import settings
+from ..sql import db
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +62,7 @@ def options_from(args: argparse.Namespace):  # -> runner.Options
         raise ConfigError("--mean-gap must be within 0.1..3600 and --rate within 0.1..10000")
     if not 1 <= args.supervisors <= 16:
         raise ConfigError(f"--supervisors must be within 1..16, got {args.supervisors}")
-    raw = None if args.own_cluster else (args.database_url or os.environ.get(db.URL_ENV))
+    raw = None if args.own_cluster else (args.database_url or settings.database_url())
     server = None
     if raw:
         try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from ..oslayer import child_pids
+from ..process.oslayer import child_pids
 
 log = logging.getLogger("workerpool.chaos")
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..oslayer import child_pids
+from ..process.oslayer import child_pids
 
 APP = "workerpool.chaos.app:pool"
 STARTED = "supervisor_started"

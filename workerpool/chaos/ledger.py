@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL
 
-from .. import db
+from ..sql import db
 
 DDL = """
 CREATE TABLE IF NOT EXISTS chaos_exec (

@@ -16,8 +16,9 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL
 
-from .. import db
 from ..migrate import upgrade
+from ..process import settings
+from ..sql import db
 from . import cluster as clusters
 from .checker import History, Verdict, check, recovery_times
 from .faults import Injector, Servers
@@ -145,7 +146,7 @@ def _clock_offset(url: URL) -> float:
 
 def _env(workers: URL, direct: URL) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
-    env[db.URL_ENV] = workers.render_as_string(hide_password=False)
+    env[settings.URL_ENV] = workers.render_as_string(hide_password=False)
     env[LEDGER_URL_ENV] = direct.render_as_string(hide_password=False)  # never blackholed
     return env
 
@@ -178,7 +179,7 @@ def _through(url: URL, proxies: list[BlackholeProxy]) -> URL:
 def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
          workdir: Path) -> Result:
     started = time.monotonic()
-    os.environ[db.URL_ENV] = url.render_as_string(hide_password=False)
+    os.environ[settings.URL_ENV] = url.render_as_string(hide_password=False)
     from . import app
 
     proxies = _proxies(url)

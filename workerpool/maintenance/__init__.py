@@ -1,15 +1,12 @@
-"""What the maintenance child runs: cron scheduling, the abandoned sweep, pruning, worker registry.
+"""The maintenance loop's documented entry points, kept where the docs name them.
 
-The duties (:class:`Maintenance`, one pass at a time) live in :mod:`.duties`; the loop that runs
-them every ``interval`` seconds (:class:`MaintenanceLoop`) in :mod:`.loop`. The supervisor forks
-one maintenance child per replica and runs that loop in it; without the supervisor,
-``python -m workerpool.maintenance APP:POOL`` runs the same loop in the foreground.
+``python -m workerpool.maintenance APP:POOL`` runs the maintenance loop in the foreground
+(:mod:`.__main__`); ``workerpool.maintenance.health.read(conn)`` reads the jobs table's health.
+The duties themselves live in :mod:`workerpool.runtime.maintenance`.
 """
 
 from __future__ import annotations
 
-from ..dead import report_dead
-from .duties import MAINTENANCE_TYPE, Maintenance
-from .loop import MaintenanceLoop
+from ..runtime.maintenance import health
 
-__all__ = ["MAINTENANCE_TYPE", "Maintenance", "MaintenanceLoop", "report_dead"]
+__all__ = ["health"]

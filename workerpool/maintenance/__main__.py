@@ -13,12 +13,13 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from .. import exitcodes
-from ..app import AppLoadError, load_pool
-from ..errors import ConfigError
-from ..jobs import new_worker_id
-from .duties import Maintenance
-from .loop import MaintenanceLoop
+from ..cli.target import AppLoadError, load_pool
+from ..model import exitcodes
+from ..model.errors import ConfigError
+from ..model.job import new_worker_id
+from ..process.settings import queue_settings
+from ..runtime.maintenance.duties import Maintenance
+from ..runtime.maintenance.loop import MaintenanceLoop
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -32,8 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        maintenance = Maintenance(load_pool(args.app), worker_id=new_worker_id(),
-                                  interval=args.interval)
+        pool = load_pool(args.app)
+        maintenance = Maintenance(pool.registry, pool.engine, worker_id=new_worker_id(),
+                                  interval=args.interval, queues=queue_settings(pool),
+                                  pooled=pool.engines.pooled)
     except (AppLoadError, ConfigError) as exc:
         print(f"workerpool maintenance: {exc}", file=sys.stderr)
         return exitcodes.FAILURE

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import queries
-from ..pool import WorkerPool
-from ..states import JobState
+from .. import sql
+from ..client import WorkerPool
+from ..model.states import JobState
 
 #: ``state=ANY`` matches a job in any state; by default only ``pending`` jobs match.
 ANY = "any"
@@ -21,15 +21,15 @@ def enqueued(pool: WorkerPool, task: str | Callable | None = None, **match: Any)
     """The jobs of ``task`` (a name or the decorated function; None: every task) whose fields
     equal ``match`` (``queue``, ``state``, ``key``, ``payload``, ``priority``, ``max_attempts``,
     ``attempts``), in id order. ``state`` defaults to ``pending``; ``state=ANY`` for all."""
-    unknown = sorted(set(match) - set(queries.MATCHABLE))
+    unknown = sorted(set(match) - set(sql.MATCHABLE))
     if unknown:
-        raise TypeError(f"enqueued() cannot match on {unknown}; it can on {queries.MATCHABLE}")
+        raise TypeError(f"enqueued() cannot match on {unknown}; it can on {sql.MATCHABLE}")
     match.setdefault("state", JobState.PENDING)
     if match["state"] == ANY:
         del match["state"]
     name = None if task is None else pool.task_spec(task).name
     with pool.engine.connect() as conn:
-        return queries.find_jobs(conn, name, match)
+        return sql.find_jobs(conn, name, match)
 
 
 def assert_enqueued(pool: WorkerPool, task: str | Callable | None = None, *,

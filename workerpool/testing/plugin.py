@@ -10,7 +10,6 @@ runs; otherwise a new, empty ``WorkerPool``.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,11 +17,11 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from .. import db
-from ..engines import Engines
-from ..pool import WorkerPool
+from ..client import Engines, WorkerPool
+from ..process import settings
+from ..sql import db
 
-TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
+TEST_URL_ENV = settings.TEST_URL_ENV
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,8 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def server_url() -> URL:
     """Where throwaway databases are made: the test URL, the app's URL, or the embedded one."""
-    raw = os.environ.get(TEST_URL_ENV) or os.environ.get(db.URL_ENV)
-    return db.normalise(make_url(raw)) if raw else db.embedded_url()
+    raw = settings.test_database_url() or settings.database_url()
+    return db.normalise(make_url(raw)) if raw else db.embedded_url(settings.embedded_dir())
 
 
 def _admin_execute(server: URL, statement: str) -> None:
@@ -84,7 +83,7 @@ def workerpool_pool(request: pytest.FixtureRequest, workerpool_database_url: URL
         yield pool
         pool.dispose()
         return
-    from ..app import load_pool
+    from ..cli.target import load_pool
 
     pool = load_pool(target)
     saved = pool.engines, pool._inline

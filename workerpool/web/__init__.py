@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import (
+from ..model.errors import (
     InvalidFilter,
     ReplayRefused,
     UnknownBatch,

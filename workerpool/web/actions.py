@@ -14,8 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import dead
-from ..cancel import CANCELLED, STOPPING
+from ..model.cancel import CANCELLED, STOPPING
+from ..ops import dead
 from . import inputs
 from .render import redirect, render
 from .security import CSRF_FIELD

@@ -10,16 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from markupsafe import Markup, escape
-from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import batch_report
-from ..batches import RESULT_ORDER, status_of
-from ..errors import UnknownBatch
-from ..queries import batches as sql
-from ..queries import dashboard
-from ..schema import batches
+from ..model.batch import RESULT_ORDER, status_of
+from ..model.errors import UnknownBatch
+from ..sql import batches as sql
+from ..sql import dashboard
 from . import inputs, overview
 from .render import render
 
@@ -63,11 +60,8 @@ def batches_page(request: Request) -> Response:
         opened = [status_of(row, sql.member_counts(conn, row.id))
                   for row in sql.open_batches(conn, LISTED)]
         open_count = len(opened) if len(opened) < LISTED else sql.count_open(conn)
-        finished_rows = conn.execute(
-            select(batches).where(batches.c.finished_at.isnot(None))
-            .order_by(batches.c.finished_at.desc()).limit(LISTED)).all()
         finished = [status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
-                    for row in finished_rows]
+                    for row in sql.finished_batches(conn, LISTED)]
     return render(request, "batches.html", {"opened": opened, "open_count": open_count,
                                             "finished": finished, "bar": progress_bar})
 
@@ -86,7 +80,7 @@ def batch_page(request: Request) -> Response:
         callback_ids = list(row.callback_ids or [])
         status = status_of(row, sql.member_counts(conn, batch_id, callback_ids))
         members = sql.member_page(conn, batch_id, state, after, MEMBERS_PAGE + 1, callback_ids)
-        callbacks = batch_report.callback_states(conn, callback_ids)
+        callbacks = sql.callback_states(conn, callback_ids)
     more = len(members) > MEMBERS_PAGE
     members = members[:MEMBERS_PAGE]
     return render(request, "batch.html", {

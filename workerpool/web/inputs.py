@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..dead import DeadFilter, parse_duration, parse_since
-from ..errors import InvalidFilter
-from ..queries.dashboard import JobFilter
-from ..schema import DEAD_REASONS, STATES
-from ..validation import check_name
+from ..model.errors import InvalidFilter
+from ..model.validation import check_name
+from ..ops.dead import DeadFilter, parse_duration, parse_since
+from ..sql.dashboard import JobFilter
+from ..sql.schema import DEAD_REASONS, STATES
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500

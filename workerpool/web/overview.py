@@ -14,11 +14,11 @@ from typing import Any
 
 from sqlalchemy import true
 
-from .. import queries
-from ..queries import counts, dashboard
-from ..queries.operations import DEPTH_CAP
-from ..states import JobState
-from ..status import LIVE_WORKER_WINDOW, is_queue
+from .. import sql
+from ..model.states import LIVE_WORKER_WINDOW, JobState
+from ..ops.status import is_queue
+from ..sql import counts, dashboard
+from ..sql.operations import DEPTH_CAP
 from .charts import Bar
 
 #: Minutes the throughput and failure charts cover.
@@ -60,15 +60,15 @@ class Overview:
 
 def collect(pool: Any) -> Overview:
     with pool.engine.begin() as conn:
-        queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT, lock_timeout=1.0,
+        sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT, lock_timeout=1.0,
                                   idle_timeout=STATEMENT_TIMEOUT)
-        now = queries.database_now(conn)
-        workers = queries.list_workers(conn)
-        paused = {row.queue: row for row in queries.list_queue_states(conn) if row.paused}
+        now = sql.database_now(conn)
+        workers = sql.list_workers(conn)
+        paused = {row.queue: row for row in sql.list_queue_states(conn) if row.paused}
         names = sorted(set(pool.queues) | {w.queue for w in workers if is_queue(w.queue)}
-                       | {row.queue for row in queries.list_queue_states(conn)}
+                       | {row.queue for row in sql.list_queue_states(conn)}
                        | dashboard.common_queues(conn))
-        depths = queries.queue_depths(conn, names)
+        depths = sql.queue_depths(conn, names)
         exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
         estimates = (_exact_counts(conn) if exact else counts.estimates(
             conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
@@ -88,7 +88,7 @@ def collect(pool: Any) -> Overview:
 def _exact_counts(conn: Any) -> dict[tuple[str, str], int]:
     """Every (queue, state) counted: for a table this small, cheaper than estimating well."""
     counts: dict[tuple[str, str], int] = {}
-    for row in queries.state_counts(conn):
+    for row in sql.state_counts(conn):
         counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + row.count
     return counts
 

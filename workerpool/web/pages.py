@@ -16,11 +16,10 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import limit_status, queries, why
-from ..errors import UnknownJob
-from ..queries import dashboard
-from ..schema import DEAD_REASONS, STATES
-from ..status import age
+from ..ops import why
+from ..ops.status import age
+from ..sql import dashboard
+from ..sql.schema import DEAD_REASONS, STATES
 from . import inputs, overview
 from .charts import bar_chart
 from .render import render
@@ -93,18 +92,13 @@ def dead_page(request: Request) -> Response:
 def job_page(request: Request) -> Response:
     pool = request.app.state.pool
     job_id = inputs.job_id(request.path_params["job_id"])
+    known = why.app_tasks(pool) if pool.tasks else None
     with _read(pool) as conn:
-        row = dashboard.job_detail(conn, job_id)
-        if row is None:
-            raise UnknownJob(f"no job has id {job_id}")
+        answer = why.explain(conn, job_id, known)
+        row = answer.job
         holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
-        workers = queries.list_workers(conn)
-        states = {r.queue: r for r in queries.list_queue_states(conn)}
-        limit = limit_status.holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
-    known = pool.task_versions(row.queue) if pool.tasks else None
-    reasons = why.reasons(why.Facts(row, row.now, states.get(row.queue), workers, known, limit))
     return render(request, "job.html", {
-        "job": row, "holder": holder, "reasons": reasons, "age": age,
+        "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
         "result": _pretty(row.result),
         "cancel_request": _pretty(row.cancel_request),

@@ -16,16 +16,16 @@ import base64
 import binascii
 import hmac
 import ipaddress
-import os
 import secrets
 from collections.abc import Mapping
 from hashlib import sha256
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ..model.errors import ConfigError
+from ..process import settings
 
-TOKEN_ENV = "WORKERPOOL_WEB_TOKEN"
+TOKEN_ENV = settings.WEB_TOKEN_ENV
 CSRF_COOKIE = "workerpool_csrf"
 CSRF_FIELD = "csrf_token"
 MIN_TOKEN_LENGTH = 16
@@ -47,7 +47,7 @@ class CsrfRefused(Exception):
 
 
 def token_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    value = (os.environ if environ is None else environ).get(TOKEN_ENV) or None
+    value = settings.web_token(environ)
     if value is not None and len(value) < MIN_TOKEN_LENGTH:
         raise ConfigError(f"{TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters")
     return value

@@ -1,0 +1,372 @@
+"""The `workerpool` command: parses arguments and hands over to the modules that do the work.
+What its help says to the person running it is in :mod:`workerpool.cli_help`.
+
+Every failure prints one readable line to stderr and exits non-zero. Subcommands import their
+modules lazily so that `workerpool healthcheck` (a Kubernetes exec probe) stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..model import exitcodes
+from . import batch as cli_batch
+from . import enqueue as cli_enqueue
+from . import helptext as cli_help
+from . import live
+from .helptext import add_command
+from .target import CliError, pool_for
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ..client import database_url
+    from ..migrate import upgrade
+
+    upgrade(database_url(), args.revision)
+    print(f"workerpool: migrated to {args.revision}")
+    return exitcodes.OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from workerpool_demo import Options, main
+    except ModuleNotFoundError as exc:
+        if exc.name != "workerpool_demo":
+            raise
+        raise CliError("the demo (package workerpool_demo) is not installed: "
+                       "pip install 'workerpool[embedded]', or run it from a checkout") from None
+
+    given = {name: value for name, value in vars(args).items() if name in DEMO_OPTIONS}
+    return main(Options(**given))
+
+
+DEMO_OPTIONS = ("duration", "users", "chaos", "chaos_every", "settle_timeout", "database", "seed")
+
+
+# -- status and the dead-letter queue --------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ..ops import status, why
+
+    pool = pool_for(args)
+    if args.job is not None:
+        with pool.engine.connect() as conn:
+            answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
+        text = why.line(answer)
+        print(json.dumps({"job": args.job, "why": text,
+                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons]})
+              if args.json else text)
+        return exitcodes.OK
+    known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
+    data = status.collect(pool.engine, known)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(status.render(data), end="")
+    return exitcodes.OK
+
+
+def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> Any:
+    from ..ops.dead import DeadFilter, parse_since
+
+    since = parse_since(args.since) if getattr(args, "since", None) else None
+    return DeadFilter(queue=args.queue, task=args.task, reason=args.reason, since=since,
+                      ids=tuple(ids) if ids else None)
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    return {"list": dead_list, "retry": dead_retry, "purge": dead_purge}[args.dead_command](args)
+
+
+def dead_list(args: argparse.Namespace) -> int:
+    from ..ops import dead
+
+    if args.limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all), got {args.limit}")
+    page = dead.list_dead(pool_for(args), _dead_filter(args), limit=args.limit or None)
+    if args.json:
+        print(json.dumps({"total": page.total, "jobs": [j.to_json() for j in page.jobs]}, indent=2))
+        return exitcodes.OK
+    from ..ops.status import table
+
+    rows = [[j.id, j.queue, j.task, j.reason, f"{j.attempts}/{j.max_attempts}",
+             j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
+             _error_line(j.last_error)] for j in page.jobs]
+    headers = ["ID", "QUEUE", "TASK", "REASON", "ATTEMPTS", "DIED", "LAST ERROR"]
+    print(table(headers, rows, empty="(no dead jobs match)"))
+    print(f"{len(page.jobs)} of {page.total} matching dead jobs shown")
+    return exitcodes.OK
+
+
+def _error_line(error: Any) -> str:
+    if not error:
+        return "-"
+    text = f"{error.get('type', '?')}: {error.get('message', '')}".strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
+def dead_retry(args: argparse.Namespace) -> int:
+    from ..ops import dead
+    from .progress import ProgressBar
+
+    if bool(args.ids) == bool(args.all):
+        raise CliError("give job IDS or --all (with optional filters), not both and not neither")
+    bar = ProgressBar("replaying")
+    try:
+        result = dead.retry(pool_for(args), args.ids or None, all_matching=args.all,
+                            filters=_dead_filter(args), dry_run=args.dry_run, progress=bar)
+    finally:
+        bar.close()
+    if result.not_dead:
+        print(f"workerpool dead retry: {len(result.not_dead)} id(s) are not dead jobs, left alone: "
+              f"{_ids_text(result.not_dead)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"dry_run": result.dry_run, "count": len(result.ids), "ids": result.ids,
+                          "by_task": result.by_task, "not_dead": result.not_dead}, indent=2))
+        return exitcodes.OK
+    verb = "dry run: would replay" if result.dry_run else "replayed"
+    tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
+    print(f"{verb} {plural(len(result.ids), 'dead job')} ({tasks})")
+    if result.ids:
+        print(f"ids: {_ids_text(result.ids)}")
+    return exitcodes.OK
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _ids_text(ids: Sequence[int], limit: int = 50) -> str:
+    shown = " ".join(str(i) for i in ids[:limit])
+    return shown + (f" ... (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def dead_purge(args: argparse.Namespace) -> int:
+    from ..ops import dead
+    from .progress import ProgressBar
+
+    older_than = dead.parse_duration(args.older_than)
+    bar = ProgressBar("purging")
+    try:
+        result = dead.purge(pool_for(args), older_than, _dead_filter(args),
+                            dry_run=args.dry_run, progress=bar)
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps({"dry_run": result.dry_run, "count": result.count}))
+    else:
+        verb = "dry run: would purge" if result.dry_run else "purged"
+        print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
+    return exitcodes.OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .run import cmd_run  # the database stack and the runtime: not for `healthcheck`
+
+    return cmd_run(args)
+
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..process import settings
+    from ..process.healthcheck import check
+
+    if not args.max_age > 0:
+        raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
+    directory = Path(args.dir) if args.dir else settings.heartbeat_directory()
+    verdict = check(directory, args.max_age, args.workers)
+    if not verdict.healthy:
+        raise CliError(verdict.message)
+    print(f"workerpool healthcheck: {verdict.message}")
+    return exitcodes.OK if verdict.healthy else exitcodes.UNHEALTHY
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    try:
+        from ..web.server import serve
+    except ModuleNotFoundError as exc:
+        raise CliError(f"the dashboard needs its extra ({exc.name} is missing): "
+                       "pip install 'workerpool[web]'") from None
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port must be within 1..65535, got {args.port}")
+    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    return exitcodes.OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "migrate": cmd_migrate,
+    "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
+    "status": cmd_status,
+    "dead": cmd_dead,
+    "batch": lambda args: cli_batch.cmd_batch(args),
+    "cancel": lambda args: live.cmd_cancel(args),
+    "pause": lambda args: live.cmd_pause(args),
+    "resume": lambda args: live.cmd_resume(args),
+    "roles": lambda args: live.cmd_roles(args),
+    "run": lambda args: _run(args),
+    "healthcheck": cmd_healthcheck,
+    "web": cmd_web,
+    "demo": cmd_demo,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..process import heartbeat
+    from ..process import settings as config
+
+    parser = argparse.ArgumentParser(prog="workerpool", description=cli_help.DESCRIPTION,
+                                     epilog=cli_help.EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    migrate = add_command(sub, "migrate", help="apply workerpool's migrations (alembic upgrade)")
+    migrate.add_argument("revision", nargs="?", default="head")
+
+    cli_enqueue.add_parser(sub)
+
+    add_status_parser(sub)
+    add_dead_parser(sub)
+    cli_batch.add_parser(sub)
+    live.add_parsers(sub)
+    run = add_command(sub, "run", help="the supervisor: fork one child per queue and keep them up")
+    run.add_argument("app", metavar="APP:POOL")
+    run.add_argument("--queue", action="append", default=None, metavar="Q",
+                     help="run only this queue (repeatable; default: every declared queue)")
+    run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
+                     help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
+                          "else /dev/shm/workerpool-<uid>)")
+    run.add_argument("--grace", default=None, metavar="SECONDS",
+                     help="the orchestrator's stop grace period (default: "
+                          "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it")
+    run.add_argument("--restart-delay", type=float, default=config.RESTART_DELAY, metavar="SECONDS",
+                     help="base of the restart backoff after repeated fast crashes (default 1)")
+    run.add_argument("--boot-retries", type=int, default=config.BOOT_RETRIES, metavar="N",
+                     help="exit non-zero after a worker type fails to start N times in a row")
+    run.add_argument("--metrics-port", default=None, metavar="PORT",
+                     help="serve Prometheus metrics on GET /metrics at this port (default: "
+                          "$WORKERPOOL_METRICS_PORT, else off); needs workerpool[metrics]")
+    run.add_argument("--metrics-bind", default=None, metavar="ADDR",
+                     help="address the metrics port listens on (default: "
+                          "$WORKERPOOL_METRICS_BIND, else 127.0.0.1)")
+    run.add_argument("--log-level", default="INFO",
+                     choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-format", default=None, choices=["text", "json", "auto"],
+                     help="text (default), json (one object a line), or auto (json unless "
+                          "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text")
+
+    web = add_command(sub, "web", help="the web dashboard: queues, jobs, dead letters, actions")
+    web.add_argument("app", nargs="?", metavar="APP:POOL", default=None,
+                     help="the app (its tasks decide what a retry may replay; default: what"
+                          " live workers registered)")
+    web.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
+                     help="address to listen on (default 127.0.0.1; any other needs"
+                          " $WORKERPOOL_WEB_TOKEN)")
+    web.add_argument("--port", type=int, default=8080, help="default %(default)s")
+    web.add_argument("--read-only", action="store_true",
+                     help="serve no action at all (no retry, purge, cancel, pause)")
+
+    health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
+    health.add_argument("workers", nargs="*", metavar="WORKER",
+                        help="heartbeat names to check (default: every file in the directory)")
+    health.add_argument("--dir", default=None,
+                        help="heartbeat directory (default: as for `workerpool run`)")
+    health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
+                        metavar="SECONDS", help="older than this is stale (default %(default)g)")
+    demo = add_command(
+        sub, "demo",
+        help="the quick start: an example backend's jobs under a real supervisor, with a verdict",
+        description="Runs workerpool_demo.app under `workerpool run` on a fresh database "
+        "(the embedded PostgreSQL unless WORKERPOOL_DATABASE_URL names a server), plays a burst "
+        "of web requests, shows each queue live, drains, and checks that nothing was lost.",
+    )
+    keep = argparse.SUPPRESS  # unset options take the defaults of workerpool_demo.Options
+    demo.add_argument("--duration", type=float, default=keep,
+                      help="seconds during which requests arrive (default 15), then it settles")
+    demo.add_argument("--users", type=int, default=keep, help="signups in the burst (default 150)")
+    demo.add_argument("--chaos", action="store_true", default=keep,
+                      help="SIGKILL a random worker process every few seconds meanwhile")
+    demo.add_argument("--chaos-every", type=float, default=keep, metavar="SECONDS",
+                      help="seconds between two kills with --chaos (default 3)")
+    demo.add_argument("--settle-timeout", type=float, default=keep, metavar="SECONDS",
+                      help="give up if the work has not settled this long after the requests "
+                      "(default 90)")
+    demo.add_argument("--database", default=keep,
+                      help="name of the demo's own database, re-created on each run "
+                      "(default workerpool_demo)")
+    demo.add_argument("--seed", type=int, default=keep, help="seed the scenario's randomness")
+    return parser
+
+
+def add_status_parser(sub: Any) -> None:
+    status = add_command(sub, "status", help="queues (counts, oldest due, dead), crons, workers")
+    status.add_argument("--json", action="store_true", help="stable JSON for scripts")
+    status.add_argument("--app", metavar="APP:POOL", default=None,
+                        help="judge runnable rows by this app's tasks instead of live workers'")
+    status.add_argument("--job", type=int, default=None, metavar="ID",
+                        help="one line: why this job is not running (a limit, a pause, no"
+                             " worker, ...)")
+
+
+def add_dead_parser(sub: Any) -> None:
+    dead = add_command(sub, "dead", help="the dead-letter queue: list, retry (replay), purge")
+    verbs = dead.add_subparsers(dest="dead_command", required=True)
+
+    listing = add_command(verbs, "dead list", help="list dead jobs, most recent first")
+    _add_filters(listing)
+    listing.add_argument("--limit", type=int, default=100, help="rows to show (0 = all)")
+    listing.add_argument("--json", action="store_true")
+
+    retry = add_command(verbs, "dead retry", help="replay dead jobs: attempts reset, history kept")
+    retry.add_argument("ids", nargs="*", type=int, metavar="ID")
+    retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
+    _add_filters(retry)
+    retry.add_argument("--dry-run", action="store_true", help="show what would be replayed")
+    retry.add_argument("--app", metavar="APP:POOL", default=None,
+                       help="check tasks against this app (default: what live workers run)")
+    retry.add_argument("--json", action="store_true")
+
+    purge = add_command(verbs, "dead purge", help="delete dead jobs that died long enough ago")
+    purge.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 3600")
+    _add_filters(purge, since=False)
+    purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
+    purge.add_argument("--json", action="store_true")
+
+
+def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
+    parser.add_argument("--queue", default=None)
+    parser.add_argument("--task", default=None)
+    parser.add_argument("--reason", default=None, help="exhausted, permanent or abandoned")
+    if since:
+        parser.add_argument("--since", default=None,
+                            help="died within this duration (2h, 7d) or after this ISO time")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..model.errors import WorkerpoolError, first_line
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = COMMANDS[args.command]
+    try:
+        return handler(args)
+    except (CliError, WorkerpoolError) as exc:
+        print(f"workerpool {args.command}: {exc}", file=sys.stderr)
+        return exitcodes.FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a database or import failure: one line, password-free
+        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
+              file=sys.stderr)
+        return exitcodes.FAILURE
+
+
+

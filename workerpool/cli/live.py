@@ -1,0 +1,82 @@
+"""`workerpool cancel`, `pause`, `resume` (steering live work) and `roles`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..model import exitcodes
+from .target import CliError, pool_for
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+
+    if bool(args.ids) == bool(args.queue):
+        raise CliError("give job IDs or --queue Q (with optional --task, --state), not both")
+    result = pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
+                                    state=args.state, reason=args.reason, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return exitcodes.OK
+    prefix = "dry run: would be " if result.dry_run else ""
+    for job_id, verdict in result.verdicts.items():
+        state = result.states.get(job_id)
+        detail = f" ({state})" if verdict.startswith("already") else ""
+        print(f"job {job_id}: {prefix}{verdict}{detail}")
+    if not result.verdicts:
+        print("no job matches")
+    return exitcodes.OK
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    return _set_paused(args, True)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _set_paused(args, False)
+
+
+def _set_paused(args: argparse.Namespace, paused: bool) -> int:
+
+    pool = pool_for(args)
+    (pool.pause if paused else pool.resume)(args.queue)
+    print(f"queue {args.queue} {'paused' if paused else 'resumed'}")
+    return exitcodes.OK
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    from ..ops.roles import print_sql
+
+    sys.stdout.write(print_sql(args.prefix, args.schema))
+    return exitcodes.OK
+
+
+def add_parsers(sub: Any) -> None:
+    cancel = sub.add_parser("cancel", help="cancel jobs: queued ones now, running ones asked to"
+                            " stop")
+    cancel.add_argument("ids", nargs="*", type=int, metavar="ID")
+    cancel.add_argument("--queue", default=None, help="every live job of this queue")
+    cancel.add_argument("--task", default=None, help="with --queue: only this task")
+    cancel.add_argument("--state", default=None, help="with --queue: pending, processing or"
+                        " failed")
+    cancel.add_argument("--reason", default=None, help="why (kept in each job's history)")
+    cancel.add_argument("--dry-run", action="store_true", help="show what would happen")
+    cancel.add_argument("--app", metavar="APP:POOL", default=None)
+    cancel.add_argument("--json", action="store_true")
+    for verb, text in (("pause", "stop every replica claiming from QUEUE"),
+                       ("resume", "let every replica claim from QUEUE again")):
+        parser = sub.add_parser(verb, help=text)
+        parser.add_argument("queue", metavar="QUEUE")
+        parser.add_argument("--app", metavar="APP:POOL", default=None,
+                            help="known queues are this app's (default: queues with live"
+                                 " workers or rows)")
+    roles = sub.add_parser("roles", help="least-privilege group roles: owner (migrate), worker,"
+                           " reader (see docs/roles.md)")
+    roles.add_argument("--print-sql", action="store_true", required=True,
+                       help="print the idempotent SQL that creates the roles and their grants")
+    roles.add_argument("--prefix", default="workerpool",
+                       help="role names PREFIX_owner, PREFIX_worker, PREFIX_reader"
+                            " (default %(default)s)")
+    roles.add_argument("--schema", default="public", help="the schema of workerpool's tables")

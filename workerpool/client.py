@@ -1,0 +1,511 @@
+"""The client: ``WorkerPool``, an application's registry, its engines, and the calls it makes.
+
+A ``WorkerPool`` is a :class:`~workerpool.model.registry.Registry` (queues, tasks, crons,
+hooks: what ``workerpool run`` hands its children), its :class:`Engines` (made on first use),
+and the calls an application makes: enqueue (checked by :mod:`workerpool.model.new_job`,
+written by :mod:`workerpool.sql.writes`), results (:mod:`workerpool.sql.waiting`), batches
+(:mod:`workerpool.sql.batching`), cancel, pause and resume. Nothing below this module imports
+it: the runtime gets the registry and a URL, never the pool.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine import URL
+
+from . import sql
+from .model.batch import PAGE_SIZE, BatchStatus, MemberResult
+from .model.cancel import CancelResult, Selection
+from .model.errors import ConfigError, InvalidFilter, UnknownJob, UnknownQueue
+from .model.new_job import NewJob, build_job
+from .model.notices import CancelNotice, report_cancelled
+from .model.payload import DEFAULT_PAYLOAD_LIMIT
+from .model.registry import Registry
+from .model.results import JobInfo
+from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
+from .model.states import LIVE_WORKER_WINDOW, JobState
+from .model.validation import check_name
+from .process import settings
+from .sql import batching, db, waiting
+from .sql.batching import Batch
+from .sql.writes import (
+    enqueue_batch,
+    enqueue_batch_async,
+    enqueue_one,
+    enqueue_one_async,
+)
+
+__all__ = ["Engines", "WorkerPool", "database_url", "default_actor"]
+
+pause_log = logging.getLogger("workerpool.pause")
+T = TypeVar("T")
+
+
+class Engines:
+    """A pool's URL (``url_arg``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
+    PostgreSQL) and the engines on it. Nothing connects until the first database call."""
+
+    def __init__(self, url_arg: str | URL | None) -> None:
+        self._url_arg = url_arg
+        #: Behind PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``, read once).
+        self.pooled = settings.transaction_pooling()
+        self._url: URL | None = None
+        self._engine: Engine | None = None
+        self._async_engine: Any = None
+        # the first use may come from several threads at once (a web app's first requests):
+        # without it each would build an engine, and all but one would leak their connections
+        self._made = threading.RLock()
+
+    @property
+    def url(self) -> URL:
+        return self._once("_url", lambda: database_url(self._url_arg))
+
+    @property
+    def engine(self) -> Engine:
+        return self._once("_engine", lambda: db.create(self.url, pooled=self.pooled))
+
+    @property
+    def async_engine(self) -> Any:
+        return self._once("_async_engine",
+                          lambda: db.create_async(self.url, pooled=self.pooled))
+
+    def _once(self, name: str, make: Callable[[], T]) -> T:
+        """The attribute ``name``, made by ``make`` if it is still None (by one thread only)."""
+        value: T | None = getattr(self, name)
+        if value is None:
+            with self._made:
+                value = getattr(self, name)
+                if value is None:
+                    value = make()
+                    setattr(self, name, value)
+        return value
+
+    def use_engine(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def forget_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+        self._engine = None
+        self._made = threading.RLock()  # a thread of the parent may have held it at the fork
+
+    def dispose(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = None
+        if self._async_engine is not None:
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(self.dispose_async())
+            else:
+                raise RuntimeError("inside an event loop: await pool.dispose_async()")
+
+    async def dispose_async(self) -> None:
+        engine, self._async_engine = self._async_engine, None
+        if engine is not None:
+            await engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = None
+
+
+class WorkerPool:
+    """An application's way in: its declarations (:attr:`registry`), its database, and the
+    calls it makes (enqueue, result, batch, cancel, pause, resume).
+
+    ``url``: a PostgreSQL URL; else ``$WORKERPOOL_DATABASE_URL``; else the embedded PostgreSQL.
+    Nothing connects until the first database call. ``payload_limit`` and ``notify``: see
+    :class:`~workerpool.model.registry.Registry`.
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        notify: bool = True,
+    ) -> None:
+        #: The declarations: what ``workerpool run`` hands its children, without the engines.
+        self.registry = Registry(payload_limit=payload_limit, notify=notify)
+        self.engines = Engines(url)  # nothing connects until the first database call
+        self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
+        # Declaring is the registry's: its own methods, so every signature and check is one.
+        self.queue = self.registry.queue
+        self.task = self.registry.task
+        self.cron = self.registry.cron
+        self.maintenance = self.registry.maintenance
+        self.validate_crons = self.registry.validate_crons
+        self.task_spec = self.registry.task_spec
+        self.queue_spec = self.registry.queue_spec
+        self.task_versions = self.registry.task_versions
+
+    # -- the declarations ----------------------------------------------------------------------
+
+    @property
+    def queues(self) -> dict[str, QueueSpec]:
+        return self.registry.queues
+
+    @property
+    def tasks(self) -> dict[str, TaskSpec]:
+        return self.registry.tasks
+
+    @property
+    def crons(self) -> dict[str, CronSpec]:
+        return self.registry.crons
+
+    @property
+    def on_dead(self) -> Hooks:
+        """``@pool.on_dead``: ``fn(notice)`` for every job that goes dead."""
+        return self.registry.on_dead
+
+    @property
+    def on_cancel(self) -> Hooks:
+        """``@pool.on_cancel``: ``fn(notice)`` for every job cancelled."""
+        return self.registry.on_cancel
+
+    @property
+    def maintenance_settings(self) -> MaintenanceSpec:
+        return self.registry.maintenance_settings
+
+    @property
+    def payload_limit(self) -> int:
+        return self.registry.payload_limit
+
+    @property
+    def notify(self) -> bool:
+        return self.registry.notify
+
+    # -- database ------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> URL:
+        return self.engines.url
+
+    @property
+    def engine(self) -> Engine:
+        return self.engines.engine
+
+    @property
+    def async_engine(self) -> Any:
+        """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
+        :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
+        return self.engines.async_engine
+
+    def use_engine(self, engine: Engine) -> None:
+        """Replace the engine (a forked child builds its own)."""
+        self.engines.use_engine(engine)
+
+    def forget_engine(self) -> None:
+        """Drop the engine inherited over a fork without touching its connections."""
+        self.engines.forget_engine()
+
+    def dispose(self) -> None:
+        """Close the pool's connections. An async engine, if one was made, is closed too when
+        no event loop runs in this thread; inside one, ``await pool.dispose_async()``."""
+        self.engines.dispose()
+
+    async def dispose_async(self) -> None:
+        """Close the pool's async engine (and the sync one) from inside an event loop."""
+        await self.engines.dispose_async()
+
+    def migrate(self, revision: str = "head") -> None:
+        from .migrate import upgrade
+
+        upgrade(self.url, revision)
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def build(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        **limits: Any,
+    ) -> NewJob:
+        """Validate one job. Raises a named error for any bad input; touches no database.
+
+        ``limits``: ``concurrency_key``, ``unique``, ``unique_for``, ``on_conflict``
+        (docs/limits.md)."""
+        return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
+                         priority=priority, max_attempts=max_attempts, **limits)
+
+    def enqueue(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Connection | None = None,
+        **options: Any,
+    ) -> int:
+        """Enqueue one job and return its id.
+
+        With ``conn=`` the row is written in the caller's transaction: the job exists if and only
+        if that transaction commits. A ``key`` already taken returns the existing job's id
+        (``unique=``, ``unique_for=`` and ``on_conflict=`` say how long it is held and what a
+        second enqueue does; ``concurrency_key=`` groups jobs for per-key limits: docs/limits.md).
+        """
+        job_id = enqueue_one(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn, [job_id])
+        return job_id
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
+        | Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None]],
+        *,
+        conn: Connection | None = None,
+    ) -> list[int]:
+        """Enqueue many jobs atomically, with one NOTIFY; ids in the order given.
+
+        Each item is ``(task, payload)`` or ``(task, payload, options)`` where options are the
+        keyword arguments of :meth:`enqueue`. A bad item raises and nothing of the batch is
+        written. A batch without keys is one ``COPY``, which the database inserts while the
+        next rows are checked. A batch with keys is one INSERT of up to :data:`INSERT_CHUNK`
+        jobs, or chunks of that size pipelined in one transaction (in the caller's, a
+        savepoint). A caller's connection on another driver than psycopg 3 (psycopg2, say) gets
+        the whole batch in one INSERT.
+        """
+        ids = enqueue_batch(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn, ids)
+        return ids
+
+    async def enqueue_async(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> int:
+        """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
+        exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
+        ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
+        job_id = await enqueue_one_async(self, task, payload, conn, options)
+        if self._inline is not None:
+            self._inline(conn, [job_id])
+        return job_id
+
+    async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
+        """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
+        checked whole, then written atomically in one statement with one NOTIFY."""
+        ids = await enqueue_batch_async(self, jobs, conn)
+        if self._inline is not None:
+            self._inline(conn, ids)
+        return ids
+
+    def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
+        """For tests: ``"inline"`` runs each enqueued job in this process right after the
+        enqueuing transaction commits (at once without ``conn=``); ``None`` turns it off. The
+        mode applies at once; used as a context manager, the previous mode returns on exit."""
+        from .runtime.inline import MODES, InlineRunner
+
+        if mode not in MODES:
+            raise ConfigError(f"testing mode must be one of {MODES}, got {mode!r}")
+        previous = self._inline
+        self._inline = InlineRunner(self.registry, lambda: self.engine) if mode else None
+        return self._restore_mode(previous)
+
+    @contextmanager
+    def _restore_mode(self, previous: Callable[[Any, list[int]], None] | None
+                      ) -> Iterator[WorkerPool]:
+        try:
+            yield self
+        finally:
+            self._inline = previous
+
+    # -- operating it live ---------------------------------------------------------------------
+
+    def cancel(
+        self,
+        ids: Iterable[int] | None = None,
+        *,
+        conn: Connection | None = None,
+        reason: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        state: str | None = None,
+        dry_run: bool = False,
+        by: str | None = None,
+    ) -> CancelResult:
+        """Cancel jobs by id (or a queue's, with optional ``task``/``state``): a queued job ends
+        ``cancelled`` now, a running one is asked to stop. Returns a ``CancelResult`` saying per
+        id what happened; an unknown id raises UnknownJob and changes nothing.
+
+        With ``conn=`` it runs in the caller's transaction: the running jobs' owners are told,
+        and the ``on_cancel`` hooks run, when it commits. A queued job is cancelled in the same
+        statement that decides it (see :mod:`workerpool.sql.control` for the race with a
+        claim); a running one's owner also reads requests back as it renews its leases, which
+        is the path behind PgBouncer."""
+        selection = Selection(tuple(ids) if ids is not None else None, queue, task, state)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
+        by = by or default_actor()
+        with self._connection(conn) as db:
+            before = _selected(db, selection)
+            if dry_run or not before:
+                return CancelResult.planned(before, by)
+            changed = sql.cancel(db, list(before), by, reason)
+            sql.notify_owners(db, changed)
+            states = {row.id: row.state for row in changed}
+            rest = [job_id for job_id in before if job_id not in states]
+            others = sql.job_states(db, rest) if rest else {}
+        notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
+                   for row in changed if row.state == JobState.CANCELLED]
+        if conn is None or not conn.in_transaction():
+            report_cancelled(self.on_cancel, notices)
+        else:
+            _report_on_commit(conn, lambda: report_cancelled(self.on_cancel, notices))
+        return CancelResult.done(before, states, others, by)
+
+    def pause(self, queue: str, *, by: str | None = None,
+              known: Iterable[str] | None = None) -> None:
+        """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works).
+
+        Workers read their queue's row at most once per poll interval, and a notification
+        makes them read it at once; a paused queue's workers claim nothing, keep renewing the
+        leases of the jobs still running, and keep ticking (a paused queue is healthy)."""
+        self._set_paused(queue, True, by, known)
+
+    def resume(self, queue: str, *, by: str | None = None,
+               known: Iterable[str] | None = None) -> None:
+        """Let every replica claim from ``queue`` again."""
+        self._set_paused(queue, False, by, known)
+
+    def _set_paused(self, queue: str, paused: bool, by: str | None,
+                    known: Iterable[str] | None) -> None:
+        """An unknown queue raises UnknownQueue naming the known ones: ``known`` if given, else
+        the declared queues, else the queues live workers serve or that have rows."""
+        try:
+            check_name("queue", queue)
+        except ValueError as exc:
+            raise UnknownQueue(str(exc)) from None
+        by = by or default_actor()
+        with self.engine.begin() as conn:
+            names = set(known) if known is not None else (
+                set(self.queues) or sql.queue_names(conn, LIVE_WORKER_WINDOW))
+            if queue not in names:
+                raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
+                                   f"{', '.join(sorted(names)) or '(none)'}")
+            sql.set_paused(conn, queue, paused, by)
+        verb = "paused" if paused else "resumed"
+        pause_log.info("queue %s %s by %s", queue, verb, by,
+                       extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+
+    # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
+
+    def job(self, job_id: int) -> JobInfo:
+        """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
+        UnknownJob when no job has this id (never enqueued, or pruned)."""
+        return waiting.read(self, job_id)
+
+    def result(self, job_id: int, timeout: float | None = None) -> Any:
+        """Wait for the job to end and return what its handler returned. Raises JobFailed
+        (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
+        finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
+        return waiting.wait(self, job_id, timeout, listen=self._listens())
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio, on the pool's async engine."""
+        return await waiting.wait_async(self, job_id, timeout, listen=self._listens())
+
+    def _listens(self) -> bool:
+        """Whether a wait can LISTEN: ``notify`` on, and not behind PgBouncer's transaction
+        pooling (``$WORKERPOOL_PGBOUNCER``), where a session's LISTEN is not its own."""
+        return self.notify and not self.engines.pooled
+
+    def batch(self, *, on_complete: Any = None, on_success: Any = None, on_failure: Any = None,
+              payload: Mapping[str, Any] | None = None, conn: Connection | None = None,
+              key: str | None = None) -> Batch:
+        """A batch to fill in a ``with`` block: ``batch.enqueue(...)`` adds members, all
+        written in one transaction (``conn=``: the caller's). When the last member ends, its
+        outcome's transaction enqueues the callbacks once (``on_complete`` always,
+        ``on_success`` if every member is done, ``on_failure`` if any is dead or cancelled) with
+        ``payload``. ``key=`` reopens the batch of that key (a coordinator run twice)."""
+        return Batch(self, on_complete=on_complete, on_success=on_success,
+                     on_failure=on_failure, payload=payload, conn=conn, key=key,
+                     inline=self._inline)
+
+    def batch_status(self, batch_id: int) -> BatchStatus:
+        """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
+        return batching.status(self, batch_id)
+
+    def batch_results(self, batch_id: int, *, page_size: int = PAGE_SIZE
+                      ) -> Iterator[MemberResult]:
+        """Every member's ``MemberResult`` (done ones first), read a page at a time."""
+        return batching.results(self, batch_id, page_size)
+
+    @contextmanager
+    def _connection(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as own:
+            yield own
+
+
+def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
+    """The selected jobs and their states; unknown ids are refused by name."""
+    if selection.ids is None:
+        assert selection.queue is not None  # a Selection names ids or a queue
+        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state)
+        return sql.job_states(conn, ids) if ids else {}
+    states = sql.job_states(conn, selection.ids)
+    unknown = [job_id for job_id in selection.ids if job_id not in states]
+    if unknown:
+        listing = ", ".join(str(job_id) for job_id in unknown)
+        raise UnknownJob(f"unknown job id(s): {listing}; nothing was changed")
+    return {job_id: states[job_id] for job_id in selection.ids}
+
+
+def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:
+    """In the caller's transaction: report when it commits, never when it rolls back.
+
+    SQLAlchemy Core has no after-commit event; ``commit`` fires as the COMMIT is sent, after
+    the last statement, so only a COMMIT the server refuses could still undo a reported cancel.
+    """
+    pending = [report]
+
+    def committed(_conn: Connection) -> None:
+        if pending:
+            pending.pop()()
+
+    def rolled_back(_conn: Connection) -> None:
+        pending.clear()
+
+    event.listen(conn, "commit", committed, once=True)
+    event.listen(conn, "rollback", rolled_back, once=True)
+
+
+def database_url(url: str | URL | None = None) -> URL:
+    """Where to connect: ``url``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
+    PostgreSQL (started, or attached to, in ``$WORKERPOOL_EMBEDDED_DIR``)."""
+    given = url if url is not None else settings.database_url()
+    return db.resolve_url(given, embedded_dir=settings.embedded_dir())
+
+
+def default_actor() -> str:
+    """Who runs an operator's command, for the history it leaves: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

@@ -1,0 +1,193 @@
+"""What an application declares: its worker types, tasks, cron jobs, maintenance settings and
+hooks.
+
+Each spec is frozen and checks itself when built, so a bad setting fails when the application
+is imported, with a ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backoff import Backoff
+from .errors import ConfigError
+from .limits import check_limit, parse_rate
+from .validation import (
+    check_choice,
+    check_cron_expression,
+    check_name,
+    check_positive,
+    check_timezone,
+)
+
+#: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). None: sized to the
+#: handlers' speed (workerpool/worker/buffer.py), so fast jobs are claimed in batches and slow
+#: ones, whose suspects a crash would make costly to recover, get no buffer.
+DEFAULT_PREFETCH: int | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One worker type: the supervisor forks one child process per queue.
+
+    ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
+    slots, leased and waiting in claim order for the next free slot (0: claim only into free
+    slots; None, the default: as many as the handlers finish during one claim's round trip, at
+    most 5 x ``concurrency``, none on a queue with limits). It lets one claim fetch many rows; it is
+    also how much of a backlog one child can hold back from other replicas, so keep it small.
+    """
+
+    name: str
+    concurrency: int = 10
+    prefetch: int | None = DEFAULT_PREFETCH
+    stale_after: float = 300.0
+    drain_timeout: float = 30.0
+    hang_timeout: float = 60.0
+    poll_interval: float = 1.0
+    notify: bool = True
+    #: Seconds a running handler asked to stop (a cancel) gets before its row is written
+    #: ``cancelled`` without it and the process is recycled once its other jobs finish.
+    cancel_grace: float = 10.0
+    #: Jobs of this queue ``processing`` at once, counted across every replica (None: no limit).
+    global_concurrency: int | None = None
+    #: Claims per window across every replica: ``"100/s"``, ``"20/m"``, ``"500/h"``.
+    rate_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        check_name("queue", self.name)
+        check_limit(f"queue {self.name}: global_concurrency", self.global_concurrency)
+        if self.rate_limit is not None:
+            parse_rate(f"queue {self.name}: rate_limit", self.rate_limit)
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ConfigError(f"queue {self.name}: concurrency must be an int")
+        if not 1 <= self.concurrency <= 1000:
+            raise ConfigError(f"queue {self.name}: concurrency must be within 1..1000")
+        self._check_prefetch()
+        check_positive(f"queue {self.name}: stale_after", self.stale_after, minimum=0)
+        check_positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
+        check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
+        check_positive(f"queue {self.name}: poll_interval", self.poll_interval, minimum=0)
+        grace = self.cancel_grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0 or (
+                grace == float("inf")):
+            raise ConfigError(f"queue {self.name}: cancel_grace must be a finite number of"
+                              f" seconds >= 0, got {grace!r}")
+
+    def _check_prefetch(self) -> None:
+        if self.prefetch is None:  # sized at run time
+            return
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int):
+            raise ConfigError(f"queue {self.name}: prefetch must be an int or None")
+        if not 0 <= self.prefetch <= 1000:
+            raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A handler and its retry policy."""
+
+    name: str
+    queue: str
+    fn: Callable[..., Any]
+    max_attempts: int = 5
+    timeout: float | None = None
+    version: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+    priority: int = 0
+    upcasters: Mapping[int, Callable[[dict], dict]] = field(default_factory=dict)
+    #: Jobs with one concurrency key ``processing`` at once, cluster-wide (None: no limit).
+    concurrency_limit: int | None = None
+    #: The concurrency key of a job enqueued without one, from its payload (default: the name).
+    concurrency_key: Callable[[Mapping[str, Any]], str] | None = None
+    #: Claims per window per concurrency key (``"10/s"``); None: no limit.
+    key_rate_limit: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+
+OVERLAP_POLICIES = ("skip", "allow")
+MISSED_POLICIES = ("run_once", "skip")
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A recurring job: each tick of ``expression`` becomes at most one job row.
+
+    ``overlap="skip"``: a tick whose previous run is still pending, processing or failed (waiting
+    to retry) is skipped and counted. ``missed="run_once"``: after downtime the latest missed tick
+    runs once; ``"skip"``: nothing runs until the next tick. The task has the cron's name.
+    """
+
+    name: str
+    expression: str
+    queue: str
+    overlap: str = "skip"
+    missed: str = "run_once"
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        check_name("cron", self.name)
+        check_name("queue", self.queue)
+        check_cron_expression(self.name, self.expression)
+        check_timezone(self.name, self.timezone)
+        check_choice(f"cron {self.name}: overlap", self.overlap, OVERLAP_POLICIES)
+        check_choice(f"cron {self.name}: missed", self.missed, MISSED_POLICIES)
+
+
+@dataclass(frozen=True)
+class MaintenanceSpec:
+    """What the maintenance child does besides cron: pruning and worker bookkeeping (seconds)."""
+
+    retention: float = 7 * 24 * 3600.0  # done and cancelled rows older than this are deleted
+    prune_batch: int = 1000  # rows deleted per statement (short transactions, small WAL bursts)
+    prune_batches_per_pass: int = 10  # bound one pass's work; the next pass continues
+    worker_ttl: float = 120.0  # workers rows not seen for this long are pruned
+    interval: float = 1.0  # seconds between passes (one-second crons need 1.0)
+
+    def __post_init__(self) -> None:
+        check_positive("maintenance: retention", self.retention)
+        check_positive("maintenance: worker_ttl", self.worker_ttl)
+        check_positive("maintenance: interval", self.interval)
+        for name in ("prune_batch", "prune_batches_per_pass"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise ConfigError(f"maintenance: {name} must be an int within 1..100000")
+
+
+class Hooks(list[Callable[..., Any]]):
+    """Callbacks run for every job that goes dead (or is cancelled). ``pool.on_dead(fn)`` adds
+    one (a decorator)."""
+
+    def __init__(self, name: str = "on_dead") -> None:
+        super().__init__()
+        self.name = name
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise ConfigError(f"{self.name} hook must be callable, got {type(fn).__name__}")
+        self.append(fn)
+        return fn
+
+
+class WorkerKind(enum.StrEnum):
+    QUEUE = "queue"  # a Worker claiming from one queue
+    MAINTENANCE = "maintenance"  # the maintenance loop
+
+
+@dataclass(frozen=True)
+class WorkerType:
+    """One child the supervisor keeps alive: a queue, or the maintenance loop."""
+
+    name: str
+    kind: WorkerKind
+    drain_timeout: float
+    hang_timeout: float
+    #: A queue's effective settings (the pool's, with the environment's overrides applied):
+    #: what its children's Worker runs with. None for the maintenance loop.
+    spec: QueueSpec | None = None

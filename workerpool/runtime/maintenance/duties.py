@@ -1,0 +1,189 @@
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry,
+and the jobs table's health (:mod:`.health`, at its own cadence).
+
+:meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
+Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
+``SKIP LOCKED``, unique keys).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine
+
+from ... import sql
+from ...model import metrics
+from ...model.notices import DeadNotice, report_dead
+from ...model.registry import Registry
+from ...model.specs import QueueSpec
+from ...model.states import DeadReason, JobState
+from ...sql import batches, results
+from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
+from . import cron
+from .health import TableKeeper
+
+log = logging.getLogger("workerpool.maintenance")
+
+#: The process type maintenance children register under in ``workerpool_workers.queue``
+#: ('@' cannot start a queue name, so it never clashes with one).
+MAINTENANCE_TYPE = "@maintenance"
+#: Seconds between two samples of the queue depth gauges (metrics on only).
+DEPTH_EVERY = 5.0
+#: Seconds between two sweeps of open batches (a safety net: see sweep_batches).
+BATCH_SWEEP_EVERY = 5.0
+#: A waiter row this old belongs to a caller that died waiting (a live one that waits longer
+#: loses only its notification, and polls).
+WAITER_TTL = 3600.0
+
+
+class Maintenance:
+    """One replica's maintenance duties, run a pass at a time on ``engine``.
+
+    ``registry``: the crons to schedule, the queues to sweep and the ``on_dead`` hooks;
+    ``queues``: the queues' settings for this run (default: as declared; ``workerpool run``
+    applies the environment's overrides, :mod:`workerpool.process.settings`); ``pooled``: the
+    engine goes through PgBouncer in transaction pooling mode.
+    """
+
+    def __init__(self, registry: Registry, engine: Engine, *, worker_id: str,
+                 interval: float | None = None,
+                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False) -> None:
+        registry.validate_crons()
+        self.registry = registry
+        self.engine = engine
+        self.queues = dict(registry.queues if queues is None else queues)
+        self.worker_id = worker_id
+        self.settings = registry.maintenance_settings
+        self.interval = self.settings.interval if interval is None else interval
+        self._registered = False
+        self.table = TableKeeper(engine, pooled=pooled)
+        self._sampled_at = float("-inf")
+        self._swept_batches_at = float("-inf")
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A short transaction with the worker's time limits: a lock or a stuck statement errors
+        out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
+        with self.engine.begin() as conn:
+            sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
+                                      lock_timeout=LOCK_TIMEOUT,
+                                      idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+            yield conn
+
+    def run_pass(self) -> None:
+        """One round of every duty. Raises if the database is unreachable (no heartbeat then)."""
+        self.keep_registered()
+        self.schedule_crons()
+        self.sweep_abandoned()
+        self.prune_finished()
+        self.sweep_batches()
+        self.prune_workers()
+        self.prune_rate_counts()
+        self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
+        self.sample_depth()
+
+    def keep_registered(self) -> None:
+        """Announce this process in ``workerpool_workers`` and keep its ``last_seen`` fresh."""
+        with self._transaction() as conn:
+            if self._registered and sql.beat_worker(conn, self.worker_id):
+                return
+            sql.register_worker(conn, self.worker_id, host=socket.gethostname(),
+                                    pid=os.getpid(), queue=MAINTENANCE_TYPE, tasks={})
+        self._registered = True
+
+    def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
+        if not self.registry.crons:
+            return []
+        with self._transaction() as conn:
+            return cron.schedule(self.registry, conn)
+
+    def sweep_abandoned(self) -> list[DeadNotice]:
+        """Stale leases with no attempts left: ``dead/abandoned`` when the lost worker held only
+        that job (each reported), a suspect with its attempt back when it held others."""
+        notices: list[DeadNotice] = []
+        for name, spec in self.queues.items():
+            with self._transaction() as conn:
+                rows = sql.sweep_abandoned(conn, name, spec.stale_after)
+            dead = [row for row in rows if row.state == JobState.DEAD]
+            notices += report_dead(self.registry.on_dead, dead, reason=DeadReason.ABANDONED)
+        return notices
+
+    def prune_finished(self) -> int:
+        """Delete done/cancelled rows older than the retention, a batch per transaction."""
+        settings, deleted = self.settings, 0
+        for _ in range(settings.prune_batches_per_pass):
+            with self._transaction() as conn:
+                count = sql.prune_finished(conn, settings.retention, settings.prune_batch)
+            deleted += count
+            if count < settings.prune_batch:
+                break
+        if deleted:
+            log.info("pruned %d finished jobs", deleted,
+                     extra={"event": "jobs_pruned", "count": deleted})
+        return deleted
+
+    def sweep_batches(self) -> list[batches.Fired]:
+        """Every BATCH_SWEEP_EVERY seconds: finish open batches whose members have all ended
+        (the outcome of the last one finishes its batch in its own transaction, so this fires
+        nothing unless that path was missed: logged at error level when it does); then prune
+        finished batches past the retention, and waiter rows of callers that died waiting."""
+        now = time.monotonic()
+        if now - self._swept_batches_at < BATCH_SWEEP_EVERY:
+            return []
+        self._swept_batches_at = now
+        with self._transaction() as conn:
+            fired = batches.sweep(conn)
+        metrics.record.batches_finished(fired, "sweep")
+        metrics.record.flush()
+        for batch in fired:
+            log.error("batch %s finished by the maintenance sweep, not by its last member's"
+                      " outcome", batch.batch_id,
+                      extra={"event": "batch_swept", "batch_id": batch.batch_id,
+                             "outcome": batch.outcome})
+        with self._transaction() as conn:
+            batches.prune(conn, self.settings.retention, self.settings.prune_batch)
+            results.prune_waiters(conn, WAITER_TTL)
+        return fired
+
+    def prune_workers(self) -> list[str]:
+        with self._transaction() as conn:
+            gone = sql.prune_workers(conn, self.settings.worker_ttl)
+        for worker in gone:
+            log.info("pruned worker %s (not seen for %ss)", worker, self.settings.worker_ttl,
+                     extra={"event": "worker_pruned", "worker": worker})
+        return gone
+
+    def prune_rate_counts(self) -> int:
+        """The rate limits' counts of windows no claim reads any more (a limit removed)."""
+        with self._transaction() as conn:
+            return sql.prune_rate_counts(conn)
+
+    def sample_depth(self) -> None:
+        """With metrics on, every DEPTH_EVERY seconds: one bounded query for the depth gauges."""
+        now = time.monotonic()
+        if not metrics.record.enabled or now - self._sampled_at < DEPTH_EVERY:
+            return
+        self._sampled_at = now
+        with self._transaction() as conn:
+            samples = sql.queue_depths(conn, list(self.queues))
+            open_batches = batches.count_open(conn)
+        metrics.record.depth(samples)
+        metrics.record.batches_open(open_batches)
+
+    def close(self) -> None:
+        """Remove this process from the registry (a clean exit)."""
+        self.table.close()
+        if self._registered:
+            with self._transaction() as conn:
+                sql.unregister_worker(conn, self.worker_id)
+            self._registered = False
+
+

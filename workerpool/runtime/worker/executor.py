@@ -1,0 +1,207 @@
+"""Where handlers run: ``concurrency`` daemon threads, and one event loop for ``async def`` ones.
+
+Claimed jobs beyond the free handler slots wait, leased, in the threads' FIFO queue in claim
+order (the prefetch buffer); a thread that finishes takes the next one at once, without a round
+trip through the main loop. A job's ``timeout`` starts when its handler starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue as queue_module
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ... import sql
+from ...model import tracing
+from ...model.attempt import CANCELLED, Outcome, classify, error_entry, upcast
+from ...model.errors import LeaseLost
+from ...model.job import Job, Lease
+from ...model.payload import dumps
+from ...model.states import OutcomeKind
+from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
+from .session import Session
+
+
+class HandlerThreads:
+    """``size`` daemon threads running submitted calls.
+
+    Daemon threads, not a ThreadPoolExecutor: the interpreter joins executor threads at exit, so
+    one handler that never returns would keep a recycled process alive forever.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size, self.name = size, name
+        self._calls: queue_module.SimpleQueue[Callable[[], None] | None] = (
+            queue_module.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for number in range(self.size):
+            thread = threading.Thread(target=self._serve, name=f"{self.name}-{number}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def submit(self, call: Callable[[], None]) -> None:
+        self._calls.put(call)
+
+    def waiting(self) -> int:
+        """Calls submitted that no thread has taken yet (the prefetch buffer)."""
+        return self._calls.qsize()
+
+    def shutdown(self) -> None:
+        """Let idle threads exit; busy ones finish their call first (nobody waits for them)."""
+        for _ in self._threads:
+            self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call()
+
+
+class EventLoopThread:
+    """One event loop thread per worker for ``async def`` handlers (started on first use)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                                name=self.name)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def close(self) -> None:
+        """Stop the loop; close it unless a handler blocks it (a daemon thread: exit anyway)."""
+        loop = self._loop
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(2)
+        if not loop.is_running():
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.close()
+
+
+class Executor:
+    """Runs claimed jobs' handlers and hands each outcome back to the main loop.
+
+    ``began(flight)`` is called on the handler thread once the job's timeout runs;
+    ``returned(flight, outcome)`` once its handler is done, with ``None`` for the outcome when
+    the timeout had already decided the attempt.
+    """
+
+    def __init__(self, queue: str, worker_id: str, concurrency: int, session: Session, *,
+                 payload_limit: int, began: Callable[[InFlight], None],
+                 returned: Callable[[InFlight, Outcome | None], None]) -> None:
+        self.worker_id, self.session, self.queue = worker_id, session, queue
+        self.payload_limit = payload_limit  # a checkpoint's and a result's, as a payload's
+        self._began, self._returned = began, returned
+        self._threads = HandlerThreads(concurrency, f"wp-{queue}")
+        self._async = EventLoopThread(f"wp-{queue}-asyncio")
+
+    def start(self) -> None:
+        self._threads.start()
+
+    def submit(self, flight: InFlight, row: Any) -> None:
+        """Queue a claimed job for the next free handler thread."""
+        self._threads.submit(lambda: self._execute(flight, row))
+
+    def waiting(self) -> int:
+        """Jobs no handler thread has taken yet (the prefetch buffer)."""
+        return self._threads.waiting()
+
+    def shutdown(self) -> None:
+        self._threads.shutdown()
+        self._async.close()
+
+    # -- on a handler thread -------------------------------------------------------------------
+
+    def _begin(self, flight: InFlight) -> bool:
+        """A handler thread takes the job: its timeout starts now. False if it was withdrawn."""
+        if flight.transition(Step.BEGIN) is not FlightState.BUFFERED:
+            return False
+        flight.thread = threading.get_ident()
+        flight.started = now = time.monotonic()
+        if flight.spec.timeout:
+            flight.deadline = now + flight.spec.timeout
+        self._began(flight)
+        return True
+
+    def _execute(self, flight: InFlight, row: Any) -> None:
+        if not self._begin(flight):
+            return
+        span = tracing.run_span(row)  # None unless OpenTelemetry is installed
+        result = None
+        try:
+            exc, result = self._call(flight, self._job(flight, row))
+        except BaseException as setup_error:  # e.g. an upcaster that raised
+            exc = setup_error
+        flight.ran = time.monotonic() - flight.started
+        try:
+            outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id,
+                               result=result, limit=self.payload_limit)
+        except BaseException as classify_error:  # never lose a result, whatever was raised
+            outcome = Outcome(OutcomeKind.FAIL,
+                              error_entry(classify_error, attempt=flight.lease.attempt,
+                                          worker=self.worker_id), delay=60.0)
+        if flight.cancel_requested:  # asked to stop: whatever it returned or raised
+            outcome = CANCELLED
+        state = flight.transition(Step.RETURN)
+        late = state in OVERDUE_STATES  # decided without it
+        if span is not None:
+            span.finish(state.value if late else outcome.kind.value, exc)
+        self._returned(flight, None if late else outcome)
+
+    def _job(self, flight: InFlight, row: Any) -> Job:
+        payload = row.payload
+        if row.payload_version < flight.spec.version:
+            payload = upcast(flight.spec, payload, row.payload_version)
+        return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
+                            payload=payload, cancel=flight.cancel_flag)
+
+    def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
+        """``(None, what the handler returned)``, or ``(what it raised, None)``."""
+        try:
+            result = flight.spec.fn(job)
+            if inspect.isawaitable(result):
+                result = self._await(flight, result)
+        except BaseException as exc:
+            return exc, None
+        return None, result
+
+    def _await(self, flight: InFlight, awaitable: Any) -> Any:
+        """Run an ``async def`` handler on the worker's event loop; many overlap there.
+
+        Its task runs in a copy of this thread's context (``call_soon_threadsafe`` copies it),
+        so the run span current here is current in the handler too."""
+        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._async.loop())
+        if flight.hold_future(future) or flight.cancel_requested:
+            future.cancel()
+        return future.result()
+
+    def _save_checkpoint(self, job: Job, data: Any) -> None:
+        text = dumps(data, limit=self.payload_limit, what="checkpoint", object_only=False)
+        lease = Lease(job.id, job.attempt, self.worker_id)
+        with self.session.transaction(main_loop=False) as conn:
+            saved = sql.save_checkpoint(conn, lease, text)
+        if not saved:
+            raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,169 @@
+"""An operator steers live work: cancel jobs, pause and resume queues.
+
+Cancel is one UPDATE per batch, decided per row on the version it locks: a ``pending`` or
+``failed`` row ends ``cancelled`` at once; a ``processing`` row gets a ``cancel_request`` its
+owner will act on. A claim that took the row first holds its lock until it commits, so the
+cancel waits, re-reads the claimed row and treats it as running (never as queued).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    bindparam,
+    case,
+    cast,
+    false,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.types import Text
+
+from ..model.states import DUE_STATES, LIVE_STATES, JobState
+from .cancelled import history
+from .enqueue import NOTIFY_CHANNEL
+from .leases import Lease, fence
+from .operations import list_workers
+from .schema import jobs, queues
+from .settled import after_rows
+
+#: Notification payloads that are not queue names start with this (names cannot contain it).
+CONTROL = "!"
+
+_IDS = bindparam("ids", type_=ARRAY(BigInteger))
+
+
+def cancel_request(by: str, reason: str | None) -> Any:
+    """``{"by", "message", "at"}`` as JSONB, stamped on the database clock."""
+    fields = cast(literal(json.dumps({"by": by, "message": reason or ""}), Text), JSONB)
+    return fields.op("||")(func.jsonb_build_object("at", func.now()))
+
+
+# job_states: the state of each of these ids (the ones that exist). Index: pk_workerpool_jobs.
+def job_states(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
+    rows = conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id == func.any(_IDS)),
+                        {"ids": list(ids)})
+    return {row.id: row.state for row in rows}
+
+
+# select_ids: live rows of a queue (optionally one task and one state), ascending.
+# Index: ix_workerpool_jobs_due or ix_workerpool_jobs_leased (by state), else a scan.
+def select_ids(conn: Connection, queue: str, task: str | None, state: str | None) -> list[int]:
+    clauses = [jobs.c.queue == queue]
+    clauses.append(jobs.c.state == state if state else jobs.c.state.in_(LIVE_STATES))
+    if task is not None:
+        clauses.append(jobs.c.task == task)
+    return list(conn.execute(select(jobs.c.id).where(*clauses).order_by(jobs.c.id)).scalars())
+
+
+# cancel: queued rows → cancelled now; processing rows → cancel requested (first request kept).
+# Index: pk_workerpool_jobs.
+def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) -> list[Any]:
+    """Returns ``id, queue, task, attempts, state, claimed_by, batch_id`` of every row it
+    changed; waiters of the rows it cancelled are woken and their batches settled."""
+    queued = jobs.c.state.in_([literal_column(f"'{s}'") for s in DUE_STATES])
+    request = cancel_request(by, reason)
+    stmt = (
+        update(jobs)
+        .where(jobs.c.id == func.any(_IDS), jobs.c.state.in_(LIVE_STATES),
+               (jobs.c.state != JobState.PROCESSING) | jobs.c.cancel_request.is_(None))
+        .values(
+            state=case((queued, JobState.CANCELLED.value), else_=jobs.c.state),
+            finished_at=case((queued, func.now()), else_=jobs.c.finished_at),
+            errors=case((queued, history(request)), else_=jobs.c.errors),
+            cancel_request=request,
+        )
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.attempts, jobs.c.state,
+                   jobs.c.claimed_by, jobs.c.batch_id)
+    )
+    rows = list(conn.execute(stmt, {"ids": list(ids)}).all())
+    after_rows(conn, rows)  # queued rows cancelled now: their waiters and batches
+    return rows
+
+
+# notify_cancel: tell the owner of these running rows to stop them. Index: none.
+def notify_cancel(conn: Connection, owner: str, ids: Sequence[int]) -> None:
+    payload = f"{CONTROL}cancel {owner} {','.join(str(i) for i in ids)}"
+    conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, payload)))
+
+
+def notify_owners(conn: Connection, changed: Sequence[Any]) -> None:
+    """Tell the owner of each row a cancel left ``processing`` (one notification per owner)."""
+    owners: dict[str, list[int]] = {}
+    for row in changed:
+        if row.state == JobState.PROCESSING:
+            owners.setdefault(row.claimed_by, []).append(row.id)
+    for owner, ids in owners.items():
+        notify_cancel(conn, owner, ids)
+
+
+# requested_cancels: which of this worker's leased rows an operator asked to stop.
+# Index: ix_workerpool_jobs_claimed_by.
+def requested_cancels(conn: Connection, worker: str) -> set[int]:
+    stmt = select(jobs.c.id).where(
+        jobs.c.claimed_by == worker, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+        jobs.c.cancel_request.isnot(None))
+    return set(conn.execute(stmt).scalars())
+
+
+# finish_cancelled: one leased row → cancelled, its request written into the history.
+# Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
+def finish_cancelled(conn: Connection, lease: Lease) -> bool:
+    request = func.coalesce(jobs.c.cancel_request, cancel_request("worker", "cancelled"))
+    stmt = (
+        update(jobs)
+        .where(fence(lease))
+        .values(state=JobState.CANCELLED, finished_at=func.now(), errors=history(request))
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+# -- pause and resume ---------------------------------------------------------------------------
+
+
+# set_paused: pause or resume a queue, and tell its workers. Index: pk_workerpool_queues.
+def set_paused(conn: Connection, queue: str, paused: bool, by: str) -> None:
+    values = ({"paused": true(), "paused_at": func.now(), "paused_by": by} if paused
+              else {"paused": false(), "paused_at": None, "paused_by": None})
+    stmt = insert(queues).values(queue=queue, **values)
+    conn.execute(stmt.on_conflict_do_update(index_elements=[queues.c.queue], set_=values))
+    verb = "pause" if paused else "resume"
+    conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, f"{CONTROL}{verb} {queue}")))
+
+
+# is_paused: whether this queue is paused (no row: it runs). Index: pk_workerpool_queues.
+_IS_PAUSED = select(queues.c.paused).where(queues.c.queue == bindparam("queue"))
+
+
+def is_paused(conn: Connection, queue: str) -> bool:
+    return bool(conn.execute(_IS_PAUSED, {"queue": queue}).scalar())
+
+
+# list_queue_states: every queue with a state row. Index: none (one row per queue).
+def list_queue_states(conn: Connection) -> list[Any]:
+    return list(conn.execute(select(queues).order_by(queues.c.queue)).all())
+
+
+# known_queues: queues with rows in the jobs table. Index: ix_workerpool_jobs_due (a skip scan
+# would be better; this runs only for an operator's pause of an unknown name).
+def known_queues(conn: Connection) -> set[str]:
+    return set(conn.execute(select(jobs.c.queue).distinct()).scalars())
+
+
+def queue_names(conn: Connection, live_window: float) -> set[str]:
+    """The queues an operator may name: those live workers serve (seen within ``live_window``
+    seconds), those with a state row, and those with rows."""
+    live = {row.queue for row in list_workers(conn)
+            if row.age <= live_window and not row.queue.startswith("@")}
+    states = {row.queue for row in list_queue_states(conn)}
+    return live | states | known_queues(conn)

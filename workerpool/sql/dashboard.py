@@ -1,0 +1,166 @@
+"""What the web dashboard reads: job lists by keyset, one job whole, finishes per minute, and
+counts that stay bounded on a table of millions (capped exact counts, or the planner's estimate).
+
+Nothing here writes: the dashboard's actions call the same operations as the command line
+(:mod:`workerpool.ops.dead`, ``pool.cancel``, ``pool.pause``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+    true,
+    tuple_,
+)
+
+from .schema import jobs, workers
+
+#: Matching rows counted at most by :func:`count_capped`: past it the page says "N+".
+COUNT_CAP = 10_000
+#: Finished rows read at most for the throughput chart: past it the chart is a lower bound.
+FINISHED_CAP = 20_000
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The jobs list's filters (every field optional; all are ANDed). Checked by the caller."""
+
+    queue: str | None = None
+    task: str | None = None
+    state: str | None = None
+    dead_reason: str | None = None
+    key: str | None = None
+    created_after: datetime | timedelta | None = None
+    created_before: datetime | timedelta | None = None
+    by_finished: bool = False  # the time range is of finished_at (the dead letters), not created_at
+
+    def where(self) -> Any:
+        clauses = []
+        for name in ("queue", "task", "state", "dead_reason", "key"):
+            value = getattr(self, name)
+            if value is not None:
+                clauses.append(jobs.c[name] == value)
+        moment = jobs.c.finished_at if self.by_finished else jobs.c.created_at
+        if self.created_after is not None:
+            clauses.append(moment >= _moment(self.created_after, "after"))
+        if self.created_before is not None:
+            clauses.append(moment < _moment(self.created_before, "before"))
+        return and_(true(), *clauses)
+
+
+def _moment(value: datetime | timedelta, name: str) -> Any:
+    """A time, or a duration back from the database clock."""
+    if isinstance(value, timedelta):
+        return func.now() - bindparam(f"created_{name}_age", value)
+    return bindparam(f"created_{name}", value)
+
+
+LIST_COLUMNS = (
+    jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.dead_reason, jobs.c.priority,
+    jobs.c.attempts, jobs.c.max_attempts, jobs.c.key, jobs.c.run_at, jobs.c.created_at,
+    jobs.c.finished_at, jobs.c.claimed_by,
+    jobs.c.errors.op("->")(-1).op("->>")("type").label("last_error_type"),
+    jobs.c.errors.op("->")(-1).op("->>")("message").label("last_error_message"),
+)
+
+
+# browse_jobs: one page of matching rows after a keyset cursor (never OFFSET): newest id first,
+# or (``by_finished``, the dead letters) most recently finished first, as list_dead orders them.
+# Index: pk_workerpool_jobs read backwards from the cursor, stopping at the page size (a filter
+# matching few rows reads further); by_finished: ix_workerpool_jobs_finished the same way; a key
+# filter uses uq_workerpool_jobs_key.
+def browse_jobs(conn: Connection, where: Any, before_id: int | None, limit: int,
+                by_finished: bool = False) -> list[Any]:
+    """Up to ``limit`` rows matching ``where`` that come after job ``before_id`` in the order."""
+    stmt = select(*LIST_COLUMNS).where(where)
+    if by_finished:
+        stmt = stmt.where(jobs.c.finished_at.isnot(None))
+        order = (jobs.c.finished_at.desc(), jobs.c.id.desc())
+        key = tuple_(jobs.c.finished_at, jobs.c.id)
+        after = select(jobs.c.finished_at, jobs.c.id).where(jobs.c.id == before_id)
+        cursor = after.scalar_subquery()
+    else:
+        order, key, cursor = (jobs.c.id.desc(),), jobs.c.id, before_id
+    if before_id is not None:
+        stmt = stmt.where(key < cursor)
+    return list(conn.execute(stmt.order_by(*order).limit(limit)))
+
+
+# limit_time: a statement timeout for the rest of this transaction (SET LOCAL). Index: none.
+_LIMIT_TIME = text("SELECT set_config('statement_timeout', :timeout, true)")
+
+
+def limit_time(conn: Connection, seconds: float) -> None:
+    conn.execute(_LIMIT_TIME, {"timeout": f"{max(1, round(seconds * 1000))}ms"})
+
+
+# count_capped: how many rows match, counting at most ``cap`` + 1. Index: as browse_jobs.
+def count_capped(conn: Connection, where: Any, cap: int = COUNT_CAP) -> int:
+    """Matching rows up to ``cap + 1`` (a result above ``cap`` means "more than cap")."""
+    inner = select(literal_column("1")).select_from(jobs).where(where).limit(cap + 1).subquery()
+    return conn.execute(select(func.count()).select_from(inner)).scalar_one()
+
+
+# job_detail: every column of one job, and the database clock. Index: pk_workerpool_jobs.
+def job_detail(conn: Connection, job_id: int) -> Any | None:
+    stmt = select(jobs, func.now().label("now")).where(jobs.c.id == job_id)
+    return conn.execute(stmt).first()
+
+
+# lease_holder: the registered process holding a lease. Index: pk_workerpool_workers.
+def lease_holder(conn: Connection, worker_id: str) -> Any | None:
+    age = func.extract("epoch", func.now() - workers.c.last_seen).label("age")
+    return conn.execute(select(workers, age).where(workers.c.id == worker_id)).first()
+
+
+# finished_per_minute: rows that finished (done, cancelled, dead) per minute, queue and state
+# over the last ``minutes``, reading at most ``cap`` rows, newest first.
+# Index: ix_workerpool_jobs_finished (a backward range scan from now, stopped at the cap).
+_FINISHED = text(
+    """
+    SELECT date_trunc('minute', f.finished_at) AS minute, f.queue, f.state, count(*) AS count
+    FROM (SELECT finished_at, queue, state FROM workerpool_jobs
+          WHERE state IN ('done', 'cancelled', 'dead')
+            AND finished_at >= now() - make_interval(mins => :minutes)
+          ORDER BY finished_at DESC LIMIT :cap) AS f
+    GROUP BY 1, 2, 3
+    """
+)
+
+
+def finished_per_minute(conn: Connection, minutes: int, cap: int = FINISHED_CAP) -> list[Any]:
+    """``(minute, queue, state, count)``: counts adding up to ``cap`` mean the window held more
+    rows than were read (its oldest minutes are then undercounted)."""
+    return list(conn.execute(_FINISHED, {"minutes": minutes, "cap": cap}))
+
+
+# common_queues: the queue names the table's statistics know (most common values of the column).
+# Index: none (pg_stats, no table read).
+_COMMON_QUEUES = text(
+    "SELECT unnest(most_common_vals::text::text[]) FROM pg_stats"
+    " WHERE tablename = 'workerpool_jobs' AND attname = 'queue'"
+    " AND schemaname = current_schema()")
+
+
+def common_queues(conn: Connection) -> set[str]:
+    return set(conn.execute(_COMMON_QUEUES).scalars())
+
+
+# last_analyzed: when the jobs table's statistics were last gathered. Index: none (catalog).
+_LAST_ANALYZED = text(
+    "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
+    " WHERE relname = 'workerpool_jobs' AND schemaname = current_schema()")
+
+
+def last_analyzed(conn: Connection) -> datetime | None:
+    return conn.execute(_LAST_ANALYZED).scalar()

@@ -1,0 +1,336 @@
+"""The tables, as SQLAlchemy Core. The single source for queries and Alembic migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from ..model.payload import PAYLOAD_HARD_LIMIT
+from ..model.states import DUE_STATES, LIVE_STATES, PRUNED_STATES, DeadReason, JobState
+
+STATES = tuple(JobState)
+DEAD_REASONS = tuple(DeadReason)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TZ = DateTime(timezone=True)
+#: The rows that hold a lease (the partial indexes on leases cover exactly these).
+LEASED = f"state = '{JobState.PROCESSING}'"
+#: How long a job's ``key`` is held (``key_scope``): NULL forever (the default), ``live`` while
+#: the job can still run, ``for`` until ``key_expires_at`` (an enqueue after that moves the old
+#: holder to ``expired``). Only rows in the unique index hold their key.
+KEY_SCOPES = ("live", "for", "expired")
+
+
+#: Per-table autovacuum settings of the jobs table (storage parameters, set by migration 0004;
+#: ``migrate.drift`` compares them, Alembic does not). A queue table's live rows turn over many
+#: times a day while its size is set by the retention: vacuum and analyze it after 2 % of it
+#: (plus 1000 rows) changed instead of the server's 20 % and 10 %, and let that vacuum spend ten
+#: times the default cost budget, so it ends in seconds instead of lagging the churn.
+JOBS_AUTOVACUUM = {
+    "autovacuum_vacuum_scale_factor": "0.02",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0.02",
+    "autovacuum_analyze_threshold": "1000",
+    "autovacuum_vacuum_cost_limit": "2000",
+}
+
+
+def _in(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
+
+
+jobs = Table(
+    "workerpool_jobs",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("payload_version", Integer, nullable=False, server_default=text("1")),
+    Column("state", Text, nullable=False, server_default=text(f"'{JobState.PENDING}'")),
+    Column("dead_reason", Text),
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("run_at", TZ, nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    # Process deaths while the job was held, since its last ordinary outcome. Above 0 the job
+    # is a suspect: it runs alone on its worker until it succeeds, fails or snoozes.
+    Column("crashes", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    Column("claimed_by", Text),
+    Column("claimed_at", TZ),
+    Column("key", Text),
+    Column("key_scope", Text),
+    Column("key_expires_at", TZ),
+    # Jobs sharing a concurrency key are counted together against their task's per-key limits.
+    Column("concurrency_key", Text),
+    # When the current attempt was claimed by a limited claim (rate limits count these; lease
+    # renewals restamp claimed_at, never this).
+    Column("started_at", TZ),
+    Column("checkpoint", JSONB),
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("replays", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    Column("finished_at", TZ),
+    # An operator asked a running job to stop: who, why and when ({"by", "reason", "at"}). Its
+    # owner sees it (notification or lease renewal) and the row ends ``cancelled``.
+    Column("cancel_request", JSONB),
+    # The enqueuer's W3C trace context ({"traceparent", "tracestate"}), the parent of the
+    # worker's run span (workerpool.tracing); NULL when the enqueue was not traced.
+    Column("trace_context", JSONB),
+    # What the handler returned (JSON, checked like a payload); NULL when it returned None.
+    # Written by the completing UPDATE, fenced on the lease.
+    Column("result", JSONB),
+    # The batch this job is a member of (or, for a batch's callback, the batch it reports on).
+    Column("batch_id", BigInteger),
+    CheckConstraint(_in("state", STATES), name="state"),
+    CheckConstraint(
+        f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
+        f"(dead_reason IS NULL OR {_in('dead_reason', DEAD_REASONS)})",
+        name="dead_reason",
+    ),
+    CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
+    CheckConstraint(f"octet_length(result::text) <= {PAYLOAD_HARD_LIMIT}", name="result_size"),
+    CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
+    CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
+    CheckConstraint(f"key_scope IS NULL OR {_in('key_scope', KEY_SCOPES)}", name="key_scope"),
+    postgresql_with=JOBS_AUTOVACUUM,
+)
+
+# Arm 1 of the claim: due work, in claim order.
+Index(
+    "ix_workerpool_jobs_due",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(_in("state", DUE_STATES)),
+)
+# The claim's suspect arm (and the status count of suspects): due jobs held by a process that
+# died. Few rows, so the due arm filters them out on the heap instead of in its own index.
+Index(
+    "ix_workerpool_jobs_suspects",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(f"{_in('state', DUE_STATES)} AND crashes > 0"),
+)
+# Arm 2 of the claim, lease renewal and crash release: live leases.
+Index(
+    "ix_workerpool_jobs_leased",
+    jobs.c.queue,
+    jobs.c.claimed_at,
+    postgresql_where=text(LEASED),
+)
+Index(
+    "ix_workerpool_jobs_claimed_by",
+    jobs.c.claimed_by,
+    postgresql_where=text(LEASED),
+)
+# The key's holder: one row per key while its scope holds it (see KEY_SCOPES). Two enqueuers of
+# one key race on this index, never on a read.
+KEY_HELD = (
+    f"key IS NOT NULL AND (key_scope IS NULL OR key_scope = 'for' OR "
+    f"(key_scope = 'live' AND {_in('state', LIVE_STATES)}))"
+)
+Index("uq_workerpool_jobs_key", jobs.c.key, unique=True, postgresql_where=text(KEY_HELD))
+# Limits: a key's due rows in claim order (the per-key claim takes a key's first ones), its
+# running jobs, and the recent starts a rate limit counts.
+Index(
+    "ix_workerpool_jobs_due_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text(f"{_in('state', DUE_STATES)} AND concurrency_key IS NOT NULL"),
+)
+Index(
+    "ix_workerpool_jobs_running_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    postgresql_where=text(f"{LEASED} AND concurrency_key IS NOT NULL"),
+)
+Index("ix_workerpool_jobs_started", jobs.c.queue, jobs.c.started_at,
+      postgresql_where=text("started_at IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_started_key",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
+    jobs.c.started_at,
+    postgresql_where=text("started_at IS NOT NULL AND concurrency_key IS NOT NULL"),
+)
+# Maintenance: pruning finished rows and browsing the dead-letter queue.
+Index(
+    "ix_workerpool_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=text(_in("state", (*PRUNED_STATES, JobState.DEAD))),
+)
+
+# The dead-letter queue (``workerpool dead list``, status's dead counts): the finished index
+# above holds every done row too, so the dead rows get their own, newest first, carrying what
+# the listing filters and counts on (index-only counts of the dead alone).
+Index(
+    "ix_workerpool_jobs_dead",
+    jobs.c.finished_at,
+    jobs.c.id,
+    postgresql_where=text(f"state = '{JobState.DEAD}'"),
+    postgresql_include=["queue", "task", "dead_reason"],
+)
+# Batches: a batch's members by state (the outcome path's "is any member still live?" is three
+# probes; status counts and result pages read only the batch's own entries). Rows without a
+# batch are not in it, so they pay nothing for it.
+Index(
+    "ix_workerpool_jobs_batch",
+    jobs.c.batch_id,
+    jobs.c.state,
+    jobs.c.id,
+    postgresql_where=text("batch_id IS NOT NULL"),
+)
+
+#: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
+#: ``workerpool status`` shows the history's counts as the planner's estimates.
+QUEUE_STATE_STATISTICS = "workerpool_jobs_queue_state"
+
+# Live worker processes, one row per child process boot (maintained by the children).
+workers = Table(
+    "workerpool_workers",
+    metadata,
+    Column("id", Text, primary_key=True),  # the process's claimed_by: host:pid:random
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("tasks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("started_at", TZ, nullable=False, server_default=text("now()")),
+    Column("last_seen", TZ, nullable=False, server_default=text("now()")),
+    # Jobs it may hold at once (concurrency + prefetch): a limited claim that the whole fleet's
+    # capacity cannot push over its limit needs no exclusive lock (NULL: unknown, lock).
+    Column("capacity", Integer),
+)
+
+# Queue-wide rate limits: the claims of each slice (a tenth) of the window, a ring of
+# RATE_SLICES + 1 rows per (queue, window), each slot taken over once its slice has left every
+# window a claim counts. Claims only add to it, so nothing can leave it too high or too low.
+RATE_SLICES = 10
+rate_counts = Table(
+    "workerpool_rate_counts",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("window_s", Integer, primary_key=True),
+    Column("slot", SmallInteger, primary_key=True),
+    Column("slice", BigInteger, nullable=False),  # seconds since the epoch / (window / slices)
+    Column("claims", Integer, nullable=False),
+)
+
+# Cron schedules: one row per cron job, the lock that makes a tick fire once across replicas.
+cron = Table(
+    "workerpool_cron",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("expression", Text, nullable=False),
+    Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("last_tick", TZ),
+    # next_tick: the first tick after last_tick (or after the schedule was first seen)
+    Column("next_tick", TZ),
+    Column("last_job_id", BigInteger),
+    Column("skipped", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+)
+
+# Queue state shared by every replica: a paused queue claims nothing (workers read their row
+# once per poll interval; a notification makes it immediate). A queue without a row runs.
+queues = Table(
+    "workerpool_queues",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("paused_at", TZ),
+    Column("paused_by", Text),
+    # The queue's limits as its workers declared them (for ``workerpool status``); the claim
+    # of a limited queue locks this row, so that its counts are taken one claim at a time.
+    Column("limits", JSONB),
+)
+
+#: What a finished batch came to: every member done, or at least one dead or cancelled.
+BATCH_OUTCOMES = ("success", "failure")
+#: Who fired a batch's callbacks: the transaction of its last member's outcome, its own opening
+#: transaction (an empty batch), or the maintenance sweep (a safety net that should never fire).
+BATCH_FIRED_BY = ("outcome", "empty", "sweep")
+
+# Batches (fan-out and fan-in): members carry ``batch_id``; the callbacks are enqueued exactly
+# once, in the transaction of the last member's final outcome (workerpool.sql.batches).
+batches = Table(
+    "workerpool_batches",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    # A coordinator's idempotency key: opening a batch under a key that exists reopens it.
+    Column("key", Text),
+    Column("on_complete", Text),
+    Column("on_success", Text),
+    Column("on_failure", Text),
+    # The callback jobs to insert, resolved from the opener's registry:
+    # [{"on": "complete"|"success"|"failure", "queue", "task", "payload_version", "priority",
+    #   "max_attempts"}]
+    Column("callbacks", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    Column("finished_at", TZ),
+    Column("outcome", Text),
+    Column("fired_by", Text),
+    Column("callback_ids", ARRAY(BigInteger)),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    CheckConstraint("jsonb_typeof(callbacks) = 'array'", name="callbacks_array"),
+    CheckConstraint(
+        f"(finished_at IS NULL) = (outcome IS NULL) AND "
+        f"(outcome IS NULL OR {_in('outcome', BATCH_OUTCOMES)}) AND "
+        f"(fired_by IS NULL OR {_in('fired_by', BATCH_FIRED_BY)})",
+        name="finished",
+    ),
+)
+Index("uq_workerpool_batches_key", batches.c.key, unique=True,
+      postgresql_where=text("key IS NOT NULL"))
+# The open batches: the maintenance sweep's and ``workerpool status``'s.
+Index("ix_workerpool_batches_open", batches.c.id, postgresql_where=text("finished_at IS NULL"))
+# Pruning finished batches after the retention.
+Index("ix_workerpool_batches_finished", batches.c.finished_at,
+      postgresql_where=text("finished_at IS NOT NULL"))
+
+# Callers waiting in ``pool.result`` for a job to settle: the outcome write that settles a job
+# listed here sends one NOTIFY on RESULTS_CHANNEL (and deletes the rows); a job nobody waits for
+# costs the outcome path nothing. A waiter that gives up deletes its own row.
+waiters = Table(
+    "workerpool_waiters",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("since", TZ, nullable=False, server_default=text("now()")),
+)
+Index("ix_workerpool_waiters_job_id", waiters.c.job_id)

@@ -1,0 +1,63 @@
+"""What follows a job's final outcome (done, dead, cancelled), in the same transaction.
+
+Every write that can end a job calls :func:`after_final` once, after its job writes and before
+its commit: the worker's outcome flush (``runtime.worker.outcomes.record_many``), the crash
+release (``runtime.release.release_orphans``), the stale recovery and the abandoned sweep
+(``sql.recovery``), an operator's cancel (``sql.control.cancel``), and the inline runner of
+``workerpool.testing`` (``runtime.inline``, through ``record_many``). Two things may follow,
+each only when it applies:
+
+- callers waiting in ``pool.result`` for one of the jobs are woken (one NOTIFY per
+  transaction, :func:`.results.notify_waiters`), and
+- the batches of the jobs are finished if these were their last live members
+  (:func:`.batches.settle`).
+
+A transaction whose rows have no batch and no waiter sends nothing more: the common outcome
+flush costs no extra statement (the completing UPDATE says both things of each row).
+
+Once per transaction, at the end: the batch rows are locked after every job row the
+transaction writes, so two transactions never wait for each other in a cycle through a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..model.states import FINAL_STATES
+from .batches import Fired, settle
+from .results import Settled, notify_waiters, settled_rows
+
+
+def after_final(conn: Connection, settled: Sequence[Settled]) -> list[Fired]:
+    """Wake the waiters of ``settled`` rows and finish their batches; returns the batches
+    finished (their callback jobs are inserted, visible when the transaction commits)."""
+    wake = [row.id for row in settled if row.awaited is not False]
+    if wake:
+        notify_waiters(conn, wake)
+    return settle(conn, (row.batch_id for row in settled if row.batch_id is not None))
+
+
+def after_rows(conn: Connection, rows: Iterable[Any]) -> list[Fired]:
+    """:func:`after_final` for rows returned by a write (with ``id``, ``state`` and
+    ``batch_id``): the ones it left in a final state."""
+    final = [Settled(row.id, row.batch_id, None) for row in rows if row.state in FINAL_STATES]
+    return after_final(conn, final) if final else []
+
+
+def after_states(conn: Connection, done: Sequence[Settled],
+                 states: dict[int, str | None]) -> list[Fired]:
+    """:func:`after_final` for an outcome flush: ``done`` came back from the completing write
+    (with its batch and waiters), and the other rows ``states`` left dead or cancelled are
+    looked up (one statement, only when there are such rows)."""
+    done_ids = {row.id for row in done}
+    others = [job_id for job_id, state in states.items()
+              if state in FINAL_STATES and job_id not in done_ids]
+    settled = [row for row in done if row.batch_id is not None or row.awaited]
+    settled += settled_rows(conn, others)
+    return after_final(conn, settled) if settled else []
+
+
+__all__ = ["after_final", "after_rows", "after_states"]
