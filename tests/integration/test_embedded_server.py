@@ -53,3 +53,21 @@ def test_the_test_command_stops_the_embedded_server_it_started(own_embedded_dir)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (own_embedded_dir / "PG_VERSION").exists(), "the run used the embedded server"
     assert not db.embedded_running(own_embedded_dir)
+
+
+def test_workerpool_embedded_status_and_stop(own_embedded_dir):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
+        env[settings.EMBEDDED_DIR_ENV] = str(own_embedded_dir)
+        return subprocess.run([sys.executable, "-m", "workerpool", "embedded", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    db.embedded_url(own_embedded_dir)
+    assert cli("status").returncode == 0
+    stopped = cli("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert not db.embedded_running(own_embedded_dir)
+    assert cli("status").returncode == 1
+    assert "no embedded PostgreSQL is running" in cli("stop").stdout
+    refused = cli("restart")
+    assert refused.returncode == 2 and "invalid choice" in refused.stderr

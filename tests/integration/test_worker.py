@@ -612,6 +612,5 @@ def test_a_spec_given_to_the_worker_replaces_the_pools_queue_spec():
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("q", drain_timeout=30)
     spec = dataclasses.replace(pool.queue_spec("q"), drain_timeout=0.5)
-    worker = Worker(pool.registry, pool.url, "q", spec=spec, renew_leases=False)
+    worker = Worker(pool.registry, pool.url, "q", spec=spec)
     assert worker.spec is spec and pool.queue_spec("q").drain_timeout == 30
-    assert not worker.renew_leases

@@ -49,6 +49,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 DEMO_OPTIONS = ("duration", "users", "chaos", "chaos_every", "settle_timeout", "database", "seed")
 
 
+def cmd_embedded(args: argparse.Namespace) -> int:
+    """``workerpool embedded status|stop``: the embedded PostgreSQL of this directory."""
+    from ..process import settings
+    from ..sql import db
+
+    data_dir = settings.embedded_dir()
+    if args.action == "stop":
+        stopped = db.stop_embedded(data_dir)
+        print(f"stopped the embedded PostgreSQL in {data_dir}" if stopped
+              else f"no embedded PostgreSQL is running in {data_dir}")
+        return exitcodes.OK
+    running = db.embedded_running(data_dir)
+    print(f"the embedded PostgreSQL in {data_dir} is {'running' if running else 'not running'}")
+    return exitcodes.OK if running else 1
+
+
 # -- status and the dead-letter queue --------------------------------------------------------
 
 
@@ -216,6 +232,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "healthcheck": cmd_healthcheck,
     "web": cmd_web,
     "demo": cmd_demo,
+    "embedded": cmd_embedded,
 }
 
 
@@ -303,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="name of the demo's own database, re-created on each run "
                       "(default workerpool_demo)")
     demo.add_argument("--seed", type=int, default=keep, help="seed the scenario's randomness")
+    embedded = add_command(sub, "embedded",
+                           help="the embedded PostgreSQL of this directory: status, stop")
+    embedded.add_argument("action", choices=["status", "stop"])
     return parser
 
 

@@ -100,6 +100,13 @@ example:
 example:
   workerpool demo
   workerpool demo --chaos --duration 30    # SIGKILL workers meanwhile; nothing is lost""",
+    "embedded": """\
+example:
+  workerpool embedded status               # is the embedded PostgreSQL of ./.workerpool running?
+  workerpool embedded stop                 # stop it (open sessions are ended)
+
+A command that starts the embedded PostgreSQL (no $WORKERPOOL_DATABASE_URL) leaves it running
+for the next one; `workerpool demo` and the test suite stop the one they started.""",
 }
 
 

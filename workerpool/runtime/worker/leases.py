@@ -31,11 +31,10 @@ class Leases:
 
     def __init__(self, session: Session, flights: Flights, counters: Counters, *,
                  worker_id: str, queue: str, task_versions: dict[str, int], stale_after: float,
-                 orphans: tuple[str, ...], renew: bool, capacity: int | None = None) -> None:
+                 orphans: tuple[str, ...], capacity: int | None = None) -> None:
         self.session, self.flights, self.counters = session, flights, counters
         self.worker_id, self.queue, self.task_versions = worker_id, queue, task_versions
         self.orphans, self.stale_after = list(orphans), stale_after
-        self.renew = renew  # False: a test fault, leases run out while their jobs run
         self.capacity = capacity  # jobs held at most, registered for the limited claim
         # also the beat of the workers registry: `workerpool status` needs one every few seconds
         self.every = min(stale_after / 3, REGISTRY_BEAT)
@@ -68,14 +67,18 @@ class Leases:
     def next_due(self) -> float:
         return self.last_renew + self.every
 
+    def renewable(self) -> list[InFlight]:
+        """The jobs whose leases renewal extends: every one this worker holds."""
+        return self.flights.held()
+
     def renew_if_due(self) -> None:
         """Extend the leases of running jobs every stale_after/3; beat the worker registry;
         recover the queue's leases that other workers let go stale (a host gone)."""
         now = time.monotonic()
         if not self._renew_now and now - self.last_renew < self.every:
             return
-        held = self.flights.held()
-        renewing = self.renew and bool(held)
+        held = self.renewable()
+        renewing = bool(held)
         with self.session.transaction() as conn:
             if renewing:
                 renewed, cancelled = sql.renew_reading_cancels(

@@ -61,7 +61,7 @@ class Worker:
     ``registry.queue_spec(queue)``: the settings loaded for this run (``workerpool run`` applies
     the environment's overrides, :mod:`workerpool.process.settings`).
     ``pooled``: its connections go through PgBouncer in transaction pooling mode (no LISTEN, no
-    session state). ``renew_leases=False`` is a test fault: leases run out while their jobs run.
+    session state).
     """
 
     def __init__(
@@ -75,7 +75,6 @@ class Worker:
         on_tick: Callable[[], None] | None = None,
         parent_alive: Callable[[], bool] | None = None,
         orphans: tuple[str, ...] = (),
-        renew_leases: bool = True,
         on_claim: Callable[[], None] | None = None,
         pooled: bool = False,
     ) -> None:
@@ -115,7 +114,7 @@ class Worker:
                              on_claim=on_claim or (lambda: None))
         self.leases = Leases(self.session, self.flights, self.counters, worker_id=self.id,
                              queue=queue, task_versions=self.task_versions,
-                             stale_after=self.stale_after, orphans=orphans, renew=renew_leases,
+                             stale_after=self.stale_after, orphans=orphans,
                              capacity=self.spec.concurrency + self.claims.buffer.most)
         self.leases.on_cancelled = self.cancels.ask
 
@@ -148,10 +147,6 @@ class Worker:
     def renew_every(self) -> float:
         """Seconds between lease renewals (also the workers registry's beat)."""
         return self.leases.every
-
-    @property
-    def renew_leases(self) -> bool:
-        return self.leases.renew
 
     # -- the main loop -------------------------------------------------------------------------
 
