@@ -136,6 +136,8 @@ ORDER BY id FOR UPDATE
 # finish: every given (locked) open batch none of whose members is live → finished, its
 # callbacks inserted (and their queues woken). Index: pk_workerpool_batches, then
 # ix_workerpool_jobs_batch (three probes for live members, two for dead or cancelled ones).
+# The woken queues are grouped, not ``string_agg(DISTINCT ...)``: since PostgreSQL 16 an
+# aggregate's DISTINCT is a Sort node in the plan (a hash aggregate needs none).
 _FINISH = text(f"""
 WITH settled AS (
   SELECT b.id, b.payload, b.callbacks,
@@ -164,8 +166,8 @@ WITH settled AS (
   FROM settled s WHERE b.id = s.id
   RETURNING b.id, b.outcome, b.callback_ids
 ), woken AS (
-  SELECT pg_notify('{NOTIFY_CHANNEL}', string_agg(DISTINCT queue, ',')) AS sent
-  FROM fired HAVING count(*) > 0
+  SELECT pg_notify('{NOTIFY_CHANNEL}', string_agg(queue, ',')) AS sent
+  FROM (SELECT queue FROM fired GROUP BY queue) AS fired_queues HAVING count(*) > 0
 )
 SELECT finished.id, finished.outcome, finished.callback_ids, (SELECT count(*) FROM woken) AS woke
 FROM finished
