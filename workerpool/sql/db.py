@@ -70,7 +70,9 @@ def embedded_url(data_dir: Path) -> URL:
             "set WORKERPOOL_DATABASE_URL, or install the embedded PostgreSQL: pip install"
             " 'workerpool[embedded]'"
         ) from None
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    # made here, not by pgserver: its exists-then-mkdir races when several processes start the
+    # same server at once (pytest -n 4 on a fresh checkout: FileExistsError); initdb is locked
+    data_dir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         server = pgserver.get_server(data_dir, cleanup_mode=None)
