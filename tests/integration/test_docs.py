@@ -247,3 +247,13 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
     before = "\n".join(ci[:ci.index(tests)])
     assert not re.search(r"^\s*(export\s+)?WORKERPOOL_(TEST_)?DATABASE_URL=", before, re.M), before
     assert "unset WORKERPOOL_TEST_DATABASE_URL WORKERPOOL_DATABASE_URL" in before
+
+
+def test_the_ci_migration_check_imports_what_exists() -> None:
+    """.ci/run's Alembic step is Python in a heredoc, run only in CI: its imports must resolve
+    here (a moved module would otherwise fail CI after every test passed)."""
+    script = (ROOT / ".ci" / "run").read_text()
+    body = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    imports = [line for line in body.splitlines() if line.startswith(("from ", "import "))]
+    assert imports, body
+    exec("\n".join(imports), {})
