@@ -17,8 +17,12 @@ IGNORED = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "di
 def build_wheel(tmp: Path) -> Path:
     source = tmp / "source"
     shutil.copytree(ROOT, source, ignore=IGNORED)  # the build writes build/ into its source
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist",
-                    source], check=True, capture_output=True, timeout=120)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w",
+                            tmp / "dist", source], check=True, capture_output=True, text=True,
+                           timeout=120)
+    # every importable package is declared: setuptools warns of one it would ship undeclared
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr, (
+        [line for line in built.stdout.splitlines() if "absent from" in line])
     (wheel,) = (tmp / "dist").glob("workerpool-*.whl")
     return wheel
 
