@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.waiting import wait_until
 
@@ -101,6 +102,26 @@ def _stamp(line: str) -> float:
         return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
     except ValueError:
         return 0.0
+
+
+def start_supervisor(app: str, db_url: Any, tmp_path: Path, **extra_env: str) -> Supervisor:
+    """``workerpool run APP`` on ``db_url`` in its own session (stale arm off: an hour), with
+    its heartbeats and log under ``tmp_path``; ``extra_env`` on top of a clean environment."""
+    from tests.helpers.paths import ROOT
+
+    heartbeat_dir = tmp_path / "heartbeats"
+    heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+    env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+                "WORKER_CLAIM_STALE_MS": "3600000", "PYTHONPATH": str(ROOT), **extra_env})
+    log_path = tmp_path / "supervisor.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workerpool", "run", app, "--heartbeat-dir",
+             str(heartbeat_dir)], env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=log_file, start_new_session=True, cwd=ROOT)
+    return Supervisor(proc, log_path, heartbeat_dir, env)
 
 
 def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:

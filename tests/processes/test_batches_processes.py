@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.apps import batches as app_module
-from tests.helpers.paths import ROOT
-from tests.helpers.processes import Supervisor, alive, kill_all
+from tests.helpers.processes import Supervisor, alive, kill_all, start_supervisor
 from tests.helpers.waiting import wait_until
 
 MEMBERS = 10_000
@@ -37,19 +34,7 @@ def supervise(db_url, tmp_path) -> Iterator:
     running: list[Supervisor] = []
 
     def launch() -> Supervisor:
-        heartbeat_dir = tmp_path / "heartbeats"
-        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                    "WORKER_CLAIM_STALE_MS": "3600000", "PYTHONPATH": str(ROOT)})
-        log_path = tmp_path / "supervisor.log"
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.batches:pool",
-                 "--heartbeat-dir", str(heartbeat_dir)], env=env, stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=log_file, start_new_session=True, cwd=ROOT)
-        sup = Supervisor(proc, log_path, heartbeat_dir, env)
+        sup = start_supervisor("tests.apps.batches:pool", db_url, tmp_path)
         running.append(sup)
         return sup
 

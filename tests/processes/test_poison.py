@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps import poison as app_module
-from tests.helpers.paths import ROOT
-from tests.helpers.processes import Supervisor, kill_all
+from tests.helpers.processes import Supervisor, kill_all, start_supervisor
 from tests.helpers.waiting import wait_until
 
 SETTLE = 120.0  # a generous liveness bound, not a timing claim
@@ -42,20 +39,7 @@ def run_poison(db_url, tmp_path, ledger) -> Iterator:
     running: list[Supervisor] = []
 
     def launch() -> Supervisor:
-        heartbeat_dir = tmp_path / "heartbeats"
-        heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                    "WORKER_CLAIM_STALE_MS": "3600000", "TEST_LEDGER": str(ledger),
-                    "PYTHONPATH": str(ROOT)})
-        log_path = tmp_path / "supervisor.log"
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.poison:pool",
-                 "--heartbeat-dir", str(heartbeat_dir)], env=env, stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=log_file, start_new_session=True, cwd=ROOT)
-        sup = Supervisor(proc, log_path, heartbeat_dir, env)
+        sup = start_supervisor("tests.apps.poison:pool", db_url, tmp_path, TEST_LEDGER=str(ledger))
         running.append(sup)
         return sup
 
