@@ -65,6 +65,7 @@ class Maintenance:
         self.table = TableKeeper(engine, pooled=pooled)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
+        self._last_batch: int | None = None  # the newest batch the opened counter has seen
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -175,8 +176,10 @@ class Maintenance:
         with self._transaction() as conn:
             samples = sql.queue_depths(conn, list(self.queues))
             open_batches = batches.count_open(conn)
+            opened, self._last_batch = batches.opened_after(conn, self._last_batch)
         metrics.record.depth(samples)
         metrics.record.batches_open(open_batches)
+        metrics.record.batches_opened(opened)
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""
