@@ -212,12 +212,15 @@ class WorkerPool:
         self.engines.forget_engine()
 
     def dispose(self) -> None:
-        """Close the pool's connections. An async engine, if one was made, is closed too when
-        no event loop runs in this thread; inside one, ``await pool.dispose_async()``."""
+        """Close the pool's connections and its results listener. An async engine, if one was
+        made, is closed too when no event loop runs in this thread; inside one, ``await
+        pool.dispose_async()``."""
+        waiting.stop_listener(self)
         self.engines.dispose()
 
     async def dispose_async(self) -> None:
         """Close the pool's async engine (and the sync one) from inside an event loop."""
+        waiting.stop_listener(self)
         await self.engines.dispose_async()
 
     def migrate(self, revision: str = "head") -> None:
