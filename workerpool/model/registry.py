@@ -26,6 +26,11 @@ from .validation import (
 )
 
 
+def _seconds(value: Any) -> Any:
+    """A timedelta as seconds; anything else as given (checked by the caller)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
 class Registry:
     """Queues, tasks and cron jobs of one application, their maintenance settings and hooks.
 
@@ -66,11 +71,15 @@ class Registry:
         concurrency_limit: int | None = None,
         concurrency_key: Callable[[Mapping[str, Any]], str] | None = None,
         key_rate_limit: str | None = None,
+        result_ttl: float | timedelta | None = None,
     ) -> Callable[..., Any]:
         """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``.
 
         ``concurrency_limit`` and ``key_rate_limit`` hold per concurrency key, cluster-wide
         (docs/limits.md); ``concurrency_key`` computes a job's key from its payload.
+        ``result_ttl`` (seconds or timedelta): how long this task's finished rows, and their
+        results, outlive their end before the pruning deletes them (default: the maintenance
+        ``retention``).
         """
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,6 +98,7 @@ class Registry:
                 concurrency_limit=concurrency_limit,
                 concurrency_key=concurrency_key,
                 key_rate_limit=key_rate_limit,
+                result_ttl=check_positive("result_ttl", _seconds(result_ttl), allow_none=True),
             )
             self._check_new_task(spec)
             self._add_task(spec)

@@ -105,6 +105,9 @@ class TaskSpec:
     concurrency_key: Callable[[Mapping[str, Any]], str] | None = None
     #: Claims per window per concurrency key (``"10/s"``); None: no limit.
     key_rate_limit: str | None = None
+    #: Seconds this task's done and cancelled rows (and so their results) are kept before the
+    #: pruning deletes them; None: the maintenance ``retention``.
+    result_ttl: float | None = None
 
     @property
     def is_async(self) -> bool:

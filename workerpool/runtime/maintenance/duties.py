@@ -65,6 +65,8 @@ class Maintenance:
         self.table = TableKeeper(engine, pooled=pooled)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
+        self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
+                             if spec.result_ttl is not None}
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
 
     # -- the pass ------------------------------------------------------------------------------
@@ -122,7 +124,8 @@ class Maintenance:
         settings, deleted = self.settings, 0
         for _ in range(settings.prune_batches_per_pass):
             with self._transaction() as conn:
-                count = sql.prune_finished(conn, settings.retention, settings.prune_batch)
+                count = sql.prune_finished(conn, settings.retention, settings.prune_batch,
+                                           self._result_ttls)
             deleted += count
             if count < settings.prune_batch:
                 break
