@@ -36,7 +36,7 @@ from .model.states import LIVE_WORKER_WINDOW, JobState
 from .model.validation import check_name
 from .process import settings
 from .sql import batching, db, waiting
-from .sql.batching import Batch
+from .sql.batching import AsyncBatch, Batch
 from .sql.writes import (
     enqueue_batch,
     enqueue_batch_async,
@@ -445,6 +445,16 @@ class WorkerPool:
         return Batch(self, on_complete=on_complete, on_success=on_success,
                      on_failure=on_failure, payload=payload, conn=conn, key=key,
                      inline=self._inline)
+
+    def batch_async(self, *, on_complete: Any = None, on_success: Any = None,
+                    on_failure: Any = None, payload: Mapping[str, Any] | None = None,
+                    conn: Any = None, key: str | None = None) -> AsyncBatch:
+        """:meth:`batch` for asyncio: ``async with pool.batch_async(...) as batch: await
+        batch.enqueue(...)``, on the pool's async engine or an ``AsyncConnection`` (``conn=``,
+        the caller's transaction)."""
+        return AsyncBatch(self, on_complete=on_complete, on_success=on_success,
+                          on_failure=on_failure, payload=payload, conn=conn, key=key,
+                          inline=self._inline)
 
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
