@@ -34,11 +34,12 @@ from ..model.dependencies import (
     CANCEL,
     DEPENDENCY_FAILED,
     DUE,
+    HOLD,
     SEQUENCE,
     Edge,
     verdict,
 )
-from ..model.states import JobState
+from ..model.states import LIVE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
 from .schema import SEQUENCE_HELD, dependencies, jobs
 
@@ -195,11 +196,55 @@ def release(conn: Connection, parent_ids: Sequence[int], *, notify: bool = True)
     return resolve(conn, locked, notify=notify)
 
 
-def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True) -> Released:
-    """Decide for waiting jobs this transaction has locked (one fresh read of their edges)."""
+# A sequence's job that ended cancelled (or dead, releasing) hands its place in the line to
+# the jobs behind it: they inherit its own sequence parents that still hold the line, so the
+# next job waits for the one before the failed one. Index: pk_workerpool_job_dependencies.
+_INHERIT = text(f"""
+INSERT INTO {EDGES} (job_id, parent_id, kind, if_failed)
+SELECT d.job_id, g.parent_id, '{SEQUENCE}', g.if_failed
+FROM unnest(CAST(:jobs AS bigint[]), CAST(:failed AS bigint[])) AS d(job_id, parent_id)
+JOIN {EDGES} AS g ON g.job_id = d.parent_id AND g.kind = '{SEQUENCE}'
+JOIN {JOBS} AS p ON p.id = g.parent_id
+WHERE p.state IN ({', '.join(f"'{s}'" for s in LIVE_STATES)})
+   OR (p.state = '{JobState.DEAD}' AND g.if_failed = '{HOLD}')
+ON CONFLICT DO NOTHING
+RETURNING parent_id
+""")
+# The inherited parents are marked like any parent at enqueue (see the module header).
+_MARK = text(f"""
+WITH locked AS (
+  SELECT id FROM {JOBS} WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR NO KEY UPDATE)
+UPDATE {JOBS} AS j SET has_dependents = true FROM locked WHERE j.id = locked.id
+""")
+
+
+def _read_edges(conn: Connection, locked: Sequence[int]) -> dict[int, list[Edge]]:
     edges: dict[int, list[Edge]] = {}
     for row in conn.execute(_EDGES_OF, {"ids": list(locked)}):
         edges.setdefault(row.job_id, []).append(Edge(*row))
+    return edges
+
+
+def _inherit(conn: Connection, edges: dict[int, list[Edge]]) -> bool:
+    """Sequence edges to a job that failed and released the line: take over its own sequence
+    parents that still hold it. Returns whether any edge was added."""
+    failed = [(e.job_id, e.parent_id) for found in edges.values() for e in found
+              if e.kind == SEQUENCE and e.if_failed != HOLD
+              and e.parent_state in (JobState.DEAD, JobState.CANCELLED)]
+    if not failed:
+        return False
+    parents = list(conn.execute(_INHERIT, {"jobs": [f[0] for f in failed],
+                                           "failed": [f[1] for f in failed]}).scalars())
+    if parents:
+        conn.execute(_MARK, {"ids": sorted(set(parents))})
+    return bool(parents)
+
+
+def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True) -> Released:
+    """Decide for waiting jobs this transaction has locked (a fresh read of their edges)."""
+    edges = _read_edges(conn, locked)
+    if _inherit(conn, edges):
+        edges = _read_edges(conn, locked)  # after the marks: the parents' states now
     due: list[int] = []
     cancel: list[tuple[int, int, str]] = []
     for job_id in locked:
