@@ -33,7 +33,7 @@ from ..model.errors import InvalidDependency, InvalidJob, UnknownTask, WorkflowC
 from ..model.new_job import build_item, build_job
 from ..model.states import LIVE_STATES, JobState
 from .dependencies import Link, attach, lock_parents, sequence_tail
-from .writes import Target, atomically, caller_connection, enqueue_one
+from .writes import Target, _atomically, caller_connection, enqueue_one
 
 #: The options that link a job to others.
 LINK_OPTIONS = ("after", "sequence")
@@ -70,7 +70,7 @@ def transaction(pool: Target, conn: Connection | None) -> Iterator[Connection]:
             yield own
         return
     conn = caller_connection(conn)
-    with atomically(conn):
+    with _atomically(conn, own=False):
         yield conn
 
 
