@@ -357,6 +357,11 @@ def test_the_sweep_repairs_what_a_missed_release_left_and_counts_it(app, sql):
     assert maintenance.sweep_dependencies() == 2
     assert states(sql, b, c) == ["pending", "cancelled"]
     assert maintenance.repaired_dependents == 2
+    # each repair is in the job's history, where the chaos checker looks for it
+    assert sql("SELECT errors -> -1 ->> 'type' FROM workerpool_jobs WHERE id = %s", b) == [
+        ("DependencySweep",)]
+    assert sql("SELECT errors -> -1 -> 'swept' FROM workerpool_jobs WHERE id = %s", c) == [
+        (True,)]
     maintenance._swept_dependencies_at = float("-inf")
     assert maintenance.sweep_dependencies() == 0
 

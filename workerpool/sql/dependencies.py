@@ -170,7 +170,7 @@ SET state = '{JobState.CANCELLED}', finished_at = now(),
     errors = j.errors || jsonb_build_array(jsonb_build_object(
       'attempt', j.attempts, 'at', now(), 'type', '{DEPENDENCY_FAILED}', 'parent', c.parent,
       'message', 'cancelled: parent job ' || c.parent || ' ended ' || c.parent_state,
-      'traceback', NULL, 'worker', NULL))
+      'traceback', NULL, 'worker', NULL, 'swept', CAST(:swept AS boolean)))
 FROM unnest(CAST(:ids AS bigint[]), CAST(:parents AS bigint[]), CAST(:states AS text[]))
   AS c(id, parent, parent_state)
 WHERE j.id = c.id AND j.state = '{JobState.WAITING}'
@@ -240,8 +240,19 @@ def _inherit(conn: Connection, edges: dict[int, list[Edge]]) -> bool:
     return bool(parents)
 
 
-def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True) -> Released:
-    """Decide for waiting jobs this transaction has locked (a fresh read of their edges)."""
+# A job the sweep made due keeps a trace of it in its history (the release missed it).
+_SWEPT = text(f"""
+UPDATE {JOBS} SET errors = errors || jsonb_build_array(jsonb_build_object(
+  'attempt', attempts, 'at', now(), 'type', 'DependencySweep', 'traceback', NULL,
+  'worker', NULL, 'message', 'made due by the maintenance sweep: its parents had all ended'))
+WHERE id = ANY(CAST(:ids AS bigint[])) AND state = '{JobState.PENDING}'
+""")
+
+
+def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True,
+            swept: bool = False) -> Released:
+    """Decide for waiting jobs this transaction has locked (a fresh read of their edges).
+    ``swept``: the maintenance sweep decides, and says so in each job's history."""
     edges = _read_edges(conn, locked)
     if _inherit(conn, edges):
         edges = _read_edges(conn, locked)  # after the marks: the parents' states now
@@ -257,11 +268,14 @@ def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True) -> 
     made_due = 0
     if due:
         made_due = conn.execute(_MAKE_DUE, {"ids": due, "notify": notify}).one().n
+        if swept and made_due:
+            conn.execute(_SWEPT, {"ids": due})
     cancelled: list[Any] = []
     if cancel:
         cancelled = list(conn.execute(_CANCEL, {"ids": [c[0] for c in cancel],
                                                 "parents": [c[1] for c in cancel],
-                                                "states": [c[2] for c in cancel]}))
+                                                "states": [c[2] for c in cancel],
+                                                "swept": swept}))
     return Released(made_due, cancelled)
 
 
@@ -335,7 +349,7 @@ def sweep(conn: Connection, limit: int = 1000) -> Released:
     stranded = list(conn.execute(_STRANDED, {"limit": limit}).scalars())
     if not stranded:
         return Released(0, [])
-    return resolve(conn, stranded)
+    return resolve(conn, stranded, swept=True)
 
 
 # ---------------------------------------------------------------------------------------------
