@@ -104,17 +104,17 @@ def sequence_tail(conn: Connection, sequence: str) -> int | None:
     return conn.execute(_SEQUENCE_TAIL, {"sequence": sequence}).scalar()
 
 
-# attach: the new jobs' edges, and their state (waiting), sequence and workflow.
-# Index: pk_workerpool_jobs (the update), the edges' primary key (the insert).
+# attach: the new jobs' state (waiting), sequence and workflow, and their edges, in one
+# statement. Index: pk_workerpool_jobs (the update), the edges' primary key (the insert).
 _ATTACH = text(f"""
-UPDATE {JOBS} AS j
-SET state = CASE WHEN l.wait THEN '{JobState.WAITING}' ELSE j.state END,
-    sequence = l.sequence, workflow_id = l.workflow_id
-FROM unnest(CAST(:ids AS bigint[]), CAST(:waits AS boolean[]), CAST(:sequences AS text[]),
-            CAST(:workflows AS bigint[])) AS l(id, wait, sequence, workflow_id)
-WHERE j.id = l.id
-""")
-_EDGES = text(f"""
+WITH attached AS (
+  UPDATE {JOBS} AS j
+  SET state = CASE WHEN l.wait THEN '{JobState.WAITING}' ELSE j.state END,
+      sequence = l.sequence, workflow_id = l.workflow_id
+  FROM unnest(CAST(:ids AS bigint[]), CAST(:waits AS boolean[]), CAST(:sequences AS text[]),
+              CAST(:workflows AS bigint[])) AS l(id, wait, sequence, workflow_id)
+  WHERE j.id = l.id
+  RETURNING j.id)
 INSERT INTO {EDGES} (job_id, parent_id, kind, if_failed)
 SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:parents AS bigint[]),
                      CAST(:kinds AS text[]), CAST(:policies AS text[]))
@@ -123,16 +123,15 @@ ON CONFLICT DO NOTHING
 
 
 def attach(conn: Connection, links: Sequence[Link]) -> None:
-    """Write ``links`` for jobs just inserted in this transaction (two statements)."""
+    """Write ``links`` for jobs just inserted in this transaction (one statement)."""
     if not links:
         return
+    edges = [(x.job_id, *edge) for x in links for edge in x.edges]
     conn.execute(_ATTACH, {"ids": [x.job_id for x in links], "waits": [x.wait for x in links],
                            "sequences": [x.sequence for x in links],
-                           "workflows": [x.workflow_id for x in links]})
-    edges = [(x.job_id, *edge) for x in links for edge in x.edges]
-    if edges:
-        conn.execute(_EDGES, {"jobs": [e[0] for e in edges], "parents": [e[1] for e in edges],
-                              "kinds": [e[2] for e in edges], "policies": [e[3] for e in edges]})
+                           "workflows": [x.workflow_id for x in links],
+                           "jobs": [e[0] for e in edges], "parents": [e[1] for e in edges],
+                           "kinds": [e[2] for e in edges], "policies": [e[3] for e in edges]})
 
 
 # ---------------------------------------------------------------------------------------------
