@@ -11,9 +11,8 @@ already done) written by :func:`.dependencies.attach`. Jobs without links never 
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -32,6 +31,7 @@ from ..model.dependencies import (
 from ..model.errors import InvalidDependency, InvalidJob, UnknownTask, WorkflowCycle
 from ..model.new_job import build_item, build_job
 from ..model.states import LIVE_STATES, JobState
+from . import single_write
 from .dependencies import Link, attach, lock_parents, sequence_tail
 from .writes import Target, _atomically, caller_connection, enqueue_one
 
@@ -62,16 +62,22 @@ def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], 
     return rest, parents, name
 
 
-@contextmanager
-def transaction(pool: Target, conn: Connection | None) -> Iterator[Connection]:
-    """The caller's transaction (a savepoint in it), or one of our own."""
+T = TypeVar("T")
+
+
+def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Connection], T]
+                   ) -> T:
+    """``write(tx)`` in the caller's transaction (a savepoint in it), or in a transaction of its
+    own on a pooled connection without the checkout ping (``single_write``: a transaction that
+    never reached its COMMIT can be sent again)."""
     if conn is None:
-        with pool.engine.begin() as own:
-            yield own
-        return
-    conn = caller_connection(conn)
-    with _atomically(conn, own=False):
-        yield conn
+        return single_write.write(pool.engine, lambda own: _atomic(own, True, write))
+    return _atomic(caller_connection(conn), False, write)
+
+
+def _atomic(conn: Connection, own: bool, write: Callable[[Connection], T]) -> T:
+    with _atomically(conn, own):
+        return write(conn)
 
 
 def enqueue_linked(pool: Target, task: str | Callable, payload: Mapping[str, Any] | None,
@@ -80,8 +86,8 @@ def enqueue_linked(pool: Target, task: str | Callable, payload: Mapping[str, Any
     """``pool.enqueue`` with ``after=`` or ``sequence=``: checked, then written atomically."""
     rest, after, sequence = split(options)
     build_job(pool.registry, task, payload, **rest)  # every other check, before any lock
-    with transaction(pool, conn) as tx:
-        return link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
+    return in_transaction(pool, conn, lambda tx: link_one(
+        pool, tx, task, payload, rest, after, sequence, batch_id=batch_id))
 
 
 def enqueue_one_or_linked(pool: Target, task: str | Callable,
@@ -127,9 +133,9 @@ def enqueue_many_linked(pool: Target, items: list[Any], conn: Connection | None,
     """``enqueue_many`` whose items carry links: every item checked, then written one by one
     in one transaction (a savepoint of the caller's)."""
     checked = [_step(pool, item, None) for item in items]
-    with transaction(pool, conn) as tx:
-        return [link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
-                for task, payload, rest, after, sequence in checked]
+    return in_transaction(pool, conn, lambda tx: [
+        link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
+        for task, payload, rest, after, sequence in checked])
 
 
 def has_links(items: list[Any]) -> bool:
@@ -147,13 +153,16 @@ def chain(pool: Target, steps: Sequence[Any], conn: Connection | None) -> list[i
     if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Sequence) or not steps:
         raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
     planned = [_step(pool, item, i) for i, item in enumerate(steps)]
-    ids: list[int] = []
-    with transaction(pool, conn) as tx:
+
+    def write(tx: Connection) -> list[int]:
+        ids: list[int] = []
         for task, payload, rest, after, sequence in planned:
             parents = (*after, ids[-1]) if ids else after
             ids.append(link_one(pool, tx, task, payload, rest, parents, sequence,
                                 workflow_id=ids[0] if ids else SELF))
-    return ids
+        return ids
+
+    return in_transaction(pool, conn, write)
 
 
 def _step(pool: Target, item: Any, index: int | None
@@ -222,15 +231,18 @@ class Workflow:
         if not self.steps:
             raise InvalidJob("a workflow needs at least one step")
         order = self.order()
-        ids: dict[str, int] = {}
-        with transaction(self.pool, conn if conn is not None else self.conn) as tx:
+
+        def write(tx: Connection) -> dict[str, int]:
+            ids: dict[str, int] = {}
             for name in order:
                 task, payload, rest, names, parent_ids, sequence = self.steps[name]
                 after = (*parent_ids, *(ids[n] for n in names))
                 first = next(iter(ids.values()), None)
                 ids[name] = link_one(self.pool, tx, task, payload, rest, after, sequence,
                                      workflow_id=SELF if first is None else first)
-        return ids
+            return ids
+
+        return in_transaction(self.pool, conn if conn is not None else self.conn, write)
 
     enqueue = run
 
