@@ -31,6 +31,8 @@ from ..model.job import Job, Lease, new_worker_id
 from ..model.payload import dumps
 from ..model.registry import Registry
 from ..model.specs import TaskSpec
+from ..model.steps import Suspended
+from .steps import StepStore
 from .worker.outcomes import record_settling
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
@@ -86,7 +88,7 @@ def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | N
         result = spec.fn(job)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
-    except Exception as exc:
+    except (Exception, Suspended) as exc:  # Suspended: a sleep or a wait, an outcome too
         return exc, None
     return None, result
 
@@ -102,7 +104,8 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
             if not sql.save_checkpoint(conn, lease, text):
                 raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
-    job = Job.from_row(row, worker=worker, saver=saver)
+    steps = StepStore(worker, registry.payload_limit, engine.begin)
+    job = Job.from_row(row, worker=worker, saver=saver, steps=steps)
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 

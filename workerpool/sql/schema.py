@@ -106,6 +106,11 @@ jobs = Table(
     Column("result", JSONB),
     # The batch this job is a member of (or, for a batch's callback, the batch it reports on).
     Column("batch_id", BigInteger),
+    # Durable steps (workerpool.model.steps): name -> {kind, value, attempt, started_at,
+    # finished_at, ...}, each written fenced on the lease; NULL until the first step.
+    Column("steps", JSONB),
+    # The signal a ``waiting`` job waits for (job.wait_for); NULL otherwise.
+    Column("signal", Text),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -118,6 +123,7 @@ jobs = Table(
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
     CheckConstraint(f"octet_length(result::text) <= {PAYLOAD_HARD_LIMIT}", name="result_size"),
     CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
+    CheckConstraint("jsonb_typeof(steps) = 'object'", name="steps_object"),
     CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
     CheckConstraint(f"key_scope IS NULL OR {_in('key_scope', KEY_SCOPES)}", name="key_scope"),
     postgresql_with=JOBS_AUTOVACUUM,
@@ -214,6 +220,10 @@ Index(
     jobs.c.id,
     postgresql_where=text("batch_id IS NOT NULL"),
 )
+
+# Jobs waiting for a signal, by its name: pool.signal wakes them, the maintenance sweep finds
+# those whose signal exists or whose deadline passed. Other rows are not in it.
+Index("ix_workerpool_jobs_signal", jobs.c.signal, postgresql_where=text("signal IS NOT NULL"))
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.
@@ -334,3 +344,14 @@ waiters = Table(
     Column("since", TZ, nullable=False, server_default=text("now()")),
 )
 Index("ix_workerpool_waiters_job_id", waiters.c.job_id)
+
+# Signals (pool.signal, job.wait_for): one row per name, the first one sent; kept so that a
+# job that starts waiting after the signal was sent still gets it.
+signals = Table(
+    "workerpool_signals",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("payload", JSONB),
+    Column("sent_at", TZ, nullable=False, server_default=text("now()")),
+    CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
+)

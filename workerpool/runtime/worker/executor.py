@@ -22,6 +22,7 @@ from ...model.errors import LeaseLost
 from ...model.job import Job, Lease
 from ...model.payload import dumps
 from ...model.states import OutcomeKind
+from ..steps import StepStore
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
 from .session import Session
 
@@ -113,6 +114,8 @@ class Executor:
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
         self._async = EventLoopThread(f"wp-{queue}-asyncio")
+        self._steps = StepStore(worker_id, payload_limit,
+                                lambda: session.transaction(main_loop=False))
 
     def start(self) -> None:
         self._threads.start()
@@ -172,7 +175,7 @@ class Executor:
         if row.payload_version < flight.spec.version:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
-                            payload=payload, cancel=flight.cancel_flag)
+                            payload=payload, cancel=flight.cancel_flag, steps=self._steps)
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
