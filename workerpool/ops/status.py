@@ -90,8 +90,8 @@ def count_jobs(conn: Connection, queues: list[str], mcv: Mapping[tuple[str, str]
                ) -> dict[str, dict[str, Any]]:
     """Per queue: ``counts`` by state, ``dead_by_reason``, and which of them are ``estimated``.
 
-    Pending, failed, processing and dead are exact up to their caps; done, cancelled and any
-    count past its cap are estimates (an exact count would read the history): from the
+    Pending, failed, processing, waiting and dead are exact up to their caps; done, cancelled
+    and any count past its cap are estimates (an exact count would read the history): from the
     statistics on (queue, state) when ANALYZE gathered them (``mcv``), else from a plan.
     """
     def guess(queue: str, state: str) -> int:

@@ -160,6 +160,14 @@ Index(
     jobs.c.claimed_by,
     postgresql_where=text(LEASED),
 )
+# Jobs held back in ``waiting`` (for their parents or their sequence): the maintenance sweep
+# and the status counts read them here; the other rows never enter it.
+Index(
+    "ix_workerpool_jobs_waiting",
+    jobs.c.queue,
+    jobs.c.id,
+    postgresql_where=text(f"state = '{JobState.WAITING}'"),
+)
 # The key's holder: one row per key while its scope holds it (see KEY_SCOPES). Two enqueuers of
 # one key race on this index, never on a read.
 KEY_HELD = (
