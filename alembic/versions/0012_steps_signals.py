@@ -1,7 +1,7 @@
 """durable steps and signals: a job's steps, the signal a waiting job waits for, the signals
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-12 12:00:00.000000
 
 ``steps`` and ``signal`` are nullable without a default: adding them rewrites no row. The check
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0012'
-down_revision: str | Sequence[str] | None = '0010'
+down_revision: str | Sequence[str] | None = '0011'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
