@@ -25,17 +25,25 @@ from sqlalchemy.engine import URL
 from . import sql
 from .model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from .model.cancel import CancelResult, Selection
-from .model.errors import ConfigError, InvalidFilter, UnknownJob, UnknownQueue
+from .model.errors import (
+    ConfigError,
+    InvalidFilter,
+    InvalidSignal,
+    SignalExists,
+    UnknownJob,
+    UnknownQueue,
+)
 from .model.new_job import NewJob, build_job
 from .model.notices import CancelNotice, report_cancelled
-from .model.payload import DEFAULT_PAYLOAD_LIMIT
+from .model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from .model.registry import Registry
 from .model.results import JobInfo
 from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from .model.states import LIVE_WORKER_WINDOW, JobState
+from .model.steps import check_name as check_step_name
 from .model.validation import check_name
 from .process import settings
-from .sql import batching, db, waiting
+from .sql import batching, db, signals, waiting
 from .sql.batching import Batch
 from .sql.writes import (
     enqueue_batch,
@@ -409,6 +417,30 @@ class WorkerPool:
         verb = "paused" if paused else "resumed"
         pause_log.info("queue %s %s by %s", queue, verb, by,
                        extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+
+    # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
+
+    def signal(self, name: str, payload: Any = None, *,
+               conn: Connection | None = None) -> datetime:
+        """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
+        jobs waiting for it in ``job.wait_for(name)`` are due again at once and get the
+        payload; a job that starts waiting later gets it too (the signal is kept). Returns
+        when it was sent (the database clock).
+
+        The first signal of a name stands: a second raises SignalExists (with the kept
+        payload) and writes nothing. With ``conn=`` it runs in the caller's transaction: the
+        signal exists, and its waiters wake, iff that transaction commits."""
+        check_step_name(name, "signal", InvalidSignal)
+        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}",
+                     object_only=False)
+        with self._connection(conn) as db:
+            sent_at, woken = signals.send(db, name, text)
+            if sent_at is None:
+                kept = signals.get(db, name)
+                raise SignalExists(name, kept.payload, kept.sent_at)
+        if woken and self._inline is not None:
+            self._inline(conn, list(woken))
+        return sent_at
 
     # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
 

@@ -6,8 +6,8 @@ Create Date: 2026-12-12 12:00:00.000000
 
 ``steps`` and ``signal`` are nullable without a default: adding them rewrites no row. The check
 on ``steps`` is added NOT VALID and validated in a second step, which does not block writers
-(every existing row has NULL steps). The signal index is partial (``signal IS NOT NULL``): on
-an existing table it holds nothing, and jobs that never wait never enter it.
+(every existing row has NULL steps). The signal index is partial (waiting jobs with a signal):
+on an existing table it holds nothing, and jobs that never wait for a signal never enter it.
 """
 from collections.abc import Sequence
 
@@ -31,7 +31,7 @@ def upgrade() -> None:
                " CHECK (jsonb_typeof(steps) = 'object') NOT VALID")
     op.execute('ALTER TABLE workerpool_jobs VALIDATE CONSTRAINT ck_workerpool_jobs_steps_object')
     op.create_index('ix_workerpool_jobs_signal', 'workerpool_jobs', ['signal'],
-                    postgresql_where='signal IS NOT NULL')
+                    postgresql_where="state = 'waiting' AND signal IS NOT NULL")
     op.create_table(
         'workerpool_signals',
         sa.Column('name', sa.Text(), nullable=False),

@@ -231,7 +231,8 @@ Index(
 
 # Jobs waiting for a signal, by its name: pool.signal wakes them, the maintenance sweep finds
 # those whose signal exists or whose deadline passed. Other rows are not in it.
-Index("ix_workerpool_jobs_signal", jobs.c.signal, postgresql_where=text("signal IS NOT NULL"))
+Index("ix_workerpool_jobs_signal", jobs.c.signal,
+      postgresql_where=text(f"state = '{JobState.WAITING}' AND signal IS NOT NULL"))
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.

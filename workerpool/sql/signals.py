@@ -93,26 +93,26 @@ def notify(conn: Connection, queues: set[str]) -> None:
 
 
 # wake: the jobs waiting for a signal → pending now. Index: ix_workerpool_jobs_signal.
-def wake(conn: Connection, name: str) -> set[str]:
-    """Make the jobs waiting for signal ``name`` due now; returns their queues."""
+def wake(conn: Connection, name: str) -> dict[int, str]:
+    """Make the jobs waiting for signal ``name`` due now; returns ``{id: queue}`` of them."""
     stmt = (update(jobs)
             .where(jobs.c.signal == name, jobs.c.state == JobState.WAITING)
             .values(state=JobState.PENDING, signal=None, run_at=func.now())
-            .returning(jobs.c.queue))
-    return set(conn.execute(stmt).scalars())
+            .returning(jobs.c.id, jobs.c.queue))
+    return {row.id: row.queue for row in conn.execute(stmt)}
 
 
-def send(conn: Connection, name: str, payload_json: str) -> tuple[Any, set[str]]:
+def send(conn: Connection, name: str, payload_json: str) -> tuple[Any, dict[int, str]]:
     """``pool.signal``: keep the first signal of ``name`` and wake its waiters, in ``conn``'s
-    transaction. Returns ``(sent_at, woken queues)``; ``sent_at`` is None when a signal of
-    that name exists (then nothing was written)."""
+    transaction. Returns ``(sent_at, {woken id: queue})``; ``sent_at`` is None when a signal
+    of that name exists (then nothing was written)."""
     lock(conn, name)
     sent_at = insert_signal(conn, name, payload_json)
     if sent_at is None:
-        return None, set()
-    queues = wake(conn, name)
-    notify(conn, queues)
-    return sent_at, queues
+        return None, {}
+    woken = wake(conn, name)
+    notify(conn, set(woken.values()))
+    return sent_at, woken
 
 
 # wait: one leased row → waiting for a signal (pending at once if it exists), attempt refunded,
