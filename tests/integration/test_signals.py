@@ -67,7 +67,8 @@ def test_a_signal_sent_after_the_wait_wakes_the_job(app, sql):
         ("pending", None, True)]
     assert testing.drain(app, "q") == [(job_id, "done")]
     assert app.seen == [("approved", {"by": "grace"})]
-    assert sql("SELECT attempts, result FROM workerpool_jobs") == [(1, {"approved": {"by": "grace"}})]
+    assert sql("SELECT attempts, result FROM workerpool_jobs") == [
+        (1, {"approved": {"by": "grace"}})]
     step = sql("SELECT steps->'approved:8' FROM workerpool_jobs")[0][0]
     assert step["started_at"] < step["finished_at"] and step["value"] == {"by": "grace"}
 

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import Backoff, LeaseLost, PayloadError, PayloadTooLarge, WorkerPool, testing
-from workerpool.model.errors import InvalidStep, StepNameReused
+from workerpool.model.errors import InvalidStep
 
 
 @pytest.fixture
