@@ -76,9 +76,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         with pool.engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
         text = why.line(answer)
+        steps = status.steps_json(answer.job.steps, answer.facts.now)
         print(json.dumps({"job": args.job, "why": text,
-                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons]})
+                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
+                          "steps": steps})
               if args.json else text)
+        if steps and not args.json:
+            print("STEPS\n" + status.render_steps(steps))
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     data = status.collect(pool.engine, known)

@@ -59,7 +59,7 @@ def _age(seconds: float) -> str:
 
 def finished(facts: Facts) -> Reason | None:
     job = facts.job
-    if job.state in (JobState.PENDING, JobState.FAILED, JobState.PROCESSING):
+    if job.state in (JobState.PENDING, JobState.FAILED, JobState.PROCESSING, JobState.WAITING):
         return None
     if job.state == JobState.DEAD:
         return Reason("finished", f"it is dead ({job.dead_reason}): it runs again only if it is"
@@ -144,10 +144,26 @@ def limited(facts: Facts) -> Reason | None:
                            " without spending an attempt")
 
 
+def signal(facts: Facts) -> Reason | None:
+    """Waiting in ``job.wait_for``: which signal, since when, and until when."""
+    job = facts.job
+    if job.state != JobState.WAITING or not getattr(job, "signal", None):
+        return None
+    entry = (job.steps or {}).get(job.signal) or {}
+    since = entry.get("started_at")
+    waited = f" for {_age((facts.now - datetime.fromisoformat(since)).total_seconds())}" \
+        if since else ""
+    deadline = entry.get("deadline")
+    until = (f", until {datetime.fromisoformat(deadline).isoformat(timespec='seconds')} (then"
+             " wait_for raises TimeoutError)" if deadline else ", with no deadline")
+    return Reason("signal", f"it waits for signal {job.signal!r}{waited}{until}:"
+                            f" `workerpool signal {job.signal}` (or pool.signal) wakes it")
+
+
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
 CHECKS: list[Check] = [finished, running, orphaned, paused, scheduled, no_worker, exhausted,
-                       limited]
+                       limited, signal]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:
