@@ -7,7 +7,8 @@ both held a valid lease (fencing), effects once, attempts and errors that agree 
 cron ticks enqueued once and never overlapping, nothing left ``processing``; every batch whose
 members all ended fired its callback exactly once, from an outcome (not the sweep), never
 before its last member; every stored result and every result read equals what the handler
-returned.
+returned; no durable step ran again after its job recorded it finished, and a done job
+recorded every one of its steps.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class History:
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)  # id → batches row
     callbacks: list[dict[str, Any]] = field(default_factory=list)  # chaos_callback rows
     reads: list[dict[str, Any]] = field(default_factory=list)  # the producers' result reads
+    step_runs: list[dict[str, Any]] = field(default_factory=list)  # chaos_step rows
 
 
 @dataclass
@@ -62,6 +64,7 @@ def check(history: History) -> Verdict:
     _cron(history, verdict)
     _batches(history, verdict)
     _results(history, verdict)
+    _steps(history, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -226,6 +229,32 @@ def _results(history: History, verdict: Verdict) -> None:
         if read["error"] is None and read["value"] != expected_result(read["task"], read["key"],
                                                                       {}):
             verdict.add("wrong_result_read", read)
+
+
+def _steps(history: History, verdict: Verdict) -> None:
+    """A finished step never runs again: no run of its work started after the job recorded it
+    (both times on the database clock; the work is written before the step is recorded)."""
+    from .app import STEPS
+
+    runs: dict[tuple[int, str], list[datetime]] = defaultdict(list)
+    for run in history.step_runs:
+        runs[run["job_id"], run["step"]].append(run["at"])
+    for row in history.jobs.values():
+        if row["task"] != "stepped":
+            continue
+        stored = row.get("steps") or {}
+        if row["state"] == "done" and set(stored) != set(STEPS):
+            verdict.add("steps_missing", {"job": row["id"], "stored": sorted(stored)})
+        for name, entry in stored.items():
+            finished = datetime.fromisoformat(entry["finished_at"])
+            done_at = runs.get((row["id"], name), [])
+            again = [at for at in done_at if at > finished]
+            if again:
+                verdict.add("step_ran_twice", {"job": row["id"], "step": name,
+                                               "runs": len(done_at)})
+            if len(done_at) > 1:
+                verdict.notes["steps run again before they were recorded (a fault between)"] += 1
+            verdict.notes["steps recorded"] += 1
 
 
 def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]
