@@ -285,11 +285,10 @@ class WorkerPool:
 
         Each item is ``(task, payload)`` or ``(task, payload, options)`` where options are the
         keyword arguments of :meth:`enqueue`. A bad item raises and nothing of the batch is
-        written. A batch without keys is one ``COPY``, which the database inserts while the
-        next rows are checked. A batch with keys is one INSERT of up to :data:`INSERT_CHUNK`
-        jobs, or chunks of that size pipelined in one transaction (in the caller's, a
-        savepoint). A caller's connection on another driver than psycopg 3 (psycopg2, say) gets
-        the whole batch in one INSERT.
+        written. A batch without keys is one ``COPY``. A batch with keys is an INSERT in chunks
+        of :data:`INSERT_CHUNK` jobs pipelined in one transaction (in the caller's, a
+        savepoint); a caller's connection on another driver than psycopg 3 (psycopg2, say)
+        sends the same chunks one after another.
         """
         ids = enqueue_batch(self, jobs, conn)
         if self._inline is not None:

@@ -1,5 +1,5 @@
 """enqueue() without conn=: one autocommit statement, no pre-ping, and a dead pooled connection
-detected without a round trip (workerpool.single_write), on real PostgreSQL.
+detected without a round trip (workerpool.sql.single_write), on real PostgreSQL.
 """
 
 from __future__ import annotations
@@ -82,11 +82,11 @@ def test_a_statement_that_could_not_be_sent_is_retried_once_on_a_pinged_connecti
         app, counted_pings):
     calls = []
 
-    def statement(cursor):
+    def statement(conn):
         calls.append(1)
         if len(calls) == 1:
             raise psycopg.OperationalError("sending query and params failed: broken pipe")
-        return cursor.execute("SELECT 42").fetchone()[0]
+        return conn.exec_driver_sql("SELECT 42").scalar()
 
     with app.engine.connect():
         pass  # a pooled connection, so the retry's checkout is not a fresh one
@@ -113,5 +113,17 @@ def test_a_failure_after_the_statement_was_sent_is_never_retried(app, sql):
 
 def test_database_errors_are_sqlalchemy_errors_as_before(app):
     with pytest.raises(sa_exc.IntegrityError):  # the database's own bound on the payload
-        single_write.write(app.engine, lambda cursor: cursor.execute(
+        single_write.write(app.engine, lambda conn: conn.exec_driver_sql(
             "INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 'work', '[]')"))
+
+
+def test_every_other_checkout_pings_and_replaces_a_terminated_connection(app, sql,
+                                                                         counted_pings):
+    pid = backend_of(app)
+    sql("SELECT pg_terminate_backend(%s)", pid)
+    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+               timeout=10, message="the backend to exit")
+    with app.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+        assert conn.connection.driver_connection.info.backend_pid != pid
+    assert counted_pings  # the dead connection's ping failed, and the pool replaced it

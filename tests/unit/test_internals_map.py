@@ -52,3 +52,14 @@ def test_every_dotted_name_it_gives_starts_with_a_module():
     unknown = [name for name in dotted
                if not any(name == m or name.startswith(m + ".") for m in known)]
     assert not unknown, f"docs/internals.md names modules that do not exist: {unknown}"
+
+
+def test_every_module_a_docstring_links_exists():
+    """``:mod:`workerpool.x``` in the package's own docstrings links a module of today's
+    layout (a module that moved leaves its old name behind in the texts that cite it)."""
+    modules = _modules()
+    cited = {(path.relative_to(ROOT).as_posix(), name)
+             for path in (ROOT / "workerpool").rglob("*.py")
+             for name in re.findall(r":mod:`(workerpool(?:\.\w+)+)`", path.read_text())}
+    stale = sorted((path, name) for path, name in cited if name not in modules)
+    assert len(cited) > 5 and not stale, f"docstrings link modules that do not exist: {stale}"

@@ -1,5 +1,5 @@
 """The `workerpool` command: parses arguments and hands over to the modules that do the work.
-What its help says to the person running it is in :mod:`workerpool.cli_help`.
+What its help says to the person running it is in :mod:`workerpool.cli.helptext`.
 
 Every failure prints one readable line to stderr and exits non-zero. Subcommands import their
 modules lazily so that `workerpool healthcheck` (a Kubernetes exec probe) stays cheap.

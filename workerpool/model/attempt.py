@@ -1,5 +1,5 @@
 """From a handler's result to the outcome it implies (DESIGN §4); the worker writes it
-(:mod:`workerpool.worker.outcomes`)."""
+(:mod:`workerpool.runtime.worker.outcomes`)."""
 
 from __future__ import annotations
 

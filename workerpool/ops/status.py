@@ -30,7 +30,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
 
     ``known`` (queue → task → newest payload version) replaces what live workers registered when
     deciding which waiting rows nobody can run (``--app``). Every query is bounded whatever the
-    table holds: the history's counts are estimates (see :mod:`workerpool.queries.counts`).
+    table holds: the history's counts are estimates (see :mod:`workerpool.sql.counts`).
     """
     with engine.connect() as conn:
         now = sql.database_now(conn)

@@ -2,7 +2,7 @@
 
 The supervisor touches a child's file (wall-clock mtime) when that child reports progress over its
 pipe, so a file goes stale exactly when its child is dead, hung, or cut off from the database. A
-probe only compares ``time.time()`` with the mtime (:mod:`workerpool.healthcheck`).
+probe only compares ``time.time()`` with the mtime (:mod:`workerpool.process.healthcheck`).
 
 Standard library only: the probe imports this module and must stay cheap.
 """

@@ -7,7 +7,7 @@ the new owner's result.
 
 One module per phase of a job's life, each ordered the same way:
 
-- ``enqueue``: inserting jobs (one, a batch, pipelined chunks) and the wake-up NOTIFY;
+- ``enqueue``: the INSERT of one job or of a batch's chunks, and the wake-up NOTIFY;
   ``bulk``: a batch without keys by COPY;
 - ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limited_claim``: with limits);
 - ``keys``: a key already held (its holder, an expired period);
@@ -71,12 +71,10 @@ from .dashboard import (
 from .enqueue import (
     NOTIFY_CHANNEL,
     NewJob,
-    can_pipeline,
     insert_job_chunks,
     insert_jobs,
     insert_one,
     notify,
-    one_statement,
 )
 from .keys import holder, holders, release_expired
 from .leases import Lease
@@ -148,7 +146,6 @@ __all__ = [
     "bound_transaction",
     "browse_jobs",
     "can_copy",
-    "can_pipeline",
     "cancel",
     "claim",
     "claim_statement",
@@ -196,7 +193,6 @@ __all__ = [
     "notify_cancel",
     "notify_owners",
     "oldest_due_ages",
-    "one_statement",
     "prune_finished",
     "prune_finished_statement",
     "prune_rate_counts",

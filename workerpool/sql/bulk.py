@@ -21,11 +21,11 @@ from psycopg import sql
 from psycopg.copy import LibpqWriter
 from sqlalchemy import Connection
 
-from .enqueue import NOTIFY_CHANNEL, TRACE_COLUMN, NewJob
+from .enqueue import NOTIFY_CHANNEL, NewJob
 from .schema import jobs
 
 COPY_COLUMNS = ("id", "queue", "task", "payload", "payload_version", "priority", "max_attempts",
-                "run_at", TRACE_COLUMN, "concurrency_key")
+                "run_at", "trace_context", "concurrency_key")
 COPY_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
 #: A batch's members: the same rows and the batch's id (one value for every row).
 COPY_BATCH_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}, batch_id) FROM STDIN"

@@ -188,10 +188,10 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
     mode (``pooled``) a server session is shared between clients, so they are not applied
     there, and statements are not prepared on the server.
     """
-    engine = create_engine(url, **engine_options(
+    options = engine_options(
         url, application_name=application_name, pool_size=pool_size,
         connect_timeout=connect_timeout, session_settings=session_settings, pooled=pooled,
-    ))
-    from .single_write import skip_ping_when_asked  # psycopg-only module, loaded with the engine
+    )
+    from .single_write import ping_on_checkout  # psycopg-only module, loaded with the engine
 
-    return skip_ping_when_asked(engine)
+    return ping_on_checkout(create_engine(url, **dict(options, pool_pre_ping=False)))

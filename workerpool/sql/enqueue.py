@@ -1,4 +1,18 @@
-"""A job is born: inserting rows (one, a batch, or pipelined chunks) and the wake-up NOTIFY."""
+"""A job is born: the INSERT of one job or of a batch's rows, and the wake-up NOTIFY.
+
+Each statement is a SQLAlchemy Core expression built once at import and compiled once per
+dialect to the driver's own SQL (``%(name)s`` parameters), then sent with
+``exec_driver_sql``: SQLAlchemy would otherwise walk the expression to find its cache key on
+every enqueue. The same statements serve a caller's transaction, a connection of the pool's
+own, and the asyncio driver (through ``run_sync``).
+
+Two choices make the variants, each because it is cheaper to leave out what a write does not
+need:
+
+- ``ON CONFLICT`` only for a batch with a key (speculative insertion costs ~10 % of a batch's
+  statement); one job always has it (a single row pays nothing measurable).
+- the NOTIFY rides in the statement (one round trip) when the pool notifies.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +22,21 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, func, select, text
+import psycopg
+from sqlalchemy import (
+    Connection,
+    Float,
+    and_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    true,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, insert
 
 from ..model.errors import IdempotencyConflict
 from ..model.new_job import NewJob
@@ -18,82 +46,84 @@ from .schema import KEY_HELD, jobs
 #: The channel that wakes listening workers (see ``claim.LISTEN``).
 NOTIFY_CHANNEL = "workerpool_jobs"
 
+#: Every column an enqueue writes, in the order both statements list them.
+_COLUMNS = ("queue", "task", "payload", "payload_version", "priority", "max_attempts", "key",
+            "run_at", "trace_context", "batch_id", "concurrency_key", "key_scope")
 
-# ---------------------------------------------------------------------------------------------
-# the trace context: one value per statement (every job of one enqueue call shares its caller's
-# span), JSON text from workerpool.tracing or NULL when the enqueue is not traced
+
+def _param(name: str) -> Any:
+    """A parameter every execution supplies (None by default, so the statement compiles)."""
+    return bindparam(name, value=None)
 
 
-TRACE_COLUMN = "trace_context"
-TRACE_PARAM = "trace_context"
-TRACE_VALUE = f"CAST(:{TRACE_PARAM} AS jsonb)"
+def _seconds(value: Any) -> Any:
+    return value * literal_column("interval '1 second'")
 
-# The batch: one value per statement too (a batch's members are written by its own calls); a
-# job outside a batch is written by statements that do not name the column at all.
-BATCH_COLUMN = ", batch_id"
-BATCH_VALUE = ", CAST(:batch_id AS bigint)"
+
+def _run_at(run_at: Any, delay: Any) -> Any:
+    """``run_at``, else now plus ``delay`` seconds, else now."""
+    return func.coalesce(run_at, func.now() + _seconds(func.coalesce(delay, literal_column("0"))))
+
+
+def _on_key(statement: Any) -> dict[str, Any]:
+    """The arbiter of a key conflict: the unique index of held keys (``schema.KEY_HELD``)."""
+    return {"index_elements": [jobs.c.key], "index_where": text(KEY_HELD)}
+
+
+def _with_notify(inserted: Any, returned: Sequence[str], channel_queues: str) -> Any:
+    """``inserted`` (an INSERT ... RETURNING) and the wake-up NOTIFY in one statement, sent
+    when the transaction commits and only if a row was inserted: the NOTIFY is a materialized
+    CTE joined to the inserted rows, so the planner evaluates it only when there is one."""
+    rows = inserted.cte("inserted")
+    notified = select(func.pg_notify(_param("channel"), _param(channel_queues))
+                      .label("sent")).cte("notified").prefix_with("MATERIALIZED")
+    return select(*(rows.c[name] for name in returned)).select_from(
+        rows.join(notified, true()))
 
 
 # ---------------------------------------------------------------------------------------------
 # a batch
 
 
-# insert_jobs: insert a batch from one JSON document, ids in input order; keyed batches skip the
-# keys already taken. Index: uq_workerpool_jobs_key (ON CONFLICT, keyed batches only).
-#: One statement per batch (DESIGN §5). The rows travel as one JSON document (far cheaper to send
-#: and parse than one array per column). Ids are drawn from the sequence in input order: the
-#: identity default is evaluated in the projection above the ``WITH ORDINALITY`` scan, which the
-#: planner reads in ``ord`` order (it needs no sort), so the returned ids sorted ascending line up
-#: with the inserted input rows whatever order RETURNING uses. A batch without keys cannot
-#: conflict and skips ``ON CONFLICT`` (speculative insertion costs ~10 % of the statement); a
-#: batch with keys returns each inserted row's key so skipped rows can be told apart. The NOTIFY,
-#: when asked for, rides in the same statement (delivered on commit; only if a row was inserted).
-_INSERT_SQL = """
-WITH inserted AS (
-  INSERT INTO {table} (queue, task, payload, payload_version, priority, max_attempts, key,
-                       run_at, {trace_column}{batch_column}{extra})
-  SELECT queue, task, payload, payload_version, priority, max_attempts, key,
-         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))),
-         {trace_value}{batch_value}{extra}
-  FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
+#: The rows of a batch, one JSON document (far cheaper to send and parse than one array per
+#: column), read in input order: ``ROWS FROM`` is the form of ``WITH ORDINALITY`` that takes a
+#: column definition list. A field absent from a row reads as NULL.
+_BATCH_ROWS = text("""ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
-         max_attempts int, key text, run_at timestamptz, delay float8{extra_types}))
-       WITH ORDINALITY
+         max_attempts int, key text, run_at timestamptz, delay float8,
+         concurrency_key text, key_scope text)) WITH ORDINALITY
        AS t(queue, task, payload, payload_version, priority, max_attempts, key, run_at,
-            delay{extra}, ord)
-  ORDER BY ord{on_conflict}
-  RETURNING id{returning}
-){notified}
-SELECT inserted.id{returning} FROM inserted{join_notified}
-"""
-#: The columns a batch row with limit options adds (a plain batch does not carry them).
-_EXTRA_COLUMNS = ", concurrency_key, key_scope"
+            delay, concurrency_key, key_scope, ord)""").bindparams(_param("rows"))
 
 
-def _insert_statement(*, keyed: bool, notify: bool, extended: bool = False,
-                      batched: bool = False) -> Any:
-    return text(_INSERT_SQL.format(
-        table=jobs.name,
-        trace_column=TRACE_COLUMN,
-        trace_value=TRACE_VALUE,
-        batch_column=BATCH_COLUMN if batched else "",
-        batch_value=BATCH_VALUE if batched else "",
-        extra=_EXTRA_COLUMNS if extended else "",
-        extra_types=", concurrency_key text, key_scope text" if extended else "",
-        on_conflict=f"\n  ON CONFLICT (key) WHERE {KEY_HELD} DO NOTHING" if keyed else "",
-        returning=", key" if keyed else "",
-        notified=", notified AS MATERIALIZED (SELECT pg_notify(:channel, :queues) AS sent)"
-        if notify else "",
-        join_notified=" CROSS JOIN notified" if notify else "",
-    ))
+def _row(name: str) -> Any:
+    return literal_column(f"t.{name}")
 
 
-_INSERT_STATEMENTS = {
-    (keyed, notify, extended, batched): _insert_statement(
-        keyed=keyed, notify=notify, extended=extended, batched=batched)
-    for keyed in (False, True) for notify in (False, True) for extended in (False, True)
-    for batched in (False, True)
-}
+def _batch_statement(*, keyed: bool, notify: bool) -> Any:
+    """One INSERT for a whole batch; ids in input order; with a key, taken keys are skipped.
+
+    Ids are drawn from the sequence in input order: the identity default is evaluated in the
+    projection above the ordinality scan, which the planner reads in ``ord`` order (it needs no
+    sort), so the returned ids sorted ascending line up with the input rows whatever order
+    RETURNING uses. A keyed batch returns each inserted row's key so skipped rows can be told
+    apart. Index: uq_workerpool_jobs_key (ON CONFLICT, keyed batches only).
+    """
+    source = select(
+        *map(_row, _COLUMNS[:7]), _run_at(_row("run_at"), _row("delay")),
+        cast(_param("trace_context"), JSONB), cast(_param("batch_id"), jobs.c.batch_id.type),
+        _row("concurrency_key"), _row("key_scope"),
+    ).select_from(_BATCH_ROWS).order_by(_row("ord"))
+    statement = insert(jobs).from_select(list(_COLUMNS), source)
+    returned = ("id", "key") if keyed else ("id",)
+    if keyed:
+        statement = statement.on_conflict_do_nothing(**_on_key(statement))
+    statement = statement.returning(*(jobs.c[name] for name in returned))
+    return _with_notify(statement, returned, "queues") if notify else statement
+
+
+_BATCH_STATEMENTS = {(keyed, notify): _batch_statement(keyed=keyed, notify=notify)
+                     for keyed in (False, True) for notify in (False, True)}
 
 
 def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False,
@@ -105,20 +135,15 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     caller's transaction rolls back) when an existing key holds a different task or payload.
     ``batch_id``: the new rows are members of this batch (a held key's job stays as it is).
     """
-    if not rows:
-        return []
-    keyed, extended = _keyed(rows), _extended(rows)
-    returned = conn.execute(
-        _INSERT_STATEMENTS[keyed, notify, extended, batch_id is not None],
-        _insert_params(rows, notify, trace_context, batch_id)).all()
-    return _ids_in_input_order(conn, rows, returned, keyed=keyed)
+    return insert_job_chunks(conn, [rows], notify=notify, trace_context=trace_context,
+                             batch_id=batch_id)
 
 
 def insert_job_chunks(
     conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False,
     trace_context: str | None = None, batch_id: int | None = None,
 ) -> list[int]:
-    """:func:`insert_jobs` for each chunk, all sent in one pipeline (psycopg's pipeline mode).
+    """:func:`insert_jobs` for each chunk: on psycopg 3, all sent in one pipeline.
 
     The server inserts one chunk while the caller checks and builds the next (``chunks`` may be
     a generator that validates as it goes), and the statements share one network flight. Run it
@@ -126,51 +151,43 @@ def insert_job_chunks(
     reached the server, and only the rollback takes them back.
     """
     driver = conn.connection.driver_connection
-    sent: list[tuple[Sequence[NewJob], bool, Any]] = []
+    if not isinstance(driver, psycopg.Connection):  # psycopg2, or the asyncio driver
+        return [job_id for rows in chunks if rows
+                for job_id in _ids(conn, rows, conn.exec_driver_sql(
+                    *_batch_sql(conn, rows, notify, trace_context, batch_id)).all())]
+    sent: list[tuple[Sequence[NewJob], Any]] = []
     with driver.pipeline():
         for rows in chunks:
-            keyed = _keyed(rows)
-            cursor = driver.cursor()
-            cursor.execute(_driver_sql(conn.dialect, keyed, notify, _extended(rows),
-                                       batch_id is not None),
-                           _insert_params(rows, notify, trace_context, batch_id))
-            sent.append((rows, keyed, cursor))
-    ids: list[int] = []
-    for rows, keyed, cursor in sent:
-        ids += _ids_in_input_order(conn, rows, cursor.fetchall(), keyed=keyed)
-    return ids
+            if rows:
+                cursor = driver.cursor()
+                cursor.execute(*_batch_sql(conn, rows, notify, trace_context, batch_id))
+                sent.append((rows, cursor))
+    return [job_id for rows, cursor in sent for job_id in _ids(conn, rows, cursor.fetchall())]
 
 
-def can_pipeline(conn: Connection) -> bool:
-    """Whether ``conn`` runs on psycopg 3, whose pipeline :func:`insert_job_chunks` needs (a
-    caller's connection may come from an engine on another driver)."""
-    return hasattr(conn.connection.driver_connection, "pipeline")
+def _batch_sql(conn: Connection, rows: Sequence[NewJob], notify: bool,
+               trace_context: str | None, batch_id: int | None) -> tuple[str, dict[str, Any]]:
+    sql, defaults = _driver_sql(conn.dialect, _BATCH_STATEMENTS[_keyed(rows), notify])
+    params = dict(defaults, rows=_rows_document(rows), trace_context=trace_context,
+                  batch_id=batch_id)
+    if notify:
+        params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
+    return sql, params
+
+
+def _ids(conn: Connection, rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int]:
+    return _ids_in_input_order(conn, rows, returned, keyed=_keyed(rows))
 
 
 def _keyed(rows: Sequence[NewJob]) -> bool:
     return any(row.key is not None for row in rows)
 
 
-def _extended(rows: Sequence[NewJob]) -> bool:
-    """Whether a row carries a concurrency key or a key scope (the columns of limits)."""
-    return any(row.concurrency_key is not None or row.key_scope is not None for row in rows)
-
-
-def _insert_params(rows: Sequence[NewJob], notify: bool, trace_context: str | None,
-                   batch_id: int | None = None) -> dict[str, Any]:
-    params: dict[str, Any] = {"rows": _rows_document(rows), TRACE_PARAM: trace_context}
-    if batch_id is not None:
-        params["batch_id"] = batch_id
-    if notify:
-        params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
-    return params
-
-
-@functools.lru_cache(maxsize=32)
-def _driver_sql(dialect: Any, keyed: bool, notify: bool, extended: bool,
-                batched: bool = False) -> str:
-    """The insert as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
-    return str(_INSERT_STATEMENTS[keyed, notify, extended, batched].compile(dialect=dialect))
+@functools.lru_cache(maxsize=64)
+def _driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
+    """A statement as the driver's own SQL text and its constant parameters, compiled once."""
+    compiled = statement.compile(dialect=dialect)
+    return str(compiled), compiled.construct_params()
 
 
 def _rows_document(rows: Sequence[NewJob]) -> str:
@@ -276,6 +293,46 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 # one job
 
 
+def _one_statement(*, replace: bool, notify: bool) -> Any:
+    """The one-job INSERT, unless its key is held; with ``replace``, a pending holder takes the
+    new job's payload, run_at and priority (debounce), while a holder that started, or whose
+    period is over, is left alone (the caller then sees it). Index: uq_workerpool_jobs_key."""
+    values = {name: _param(name) for name in _COLUMNS}
+    values.update(
+        payload=cast(values["payload"], JSONB),
+        run_at=_run_at(cast(values["run_at"], TIMESTAMP(timezone=True)),
+                       cast(_param("delay"), Float)),
+        trace_context=cast(values["trace_context"], JSONB),
+        batch_id=cast(values["batch_id"], jobs.c.batch_id.type),
+        key_expires_at=func.now() + _seconds(cast(_param("unique_for"), Float)),
+    )
+    statement = insert(jobs).values(values)
+    if replace:
+        new = statement.excluded
+        statement = statement.on_conflict_do_update(
+            **_on_key(statement),
+            set_={name: new[name] for name in (
+                "payload", "payload_version", "run_at", "priority", "concurrency_key")},
+            where=and_(
+                jobs.c.state == literal_column("'pending'"), jobs.c.task == new.task,
+                # IS DISTINCT FROM: a key held forever has a NULL scope, and NOT (NULL ...)
+                # is not true
+                or_(jobs.c.key_scope.is_distinct_from(literal_column("'for'")),
+                    jobs.c.key_expires_at > func.now())))
+    else:
+        statement = statement.on_conflict_do_nothing(**_on_key(statement))
+    statement = statement.returning(jobs.c.id)
+    if not notify:
+        return statement
+    inserted = statement.cte("inserted")
+    return select(select(inserted.c.id).scalar_subquery(),
+                  func.pg_notify(_param("channel"), _param("queue")))
+
+
+_ONE_STATEMENTS = {(replace, notify): _one_statement(replace=replace, notify=notify)
+                   for replace in (False, True) for notify in (False, True)}
+
+
 def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
                trace_context: str | None = None, batch_id: int | None = None) -> int:
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
@@ -284,12 +341,11 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
     A key held for a period that is over is released (``keys.release_expired``) and the insert
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
-    statement = _INSERT_ONE_STATEMENTS[_one_shape(row, batch_id is not None), notify_queue]
-    params = _one_params(row, trace_context)
-    if batch_id is not None:
-        params["batch_id"] = batch_id
+    sql, defaults = _driver_sql(conn.dialect,
+                                _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue])
+    params = dict(defaults, **_one_params(row), trace_context=trace_context, batch_id=batch_id)
     for _ in range(2):
-        inserted = conn.execute(statement, params).scalar()
+        inserted = _scalar(conn, sql, params)
         if inserted is not None:
             return inserted
         holder = keys.holder(conn, row.key)
@@ -300,90 +356,28 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
     raise IdempotencyConflict(f"key {row.key!r} changed hands during this enqueue; retry")
 
 
-def _one_shape(row: NewJob, batched: bool = False) -> tuple[bool, bool, bool]:
-    """(extended, replace, batched): whether the row has limit columns, replaces a pending
-    holder, and is a batch's member."""
-    return (row.concurrency_key is not None or row.key_scope is not None,
-            row.on_conflict == "replace", batched)
+def _scalar(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+    """The first value the statement returns, sent on psycopg's connection under ``conn``:
+    SQLAlchemy's execution context (result, events) doubles a single enqueue's client CPU
+    (~300 µs against ~130 µs a job; ``python -m bench --only single`` shows the client CPU).
+    Another driver (psycopg2, or asyncio through ``run_sync``) goes through SQLAlchemy."""
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        return conn.exec_driver_sql(sql, params).scalar()
+    if not driver.autocommit and not conn.in_transaction():
+        conn.begin()  # what SQLAlchemy's own execute does first: the caller's commit() commits
+    row = driver.execute(sql, params).fetchone()
+    return None if row is None else row[0]
 
 
-def _one_params(row: NewJob, trace_context: str | None) -> dict[str, Any]:
-    params = {TRACE_PARAM: trace_context,
+def _one_params(row: NewJob) -> dict[str, Any]:
+    return {
         "queue": row.queue, "task": row.task, "payload": row.payload_json,
         "payload_version": row.payload_version, "priority": row.priority,
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
-        "delay": row.delay, "channel": NOTIFY_CHANNEL,
+        "delay": row.delay, "channel": NOTIFY_CHANNEL, "concurrency_key": row.concurrency_key,
+        "key_scope": row.key_scope, "unique_for": row.unique_for,
     }
-    if row.concurrency_key is not None or row.key_scope is not None:
-        params.update(concurrency_key=row.concurrency_key, key_scope=row.key_scope,
-                      unique_for=row.unique_for)
-    return params
-
-
-#: A pending holder of the key takes the new job's payload, run_at and priority (debounce); a
-#: holder that started, or whose period is over, is left alone (the caller then sees it).
-_REPLACE = (
-    " DO UPDATE SET payload = EXCLUDED.payload, payload_version = EXCLUDED.payload_version,"
-    " run_at = EXCLUDED.run_at, priority = EXCLUDED.priority,"
-    " concurrency_key = EXCLUDED.concurrency_key"
-    f" WHERE {jobs.name}.state = 'pending' AND {jobs.name}.task = EXCLUDED.task"
-    # IS DISTINCT FROM: a key held forever has a NULL scope, and NOT (NULL ...) is not true
-    f" AND ({jobs.name}.key_scope IS DISTINCT FROM 'for' OR {jobs.name}.key_expires_at > now())"
-)
-
-
-def _insert_one_sql(*, extended: bool, replace: bool, batched: bool = False) -> str:
-    """The one-job INSERT: plain (the common job), or with the columns of limits, or a
-    batch's member."""
-    columns = ("queue, task, payload, payload_version, priority, max_attempts, key, run_at,"
-               f" {TRACE_COLUMN}{BATCH_COLUMN if batched else ''}")
-    values = (":queue, :task, CAST(:payload AS jsonb), :payload_version, :priority,"
-              " :max_attempts, :key, COALESCE(CAST(:run_at AS timestamptz),"
-              " now() + make_interval(secs => COALESCE(CAST(:delay AS float8), 0))),"
-              f" {TRACE_VALUE}{BATCH_VALUE if batched else ''}")
-    if extended:
-        columns += ", concurrency_key, key_scope, key_expires_at"
-        values += (", :concurrency_key, :key_scope,"
-                   " now() + make_interval(secs => CAST(:unique_for AS float8))")
-    return (f"INSERT INTO {jobs.name} ({columns}) VALUES ({values})"
-            f" ON CONFLICT (key) WHERE {KEY_HELD}{_REPLACE if replace else ' DO NOTHING'}"
-            " RETURNING id")
-
-
-def _insert_one_statement(*, extended: bool, replace: bool, notify: bool,
-                          batched: bool = False) -> Any:
-    """The insert, alone or with its queue's NOTIFY in the same round trip."""
-    sql = _insert_one_sql(extended=extended, replace=replace, batched=batched)
-    if notify:
-        sql = (f"WITH inserted AS ({sql}) "
-               "SELECT (SELECT id FROM inserted), pg_notify(:channel, :queue)")
-    return text(sql)
-
-
-# insert_one: insert one job unless its key is held (or replace a pending holder's payload).
-# Index: uq_workerpool_jobs_key (ON CONFLICT).
-_INSERT_ONE_STATEMENTS = {
-    ((extended, replace, batched), notify): _insert_one_statement(
-        extended=extended, replace=replace, notify=notify, batched=batched)
-    for extended in (False, True) for replace in (False, True) for notify in (False, True)
-    for batched in (False, True)
-}
-
-
-def one_statement(dialect: Any, row: NewJob, *, notify_queue: bool,
-                  trace_context: str | None = None) -> tuple[str, dict[str, Any]]:
-    """A job without a key as one statement in the driver's own SQL, and its parameters, for
-    a caller that sends it on the DBAPI connection itself (``workerpool.single_write``); the
-    statement returns the new id first. A keyed job needs :func:`insert_one` (a held key is
-    read after the insert)."""
-    if row.key is not None:
-        raise ValueError("one_statement takes a job without a key")
-    return _one_driver_sql(dialect, _one_shape(row), notify_queue), _one_params(row, trace_context)
-
-
-@functools.lru_cache(maxsize=16)
-def _one_driver_sql(dialect: Any, shape: tuple[bool, bool, bool], notify: bool) -> str:
-    return str(_INSERT_ONE_STATEMENTS[shape, notify].compile(dialect=dialect))
 
 
 # ---------------------------------------------------------------------------------------------

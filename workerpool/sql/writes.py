@@ -1,29 +1,31 @@
-"""Enqueue: writing checked jobs, one at a time, in a batch, or in pipelined chunks.
+"""Enqueue: writing checked jobs, one at a time or in a batch.
 
 Every job is checked (:mod:`workerpool.model.new_job`) before anything is kept, and a write is
-as few statements as it can be: one job is one INSERT in autocommit (or in the caller's
-transaction); a batch without keys is one COPY (``sql.bulk``); a batch with keys is one
-multi-row INSERT, or chunks of :data:`INSERT_CHUNK` pipelined in one transaction when it is
-large.
+as few statements as it can be. One job is one INSERT (``sql.insert_one``): in the caller's
+transaction, or in autocommit on a pooled connection without a ping (``sql.single_write``).
+A batch (:func:`_write_batch`) is one COPY when no job has a key (``sql.bulk``), else the
+INSERT of ``sql.insert_job_chunks`` in chunks of :data:`INSERT_CHUNK`: in a transaction of
+its own, or a savepoint in the caller's.
 
-The asyncio driver (:func:`enqueue_one_async`, :func:`enqueue_batch_async`) builds the same
-rows with the same checks and runs the same statements through ``AsyncConnection.run_sync``:
-there is one set of rules, and two ways to reach the database.
+The asyncio driver (:func:`enqueue_one_async`, :func:`enqueue_batch_async`) runs the same
+functions through ``AsyncConnection.run_sync``: one set of rules, two ways to reach the
+database.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
+import psycopg
 from sqlalchemy import Connection, Engine
 
 from .. import sql
 from ..model import tracing
 from ..model.errors import InvalidJob
-from ..model.new_job import NewJob, build_batch, build_item, build_job, build_rows, job_items
+from ..model.new_job import NewJob, build_item, build_job, build_rows, job_items
 from ..model.registry import Registry
 from . import single_write
 
@@ -62,89 +64,56 @@ def enqueue_one(pool: Target, task: str | Callable, payload: Mapping[str, Any] |
     if conn is not None:
         conn = caller_connection(conn)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        if conn is not None:
-            return sql.insert_one(conn, row, notify_queue=pool.registry.notify,
+        write = functools.partial(sql.insert_one, row=row, notify_queue=pool.registry.notify,
                                   trace_context=trace, batch_id=batch_id)
-        if row.key is None:  # nothing to conflict with: one statement, no pre-ping
-            return _insert_keyless(pool.engine, row, pool.registry.notify, trace)
-        with single_statement(pool.engine) as own:  # a taken key writes nothing: no rollback
-            return sql.insert_one(own, row, notify_queue=pool.registry.notify, trace_context=trace)
-
-
-def _insert_keyless(engine: Engine, row: NewJob, notify: bool, trace: str | None) -> int:
-    statement, params = sql.one_statement(engine.dialect, row, notify_queue=notify,
-                                          trace_context=trace)
-    return single_write.write(engine,
-                              lambda cursor: cursor.execute(statement, params).fetchone()[0])
+        return write(conn) if conn is not None else single_write.write(pool.engine, write)
 
 
 def enqueue_batch(pool: Target, jobs: Any, conn: Connection | None, *,
                   batch_id: int | None = None) -> list[int]:
     """Many jobs atomically, with one NOTIFY; ids in the order given (``pool.enqueue_many``).
 
-    A batch without keys is one COPY (:func:`_copy_batch`). A batch with a key needs ``ON
-    CONFLICT``: one INSERT, or, beyond :data:`INSERT_CHUNK` jobs, chunks pipelined in one
-    transaction (a savepoint in the caller's). A caller's connection on another driver than
-    psycopg 3 (psycopg2) can do neither COPY nor pipeline: its batch is one INSERT.
+    In a transaction of its own, or a savepoint in the caller's. A batch without keys is one
+    COPY; a batch with a key needs ``ON CONFLICT``: the INSERT, in chunks of
+    :data:`INSERT_CHUNK` jobs pipelined so the server inserts one while the next is checked.
     ``batch_id`` (with ``conn``): the new jobs are members of that batch.
     """
     items = job_items(jobs)
     if conn is not None:
         conn = caller_connection(conn)
-    if items and not _any_key(items) and (conn is None or sql.can_copy(conn)):
-        with tracing.enqueue_span(None, None, len(items)) as trace:
-            return _copy_batch(pool, items, conn, trace, batch_id)
-    if len(items) > INSERT_CHUNK and (conn is None or sql.can_pipeline(conn)):
-        with tracing.enqueue_span(None, None, len(items)) as trace:
-            return _write_chunks(pool, items, conn, trace, batch_id)
-    rows = build_rows(pool.registry, items, {})
-    with tracing.enqueue_span(None, None, len(rows)) as trace:
-        if conn is not None:
-            return sql.insert_jobs(conn, rows, notify=pool.registry.notify, trace_context=trace,
-                                   batch_id=batch_id)
-        if all(row.key is None for row in rows):  # no key, no conflict: nothing to roll back
-            with single_statement(pool.engine) as own:
-                return sql.insert_jobs(own, rows, notify=pool.registry.notify, trace_context=trace)
-        with pool.engine.begin() as own:  # a taken key may raise after new rows are in
-            return sql.insert_jobs(own, rows, notify=pool.registry.notify, trace_context=trace)
+    if not items:
+        return []
+    with tracing.enqueue_span(None, None, len(items)) as trace:
+        write = functools.partial(_write_batch, registry=pool.registry, items=items,
+                                  trace=trace, batch_id=batch_id, own=conn is None)
+        return write(conn) if conn is not None else single_write.write(pool.engine, write)
 
 
-def _copy_batch(pool: Target, items: list[Any], conn: Connection | None,
-                trace: str | None, batch_id: int | None = None) -> list[int]:
-    """A batch without keys by COPY: in a transaction of its own, or a savepoint in the
-    caller's. Every row is checked before anything is sent: a bad one is refused with nothing
-    written (checking them as they stream gains nothing: Python is the faster side)."""
-    rows = [build_item(pool.registry, item) for item in items]
-
-    def copy(driver: Any, own_transaction: bool) -> list[int]:
-        return sql.copy_jobs(driver, rows, len(rows), notify=pool.registry.notify,
-                             trace_context=trace, own_transaction=own_transaction,
-                             batch_id=batch_id)
-
-    if conn is None:
-        return single_write.write(pool.engine, lambda cursor: copy(cursor.connection, True))
-    with atomically(conn):
-        return copy(conn.connection.driver_connection, False)
+def _write_batch(conn: Connection, *, registry: Registry, items: list[Any], trace: str | None,
+                 batch_id: int | None, own: bool) -> list[int]:
+    """The batch on ``conn``: in a transaction of its own (``own``: the pool's connection),
+    or a savepoint in the caller's transaction."""
+    if not _any_key(items) and sql.can_copy(conn):
+        # Every row is checked before anything is sent: a bad one is refused with nothing
+        # written (checking them as they stream gains nothing: Python is the faster side).
+        rows = [build_item(registry, item) for item in items]
+        autocommit = _in_autocommit(conn)
+        with nullcontext() if autocommit else conn.begin_nested():
+            return sql.copy_jobs(conn.connection.driver_connection, rows, len(rows),
+                                 notify=registry.notify, trace_context=trace,
+                                 own_transaction=autocommit, batch_id=batch_id)
+    seen: dict[str, NewJob] = {}
+    chunks = (build_rows(registry, items[start:end], seen)
+              for start, end in _chunk_bounds(len(items)))
+    with _atomically(conn, own):
+        return sql.insert_job_chunks(conn, chunks, notify=registry.notify, trace_context=trace,
+                                     batch_id=batch_id)
 
 
 def _any_key(items: list[Any]) -> bool:
     """Whether an item asks for a key (a keyed batch needs ``ON CONFLICT``: an INSERT)."""
     return any(len(item) == 3 and isinstance(item[2], Mapping) and item[2].get("key") is not None
                for item in items if isinstance(item, tuple | list))
-
-
-def _write_chunks(pool: Target, items: list[Any], conn: Connection | None,
-                  trace: str | None, batch_id: int | None = None) -> list[int]:
-    seen: dict[str, NewJob] = {}
-    notify = pool.registry.notify
-    chunks = (build_rows(pool.registry, items[start:end], seen)
-              for start, end in _chunk_bounds(len(items)))
-    if conn is None:
-        with single_statement(pool.engine) as own, atomically(own):
-            return sql.insert_job_chunks(own, chunks, notify=notify, trace_context=trace)
-    with atomically(conn):
-        return sql.insert_job_chunks(conn, chunks, notify=notify, trace_context=trace,
-                                     batch_id=batch_id)
 
 
 def _chunk_bounds(total: int) -> Iterator[tuple[int, int]]:
@@ -188,21 +157,20 @@ def _is_async(conn: Any) -> bool:
     return isinstance(conn, AsyncConnection)
 
 
-@contextmanager
-def single_statement(engine: Engine) -> Iterator[Connection]:
-    """A connection in autocommit, for a write that is one statement: the statement is its
-    own transaction, which saves the BEGIN and COMMIT round trips."""
-    with engine.connect() as own:
-        yield own.execution_options(isolation_level="AUTOCOMMIT")
+def _atomically(conn: Connection, own: bool) -> AbstractContextManager:
+    """All or nothing for several statements on ``conn``: a transaction of its own on a
+    connection in autocommit or of the pool's (``own``), else a savepoint in the caller's
+    transaction."""
+    if _in_autocommit(conn):
+        return conn.connection.driver_connection.transaction()
+    return conn.begin() if own else conn.begin_nested()
 
 
-def atomically(conn: Connection) -> AbstractContextManager:
-    """All or nothing for several statements on ``conn``: a savepoint in the caller's
-    transaction, or a transaction of its own on a connection in autocommit."""
+def _in_autocommit(conn: Connection) -> bool:
+    """Whether ``conn`` is on psycopg 3's sync driver in autocommit (where a transaction is
+    the driver's to open: SQLAlchemy's would be a no-op)."""
     driver = conn.connection.driver_connection
-    if driver.autocommit:
-        return driver.transaction()
-    return conn.begin_nested()
+    return isinstance(driver, psycopg.Connection) and driver.autocommit
 
 
 # -- asyncio --------------------------------------------------------------------------------------
@@ -221,22 +189,23 @@ async def enqueue_one_async(pool: Target, task: str | Callable,
                                   trace_context=trace)
         if conn is not None:
             return await conn.run_sync(write)
-        async with pool.async_engine.begin() as own:
+        async with pool.async_engine.connect() as own:
+            await own.execution_options(isolation_level="AUTOCOMMIT")
             return await own.run_sync(write)
 
 
 async def enqueue_batch_async(pool: Target, jobs: Any, conn: Any) -> list[int]:
-    """:func:`enqueue_batch` on an ``AsyncConnection``: the whole batch is checked first, then
-    written in one statement (psycopg's pipeline is a sync-connection feature)."""
+    """:func:`enqueue_batch` on an ``AsyncConnection``: the same checks and the same INSERT,
+    its chunks sent one after another (COPY and the pipeline are the sync driver's)."""
     if conn is not None:
         conn = caller_async_connection(conn)
-    rows = build_batch(pool.registry, jobs)
-    if not rows:
+    items = job_items(jobs)
+    if not items:
         return []
-    with tracing.enqueue_span(None, None, len(rows)) as trace:
-        write = functools.partial(sql.insert_jobs, rows=rows, notify=pool.registry.notify,
-                                  trace_context=trace)
+    with tracing.enqueue_span(None, None, len(items)) as trace:
+        write = functools.partial(_write_batch, registry=pool.registry, items=items,
+                                  trace=trace, batch_id=None, own=conn is None)
         if conn is not None:
             return await conn.run_sync(write)
-        async with pool.async_engine.begin() as own:  # a taken key may raise after rows are in
+        async with pool.async_engine.connect() as own:
             return await own.run_sync(write)
