@@ -15,6 +15,7 @@ for a name; the sweep reads the whole index: only waiting jobs are in it).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -77,7 +78,7 @@ def get(conn: Connection, name: str) -> Any:
 
 
 # insert_signal: keep the first signal of a name. Index: pk_workerpool_signals.
-def insert_signal(conn: Connection, name: str, payload_json: str) -> Any:
+def insert_signal(conn: Connection, name: str, payload_json: str) -> datetime | None:
     """Keep signal ``name`` unless one was sent; its ``sent_at``, or None if it existed."""
     stmt = (insert(signals)
             .values(name=name, payload=cast(literal(payload_json, Text), JSONB))
@@ -102,7 +103,8 @@ def wake(conn: Connection, name: str) -> dict[int, str]:
     return {row.id: row.queue for row in conn.execute(stmt)}
 
 
-def send(conn: Connection, name: str, payload_json: str) -> tuple[Any, dict[int, str]]:
+def send(conn: Connection, name: str, payload_json: str
+         ) -> tuple[datetime | None, dict[int, str]]:
     """``pool.signal``: keep the first signal of ``name`` and wake its waiters, in ``conn``'s
     transaction. Returns ``(sent_at, {woken id: queue})``; ``sent_at`` is None when a signal
     of that name exists (then nothing was written)."""
