@@ -25,7 +25,7 @@ PREFIX = "workerpool_"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: ``outcome`` label values of workerpool_jobs_finished_total (a bounded set).
-OUTCOMES = ("done", "retried", "dead", "snoozed", "released", "cancelled", "lost")
+OUTCOMES = ("done", "retried", "dead", "snoozed", "waiting", "released", "cancelled", "lost")
 #: ``cause`` label values of workerpool_child_restarts_total.
 CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
 
