@@ -147,9 +147,10 @@ def limited(facts: Facts) -> Reason | None:
 
 
 def waiting(facts: Facts) -> Reason | None:
-    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for."""
+    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for (a job
+    waiting for a signal is :func:`signal`'s)."""
     job = facts.job
-    if job.state != JobState.WAITING:
+    if job.state != JobState.WAITING or getattr(job, "signal", None):
         return None
     holding = []
     for parent in facts.parents:
