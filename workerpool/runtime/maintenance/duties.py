@@ -64,7 +64,7 @@ class Maintenance:
         self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
-        self.table = TableKeeper(engine, pooled=pooled)
+        self.table = TableKeeper(engine, pooled=pooled, settings=self.settings)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
         self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
