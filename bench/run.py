@@ -28,6 +28,7 @@ from . import (
     steps,
     supervised,
     web,
+    workflows,
 )
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
@@ -36,8 +37,8 @@ from .report import Report, Target
 log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
-            "growth", "memory", "healthcheck", "operators", "web", "batches", "steps", "limits",
-            "fleet", "burst")
+            "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
+            "steps", "limits", "fleet", "burst")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat.
@@ -181,6 +182,8 @@ def declare(report: Report, plan: Plan) -> None:
         fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
     if plan.wants("batches"):
         batches.declare(report, plan.batch_members)
+    if plan.wants("workflows"):
+        workflows.declare(report, plan.batch_members)
     if plan.wants("steps"):
         steps.declare(report, plan.step_jobs)
     if plan.wants("burst"):
@@ -219,6 +222,9 @@ class Bench:
                 if self.plan.wants("batches"):
                     batches.measure(self.report, self.launcher, self.pool,
                                     self.plan.batch_members, repeat)
+                if self.plan.wants("workflows"):
+                    workflows.measure(self.report, self.launcher, self.pool,
+                                      self.plan.batch_members, repeat)
                 if self.plan.wants("steps"):
                     steps.measure(self.report, self.launcher, self.pool, self.plan.step_jobs,
                                   repeat)

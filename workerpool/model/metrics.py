@@ -50,6 +50,7 @@ class Null:
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None: ...
     def batches_finished(self, fired: list[Any], fired_by: str) -> None: ...
     def batches_open(self, count: int) -> None: ...
+    def batches_opened(self, count: int) -> None: ...
 
 
 class Recorder(Null):
@@ -115,6 +116,10 @@ class Recorder(Null):
         self.batches_open_gauge = Gauge(
             "workerpool_batches_open", "Batches opened and not finished yet, sampled by"
             " maintenance", [], multiprocess_mode="livemostrecent", registry=None)
+        self.batches_opened_total = Counter(
+            "workerpool_batches_opened", "Batches opened (committed), counted by maintenance as"
+            " it samples: from the newest batch it saw at its first sample on", [],
+            registry=None)
         self._children: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
         self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
@@ -214,6 +219,10 @@ class Recorder(Null):
 
     def batches_open(self, count: int) -> None:
         self.batches_open_gauge.set(count)
+
+    def batches_opened(self, count: int) -> None:
+        if count:
+            self.batches_opened_total.inc(count)
 
 
 def add_observations(histogram: Any, buckets: list[int], total: float) -> None:

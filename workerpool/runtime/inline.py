@@ -32,6 +32,7 @@ from ..model.payload import dumps
 from ..model.registry import Registry
 from ..model.specs import TaskSpec
 from ..model.steps import Suspended
+from ..sql import dependencies
 from .steps import StepStore
 from .worker.outcomes import record_settling
 
@@ -104,8 +105,12 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
             if not sql.save_checkpoint(conn, lease, text):
                 raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
+    def parents(job_id: int) -> dict[int, Any]:
+        with engine.connect() as conn:
+            return dependencies.parent_results(conn, job_id)
+
     steps = StepStore(worker, registry.payload_limit, engine.begin)
-    job = Job.from_row(row, worker=worker, saver=saver, steps=steps)
+    job = Job.from_row(row, worker=worker, saver=saver, parents=parents, steps=steps)
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 

@@ -24,7 +24,8 @@ from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import batches, results, signals
+from ...sql import batches, dependencies, results, signals
+from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
 from .health import TableKeeper
@@ -66,6 +67,12 @@ class Maintenance:
         self.table = TableKeeper(engine, pooled=pooled)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
+        self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
+                             if spec.result_ttl is not None}
+        self._last_batch: int | None = None  # the newest batch the opened counter has seen
+        self._swept_dependencies_at = float("-inf")
+        #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
+        self.repaired_dependents = 0
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -86,6 +93,7 @@ class Maintenance:
         self.sweep_abandoned()
         self.prune_finished()
         self.sweep_batches()
+        self.sweep_dependencies()
         self.sweep_signals()
         self.prune_workers()
         self.prune_rate_counts()
@@ -123,7 +131,8 @@ class Maintenance:
         settings, deleted = self.settings, 0
         for _ in range(settings.prune_batches_per_pass):
             with self._transaction() as conn:
-                count = sql.prune_finished(conn, settings.retention, settings.prune_batch)
+                count = sql.prune_finished(conn, settings.retention, settings.prune_batch,
+                                           self._result_ttls)
             deleted += count
             if count < settings.prune_batch:
                 break
@@ -155,6 +164,27 @@ class Maintenance:
             results.prune_waiters(conn, WAITER_TTL)
         return fired
 
+    def sweep_dependencies(self) -> int:
+        """Every BATCH_SWEEP_EVERY seconds: resolve waiting jobs whose parents have all ended
+        (their parents' final write releases them in its own transaction, so this finds
+        nothing unless that path was missed: logged at error level when it does). Returns the
+        jobs it made due or cancelled."""
+        now = time.monotonic()
+        if now - self._swept_dependencies_at < BATCH_SWEEP_EVERY:
+            return 0
+        self._swept_dependencies_at = now
+        with self._transaction() as conn:
+            swept = dependencies.sweep(conn)
+            after_rows(conn, swept.cancelled)  # their waiters, batches and own dependents
+        repaired = swept.due + len(swept.cancelled)
+        if repaired:
+            self.repaired_dependents += repaired
+            log.error("%d waiting jobs released by the maintenance sweep, not by their parents'"
+                      " final write (%d made due, %d cancelled)", repaired, swept.due,
+                      len(swept.cancelled), extra={"event": "dependents_swept",
+                                                   "due": swept.due,
+                                                   "cancelled": len(swept.cancelled)})
+        return repaired
     def sweep_signals(self) -> dict[str, int]:
         """Jobs waiting for a signal that was sent (its wake-up was missed: latency, never a
         stuck job) or whose wait's deadline passed (their ``wait_for`` raises TimeoutError):
@@ -189,8 +219,10 @@ class Maintenance:
         with self._transaction() as conn:
             samples = sql.queue_depths(conn, list(self.queues))
             open_batches = batches.count_open(conn)
+            opened, self._last_batch = batches.opened_after(conn, self._last_batch)
         metrics.record.depth(samples)
         metrics.record.batches_open(open_batches)
+        metrics.record.batches_opened(opened)
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""
