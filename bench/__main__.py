@@ -6,6 +6,7 @@
     python -m bench --soak 10 --rate 2000 --embedded   # the same on a scratch embedded server
     python -m bench --scale 1,2,4,8              # supervisors on one database (fleet.py)
     python -m bench --only burst                 # kill -9 the worker child mid-drain (burst.py)
+    python -m bench --only steps                 # durable steps against checkpoints (steps.py)
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:

@@ -282,3 +282,27 @@ def test_a_sleeping_job_holds_no_slot(app, sql):
     assert order[:4] == ["sleeper", "other 0", "other 1", "other 2"]
     assert order[-2:] == ["sleeper", "sleeper woke"]
     assert sql("SELECT attempts FROM workerpool_jobs WHERE id = %s", sleeper_id) == [(1,)]
+
+
+def test_an_async_handler_sleeps_and_waits_like_a_sync_one(app, sql):
+    seen: list = []
+
+    @app.task(queue="q", max_attempts=1)
+    async def flow(job):
+        await job.step_async("first", _one)
+        job.sleep("nap", 3600)
+        seen.append(job.wait_for("go", timeout=600))
+        return "done"
+
+    job_id = app.enqueue("flow", {})
+    assert testing.drain(app, "q") == [(job_id, "pending")]  # asleep
+    sql("UPDATE workerpool_jobs SET run_at = now()")
+    assert testing.drain(app, "q") == [(job_id, "waiting")]
+    app.signal("go", 1)
+    assert testing.drain(app, "q") == [(job_id, "done")]
+    assert seen == [1]
+    assert sql("SELECT attempts FROM workerpool_jobs") == [(1,)]
+
+
+async def _one() -> int:
+    return 1

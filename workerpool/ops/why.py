@@ -147,8 +147,8 @@ def limited(facts: Facts) -> Reason | None:
 
 
 def waiting(facts: Facts) -> Reason | None:
-    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for (a job
-    waiting for a signal is :func:`signal`'s)."""
+    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for (one
+    waiting for a signal is :func:`signal`'s: its parents were done before it ran)."""
     job = facts.job
     if job.state != JobState.WAITING or getattr(job, "signal", None):
         return None
@@ -171,6 +171,8 @@ def waiting(facts: Facts) -> Reason | None:
                                  " (or the maintenance sweep) makes it due")
     code = "sequence" if all("sequence" in text for text in holding) else "parents"
     return Reason(code, "it waits: " + "; ".join(holding))
+
+
 def signal(facts: Facts) -> Reason | None:
     """Waiting in ``job.wait_for``: which signal, since when, and until when."""
     job = facts.job
