@@ -346,16 +346,17 @@ class WorkerPool:
         """A linked enqueue on an ``AsyncConnection`` (the caller's transaction) or the pool's
         async engine: the same statements, through ``run_sync``."""
         if conn is not None:
-            return await caller_async_connection(conn).run_sync(write)
+            result: T = await caller_async_connection(conn).run_sync(write)
+            return result
         async with self.async_engine.begin() as own:
-            return await own.run_sync(write)
+            result = await own.run_sync(write)
+            return result
 
     def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
         first one's id is the chain's ``workflow_id``."""
-        ids = chain(self, list(steps) if not isinstance(steps, str | bytes | Mapping) and
-                    isinstance(steps, Iterable) else steps, conn)
+        ids = chain(self, steps, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
