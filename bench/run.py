@@ -40,8 +40,9 @@ SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "sin
             "limits", "fleet", "burst")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
-#: repeat) and it kills processes.
-ASKED_ONLY = ("limits", "fleet", "burst")
+#: repeat) and it kills processes; the workflows start four supervisors per repeat and run a
+#: chain and a sequence one job at a time.
+ASKED_ONLY = ("limits", "fleet", "burst", "workflows")
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
