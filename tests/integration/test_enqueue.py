@@ -61,6 +61,17 @@ def test_transactional_enqueue_rolled_back_leaves_no_job(app, sql):
     assert count(sql) == 0
 
 
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+def test_an_enqueue_first_on_a_connection_without_begin_is_in_its_transaction(app, sql, end):
+    """SQLAlchemy begins a transaction on a connection's first statement (autobegin): an
+    enqueue that is that first statement must be in it, so the caller's commit() keeps it
+    and rollback() takes it back."""
+    with app.engine.connect() as conn:
+        app.enqueue("send", {"user_id": 1}, conn=conn)
+        getattr(conn, end)()
+    assert count(sql) == (1 if end == "commit" else 0)
+
+
 def test_transactional_enqueue_committed_with_the_business_write(app, sql):
     sql("CREATE TABLE users (id int primary key)")
     with app.engine.begin() as conn:

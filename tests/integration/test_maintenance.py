@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
@@ -99,6 +100,36 @@ def test_pruning_deletes_old_done_and_cancelled_in_batches_and_keeps_dead_and_re
     assert maintenance.prune_finished() == 0
     remaining = dict(sql("SELECT id, state FROM workerpool_jobs"))
     assert set(remaining) == set(kept_ids.values())
+
+
+def test_a_tasks_result_ttl_keeps_its_finished_rows_longer_or_shorter(app, sql):
+    @app.task(queue="q", result_ttl=timedelta(days=30))
+    def report(job):
+        return {"rows": 1}
+
+    @app.task(queue="q", result_ttl=60)
+    def ping(job):
+        return None
+
+    def finished(task: str, age: str) -> int:
+        return sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"
+                   f" VALUES ('q', %s, 'done', now() - interval '{age}', '1') RETURNING id",
+                   task)[0][0]
+
+    old_work, old_report = finished("work", "8 days"), finished("report", "8 days")
+    older_report, old_ping = finished("report", "31 days"), finished("ping", "2 minutes")
+    recent_work = finished("work", "2 minutes")
+    Maintenance(app.registry, app.engine, worker_id="m").prune_finished()
+    assert {row[0] for row in sql("SELECT id FROM workerpool_jobs")} == {old_report, recent_work}
+    assert app.job(old_report).result == 1  # read eight days on: past the default retention
+    assert {old_work, older_report, old_ping}.isdisjoint(
+        row[0] for row in sql("SELECT id FROM workerpool_jobs"))
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "1 day", float("inf"), True])
+def test_a_bad_result_ttl_is_refused_by_name(app, ttl):
+    with pytest.raises(ConfigError, match="result_ttl must be"):
+        app.task(lambda job: None, name="t", queue="q", result_ttl=ttl)
 
 
 def test_pruning_uses_the_finished_index(app, sql):

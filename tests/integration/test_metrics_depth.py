@@ -79,3 +79,31 @@ def test_a_maintenance_pass_samples_only_with_metrics_on(pool, sql, monkeypatch)
     maintenance.run_pass()
     maintenance.run_pass()  # within DEPTH_EVERY: not sampled again
     assert len(seen) == 1 and seen[0]["a"]["waiting"] == 3
+
+
+def test_batches_opened_are_counted_from_the_first_sample_on(pool, sql, monkeypatch):
+    pool.queue("a")
+    pool.task(lambda job: None, name="t", queue="a")
+    opened = []
+
+    class Capture(metrics.Null):
+        enabled = True
+
+        def batches_opened(self, count):
+            opened.append(count)
+
+    def open_batch():
+        with pool.batch(on_complete="t") as batch:
+            batch.enqueue("t", {})
+
+    monkeypatch.setattr(metrics, "record", Capture())
+    open_batch()  # before the first sample: the count starts after it
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
+    maintenance.run_pass()
+    for _ in range(3):
+        open_batch()
+    maintenance._sampled_at = float("-inf")  # the next pass samples again
+    maintenance.run_pass()
+    maintenance._sampled_at = float("-inf")
+    maintenance.run_pass()
+    assert opened == [0, 3, 0]

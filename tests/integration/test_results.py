@@ -197,6 +197,21 @@ def test_a_job_that_does_not_finish_in_time_raises_result_timeout_a_timeout_erro
     assert app.job(job_id).state == "pending"
 
 
+def test_dispose_ends_the_results_listener_at_once(db_url):
+    """A disposed pool's listener does not linger (or keep reconnecting to a database that is
+    gone) for the idle time a listener otherwise waits for its next waiter."""
+    pool = WorkerPool(db_url)
+    pool.task(lambda job: None, name="t", queue="q")
+    job_id = pool.enqueue("t", {})
+    with pytest.raises(ResultTimeout):
+        pool.result(job_id, timeout=0.3)  # starts the pool's listener
+    listener = waiting._LISTENERS[pool]
+    assert listener.is_alive()
+    pool.dispose()
+    listener.join(timeout=waiting.LISTENER_IDLE / 2)
+    assert not listener.is_alive()
+
+
 def test_an_unknown_or_pruned_job_raises_unknown_job(app, sql):
     with pytest.raises(UnknownJob, match="no job 987654"):
         app.result(987654, timeout=1)

@@ -25,7 +25,7 @@ PREFIX = "workerpool_"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: ``outcome`` label values of workerpool_jobs_finished_total (a bounded set).
-OUTCOMES = ("done", "retried", "dead", "snoozed", "released", "cancelled", "lost")
+OUTCOMES = ("done", "retried", "dead", "snoozed", "waiting", "released", "cancelled", "lost")
 #: ``cause`` label values of workerpool_child_restarts_total.
 CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
 
@@ -50,6 +50,8 @@ class Null:
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None: ...
     def batches_finished(self, fired: list[Any], fired_by: str) -> None: ...
     def batches_open(self, count: int) -> None: ...
+    def batches_opened(self, count: int) -> None: ...
+    def index_rebuilt(self, index: str) -> None: ...
 
 
 class Recorder(Null):
@@ -115,6 +117,14 @@ class Recorder(Null):
         self.batches_open_gauge = Gauge(
             "workerpool_batches_open", "Batches opened and not finished yet, sampled by"
             " maintenance", [], multiprocess_mode="livemostrecent", registry=None)
+        self.batches_opened_total = Counter(
+            "workerpool_batches_opened", "Batches opened (committed), counted by maintenance as"
+            " it samples: from the newest batch it saw at its first sample on", [],
+            registry=None)
+        self.index_rebuilds = Counter(
+            "workerpool_index_rebuilds", "Indexes of the jobs table the maintenance child"
+            " rebuilt (REINDEX CONCURRENTLY) because they were far above their packed size",
+            ["index"], registry=None)
         self._children: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
         self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
@@ -214,6 +224,14 @@ class Recorder(Null):
 
     def batches_open(self, count: int) -> None:
         self.batches_open_gauge.set(count)
+
+    def batches_opened(self, count: int) -> None:
+        if count:
+            self.batches_opened_total.inc(count)
+
+    def index_rebuilt(self, index: str) -> None:
+        """From the table keeper's thread: written at once (a rebuild is rare)."""
+        self.index_rebuilds.labels(index).inc()
 
 
 def add_observations(histogram: Any, buckets: list[int], total: float) -> None:

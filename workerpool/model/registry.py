@@ -28,6 +28,11 @@ from .validation import (
 )
 
 
+def _seconds(value: Any) -> Any:
+    """A timedelta as seconds; anything else as given (checked by the caller)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
 class Registry:
     """Queues, tasks and cron jobs of one application, their maintenance settings and hooks.
 
@@ -68,6 +73,7 @@ class Registry:
         concurrency_limit: int | None = None,
         concurrency_key: Callable[[Mapping[str, Any]], str] | None = None,
         key_rate_limit: str | None = None,
+        result_ttl: float | timedelta | None = None,
         on_dependency_failure: str = "cancel",
         on_failure: str = "release",
     ) -> Callable[..., Any]:
@@ -75,6 +81,9 @@ class Registry:
 
         ``concurrency_limit`` and ``key_rate_limit`` hold per concurrency key, cluster-wide
         (docs/limits.md); ``concurrency_key`` computes a job's key from its payload.
+        ``result_ttl`` (seconds or timedelta): how long this task's finished rows, and their
+        results, outlive their end before the pruning deletes them (default: the maintenance
+        ``retention``).
         ``on_dependency_failure`` and ``on_failure``: what a failed parent does to a job of this
         task, and what a dead job of this task does to its sequence (docs/workflows.md).
         """
@@ -95,6 +104,7 @@ class Registry:
                 concurrency_limit=concurrency_limit,
                 concurrency_key=concurrency_key,
                 key_rate_limit=key_rate_limit,
+                result_ttl=check_positive("result_ttl", _seconds(result_ttl), allow_none=True),
                 on_dependency_failure=check_choice(
                     f"task {task_name}: on_dependency_failure", on_dependency_failure,
                     DEPENDENCY_FAILURE_POLICIES),

@@ -307,6 +307,18 @@ def finished_batches(conn: Connection, limit: int = 20) -> list[Any]:
     return list(conn.execute(stmt))
 
 
+# opened_after: batches committed since the last one seen (the opened counter). Index:
+# pk_workerpool_batches.
+def opened_after(conn: Connection, last_seen: int | None) -> tuple[int, int | None]:
+    """``(how many batches have an id above last_seen, the highest id)``; with no
+    ``last_seen`` yet, none are counted: the highest id is where counting starts."""
+    if last_seen is None:
+        return 0, conn.execute(select(func.max(batches.c.id))).scalar()
+    count, highest = conn.execute(select(func.count(), func.max(batches.c.id))
+                                  .where(batches.c.id > last_seen)).one()
+    return count, highest if highest is not None else last_seen
+
+
 # count_open: how many batches are open. Index: ix_workerpool_batches_open.
 def count_open(conn: Connection) -> int:
     return conn.execute(select(func.count()).select_from(batches)

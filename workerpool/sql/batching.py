@@ -62,7 +62,7 @@ from ..model.payload import check_key, dumps
 from ..model.results import check_id
 from . import batches as sql
 from .workflows import enqueue_many_linked, enqueue_one_or_linked, has_links
-from .writes import Target, caller_connection, enqueue_batch
+from .writes import Target, caller_async_connection, caller_connection, enqueue_batch
 
 
 class Batch:
@@ -231,6 +231,87 @@ class Batch:
         ids = [found[row.key or ""] for row in rows]
         self.member_ids += ids
         return ids
+
+
+class AsyncBatch:
+    """:class:`Batch` for asyncio (``pool.batch_async(...)``), on the pool's async engine or a
+    caller's ``AsyncConnection``: ``async with``, ``await batch.enqueue(...)``. The same rules:
+    each step runs the sync batch's code through ``AsyncConnection.run_sync``."""
+
+    def __init__(self, pool: Target, *, conn: Any = None, **options: Any) -> None:
+        self.pool = pool
+        self._conn_arg = caller_async_connection(conn) if conn is not None else None
+        self._options = options
+        Batch(pool, **options)  # every argument checked before anything is written
+        self._batch: Batch | None = None
+        self._aconn: Any = None
+
+    @property
+    def id(self) -> int | None:
+        return self._batch.id if self._batch is not None else None
+
+    @property
+    def outside(self) -> list[int]:
+        return self._batch.outside if self._batch is not None else []
+
+    @property
+    def reopened(self) -> bool:
+        return self._batch.reopened if self._batch is not None else False
+
+    @property
+    def member_ids(self) -> list[int]:
+        return self._batch.member_ids if self._batch is not None else []
+
+    async def __aenter__(self) -> AsyncBatch:
+        if self._batch is not None:
+            raise BatchClosed("a batch is opened once: call pool.batch_async(...) again")
+        own = self._conn_arg is None
+        self._aconn = await self.pool.async_engine.connect() if own else self._conn_arg
+        try:
+            if own:
+                await self._aconn.begin()
+            self._batch = Batch(self.pool, conn=self._aconn.sync_connection, **self._options)
+            await self._aconn.run_sync(lambda _: self._batch.__enter__())
+        except BaseException:
+            await self._close(commit=False)
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._batch is not None
+        try:
+            await self._aconn.run_sync(lambda _: self._batch.__exit__(exc_type, exc, tb))
+        except BaseException:
+            await self._close(commit=False)
+            raise
+        await self._close(commit=exc_type is None)
+
+    async def _close(self, *, commit: bool) -> None:
+        if self._conn_arg is not None or self._aconn is None:
+            return  # the caller's transaction decides
+        try:
+            if commit:
+                await self._aconn.commit()
+        finally:
+            await self._aconn.close()
+
+    async def enqueue(self, task: str | Callable[..., Any],
+                      payload: Mapping[str, Any] | None = None, **options: Any) -> int:
+        """:meth:`Batch.enqueue`."""
+        job_id: int = await self._run(lambda batch: batch.enqueue(task, payload, **options))
+        return job_id
+
+    async def enqueue_many(self, jobs: Any) -> list[int]:
+        """:meth:`Batch.enqueue_many`."""
+        ids: list[int] = await self._run(lambda batch: batch.enqueue_many(jobs))
+        return ids
+
+    async def _run(self, step: Callable[[Batch], Any]) -> Any:
+        if self._batch is None or self._aconn is None:
+            raise BatchClosed("use the batch inside its block: "
+                              "async with pool.batch_async(...) as batch: ...")
+        batch = self._batch
+        return await self._aconn.run_sync(lambda _: step(batch))
 
 
 # ---------------------------------------------------------------------------------------------

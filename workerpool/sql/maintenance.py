@@ -128,22 +128,34 @@ def advance_cron(
 # pruning
 
 
-def prune_finished(conn: Connection, older_than: float, limit: int) -> int:
-    """Delete up to ``limit`` done/cancelled rows finished more than ``older_than`` seconds ago.
+def prune_finished(conn: Connection, older_than: float, limit: int,
+                   kept: Mapping[str, float] | None = None) -> int:
+    """Delete up to ``limit`` done/cancelled rows finished more than ``older_than`` seconds ago
+    (per pass: ``limit`` of the default rows, and up to ``limit`` of each task in ``kept``,
+    whose rows are kept for the seconds it gives instead: ``@pool.task(result_ttl=)``).
 
     Dead rows are never pruned: they stay until an operator purges them.
     """
-    return conn.execute(prune_finished_statement(older_than, limit)).rowcount
+    kept = dict(kept or {})
+    deleted = conn.execute(prune_finished_statement(older_than, limit, sorted(kept))).rowcount
+    for task, ttl in sorted(kept.items()):
+        deleted += conn.execute(prune_finished_statement(ttl, limit, task=task)).rowcount
+    return deleted
 
 
-# prune_finished: delete a bounded batch of old done/cancelled rows.
-# Index: ix_workerpool_jobs_finished (the batch), then pk_workerpool_jobs (the delete).
-def prune_finished_statement(older_than: float, limit: int):
+# prune_finished: delete a bounded batch of old done/cancelled rows (of one task, or of every
+# task but some). Index: ix_workerpool_jobs_finished (the batch), then pk_workerpool_jobs.
+def prune_finished_statement(older_than: float, limit: int, other_than: Sequence[str] = (), *,
+                             task: str | None = None):
+    only = [jobs.c.task == task] if task is not None else []
+    if other_than:
+        only.append(jobs.c.task.not_in(list(other_than)))
     doomed = (
         select(jobs.c.id)
         .where(
             state_in(*PRUNED_STATES),
             jobs.c.finished_at < func.now() - bindparam("older", seconds(older_than)),
+            *only,
         )
         .order_by(jobs.c.finished_at)
         .limit(limit)

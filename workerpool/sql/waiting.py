@@ -347,4 +347,16 @@ def subscribe(pool: Source, job_id: int, wake: Callable[[], None]) -> ResultList
         return listener
 
 
-__all__ = ["ResultListener", "Source", "read", "read_async", "subscribe", "wait", "wait_async"]
+def stop_listener(pool: Source) -> None:
+    """End the pool's listener in this process (``pool.dispose()``): it would otherwise keep
+    its connection, or keep reconnecting to a database that is gone, until idle. A waiter that
+    is still waiting polls on, and a later wait starts a new listener."""
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.pop(pool, None)
+    if listener is not None:
+        with listener._lock:
+            listener.done = True
+
+
+__all__ = ["ResultListener", "Source", "read", "read_async", "stop_listener", "subscribe",
+           "wait", "wait_async"]

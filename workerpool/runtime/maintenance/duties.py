@@ -1,5 +1,6 @@
-"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry,
-and the jobs table's health (:mod:`.health`, at its own cadence).
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the jobs waiting for a
+signal that came or a deadline that passed, the worker registry, and the jobs table's health
+(:mod:`.health`, at its own cadence).
 
 :meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
 Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
@@ -23,7 +24,7 @@ from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import batches, dependencies, results
+from ...sql import batches, dependencies, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
@@ -63,9 +64,12 @@ class Maintenance:
         self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
-        self.table = TableKeeper(engine, pooled=pooled)
+        self.table = TableKeeper(engine, pooled=pooled, settings=self.settings)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
+        self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
+                             if spec.result_ttl is not None}
+        self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
         self.repaired_dependents = 0
@@ -90,6 +94,7 @@ class Maintenance:
         self.prune_finished()
         self.sweep_batches()
         self.sweep_dependencies()
+        self.sweep_signals()
         self.prune_workers()
         self.prune_rate_counts()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
@@ -126,7 +131,8 @@ class Maintenance:
         settings, deleted = self.settings, 0
         for _ in range(settings.prune_batches_per_pass):
             with self._transaction() as conn:
-                count = sql.prune_finished(conn, settings.retention, settings.prune_batch)
+                count = sql.prune_finished(conn, settings.retention, settings.prune_batch,
+                                           self._result_ttls)
             deleted += count
             if count < settings.prune_batch:
                 break
@@ -179,6 +185,17 @@ class Maintenance:
                                                    "due": swept.due,
                                                    "cancelled": len(swept.cancelled)})
         return repaired
+    def sweep_signals(self) -> dict[str, int]:
+        """Jobs waiting for a signal that was sent (its wake-up was missed: latency, never a
+        stuck job) or whose wait's deadline passed (their ``wait_for`` raises TimeoutError):
+        due again now."""
+        with self._transaction() as conn:
+            woken = signals.sweep(conn)
+        if woken:
+            log.info("made %d waiting jobs due (signal sent or deadline passed)",
+                     sum(woken.values()), extra={"event": "signal_waiters_swept",
+                                                 "count": sum(woken.values())})
+        return woken
 
     def prune_workers(self) -> list[str]:
         with self._transaction() as conn:
@@ -202,8 +219,10 @@ class Maintenance:
         with self._transaction() as conn:
             samples = sql.queue_depths(conn, list(self.queues))
             open_batches = batches.count_open(conn)
+            opened, self._last_batch = batches.opened_after(conn, self._last_batch)
         metrics.record.depth(samples)
         metrics.record.batches_open(open_batches)
+        metrics.record.batches_opened(opened)
 
     def close(self) -> None:
         """Remove this process from the registry (a clean exit)."""
