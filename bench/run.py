@@ -41,8 +41,9 @@ SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "sin
             "steps", "limits", "fleet", "burst")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
-#: repeat) and it kills processes; the steps section starts three supervisors per repeat.
-ASKED_ONLY = ("steps", "limits", "fleet", "burst")
+#: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
+#: workflows start four supervisors per repeat and run a chain and a sequence one job at a time.
+ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows")
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's

@@ -39,8 +39,10 @@ SEQUENCE = "workflow_sequence_drain_jobs_per_s"
 
 
 def sizes(batch_members: int) -> tuple[int, int, int]:
-    """(jobs for the dependency's cost, chain length, sequence length) from the bench's size."""
-    return min(batch_members, 2000), min(batch_members, 1000), min(batch_members, 500)
+    """(jobs for the dependency's cost, chain length, sequence length) from the bench's size:
+    2,000, 1,000 and 500 at the default size; 100, 50 and 50 for ``--quick``."""
+    return (min(batch_members // 2, 2000), min(batch_members // 4, 1000),
+            min(batch_members // 4, 500))
 
 
 def declare(report: Report, batch_members: int) -> None:

@@ -368,9 +368,7 @@ class WorkerPool:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
         first one's id is the chain's ``workflow_id``."""
-        items: Any = (list(steps) if not isinstance(steps, str | bytes | Mapping)
-                      and isinstance(steps, Iterable) else steps)  # chain refuses the others
-        ids = chain(self, items, conn)
+        ids = chain(self, steps, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids

@@ -380,3 +380,37 @@ def test_purging_a_dead_job_that_blocked_nothing_is_harmless(app, sql):
     app.enqueue("boom", {})
     testing.drain(app)
     assert purge(app, 0).count == 1
+
+
+def test_a_caller_waiting_for_a_cancelled_dependent_hears_of_it(app, sql):
+    from workerpool import JobCancelled
+
+    a = app.enqueue("boom", {})
+    b = app.enqueue("step", {}, after=[a])
+    testing.drain(app)
+    with pytest.raises(JobCancelled):
+        app.result(b, timeout=5)
+
+
+def test_inline_mode_runs_a_chain_in_order(app, sql):
+    with app.testing_mode("inline"):
+        ids = app.chain([("step", {"n": 1}), ("step", {"n": 2})])
+    assert states(sql, *ids) == ["done", "done"]
+    assert SEEN[ids[1]] == {ids[0]: {"step": 1}}
+
+
+def test_a_job_without_parents_reads_no_parent_results_unless_asked(app, sql, monkeypatch):
+    calls: list[int] = []
+    real = deps_sql.parent_results
+    monkeypatch.setattr(deps_sql, "parent_results",
+                        lambda conn, job_id: calls.append(job_id) or real(conn, job_id))
+
+    @app.task(queue="q", name="quiet")
+    def quiet(job):
+        return None
+
+    quiet_id = app.enqueue("quiet", {})
+    step_id = app.enqueue("step", {})
+    testing.drain(app)
+    assert calls == [step_id]  # step reads job.parent_results; quiet never asked
+    assert quiet_id not in calls

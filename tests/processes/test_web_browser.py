@@ -124,3 +124,37 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
     browser.save_screenshot(str(artifacts / "web-paused.png"))
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []  # no blocked script or style (the CSP), no missing file, no failed call
+
+
+def test_an_operator_follows_a_job_to_its_workflow_graph_and_back(
+        db_url, dashboard, browser, artifacts):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    pool = web.build(db_url)
+    graph = pool.workflow()
+    graph.step("fetch", "ok", {})
+    graph.step("parse", "ok", {}, after=["fetch"])
+    graph.step("fail", "boom", {}, after=["fetch"])
+    graph.step("store", "ok", {}, after=["parse", "fail"])
+    ids = graph.run()
+    drain(pool, "email")
+    pool.dispose()
+    wait = WebDriverWait(browser, 15)
+
+    browser.get(f"{dashboard}/jobs/{ids['parse']}")
+    browser.find_element(By.CSS_SELECTOR, "#workflow a").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.workflow"))
+    svg = browser.find_element(By.CSS_SELECTOR, "svg.workflow")
+    assert svg.size["width"] > 300 and svg.size["height"] > 40  # drawn, not collapsed
+    store = browser.find_element(By.CSS_SELECTOR, f"#node-{ids['store']} rect")
+    assert "cancelled" in store.get_attribute("class")
+    colours = {browser.execute_script("return getComputedStyle(arguments[0]).fill", rect)
+               for rect in browser.find_elements(By.CSS_SELECTOR, "svg.workflow rect.node")}
+    assert len(colours) == 3  # done, dead and cancelled nodes each have their colour
+    browser.save_screenshot(str(artifacts / "web-workflow.png"))
+    browser.find_element(By.CSS_SELECTOR, f"#node-{ids['fail']}").click()
+    wait.until(lambda d: d.find_elements(By.ID, "job-state"))
+    assert browser.find_element(By.ID, "job-state").text == "dead"
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

@@ -33,7 +33,8 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
     assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
     assert "steps" not in DEFAULT_SECTIONS  # three supervisors per repeat
-    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "steps"}
+    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "steps",
+                                                     "workflows"}
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():

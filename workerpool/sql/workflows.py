@@ -11,7 +11,7 @@ already done) written by :func:`.dependencies.attach`. Jobs without links never 
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
@@ -147,10 +147,13 @@ def has_links(items: list[Any]) -> bool:
 # chains and workflows
 
 
-def chain(pool: Target, steps: Sequence[Any], conn: Connection | None) -> list[int]:
+def chain(pool: Target, steps: Any, conn: Connection | None) -> list[int]:
     """Each step after the previous one, in one transaction; the first one's id is the
     workflow's. ``steps``: ``(task, payload)`` or ``(task, payload, options)``."""
-    if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Sequence) or not steps:
+    if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Iterable):
+        raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
+    steps = list(steps)
+    if not steps:
         raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
     planned = [_step(pool, item, i) for i, item in enumerate(steps)]
 
