@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -122,6 +124,23 @@ def start_supervisor(app: str, db_url: Any, tmp_path: Path, **extra_env: str) ->
              str(heartbeat_dir)], env=env, stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=log_file, start_new_session=True, cwd=ROOT)
     return Supervisor(proc, log_path, heartbeat_dir, env)
+
+
+@contextmanager
+def supervisors(app: str, db_url: Any, tmp_path: Path) -> Iterator[Callable[[], Supervisor]]:
+    """A launcher of ``workerpool run APP`` supervisors (:func:`start_supervisor`); every one it
+    started is SIGKILLed with its process group at the end."""
+    running: list[Supervisor] = []
+
+    def launch() -> Supervisor:
+        sup = start_supervisor(app, db_url, tmp_path)
+        running.append(sup)
+        return sup
+
+    try:
+        yield launch
+    finally:
+        kill_all(running)
 
 
 def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.apps import steps as app_module
 from tests.helpers.cli import run_cli
-from tests.helpers.processes import Supervisor, alive, kill_all, start_supervisor
+from tests.helpers.processes import alive, supervisors
 from tests.helpers.waiting import wait_until
 
 
@@ -25,15 +25,8 @@ def app(db_url):
 
 @pytest.fixture
 def supervise(db_url, tmp_path) -> Iterator:
-    running: list[Supervisor] = []
-
-    def launch() -> Supervisor:
-        sup = start_supervisor("tests.apps.steps:pool", db_url, tmp_path)
-        running.append(sup)
-        return sup
-
-    yield launch
-    kill_all(running)
+    with supervisors("tests.apps.steps:pool", db_url, tmp_path) as launch:
+        yield launch
 
 
 def ledger(sql, job_id: int) -> list[tuple[str, int]]:

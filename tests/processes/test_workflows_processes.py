@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.apps import workflows as app_module
-from tests.helpers.processes import Supervisor, alive, kill_all, start_supervisor
+from tests.helpers.processes import alive, supervisors
 from tests.helpers.waiting import wait_until
 
 LENGTH = 8
@@ -31,15 +31,8 @@ def app(db_url):
 
 @pytest.fixture
 def supervise(db_url, tmp_path) -> Iterator:
-    running: list[Supervisor] = []
-
-    def launch() -> Supervisor:
-        sup = start_supervisor("tests.apps.workflows:pool", db_url, tmp_path)
-        running.append(sup)
-        return sup
-
-    yield launch
-    kill_all(running)
+    with supervisors("tests.apps.workflows:pool", db_url, tmp_path) as launch:
+        yield launch
 
 
 def ran(sql, job_id: int) -> bool:
