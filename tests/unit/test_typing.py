@@ -52,11 +52,16 @@ def mypy(tmp_path_factory):
     return run
 
 
+def _source(module: Path) -> Path:
+    """A module's file: ``x.py``, or ``x/__init__.py`` for a package."""
+    file = module.with_suffix(".py")
+    return file if file.is_file() else module / "__init__.py"
+
+
 @pytest.mark.timeout(600)
 def test_the_modules_of_the_public_names_pass_mypy_strict(mypy):
     modules = {ROOT / "__init__.py"} | {
-        ROOT / (where.lstrip(".").replace(".", "/") + ".py")
-        for where in workerpool._WHERE.values()
+        _source(ROOT / where.lstrip(".").replace(".", "/")) for where in workerpool._WHERE.values()
     }
     assert (ROOT / "py.typed").is_file()
     result = mypy(*sorted(map(str, modules)))

@@ -2,8 +2,9 @@
 
 Whoever calls here says where and how (a URL or none, for the embedded PostgreSQL started with
 ``pgserver``; whether connections go through PgBouncer): the environment is read by
-:mod:`workerpool.process.settings`, never here (``workerpool.client.database_url`` puts the
-two together). The password is never logged: use :func:`redact` on anything that shows a URL.
+:mod:`workerpool.process.settings`, never here (``workerpool.client.engines.database_url``
+puts the two together). The password is never logged: use :func:`redact` on anything that
+shows a URL.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The client: ``WorkerPool``, an application's registry, its engines, and the calls it makes.
 
 A ``WorkerPool`` is a :class:`~workerpool.model.registry.Registry` (queues, tasks, crons,
-hooks: what ``workerpool run`` hands its children), its :class:`Engines` (made on first use),
+hooks: what ``workerpool run`` hands its children), its engines (:mod:`.engines`, made on
+first use),
 and the calls an application makes: enqueue (checked by :mod:`workerpool.model.new_job`,
 written by :mod:`workerpool.sql.writes`), results (:mod:`workerpool.sql.waiting`), batches
 (:mod:`workerpool.sql.batching`), cancel, pause and resume. Nothing below this module imports
@@ -10,10 +11,7 @@ it: the runtime gets the registry and a URL, never the pool.
 
 from __future__ import annotations
 
-import getpass
 import logging
-import socket
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -22,10 +20,10 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 
-from . import sql
-from .model.batch import PAGE_SIZE, BatchStatus, MemberResult
-from .model.cancel import CancelResult, Selection
-from .model.errors import (
+from .. import sql
+from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
+from ..model.cancel import CancelResult, Selection
+from ..model.errors import (
     ConfigError,
     InvalidFilter,
     InvalidSignal,
@@ -33,19 +31,18 @@ from .model.errors import (
     UnknownJob,
     UnknownQueue,
 )
-from .model.new_job import NewJob, build_job
-from .model.notices import CancelNotice, report_cancelled
-from .model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
-from .model.registry import Registry
-from .model.results import JobInfo
-from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
-from .model.states import LIVE_WORKER_WINDOW, JobState
-from .model.steps import check_name as check_step_name
-from .model.validation import check_name
-from .process import settings
-from .sql import batching, db, signals, waiting
-from .sql.batching import AsyncBatch, Batch
-from .sql.workflows import (
+from ..model.new_job import NewJob, build_job
+from ..model.notices import CancelNotice, report_cancelled
+from ..model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
+from ..model.registry import Registry
+from ..model.results import JobInfo
+from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
+from ..model.states import LIVE_WORKER_WINDOW, JobState
+from ..model.steps import check_name as check_step_name
+from ..model.validation import check_name
+from ..sql import batching, signals, waiting
+from ..sql.batching import AsyncBatch, Batch
+from ..sql.workflows import (
     Workflow,
     chain,
     enqueue_linked,
@@ -53,89 +50,19 @@ from .sql.workflows import (
     has_links,
     is_linked,
 )
-from .sql.writes import (
+from ..sql.writes import (
     caller_async_connection,
     enqueue_batch,
     enqueue_batch_async,
     enqueue_one,
     enqueue_one_async,
 )
+from .engines import Engines, database_url, default_actor
 
 __all__ = ["Engines", "WorkerPool", "database_url", "default_actor"]
 
 pause_log = logging.getLogger("workerpool.pause")
 T = TypeVar("T")
-
-
-class Engines:
-    """A pool's URL (``url_arg``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
-    PostgreSQL) and the engines on it. Nothing connects until the first database call."""
-
-    def __init__(self, url_arg: str | URL | None) -> None:
-        self._url_arg = url_arg
-        #: Behind PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``, read once).
-        self.pooled = settings.transaction_pooling()
-        self._url: URL | None = None
-        self._engine: Engine | None = None
-        self._async_engine: Any = None
-        # the first use may come from several threads at once (a web app's first requests):
-        # without it each would build an engine, and all but one would leak their connections
-        self._made = threading.RLock()
-
-    @property
-    def url(self) -> URL:
-        return self._once("_url", lambda: database_url(self._url_arg))
-
-    @property
-    def engine(self) -> Engine:
-        return self._once("_engine", lambda: db.create(self.url, pooled=self.pooled))
-
-    @property
-    def async_engine(self) -> Any:
-        return self._once("_async_engine",
-                          lambda: db.create_async(self.url, pooled=self.pooled))
-
-    def _once(self, name: str, make: Callable[[], T]) -> T:
-        """The attribute ``name``, made by ``make`` if it is still None (by one thread only)."""
-        value: T | None = getattr(self, name)
-        if value is None:
-            with self._made:
-                value = getattr(self, name)
-                if value is None:
-                    value = make()
-                    setattr(self, name, value)
-        return value
-
-    def use_engine(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def forget_engine(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose(close=False)
-        self._engine = None
-        self._made = threading.RLock()  # a thread of the parent may have held it at the fork
-
-    def dispose(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-        self._engine = None
-        if self._async_engine is not None:
-            import asyncio
-
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(self.dispose_async())
-            else:
-                raise RuntimeError("inside an event loop: await pool.dispose_async()")
-
-    async def dispose_async(self) -> None:
-        engine, self._async_engine = self._async_engine, None
-        if engine is not None:
-            await engine.dispose()
-        if self._engine is not None:
-            self._engine.dispose()
-        self._engine = None
 
 
 class WorkerPool:
@@ -241,7 +168,7 @@ class WorkerPool:
         await self.engines.dispose_async()
 
     def migrate(self, revision: str = "head") -> None:
-        from .migrate import upgrade
+        from ..migrate import upgrade
 
         upgrade(self.url, revision)
 
@@ -382,7 +309,7 @@ class WorkerPool:
         """For tests: ``"inline"`` runs each enqueued job in this process right after the
         enqueuing transaction commits (at once without ``conn=``); ``None`` turns it off. The
         mode applies at once; used as a context manager, the previous mode returns on exit."""
-        from .runtime.inline import MODES, InlineRunner
+        from ..runtime.inline import MODES, InlineRunner
 
         if mode not in MODES:
             raise ConfigError(f"testing mode must be one of {MODES}, got {mode!r}")
@@ -593,19 +520,3 @@ def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:
 
     event.listen(conn, "commit", committed, once=True)
     event.listen(conn, "rollback", rolled_back, once=True)
-
-
-def database_url(url: str | URL | None = None) -> URL:
-    """Where to connect: ``url``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
-    PostgreSQL (started, or attached to, in ``$WORKERPOOL_EMBEDDED_DIR``)."""
-    given = url if url is not None else settings.database_url()
-    return db.resolve_url(given, embedded_dir=settings.embedded_dir())
-
-
-def default_actor() -> str:
-    """Who runs an operator's command, for the history it leaves: ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
