@@ -169,3 +169,30 @@ def test_a_poison_job_dies_after_max_attempts_deaths_with_two_children(db_url, t
         assert len(sup.events("job_dead", logger="dead")) == 1
     finally:
         kill_all([sup])
+
+
+def test_metrics_show_each_child_and_sum_its_queue(start, app, sql):
+    from tests.processes.test_metrics import free_port, scrape_or_none, total
+
+    port = free_port()
+    sup = start("--metrics-port", str(port), "--processes", "slow=2", "--queue", "slow")
+    sup.wait_running("slow.0", "slow.1")
+    jobs = app.enqueue_many([("steps", {"n": 300, "step": 0.1}) for _ in range(4)])
+    wait_until(lambda: all(begun(sql, job) for job in jobs), 20, message="four handlers running")
+
+    def in_flight(families: dict) -> list[float]:
+        return [s.value for s in families["workerpool_jobs_in_flight"].samples
+                if s.labels["queue"] == "slow"]
+
+    # one series for the queue, summed over its children (two jobs each)
+    families = wait_until(lambda: (lambda f: f if f and in_flight(f) == [4.0] else None)(
+        scrape_or_none(port)), 15, message="four jobs in flight in one series")
+    ages = {s.labels["worker"] for s in families["workerpool_heartbeat_age_seconds"].samples}
+    assert {"slow.0", "slow.1"} <= ages and "slow" not in ages  # one series per child
+    victim = sup.child_pid("slow.1")
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: sup.child_pid("slow.1") != victim, 15, message="slow.1 replaced")
+    families = wait_until(lambda: (lambda f: f if f and total(
+        f, "workerpool_child_restarts", worker="slow.1", cause="signal") == 1 else None)(
+        scrape_or_none(port)), 15, message="slow.1's restart counted")
+    assert total(families, "workerpool_child_restarts", worker="slow.0") == 0
