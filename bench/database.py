@@ -124,6 +124,7 @@ class BenchDatabase:
         return self.sql(
             "SELECT (SELECT count(*) FROM workerpool_jobs WHERE state IN ('pending', 'failed'))"
             " + (SELECT count(*) FROM workerpool_jobs WHERE state = 'processing')"
+            " + (SELECT count(*) FROM workerpool_jobs WHERE state = 'waiting')"
         )[0][0]
 
     def server_facts(self) -> dict[str, str]:

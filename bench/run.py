@@ -27,6 +27,7 @@ from . import (
     scale,
     supervised,
     web,
+    workflows,
 )
 from .app import DEFAULT_CONCURRENCY, QUEUE, make_pool, noop, stamp
 from .database import BenchDatabase
@@ -35,8 +36,8 @@ from .report import Report, Target
 log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
-            "growth", "memory", "healthcheck", "operators", "web", "batches", "limits", "fleet",
-            "burst")
+            "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
+            "limits", "fleet", "burst")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes.
@@ -179,6 +180,8 @@ def declare(report: Report, plan: Plan) -> None:
         fleet.declare(report, plan.fleet_counts, bouncer=plan.fleet_bouncer)
     if plan.wants("batches"):
         batches.declare(report, plan.batch_members)
+    if plan.wants("workflows"):
+        workflows.declare(report, plan.batch_members)
     if plan.wants("burst"):
         burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
                       nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
@@ -215,6 +218,9 @@ class Bench:
                 if self.plan.wants("batches"):
                     batches.measure(self.report, self.launcher, self.pool,
                                     self.plan.batch_members, repeat)
+                if self.plan.wants("workflows"):
+                    workflows.measure(self.report, self.launcher, self.pool,
+                                      self.plan.batch_members, repeat)
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
             if self.plan.wants("fleet"):  # the same

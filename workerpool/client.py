@@ -37,7 +37,16 @@ from .model.validation import check_name
 from .process import settings
 from .sql import batching, db, waiting
 from .sql.batching import AsyncBatch, Batch
+from .sql.workflows import (
+    Workflow,
+    chain,
+    enqueue_linked,
+    enqueue_many_linked,
+    has_links,
+    is_linked,
+)
 from .sql.writes import (
+    caller_async_connection,
     enqueue_batch,
     enqueue_batch_async,
     enqueue_one,
@@ -263,8 +272,13 @@ class WorkerPool:
         if that transaction commits. A ``key`` already taken returns the existing job's id
         (``unique=``, ``unique_for=`` and ``on_conflict=`` say how long it is held and what a
         second enqueue does; ``concurrency_key=`` groups jobs for per-key limits: docs/limits.md).
+        ``after=[ids]``: the job waits until every one of them is done; ``sequence="name"``: it
+        runs after every earlier job of that sequence, one at a time (docs/workflows.md).
         """
-        job_id = enqueue_one(self, task, payload, conn, options)
+        if is_linked(options):
+            job_id = enqueue_linked(self, task, payload, conn, options)
+        else:
+            job_id = enqueue_one(self, task, payload, conn, options)
         if self._inline is not None:
             self._inline(conn, [job_id])
         return job_id
@@ -285,7 +299,14 @@ class WorkerPool:
         savepoint); a caller's connection on another driver than psycopg 3 (psycopg2, say)
         sends the same chunks one after another.
         """
-        ids = enqueue_batch(self, jobs, conn)
+        items = jobs if isinstance(jobs, list) else None
+        if items is None and not isinstance(jobs, str | bytes | Mapping) and isinstance(
+                jobs, Iterable):
+            items = list(jobs)
+        if items is not None and has_links(items):
+            ids = enqueue_many_linked(self, items, conn)
+        else:
+            ids = enqueue_batch(self, items if items is not None else jobs, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
@@ -301,7 +322,11 @@ class WorkerPool:
         """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
         exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
         ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
-        job_id = await enqueue_one_async(self, task, payload, conn, options)
+        if is_linked(options):
+            job_id = await self._linked_async(
+                conn, lambda sync: enqueue_linked(self, task, payload, sync, options))
+        else:
+            job_id = await enqueue_one_async(self, task, payload, conn, options)
         if self._inline is not None:
             self._inline(conn, [job_id])
         return job_id
@@ -309,10 +334,39 @@ class WorkerPool:
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
-        ids = await enqueue_batch_async(self, jobs, conn)
+        items = list(jobs) if not isinstance(jobs, str | bytes | Mapping) and isinstance(
+            jobs, Iterable) else jobs
+        if isinstance(items, list) and has_links(items):
+            ids = await self._linked_async(
+                conn, lambda sync: enqueue_many_linked(self, items, sync))
+        else:
+            ids = await enqueue_batch_async(self, items, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
+
+    async def _linked_async(self, conn: Any, write: Callable[[Connection], T]) -> T:
+        """A linked enqueue on an ``AsyncConnection`` (the caller's transaction) or the pool's
+        async engine: the same statements, through ``run_sync``."""
+        if conn is not None:
+            return await caller_async_connection(conn).run_sync(write)
+        async with self.async_engine.begin() as own:
+            return await own.run_sync(write)
+
+    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
+        """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
+        the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
+        first one's id is the chain's ``workflow_id``."""
+        ids = chain(self, list(steps) if not isinstance(steps, str | bytes | Mapping) and
+                    isinstance(steps, Iterable) else steps, conn)
+        if self._inline is not None:
+            self._inline(conn, ids)
+        return ids
+
+    def workflow(self, *, conn: Connection | None = None) -> Workflow:
+        """A graph builder: ``wf.step(name, task, payload, after=[names])`` then ``wf.run()``
+        enqueues every step in one transaction and returns ``{name: job id}``."""
+        return Workflow(self, conn)
 
     def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
         """For tests: ``"inline"`` runs each enqueued job in this process right after the

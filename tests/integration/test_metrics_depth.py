@@ -29,13 +29,14 @@ def test_counts_states_suspects_and_the_oldest_due_across_priorities(pool, sql):
     insert(sql, "a", "failed", 3, priority=-3, run_at="now() - interval '1 hour'", crashes=1)
     insert(sql, "a", "processing", 4)
     insert(sql, "a", "done", 7)
+    insert(sql, "a", "waiting", 6)  # held for parents or a sequence: blocked, not waiting
     insert(sql, "b", "pending", 2, run_at="now() + interval '1 hour'")  # waiting, not due
     with pool.engine.connect() as conn:
         depths = queries.queue_depths(conn, ["a", "b", "empty"])
     a = depths["a"]
-    assert (a["waiting"], a["processing"], a["suspects"]) == (10, 4, 3)
+    assert (a["waiting"], a["processing"], a["suspects"], a["blocked"]) == (10, 4, 3, 6)
     assert 3590 < a["oldest_due"] < 3700  # the low-priority failed row, an hour old
-    assert depths["b"] == {"waiting": 2, "processing": 0, "suspects": 0,
+    assert depths["b"] == {"waiting": 2, "processing": 0, "blocked": 0, "suspects": 0,
                            "oldest_due": 0.0, "cap": queries.operations.DEPTH_CAP}
     assert depths["empty"]["waiting"] == 0 and depths["empty"]["oldest_due"] == 0.0
 
@@ -56,6 +57,7 @@ def test_the_plan_reads_the_partial_indexes_only(pool, sql):
     nodes = json.dumps(plan)
     assert "Seq Scan" not in nodes
     assert "ix_workerpool_jobs_due" in nodes and "ix_workerpool_jobs_leased" in nodes
+    assert "ix_workerpool_jobs_waiting" in nodes
 
 
 def test_a_maintenance_pass_samples_only_with_metrics_on(pool, sql, monkeypatch):

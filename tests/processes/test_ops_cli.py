@@ -86,7 +86,7 @@ def test_status_json_reports_what_the_rows_imply(seeded, tmp_path):
 
     email = status["queues"]["email"]
     assert email["counts"] == {"pending": 6, "processing": 1, "failed": 1, "done": 3, "dead": 3,
-                               "cancelled": 1}
+                               "cancelled": 1, "waiting": 0}
     assert email["dead_by_reason"] == {"exhausted": 2, "permanent": 1, "abandoned": 0}
     assert 85 <= email["oldest_pending_age_s"] < 150  # the row due 90 s ago, not the future one
     assert email["unrunnable"] == [  # judged by the live worker only (send v2), not the stale one
@@ -98,7 +98,7 @@ def test_status_json_reports_what_the_rows_imply(seeded, tmp_path):
 
     billing = status["queues"]["billing"]
     assert billing["counts"] == {"pending": 0, "processing": 0, "failed": 0, "done": 0, "dead": 1,
-                                 "cancelled": 0}
+                                 "cancelled": 0, "waiting": 0}
     assert billing["dead_by_reason"] == {"exhausted": 0, "permanent": 0, "abandoned": 1}
     assert (billing["oldest_pending_age_s"], billing["unrunnable"], billing["live_workers"]) == (
         None, None, 0)  # no live worker: nothing to judge runnability by
@@ -128,8 +128,8 @@ def test_status_with_the_app_judges_rows_by_its_tasks(seeded, tmp_path):
 
 def test_status_table_for_people(seeded, tmp_path):
     text = ok(run_cli("status", url=seeded, cwd=tmp_path))
-    assert re.search(r"^  email\s+6\s+1\s+1\s+3\s+3\s+1\s+0\s+\d+\.\ds\s+1$", text, re.M), text
-    assert re.search(r"^  billing\s+0\s+0\s+0\s+0\s+1\s+0\s+0\s+-\s+0$", text, re.M), text
+    assert re.search(r"^  email\s+6\s+1\s+1\s+3\s+3\s+1\s+0\s+0\s+\d+\.\ds\s+1$", text, re.M), text
+    assert re.search(r"^  billing\s+0\s+0\s+0\s+0\s+1\s+0\s+0\s+0\s+-\s+0$", text, re.M), text
     assert re.search(r"^  email\s+2\s+1\s+0$", text, re.M)  # dead by reason
     assert "WAITING ROWS NO LIVE WORKER CAN RUN" in text
     assert re.search(r"^  email\s+old_task\s+1\s+2\s+unknown task$", text, re.M)

@@ -169,3 +169,53 @@ def test_a_wrong_stored_or_read_result_is_found():
     found = check(history).violations
     assert found["wrong_result"] == [{"job": 10, "stored": {"key": "m0", "n": 99}}]
     assert [r["value"] for r in found["wrong_result_read"]] == [{"key": "other"}]
+
+
+# -- workflows ---------------------------------------------------------------------------------
+
+
+def workflow_history() -> History:
+    """A chain 1 → 2 and a sequence of 3 then 4, all clean."""
+    history = History(enqueued=[], jobs={}, execs=[], probes={}, effects={})
+    for job_id, start, sequence in ((1, 0, None), (2, 2, None), (3, 0, "s"), (4, 2, "s")):
+        row = job(job_id, None, task="node", finished=start + 1)
+        row["sequence"] = sequence
+        history.jobs[job_id] = row
+        history.execs.append({**run(f"e{job_id}", job_id, kind="node"),
+                              "started_at": at(start), "finished_at": at(start + 1)})
+        history.probes[f"e{job_id}"] = [(at(start), True), (at(start + 0.9), True)]
+        history.effects[f"job:{job_id}"] = {"key": f"job:{job_id}"}
+    history.edges = [{"job_id": 2, "parent_id": 1, "kind": "after", "if_failed": "cancel"},
+                     {"job_id": 4, "parent_id": 3, "kind": "sequence", "if_failed": "run"}]
+    return history
+
+
+def test_a_clean_workflow_history_passes():
+    verdict = check(workflow_history())
+    assert verdict.ok, dict(verdict.violations)
+
+
+def test_a_dependent_run_before_its_parent_ended_is_found():
+    history = workflow_history()
+    history.execs[1]["started_at"] = at(0.5)  # job 2 started before job 1 ended
+    assert "ran_before_parent" in check(history).violations
+
+
+def test_a_dependent_of_a_failed_parent_that_was_not_cancelled_is_found():
+    history = workflow_history()
+    history.jobs[1].update(state="dead", dead_reason="permanent", result=None)
+    assert "dependent_not_cancelled" in check(history).violations
+
+
+def test_a_sequence_running_two_at_once_or_out_of_order_is_found():
+    history = workflow_history()
+    history.execs[3]["started_at"] = at(0.5)
+    history.probes["e4"] = [(at(0.5), True), (at(0.8), True)]
+    violations = check(history).violations
+    assert "sequence_out_of_order" in violations and "sequence_overlap" in violations
+
+
+def test_a_job_the_sweep_released_is_a_violation():
+    history = workflow_history()
+    history.jobs[2]["errors"] = [{"type": "DependencySweep"}]
+    assert "dependency_swept" in check(history).violations

@@ -4,10 +4,11 @@ One handler per kind of job, each an idempotent consumer that records itself in 
 (:mod:`.ledger`): ``plain`` (short), ``slow`` (seconds, longer than the lease, so it lives on
 lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own process every
 time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, which writes down
-how many members it saw still live), and the cron job ``tick`` (every two seconds, slower than
-its period now and then, so ticks are skipped rather than overlapped). ``plain`` and ``member``
-return a result the checker can predict from the job (:func:`expected_result`). Timings are
-short so that recovery is seconds.
+how many members it saw still live), ``node`` and ``node_run`` (steps of chains, graphs and
+sequences; ``node_run`` runs even when a parent failed), and the cron job ``tick`` (every two
+seconds, slower than its period now and then, so ticks are skipped rather than overlapped).
+``plain`` and ``member`` return a result the checker can predict from the job
+(:func:`expected_result`). Timings are short so that recovery is seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from workerpool import Backoff, Job, WorkerPool
+from workerpool import Backoff, Job, Permanent, WorkerPool
 
 from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
 
@@ -137,6 +138,27 @@ def flaky(job: Job) -> None:
         if job.attempt <= int(job.payload.get("fail", 1)):
             raise Flaky(f"planned failure of attempt {job.attempt}")
         run.effect()
+
+
+def _node(job: Job, kind: str) -> dict[str, Any]:
+    """A step of a chain, a graph or a sequence: fails for good when its payload says so (its
+    dependents are then cancelled, or run anyway for ``node_run``), returns its parents."""
+    with Execution(job, kind) as run:
+        time.sleep(float(job.payload.get("seconds", 0.01)))
+        if job.payload.get("fail"):
+            raise Permanent("a planned failure of a workflow step")
+        run.effect()
+    return {"parents": sorted(job.parent_results)}
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def node(job: Job) -> dict[str, Any]:
+    return _node(job, "node")
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY, on_dependency_failure="run")
+def node_run(job: Job) -> dict[str, Any]:
+    return _node(job, "node_run")
 
 
 @pool.task(queue="work", max_attempts=3, backoff=FAST_RETRY)

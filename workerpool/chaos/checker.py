@@ -7,12 +7,16 @@ both held a valid lease (fencing), effects once, attempts and errors that agree 
 cron ticks enqueued once and never overlapping, nothing left ``processing``; every batch whose
 members all ended fired its callback exactly once, from an outcome (not the sweep), never
 before its last member; every stored result and every result read equals what the handler
-returned.
+returned; no job of a chain, graph or sequence ran before its parents ended (done, or failed
+where it was told to run anyway), every dependent of a failed parent ended cancelled (or ran,
+where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
+never had to release a waiting job.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +35,7 @@ class History:
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)  # id → batches row
     callbacks: list[dict[str, Any]] = field(default_factory=list)  # chaos_callback rows
     reads: list[dict[str, Any]] = field(default_factory=list)  # the producers' result reads
+    edges: list[dict[str, Any]] = field(default_factory=list)  # workerpool_job_dependencies
 
 
 @dataclass
@@ -62,6 +67,7 @@ def check(history: History) -> Verdict:
     _cron(history, verdict)
     _batches(history, verdict)
     _results(history, verdict)
+    _workflows(history, execs_by_job, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -226,6 +232,68 @@ def _results(history: History, verdict: Verdict) -> None:
         if read["error"] is None and read["value"] != expected_result(read["task"], read["key"],
                                                                       {}):
             verdict.add("wrong_result_read", read)
+
+
+def _workflows(history: History, execs_by_job: dict, verdict: Verdict) -> None:
+    jobs = history.jobs
+    first_start = {job_id: min(run["started_at"] for run in runs)
+                   for job_id, runs in execs_by_job.items() if runs}
+    for edge in history.edges:
+        job, parent = jobs.get(edge["job_id"]), jobs.get(edge["parent_id"])
+        verdict.notes[f"dependency edges: {edge['kind']}"] += 1
+        if job is None or parent is None:
+            continue
+        started = first_start.get(job["id"])
+        if started is not None and (parent["finished_at"] is None
+                                    or started < parent["finished_at"]):
+            verdict.add("ran_before_parent", {"job": job["id"], "parent": parent["id"]})
+        failed = parent["state"] in ("dead", "cancelled")
+        if edge["kind"] == "after" and failed:
+            if edge["if_failed"] == "cancel":
+                verdict.notes["dependents of a failed parent: cancelled"] += 1
+                if job["state"] != "cancelled" or started is not None:
+                    verdict.add("dependent_not_cancelled",
+                                {"job": job["id"], "state": job["state"], "parent": parent["id"]})
+            elif job["state"] == "cancelled" and _cancelled_by_parent(job) == parent["id"]:
+                verdict.add("dependent_not_run", {"job": job["id"], "parent": parent["id"]})
+            else:
+                verdict.notes["dependents of a failed parent: ran anyway"] += 1
+    for row in jobs.values():
+        if any(entry.get("type") == "DependencySweep" or entry.get("swept")
+               for entry in row["errors"] or []):
+            verdict.add("dependency_swept", row["id"])
+        if row.get("sequence") and row["state"] not in TERMINAL:
+            verdict.add("sequence_job_unfinished", row["id"])
+    _sequences(history, execs_by_job, first_start, verdict)
+
+
+def _cancelled_by_parent(row: dict[str, Any]) -> int | None:
+    last = (row["errors"] or [{}])[-1]
+    return last.get("parent") if last.get("type") == "DependencyFailed" else None
+
+
+def _sequences(history: History, execs_by_job: dict, first_start: dict,
+               verdict: Verdict) -> None:
+    """Each sequence: a job starts only after the one enqueued before it ended, and no two of
+    its jobs held a valid lease at once."""
+    lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in history.jobs.values():
+        if row.get("sequence"):
+            lines[row["sequence"]].append(row)
+    for name, rows in lines.items():
+        rows.sort(key=lambda r: r["id"])
+        verdict.notes["sequenced jobs"] += len(rows)
+        for before, after in itertools.pairwise(rows):
+            started = first_start.get(after["id"])
+            if started is not None and (before["finished_at"] is None
+                                        or started < before["finished_at"]):
+                verdict.add("sequence_out_of_order", {"sequence": name, "jobs": [
+                    before["id"], after["id"]]})
+        runs = [run for row in rows for run in execs_by_job.get(row["id"], [])]
+        owner = {run["exec_id"]: run["job_id"] for run in runs}
+        for a, b in _overlaps(runs, history):
+            if owner[a] != owner[b]:
+                verdict.add("sequence_overlap", {"sequence": name, "jobs": [owner[a], owner[b]]})
 
 
 def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]

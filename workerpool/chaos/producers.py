@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,8 +24,14 @@ log = logging.getLogger("workerpool.chaos")
 
 RETRY_FOR = 60.0  # seconds an enqueue is retried through outages before it is given up
 BUSINESS = text("INSERT INTO chaos_business (key) VALUES (:key) ON CONFLICT DO NOTHING")
-MODES = ("single", "bulk", "transaction", "rollback", "batch", "result")
-MODE_WEIGHTS = (5, 2, 2, 1, 1, 1)
+MODES = ("single", "bulk", "transaction", "rollback", "batch", "result", "workflow")
+MODE_WEIGHTS = (5, 2, 2, 1, 1, 1, 2)
+#: Shapes of the ``workflow`` mode: a chain, a diamond graph, or a job into a shared sequence.
+SHAPES = ("chain", "graph", "sequence")
+#: Sequences the producers share (the same names from every thread, so enqueuers race).
+SEQUENCES = 4
+#: The share of workflow steps that fail for good (their dependents are cancelled).
+STEP_FAILS = 0.12
 
 
 class RolledBack(Exception):
@@ -60,6 +67,7 @@ class Producers:
         self.pool, self.seed, self.rate, self.threads = pool, seed, rate, threads
         self.poison_every = poison_every
         self.log: list[Enqueued] = []
+        self.workflows: Counter = Counter()  # "<shape>: <status>" → how many
         self.reads: list[Read] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -92,6 +100,9 @@ class Producers:
         gap = self.threads / self.rate
         while not self._stop.wait(rng.expovariate(1.0 / gap)):
             mode = rng.choices(MODES, MODE_WEIGHTS)[0]
+            if mode == "workflow":
+                self._workflow(rng)
+                continue
             size = {"bulk": rng.randint(3, 10), "batch": rng.randint(0, 20)}.get(mode, 1)
             batch = [self._job(rng, bulk=mode == "bulk", member=mode == "batch")
                      for _ in range(size)]
@@ -176,6 +187,64 @@ class Producers:
             task, payload, key = batch[0]
             conn.execute(BUSINESS, {"key": key})
             return [self.pool.enqueue(task, payload, key=key, conn=conn)]
+
+    def _workflow(self, rng: random.Random) -> None:
+        """A chain, a graph or sequenced jobs, with their business row, in one transaction.
+        Workflow steps have no key (a key cannot go with ``after=``): an enqueue whose outcome
+        is unknown is retried only if its business row is not there (it did not commit)."""
+        with self._lock:
+            self._count += 1
+            key = f"chaos-wf:{self.seed}:{self._count}"
+        shape = rng.choice(SHAPES)
+
+        def step(i: int, run: bool = False) -> tuple[str, dict[str, Any]]:
+            return ("node_run" if run else "node",
+                    {"wf": key, "i": i, "fail": rng.random() < STEP_FAILS,
+                     "seconds": round(rng.uniform(0.005, 0.03), 3)})
+
+        steps = [step(i, run=i > 0 and rng.random() < 0.2) for i in range(rng.randint(2, 5))]
+        sequence = f"chaos-seq:{rng.randrange(SEQUENCES)}"
+        deadline = time.monotonic() + RETRY_FOR
+        while True:
+            try:
+                with self.pool.engine.begin() as conn:
+                    conn.execute(BUSINESS, {"key": key})
+                    self._write_workflow(conn, shape, steps, sequence)
+                status = "ok"
+                break
+            except Exception:
+                if self._committed(key):
+                    status = "ok (outcome unknown, found)"
+                    break
+                if time.monotonic() > deadline:
+                    status = "gave_up"
+                    break
+                time.sleep(0.2)
+        with self._lock:
+            self.workflows[f"{shape}: {status}"] += 1
+
+    def _write_workflow(self, conn: Any, shape: str, steps: list[tuple[str, dict[str, Any]]],
+                        sequence: str) -> None:
+        if shape == "chain":
+            self.pool.chain(steps, conn=conn)
+        elif shape == "graph":  # a diamond: the first, the middle ones after it, the last
+            graph = self.pool.workflow()
+            first = graph.step("first", *steps[0])
+            middle = [graph.step(f"m{i}", task, payload, after=[first])
+                      for i, (task, payload) in enumerate(steps[1:-1])]
+            graph.step("last", *steps[-1], after=middle or [first])
+            graph.run(conn)
+        else:
+            for task, payload in steps[:3]:
+                self.pool.enqueue(task, payload, sequence=sequence, conn=conn)
+
+    def _committed(self, key: str) -> bool:
+        try:
+            with self.pool.engine.connect() as conn:
+                return conn.execute(text("SELECT 1 FROM chaos_business WHERE key = :key"),
+                                    {"key": key}).first() is not None
+        except Exception:
+            return False
 
     def _rolled_back(self, batch: list[tuple[str, dict[str, Any], str]]) -> None:
         task, payload, key = batch[0]

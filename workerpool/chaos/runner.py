@@ -211,6 +211,8 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
         for proxy in proxies:
             proxy.close()
     verdict = judge(history, fleet)
+    for shape, count in producers.workflows.items():
+        verdict.notes[f"workflow enqueue {shape}"] = count
     landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
     completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())
                    for run in history.execs
@@ -296,7 +298,7 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
                          **db.connect_kwargs(url)) as conn:
         jobs = {row["id"]: row for row in conn.execute(
             "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
-            " payload, result, batch_id, finished_at FROM workerpool_jobs")}
+            " payload, result, batch_id, finished_at, sequence FROM workerpool_jobs")}
         batches = {row["id"]: row for row in conn.execute(
             "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
             " FROM workerpool_batches")}
@@ -306,7 +308,9 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
         for row in conn.execute("SELECT exec_id, at, valid FROM chaos_probe"):
             probes.setdefault(row["exec_id"], []).append((row["at"], row["valid"]))
         effects = {row["key"]: row for row in conn.execute("SELECT * FROM chaos_effect")}
-    return History(enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [])
+        edges = list(conn.execute("SELECT * FROM workerpool_job_dependencies"))
+    return History(enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [],
+                   edges)
 
 
 __all__ = ["FAILOVER", "Options", "Result", "run"]

@@ -58,7 +58,7 @@ class BatchStatus:
     id: int
     key: str | None
     total: int
-    pending: int
+    pending: int  # not started yet: due, scheduled, or waiting for parents or a sequence
     running: int
     failed: int  # waiting to retry
     done: int
@@ -94,7 +94,8 @@ def status_of(row: Any, counts: Mapping[str, int]) -> BatchStatus:
         return counts.get(state, 0)
 
     return BatchStatus(
-        id=row.id, key=row.key, total=sum(counts.values()), pending=n(JobState.PENDING),
+        id=row.id, key=row.key, total=sum(counts.values()),
+        pending=n(JobState.PENDING) + n(JobState.WAITING),
         running=n(JobState.PROCESSING), failed=n(JobState.FAILED), done=n(JobState.DONE),
         dead=n(JobState.DEAD), cancelled=n(JobState.CANCELLED),
         finished=row.finished_at is not None, finished_at=row.finished_at, outcome=row.outcome,

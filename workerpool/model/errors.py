@@ -92,6 +92,16 @@ class BatchFinished(WorkerpoolError):
     """This batch finished (its callbacks fired): it takes no new member."""
 
 
+class InvalidDependency(InvalidJob):
+    """An ``after=`` or ``sequence=`` that cannot hold: a parent that does not exist (or was
+    pruned), that already ended dead or cancelled, an id that is not an integer, a sequence name
+    that is not a non-empty string. Nothing was written."""
+
+
+class WorkflowCycle(InvalidJob):
+    """A workflow's steps wait for each other in a cycle; nothing was written."""
+
+
 class IdempotencyConflict(WorkerpoolError):
     """A job with this key exists with a different task or payload."""
 

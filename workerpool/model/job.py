@@ -36,13 +36,19 @@ class Job:
         default=None, repr=False, compare=False
     )
     _cancel: Callable[[], CancelFlag] | None = field(default=None, repr=False, compare=False)
+    #: Reads the parents' results (``after=``) when first asked for: a job without parents
+    #: pays nothing for them.
+    _parents: Callable[[int], dict[int, Any]] | None = field(default=None, repr=False,
+                                                             compare=False)
 
     @classmethod
     def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
                  payload: dict[str, Any] | None = None,
-                 cancel: Callable[[], CancelFlag] | None = None) -> Job:
+                 cancel: Callable[[], CancelFlag] | None = None,
+                 parents: Callable[[int], dict[int, Any]] | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
-        ``cancel``: gives the job's cancel flag (made when first asked for)."""
+        ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
+        reads the results of a job's parents."""
         return cls(
             id=row.id,
             queue=row.queue,
@@ -59,7 +65,18 @@ class Job:
             batch_id=getattr(row, "batch_id", None),
             _save_checkpoint=saver,
             _cancel=cancel,
+            _parents=parents,
         )
+
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """Each parent's result by id (``after=``; read once, on first access). A parent that
+        ended dead or cancelled (with ``on_dependency_failure="run"``) is absent."""
+        cached = self.__dict__.get("_parent_results")
+        if cached is None:
+            cached = {} if self._parents is None else self._parents(self.id)
+            object.__setattr__(self, "_parent_results", cached)
+        return cached
 
     @property
     def cancelled(self) -> CancelFlag:

@@ -102,6 +102,10 @@ class Recorder(Null):
         self.oldest_due = Gauge(
             "workerpool_oldest_due_age_seconds", "How long the oldest due job has waited",
             ["queue"], multiprocess_mode="livemostrecent", registry=None)
+        self.blocked = Gauge(
+            "workerpool_blocked_jobs", "Jobs in the state waiting (for their parents or their"
+            " sequence), sampled by maintenance (a capped count)",
+            ["queue"], multiprocess_mode="livemostrecent", registry=None)
         self.suspects = Gauge(
             "workerpool_suspects", "Due jobs held by a process that died (they run alone)",
             ["queue"], multiprocess_mode="livemostrecent", registry=None)
@@ -199,11 +203,12 @@ class Recorder(Null):
         self._child(self.restarts, (worker, cause)).inc()
 
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None:
-        """``samples``: queue -> {waiting, processing, suspects, oldest_due, cap}."""
+        """``samples``: queue -> {waiting, processing, blocked, suspects, oldest_due, cap}."""
         for queue, sample in samples.items():
             for state in DEPTH_STATES:
                 self._child(self.depth_gauge, (queue, state)).set(sample[state])
             self._child(self.suspects, (queue,)).set(sample["suspects"])
+            self._child(self.blocked, (queue,)).set(sample.get("blocked", 0))
             self._child(self.oldest_due, (queue,)).set(sample["oldest_due"])
             self.depth_cap.set(sample["cap"])
 

@@ -12,11 +12,13 @@ from datetime import timedelta
 from typing import Any
 
 from .backoff import Backoff
+from .dependencies import DEPENDENCY_FAILURE_POLICIES, SEQUENCE_FAILURE_POLICIES
 from .errors import ConfigError, UnknownQueue, UnknownTask
 from .limits import check_task_limits
 from .payload import DEFAULT_PAYLOAD_LIMIT, PAYLOAD_HARD_LIMIT
 from .specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from .validation import (
+    check_choice,
     check_cron_task_options,
     check_max_attempts,
     check_name,
@@ -72,6 +74,8 @@ class Registry:
         concurrency_key: Callable[[Mapping[str, Any]], str] | None = None,
         key_rate_limit: str | None = None,
         result_ttl: float | timedelta | None = None,
+        on_dependency_failure: str = "cancel",
+        on_failure: str = "release",
     ) -> Callable[..., Any]:
         """Register a handler. Usable as ``@pool.task`` or ``@pool.task(queue=..., ...)``.
 
@@ -80,6 +84,8 @@ class Registry:
         ``result_ttl`` (seconds or timedelta): how long this task's finished rows, and their
         results, outlive their end before the pruning deletes them (default: the maintenance
         ``retention``).
+        ``on_dependency_failure`` and ``on_failure``: what a failed parent does to a job of this
+        task, and what a dead job of this task does to its sequence (docs/workflows.md).
         """
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,6 +105,11 @@ class Registry:
                 concurrency_key=concurrency_key,
                 key_rate_limit=key_rate_limit,
                 result_ttl=check_positive("result_ttl", _seconds(result_ttl), allow_none=True),
+                on_dependency_failure=check_choice(
+                    f"task {task_name}: on_dependency_failure", on_dependency_failure,
+                    DEPENDENCY_FAILURE_POLICIES),
+                on_failure=check_choice(f"task {task_name}: on_failure", on_failure,
+                                        SEQUENCE_FAILURE_POLICIES),
             )
             self._check_new_task(spec)
             self._add_task(spec)

@@ -137,6 +137,12 @@ class TaskSpec:
     #: Seconds this task's done and cancelled rows (and so their results) are kept before the
     #: pruning deletes them; None: the maintenance ``retention``.
     result_ttl: float | None = None
+    #: A job of this task whose parent (``after=``) ends dead or cancelled: ``"cancel"`` it
+    #: (the default), or ``"run"`` it anyway once its other parents are done.
+    on_dependency_failure: str = "cancel"
+    #: A job of this task that ends dead in a sequence: ``"release"`` the next one (the
+    #: default), or ``"block"`` the sequence until an operator replays it or cancels the next.
+    on_failure: str = "release"
 
     @property
     def is_async(self) -> bool:

@@ -16,10 +16,13 @@ class JobState(enum.StrEnum):
     DONE = "done"
     DEAD = "dead"  # gave up: see DeadReason
     CANCELLED = "cancelled"
+    # Held back until its parents are done or its sequence reaches it: never claimed, never
+    # due, no attempt spent. The parent's final write (or the sequence head's) releases it.
+    WAITING = "waiting"
 
 
 #: States a job can still leave; the others are terminal.
-LIVE_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.FAILED)
+LIVE_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.FAILED, JobState.WAITING)
 #: States a job ends in: its result (or its failure) is final, and its batch may finish.
 FINAL_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 #: States the due arm of the claim takes.

@@ -24,6 +24,7 @@ from ..client import WorkerPool, default_actor
 from ..model.errors import InvalidFilter, ReplayRefused
 from ..model.states import LIVE_WORKER_WINDOW
 from ..model.validation import check_filter, check_ids
+from ..sql import dependencies
 from ..sql.schema import DEAD_REASONS
 
 log = logging.getLogger("workerpool.dead")
@@ -206,7 +207,17 @@ def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str) -> 
     rows = sql.replay_dead(conn, ids, by)
     if rows and pool.notify:
         sql.notify(conn, (row.queue for row in rows))
-    return [row.id for row in rows]
+    replayed = [row.id for row in rows]
+    # what the failure cancelled runs once the replayed job is done (docs/workflows.md)
+    dependencies.reopen_dependents(conn, replayed)
+    return replayed
+
+
+def _purge(conn: Connection, ids: Sequence[int]) -> list[int]:
+    """Delete dead rows; a sequence a purged job blocked (``on_failure="block"``) goes on."""
+    purged = sql.purge_dead(conn, ids)
+    dependencies.release(conn, purged)
+    return purged
 
 
 def _known_task_names(pool: WorkerPool, conn: Connection,
@@ -262,7 +273,7 @@ def purge(
         todo = sql.dead_ids(conn, where)
     if dry_run or not todo:
         return PurgeResult(len(todo), dry_run)
-    done = _in_batches(pool, todo, batch, progress, sql.purge_dead)
+    done = _in_batches(pool, todo, batch, progress, _purge)
     log.info("purged %d dead jobs", len(done), extra={"event": "dead_purged"})
     return PurgeResult(len(done), False)
 

@@ -17,7 +17,7 @@ from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
 from ..sql import counts as count_sql
-from ..sql import limit_holds
+from ..sql import dependencies, limit_holds
 from ..sql.schema import DEAD_REASONS, STATES
 from . import batches as batch_report
 
@@ -52,12 +52,16 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         table = health.read(conn).as_json()
         limits = limits_in_use(conn, {q: row.limits for q, row in paused.items()})
         batches = batch_report.open_batches(conn)
+        held_back = [q for q in queues if depths[q].get("blocked")]
+        waiting = dependencies.waiting_counts(conn, held_back) if held_back else {}
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
         "queues": {q: queue_json(q, counts[q], depths[q], workers, runnable, blocked)
-                   | pause_json(paused.get(q)) | {"limits": limits.get(q)} for q in queues},
+                   | pause_json(paused.get(q)) | {"limits": limits.get(q)}
+                   | {"waiting_for": waiting.get(q, {"parents": 0, "sequence": 0})}
+                   for q in queues},
         "crons": crons,
         "workers": workers,
         "table_health": table,
@@ -90,8 +94,8 @@ def count_jobs(conn: Connection, queues: list[str], mcv: Mapping[tuple[str, str]
                ) -> dict[str, dict[str, Any]]:
     """Per queue: ``counts`` by state, ``dead_by_reason``, and which of them are ``estimated``.
 
-    Pending, failed, processing and dead are exact up to their caps; done, cancelled and any
-    count past its cap are estimates (an exact count would read the history): from the
+    Pending, failed, processing, waiting and dead are exact up to their caps; done, cancelled
+    and any count past its cap are estimates (an exact count would read the history): from the
     statistics on (queue, state) when ANALYZE gathered them (``mcv``), else from a plan.
     """
     def guess(queue: str, state: str) -> int:
@@ -219,7 +223,8 @@ def render(status: Mapping[str, Any]) -> str:
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
     batches = batch_report.render_open(status.get("batches") or {})
-    parts += [p for p in (paused, held, dead, blocked, batches) if p]
+    waiting = render_waiting(status["queues"])
+    parts += [p for p in (paused, held, dead, blocked, waiting, batches) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))
@@ -275,6 +280,17 @@ def count_cell(queue: Mapping[str, Any], state: str) -> str:
     """A count, marked ``~`` when it is the planner's estimate."""
     value = queue["counts"][state]
     return f"~{value}" if state in queue.get("estimated", ()) else str(value)
+
+
+def render_waiting(queues: Mapping[str, Any]) -> str:
+    """Waiting jobs (state ``waiting``) by what holds them: parents, or a sequence ahead."""
+    rows = [[name, q["waiting_for"]["parents"], q["waiting_for"]["sequence"]]
+            for name, q in queues.items()
+            if sum((q.get("waiting_for") or {}).values())]
+    if not rows:
+        return ""
+    return ("WAITING JOBS BY WHAT THEY WAIT FOR\n"
+            + table(["QUEUE", "PARENTS", "SEQUENCE"], rows))
 
 
 def render_paused(queues: Mapping[str, Any]) -> str:

@@ -25,7 +25,7 @@ from .. import sql
 from ..model.errors import UnknownJob
 from ..model.limits import parse_rate
 from ..model.states import DUE_STATES, LIVE_WORKER_WINDOW, JobState
-from ..sql import dashboard, limit_holds
+from ..sql import dashboard, dependencies, limit_holds
 from .status import age
 
 
@@ -46,6 +46,8 @@ class Facts:
     workers: Sequence[Any] = field(default_factory=tuple)
     known: Mapping[str, int] | None = None  # the app's tasks → versions, if an app was given
     limit: str | None = None  # the limit holding it back (:func:`holding_limit`), if any
+    #: A waiting job's parents (``sql.dependencies.parents_of``): id, kind, if_failed, state.
+    parents: Sequence[Any] = field(default_factory=tuple)
 
     @property
     def live_workers(self) -> list[Any]:
@@ -59,7 +61,7 @@ def _age(seconds: float) -> str:
 
 def finished(facts: Facts) -> Reason | None:
     job = facts.job
-    if job.state in (JobState.PENDING, JobState.FAILED, JobState.PROCESSING):
+    if job.state in (JobState.PENDING, JobState.FAILED, JobState.PROCESSING, JobState.WAITING):
         return None
     if job.state == JobState.DEAD:
         return Reason("finished", f"it is dead ({job.dead_reason}): it runs again only if it is"
@@ -144,10 +146,36 @@ def limited(facts: Facts) -> Reason | None:
                            " without spending an attempt")
 
 
+def waiting(facts: Facts) -> Reason | None:
+    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for."""
+    job = facts.job
+    if job.state != JobState.WAITING:
+        return None
+    holding = []
+    for parent in facts.parents:
+        if parent.state == JobState.DEAD and parent.if_failed == "hold":
+            holding.append(f"job {parent.parent_id} ({parent.task}), ahead of it in sequence"
+                           f" {job.sequence!r}, is dead and its task blocks the sequence:"
+                           " replay it or purge it")
+        elif parent.state in (JobState.PENDING, JobState.PROCESSING, JobState.FAILED,
+                              JobState.WAITING):
+            if parent.kind == "sequence":
+                holding.append(f"job {parent.parent_id} ({parent.task}, {parent.state}) is ahead"
+                               f" of it in sequence {job.sequence!r}")
+            else:
+                holding.append(f"parent job {parent.parent_id} ({parent.task}, {parent.state})"
+                               " is not done")
+    if not holding:
+        return Reason("waiting", "it is waiting, and every parent has ended: the next release"
+                                 " (or the maintenance sweep) makes it due")
+    code = "sequence" if all("sequence" in text for text in holding) else "parents"
+    return Reason(code, "it waits: " + "; ".join(holding))
+
+
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
-CHECKS: list[Check] = [finished, running, orphaned, paused, scheduled, no_worker, exhausted,
-                       limited]
+CHECKS: list[Check] = [finished, waiting, running, orphaned, paused, scheduled, no_worker,
+                       exhausted, limited]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:
@@ -180,8 +208,9 @@ def explain(conn: Connection, job_id: int,
         raise UnknownJob(f"no job has id {job_id}")
     states = {r.queue: r for r in sql.list_queue_states(conn)}
     limit = holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
+    parents = dependencies.parents_of(conn, job_id) if row.state == JobState.WAITING else ()
     facts = Facts(row, row.now, states.get(row.queue), sql.list_workers(conn),
-                  None if known is None else dict(known.get(row.queue, {})), limit)
+                  None if known is None else dict(known.get(row.queue, {})), limit, parents)
     return Explanation(facts, reasons(facts))
 
 

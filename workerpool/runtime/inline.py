@@ -31,6 +31,7 @@ from ..model.job import Job, Lease, new_worker_id
 from ..model.payload import dumps
 from ..model.registry import Registry
 from ..model.specs import TaskSpec
+from ..sql import dependencies
 from .worker.outcomes import record_settling
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
@@ -102,7 +103,11 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
             if not sql.save_checkpoint(conn, lease, text):
                 raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
-    job = Job.from_row(row, worker=worker, saver=saver)
+    def parents(job_id: int) -> dict[int, Any]:
+        with engine.connect() as conn:
+            return dependencies.parent_results(conn, job_id)
+
+    job = Job.from_row(row, worker=worker, saver=saver, parents=parents)
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 

@@ -20,8 +20,10 @@ One module per phase of a job's life, each ordered the same way:
 - ``dashboard``: what the web dashboard reads (job pages by keyset, bounded counts, estimates);
 - ``results``: the completing write with results, the waiters of ``pool.result``, reading a
   job; ``batches``: opening, settling (lock, then finish), the sweep, reading a batch;
-  ``settled``: what follows a final outcome on every path (waiters woken, batches settled).
-  These three are imported by module (``from workerpool.sql import batches``);
+  ``settled``: what follows a final outcome on every path (dependents released, waiters woken,
+  batches settled); ``dependencies``: the edges of jobs that wait for others, their release,
+  the sweep, a workflow's reads. These four are imported by module (``from workerpool.sql
+  import batches``);
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is

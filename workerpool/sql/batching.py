@@ -61,13 +61,8 @@ from ..model.new_job import build_job
 from ..model.payload import check_key, dumps
 from ..model.results import check_id
 from . import batches as sql
-from .writes import (
-    Target,
-    caller_async_connection,
-    caller_connection,
-    enqueue_batch,
-    enqueue_one,
-)
+from .workflows import enqueue_many_linked, enqueue_one_or_linked, has_links
+from .writes import Target, caller_async_connection, caller_connection, enqueue_batch
 
 
 class Batch:
@@ -192,7 +187,8 @@ class Batch:
         conn, batch_id = self._usable()
         if self._finished:
             return self._existing(conn, batch_id, [(task, payload, options)])[0]
-        job_id = enqueue_one(self.pool, task, payload, conn, options, batch_id=batch_id)
+        job_id = enqueue_one_or_linked(self.pool, task, payload, conn, options,
+                                       batch_id=batch_id)
         self._joined(conn, batch_id, [job_id],
                      [job_id] if options.get("key") is not None else [])
         return job_id
@@ -206,7 +202,10 @@ class Batch:
         items = list(jobs)
         if self._finished:
             return self._existing(conn, batch_id, items)
-        ids = enqueue_batch(self.pool, items, conn, batch_id=batch_id)
+        if has_links(items):
+            ids = enqueue_many_linked(self.pool, items, conn, batch_id=batch_id)
+        else:
+            ids = enqueue_batch(self.pool, items, conn, batch_id=batch_id)
         keyed = [job_id for job_id, item in zip(ids, items, strict=True)
                  if len(item) == 3 and item[2].get("key") is not None]
         self._joined(conn, batch_id, ids, keyed)

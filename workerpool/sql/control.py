@@ -66,12 +66,13 @@ def select_ids(conn: Connection, queue: str, task: str | None, state: str | None
     return list(conn.execute(select(jobs.c.id).where(*clauses).order_by(jobs.c.id)).scalars())
 
 
-# cancel: queued rows → cancelled now; processing rows → cancel requested (first request kept).
-# Index: pk_workerpool_jobs.
+# cancel: queued rows (due or waiting) → cancelled now; processing rows → cancel requested
+# (first request kept). Index: pk_workerpool_jobs.
 def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) -> list[Any]:
     """Returns ``id, queue, task, attempts, state, claimed_by, batch_id`` of every row it
     changed; waiters of the rows it cancelled are woken and their batches settled."""
-    queued = jobs.c.state.in_([literal_column(f"'{s}'") for s in DUE_STATES])
+    queued = jobs.c.state.in_([literal_column(f"'{s}'")
+                               for s in (*DUE_STATES, JobState.WAITING)])
     request = cancel_request(by, reason)
     stmt = (
         update(jobs)

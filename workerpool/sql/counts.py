@@ -59,9 +59,10 @@ def status_queues(conn: Connection) -> set[str]:
     return set(conn.execute(_QUEUES, {"dead_cap": DEAD_CAP}).scalars())
 
 
-# live_counts: per queue, pending and failed (up to the cap together) and processing (up to the
-# cap). Index: ix_workerpool_jobs_due (read in its order, stopping at the cap; the state comes
-# from the heap, at most cap rows), ix_workerpool_jobs_leased (index-only).
+# live_counts: per queue, pending and failed (up to the cap together), processing and waiting
+# (each up to the cap). Index: ix_workerpool_jobs_due (read in its order, stopping at the cap;
+# the state comes from the heap, at most cap rows), ix_workerpool_jobs_leased and
+# ix_workerpool_jobs_waiting (index-only).
 _LIVE = text(
     f"""
     SELECT q.queue, c.state, c.n
@@ -74,19 +75,23 @@ _LIVE = text(
         UNION ALL
         SELECT 'processing', count(*)
         FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue AND state = 'processing'
-              ORDER BY claimed_at LIMIT :cap) AS y) AS c
+              ORDER BY claimed_at LIMIT :cap) AS y
+        UNION ALL
+        SELECT 'waiting', count(*)
+        FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue AND state = 'waiting'
+              ORDER BY id LIMIT :cap) AS z) AS c
     """
 )
 
 
 def live_counts(conn: Connection, queues: Sequence[str], cap: int = COUNT_CAP
                 ) -> dict[str, tuple[dict[str, int], set[str]]]:
-    """queue → ({pending, failed, processing}, the states whose count reached ``cap``).
+    """queue → ({pending, failed, processing, waiting}, the states whose count reached ``cap``).
 
     Pending and failed are capped together; a capped count is a floor, not the count.
     """
-    counts = {q: dict.fromkeys((JobState.PENDING, JobState.FAILED, JobState.PROCESSING), 0)
-              for q in queues}
+    counts = {q: dict.fromkeys((JobState.PENDING, JobState.FAILED, JobState.PROCESSING,
+                                JobState.WAITING), 0) for q in queues}
     for queue, state, count in conn.execute(_LIVE, {"queues": list(queues), "cap": cap}):
         counts[queue][state] = int(count)
     out = {}
@@ -94,8 +99,9 @@ def live_counts(conn: Connection, queues: Sequence[str], cap: int = COUNT_CAP
         capped = set()
         if by_state[JobState.PENDING] + by_state[JobState.FAILED] >= cap:
             capped |= {JobState.PENDING, JobState.FAILED}
-        if by_state[JobState.PROCESSING] >= cap:
-            capped.add(JobState.PROCESSING)
+        for state in (JobState.PROCESSING, JobState.WAITING):
+            if by_state[state] >= cap:
+                capped.add(state)
         out[queue] = (by_state, capped)
     return out
 

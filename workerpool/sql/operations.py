@@ -307,10 +307,11 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
 #: Rows counted at most per queue and state by queue_depths: beyond it the gauge reads the cap.
 DEPTH_CAP = 10_000
 
-# queue_depths: per queue, capped counts of waiting (pending or failed), processing and suspect
-# rows, and the oldest due run_at. Index: ix_workerpool_jobs_due (waiting: index-only, read in
-# its own order up to the cap; the oldest due row: one probe per distinct priority, a skip
-# scan), ix_workerpool_jobs_leased (processing), ix_workerpool_jobs_suspects (suspects).
+# queue_depths: per queue, capped counts of waiting (pending or failed), processing, blocked
+# (state 'waiting') and suspect rows, and the oldest due run_at. Index: ix_workerpool_jobs_due
+# (waiting: index-only, read in its own order up to the cap; the oldest due row: one probe per
+# distinct priority, a skip scan), ix_workerpool_jobs_leased (processing),
+# ix_workerpool_jobs_waiting (blocked), ix_workerpool_jobs_suspects (suspects).
 #: Pending and failed are counted together: only together do they match the due index's
 #: predicate, so telling them apart would read the heap (a full scan when failed rows are rare).
 _DEPTHS = text(
@@ -321,6 +322,8 @@ _DEPTHS = text(
       ) AS waiting,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
          AND state = 'processing' ORDER BY claimed_at LIMIT :cap) AS x) AS processing,
+      (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
+         AND state = 'waiting' ORDER BY id LIMIT :cap) AS x) AS blocked,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
          AND state IN ({_DUE_LITERALS}) AND crashes > 0 ORDER BY priority DESC, run_at, id
          LIMIT :cap) AS x) AS suspects,
@@ -344,8 +347,9 @@ _DEPTHS = text(
 
 def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
                  ) -> dict[str, dict[str, Any]]:
-    """Per queue: ``waiting`` (pending or failed), ``processing``, ``suspects`` (each counted up
-    to ``cap``), ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
+    """Per queue: ``waiting`` (pending or failed), ``processing``, ``blocked`` (in the state
+    ``waiting``: for parents or a sequence), ``suspects`` (each counted up to ``cap``),
+    ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
 
     Bounded whatever the table holds: at most ``cap`` index entries per count, and one index
     probe per distinct priority for the oldest due row.
@@ -356,7 +360,8 @@ def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
         oldest = row.oldest_run_at
         age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
         out[row.queue] = {"waiting": row.waiting, "processing": row.processing,
-                          "suspects": row.suspects, "oldest_due": age, "cap": cap}
+                          "blocked": row.blocked, "suspects": row.suspects, "oldest_due": age,
+                          "cap": cap}
     return out
 
 # for users' test suites (workerpool.testing)

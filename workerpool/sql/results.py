@@ -55,6 +55,8 @@ class Settled(NamedTuple):
     id: int
     batch_id: int | None
     awaited: bool | None
+    #: Whether a job names it as a parent (``has_dependents``; None: unknown, look it up).
+    dependents: bool | None = None
 
 
 def _awaited(job_id: Any) -> Any:
@@ -93,13 +95,15 @@ def _complete_statement(with_results: bool) -> Any:
         update(jobs)
         .where(_FENCE_WITH_RESULTS if with_results else FENCE_MANY)
         .values(**values)
-        .returning(jobs.c.id, jobs.c.batch_id)
+        .returning(jobs.c.id, jobs.c.batch_id, jobs.c.has_dependents)
         .cte("done")
     )
-    return select(done.c.id, done.c.batch_id, _awaited(done.c.id).label("awaited"))
+    return select(done.c.id, done.c.batch_id, _awaited(done.c.id).label("awaited"),
+                  done.c.has_dependents)
 
 
-# complete_settling: leased rows → done, with their results; returns (id, batch_id, awaited).
+# complete_settling: leased rows → done, with their results; returns (id, batch_id, awaited,
+# has_dependents).
 # Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
 _COMPLETE = {False: _complete_statement(False), True: _complete_statement(True)}
 
@@ -116,7 +120,7 @@ def complete_settling(conn: Connection, worker: str,
     if with_results:
         params["lease_results"] = [result for _, _, result in leases]
     rows = conn.execute(_COMPLETE[with_results], params).all()
-    return [Settled(row.id, row.batch_id, row.awaited) for row in rows]
+    return [Settled(row.id, row.batch_id, row.awaited, row.has_dependents) for row in rows]
 
 
 # settled_rows: the batch of these rows, and whether a caller waits for each. Index:
@@ -126,9 +130,11 @@ def settled_rows(conn: Connection, ids: Sequence[int]) -> list[Settled]:
     cancelled): one statement, only on the path that has such rows."""
     if not ids:
         return []
-    stmt = select(jobs.c.id, jobs.c.batch_id, _awaited(jobs.c.id).label("awaited")).where(
+    stmt = select(jobs.c.id, jobs.c.batch_id, _awaited(jobs.c.id).label("awaited"),
+                  jobs.c.has_dependents).where(
         jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
-    return [Settled(row.id, row.batch_id, row.awaited) for row in conn.execute(stmt)]
+    return [Settled(row.id, row.batch_id, row.awaited, row.has_dependents)
+            for row in conn.execute(stmt)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     Table,
     Text,
@@ -21,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from ..model.dependencies import EDGE_KINDS, IF_FAILED
 from ..model.payload import PAYLOAD_HARD_LIMIT
 from ..model.states import DUE_STATES, LIVE_STATES, PRUNED_STATES, DeadReason, JobState
 
@@ -106,6 +108,13 @@ jobs = Table(
     Column("result", JSONB),
     # The batch this job is a member of (or, for a batch's callback, the batch it reports on).
     Column("batch_id", BigInteger),
+    # The sequence this job runs in, one at a time in enqueue order (``sequence=``).
+    Column("sequence", Text),
+    # The chain or workflow this job belongs to: the id of its first job.
+    Column("workflow_id", BigInteger),
+    # Set (once, never cleared) when a job names this one as a parent or sequence head: the
+    # final write returns it, and only then looks for dependents to release.
+    Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -153,6 +162,31 @@ Index(
     "ix_workerpool_jobs_claimed_by",
     jobs.c.claimed_by,
     postgresql_where=text(LEASED),
+)
+# Jobs held back in ``waiting`` (for their parents or their sequence): the maintenance sweep
+# and the status counts read them here; the other rows never enter it.
+Index(
+    "ix_workerpool_jobs_waiting",
+    jobs.c.queue,
+    jobs.c.id,
+    postgresql_where=text(f"state = '{JobState.WAITING}'"),
+)
+# A sequence's jobs that may still hold it (live, or dead: a dead job may block its sequence),
+# in enqueue order: the enqueue of the next one reads the newest, one index probe however long
+# the sequence's history.
+SEQUENCE_HELD = f"sequence IS NOT NULL AND {_in('state', (*LIVE_STATES, JobState.DEAD))}"
+Index(
+    "ix_workerpool_jobs_sequence",
+    jobs.c.sequence,
+    jobs.c.id,
+    postgresql_where=text(SEQUENCE_HELD),
+)
+# A workflow's jobs (its page and its status).
+Index(
+    "ix_workerpool_jobs_workflow",
+    jobs.c.workflow_id,
+    jobs.c.id,
+    postgresql_where=text("workflow_id IS NOT NULL"),
 )
 # The key's holder: one row per key while its scope holds it (see KEY_SCOPES). Two enqueuers of
 # one key race on this index, never on a read.
@@ -214,6 +248,22 @@ Index(
     jobs.c.id,
     postgresql_where=text("batch_id IS NOT NULL"),
 )
+
+# One edge per (dependent, parent): why it exists (``kind``: after, sequence) and what a parent
+# that ends dead or cancelled does to the dependent (``if_failed``: cancel, run, hold; see
+# model/dependencies.py). A parent's final write finds its dependents by the parent index.
+dependencies = Table(
+    "workerpool_job_dependencies",
+    metadata,
+    Column("job_id", BigInteger, nullable=False),
+    Column("parent_id", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False, server_default=text("'after'")),
+    Column("if_failed", Text, nullable=False, server_default=text("'cancel'")),
+    PrimaryKeyConstraint("job_id", "parent_id"),
+    CheckConstraint(_in("kind", EDGE_KINDS), name="kind"),
+    CheckConstraint(_in("if_failed", IF_FAILED), name="if_failed"),
+)
+Index("ix_workerpool_job_dependencies_parent_id", dependencies.c.parent_id)
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.

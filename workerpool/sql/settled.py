@@ -4,19 +4,24 @@ Every write that can end a job calls :func:`after_final` once, after its job wri
 its commit: the worker's outcome flush (``runtime.worker.outcomes.record_many``), the crash
 release (``runtime.release.release_orphans``), the stale recovery and the abandoned sweep
 (``sql.recovery``), an operator's cancel (``sql.control.cancel``), and the inline runner of
-``workerpool.testing`` (``runtime.inline``, through ``record_many``). Two things may follow,
+``workerpool.testing`` (``runtime.inline``, through ``record_many``). Three things may follow,
 each only when it applies:
 
+- the jobs waiting for them (``after=``, ``sequence=``) are released: made due when every
+  parent is done, cancelled when a parent failed (:func:`.dependencies.release`); a dependent
+  cancelled so is itself a final outcome, so the same three follow for it, transitively,
 - callers waiting in ``pool.result`` for one of the jobs are woken (one NOTIFY per
   transaction, :func:`.results.notify_waiters`), and
 - the batches of the jobs are finished if these were their last live members
   (:func:`.batches.settle`).
 
-A transaction whose rows have no batch and no waiter sends nothing more: the common outcome
-flush costs no extra statement (the completing UPDATE says both things of each row).
+A transaction whose rows have no batch, no waiter and no dependent sends nothing more: the
+common outcome flush costs no extra statement (the completing UPDATE says all three of each
+row).
 
-Once per transaction, at the end: the batch rows are locked after every job row the
-transaction writes, so two transactions never wait for each other in a cycle through a batch.
+Once per transaction, at the end: the dependents are released first (they are job rows), and
+the batch rows are locked after every job row the transaction writes, so two transactions
+never wait for each other in a cycle through a batch.
 """
 
 from __future__ import annotations
@@ -28,16 +33,32 @@ from sqlalchemy import Connection
 
 from ..model.states import FINAL_STATES
 from .batches import Fired, settle
+from .dependencies import release, with_dependents
 from .results import Settled, notify_waiters, settled_rows
 
 
 def after_final(conn: Connection, settled: Sequence[Settled]) -> list[Fired]:
-    """Wake the waiters of ``settled`` rows and finish their batches; returns the batches
-    finished (their callback jobs are inserted, visible when the transaction commits)."""
+    """Release the dependents of ``settled`` rows, wake their waiters and finish their batches;
+    returns the batches finished (their callback jobs are inserted, visible when the
+    transaction commits)."""
+    settled = [*settled, *release_dependents(conn, settled)]
     wake = [row.id for row in settled if row.awaited is not False]
     if wake:
         notify_waiters(conn, wake)
     return settle(conn, (row.batch_id for row in settled if row.batch_id is not None))
+
+
+def release_dependents(conn: Connection, settled: Sequence[Settled]) -> list[Settled]:
+    """Release the waiting dependents of ``settled`` rows, transitively; returns the
+    dependents it cancelled (final outcomes too: their waiters and batches follow)."""
+    parents = [row.id for row in settled if row.dependents]
+    parents += with_dependents(conn, [row.id for row in settled if row.dependents is None])
+    out: list[Settled] = []
+    while parents:
+        cancelled = release(conn, parents).cancelled
+        out += [Settled(row.id, row.batch_id, None, None) for row in cancelled]
+        parents = with_dependents(conn, [row.id for row in cancelled])
+    return out
 
 
 def after_rows(conn: Connection, rows: Iterable[Any]) -> list[Fired]:
@@ -55,9 +76,9 @@ def after_states(conn: Connection, done: Sequence[Settled],
     done_ids = {row.id for row in done}
     others = [job_id for job_id, state in states.items()
               if state in FINAL_STATES and job_id not in done_ids]
-    settled = [row for row in done if row.batch_id is not None or row.awaited]
+    settled = [row for row in done if row.batch_id is not None or row.awaited or row.dependents]
     settled += settled_rows(conn, others)
     return after_final(conn, settled) if settled else []
 
 
-__all__ = ["after_final", "after_rows", "after_states"]
+__all__ = ["after_final", "after_rows", "after_states", "release_dependents"]

@@ -29,7 +29,7 @@ from ..model.errors import (
     WorkerpoolError,
     first_line,
 )
-from . import actions, batch_pages, pages
+from . import actions, batch_pages, pages, workflow_pages
 from .inputs import BadInput
 from .render import render
 from .security import Csrf, CsrfRefused, Guard, token_from_env
@@ -76,6 +76,7 @@ def routes(read_only: bool) -> list[Any]:
         Route("/dead", pages.dead_page, name="dead"),
         Route("/batches", batch_pages.batches_page, name="batches"),
         Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
+        Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
         Mount("/static", app=static, name="static"),
     ]
     if not read_only:

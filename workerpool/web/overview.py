@@ -37,6 +37,7 @@ class QueueRow:
     name: str
     waiting: int = 0
     processing: int = 0
+    blocked: int = 0  # in the state waiting: for parents or a sequence
     suspects: int = 0
     cap: int = 0
     oldest_due: float = 0.0
@@ -105,6 +106,7 @@ def _queue_row(name: str, depth: dict[str, Any], estimates: dict[tuple[str, str]
                paused: Any, live: list[Any]) -> QueueRow:
     return QueueRow(
         name=name, waiting=depth.get("waiting", 0), processing=depth.get("processing", 0),
+        blocked=depth.get("blocked", 0),
         suspects=depth.get("suspects", 0), cap=depth.get("cap", DEPTH_CAP),
         oldest_due=depth.get("oldest_due", 0.0),
         estimates={state: estimates.get((name, state), 0) for state in ESTIMATED_STATES},

@@ -22,6 +22,7 @@ from ...model.errors import LeaseLost
 from ...model.job import Job, Lease
 from ...model.payload import dumps
 from ...model.states import OutcomeKind
+from ...sql import dependencies
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
 from .session import Session
 
@@ -172,7 +173,8 @@ class Executor:
         if row.payload_version < flight.spec.version:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
-                            payload=payload, cancel=flight.cancel_flag)
+                            payload=payload, cancel=flight.cancel_flag,
+                            parents=self._parent_results)
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
@@ -193,6 +195,10 @@ class Executor:
         if flight.hold_future(future) or flight.cancel_requested:
             future.cancel()
         return future.result()
+
+    def _parent_results(self, job_id: int) -> dict[int, Any]:
+        with self.session.transaction(main_loop=False) as conn:
+            return dependencies.parent_results(conn, job_id)
 
     def _save_checkpoint(self, job: Job, data: Any) -> None:
         text = dumps(data, limit=self.payload_limit, what="checkpoint", object_only=False)

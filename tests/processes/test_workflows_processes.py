@@ -1,0 +1,74 @@
+"""Dependencies under a real `workerpool run`: the child running a parent is SIGKILLed at the
+moment its handler returns, again and again; every dependent still runs exactly once its
+parent is done (never before), and the maintenance sweep never has to release anything.
+
+The app is ``tests/apps/workflows.py``: each run writes a ledger row before it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from tests.apps import workflows as app_module
+from tests.helpers.processes import Supervisor, alive, kill_all, start_supervisor
+from tests.helpers.waiting import wait_until
+
+LENGTH = 8
+SETTLE = 120.0  # a liveness bound for a loaded machine, not a timing claim
+
+
+@pytest.fixture
+def app(db_url):
+    pool = app_module.build(db_url)
+    yield pool
+    pool.dispose()
+
+
+@pytest.fixture
+def supervise(db_url, tmp_path) -> Iterator:
+    running: list[Supervisor] = []
+
+    def launch() -> Supervisor:
+        sup = start_supervisor("tests.apps.workflows:pool", db_url, tmp_path)
+        running.append(sup)
+        return sup
+
+    yield launch
+    kill_all(running)
+
+
+def ran(sql, job_id: int) -> bool:
+    return sql("SELECT count(*) FROM flow_ledger WHERE job_id = %s", job_id)[0][0] > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_chain_whose_child_is_killed_as_each_parent_completes_runs_each_after_its_parent(
+        app, sql, supervise):
+    sql(app_module.LEDGER)
+    ids = app.chain([("step", {"n": n}) for n in range(LENGTH)])
+    sup = supervise()
+    sup.wait_running("flow")
+    for job_id in ids[:-1]:
+        # the handler has written its ledger row and is returning: kill its child now
+        wait_until(lambda j=job_id: ran(sql, j), SETTLE, message=f"job {job_id} ran\n"
+                   f"{sup.log()[-3000:]}")
+        pid = sup.child_pid("flow")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda p=pid: not alive(p), 30, message="the killed child reaped")
+    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")[0][0]
+               == LENGTH, SETTLE, message=f"the chain done\n{sup.log()[-3000:]}")
+    rows = sql("SELECT id, finished_at FROM workerpool_jobs ORDER BY id")
+    finished = dict(rows)
+    for parent, child in itertools.pairwise(ids):
+        first_start = sql("SELECT min(started) FROM flow_ledger WHERE job_id = %s", child)[0][0]
+        assert first_start > finished[parent], (parent, child)  # never before its parent
+        seen = sql("SELECT DISTINCT parents FROM flow_ledger WHERE job_id = %s", child)
+        assert seen == [({str(parent): {"n": ids.index(parent)}},)]
+    reruns = sql("SELECT count(*) FROM flow_ledger")[0][0] - LENGTH
+    assert not sup.events("dependents_swept", logger="maintenance"), sup.log()[-3000:]
+    print(f"{LENGTH} jobs, {LENGTH - 1} kills, {reruns} handler runs repeated")

@@ -1,0 +1,251 @@
+"""Enqueue with links: ``after=`` (parents), ``sequence=`` (one at a time, in order), and the
+chains and workflows built from them (``pool.chain``, ``pool.workflow``).
+
+A linked job is checked like any job (:mod:`workerpool.model.new_job`), then written in one
+transaction (or a savepoint of the caller's): the sequence's lock and newest live job, the
+parents locked and marked (:func:`.dependencies.lock_parents`), the row inserted by the
+ordinary enqueue (:mod:`.writes`), and its edges and state (waiting, unless every parent is
+already done) written by :func:`.dependencies.attach`. Jobs without links never come here.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from ..model.dependencies import (
+    AFTER,
+    DUE,
+    SEQUENCE,
+    Edge,
+    after_policy,
+    check_after,
+    check_parents,
+    check_sequence,
+    sequence_policy,
+    verdict,
+)
+from ..model.errors import InvalidDependency, InvalidJob, UnknownTask, WorkflowCycle
+from ..model.new_job import build_item, build_job
+from ..model.states import LIVE_STATES, JobState
+from . import single_write
+from .dependencies import Link, attach, lock_parents, sequence_tail
+from .writes import Target, _atomically, caller_connection, enqueue_one
+
+#: The options that link a job to others.
+LINK_OPTIONS = ("after", "sequence")
+#: Options that make no sense with links: a key's holder may already exist, with other parents.
+_KEY_OPTIONS = ("key", "unique", "unique_for", "on_conflict")
+#: Marks the first job of a chain or workflow: its own id becomes the workflow's.
+SELF = -1
+
+
+def is_linked(options: Mapping[str, Any]) -> bool:
+    return "after" in options or "sequence" in options
+
+
+def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], str | None]:
+    """``options`` without the links, and the links checked (InvalidDependency by name)."""
+    rest = dict(options)
+    after = rest.pop("after", None)
+    sequence = rest.pop("sequence", None)
+    parents = () if after is None else check_after(after)
+    name = None if sequence is None else check_sequence(sequence)
+    for option in _KEY_OPTIONS:
+        if rest.get(option) is not None and (parents or name is not None):
+            raise InvalidDependency(
+                f"{option}= cannot go with after= or sequence=: a job holding the key may"
+                " already exist with other parents")
+    return rest, parents, name
+
+
+T = TypeVar("T")
+
+
+def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Connection], T]
+                   ) -> T:
+    """``write(tx)`` in the caller's transaction (a savepoint in it), or in a transaction of its
+    own on a pooled connection without the checkout ping (``single_write``: a transaction that
+    never reached its COMMIT can be sent again)."""
+    if conn is None:
+        return single_write.write(pool.engine, lambda own: _atomic(own, True, write))
+    return _atomic(caller_connection(conn), False, write)
+
+
+def _atomic(conn: Connection, own: bool, write: Callable[[Connection], T]) -> T:
+    with _atomically(conn, own):
+        return write(conn)
+
+
+def enqueue_linked(pool: Target, task: str | Callable, payload: Mapping[str, Any] | None,
+                   conn: Connection | None, options: Mapping[str, Any], *,
+                   batch_id: int | None = None) -> int:
+    """``pool.enqueue`` with ``after=`` or ``sequence=``: checked, then written atomically."""
+    rest, after, sequence = split(options)
+    build_job(pool.registry, task, payload, **rest)  # every other check, before any lock
+    return in_transaction(pool, conn, lambda tx: link_one(
+        pool, tx, task, payload, rest, after, sequence, batch_id=batch_id))
+
+
+def enqueue_one_or_linked(pool: Target, task: str | Callable,
+                          payload: Mapping[str, Any] | None, conn: Connection | None,
+                          options: Mapping[str, Any], *, batch_id: int | None = None) -> int:
+    if is_linked(options):
+        return enqueue_linked(pool, task, payload, conn, options, batch_id=batch_id)
+    return enqueue_one(pool, task, payload, conn, options, batch_id=batch_id)
+
+
+def link_one(pool: Target, tx: Connection, task: str | Callable,
+             payload: Mapping[str, Any] | None, options: Mapping[str, Any],
+             after: Sequence[int], sequence: str | None, *, batch_id: int | None = None,
+             workflow_id: int | None = None) -> int:
+    """Write one linked job on ``tx`` (a transaction): parents locked, row, edges."""
+    spec = pool.registry.task_spec(task)
+    tail = sequence_tail(tx, sequence) if sequence is not None else None
+    parents = lock_parents(tx, [*after, *([tail] if tail is not None else [])])
+    check_parents(after, {job_id: parent.state for job_id, parent in parents.items()})
+    edges = [(job_id, AFTER, after_policy(spec.on_dependency_failure)) for job_id in after]
+    head = parents.get(tail) if tail is not None else None
+    if head is not None and head.id not in after:
+        policy = sequence_policy(_on_failure(pool, head.task))
+        if head.state in LIVE_STATES or (head.state == JobState.DEAD and policy == "hold"):
+            edges.append((head.id, SEQUENCE, policy))
+    wait = verdict([Edge(0, parent, kind, policy, parents[parent].state)
+                    for parent, kind, policy in edges])[0] != DUE
+    job_id = enqueue_one(pool, task, payload, tx, options, batch_id=batch_id)
+    attach(tx, [Link(job_id, tuple(edges), wait, sequence,
+                     job_id if workflow_id == SELF else workflow_id)])
+    return job_id
+
+
+def _on_failure(pool: Target, task: str) -> str | None:
+    try:
+        return pool.registry.task_spec(task).on_failure
+    except UnknownTask:  # declared by another application: the default
+        return None
+
+
+def enqueue_many_linked(pool: Target, items: list[Any], conn: Connection | None, *,
+                        batch_id: int | None = None) -> list[int]:
+    """``enqueue_many`` whose items carry links: every item checked, then written one by one
+    in one transaction (a savepoint of the caller's)."""
+    checked = [_step(pool, item, None) for item in items]
+    return in_transaction(pool, conn, lambda tx: [
+        link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
+        for task, payload, rest, after, sequence in checked])
+
+
+def has_links(items: list[Any]) -> bool:
+    return any(isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping)
+               and is_linked(item[2]) for item in items)
+
+
+# ---------------------------------------------------------------------------------------------
+# chains and workflows
+
+
+def chain(pool: Target, steps: Sequence[Any], conn: Connection | None) -> list[int]:
+    """Each step after the previous one, in one transaction; the first one's id is the
+    workflow's. ``steps``: ``(task, payload)`` or ``(task, payload, options)``."""
+    if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Sequence) or not steps:
+        raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
+    planned = [_step(pool, item, i) for i, item in enumerate(steps)]
+
+    def write(tx: Connection) -> list[int]:
+        ids: list[int] = []
+        for task, payload, rest, after, sequence in planned:
+            parents = (*after, ids[-1]) if ids else after
+            ids.append(link_one(pool, tx, task, payload, rest, parents, sequence,
+                                workflow_id=ids[0] if ids else SELF))
+        return ids
+
+    return in_transaction(pool, conn, write)
+
+
+def _step(pool: Target, item: Any, index: int | None
+          ) -> tuple[Any, Any, dict, tuple[int, ...], Any]:
+    """One item ``(task, payload[, options])`` checked whole: links split off, the rest built
+    like any job."""
+    try:
+        if isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping):
+            rest, after, sequence = split(item[2])
+            build_item(pool.registry, (item[0], item[1], rest))
+            return item[0], item[1], rest, after, sequence
+        build_item(pool.registry, item)
+        return item[0], item[1], {}, (), None
+    except InvalidJob as exc:
+        if index is None:
+            raise
+        raise type(exc)(f"step {index}: {exc}") from None
+
+
+class Workflow:
+    """Named steps with ``after=`` by name (or by job id), enqueued together by :meth:`run`.
+
+    ``pool.workflow()`` makes one; :meth:`step` adds a step and returns its name. The steps are
+    ordered with the standard library's ``graphlib.TopologicalSorter``, which also finds a
+    cycle (:class:`WorkflowCycle`, nothing written).
+    """
+
+    def __init__(self, pool: Target, conn: Connection | None = None) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.steps: dict[str, tuple[Any, Any, dict[str, Any], tuple[str, ...],
+                                    tuple[int, ...], str | None]] = {}
+
+    def step(self, name: str, task: str | Callable, payload: Mapping[str, Any] | None = None,
+             *, after: Sequence[str | int] = (), **options: Any) -> str:
+        if not isinstance(name, str) or not name:
+            raise InvalidJob(f"a step's name must be a non-empty string, got {name!r}")
+        if name in self.steps:
+            raise InvalidJob(f"step {name!r} is defined twice")
+        if isinstance(after, str | bytes):
+            after = (after,)
+        names = tuple(a for a in after if isinstance(a, str))
+        ids = check_after([a for a in after if not isinstance(a, str)])
+        build_job(self.pool.registry, task, payload,
+                  **{k: v for k, v in options.items() if k not in LINK_OPTIONS})
+        rest, _, sequence = split(options)
+        self.steps[name] = (task, payload, rest, names, ids, sequence)
+        return name
+
+    def order(self) -> list[str]:
+        graph = graphlib.TopologicalSorter({name: step[3] for name, step in self.steps.items()})
+        for name, step in self.steps.items():
+            for parent in step[3]:
+                if parent not in self.steps:
+                    raise InvalidDependency(f"step {name!r} is after {parent!r}, which is not a"
+                                            " step of this workflow")
+        try:
+            return list(graph.static_order())
+        except graphlib.CycleError as exc:
+            raise WorkflowCycle(f"the steps wait for each other in a cycle: {exc.args[1]}"
+                                ) from None
+
+    def run(self, conn: Connection | None = None) -> dict[str, int]:
+        """Enqueue every step in one transaction (``conn=``: the caller's); {name: job id}.
+        The first step enqueued gives the workflow its id (every job's ``workflow_id``)."""
+        if not self.steps:
+            raise InvalidJob("a workflow needs at least one step")
+        order = self.order()
+
+        def write(tx: Connection) -> dict[str, int]:
+            ids: dict[str, int] = {}
+            for name in order:
+                task, payload, rest, names, parent_ids, sequence = self.steps[name]
+                after = (*parent_ids, *(ids[n] for n in names))
+                first = next(iter(ids.values()), None)
+                ids[name] = link_one(self.pool, tx, task, payload, rest, after, sequence,
+                                     workflow_id=SELF if first is None else first)
+            return ids
+
+        return in_transaction(self.pool, conn if conn is not None else self.conn, write)
+
+    enqueue = run
+
+
+__all__ = ["LINK_OPTIONS", "Workflow", "chain", "enqueue_linked", "enqueue_many_linked",
+           "enqueue_one_or_linked", "has_links", "is_linked", "split"]
