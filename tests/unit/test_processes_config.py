@@ -10,7 +10,7 @@ import pytest
 
 from workerpool import WorkerPool
 from workerpool.model.errors import ConfigError
-from workerpool.process import healthcheck, heartbeat
+from workerpool.process import healthcheck, heartbeat, oslayer
 from workerpool.process import settings as config
 
 
@@ -51,8 +51,27 @@ def test_auto_is_one_child_per_core(tmp_path):
     assert [w.name for w in settings.workers] == ["render.0", "render.1", "render.2", "render.3"]
     one_core = config.load(pool, heartbeat_dir=tmp_path / "hb", cpu_count=1)
     assert [w.name for w in one_core.workers] == ["render"]
-    unknown = config.load(pool, heartbeat_dir=tmp_path / "hb", cpu_count=None)
-    assert len(unknown.workers) == min(256, max(1, __import__("os").cpu_count() or 1))
+    here = config.load(pool, heartbeat_dir=tmp_path / "hb")  # this host's usable cores
+    assert len(here.workers) == oslayer.usable_cpus()
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({}, 8),  # no cgroup files: the affinity
+    ({"cpu.max": "max 100000\n"}, 8),  # v2, no limit
+    ({"cpu.max": "200000 100000\n"}, 2),  # v2, a 2-CPU limit
+    ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: rounded up
+    ({"cpu.max": "50000 100000\n"}, 1),
+    ({"cpu.max": "1600000 100000\n"}, 8),  # a limit above the cores: the cores
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8),
+    ({"cpu.max": "garbage\n"}, 8),
+])
+def test_auto_counts_the_cores_a_container_may_use(tmp_path, monkeypatch, files, expected):
+    monkeypatch.setattr(oslayer.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert oslayer.usable_cpus(tmp_path) == expected
 
 
 def test_the_command_line_replaces_the_declared_processes(tmp_path):

@@ -24,7 +24,8 @@ from .validation import (
     check_timezone,
 )
 
-#: ``QueueSpec.processes="auto"``: one child per core of the host that runs the supervisor.
+#: ``QueueSpec.processes="auto"``: one child per core the supervisor may use (its CPU affinity,
+#: capped by a container's CPU limit: :func:`workerpool.process.oslayer.usable_cpus`).
 AUTO_PROCESSES = "auto"
 #: The most children one queue may have in one supervisor.
 MAX_PROCESSES = 256
@@ -40,7 +41,8 @@ class QueueSpec:
     """One worker type: the supervisor forks ``processes`` child processes per queue.
 
     ``processes``: how many children of this queue one supervisor keeps alive (1..256), or
-    ``"auto"``: one per core (``os.cpu_count()`` of the host running ``workerpool run``). Each
+    ``"auto"``: one per core the supervisor may use (its affinity, capped by a container's CPU
+    limit), resolved by ``workerpool run`` on the host it runs on. Each
     child has its own handler threads, connections, heartbeat file and restart back-off.
 
     ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler

@@ -22,7 +22,7 @@ from typing import Any
 from ..model.errors import ConfigError, UnknownQueue
 from ..model.specs import QueueSpec, WorkerKind, WorkerType, check_processes, resolve_processes
 from ..model.validation import check_positive
-from . import heartbeat
+from . import heartbeat, oslayer
 from .heartbeat import DEFAULT_MAX_AGE, HEARTBEAT_PERIOD, MAINTENANCE, RESERVED_NAMES
 
 __all__ = [
@@ -183,12 +183,12 @@ def load(
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
     ``processes``: children per queue for this run, replacing the declared ``processes``
     (``--processes QUEUE=N`` as given, or a mapping); ``cpu_count`` what ``"auto"`` means
-    (default: ``os.cpu_count()``).
+    (default: the cores this process may use, :func:`.oslayer.usable_cpus`).
     """
     names = _queue_names(pool, queues)
     pool.validate_crons()  # a cron on a queue no worker type serves: refused before any fork
     effective = queue_settings(pool, processes_overrides(processes, names))
-    cores = os.cpu_count() if cpu_count is None else cpu_count
+    cores = oslayer.usable_cpus() if cpu_count is None else cpu_count
     workers = [child for name in names for child in _queue_types(effective[name], cores)]
     _check_child_names(workers)
     if maintenance_interval is not None:
