@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_dead_parser(sub)
     cli_batch.add_parser(sub)
     live.add_parsers(sub)
-    run = add_command(sub, "run", help="the supervisor: fork each queue's children and keep them up")
+    run = add_command(sub, "run",
+                      help="the supervisor: fork each queue's children and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",
                      help="run only this queue (repeatable; default: every declared queue)")
