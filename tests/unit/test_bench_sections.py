@@ -32,7 +32,7 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "growth" in DEFAULT_SECTIONS
     assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
     assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
-    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst"}
+    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "processes"}
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():
@@ -56,3 +56,12 @@ def test_pgbouncer_goes_with_the_supervisor_counts():
 def test_bad_counts_name_the_option(counts):
     with pytest.raises(UsageError, match="--scale wants"):
         plan("--scale", counts)
+
+
+def test_only_processes_runs_the_cpu_bound_comparison_with_small_quick_sizes():
+    from bench.__main__ import FULL
+
+    chosen = plan("--only", "processes")
+    assert chosen.sections == ("processes",)
+    assert chosen.cpu_jobs == QUICK["cpu_jobs"] < FULL["cpu_jobs"]
+    assert "processes" not in DEFAULT_SECTIONS  # it wants a quiet machine: asked for only
