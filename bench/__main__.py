@@ -42,12 +42,12 @@ MAX_CONCURRENCY = 1000
 FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
         "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0,
-        "finished": 1_000_000, "batch_members": 10_000, "kills": 10, "burst_window_s": 5.0,
-        "burst_nap_ms": 20.0, "burst_concurrency": 10, "cpu_jobs": 3_000}
+        "finished": 1_000_000, "batch_members": 10_000, "step_jobs": 1_000, "kills": 10,
+        "burst_window_s": 5.0, "burst_nap_ms": 20.0, "burst_concurrency": 10, "cpu_jobs": 3_000}
 QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
          "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0,
-         "finished": 2_000, "batch_members": 200, "kills": 3, "burst_window_s": 1.0,
-         "burst_nap_ms": 20.0, "burst_concurrency": 2, "cpu_jobs": 100}
+         "finished": 2_000, "batch_members": 200, "step_jobs": 20, "kills": 3,
+         "burst_window_s": 1.0, "burst_nap_ms": 20.0, "burst_concurrency": 2, "cpu_jobs": 100}
 
 
 class UsageError(Exception):

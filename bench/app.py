@@ -1,18 +1,19 @@
 """The application the benchmark runs: ``workerpool run bench.app:pool``.
 
-Four handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
+Five handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
 the benchmark can compute pickup latency, ``nap``, a short sleep (the kill -9 burst, so that
-every kill finds jobs in flight), and ``spin``, pure-Python work (the processes comparison).
-``stamp`` appends one short line to a file (``$BENCH_STAMP_FILE``) with an ``O_APPEND``
-write: one syscall, no database round trip, so it perturbs the worker far less than writing the
-time into a table would. The times are
-``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one clock for every process on the
-machine, so the enqueuing process and the worker child can be compared directly.
+every kill finds jobs in flight), ``stepped``, ten durable steps that do nothing, and ``spin``,
+pure-Python work (the processes comparison). ``stamp``
+appends one short line to a file (``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one
+syscall, no database round trip, so it perturbs the worker far less than writing the time into a
+table would. The times are ``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one
+clock for every process on the machine, so the enqueuing process and the worker child can be
+compared directly.
 
 Notifications are on unless ``$BENCH_NOTIFY`` is ``0``; the queue's concurrency is
-``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``); ``$BENCH_RETENTION`` (seconds)
-replaces the maintenance child's retention of finished rows (the soak keeps a short window, so
-that the table's size settles within the run); ``$BENCH_LIMITS`` picks one of
+``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``); ``$BENCH_RETENTION``
+(seconds) replaces the maintenance child's retention of finished rows (the soak keeps a short
+window, so that the table's size settles within the run); ``$BENCH_LIMITS`` picks one of
 ``LIMIT_SETTINGS`` (the limits comparison).
 """
 
@@ -69,6 +70,16 @@ def nap(job: Job) -> None:
     time.sleep(float(job.payload.get("ms", NAP_MS)) / 1000.0)
 
 
+#: Steps of a ``stepped`` job (the steps section: a 10-step job against 10 plain jobs).
+STEPS = 10
+
+
+def stepped(job: Job) -> None:
+    """``STEPS`` durable steps that do nothing: only the steps' own cost is measured."""
+    for number in range(STEPS):
+        job.step(f"s{number}", lambda: None)
+
+
 def spin(job: Job) -> None:
     """The CPU-bound job (``bench.processes``): ``payload["iters"]`` rounds of pure Python,
     calibrated by the bench to about 2 ms of CPU. Fixed work, not a fixed time: under the GIL
@@ -104,7 +115,8 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
     pool.queue(QUEUE, notify=notify, **tuning, **settings.get("queue", {}))
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
-    pool.task(nap, queue=QUEUE)  # after noop: the claim's task CASE still matches noop first
+    pool.task(nap, queue=QUEUE)
+    pool.task(stepped, queue=QUEUE)  # after noop: the claim's task CASE still matches noop first
     pool.task(spin, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))

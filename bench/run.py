@@ -26,6 +26,7 @@ from . import (
     operators,
     processes,
     scale,
+    steps,
     supervised,
     web,
     workflows,
@@ -38,7 +39,7 @@ log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
             "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
-            "limits", "fleet", "burst", "processes")
+            "steps", "limits", "fleet", "burst", "processes")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the processes comparison wants every core quiet.
@@ -79,6 +80,7 @@ class Plan:
     fleet_counts: tuple[int, ...] = fleet.DEFAULT_COUNTS  # supervisors per fleet drain
     fleet_bouncer: bool = False  # each fleet drain also through PgBouncer
     batch_members: int = 10_000  # members of the batch drained against as many plain jobs
+    step_jobs: int = 1_000  # 10-step jobs drained against ten times as many plain jobs
     kills: int = 10  # SIGKILLs of the queue child per burst
     burst_window_s: float = 5.0  # the burst's rate windows before and after
     burst_nap_ms: float = 20.0  # each burst job's sleep
@@ -184,6 +186,8 @@ def declare(report: Report, plan: Plan) -> None:
         batches.declare(report, plan.batch_members)
     if plan.wants("workflows"):
         workflows.declare(report, plan.batch_members)
+    if plan.wants("steps"):
+        steps.declare(report, plan.step_jobs)
     if plan.wants("burst"):
         burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
                       nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
@@ -227,6 +231,9 @@ class Bench:
                 if self.plan.wants("workflows"):
                     workflows.measure(self.report, self.launcher, self.pool,
                                       self.plan.batch_members, repeat)
+                if self.plan.wants("steps"):
+                    steps.measure(self.report, self.launcher, self.pool, self.plan.step_jobs,
+                                  repeat)
                 if self.plan.wants("processes"):
                     self.measure_processes(repeat)
             if self.plan.wants("limits"):  # interleaves its own repeats

@@ -25,17 +25,25 @@ from sqlalchemy.engine import URL
 from . import sql
 from .model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from .model.cancel import CancelResult, Selection
-from .model.errors import ConfigError, InvalidFilter, UnknownJob, UnknownQueue
+from .model.errors import (
+    ConfigError,
+    InvalidFilter,
+    InvalidSignal,
+    SignalExists,
+    UnknownJob,
+    UnknownQueue,
+)
 from .model.new_job import NewJob, build_job
 from .model.notices import CancelNotice, report_cancelled
-from .model.payload import DEFAULT_PAYLOAD_LIMIT
+from .model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from .model.registry import Registry
 from .model.results import JobInfo
 from .model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from .model.states import LIVE_WORKER_WINDOW, JobState
+from .model.steps import check_name as check_step_name
 from .model.validation import check_name
 from .process import settings
-from .sql import batching, db, waiting
+from .sql import batching, db, signals, waiting
 from .sql.batching import AsyncBatch, Batch
 from .sql.workflows import (
     Workflow,
@@ -348,17 +356,21 @@ class WorkerPool:
     async def _linked_async(self, conn: Any, write: Callable[[Connection], T]) -> T:
         """A linked enqueue on an ``AsyncConnection`` (the caller's transaction) or the pool's
         async engine: the same statements, through ``run_sync``."""
+        result: T
         if conn is not None:
-            return await caller_async_connection(conn).run_sync(write)
+            result = await caller_async_connection(conn).run_sync(write)
+            return result
         async with self.async_engine.begin() as own:
-            return await own.run_sync(write)
+            result = await own.run_sync(write)
+        return result
 
     def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
         first one's id is the chain's ``workflow_id``."""
-        ids = chain(self, list(steps) if not isinstance(steps, str | bytes | Mapping) and
-                    isinstance(steps, Iterable) else steps, conn)
+        items: Any = (list(steps) if not isinstance(steps, str | bytes | Mapping)
+                      and isinstance(steps, Iterable) else steps)  # chain refuses the others
+        ids = chain(self, items, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
@@ -465,6 +477,30 @@ class WorkerPool:
         verb = "paused" if paused else "resumed"
         pause_log.info("queue %s %s by %s", queue, verb, by,
                        extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+
+    # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
+
+    def signal(self, name: str, payload: Any = None, *,
+               conn: Connection | None = None) -> datetime:
+        """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
+        jobs waiting for it in ``job.wait_for(name)`` are due again at once and get the
+        payload; a job that starts waiting later gets it too (the signal is kept). Returns
+        when it was sent (the database clock).
+
+        The first signal of a name stands: a second raises SignalExists (with the kept
+        payload) and writes nothing. With ``conn=`` it runs in the caller's transaction: the
+        signal exists, and its waiters wake, iff that transaction commits."""
+        check_step_name(name, "signal", InvalidSignal)
+        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}",
+                     object_only=False)
+        with self._connection(conn) as db:
+            sent_at, woken = signals.send(db, name, text)
+            if sent_at is None:
+                kept = signals.get(db, name)
+                raise SignalExists(name, kept.payload, kept.sent_at)
+        if woken and self._inline is not None:
+            self._inline(conn, list(woken))
+        return sent_at
 
     # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
 

@@ -10,14 +10,18 @@ Three worker types (queues), each a child process under ``workerpool run``:
   sends nothing twice. One user's name makes the template renderer blow up its process (the
   poison message): it ends ``dead/abandoned`` after ``max_attempts`` claims and never loops.
 - ``user_deletion``: deleting a user touches several stores (sessions and tokens, posts, object
-  storage, the account). Each step commits, then checkpoints; a retry or a drain resumes at the
-  first step not yet done instead of leaving half a user behind.
+  storage, the account). Each store is one durable step (``job.step``): a retry or a drain
+  replays the steps that finished and resumes at the first one that did not, instead of leaving
+  half a user behind. The same queue runs data exports: collect (a step), a cooling-off sleep
+  (``job.sleep``: no worker held), then a wait for support's approval (``job.wait_for``, woken
+  by ``pool.signal``), then the delivery (a step).
 - ``housekeeping``: the hourly TTL sweep of expired sessions, API tokens and old audit rows
   (:mod:`workerpool_demo.session_cleanup`), a cron job that never overlaps itself (the demo runs
   it every few seconds through ``$SESSION_CLEANUP_SCHEDULE``).
 
-The "web backend" side is the three functions ``signup``, ``request_password_reset`` and
-``request_deletion``: each writes its rows and enqueues its job in one transaction.
+The "web backend" side is the functions ``signup``, ``request_password_reset``,
+``request_deletion`` and ``request_export``: each writes its rows and enqueues its job in one
+transaction; ``approve_export`` is support's click, a signal sent in its own transaction.
 
 Timings are shortened for the demo (backoff in seconds, drains of a few seconds); production
 would keep workerpool's defaults (docs/configuration.md).
@@ -50,6 +54,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -73,6 +78,8 @@ QUICK_BACKOFF = Backoff(base=0.5, factor=2, cap=4, jitter=0.5)
 #: The user whose name crashes the template renderer (an OOM kill, simulated with SIGKILL).
 POISON_NAME = "Zalgo \u0336\u0334\u0335 the Unrenderable"
 DELETION_STEPS = ("sessions", "posts", "uploads", "account")
+#: The export's cooling-off period (seconds): the job sleeps, holding no worker.
+EXPORT_COOL_OFF = 1.0
 
 # -- the application's tables (its own metadata, next to workerpool's) -------------------------
 # Sessions, API tokens and the audit log are session_cleanup's tables: the sweep cleans them.
@@ -118,6 +125,15 @@ deletion_steps = Table(  # one row per step actually executed: shows resumption
     Column("step", Text, nullable=False),
     Column("at", TZ, nullable=False, server_default=func.now()),
 )
+exports = Table(  # the delivered data exports: one per export job (the download link sent)
+    "demo_exports", metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("user_id", BigInteger, nullable=False),
+    Column("posts", Integer, nullable=False),
+    Column("uploads", Integer, nullable=False),
+    Column("approved_by", Text, nullable=False),
+    Column("at", TZ, nullable=False, server_default=func.now()),
+)
 
 
 def create_tables(engine: Engine) -> None:
@@ -154,6 +170,16 @@ def request_password_reset(conn: Connection, user_id: int) -> int:
 def request_deletion(conn: Connection, user_id: int) -> int:
     conn.execute(insert(audit_log).values(event="account deletion requested"))
     return pool.enqueue(delete_user, {"user_id": user_id}, key=f"delete:{user_id}", conn=conn)
+
+
+def request_export(conn: Connection, user_id: int) -> int:
+    conn.execute(insert(audit_log).values(event="data export requested"))
+    return pool.enqueue(export_data, {"user_id": user_id}, key=f"export:{user_id}", conn=conn)
+
+
+def approve_export(conn: Connection, user_id: int, by: str) -> None:
+    """Support approves an export: a signal, whether its job waits for it yet or not."""
+    pool.signal(f"export_approved:{user_id}", {"by": by}, conn=conn)
 
 
 def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> list[int]:
@@ -266,19 +292,20 @@ class StorageThrottled(Exception):
 
 @pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
 def delete_user(job: Job) -> None:
-    """Delete a user from every store, one committed step at a time, resuming at a checkpoint."""
+    """Delete a user from every store, one durable step per store: a retry replays the steps
+    that finished and resumes at the first one that did not."""
     user_id = job.payload["user_id"]
-    done = list((job.checkpoint_data or {}).get("done", []))
     for step in DELETION_STEPS:
-        if step in done:
-            continue
-        STEP_FUNCTIONS[step](user_id)
-        with pool.engine.begin() as conn:
-            conn.execute(insert(deletion_steps).values(
-                job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
-            ))
-        done.append(step)
-        job.checkpoint({"done": done})
+        job.step(step, lambda step=step: _deletion_step(job, user_id, step))
+
+
+def _deletion_step(job: Job, user_id: int, step: str) -> str:
+    STEP_FUNCTIONS[step](user_id)
+    with pool.engine.begin() as conn:
+        conn.execute(insert(deletion_steps).values(
+            job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
+        ))
+    return "deleted"
 
 
 def _delete_sessions(user_id: int) -> None:
@@ -322,6 +349,40 @@ STEP_FUNCTIONS = {
 }
 
 
+# -- data export: a step, a sleep, a wait for a signal, a step ---------------------------------
+
+
+@pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
+def export_data(job: Job) -> dict[str, Any]:
+    """Collect a user's data, let it cool off, wait for support's approval, deliver it once."""
+    user_id = job.payload["user_id"]
+    archive = job.step("collect", lambda: _collect(job, user_id))
+    job.sleep("cool_off", EXPORT_COOL_OFF)  # pending again in a second: no worker held
+    approval = job.wait_for(f"export_approved:{user_id}", timeout=600)  # state waiting
+    job.step("deliver", lambda: _deliver(job, user_id, archive, approval["by"]))
+    return {"user_id": user_id, **archive}
+
+
+def _collect(job: Job, user_id: int) -> dict[str, int]:
+    with pool.engine.begin() as conn:
+        counts = remaining_rows(conn, user_id)
+        conn.execute(insert(deletion_steps).values(
+            job_id=job.id, user_id=user_id, attempt=job.attempt, step="collect"))
+    return {"posts": counts["posts"], "uploads": counts["uploads"]}
+
+
+def _deliver(job: Job, user_id: int, archive: dict[str, int], by: str) -> str:
+    """Send the download link; keyed on the job, so a crash before the step was recorded
+    cannot send it twice."""
+    with pool.engine.begin() as conn:
+        conn.execute(pg_insert(exports).values(
+            job_id=job.id, user_id=user_id, approved_by=by, **archive
+        ).on_conflict_do_nothing(index_elements=[exports.c.job_id]))
+        conn.execute(insert(deletion_steps).values(
+            job_id=job.id, user_id=user_id, attempt=job.attempt, step="deliver"))
+    return "sent"
+
+
 def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:
     """What is left of a user in each store (all zeros once the deletion is complete)."""
     counts = {
@@ -336,7 +397,8 @@ def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:
 
 
 def resumed_deletions(conn: Connection) -> int:
-    """Attempts whose first executed step was not the first step: they resumed at a checkpoint."""
+    """Deletion attempts whose first executed step was not the first step: they resumed at the
+    first step that had not finished."""
     first = (
         select(deletion_steps.c.job_id, deletion_steps.c.attempt,
                func.min(deletion_steps.c.id).label("first_id"))
@@ -346,9 +408,34 @@ def resumed_deletions(conn: Connection) -> int:
     stmt = (
         select(func.count())
         .select_from(first.join(deletion_steps, deletion_steps.c.id == first.c.first_id))
-        .where(deletion_steps.c.step != DELETION_STEPS[0])
+        .where(deletion_steps.c.step.in_(DELETION_STEPS[1:]))
     )
     return conn.execute(stmt).scalar_one()
+
+
+def steps_run_again(conn: Connection) -> list[str]:
+    """Steps whose work ran again after the step was recorded finished (both times from the
+    database clock): a finished step must never run again (``job.step`` replays its value)."""
+    rows = conn.execute(text(
+        "SELECT l.job_id, l.step FROM demo_deletion_steps l JOIN workerpool_jobs j"
+        " ON j.id = l.job_id WHERE l.at > (j.steps -> l.step ->> 'finished_at')::timestamptz"
+    )).all()
+    return [f"#{job_id} {step}" for job_id, step in rows]
+
+
+def export_report(conn: Connection) -> dict[str, int]:
+    """Exports delivered, and how they got their approval: sent before the job waited (kept,
+    read at once) or after (the job waited, then was woken)."""
+    row = conn.execute(text(
+        "SELECT count(*) FILTER (WHERE state = 'done'),"
+        " count(*) FILTER (WHERE (steps -> approval ->> 'started_at')::timestamptz"
+        "   < (steps -> approval ->> 'finished_at')::timestamptz),"
+        " count(*) FILTER (WHERE state <> 'done')"
+        " FROM workerpool_jobs, LATERAL (SELECT 'export_approved:' || (payload ->> 'user_id')"
+        "   AS approval) AS a WHERE task = 'export_data'"
+    )).one()
+    delivered = conn.execute(select(func.count()).select_from(exports)).scalar_one()
+    return {"done": row[0], "waited": row[1], "unfinished": row[2], "delivered": delivered}
 
 
 # -- read-outs for the demo's summary -----------------------------------------------------------

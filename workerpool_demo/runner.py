@@ -6,8 +6,8 @@
 2. Start ``workerpool run workerpool_demo.app:pool`` as a real child process (own session: a
    Ctrl-C here is relayed to it once, as a drain).
 3. Play a burst of web requests against the app: signups (with double clicks, invalid addresses
-   and one poison message), password resets, account deletions. With ``--chaos``, SIGKILL a
-   random worker process every few seconds meanwhile.
+   and one poison message), password resets, account deletions, data exports. With
+   ``--chaos``, SIGKILL a random worker process every few seconds meanwhile.
 4. Show per-queue counts and throughput until the work settles, drain the supervisor (SIGTERM),
    then print a summary whose checks decide the exit code: nothing left processing, every job
    done or dead on purpose, one email per idempotency key, no half-deleted user, cleanup runs that

@@ -15,8 +15,8 @@ class Request:
     """One web request of the scenario, due ``at`` seconds after the start."""
 
     at: float
-    kind: str  # signup | reset | delete
-    index: int  # signup, reset: the signup's number; delete: the existing user's number
+    kind: str  # signup | reset | delete | export | approve
+    index: int  # signup, reset: the signup's number; the others: the existing user's number
     email: str = ""
     name: str = ""
 
@@ -33,7 +33,9 @@ def plan(rng: random.Random, duration: float, users: int, poison_name: str) -> S
     """A launch-day burst: 40% of signups in the first second, the rest spread over the run.
 
     1 in 10 signups is double-clicked, 3% have an invalid address, one is the poison message;
-    a quarter of new users ask for a password reset; some long-time users delete their account.
+    a quarter of new users ask for a password reset; some long-time users delete their account
+    and a few others ask for an export of their data, which support approves a little before or
+    after the export's job starts waiting for the approval.
     """
     spread = max(duration * 0.7, 1.0)
     requests: list[Request] = []
@@ -53,8 +55,13 @@ def plan(rng: random.Random, duration: float, users: int, poison_name: str) -> S
         if email not in invalid and n != poison_at and rng.random() < 0.25:
             requests.append(Request(at + rng.uniform(0.5, 3.0), "reset", n))
     existing = max(5, users // 10)
-    for k in rng.sample(range(existing), k=max(3, existing * 2 // 3)):
+    deleted = rng.sample(range(existing), k=max(3, existing * 2 // 3))
+    for k in deleted:
         requests.append(Request(rng.uniform(0, spread), "delete", k))
+    for k in [k for k in range(existing) if k not in deleted][:max(2, existing // 5)]:
+        at = rng.uniform(0, spread)
+        requests.append(Request(at, "export", k))
+        requests.append(Request(at + rng.uniform(0.1, 3.0), "approve", k))
     requests.sort(key=lambda r: r.at)
     poison_email = f"user{poison_at}@example.com"
     return Scenario(requests, existing, invalid, poison_email)
@@ -87,6 +94,10 @@ class Backend:
             self.app.request_password_reset(conn, self.signups[request.index])
         elif request.kind == "delete":
             self.app.request_deletion(conn, self.existing_ids[request.index])
+        elif request.kind == "export":
+            self.app.request_export(conn, self.existing_ids[request.index])
+        elif request.kind == "approve":
+            self.app.approve_export(conn, self.existing_ids[request.index], by="support")
 
     @property
     def done(self) -> bool:

@@ -40,6 +40,8 @@ def summarise(conn: Connection, app: ModuleType, scenario: Scenario, backend: Ba
         check_one_job_per_signup(jobs, backend),
         check_one_email_per_key(conn, jobs, app),
         check_no_half_deleted_user(conn, jobs, app),
+        check_no_finished_step_ran_again(conn, app),
+        check_exports_approved_and_delivered(conn, app),
         check_cleanup_never_overlapped(jobs, app),
     ]
     return lines, checks
@@ -183,12 +185,33 @@ def check_no_half_deleted_user(conn: Connection, jobs: list[Any], app: ModuleTyp
             in_progress += 1
     resumed = app.resumed_deletions(conn)
     text = (f"no half-deleted user: {len(deletions) - in_progress} deletions complete in every "
-            f"store; {resumed} resumed from a checkpoint instead of starting over")
+            f"store; {resumed} resumed at their first unfinished step instead of starting over")
     if in_progress:
-        text += f"; {in_progress} in progress, resuming at their checkpoint on the next start"
+        text += f"; {in_progress} in progress, resuming at their next step on the next start"
     if half:
         text += "; HALF DELETED: " + "; ".join(half[:5])
     return Check(not half, text)
+
+
+def check_no_finished_step_ran_again(conn: Connection, app: ModuleType) -> Check:
+    again = app.steps_run_again(conn)
+    text = "no finished step ran again (deletions and exports replay what they stored)"
+    if again:
+        text += ": RAN AGAIN " + ", ".join(again[:10])
+    return Check(not again, text)
+
+
+def check_exports_approved_and_delivered(conn: Connection, app: ModuleType) -> Check:
+    report = app.export_report(conn)
+    ok = report["delivered"] == report["done"] and report["done"] > 0
+    text = (f"data exports: {report['done']} delivered once each after a sleep and an approval"
+            f" signal ({report['waited']} waited for it, holding no worker;"
+            f" {report['done'] - report['waited']} found it already sent)")
+    if report["unfinished"]:
+        text += f"; {report['unfinished']} not finished"
+    if report["delivered"] != report["done"]:
+        text += f"; {report['delivered']} DELIVERIES for {report['done']} done exports"
+    return Check(ok, text)
 
 
 def check_cleanup_never_overlapped(jobs: list[Any], app: ModuleType) -> Check:

@@ -32,6 +32,8 @@ CHECKS = (
     "one welcome job per user",
     "one email per idempotency key",
     "no half-deleted user",
+    "no finished step ran again",
+    "data exports: ",
     "session cleanup ran",
     "the supervisor drained and exited with status 0",
 )
@@ -95,6 +97,12 @@ def assert_database_agrees(sql: Callable[[str], list[tuple]]) -> None:
     for (user_id,) in deleted:
         assert sql(f"SELECT count(*) FROM demo_users WHERE id = {user_id}") == [(0,)]
         assert sql(f"SELECT count(*) FROM demo_uploads WHERE user_id = {user_id}") == [(0,)]
+    exports = sql("SELECT j.id, count(e.job_id) FROM workerpool_jobs j LEFT JOIN demo_exports e"
+                  " ON e.job_id = j.id WHERE j.task = 'export_data' GROUP BY j.id")
+    assert exports and all(delivered == 1 for _, delivered in exports), exports
+    waits = sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'export_data'"
+                " AND steps ? 'cool_off' AND steps ? 'collect' AND steps ? 'deliver'")
+    assert waits == [(len(exports),)]
     runs = sql("SELECT claimed_at, finished_at FROM workerpool_jobs "
                "WHERE task = 'session_cleanup' AND state = 'done' ORDER BY claimed_at")
     assert runs, "the cron job ran"

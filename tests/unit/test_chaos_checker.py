@@ -219,3 +219,43 @@ def test_a_job_the_sweep_released_is_a_violation():
     history = workflow_history()
     history.jobs[2]["errors"] = [{"type": "DependencySweep"}]
     assert "dependency_swept" in check(history).violations
+def stepped_history() -> History:
+    """A stepped job that died after its first step and finished on its second attempt: the
+    first step's work ran once, the second's twice (its first run was never recorded)."""
+    history = clean()
+    steps = {name: {"kind": "step", "attempt": attempt, "started_at": at(start).isoformat(),
+                    "finished_at": at(start + 0.1).isoformat(), "value": f"{name} ok"}
+             for name, attempt, start in (("reserve", 1, 1), ("charge", 2, 5), ("notify", 2, 6))}
+    row = job(3, "k3", attempts=2, task="stepped")
+    row.update(steps=steps, result=["reserve ok", "charge ok", "notify ok"])
+    history.jobs[3] = row
+    history.enqueued.append({"key": "k3", "task": "stepped", "mode": "single", "status": "ok",
+                             "job_id": 3})
+    history.effects["k3"] = {"key": "k3"}
+    history.execs += [run("s1", 3, attempt=1, outcome=None, kind="stepped"),
+                      run("s2", 3, attempt=2, kind="stepped")]
+    history.step_runs = [
+        {"job_id": 3, "step": "reserve", "exec_id": "s1", "at": at(1.05)},
+        {"job_id": 3, "step": "charge", "exec_id": "s1", "at": at(2)},  # killed before recording
+        {"job_id": 3, "step": "charge", "exec_id": "s2", "at": at(5.05)},
+        {"job_id": 3, "step": "notify", "exec_id": "s2", "at": at(6.05)},
+    ]
+    return history
+
+
+def test_steps_recorded_once_pass_and_a_step_run_again_after_it_finished_is_found():
+    verdict = check(stepped_history())
+    assert verdict.ok, dict(verdict.violations)
+    assert verdict.notes["steps recorded"] == 3
+    assert verdict.notes["steps run again before they were recorded (a fault between)"] == 1
+    history = stepped_history()
+    history.step_runs.append({"job_id": 3, "step": "reserve", "exec_id": "s2", "at": at(5.0)})
+    found = check(history).violations
+    assert list(found) == ["step_ran_twice"]
+    assert found["step_ran_twice"] == [{"job": 3, "step": "reserve", "runs": 2}]
+
+
+def test_a_done_stepped_job_missing_a_step_is_found():
+    history = stepped_history()
+    del history.jobs[3]["steps"]["notify"]
+    assert list(check(history).violations) == ["steps_missing"]

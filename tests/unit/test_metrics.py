@@ -104,6 +104,8 @@ def test_restart_causes_are_a_bounded_set():
     (OutcomeKind.SNOOZE, JobState.PENDING, "snoozed"),
     (OutcomeKind.SNOOZE, JobState.CANCELLED, "cancelled"),
     (OutcomeKind.INTERRUPTED, JobState.PENDING, "released"),
+    (OutcomeKind.WAIT, JobState.WAITING, "waiting"),  # job.wait_for: waits for its signal
+    (OutcomeKind.WAIT, JobState.PENDING, "waiting"),  # the signal came while it was written
     (OutcomeKind.DONE, None, "lost"),
 ])
 def test_each_written_outcome_has_one_label_of_the_bounded_set(kind, state, label):

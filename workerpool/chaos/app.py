@@ -5,9 +5,10 @@ One handler per kind of job, each an idempotent consumer that records itself in 
 lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own process every
 time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, which writes down
 how many members it saw still live), ``node`` and ``node_run`` (steps of chains, graphs and
-sequences; ``node_run`` runs even when a parent failed), and the cron job ``tick`` (every two
-seconds, slower than its period now and then, so ticks are skipped rather than overlapped).
-``plain`` and ``member`` return a result the checker can predict from the job
+sequences; ``node_run`` runs even when a parent failed), ``stepped`` (three durable steps, each
+writing its run to the ledger, with a pause between them that faults land in), and the cron job
+``tick`` (every two seconds, slower than its period now and then, so ticks are skipped rather
+than overlapped). ``plain`` and ``member`` return a result the checker can predict from the job
 (:func:`expected_result`). Timings are short so that recovery is seconds.
 """
 
@@ -24,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from workerpool import Backoff, Job, Permanent, WorkerPool
 
-from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, Ledger
+from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, STEP, Ledger
 
 STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
 SETTINGS = {"stale_after": STALE_AFTER, "drain_timeout": 2.0, "hang_timeout": 3.0,
@@ -85,6 +86,11 @@ class Execution:
         key = self.job.key or f"job:{self.job.id}"
         self.ledger.execute(EFFECT, {"key": key, "job": self.job.id, "exec": self.id})
 
+    def step(self, name: str) -> str:
+        """The work of durable step ``name``: its run written to the ledger."""
+        self.ledger.execute(STEP, {"job": self.job.id, "step": name, "exec": self.id})
+        return f"{name} ok"
+
     def work(self, seconds: float) -> None:
         """Sleep ``seconds``, sampling the lease every :data:`PROBE_EVERY`."""
         deadline = time.monotonic() + seconds
@@ -99,6 +105,8 @@ def expected_result(task: str, key: str | None, payload: dict[str, Any]) -> Any:
         return {"key": key}
     if task == "member":
         return {"key": key, "n": payload.get("n")}
+    if task == "stepped":
+        return [f"{name} ok" for name in STEPS]
     return None
 
 
@@ -130,6 +138,21 @@ def slow(job: Job) -> None:
     with Execution(job, "slow") as run:
         run.work(float(job.payload.get("seconds", 5.0)))
         run.effect()
+
+
+#: The steps of a ``stepped`` job, in order.
+STEPS = ("reserve", "charge", "notify")
+
+
+@pool.task(queue="slow", max_attempts=5, backoff=FAST_RETRY, timeout=60)
+def stepped(job: Job) -> Any:
+    with Execution(job, "stepped") as run:
+        done = []
+        for name in STEPS:
+            done.append(job.step(name, lambda name=name: run.step(name)))
+            run.work(float(job.payload.get("pause", 0.5)))  # faults land between the steps
+        run.effect()
+    return done
 
 
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)

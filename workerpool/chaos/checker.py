@@ -10,7 +10,8 @@ before its last member; every stored result and every result read equals what th
 returned; no job of a chain, graph or sequence ran before its parents ended (done, or failed
 where it was told to run anyway), every dependent of a failed parent ended cancelled (or ran,
 where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
-never had to release a waiting job.
+never had to release a waiting job; no durable step ran again after its job recorded it
+finished, and a done job recorded every one of its steps.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class History:
     callbacks: list[dict[str, Any]] = field(default_factory=list)  # chaos_callback rows
     reads: list[dict[str, Any]] = field(default_factory=list)  # the producers' result reads
     edges: list[dict[str, Any]] = field(default_factory=list)  # workerpool_job_dependencies
+    step_runs: list[dict[str, Any]] = field(default_factory=list)  # chaos_step rows
 
 
 @dataclass
@@ -68,6 +70,7 @@ def check(history: History) -> Verdict:
     _batches(history, verdict)
     _results(history, verdict)
     _workflows(history, execs_by_job, verdict)
+    _steps(history, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -294,6 +297,30 @@ def _sequences(history: History, execs_by_job: dict, first_start: dict,
         for a, b in _overlaps(runs, history):
             if owner[a] != owner[b]:
                 verdict.add("sequence_overlap", {"sequence": name, "jobs": [owner[a], owner[b]]})
+def _steps(history: History, verdict: Verdict) -> None:
+    """A finished step never runs again: no run of its work started after the job recorded it
+    (both times on the database clock; the work is written before the step is recorded)."""
+    from .app import STEPS
+
+    runs: dict[tuple[int, str], list[datetime]] = defaultdict(list)
+    for run in history.step_runs:
+        runs[run["job_id"], run["step"]].append(run["at"])
+    for row in history.jobs.values():
+        if row["task"] != "stepped":
+            continue
+        stored = row.get("steps") or {}
+        if row["state"] == "done" and set(stored) != set(STEPS):
+            verdict.add("steps_missing", {"job": row["id"], "stored": sorted(stored)})
+        for name, entry in stored.items():
+            finished = datetime.fromisoformat(entry["finished_at"])
+            done_at = runs.get((row["id"], name), [])
+            again = [at for at in done_at if at > finished]
+            if again:
+                verdict.add("step_ran_twice", {"job": row["id"], "step": name,
+                                               "runs": len(done_at)})
+            if len(done_at) > 1:
+                verdict.notes["steps run again before they were recorded (a fault between)"] += 1
+            verdict.notes["steps recorded"] += 1
 
 
 def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]

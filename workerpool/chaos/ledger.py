@@ -2,15 +2,16 @@
 
 Each execution writes a row to ``chaos_exec`` when it starts (job, attempt, worker, pid) and
 again when it ends (outcome), and samples its own lease into ``chaos_probe``: *valid* means the
-jobs table says, at that statement's time, that this worker holds this attempt's lease and it
-is not stale. The "external effect" is a row in ``chaos_effect`` keyed by the job's idempotency
-key (``ON CONFLICT DO NOTHING``: a re-run after a crash finds it there). Ledger rows are written
-on a connection of their own in autocommit, so they survive the job's rollback and any kill.
+jobs table says, at that statement's time, that this worker holds this attempt's lease and it is
+not stale. Each run of a durable step's work is a row in ``chaos_step`` (a step must never run
+again once its job recorded it finished). The "external effect" is a row in ``chaos_effect``
+keyed by the job's idempotency key (``ON CONFLICT DO NOTHING``: a re-run after a crash finds it
+there). Ledger rows are written on a connection of their own in autocommit, so they survive the
+job's rollback and any kill.
 
-Times are ``statement_timestamp()`` (the database clock): a probe's time is never later than
-the snapshot it judged the lease in, so a probe that saw a lease valid happened before any
-re-claim it did not see.
-"""
+Times are ``statement_timestamp()`` (the database clock): a probe's time is never later than the
+snapshot it judged the lease in, so a probe that saw a lease valid happened before any re-claim
+it did not see."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ CREATE TABLE IF NOT EXISTS chaos_effect (
     key text PRIMARY KEY, job_id bigint NOT NULL, exec_id text NOT NULL, at timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS chaos_business (
     key text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS chaos_step (
+    job_id bigint NOT NULL, step text NOT NULL, exec_id text NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX IF NOT EXISTS chaos_step_job ON chaos_step (job_id);
 CREATE TABLE IF NOT EXISTS chaos_callback (
     exec_id text PRIMARY KEY, job_id bigint NOT NULL, batch_id bigint NOT NULL,
     live int NOT NULL, at timestamptz NOT NULL);
@@ -71,6 +75,11 @@ WHERE batch_id = %(batch)s AND state IN ('pending', 'processing', 'failed')
   AND NOT id = ANY(COALESCE((SELECT callback_ids FROM workerpool_batches WHERE id = %(batch)s),
                             '{}'))
 ON CONFLICT (exec_id) DO NOTHING
+"""
+#: One run of a durable step's work (``job.step``'s function), before the step is recorded.
+STEP = """
+INSERT INTO chaos_step (job_id, step, exec_id, at)
+VALUES (%(job)s, %(step)s, %(exec)s, statement_timestamp())
 """
 EFFECT = """
 INSERT INTO chaos_effect (key, job_id, exec_id, at)

@@ -298,7 +298,7 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
                          **db.connect_kwargs(url)) as conn:
         jobs = {row["id"]: row for row in conn.execute(
             "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
-            " payload, result, batch_id, finished_at, sequence FROM workerpool_jobs")}
+            " payload, result, batch_id, finished_at, sequence, steps FROM workerpool_jobs")}
         batches = {row["id"]: row for row in conn.execute(
             "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
             " FROM workerpool_batches")}
@@ -309,8 +309,9 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
             probes.setdefault(row["exec_id"], []).append((row["at"], row["valid"]))
         effects = {row["key"]: row for row in conn.execute("SELECT * FROM chaos_effect")}
         edges = list(conn.execute("SELECT * FROM workerpool_job_dependencies"))
+        step_runs = list(conn.execute("SELECT * FROM chaos_step ORDER BY at"))
     return History(enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [],
-                   edges)
+                   edges, step_runs)
 
 
 __all__ = ["FAILOVER", "Options", "Result", "run"]

@@ -76,9 +76,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         with pool.engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
         text = why.line(answer)
+        steps = status.steps_json(answer.job.steps, answer.facts.now)
         print(json.dumps({"job": args.job, "why": text,
-                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons]})
+                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
+                          "steps": steps})
               if args.json else text)
+        if steps and not args.json:
+            print("STEPS\n" + status.render_steps(steps))
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     data = status.collect(pool.engine, known)
@@ -218,12 +222,25 @@ def cmd_web(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    """``workerpool signal NAME --payload JSON``: ``pool.signal``; prints when it was sent."""
+    try:
+        payload = json.loads(args.payload, parse_constant=cli_enqueue.reject_constant)
+    except ValueError as exc:
+        raise CliError(f"--payload is not valid JSON: {exc}") from None
+    sent_at = pool_for(args).signal(args.name, payload)
+    print(json.dumps({"signal": args.name, "sent_at": sent_at.isoformat()}) if args.json
+          else f"signal {args.name!r} sent at {sent_at.isoformat(timespec='seconds')}")
+    return exitcodes.OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
     "status": cmd_status,
     "dead": cmd_dead,
     "batch": lambda args: cli_batch.cmd_batch(args),
+    "signal": cmd_signal,
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
     "resume": lambda args: live.cmd_resume(args),
@@ -253,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_dead_parser(sub)
     cli_batch.add_parser(sub)
+    add_signal_parser(sub)
     live.add_parsers(sub)
     run = add_command(sub, "run",
                       help="the supervisor: fork each queue's children and keep them up")
@@ -338,6 +356,16 @@ def add_status_parser(sub: Any) -> None:
     status.add_argument("--job", type=int, default=None, metavar="ID",
                         help="one line: why this job is not running (a limit, a pause, no"
                              " worker, ...)")
+
+
+def add_signal_parser(sub: Any) -> None:
+    signal = add_command(sub, "signal", help="send a signal: wake the jobs waiting for it in"
+                         " job.wait_for (the first signal of a name stands)")
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument("--payload", default="null", help="a JSON value (default null)")
+    signal.add_argument("--app", metavar="APP:POOL", default=None,
+                        help="use this app's payload limit (default: the default limit)")
+    signal.add_argument("--json", action="store_true")
 
 
 def add_dead_parser(sub: Any) -> None:

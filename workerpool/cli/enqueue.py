@@ -20,7 +20,7 @@ from .target import CliError, load_pool
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
     try:
-        payload = json.loads(args.payload, parse_constant=_reject_constant)
+        payload = json.loads(args.payload, parse_constant=reject_constant)
     except ValueError as exc:
         raise CliError(f"--payload is not valid JSON: {exc}") from None
     options = _options(args, CliError)
@@ -60,7 +60,8 @@ def _seconds(flag: str, text: str, error: type[Exception]) -> float:
     return value
 
 
-def _reject_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
+    """``json.loads(parse_constant=...)``: NaN and Infinity are not JSON."""
     raise ValueError(f"{name} is not valid JSON")
 
 

@@ -37,6 +37,13 @@ example:
   workerpool enqueue myapp.jobs:pool send_welcome --payload '{"user_id": 42}' --key welcome:42
 
 Prints the job's id. A key already taken prints the existing job's id and writes nothing.""",
+    "signal": """\
+example:
+  workerpool signal paid:inv_42 --payload '{"amount": 42}'
+
+The jobs waiting in job.wait_for("paid:inv_42") run again at once and get the payload; a job
+that starts waiting later gets it too. The first signal of a name stands: sending it again
+exits non-zero and changes nothing.""",
     "status": """\
 example:
   workerpool status

@@ -13,6 +13,7 @@ from .job import Lease
 from .payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from .specs import TaskSpec
 from .states import OutcomeKind
+from .steps import SLEEP, Suspended, Suspension
 
 MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 8000
@@ -28,6 +29,8 @@ class Outcome:
     delay: float = 0.0
     #: ``done`` only: the handler's return value as JSON text (None: it returned None).
     result: str | None = None
+    #: A snooze or a wait that a step asked for (job.sleep, job.wait_for), written with it.
+    suspension: Suspension | None = None
 
 
 def safe_text(value: Any, limit: int) -> str:
@@ -89,6 +92,10 @@ def classify(
             exc = refused
     if isinstance(exc, RetryLater):
         return Outcome(OutcomeKind.SNOOZE, delay=exc.delay)
+    if isinstance(exc, Suspended):
+        pause = exc.suspension
+        kind = OutcomeKind.SNOOZE if pause.kind == SLEEP else OutcomeKind.WAIT
+        return Outcome(kind, delay=pause.seconds or 0.0, suspension=pause)
     entry = error_entry(exc, attempt=attempt, worker=worker)
     if isinstance(exc, Permanent):
         return Outcome(OutcomeKind.PERMANENT, entry)

@@ -150,6 +150,29 @@ class LeaseLost(WorkerpoolError):
     """This process no longer owns the job (its lease went stale and another process claimed it)."""
 
 
+class StepNameReused(WorkerpoolError):
+    """A step name was used twice in one run of a handler: each step needs its own name, or
+    the second would replay the first one's stored value."""
+
+
+class InvalidStep(InvalidJob):
+    """Invalid step: its name (a non-empty string of at most 200 characters), a sleep's
+    seconds or a wait's timeout."""
+
+
+class InvalidSignal(InvalidJob):
+    """Invalid signal name (a non-empty string of at most 200 characters)."""
+
+
+class SignalExists(WorkerpoolError):
+    """A signal of this name was already sent: the first one stands (waiters may have read it)
+    and this one was not kept. ``payload`` and ``sent_at`` are the kept signal's."""
+
+    def __init__(self, name: str, payload: Any, sent_at: Any) -> None:
+        self.name, self.payload, self.sent_at = name, payload, sent_at
+        super().__init__(f"signal {name!r} was already sent at {sent_at}; the first one stands")
+
+
 # -- dead-letter queue ----------------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .steps import Steps, StepStore
+
 
 @dataclass(frozen=True)
 class Job:
@@ -40,15 +42,20 @@ class Job:
     #: pays nothing for them.
     _parents: Callable[[int], dict[int, Any]] | None = field(default=None, repr=False,
                                                              compare=False)
+    #: The steps earlier runs finished (name → entry: value, kind, started_at, finished_at).
+    steps_data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _step_store: StepStore | None = field(default=None, repr=False, compare=False)
+    _steps: Steps | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
                  payload: dict[str, Any] | None = None,
                  cancel: Callable[[], CancelFlag] | None = None,
-                 parents: Callable[[int], dict[int, Any]] | None = None) -> Job:
+                 parents: Callable[[int], dict[int, Any]] | None = None,
+                 steps: StepStore | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
         ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
-        reads the results of a job's parents."""
+        reads the results of a job's parents; ``steps``: writes its steps and reads signals."""
         return cls(
             id=row.id,
             queue=row.queue,
@@ -66,6 +73,8 @@ class Job:
             _save_checkpoint=saver,
             _cancel=cancel,
             _parents=parents,
+            steps_data=getattr(row, "steps", None) or {},
+            _step_store=steps,
         )
 
     @property
@@ -103,6 +112,41 @@ class Job:
         if self._save_checkpoint is None:
             raise RuntimeError("this Job is not attached to a worker; checkpoint() is unavailable")
         self._save_checkpoint(self, data)
+
+
+    # -- durable steps (workerpool.model.steps) -----------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` the first time and store its JSON result on the job, fenced on its lease;
+        a later run of this job returns the stored value without calling ``fn``.
+
+        Raises :class:`~workerpool.errors.StepNameReused` for a name already used in this run,
+        :class:`~workerpool.errors.PayloadError` for a result that is not JSON (or too large)
+        and :class:`~workerpool.errors.LeaseLost` when the job is no longer this worker's
+        (nothing is recorded then).
+        """
+        return self._run().step(name, fn)
+
+    async def step_async(self, name: str, coro_fn: Callable[[], Any]) -> Any:
+        """:meth:`step` for ``async def`` handlers: ``await job.step_async(name, coro_fn)``."""
+        return await self._run().step_async(name, coro_fn)
+
+    def sleep(self, name: str, seconds: float) -> None:
+        """The first time: leave the handler and run again in ``seconds``, holding no worker
+        slot and spending no attempt. When the job runs again the sleep is a finished step and
+        this returns at once."""
+        self._run().sleep(name, seconds)
+
+    def wait_for(self, name: str, timeout: float | None = None) -> Any:
+        """The payload of signal ``name`` (``pool.signal``). Until it is sent the job waits
+        (state ``waiting``: no slot held, no attempt spent); past ``timeout`` seconds this
+        raises :class:`TimeoutError` (in this run and every later one)."""
+        return self._run().wait_for(name, timeout)
+
+    def _run(self) -> Steps:
+        if self._steps is None:
+            object.__setattr__(self, "_steps", Steps(self, self.steps_data, self._step_store))
+        return self._steps  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ PREFIX = "workerpool_"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: ``outcome`` label values of workerpool_jobs_finished_total (a bounded set).
-OUTCOMES = ("done", "retried", "dead", "snoozed", "released", "cancelled", "lost")
+OUTCOMES = ("done", "retried", "dead", "snoozed", "waiting", "released", "cancelled", "lost")
 #: ``cause`` label values of workerpool_child_restarts_total.
 CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
 
@@ -51,6 +51,7 @@ class Null:
     def batches_finished(self, fired: list[Any], fired_by: str) -> None: ...
     def batches_open(self, count: int) -> None: ...
     def batches_opened(self, count: int) -> None: ...
+    def index_rebuilt(self, index: str) -> None: ...
 
 
 class Recorder(Null):
@@ -120,6 +121,10 @@ class Recorder(Null):
             "workerpool_batches_opened", "Batches opened (committed), counted by maintenance as"
             " it samples: from the newest batch it saw at its first sample on", [],
             registry=None)
+        self.index_rebuilds = Counter(
+            "workerpool_index_rebuilds", "Indexes of the jobs table the maintenance child"
+            " rebuilt (REINDEX CONCURRENTLY) because they were far above their packed size",
+            ["index"], registry=None)
         self._children: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
         self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]
@@ -223,6 +228,10 @@ class Recorder(Null):
     def batches_opened(self, count: int) -> None:
         if count:
             self.batches_opened_total.inc(count)
+
+    def index_rebuilt(self, index: str) -> None:
+        """From the table keeper's thread: written at once (a rebuild is rare)."""
+        self.index_rebuilds.labels(index).inc()
 
 
 def add_observations(histogram: Any, buckets: list[int], total: float) -> None:

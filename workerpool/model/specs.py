@@ -11,6 +11,7 @@ import enum
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import time
 from typing import Any
 
 from .backoff import Backoff
@@ -189,15 +190,51 @@ class MaintenanceSpec:
     prune_batches_per_pass: int = 10  # bound one pass's work; the next pass continues
     worker_ttl: float = 120.0  # workers rows not seen for this long are pruned
     interval: float = 1.0  # seconds between passes (one-second crons need 1.0)
+    #: Rebuild an index of the jobs table (REINDEX CONCURRENTLY) once it is this many times the
+    #: size its entries would take packed, and at least ``reindex_min_bytes``.
+    reindex_bloat: float = 3.0
+    reindex_min_bytes: int = 8 * 1024 * 1024
+    #: ``("08:00", "20:00")``: no rebuild starts between these times of day (UTC; a window
+    #: may wrap past midnight). None: any time.
+    busy_hours: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         check_positive("maintenance: retention", self.retention)
+        check_positive("maintenance: reindex_bloat", self.reindex_bloat, minimum=1.0)
+        if isinstance(self.reindex_min_bytes, bool) or not isinstance(self.reindex_min_bytes, int) \
+                or self.reindex_min_bytes < 0:
+            raise ConfigError("maintenance: reindex_min_bytes must be an int >= 0, got"
+                              f" {self.reindex_min_bytes!r}")
+        busy_window(self.busy_hours)
         check_positive("maintenance: worker_ttl", self.worker_ttl)
         check_positive("maintenance: interval", self.interval)
         for name in ("prune_batch", "prune_batches_per_pass"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
                 raise ConfigError(f"maintenance: {name} must be an int within 1..100000")
+
+
+def busy_window(hours: Any) -> tuple[time, time] | None:
+    """``("HH:MM", "HH:MM")`` as two times of day; ConfigError for anything else."""
+    if hours is None:
+        return None
+    try:
+        start, end = hours
+        window = (time.fromisoformat(start), time.fromisoformat(end))
+    except (TypeError, ValueError):
+        raise ConfigError(f'maintenance: busy_hours must be ("HH:MM", "HH:MM") in UTC, got'
+                          f" {hours!r}") from None
+    if window[0] == window[1]:
+        raise ConfigError(f"maintenance: busy_hours {hours!r} is an empty window")
+    return window
+
+
+def in_window(window: tuple[time, time] | None, now: time) -> bool:
+    """Whether ``now`` falls in ``window`` (which may wrap past midnight)."""
+    if window is None:
+        return False
+    start, end = window
+    return start <= now < end if start < end else now >= start or now < end
 
 
 class Hooks(list[Callable[..., Any]]):

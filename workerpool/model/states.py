@@ -50,6 +50,7 @@ class OutcomeKind(enum.StrEnum):
     INTERRUPTED = "interrupted"  # drained: pending again, attempt refunded, checkpoint kept
     UNSTARTED = "unstarted"  # prefetched and given back before any handler started it
     CANCELLED = "cancelled"  # an operator asked it to stop: cancelled, whatever the handler did
+    WAIT = "wait"  # job.wait_for: waiting for a signal, attempt refunded
 
 
 class ChildState(enum.Enum):

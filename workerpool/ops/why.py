@@ -147,9 +147,10 @@ def limited(facts: Facts) -> Reason | None:
 
 
 def waiting(facts: Facts) -> Reason | None:
-    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for."""
+    """A job in ``waiting``: the parents (``after=``) or the sequence head it waits for (a job
+    waiting for a signal is :func:`signal`'s)."""
     job = facts.job
-    if job.state != JobState.WAITING:
+    if job.state != JobState.WAITING or getattr(job, "signal", None):
         return None
     holding = []
     for parent in facts.parents:
@@ -170,12 +171,26 @@ def waiting(facts: Facts) -> Reason | None:
                                  " (or the maintenance sweep) makes it due")
     code = "sequence" if all("sequence" in text for text in holding) else "parents"
     return Reason(code, "it waits: " + "; ".join(holding))
+def signal(facts: Facts) -> Reason | None:
+    """Waiting in ``job.wait_for``: which signal, since when, and until when."""
+    job = facts.job
+    if job.state != JobState.WAITING or not getattr(job, "signal", None):
+        return None
+    entry = (job.steps or {}).get(job.signal) or {}
+    since = entry.get("started_at")
+    waited = f" for {_age((facts.now - datetime.fromisoformat(since)).total_seconds())}" \
+        if since else ""
+    deadline = entry.get("deadline")
+    until = (f", until {datetime.fromisoformat(deadline).isoformat(timespec='seconds')} (then"
+             " wait_for raises TimeoutError)" if deadline else ", with no deadline")
+    return Reason("signal", f"it waits for signal {job.signal!r}{waited}{until}:"
+                            f" `workerpool signal {job.signal}` (or pool.signal) wakes it")
 
 
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
-CHECKS: list[Check] = [finished, waiting, running, orphaned, paused, scheduled, no_worker,
-                       exhausted, limited]
+CHECKS: list[Check] = [finished, signal, waiting, running, orphaned, paused, scheduled,
+                       no_worker, exhausted, limited]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:

@@ -31,7 +31,9 @@ from ..model.job import Job, Lease, new_worker_id
 from ..model.payload import dumps
 from ..model.registry import Registry
 from ..model.specs import TaskSpec
+from ..model.steps import Suspended
 from ..sql import dependencies
+from .steps import StepStore
 from .worker.outcomes import record_settling
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
@@ -87,7 +89,7 @@ def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | N
         result = spec.fn(job)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
-    except Exception as exc:
+    except (Exception, Suspended) as exc:  # Suspended: a sleep or a wait, an outcome too
         return exc, None
     return None, result
 
@@ -107,7 +109,8 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
         with engine.connect() as conn:
             return dependencies.parent_results(conn, job_id)
 
-    job = Job.from_row(row, worker=worker, saver=saver, parents=parents)
+    steps = StepStore(worker, registry.payload_limit, engine.begin)
+    job = Job.from_row(row, worker=worker, saver=saver, parents=parents, steps=steps)
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 

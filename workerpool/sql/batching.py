@@ -298,11 +298,13 @@ class AsyncBatch:
     async def enqueue(self, task: str | Callable[..., Any],
                       payload: Mapping[str, Any] | None = None, **options: Any) -> int:
         """:meth:`Batch.enqueue`."""
-        return await self._run(lambda batch: batch.enqueue(task, payload, **options))
+        job_id: int = await self._run(lambda batch: batch.enqueue(task, payload, **options))
+        return job_id
 
     async def enqueue_many(self, jobs: Any) -> list[int]:
         """:meth:`Batch.enqueue_many`."""
-        return await self._run(lambda batch: batch.enqueue_many(jobs))
+        ids: list[int] = await self._run(lambda batch: batch.enqueue_many(jobs))
+        return ids
 
     async def _run(self, step: Callable[[Batch], Any]) -> Any:
         if self._batch is None or self._aconn is None:

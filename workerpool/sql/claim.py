@@ -52,6 +52,7 @@ CLAIM_COLUMNS = (
     jobs.c.crashes,  # above 0: a suspect, to run alone
     jobs.c.trace_context,  # the parent of the run span (workerpool.tracing)
     jobs.c.batch_id,  # job.batch_id: a member's batch, or the batch a callback reports on
+    jobs.c.steps,  # durable steps an earlier run finished (NULL for a job without any)
 )
 
 

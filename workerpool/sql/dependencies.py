@@ -143,7 +143,7 @@ def attach(conn: Connection, links: Sequence[Link]) -> None:
 _LOCK_DEPENDENTS = text(f"""
 SELECT id FROM {JOBS}
 WHERE id IN (SELECT job_id FROM {EDGES} WHERE parent_id = ANY(CAST(:ids AS bigint[])))
-  AND state = '{JobState.WAITING}'
+  AND state = '{JobState.WAITING}' AND signal IS NULL
 ORDER BY id FOR UPDATE
 """)
 # Every edge of these dependents, with each parent's state now (NULL: pruned).
@@ -329,7 +329,7 @@ def reopen_dependents(conn: Connection, parent_ids: Sequence[int]) -> list[int]:
 # should). Index: ix_workerpool_jobs_waiting, then each one's edges.
 _STRANDED = text(f"""
 SELECT w.id FROM {JOBS} AS w
-WHERE w.state = '{JobState.WAITING}'
+WHERE w.state = '{JobState.WAITING}' AND w.signal IS NULL
   AND EXISTS (SELECT 1 FROM {EDGES} AS e WHERE e.job_id = w.id)
   AND NOT EXISTS (
     SELECT 1 FROM {EDGES} AS e JOIN {JOBS} AS p ON p.id = e.parent_id
@@ -409,6 +409,7 @@ CROSS JOIN LATERAL (
   SELECT EXISTS (SELECT 1 FROM {EDGES} AS e WHERE e.job_id = j.id
                  AND e.kind = '{SEQUENCE}') AS by_sequence
   FROM {JOBS} AS j WHERE j.queue = q.queue AND j.state = '{JobState.WAITING}'
+    AND j.signal IS NULL
   ORDER BY j.id LIMIT :cap) AS w
 GROUP BY q.queue
 """)

@@ -9,7 +9,8 @@ superuser (or, from PostgreSQL 17, the MAINTAIN privilege): :func:`may_maintain`
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, text
 
@@ -103,3 +104,65 @@ ANALYZE = f"ANALYZE (SKIP_LOCKED) {TABLE}"
 #: VACUUM always with ANALYZE: a bare VACUUM refreshes the row count but not the column
 #: statistics, the very mix under which a planner without our settings reads the backlog.
 VACUUM = f"VACUUM (SKIP_LOCKED, ANALYZE) {TABLE}"
+
+
+# index_sizes: each B-tree index of the jobs table, its size, and the size its entries would
+# take packed: entries from pg_class.reltuples (as of the last VACUUM or build), each the
+# index tuple header and line pointer plus its columns' average width (pg_stats), at the
+# default leaf fillfactor. Index: none (catalogs and pg_stats, one row per index).
+_INDEX_SIZES = text("""
+SELECT i.relname AS name, x.indisvalid AS valid,
+       pg_relation_size(i.oid) AS bytes,
+       greatest(i.reltuples, 0)::float8 AS entries,
+       coalesce((SELECT sum(s.avg_width) FROM pg_attribute AS a
+                 JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = t.relname
+                                    AND s.attname = a.attname
+                 WHERE a.attrelid = t.oid AND a.attnum = ANY(x.indkey)), 8)::float8 AS key_width
+FROM pg_index AS x
+JOIN pg_class AS i ON i.oid = x.indexrelid
+JOIN pg_class AS t ON t.oid = x.indrelid
+JOIN pg_namespace AS n ON n.oid = t.relnamespace
+JOIN pg_am AS am ON am.oid = i.relam
+WHERE t.oid = CAST(:table AS regclass) AND am.amname = 'btree'
+ORDER BY i.relname
+""")
+#: Bytes of a B-tree page an index tuple can use, and the share a freshly built leaf fills.
+_PAGE_USABLE = 8192 - 24 - 16
+_LEAF_FILL = 0.9
+_TUPLE_OVERHEAD = 8 + 4  # IndexTupleData, ItemIdData
+
+
+class IndexSize(NamedTuple):
+    name: str
+    valid: bool
+    bytes: int
+    packed_bytes: int  # what its entries would take right after a rebuild (an estimate)
+
+    @property
+    def bloat(self) -> float:
+        return self.bytes / self.packed_bytes if self.packed_bytes else 1.0
+
+
+def index_sizes(conn: Connection) -> list[IndexSize]:
+    """The jobs table's B-tree indexes, their size and their packed size (estimated)."""
+    out = []
+    for row in conn.execute(_INDEX_SIZES, {"table": TABLE}):
+        width = 8 * math.ceil((_TUPLE_OVERHEAD - 4 + row.key_width) / 8) + 4  # MAXALIGNed
+        pages = math.ceil(row.entries * width / (_PAGE_USABLE * _LEAF_FILL)) + 1  # + meta
+        out.append(IndexSize(row.name, row.valid, row.bytes, pages * 8192))
+    return out
+
+
+def reindex(name: str) -> str:
+    """The rebuild of one index without blocking writes (PostgreSQL 12+)."""
+    return f'REINDEX INDEX CONCURRENTLY "{name}"'
+
+
+def drop_leftover(name: str) -> str:
+    """The drop of an invalid index an interrupted REINDEX CONCURRENTLY left behind."""
+    return f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'
+
+
+#: The names REINDEX CONCURRENTLY gives its transient indexes (``<index>_ccnew``,
+#: ``<index>_ccnew1``, ``<index>_ccold`` ...): left invalid when it was interrupted.
+LEFTOVER_MARKS = ("_ccnew", "_ccold")

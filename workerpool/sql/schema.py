@@ -115,6 +115,11 @@ jobs = Table(
     # Set (once, never cleared) when a job names this one as a parent or sequence head: the
     # final write returns it, and only then looks for dependents to release.
     Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
+    # Durable steps (workerpool.model.steps): name -> {kind, value, attempt, started_at,
+    # finished_at, ...}, each written fenced on the lease; NULL until the first step.
+    Column("steps", JSONB),
+    # The signal a ``waiting`` job waits for (job.wait_for); NULL otherwise.
+    Column("signal", Text),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -127,6 +132,7 @@ jobs = Table(
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
     CheckConstraint(f"octet_length(result::text) <= {PAYLOAD_HARD_LIMIT}", name="result_size"),
     CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_array"),
+    CheckConstraint("jsonb_typeof(steps) = 'object'", name="steps_object"),
     CheckConstraint(f"state <> '{JobState.PROCESSING}' OR claimed_by IS NOT NULL", name="lease"),
     CheckConstraint(f"key_scope IS NULL OR {_in('key_scope', KEY_SCOPES)}", name="key_scope"),
     postgresql_with=JOBS_AUTOVACUUM,
@@ -264,6 +270,10 @@ dependencies = Table(
     CheckConstraint(_in("if_failed", IF_FAILED), name="if_failed"),
 )
 Index("ix_workerpool_job_dependencies_parent_id", dependencies.c.parent_id)
+# Jobs waiting for a signal, by its name: pool.signal wakes them, the maintenance sweep finds
+# those whose signal exists or whose deadline passed. Other rows are not in it.
+Index("ix_workerpool_jobs_signal", jobs.c.signal,
+      postgresql_where=text(f"state = '{JobState.WAITING}' AND signal IS NOT NULL"))
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.
@@ -384,3 +394,14 @@ waiters = Table(
     Column("since", TZ, nullable=False, server_default=text("now()")),
 )
 Index("ix_workerpool_waiters_job_id", waiters.c.job_id)
+
+# Signals (pool.signal, job.wait_for): one row per name, the first one sent; kept so that a
+# job that starts waiting after the signal was sent still gets it.
+signals = Table(
+    "workerpool_signals",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("payload", JSONB),
+    Column("sent_at", TZ, nullable=False, server_default=text("now()")),
+    CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
+)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..ops import why
-from ..ops.status import age
+from ..ops.status import age, steps_json
 from ..sql import dashboard
 from ..sql.schema import DEAD_REASONS, STATES
 from . import inputs, overview
@@ -101,6 +101,8 @@ def job_page(request: Request) -> Response:
         "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
         "result": _pretty(row.result),
+        "steps": [{**step, "shown": _pretty(step["value"])}
+                  for step in steps_json(row.steps, row.now)],
         "cancel_request": _pretty(row.cancel_request),
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
     })

@@ -1,5 +1,6 @@
-"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the worker registry,
-and the jobs table's health (:mod:`.health`, at its own cadence).
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the jobs waiting for a
+signal that came or a deadline that passed, the worker registry, and the jobs table's health
+(:mod:`.health`, at its own cadence).
 
 :meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
 Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
@@ -23,7 +24,7 @@ from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import batches, dependencies, results
+from ...sql import batches, dependencies, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
@@ -63,7 +64,7 @@ class Maintenance:
         self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
-        self.table = TableKeeper(engine, pooled=pooled)
+        self.table = TableKeeper(engine, pooled=pooled, settings=self.settings)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
         self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
@@ -93,6 +94,7 @@ class Maintenance:
         self.prune_finished()
         self.sweep_batches()
         self.sweep_dependencies()
+        self.sweep_signals()
         self.prune_workers()
         self.prune_rate_counts()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
@@ -183,6 +185,17 @@ class Maintenance:
                                                    "due": swept.due,
                                                    "cancelled": len(swept.cancelled)})
         return repaired
+    def sweep_signals(self) -> dict[str, int]:
+        """Jobs waiting for a signal that was sent (its wake-up was missed: latency, never a
+        stuck job) or whose wait's deadline passed (their ``wait_for`` raises TimeoutError):
+        due again now."""
+        with self._transaction() as conn:
+            woken = signals.sweep(conn)
+        if woken:
+            log.info("made %d waiting jobs due (signal sent or deadline passed)",
+                     sum(woken.values()), extra={"event": "signal_waiters_swept",
+                                                 "count": sum(woken.values())})
+        return woken
 
     def prune_workers(self) -> list[str]:
         with self._transaction() as conn:

@@ -8,8 +8,15 @@ reads the table's counters (:func:`read`) and, when they show autovacuum well be
 long VACUUM never delays a cron tick or the heartbeat. A role that may not do so (not the
 table's owner) is told once, in the log, what it cannot do and why.
 
-The claim does not depend on any of this for its plan (``queries.planner``); dead rows and
-stale statistics still cost every index scan and every other query on the table.
+VACUUM does not shrink a B-tree: after a backlog drains, the due index keeps the pages the
+backlog grew it to, and every claim walks them. So the same reads compare each index with the
+size its entries would take packed (:func:`workerpool.sql.health.index_sizes`) and rebuild one
+far above it with ``REINDEX INDEX CONCURRENTLY`` (writers go on meanwhile), one at a time and
+never inside the configured busy hours; an invalid index that an interrupted rebuild left behind
+(``*_ccnew``, ``*_ccold``) is dropped first.
+
+The claim does not depend on any of this for its plan (``sql.planner``); dead rows and stale
+statistics still cost every index scan and every other query on the table.
 
 :func:`read` returns the health as data: ``workerpool status`` shows it, and metrics can
 export the same fields.
@@ -23,10 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from ...model import metrics
+from ...model.specs import MaintenanceSpec, busy_window, in_window
 from ...sql import db
 from ...sql import health as sql
 
@@ -48,6 +58,8 @@ VACUUM_MIN_GAP = 30.0
 #: Bound on one ANALYZE or VACUUM (seconds): the server's statement_timeout and our own cancel.
 COMMAND_TIMEOUT = 600.0
 LOCK_TIMEOUT = 5.0
+#: Seconds before an index whose rebuild failed (its time bound, a lock) is tried again.
+REBUILD_RETRY = 3600.0
 #: A transaction that holds the horizon back longer than this is logged (once per holder).
 HORIZON_WARN_AGE = 300.0
 
@@ -129,6 +141,11 @@ def overdue(health: TableHealth) -> str | None:
     return None
 
 
+#: The log event of each command, by its first word.
+_EVENTS = {"VACUUM": "table_vacuumed", "ANALYZE": "table_analyzed", "REINDEX": "index_rebuilt",
+           "DROP": "index_leftover_dropped"}
+
+
 class TableKeeper:
     """Reads the table's health at a bounded cadence and runs what is overdue in the background.
 
@@ -138,8 +155,12 @@ class TableKeeper:
     """
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic,
-                 pooled: bool = False) -> None:
+                 pooled: bool = False, settings: MaintenanceSpec | None = None,
+                 utc_now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.engine = engine
+        self.settings = settings or MaintenanceSpec()
+        self.busy_hours = busy_window(self.settings.busy_hours)
+        self.utc_now = utc_now
         self.pooled = pooled  # behind PgBouncer: its command engine sets no startup options
         self.clock = clock
         self._next_read = 0.0
@@ -148,6 +169,7 @@ class TableKeeper:
         self._running: Any = None  # the psycopg connection of the command in progress
         self._denied = False  # logged once that this role may not maintain the table
         self._warned: set[tuple[str, str]] = set()
+        self._failed: dict[str, float] = {}  # index -> when its rebuild last failed
 
     def tick(self) -> None:
         now = self.clock()
@@ -161,13 +183,39 @@ class TableKeeper:
         with self.engine.connect() as conn:
             health = read(conn)
             self._warn_horizon(health.holder)
-            command = overdue(health)
-            if command is None or self.busy() or not self._allowed(conn, command):
+            if self.busy():
+                return None
+            command = overdue(health) or self._index_work(conn)
+            if command is None or not self._allowed(conn, command):
                 return None
         self._thread = threading.Thread(target=self._run, args=(command,),
                                         name="table-health", daemon=True)
         self._thread.start()
         return command
+
+    def _index_work(self, conn: Connection) -> str | None:
+        """A leftover of an interrupted rebuild to drop, else the most bloated index to rebuild
+        (outside the busy hours), else None."""
+        indexes = sql.index_sizes(conn)
+        for index in indexes:
+            if not index.valid and any(mark in index.name for mark in sql.LEFTOVER_MARKS):
+                return sql.drop_leftover(index.name)
+        if in_window(self.busy_hours, self.utc_now().time()):
+            return None
+        retry_after = self.clock() - REBUILD_RETRY
+        bloated = [index for index in indexes if index.valid
+                   and self._failed.get(index.name, retry_after) <= retry_after
+                   and index.bytes >= self.settings.reindex_min_bytes
+                   and index.bloat >= self.settings.reindex_bloat]
+        if not bloated:
+            return None
+        worst = max(bloated, key=lambda index: index.bloat)
+        log.info("index %s is %.1fx the size its entries would take packed (%.1f MiB against"
+                 " %.1f MiB): rebuilding it", worst.name, worst.bloat, worst.bytes / 2**20,
+                 worst.packed_bytes / 2**20,
+                 extra={"event": "index_bloated", "index": worst.name, "bytes": worst.bytes,
+                        "packed_bytes": worst.packed_bytes})
+        return sql.reindex(worst.name)
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -201,14 +249,18 @@ class TableKeeper:
         try:
             self._execute(command)
         except Exception as exc:  # the next read retries; nothing here may kill maintenance
+            if command.startswith("REINDEX"):  # not again for a while: it may be too big
+                self._failed[command.rsplit(" ", 1)[-1].strip('"')] = self.clock()
             log.warning("%s failed (%s: %s)", command, type(exc).__name__,
                         str(exc).strip().splitlines()[0] if str(exc).strip() else "",
                         extra={"event": "table_health_failed", "command": command})
             return
         seconds = time.monotonic() - started
         log.info("%s took %.1fs", command, seconds,
-                 extra={"event": "table_vacuumed" if command == sql.VACUUM else "table_analyzed",
+                 extra={"event": _EVENTS.get(command.split(" ")[0], "table_analyzed"),
                         "seconds": round(seconds, 3)})
+        if command.startswith("REINDEX"):
+            metrics.record.index_rebuilt(command.rsplit(" ", 1)[-1].strip('"'))
 
     def _execute(self, command: str) -> None:
         if self._command_engine is None:

@@ -23,6 +23,7 @@ from ...model.job import Job, Lease
 from ...model.payload import dumps
 from ...model.states import OutcomeKind
 from ...sql import dependencies
+from ..steps import StepStore
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
 from .session import Session
 
@@ -114,6 +115,8 @@ class Executor:
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
         self._async = EventLoopThread(f"wp-{queue}-asyncio")
+        self._steps = StepStore(worker_id, payload_limit,
+                                lambda: session.transaction(main_loop=False))
 
     def start(self) -> None:
         self._threads.start()
@@ -174,7 +177,7 @@ class Executor:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
                             payload=payload, cancel=flight.cancel_flag,
-                            parents=self._parent_results)
+                            parents=self._parent_results, steps=self._steps)
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""

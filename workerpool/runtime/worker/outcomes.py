@@ -21,6 +21,7 @@ from ...model.job import Lease
 from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
 from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
+from ...sql import signals, steps
 from ...sql.batches import Fired
 from ...sql.results import complete_settling
 from ...sql.settled import after_states
@@ -48,8 +49,13 @@ def record(conn: Connection, lease: Lease, outcome: Outcome) -> str | None:
         return sql.fail(conn, lease, outcome.error, outcome.delay)
     if kind == OutcomeKind.PERMANENT:
         return JobState.DEAD if sql.mark_permanent(conn, lease, outcome.error) else None
+    if kind == OutcomeKind.SNOOZE and outcome.suspension is not None:
+        return steps.sleep(conn, lease, outcome.suspension.name, outcome.delay)
     if kind == OutcomeKind.SNOOZE:
         return sql.snooze(conn, lease, outcome.delay)
+    if kind == OutcomeKind.WAIT:
+        assert outcome.suspension is not None
+        return signals.wait(conn, lease, outcome.suspension.name, outcome.suspension.seconds)
     if kind == OutcomeKind.INTERRUPTED:
         return sql.give_back(conn, lease, outcome.error)
     if kind == OutcomeKind.UNSTARTED:
@@ -95,7 +101,8 @@ def record_settling(
 
 
 #: The ``outcome`` label of workerpool_jobs_finished_total for an outcome written as pending.
-_PENDING_LABELS = {OutcomeKind.SNOOZE: "snoozed", OutcomeKind.INTERRUPTED: "released"}
+_PENDING_LABELS = {OutcomeKind.SNOOZE: "snoozed", OutcomeKind.INTERRUPTED: "released",
+                   OutcomeKind.WAIT: "waiting"}
 
 
 def _outcome_label(outcome: Outcome, state: str | None) -> str:

@@ -1,0 +1,88 @@
+"""The maintenance child rebuilds a bloated index of the jobs table: after a backlog drains, the
+due index keeps the pages the backlog grew it to (VACUUM does not shrink a B-tree). It is rebuilt
+with REINDEX CONCURRENTLY, never in the busy hours, and a leftover of an interrupted rebuild is
+dropped first. Real PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from workerpool import ConfigError
+from workerpool.model.specs import MaintenanceSpec
+from workerpool.runtime.maintenance.health import TableKeeper
+from workerpool.sql import health as sql
+
+DUE = "ix_workerpool_jobs_due"
+SMALL = MaintenanceSpec(reindex_min_bytes=0)  # the test's table is small
+
+
+@pytest.fixture
+def drained_backlog(pool, sql):
+    """A backlog of 50,000 jobs that ran, and a few due ones: the due index keeps its pages."""
+    sql("ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)")
+    sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 50000)")
+    sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now()")
+    sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 100)")
+    sql("VACUUM ANALYZE workerpool_jobs")
+    return pool
+
+
+def due_index(pool) -> sql.IndexSize:
+    with pool.engine.connect() as conn:
+        return next(index for index in sql.index_sizes(conn) if index.name == DUE)
+
+
+def test_a_bloated_index_is_rebuilt_concurrently(drained_backlog, caplog):
+    pool = drained_backlog
+    before = due_index(pool)
+    assert before.bloat >= 10  # the backlog's pages, a hundred entries left in them
+    keeper = TableKeeper(pool.engine, settings=SMALL)
+    with caplog.at_level(logging.INFO, logger="workerpool.maintenance"):
+        assert keeper.check() == f'REINDEX INDEX CONCURRENTLY "{DUE}"'
+        keeper.wait(60)
+    after = due_index(pool)
+    assert after.valid and after.bytes < before.bytes / 10 and after.bloat < 2
+    assert {"index_bloated", "index_rebuilt"} <= {getattr(r, "event", "") for r in caplog.records}
+    assert keeper.check() is None  # nothing left to rebuild
+    keeper.close()
+
+
+def test_no_rebuild_starts_in_the_busy_hours(drained_backlog):
+    noon = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    busy = MaintenanceSpec(reindex_min_bytes=0, busy_hours=("08:00", "20:00"))
+    keeper = TableKeeper(drained_backlog.engine, settings=busy, utc_now=lambda: noon)
+    assert keeper.check() is None
+    late = MaintenanceSpec(reindex_min_bytes=0, busy_hours=("20:00", "08:00"))  # wraps midnight
+    keeper = TableKeeper(drained_backlog.engine, settings=late, utc_now=lambda: noon)
+    assert keeper.check() == f'REINDEX INDEX CONCURRENTLY "{DUE}"'
+    keeper.wait(60)
+    keeper.close()
+
+
+def test_an_index_below_the_thresholds_is_left_alone(drained_backlog):
+    keeper = TableKeeper(drained_backlog.engine)  # the default: at least 8 MiB
+    assert due_index(drained_backlog).bytes < MaintenanceSpec().reindex_min_bytes
+    assert keeper.check() is None
+
+
+def test_a_leftover_of_an_interrupted_rebuild_is_dropped_first(pool, sql):
+    # what REINDEX CONCURRENTLY leaves when it is cancelled: an invalid index named *_ccnew
+    sql(f"CREATE INDEX {DUE}_ccnew ON workerpool_jobs (queue)")
+    sql(f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{DUE}_ccnew'::regclass")
+    keeper = TableKeeper(pool.engine, settings=SMALL)
+    assert keeper.check() == f'DROP INDEX CONCURRENTLY IF EXISTS "{DUE}_ccnew"'
+    keeper.wait(60)
+    assert sql("SELECT count(*) FROM pg_class WHERE relname = %s", f"{DUE}_ccnew") == [(0,)]
+    keeper.close()
+
+
+@pytest.mark.parametrize("settings", [
+    {"busy_hours": ("8am", "8pm")}, {"busy_hours": ("08:00",)}, {"busy_hours": "08:00-20:00"},
+    {"busy_hours": ("08:00", "08:00")}, {"reindex_bloat": 1}, {"reindex_min_bytes": -1},
+])
+def test_bad_settings_are_refused_by_name(pool, settings):
+    with pytest.raises(ConfigError, match=r"maintenance: (busy_hours|reindex_)"):
+        pool.maintenance(**settings)

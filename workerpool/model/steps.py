@@ -1,0 +1,182 @@
+"""Durable steps as a handler sees them: ``job.step``, ``job.sleep`` and ``job.wait_for``.
+
+A job's steps are one JSON object on its row (``steps``: name → entry), read by the claim. A run
+of the handler starts from the top: a step that finished in an earlier run returns its stored
+value without running again, and the first one that did not finish runs and is written, fenced
+on the lease, before it returns. The runtime gives the :class:`StepStore` that writes a step and
+reads a signal; nothing here touches the database.
+
+A sleep, or a wait whose signal was not sent yet, leaves the handler by raising
+:class:`Suspended`: a ``BaseException``, so that a handler's ``except Exception`` cannot swallow
+it. The runner turns it into the outcome that puts the job back without spending its attempt
+(snoozed until the sleep ends, or ``waiting`` for the signal); the step is written by that same
+outcome write, so a crash in between loses both or neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .errors import MAX_DELAY, InvalidStep, LeaseLost, StepNameReused
+from .payload import dumps
+
+#: Step and signal names: at most this many characters (they are keys of a JSON object and
+#: shown on the dashboard).
+NAME_LIMIT = 200
+
+STEP, SLEEP, WAIT = "step", "sleep", "wait"
+
+
+def check_name(name: Any, what: str = "step", error: type[Exception] = InvalidStep) -> str:
+    """A step or signal name: a non-empty string of at most NAME_LIMIT characters, no NUL."""
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name:
+        raise error(f"{what} name must be a non-empty string of at most {NAME_LIMIT}"
+                    f" characters, got {name!r}")
+    return name
+
+
+def check_seconds(value: Any, what: str) -> float:
+    """A sleep's seconds or a wait's timeout: a finite number within 0..MAX_DELAY."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            math.isfinite(value) and 0 <= value <= MAX_DELAY):
+        raise InvalidStep(f"{what} must be a number of seconds within 0..{MAX_DELAY:.0f},"
+                          f" got {value!r}")
+    return float(value)
+
+
+def finished(entry: dict[str, Any] | None) -> bool:
+    """Whether a stored step is over (a wait is stored unfinished while its job waits)."""
+    return entry is not None and entry.get("finished_at") is not None
+
+
+@dataclass(frozen=True)
+class SignalRead:
+    """What :meth:`StepStore.signal` found: whether the signal was sent, its payload, and
+    whether the wait's deadline has passed (on the database clock)."""
+
+    sent: bool
+    payload: Any = None
+    expired: bool = False
+
+
+class StepStore(Protocol):
+    """The runtime's side of steps (one per worker or inline runner)."""
+
+    def record(self, job: Any, name: str, kind: str, value: str, elapsed: float,
+               timed_out: bool = False) -> dict[str, Any] | None:
+        """Write step ``name`` with ``value`` (JSON text), fenced on the job's lease; the
+        entry written, or None when the lease was lost (nothing written). ``elapsed``: how
+        long it ran; a wait keeps the start its job began waiting at."""
+
+    def signal(self, name: str, deadline: str | None) -> SignalRead:
+        """Read signal ``name``, and whether ``deadline`` (a stored timestamp) has passed."""
+
+    def limit(self) -> int:
+        """The size limit of one step's value (the payload limit)."""
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """The job sleeps (``kind`` sleep, for ``seconds``) or waits for signal ``name`` (``kind``
+    wait, for at most ``seconds``; None: no limit)."""
+
+    kind: str
+    name: str
+    seconds: float | None
+
+
+class Suspended(BaseException):
+    """Leave the handler for a :class:`Suspension`. Raised by :meth:`Steps.sleep` and
+    :meth:`Steps.wait_for`; the runner makes it the attempt's outcome."""
+
+    def __init__(self, kind: str, name: str, seconds: float | None) -> None:
+        self.suspension = Suspension(kind, name, seconds)
+        super().__init__(f"{kind} {name!r}")
+
+
+class Steps:
+    """One run's steps: what earlier runs stored, and the names this run has used."""
+
+    def __init__(self, job: Any, stored: dict[str, Any] | None, store: StepStore | None) -> None:
+        self.job, self.store = job, store
+        self.stored: dict[str, Any] = dict(stored or {})
+        self.used: set[str] = set()
+        self._lock = threading.Lock()
+
+    def begin(self, name: str) -> dict[str, Any] | None:
+        """Take ``name`` for this run; its stored entry, if an earlier run stored one."""
+        check_name(name)
+        with self._lock:
+            if name in self.used:
+                raise StepNameReused(f"job {self.job.id}: step {name!r} was already used in"
+                                     " this run; give each step its own name")
+            self.used.add(name)
+            return self.stored.get(name)
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        entry = self.begin(name)
+        if finished(entry):
+            return entry["value"]  # type: ignore[index]
+        self.job.checkpoint()  # a cancelled job starts no new step
+        started = time.monotonic()
+        value = fn()
+        return self.record(name, STEP, value, time.monotonic() - started)
+
+    async def step_async(self, name: str, coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+        entry = self.begin(name)
+        if finished(entry):
+            return entry["value"]  # type: ignore[index]
+        self.job.checkpoint()
+        started = time.monotonic()
+        value = await coro_fn()
+        elapsed = time.monotonic() - started
+        # the fenced write is a blocking round trip: off the event loop other handlers share
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.record, name, STEP, value, elapsed)
+
+    def record(self, name: str, kind: str, value: Any, elapsed: float,
+               timed_out: bool = False) -> Any:
+        """Write a finished step; returns its value as a replay will return it (decoded JSON)."""
+        store = self._store()
+        text = dumps(value, limit=store.limit(), what=f"step {name!r}", object_only=False)
+        entry = store.record(self.job, name, kind, text, elapsed, timed_out)
+        if entry is None:
+            raise LeaseLost(f"job {self.job.id}: lease lost, step {name!r} not recorded")
+        with self._lock:
+            self.stored[name] = entry
+        return json.loads(text)
+
+    def sleep(self, name: str, seconds: float) -> None:
+        seconds = check_seconds(seconds, "sleep")
+        if finished(self.begin(name)):
+            return
+        raise Suspended(SLEEP, name, seconds)
+
+    def wait_for(self, name: str, timeout: float | None) -> Any:
+        if timeout is not None:
+            timeout = check_seconds(timeout, "wait_for timeout")
+        entry = self.begin(name)
+        if finished(entry):
+            if entry.get("timed_out"):  # type: ignore[union-attr]
+                raise TimeoutError(f"wait for signal {name!r} timed out")
+            return entry["value"]  # type: ignore[index]
+        read = self._store().signal(name, entry.get("deadline") if entry else None)
+        if read.sent:
+            return self.record(name, WAIT, read.payload, 0.0)
+        if entry is not None and read.expired:
+            # stored as timed out: every later run raises here too
+            self.record(name, WAIT, None, 0.0, timed_out=True)
+            raise TimeoutError(f"wait for signal {name!r} timed out")
+        raise Suspended(WAIT, name, timeout)
+
+    def _store(self) -> StepStore:
+        if self.store is None:
+            raise RuntimeError("this Job is not attached to a worker; steps are unavailable")
+        return self.store

@@ -1,0 +1,37 @@
+"""The store of a running job's durable steps (:class:`workerpool.model.steps.StepStore`):
+a finished step written fenced on the lease, and a signal read, each in a short transaction of
+its own on the handler's thread (the worker's, or the inline runner's)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..model.job import Lease
+from ..model.steps import SignalRead
+from ..sql import signals, steps
+
+
+class StepStore:
+    """``transaction()``: a short transaction (the worker's bounded one off the main loop)."""
+
+    def __init__(self, worker: str, payload_limit: int,
+                 transaction: Callable[[], AbstractContextManager[Connection]]) -> None:
+        self.worker, self.payload_limit, self.transaction = worker, payload_limit, transaction
+
+    def record(self, job: Any, name: str, kind: str, value: str, elapsed: float,
+               timed_out: bool = False) -> dict[str, Any] | None:
+        lease = Lease(job.id, job.attempt, self.worker)
+        with self.transaction() as conn:
+            return steps.record_step(conn, lease, name, kind, value, elapsed,
+                                     timed_out=timed_out)
+
+    def signal(self, name: str, deadline: str | None) -> SignalRead:
+        with self.transaction() as conn:
+            return signals.read_signal(conn, name, deadline)
+
+    def limit(self) -> int:
+        return self.payload_limit
