@@ -7,6 +7,7 @@
     python -m bench --scale 1,2,4,8              # supervisors on one database (fleet.py)
     python -m bench --only burst                 # kill -9 the worker child mid-drain (burst.py)
     python -m bench --only steps                 # durable steps against checkpoints (steps.py)
+    python -m bench --only processes             # CPU-bound jobs, processes=1 against 2
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:
@@ -43,11 +44,11 @@ FULL_MIN_REPEATS = 3
 FULL = {"n": 50_000, "repeats": 3, "claims": 500, "claim_limit": 10, "history": 1_000_000,
         "backlog": 100_000, "single": 1_000, "pickup_jobs": 200, "pickup_gap_ms": 20.0,
         "finished": 1_000_000, "batch_members": 10_000, "step_jobs": 1_000, "kills": 10,
-        "burst_window_s": 5.0, "burst_nap_ms": 20.0, "burst_concurrency": 10}
+        "burst_window_s": 5.0, "burst_nap_ms": 20.0, "burst_concurrency": 10, "cpu_jobs": 3_000}
 QUICK = {"n": 300, "repeats": 1, "claims": 30, "claim_limit": 10, "history": 2_000,
          "backlog": 1_000, "single": 50, "pickup_jobs": 10, "pickup_gap_ms": 20.0,
          "finished": 2_000, "batch_members": 200, "step_jobs": 20, "kills": 3,
-         "burst_window_s": 1.0, "burst_nap_ms": 20.0, "burst_concurrency": 2}
+         "burst_window_s": 1.0, "burst_nap_ms": 20.0, "burst_concurrency": 2, "cpu_jobs": 100}
 
 
 class UsageError(Exception):

@@ -1,8 +1,9 @@
 """The application the benchmark runs: ``workerpool run bench.app:pool``.
 
-Four handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
+Five handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
 the benchmark can compute pickup latency, ``nap``, a short sleep (the kill -9 burst, so that
-every kill finds jobs in flight), and ``stepped``, ten durable steps that do nothing. ``stamp``
+every kill finds jobs in flight), ``stepped``, ten durable steps that do nothing, and ``spin``,
+pure-Python work (the processes comparison). ``stamp``
 appends one short line to a file (``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one
 syscall, no database round trip, so it perturbs the worker far less than writing the time into a
 table would. The times are ``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one
@@ -79,6 +80,20 @@ def stepped(job: Job) -> None:
         job.step(f"s{number}", lambda: None)
 
 
+def spin(job: Job) -> None:
+    """The CPU-bound job (``bench.processes``): ``payload["iters"]`` rounds of pure Python,
+    calibrated by the bench to about 2 ms of CPU. Fixed work, not a fixed time: under the GIL
+    a second thread of the same process gets no more done."""
+    spin_loop(int(job.payload["iters"]))
+
+
+def spin_loop(iters: int) -> int:
+    total = 0
+    for i in range(iters):
+        total += i * i % 7
+    return total
+
+
 def _stamp_file() -> int:
     global _stamp_fd
     if _stamp_fd is None or _stamp_fd[0] != os.getpid():
@@ -101,7 +116,8 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
     pool.task(nap, queue=QUEUE)
-    pool.task(stepped, queue=QUEUE)  # last: the claim's task CASE still matches noop first
+    pool.task(stepped, queue=QUEUE)  # after noop: the claim's task CASE still matches noop first
+    pool.task(spin, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool

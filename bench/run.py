@@ -24,6 +24,7 @@ from . import (
     floors,
     limits,
     operators,
+    processes,
     scale,
     steps,
     supervised,
@@ -38,12 +39,13 @@ log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
             "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
-            "steps", "limits", "fleet", "burst")
+            "steps", "limits", "fleet", "burst", "processes")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
-#: workflows start four supervisors per repeat and run a chain and a sequence one job at a time.
-ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows")
+#: workflows start four supervisors per repeat and run a chain and a sequence one job at a time;
+#: the processes comparison wants every core quiet.
+ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes")
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
@@ -85,6 +87,7 @@ class Plan:
     burst_window_s: float = 5.0  # the burst's rate windows before and after
     burst_nap_ms: float = 20.0  # each burst job's sleep
     burst_concurrency: int = 10  # the burst's queue (the library's default; prefetch adaptive)
+    cpu_jobs: int = 3_000  # spin jobs per drain of the processes comparison
 
     def wants(self, section: str) -> bool:
         return section in self.sections
@@ -190,6 +193,8 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("burst"):
         burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
                       nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
+    if plan.wants("processes"):
+        processes.declare(report, plan.cpu_jobs)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -209,6 +214,8 @@ class Bench:
         self._metrics_runs = 0  # alternates which of metrics off/on drains first
         self._defaults: supervised.Launcher | None = None  # the library defaults' supervisors
         self._burst: supervised.Launcher | None = None  # the kill -9 burst's supervisors
+        self._cpu: supervised.Launcher | None = None  # the processes comparison's supervisors
+        self._spin_iters = 0  # rounds of pure Python per spin job (calibrated once)
 
     def close(self) -> None:
         self.pool.dispose()
@@ -229,6 +236,8 @@ class Bench:
                 if self.plan.wants("steps"):
                     steps.measure(self.report, self.launcher, self.pool, self.plan.step_jobs,
                                   repeat)
+                if self.plan.wants("processes"):
+                    self.measure_processes(repeat)
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
             if self.plan.wants("fleet"):  # the same
@@ -282,6 +291,17 @@ class Bench:
         if self.plan.wants("memory"):
             self.report.add("rss_parent_peak_mb", max(r.parent_peak_mb for r in results))
             self.report.add("rss_child_peak_mb", max(r.child_peak_mb for r in results))
+
+    def measure_processes(self, repeat: int) -> None:
+        """The CPU-bound drain with processes=1 and 2 (``bench.processes``)."""
+        if self._cpu is None:
+            workdir = self.launcher.workdir / "processes"
+            workdir.mkdir()
+            self._cpu = supervised.Launcher(self.db, workdir, processes.CHILDREN_CONCURRENCY)
+            self._spin_iters = processes.calibrate()
+        self.report.add(processes.SPIN, processes.SPIN_MS)
+        processes.measure(self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat,
+                          self._spin_iters)
 
     def measure_default_drains(self) -> None:
         """The same drains with the library's defaults (what a user who never tunes gets)."""

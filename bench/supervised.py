@@ -63,7 +63,11 @@ class Supervisor:
         return child_pids(self.pid)
 
     def queue_children(self) -> list[int]:
-        return [pid for pid in self.children() if title(pid) == f"workerpool: {app.QUEUE}"]
+        """The bench queue's children: ``bench``, or ``bench.0``, ``bench.1`` ... with
+        ``--processes``."""
+        name = f"workerpool: {app.QUEUE}"
+        return [pid for pid in self.children()
+                if (t := title(pid)) == name or t.startswith(f"{name}.")]
 
     def stop(self) -> None:
         """SIGTERM (drain), then SIGKILL to the whole group if it outlives ``STOP_TIMEOUT``."""
@@ -147,9 +151,10 @@ class Launcher:
         return env
 
     def start(self, *, notify: bool = True, stamp_file: Path | None = None,
-              metrics: bool = False) -> Supervisor:
+              metrics: bool = False, args: tuple[str, ...] = ()) -> Supervisor:
         self._count += 1
         extra = ["--metrics-port", str(free_port())] if metrics else []
+        extra += args
         heartbeats = self.workdir / f"heartbeats-{self._count}"
         heartbeats.mkdir(mode=0o700)
         log_path = self.workdir / f"supervisor-{self._count}.log"
@@ -165,14 +170,16 @@ class Launcher:
 
     @contextlib.contextmanager
     def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
-                metrics: bool = False) -> Iterator[list[Supervisor]]:
-        """``count`` supervisors whose queue children have registered; stopped afterwards."""
+                metrics: bool = False, processes: int = 1) -> Iterator[list[Supervisor]]:
+        """``count`` supervisors, each with ``processes`` children of the bench queue, all
+        registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
+        args = ("--processes", f"{app.QUEUE}={processes}") if processes != 1 else ()
         try:
             for _ in range(count):
                 supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
-                                              metrics=metrics))
-            self.wait_registered(supervisors, count)
+                                              metrics=metrics, args=args))
+            self.wait_registered(supervisors, count * processes)
             yield supervisors
         finally:
             for supervisor in supervisors:

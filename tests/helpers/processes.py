@@ -106,9 +106,11 @@ def _stamp(line: str) -> float:
         return 0.0
 
 
-def start_supervisor(app: str, db_url: Any, tmp_path: Path, **extra_env: str) -> Supervisor:
-    """``workerpool run APP`` on ``db_url`` in its own session (stale arm off: an hour), with
-    its heartbeats and log under ``tmp_path``; ``extra_env`` on top of a clean environment."""
+def start_supervisor(app: str, db_url: Any, tmp_path: Path, *args: str,
+                     **extra_env: str) -> Supervisor:
+    """``workerpool run APP [ARGS]`` on ``db_url`` in its own session (stale arm off: an
+    hour), with its heartbeats and log under ``tmp_path``; ``extra_env`` on top of a clean
+    environment."""
     from tests.helpers.paths import ROOT
 
     heartbeat_dir = tmp_path / "heartbeats"
@@ -121,7 +123,7 @@ def start_supervisor(app: str, db_url: Any, tmp_path: Path, **extra_env: str) ->
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "workerpool", "run", app, "--heartbeat-dir",
-             str(heartbeat_dir)], env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+             str(heartbeat_dir), *args], env=env, stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=log_file, start_new_session=True, cwd=ROOT)
     return Supervisor(proc, log_path, heartbeat_dir, env)
 

@@ -48,6 +48,15 @@ def test_a_big_table_shows_estimates_labelled_as_such(app_pool, http, sql, monke
     assert "planner's estimates" in page.text and "<th>Dead ≈</th>" in page.text
 
 
+def test_the_hosts_table_counts_each_queues_processes(http, sql):
+    for pid, queue in ((11, "email"), (12, "render"), (13, "render"), (14, "render")):
+        sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+            " VALUES (%s, 'box', %s, %s, '{}')", f"box:{pid}:x", pid, queue)
+    page = http.get("/")
+    row = re.search(r'<table class="hosts">.*?<tr><td>box</td>(.*?)</tr>', page.text, re.S)[1]
+    assert re.findall(r"<td>(.*?)</td>", row) == ["4", "email, render &times;3"]
+
+
 def test_the_overview_refresh_is_the_fragment_only(http):
     page = http.get("/", headers={"HX-Request": "true"})
     assert page.status_code == 200

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from tests.helpers.paths import ROOT
 from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
 from workerpool.model.specs import QueueSpec
-from workerpool.process.oslayer import child_pids
+from workerpool.process.oslayer import child_pids, usable_cpus
 from workerpool.process.settings import GRACE_ENV, SHUTDOWN_MARGIN
 
 CONF = ROOT / "deploy" / "supervisord.conf"
@@ -80,7 +81,11 @@ def configure(directory: Path, db_url) -> Path:
     """The shipped file with this machine's paths, plus the sections supervisord itself needs."""
     parser = shipped()
     program = parser[PROGRAM]
-    program["command"] = literal(f"{sys.executable} -m workerpool run supervised_app:pool")
+    # the shipped arguments after APP:POOL (--processes default=auto), on this app's queue
+    shipped_args = [arg.replace("default=", "work=")
+                    for arg in shlex.split(program["command"])[3:]]
+    program["command"] = literal(f"{sys.executable} -m workerpool run supervised_app:pool "
+                                 f"{shlex.join(shipped_args)}")
     program["directory"] = literal(str(directory))
     program.pop("user", None)  # run as whoever runs the test
     env = dict_of_key_value_pairs(program["environment"])
@@ -169,7 +174,8 @@ def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, 
                timeout=30, message="the 1 s and 60 s jobs to be running")
     supervisor_pid = int(ctl(conf, "pid", "workerpool").stdout.strip())
     children = child_pids(supervisor_pid)
-    assert children, "the supervisor has no children"
+    # --processes work=auto: one work child per usable core, and the maintenance child
+    assert len(children) == usable_cpus() + 1, children
     assert_probe_healthy(conf.parent / "heartbeat")
 
     stopped = ctl(conf, "stop", "workerpool")

@@ -34,7 +34,7 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
     assert "steps" not in DEFAULT_SECTIONS  # three supervisors per repeat
     assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "steps",
-                                                     "workflows"}
+                                                     "workflows", "processes"}
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():
@@ -58,3 +58,12 @@ def test_pgbouncer_goes_with_the_supervisor_counts():
 def test_bad_counts_name_the_option(counts):
     with pytest.raises(UsageError, match="--scale wants"):
         plan("--scale", counts)
+
+
+def test_only_processes_runs_the_cpu_bound_comparison_with_small_quick_sizes():
+    from bench.__main__ import FULL
+
+    chosen = plan("--only", "processes")
+    assert chosen.sections == ("processes",)
+    assert chosen.cpu_jobs == QUICK["cpu_jobs"] < FULL["cpu_jobs"]
+    assert "processes" not in DEFAULT_SECTIONS  # it wants a quiet machine: asked for only

@@ -154,3 +154,12 @@ def test_the_metrics_port_the_supervisor_serves_is_the_one_the_pod_exposes(deplo
     assert exposed.get("metrics") == served
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(served)
+
+
+def test_the_container_forks_one_child_per_cpu_of_its_limit(worker: dict[str, Any]) -> None:
+    argv = worker["command"] + worker.get("args", [])
+    args = build_parser().parse_args(argv[1:])
+    assert args.processes and all(p.endswith("=auto") for p in args.processes)
+    # "auto" counts the container's CPU quota: without a limit it would be the node's cores
+    limits = worker["resources"]["limits"]
+    assert "cpu" in limits and worker["resources"]["requests"]["cpu"] == limits["cpu"]

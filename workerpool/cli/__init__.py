@@ -272,10 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     cli_batch.add_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)
-    run = add_command(sub, "run", help="the supervisor: fork one child per queue and keep them up")
+    run = add_command(sub, "run",
+                      help="the supervisor: fork each queue's children and keep them up")
     run.add_argument("app", metavar="APP:POOL")
     run.add_argument("--queue", action="append", default=None, metavar="Q",
                      help="run only this queue (repeatable; default: every declared queue)")
+    run.add_argument("--processes", action="append", default=None, metavar="QUEUE=N",
+                     help="fork N children of QUEUE (an int, or 'auto': one per core), replacing "
+                          "its declared processes= (repeatable)")
     run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
                      help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
                           "else /dev/shm/workerpool-<uid>)")

@@ -25,6 +25,12 @@ from .validation import (
     check_timezone,
 )
 
+#: ``QueueSpec.processes="auto"``: one child per core the supervisor may use (its CPU affinity,
+#: capped by a container's CPU limit: :func:`workerpool.process.oslayer.usable_cpus`).
+AUTO_PROCESSES = "auto"
+#: The most children one queue may have in one supervisor.
+MAX_PROCESSES = 256
+
 #: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). None: sized to the
 #: handlers' speed (workerpool/worker/buffer.py), so fast jobs are claimed in batches and slow
 #: ones, whose suspects a crash would make costly to recover, get no buffer.
@@ -33,7 +39,12 @@ DEFAULT_PREFETCH: int | None = None
 
 @dataclass(frozen=True)
 class QueueSpec:
-    """One worker type: the supervisor forks one child process per queue.
+    """One worker type: the supervisor forks ``processes`` child processes per queue.
+
+    ``processes``: how many children of this queue one supervisor keeps alive (1..256), or
+    ``"auto"``: one per core the supervisor may use (its affinity, capped by a container's CPU
+    limit), resolved by ``workerpool run`` on the host it runs on. Each
+    child has its own handler threads, connections, heartbeat file and restart back-off.
 
     ``prefetch``: how many claimed jobs a child may hold beyond its ``concurrency`` handler
     slots, leased and waiting in claim order for the next free slot (0: claim only into free
@@ -57,9 +68,12 @@ class QueueSpec:
     global_concurrency: int | None = None
     #: Claims per window across every replica: ``"100/s"``, ``"20/m"``, ``"500/h"``.
     rate_limit: str | None = None
+    #: Children of this queue per supervisor: an int, or "auto" (one per core).
+    processes: int | str = 1
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
+        check_processes(f"queue {self.name}: processes", self.processes)
         check_limit(f"queue {self.name}: global_concurrency", self.global_concurrency)
         if self.rate_limit is not None:
             parse_rate(f"queue {self.name}: rate_limit", self.rate_limit)
@@ -85,6 +99,23 @@ class QueueSpec:
             raise ConfigError(f"queue {self.name}: prefetch must be an int or None")
         if not 0 <= self.prefetch <= 1000:
             raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
+
+
+def check_processes(what: str, value: Any) -> int | str:
+    """A number of children: an int within 1..MAX_PROCESSES, or "auto"."""
+    if isinstance(value, str) and value == AUTO_PROCESSES:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PROCESSES:
+        raise ConfigError(f"{what} must be an int within 1..{MAX_PROCESSES} or "
+                          f"{AUTO_PROCESSES!r}, got {value!r}")
+    return value
+
+
+def resolve_processes(value: int | str, cpu_count: int | None) -> int:
+    """The number of children ``value`` means on a host with ``cpu_count`` cores."""
+    if value == AUTO_PROCESSES:
+        return max(1, min(cpu_count or 1, MAX_PROCESSES))
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -228,7 +259,9 @@ class WorkerKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class WorkerType:
-    """One child the supervisor keeps alive: a queue, or the maintenance loop."""
+    """One child the supervisor keeps alive: a queue's (one of its ``processes``), or the
+    maintenance loop. ``name`` names the child (its heartbeat file, its logs, its metrics):
+    the queue's name when the queue has one child, ``<queue>.<index>`` when it has several."""
 
     name: str
     kind: WorkerKind
@@ -237,3 +270,8 @@ class WorkerType:
     #: A queue's effective settings (the pool's, with the environment's overrides applied):
     #: what its children's Worker runs with. None for the maintenance loop.
     spec: QueueSpec | None = None
+
+    @property
+    def queue(self) -> str:
+        """The queue this child claims from (its name for the maintenance loop)."""
+        return self.spec.name if self.spec is not None else self.name

@@ -19,11 +19,22 @@ class Verdict:
     message: str
 
 
+def _expanded(asked: list[str], present: list[str]) -> list[str]:
+    """The files to judge for the names asked: a queue with several children (``render.0``,
+    ``render.1``, ...) is asked for by its name, and then every one of them is judged."""
+    names: list[str] = []
+    for name in asked:
+        children = [p for p in present if p.startswith(f"{name}.") and p[len(name) + 1:].isdigit()]
+        names += children if children and name not in present else [name]
+    return list(dict.fromkeys(names))
+
+
 def check(directory: Path, max_age: float, workers: list[str] | None = None,
           now: float | None = None) -> Verdict:
     """Judge the heartbeat files of ``workers`` (default: every file in ``directory``)."""
     now = time.time() if now is None else now
-    names = list(workers) if workers else heartbeat.list_workers(directory)
+    present = heartbeat.list_workers(directory)
+    names = _expanded(workers, present) if workers else present
     if not names:
         return Verdict(False, f"no heartbeat files in {directory}")
     ages: dict[str, float] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import select
 import signal
@@ -59,6 +60,39 @@ def child_pids(pid: int) -> list[int]:
         return [int(child) for child in
                 Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     return []
+
+
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may use: what ``processes="auto"`` forks one child for.
+
+    ``os.cpu_count()`` is the host's count: in a container limited to 2 CPUs on a 64-core node
+    it says 64, and 64 children would share 2 CPUs' worth of time while holding 64 times the
+    connections. So: the CPUs this process may be scheduled on (its affinity), capped by the
+    cgroup's CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), rounded up; at least 1.
+    """
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root)
+    return max(1, min(count, math.ceil(quota))) if quota else max(1, count)
+
+
+def _cgroup_quota(root: Path) -> float | None:
+    """CPUs' worth of time the cgroup may use per period, or None without a quota."""
+    for quota_file, period_file in (("cpu.max", None),
+                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            fields = (root / quota_file).read_text().split()
+            if period_file is not None:
+                fields.append((root / period_file).read_text().strip())
+            quota, period = fields[0], fields[1]
+            if quota in ("max", "-1"):
+                return None
+            return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def set_title(title: str) -> None:

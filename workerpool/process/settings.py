@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import ConfigError, UnknownQueue
-from ..model.specs import QueueSpec, WorkerKind, WorkerType
+from ..model.specs import QueueSpec, WorkerKind, WorkerType, check_processes, resolve_processes
 from ..model.validation import check_positive
-from . import heartbeat
+from . import heartbeat, oslayer
 from .heartbeat import DEFAULT_MAX_AGE, HEARTBEAT_PERIOD, MAINTENANCE, RESERVED_NAMES
 
 __all__ = [
@@ -172,6 +172,8 @@ def load(
     maintenance_interval: float | None = None,
     metrics_port: int | str | None = None,
     metrics_bind: str | None = None,
+    processes: list[str] | Mapping[str, int | str] | None = None,
+    cpu_count: int | None = None,
 ) -> RunSettings:
     """Validate everything `run` needs, from the registry ``pool`` declares and the environment.
     The registry is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT`` and
@@ -179,11 +181,16 @@ def load(
     ``RunSettings.queues``, what the maintenance child sweeps).
 
     ``maintenance_interval``: seconds between maintenance passes, or None for no maintenance child.
+    ``processes``: children per queue for this run, replacing the declared ``processes``
+    (``--processes QUEUE=N`` as given, or a mapping); ``cpu_count`` what ``"auto"`` means
+    (default: the cores this process may use, :func:`.oslayer.usable_cpus`).
     """
     names = _queue_names(pool, queues)
     pool.validate_crons()  # a cron on a queue no worker type serves: refused before any fork
-    effective = queue_settings(pool)
-    workers = [_queue_type(effective[name]) for name in names]
+    effective = queue_settings(pool, processes_overrides(processes, names))
+    cores = oslayer.usable_cpus() if cpu_count is None else cpu_count
+    workers = [child for name in names for child in _queue_types(effective[name], cores)]
+    _check_child_names(workers)
     if maintenance_interval is not None:
         workers.append(_maintenance_type(workers, maintenance_interval))
     settings = RunSettings(
@@ -215,17 +222,58 @@ def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
     return names
 
 
-def queue_settings(registry: Any) -> dict[str, QueueSpec]:
+def queue_settings(registry: Any,
+                   processes: Mapping[str, int | str] | None = None) -> dict[str, QueueSpec]:
     """Every declared queue's settings for this run: as declared, with the environment's
-    overrides (``$WORKERPOOL_DRAIN_TIMEOUT``, ``$WORKER_CLAIM_STALE_MS``) applied."""
+    overrides (``$WORKERPOOL_DRAIN_TIMEOUT``, ``$WORKER_CLAIM_STALE_MS``) and ``processes``
+    (queue -> children, from ``--processes``) applied."""
     overrides: dict[str, float] = {}
     drain_timeout, stale_after = _drain_override(), _stale_override()
     if drain_timeout is not None:
         overrides["drain_timeout"] = drain_timeout
     if stale_after is not None:
         overrides["stale_after"] = stale_after
-    return {name: dataclasses.replace(spec, **overrides) if overrides else spec
+    processes = processes or {}
+    return {name: _replaced(spec, overrides, processes.get(name))
             for name, spec in registry.queues.items()}
+
+
+def _replaced(spec: QueueSpec, overrides: Mapping[str, float],
+              processes: int | str | None) -> QueueSpec:
+    changes: dict[str, Any] = dict(overrides)
+    if processes is not None:
+        changes["processes"] = processes
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+def processes_overrides(given: list[str] | Mapping[str, int | str] | None,
+                        served: list[str]) -> dict[str, int | str]:
+    """``--processes QUEUE=N`` (repeatable; N an int or "auto") as queue -> children, each
+    checked: a queue this run serves, a count within bounds. The last one for a queue wins."""
+    if not given:
+        return {}
+    pairs = given.items() if isinstance(given, Mapping) else map(_split_processes, given)
+    overrides: dict[str, int | str] = {}
+    for queue, value in pairs:
+        if queue not in served:
+            raise ConfigError(f"--processes {queue}={value}: this run serves no queue {queue!r}"
+                              f" (serving: {', '.join(served)})")
+        overrides[queue] = check_processes(f"--processes {queue}", value)
+    return overrides
+
+
+def _split_processes(text: str) -> tuple[str, int | str]:
+    queue, sep, count = text.partition("=")
+    count = count.strip()
+    if not sep or not queue.strip() or not count:
+        raise ConfigError(f"--processes takes QUEUE=N (N an int or 'auto'), got {text!r}")
+    if count == "auto":
+        return queue.strip(), count
+    try:
+        return queue.strip(), int(count)
+    except ValueError:
+        raise ConfigError(f"--processes {queue.strip()}: N must be an int or 'auto', "
+                          f"got {count!r}") from None
 
 
 def _drain_override() -> float | None:
@@ -245,6 +293,33 @@ def _stale_override() -> float | None:
     except ValueError:
         raise ConfigError(f"{STALE_ENV} must be milliseconds, got {raw!r}") from None
     return float(check_positive(STALE_ENV, value, minimum=0))
+
+
+def _queue_types(spec: QueueSpec, cpu_count: int | None) -> list[WorkerType]:
+    """The children of one queue: ``render`` alone, or ``render.0`` .. ``render.<N-1>``."""
+    checked = _queue_type(spec)
+    count = resolve_processes(spec.processes, cpu_count)
+    if count == 1:
+        return [checked]
+    return [dataclasses.replace(checked, name=child_name(spec.name, index))
+            for index in range(count)]
+
+
+def child_name(queue: str, index: int) -> str:
+    """The name of a queue's child ``index`` when the queue has several children."""
+    return f"{queue}.{index}"
+
+
+def _check_child_names(workers: list[WorkerType]) -> None:
+    """Queue names may contain '.': ``render.1``, a queue, would share its heartbeat file with
+    the second child of ``render``. Refused before anything is forked."""
+    seen: dict[str, str] = {}
+    for worker in workers:
+        if worker.name in seen:
+            raise ConfigError(f"child name {worker.name!r} is taken twice (queues "
+                              f"{seen[worker.name]!r} and {worker.queue!r}); rename a queue or "
+                              f"change its processes")
+        seen[worker.name] = worker.queue
 
 
 def _queue_type(spec: QueueSpec) -> WorkerType:

@@ -40,6 +40,6 @@ def build_runner(registry: Registry, url: URL, worker: WorkerType, *, worker_id:
         maintenance = Maintenance(registry, db.create(url, pooled=pooled), worker_id=worker_id,
                                   queues=queues, pooled=pooled)
         return MaintenanceLoop(maintenance, on_tick=on_tick, parent_alive=parent_alive)
-    return Worker(registry, url, worker.name, spec=worker.spec, worker_id=worker_id,
+    return Worker(registry, url, worker.queue, spec=worker.spec, worker_id=worker_id,
                   on_tick=on_tick, parent_alive=parent_alive, orphans=orphans, on_claim=on_claim,
                   pooled=pooled)

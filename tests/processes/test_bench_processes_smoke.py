@@ -1,0 +1,25 @@
+"""``python -m bench --quick --only processes``: the CPU-bound drain with processes=1 and 2.
+
+No timing is asserted (a loaded machine's figures mean nothing): each configuration's figures
+come out, every spin job of each drain ran (the bench raises otherwise), and the children's CPU
+per job is at least most of the calibrated work, so the handler really computed.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import URL
+
+from bench.processes import COUNTS, SPIN, figure
+from tests.processes.test_bench_smoke import figures, run_bench
+
+
+def test_each_process_count_reports_its_rate_and_cpu(server_url: URL):
+    result = run_bench(server_url, "--quick", "--only", "processes", timeout=300)
+    assert result.returncode == 0, result.stderr
+    found = figures(result)
+    assert found[SPIN]["value"] > 0
+    for processes in COUNTS:
+        assert found[figure(processes)]["value"] > 0
+        assert found[figure(processes, "worker_cpu_us_per_job")]["value"] >= 0.5 * 2000
+        assert figure(processes, "db_cpu_us_per_job") in found
+    assert found[figure(2)]["ratio_to"] == figure(1)
