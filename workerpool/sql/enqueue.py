@@ -65,17 +65,16 @@ def _run_at(run_at: Any, delay: Any) -> Any:
     return func.coalesce(run_at, func.now() + _seconds(func.coalesce(delay, literal_column("0"))))
 
 
-def _on_key(statement: Any) -> dict[str, Any]:
-    """The arbiter of a key conflict: the unique index of held keys (``schema.KEY_HELD``)."""
-    return {"index_elements": [jobs.c.key], "index_where": text(KEY_HELD)}
+#: The arbiter of a key conflict: the unique index of held keys (``schema.KEY_HELD``).
+_ON_KEY: dict[str, Any] = {"index_elements": [jobs.c.key], "index_where": text(KEY_HELD)}
 
 
-def _with_notify(inserted: Any, returned: Sequence[str], channel_queues: str) -> Any:
+def _with_notify(inserted: Any, returned: Sequence[str]) -> Any:
     """``inserted`` (an INSERT ... RETURNING) and the wake-up NOTIFY in one statement, sent
     when the transaction commits and only if a row was inserted: the NOTIFY is a materialized
     CTE joined to the inserted rows, so the planner evaluates it only when there is one."""
     rows = inserted.cte("inserted")
-    notified = select(func.pg_notify(_param("channel"), _param(channel_queues))
+    notified = select(func.pg_notify(_param("channel"), _param("queues"))
                       .label("sent")).cte("notified").prefix_with("MATERIALIZED")
     return select(*(rows.c[name] for name in returned)).select_from(
         rows.join(notified, true()))
@@ -117,9 +116,9 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
     statement = insert(jobs).from_select(list(_COLUMNS), source)
     returned = ("id", "key") if keyed else ("id",)
     if keyed:
-        statement = statement.on_conflict_do_nothing(**_on_key(statement))
+        statement = statement.on_conflict_do_nothing(**_ON_KEY)
     statement = statement.returning(*(jobs.c[name] for name in returned))
-    return _with_notify(statement, returned, "queues") if notify else statement
+    return _with_notify(statement, returned) if notify else statement
 
 
 _BATCH_STATEMENTS = {(keyed, notify): _batch_statement(keyed=keyed, notify=notify)
@@ -310,7 +309,7 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
     if replace:
         new = statement.excluded
         statement = statement.on_conflict_do_update(
-            **_on_key(statement),
+            **_ON_KEY,
             set_={name: new[name] for name in (
                 "payload", "payload_version", "run_at", "priority", "concurrency_key")},
             where=and_(
@@ -320,7 +319,7 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
                 or_(jobs.c.key_scope.is_distinct_from(literal_column("'for'")),
                     jobs.c.key_expires_at > func.now())))
     else:
-        statement = statement.on_conflict_do_nothing(**_on_key(statement))
+        statement = statement.on_conflict_do_nothing(**_ON_KEY)
     statement = statement.returning(jobs.c.id)
     if not notify:
         return statement
