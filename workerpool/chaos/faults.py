@@ -29,6 +29,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 
 
 MAX_HELD = 500  # connections the exhaust fault opens at most (the cluster allows 100)
+ADMIN_PATIENCE = 5.0  # seconds a fault waits for a connection of its own
 ASYNC_LAG = 2.0  # seconds of commits an asynchronous failover run loses on purpose
 
 
@@ -129,9 +130,22 @@ class Injector:
         return f"supervisor {member.pid}"
 
     def _terminate_backends(self, fault: Fault) -> str:
-        with psycopg.connect(autocommit=True, **self.admin_kwargs) as conn:
+        with self._admin() as conn:
             row = conn.execute(TERMINATE, {"target": fault.target % 2}).fetchone()
         return f"{row[0] if row else 0} backends"
+
+    def _admin(self) -> psycopg.Connection:
+        """A superuser connection, tried again for up to ADMIN_PATIENCE seconds: a fault
+        before may still hold every slot (exhaust_connections) or the server be restarting, as
+        an operator's terminate would find them; the fault lands when it can."""
+        deadline = time.monotonic() + ADMIN_PATIENCE
+        while True:
+            try:
+                return psycopg.connect(autocommit=True, **self.admin_kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
     def _exhaust_connections(self, fault: Fault) -> str:
         """An outside client takes every connection slot (the superuser's reserved ones too)
