@@ -76,3 +76,19 @@ def test_the_workflow_page_draws_the_graph_coloured_by_state(app_pool, http):
 def test_a_workflow_page_for_nothing_is_a_404_and_a_bad_id_a_400(app_pool, http):
     assert http.get("/workflows/999999").status_code == 404
     assert http.get("/workflows/abc").status_code == 400
+
+
+def test_the_sequence_page_shows_its_line_head_first_linked_from_its_jobs(app_pool, http):
+    head = app_pool.enqueue("ok", {}, sequence="customer:42", delay=3600)
+    behind = [app_pool.enqueue("ok", {}, sequence="customer:42") for _ in range(2)]
+    app_pool.enqueue("ok", {}, sequence="other")
+    job_page = http.get(f"/jobs/{behind[0]}")
+    assert 'href="/sequences/customer%3A42"' in job_page.text
+    page = http.get("/sequences/customer%3A42")
+    assert page.status_code == 200
+    rows = page.text.split('id="sequence-line"')[1].split("</table>")[0]
+    assert [int(cell) for cell in re.findall(r'href="/jobs/(\d+)"', rows)] == [head, *behind]
+    assert rows.count('class="state waiting"') == 2 and 'class="state pending"' in rows
+    empty = http.get("/sequences/nobody")
+    assert empty.status_code == 200 and 'id="sequence-empty"' in empty.text
+    assert http.get("/sequences/%20").status_code == 400

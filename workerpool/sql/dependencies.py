@@ -398,6 +398,19 @@ def workflow(conn: Connection, workflow_id: int, limit: int = 500
     return nodes, edges
 
 
+# sequence_line: a sequence's jobs still in its line (live, or dead and holding it), head first.
+# Index: ix_workerpool_jobs_sequence.
+_SEQUENCE_LINE = text(f"""
+SELECT id, task, queue, state, created_at FROM {JOBS}
+WHERE sequence = :sequence AND {SEQUENCE_HELD} ORDER BY id LIMIT :limit
+""")
+
+
+def sequence_line(conn: Connection, sequence: str, limit: int = 500) -> list[Any]:
+    """The jobs of ``sequence`` in its line, in enqueue order (at most ``limit``)."""
+    return list(conn.execute(_SEQUENCE_LINE, {"sequence": sequence, "limit": limit}))
+
+
 # waiting_counts: per queue, waiting jobs by what they wait for (a sequence edge, or parents
 # only). Index: ix_workerpool_jobs_waiting, capped per queue.
 _WAITING_COUNTS = text(f"""

@@ -77,6 +77,7 @@ def routes(read_only: bool) -> list[Any]:
         Route("/batches", batch_pages.batches_page, name="batches"),
         Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
         Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
+        Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
         Mount("/static", app=static, name="static"),
     ]
     if not read_only:

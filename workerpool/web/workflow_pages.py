@@ -1,6 +1,6 @@
 """The dashboard's workflow page: a chain's or a workflow's jobs drawn as a graph, server-side
 SVG like the charts (no script, nothing fetched), each node coloured by its job's state and
-linked to its job page.
+linked to its job page; and a sequence's page: the jobs in its line, head first.
 
 The layout is by depth: a node sits one column right of its deepest parent (the order comes
 from ``graphlib``), its row is its place among the nodes of that column. Every read is bounded:
@@ -17,7 +17,8 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..model.errors import UnknownJob
+from ..model.dependencies import check_sequence
+from ..model.errors import InvalidDependency, UnknownJob
 from ..sql import dependencies
 from . import inputs
 from .batch_pages import _read
@@ -78,6 +79,18 @@ def graph(nodes: Sequence[Any], edges: Sequence[Any], base: str) -> Markup:
                      "</a>")
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def sequence_page(request: Request) -> Response:
+    """A sequence's line: its live jobs (and a dead one that holds it) in enqueue order."""
+    try:
+        name = check_sequence(request.path_params["name"])
+    except InvalidDependency as exc:
+        raise inputs.BadInput(str(exc)) from None
+    with _read(request) as conn:
+        line = dependencies.sequence_line(conn, name, NODES + 1)
+    return render(request, "sequence.html", {
+        "name": name, "line": line[:NODES], "more": len(line) > NODES})
 
 
 def workflow_page(request: Request) -> Response:
