@@ -4,6 +4,7 @@
     python -m bench --quick                      # a smoke run with tiny sizes (CI)
     python -m bench --soak 10 --rate 2000        # sustained load, a line per interval (soak.py)
     python -m bench --soak 10 --rate 2000 --embedded   # the same on a scratch embedded server
+    python -m bench --soak 60 --rate 1000 --spike 25:10:3000   # with a backlog spike
     python -m bench --scale 1,2,4,8              # supervisors on one database (fleet.py)
     python -m bench --only burst                 # kill -9 the worker child mid-drain (burst.py)
     python -m bench --only steps                 # durable steps against checkpoints (steps.py)
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds finished rows are kept (120)")
     soak.add_argument("--out", type=Path, default=Path("."), help="where the CSV and PNG go")
     soak.add_argument("--label", help="name of this run (file names; default soak-<server>)")
+    soak.add_argument("--spike", metavar="AT:MINUTES:RATE",
+                      help="a backlog spike: RATE jobs/s offered from minute AT for MINUTES")
     soak.add_argument("--embedded", action="store_true",
                       help="a scratch embedded PostgreSQL (pgserver) with autovacuum on")
     return parser
@@ -110,9 +113,21 @@ def soak_plan(args: argparse.Namespace) -> SoakPlan:
     if args.soak <= 0 or args.interval <= 0 or args.batch < 1 or args.retention <= 0:
         raise UsageError("--soak, --interval, --retention must be > 0 and --batch >= 1")
     label = args.label or ("soak-embedded" if args.embedded else "soak-server")
+    spike = spike_option(args.spike, args.soak) if args.spike else {}
     return SoakPlan(minutes=args.soak, rate=args.rate, batch=args.batch,
                     concurrency=args.concurrency or 20, interval=args.interval,
-                    retention=args.retention, out=args.out, label=label)
+                    retention=args.retention, out=args.out, label=label, **spike)
+
+
+def spike_option(value: str, minutes: float) -> dict[str, float]:
+    try:
+        at, length, rate = (float(part) for part in value.split(":"))
+    except ValueError:
+        raise UsageError(f"--spike {value!r}: expected AT:MINUTES:RATE (numbers)") from None
+    if at < 0 or length <= 0 or rate <= 0 or at + length > minutes:
+        raise UsageError(f"--spike {value!r}: needs AT >= 0, MINUTES and RATE > 0, and"
+                         f" AT + MINUTES within the {minutes:g}-minute soak")
+    return {"spike_at": at, "spike_minutes": length, "spike_rate": rate}
 
 
 def run_soak_command(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ log = logging.getLogger("workerpool.bench")
 
 
 def draw(path: Path, samples: Sequence[Any], *, title: str,
-         offered: float | None = None) -> Path | None:
+         offered: float | Sequence[float] | None = None) -> Path | None:
     """Three panels sharing the time axis; returns the PNG's path, or None without matplotlib."""
     try:
         import matplotlib
@@ -29,8 +29,11 @@ def draw(path: Path, samples: Sequence[Any], *, title: str,
     t = [s.t for s in samples]
     figure, (rate, claim, table) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     rate.plot(t, [s.done_per_s for s in samples], label="done/s")
-    if offered is not None:
+    if isinstance(offered, (int, float)):
         rate.axhline(offered, color="tab:blue", linestyle="--", linewidth=0.8, label="offered")
+    elif offered is not None:  # one rate per sample (a soak with a spike)
+        rate.step(t, offered, where="post", color="tab:blue", linestyle="--", linewidth=0.8,
+                  label="offered")
     rate.set_ylabel("jobs done per second")
     rate.legend(loc="upper left")
     backlog = rate.twinx()

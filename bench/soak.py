@@ -48,6 +48,10 @@ FIRST_MINUTE = 60.0
 TRACKING = 0.9
 RSS_TARGET_MB = 60  # what a worker child must stay under
 RSS_GROWTH = 1.1  # a child's memory once warm: flat, not climbing with the jobs it ran
+#: After a backlog spike drains, the claim's p50 must be back within this factor of its
+#: pre-spike median within RECOVERY_MINUTES (no manual VACUUM or REINDEX in between).
+RECOVERY = 1.2
+RECOVERY_MINUTES = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,19 @@ class SoakPlan:
     retention: float = 120.0  # seconds finished rows are kept (the maintenance child prunes)
     out: Path = Path(".")
     label: str = "soak"
+    #: A backlog spike: from ``spike_at`` minutes, for ``spike_minutes``, ``spike_rate`` jobs/s
+    #: are offered instead of ``rate`` (None: no spike).
+    spike_at: float | None = None
+    spike_minutes: float = 0.0
+    spike_rate: float = 0.0
+
+    def rate_at(self, seconds: float) -> float:
+        """The offered rate ``seconds`` into the run."""
+        if self.spike_at is None:
+            return self.rate
+        start = self.spike_at * 60.0
+        spiking = start <= seconds < start + self.spike_minutes * 60.0
+        return self.spike_rate if spiking else self.rate
 
 
 @dataclass
@@ -94,28 +111,30 @@ class Producer:
     """``enqueue_many`` of ``batch`` jobs on a fixed schedule, from a thread."""
 
     pool: WorkerPool
-    rate: float
-    batch: int
+    plan: SoakPlan
     enqueued: int = 0
     errors: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        period = self.batch / self.rate
         first = time.monotonic()
-        tick = 0
+        due = 0.0  # seconds after `first` of the next call
         while not self._stop.is_set():
             # the schedule, not the previous call, sets each slot: a slow call is caught up
-            self._stop.wait(max(0.0, first + tick * period - time.monotonic()))
+            self._stop.wait(max(0.0, first + due - time.monotonic()))
             if self._stop.is_set():
                 return
+            due += self.batch / self.plan.rate_at(due)
             items = [(app.noop.__name__, {"i": self.enqueued + i}) for i in range(self.batch)]
             try:
                 self.pool.enqueue_many(items)
                 self.enqueued += self.batch
             except Exception:  # counted and shown: the soak measures the queue, not the producer
                 self.errors += 1
-            tick += 1
+
+    @property
+    def batch(self) -> int:
+        return self.plan.batch
 
     def stop(self) -> None:
         self._stop.set()
@@ -180,7 +199,7 @@ class Soak:
 
     def _loop(self, supervisor: supervised.Supervisor) -> None:
         plan = self.plan
-        producer = Producer(self.pool, plan.rate, plan.batch)
+        producer = Producer(self.pool, plan)
         probe = Probe(self.db.url, self.pool)
         thread = threading.Thread(target=producer.run, name="producer", daemon=True)
         start = time.monotonic()
@@ -261,6 +280,45 @@ def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
         lines.append(f"worker child RSS after two retention windows {min(rss):.1f}..."
                      f"{max(rss):.1f} MiB: {'met' if flat else 'MISSED'} (target: <="
                      f" {RSS_TARGET_MB} MiB, max <= {RSS_GROWTH}x min)")
+    if plan.spike_at is not None:
+        lines.extend(spike_verdict(plan, samples))
+    return lines
+
+
+def spike_verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
+    """After the spike's backlog drained: the claim's p50 back within RECOVERY x its pre-spike
+    median within RECOVERY_MINUTES, and staying there to the end of the run."""
+    assert plan.spike_at is not None
+    start, end = plan.spike_at * 60.0, (plan.spike_at + plan.spike_minutes) * 60.0
+    before = [s for s in samples if s.t <= start]
+    base_p50 = statistics.median(s.claim_p50_ms for s in before if s.claim_p50_ms) if any(
+        s.claim_p50_ms for s in before) else None
+    if base_p50 is None:
+        return ["spike: no claim sample before the spike"]
+    calm = max(s.backlog for s in before)
+    drained = next((s for s in samples if s.t >= end and s.backlog <= calm), None)
+    if drained is None:
+        return [f"spike: the backlog never drained back to {calm} jobs: MISSED"]
+    limit = RECOVERY * base_p50
+    back = next((s for s in samples if s.t >= drained.t and s.claim_p50_ms is not None
+                 and s.claim_p50_ms <= limit), None)
+    settled = [s.claim_p50_ms for s in samples
+               if s.t >= drained.t + RECOVERY_MINUTES * 60.0 and s.claim_p50_ms]
+    lines = [f"spike: peak backlog {max(s.backlog for s in samples)} jobs, drained at"
+             f" t={drained.t:.0f} s ({(drained.t - end) / 60:.1f} min after the spike ended)"]
+    if back is None:
+        lines.append(f"claim p50 never back within {RECOVERY}x of {base_p50:.2f} ms: MISSED")
+        return lines
+    minutes = (back.t - drained.t) / 60.0
+    lines.append(f"claim p50 back to {back.claim_p50_ms:.2f} ms (pre-spike {base_p50:.2f} ms)"
+                 f" {minutes:.1f} min after the drain: "
+                 f"{'met' if minutes <= RECOVERY_MINUTES else 'MISSED'}"
+                 f" (target <= {RECOVERY}x within {RECOVERY_MINUTES:g} min)")
+    if settled:
+        median = statistics.median(settled)
+        lines.append(f"claim p50 median from {RECOVERY_MINUTES:g} min after the drain to the end"
+                     f" {median:.2f} ms: {'met' if median <= limit else 'MISSED'}"
+                     f" (target <= {RECOVERY}x pre-spike)")
     return lines
 
 
@@ -277,9 +335,12 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     with BenchDatabase(server) as bench_db:
         facts = bench_db.server_facts()
         autovacuum = bench_db.sql("SHOW autovacuum")[0][0]
+        spike = "" if plan.spike_at is None else (
+            f"; spike of {plan.spike_rate:.0f}/s from minute {plan.spike_at:g} for"
+            f" {plan.spike_minutes:g} min")
         print(f"# {plan.label}: PostgreSQL {facts['server_version']}, autovacuum={autovacuum};"
               f" rate {plan.rate:.0f}/s ({plan.batch} per enqueue_many), concurrency"
-              f" {plan.concurrency}, {plan.minutes:g} min, retention {plan.retention:g} s",
+              f" {plan.concurrency}, {plan.minutes:g} min, retention {plan.retention:g} s{spike}",
               flush=True)
         soak = Soak(plan, bench_db)
         try:
@@ -292,7 +353,9 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     from .chart import draw
 
     png = draw(plan.out / f"{plan.label}.png", samples, title=f"{plan.label}: {plan.rate:.0f}"
-               f" jobs/s offered, autovacuum={autovacuum}", offered=plan.rate)
+               f" jobs/s offered, autovacuum={autovacuum}",
+               offered=[plan.rate_at(s.t) for s in samples] if plan.spike_at is not None
+               else plan.rate)
     if png is not None:
         print(f"# wrote {png}")
     for line in verdict(plan, samples):
