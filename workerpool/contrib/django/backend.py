@@ -12,7 +12,7 @@ that raises is retried with workerpool's backoff) and ``ENQUEUE_ON_COMMIT`` (def
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, partial
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -79,7 +79,7 @@ class WorkerpoolBackend(BaseTaskBackend):
             task=task, id="", status=TaskResultStatus.READY, enqueued_at=None, started_at=None,
             last_attempted_at=None, finished_at=None, args=payload["args"],
             kwargs=payload["kwargs"], backend=self.alias, errors=[], worker_ids=[])
-        write = lambda: self._write(result, payload, options)  # noqa: E731
+        write = partial(self._write, result, payload, options)
         if self.enqueue_on_commit:
             transaction.on_commit(write, using=self.database)
         else:
@@ -122,9 +122,6 @@ class WorkerpoolBackend(BaseTaskBackend):
         except UnknownJob as exc:
             raise TaskResultDoesNotExist(str(exc)) from None
         return task_result(info, self.alias)
-
-    def check(self, **kwargs: Any) -> list[Any]:
-        return []
 
 
 def _job_id(result_id: Any) -> int:

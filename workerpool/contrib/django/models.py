@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .runner import ASYNC_PREFIX, SYNC_PREFIX
+
 
 class Job(models.Model):
     id = models.BigIntegerField(primary_key=True)
@@ -38,5 +40,7 @@ class Job(models.Model):
     @property
     def django_task(self) -> str:
         """The Django task a job runs (its payload's module path), or "" for other jobs."""
+        if not self.task.startswith((SYNC_PREFIX, ASYNC_PREFIX)):
+            return ""
         path = self.payload.get("task") if isinstance(self.payload, dict) else None
-        return path if isinstance(path, str) and self.task.startswith("django") else ""
+        return path if isinstance(path, str) else ""
