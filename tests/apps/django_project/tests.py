@@ -20,6 +20,7 @@ from pathlib import Path
 
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from django.test import Client, TransactionTestCase
 from django.utils import timezone
@@ -27,12 +28,12 @@ from django.utils import timezone
 from tests.helpers.waiting import wait_until
 from workerpool.contrib.django import WorkerpoolBackend
 from workerpool.contrib.django.compat import (
+    InvalidTaskBackend,
     InvalidTaskError,
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
 from workerpool.contrib.django.models import Job
-from workerpool.model.errors import ConfigError
 
 from . import tasks
 from .compat import default_task_backend
@@ -187,12 +188,17 @@ class TasksOnWorkerpool(TransactionTestCase):
         for bad_id in ("abc", "-1", "0", "", "99999999", "1" * 30):
             with self.subTest(result_id=bad_id), self.assertRaises(TaskResultDoesNotExist):
                 tasks.add.get_result(bad_id)
-        with self.assertRaises(InvalidTaskError):
-            WorkerpoolBackend("bad", {"OPTIONS": {"URLS": "postgresql://x/y"}})
-        with self.assertRaises(ConfigError):
-            WorkerpoolBackend("bad", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
-        with self.assertRaises(InvalidTaskError):
-            WorkerpoolBackend("bad", {"OPTIONS": {"ENQUEUE_ON_COMMIT": "yes"}})
+        bad_settings = {
+            "unknown option": {"OPTIONS": {"URLS": "postgresql://x/y"}},
+            "no attempt": {"OPTIONS": {"MAX_ATTEMPTS": 0}},
+            "on-commit not a bool": {"OPTIONS": {"ENQUEUE_ON_COMMIT": "yes"}},
+            "queue name with a space": {"QUEUES": ["default", "two words"]},
+        }
+        for what, params in bad_settings.items():
+            with self.subTest(what), self.assertRaises(InvalidTaskBackend) as raised:
+                WorkerpoolBackend("bad", params)
+            self.assertIn("TASKS['bad']", str(raised.exception))
+            self.assertIsInstance(raised.exception, ImproperlyConfigured)
         self.assertEqual(Job.objects.count(), jobs)
 
     def test_the_admin_lists_jobs_read_only(self) -> None:

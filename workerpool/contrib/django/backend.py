@@ -20,10 +20,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...client import WorkerPool
-from ...model.errors import UnknownJob
-from ...model.validation import check_max_attempts
+from ...model.errors import ConfigError, UnknownJob
+from ...model.validation import check_max_attempts, check_name
 from .compat import (
     BaseTaskBackend,
+    InvalidTaskBackend,
     InvalidTaskError,
     Task,
     TaskResult,
@@ -49,16 +50,24 @@ class WorkerpoolBackend(BaseTaskBackend):
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        """InvalidTaskBackend (an ImproperlyConfigured) names a bad OPTIONS entry or a queue
+        name workerpool cannot take, when Django makes the backend."""
         super().__init__(alias, params)
         unknown = set(self.options) - OPTIONS
         if unknown:
-            raise InvalidTaskError(f"TASKS[{alias!r}]: unknown OPTIONS {sorted(unknown)};"
-                                   f" known: {sorted(OPTIONS)}")
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]: unknown OPTIONS {sorted(unknown)};"
+                                     f" known: {sorted(OPTIONS)}")
         self.database = self.options.get("DATABASE", "default")
         self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT", True)
         if not isinstance(self.enqueue_on_commit, bool):
-            raise InvalidTaskError(f"TASKS[{alias!r}]: ENQUEUE_ON_COMMIT must be True or False")
-        self.max_attempts = check_max_attempts(self.options.get("MAX_ATTEMPTS", 5))
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]: ENQUEUE_ON_COMMIT must be True or"
+                                     f" False, got {self.enqueue_on_commit!r}")
+        try:
+            self.max_attempts = check_max_attempts(self.options.get("MAX_ATTEMPTS", 5))
+            for queue in self.queues:
+                check_name("queue", queue)
+        except ConfigError as exc:
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]: {exc}") from None
 
     @cached_property
     def pool(self) -> WorkerPool:

@@ -15,7 +15,7 @@ try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued
     from django.utils.json import normalize_json
 except ImportError:  # before Django 6: the backport, its exceptions named ...Error
@@ -29,6 +29,9 @@ except ImportError:  # before Django 6: the backport, its exceptions named ...Er
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
     from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
     from django_tasks.exceptions import (  # type: ignore[no-redef]
+        InvalidTaskBackendError as InvalidTaskBackend,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
         InvalidTaskError,
         TaskResultDoesNotExist,
     )
@@ -38,6 +41,7 @@ except ImportError:  # before Django 6: the backport, its exceptions named ...Er
 __all__ = [
     "DEFAULT_TASK_BACKEND_ALIAS",
     "BaseTaskBackend",
+    "InvalidTaskBackend",
     "InvalidTaskError",
     "Task",
     "TaskContext",
