@@ -34,3 +34,25 @@ def test_the_django_project_s_own_tests_pass_on_a_real_worker(db_url):
     assert run.returncode == 0, output
     assert f"Ran {PROJECT_TESTS} tests" in output, output
     assert output.count(" ... ok") == PROJECT_TESTS, output
+
+
+def run_worker_target(url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workerpool", "run", "workerpool.contrib.django.worker:pool"],
+        env=recipe_env(url, **env), cwd=ROOT, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL)
+
+
+def test_the_worker_target_refuses_a_project_it_cannot_serve_in_one_line(db_url, sql):
+    url = db_url.render_as_string(hide_password=False)
+    jobs = sql("SELECT count(*) FROM workerpool_jobs")
+    unset = run_worker_target(url)
+    assert unset.returncode != 0
+    assert unset.stderr.strip().count("\n") == 0, unset.stderr
+    assert "DJANGO_SETTINGS_MODULE" in unset.stderr
+
+    other = run_worker_target(url, DJANGO_SETTINGS_MODULE=f"{SETTINGS}_immediate")
+    assert other.returncode != 0
+    assert other.stderr.strip().count("\n") == 0, other.stderr
+    assert "TASKS['default'] is ImmediateBackend, not workerpool.contrib.django" in other.stderr
+    assert sql("SELECT count(*) FROM workerpool_jobs") == jobs
