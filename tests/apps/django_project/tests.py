@@ -26,6 +26,7 @@ from django.test import Client, TransactionTestCase
 from django.utils import timezone
 
 from tests.helpers.waiting import wait_until
+from workerpool import WorkerPool
 from workerpool.contrib.django import WorkerpoolBackend
 from workerpool.contrib.django.compat import (
     InvalidTaskBackend,
@@ -33,6 +34,7 @@ from workerpool.contrib.django.compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
+from workerpool.contrib.django.database import url_of
 from workerpool.contrib.django.models import Job
 
 from . import tasks
@@ -200,6 +202,17 @@ class TasksOnWorkerpool(TransactionTestCase):
             self.assertIn("TASKS['bad']", str(raised.exception))
             self.assertIsInstance(raised.exception, ImproperlyConfigured)
         self.assertEqual(Job.objects.count(), jobs)
+
+    def test_a_job_of_another_task_is_no_task_result(self) -> None:
+        other = WorkerPool(url_of("default"))
+        other.task(queue="elsewhere", name="plain")(lambda job: None)
+        try:
+            job_id = other.enqueue("plain", {"task": "tests.apps.django_project.tasks.add",
+                                             "args": [1, 2], "kwargs": {}})
+        finally:
+            other.dispose()
+        with self.assertRaises(TaskResultDoesNotExist):
+            tasks.add.get_result(str(job_id))
 
     def test_the_admin_lists_jobs_read_only(self) -> None:
         result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(7, 8)

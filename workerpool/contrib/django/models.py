@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .runner import ASYNC_PREFIX, SYNC_PREFIX
+from .results import ASYNC_PREFIX, SYNC_PREFIX
 
 
 class Job(models.Model):

@@ -27,8 +27,11 @@ STATUSES = {
     JobState.CANCELLED: TaskResultStatus.FAILED,
 }
 
-#: The task path in a payload, and the marker that says a job is a Django task's.
+#: The task path in a payload.
 TASK_KEY = "task"
+#: The workerpool task names of Django's tasks start so (:func:`.runner.task_name`).
+SYNC_PREFIX = "django:"
+ASYNC_PREFIX = "django-async:"
 
 
 def task_of(info: JobInfo) -> Task:
@@ -36,7 +39,7 @@ def task_of(info: JobInfo) -> Task:
     job is not a Django task's (another task of the same pool) or its task is gone."""
     payload = info.payload if isinstance(info.payload, dict) else {}
     path = payload.get(TASK_KEY)
-    if not isinstance(path, str):
+    if not info.task.startswith((SYNC_PREFIX, ASYNC_PREFIX)) or not isinstance(path, str):
         raise TaskResultDoesNotExist(f"job {info.id} is not a Django task's")
     try:
         task = import_string(path)
@@ -96,4 +99,4 @@ def exception_path(entry: dict[str, Any]) -> str:
     return f"builtins.{name}"
 
 
-__all__ = ["STATUSES", "TASK_KEY", "task_of", "task_result"]
+__all__ = ["ASYNC_PREFIX", "STATUSES", "SYNC_PREFIX", "TASK_KEY", "task_of", "task_result"]

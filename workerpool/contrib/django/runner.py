@@ -19,10 +19,7 @@ from django.utils.module_loading import import_string
 from ...client import WorkerPool
 from ...model.job import Job
 from .compat import Task, TaskContext, TaskResult, TaskResultStatus, normalize_json
-from .results import TASK_KEY
-
-SYNC_PREFIX = "django:"
-ASYNC_PREFIX = "django-async:"
+from .results import ASYNC_PREFIX, SYNC_PREFIX, TASK_KEY
 
 
 def task_name(queue: str, *, is_async: bool) -> str:
