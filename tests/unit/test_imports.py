@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 #: application's Alembic ``env.py`` imports them): Alembic over ``sql/schema.py``, SQL's layer.
 #: ``dead`` is the dead-letter queue at the path docs/operations.md gives it; ``maintenance``
 #: and ``__main__`` are ``python -m`` entry points; ``chaos`` the fault-injection run
-#: (``python -m workerpool.chaos``), a tool on top like the command line.
+#: (``python -m workerpool.chaos``), a tool on top like the command line. ``contrib`` (framework
+#: integrations) is outermost: it may use any layer, and nothing of the package imports it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", ("model",)),
     ("sql", ("sql", "migrate", "schema")),
@@ -35,7 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("process", ("process",)),
     ("client", ("client",)),
     ("ops", ("ops", "dead")),
-    ("top", ("cli", "web", "testing", "contrib", "chaos", "maintenance", "__main__", "")),
+    ("top", ("cli", "web", "testing", "chaos", "maintenance", "__main__", "")),
+    ("contrib", ("contrib",)),
 )
 #: Layers that may import fewer than every layer before them.
 NARROW = {"process": {"model"}}

@@ -1,5 +1,6 @@
 """docs/recipes/*.md show only code that runs: every ```python block of a recipe page is an
-excerpt, verbatim, of the example it links to (examples/, run by tests/processes/test_recipe_*),
+excerpt, verbatim, of the example it links to (examples/, run by tests/processes/test_recipe_*;
+or a project under tests/apps/ with tests of its own),
 and every relative link resolves. (test_docs.py runs the docs/*.md samples themselves; a recipe
 needs its framework and a worker, so its test runs the example instead.)"""
 
@@ -26,7 +27,8 @@ def test_each_sample_is_an_excerpt_of_the_tested_example(page: Path):
     links = [page.parent / target for target in LINK.findall(text) if "://" not in target]
     for link in links:
         assert link.resolve().exists(), f"{page.name}: broken link {link}"
-    examples = [link.resolve() for link in links if "examples" in link.resolve().parts]
+    examples = [link.resolve() for link in links
+                if {"examples", "apps"} & set(link.resolve().parts)]  # tests/apps: a project
     assert examples, f"{page.name} links to no example"
     folder = examples[0].parent if examples[0].name == "__init__.py" else None
     sources = (list(folder.glob("*.py")) if folder else [examples[0]])

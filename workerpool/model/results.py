@@ -36,6 +36,11 @@ class JobInfo:
     created_at: datetime
     run_at: datetime
     finished_at: datetime | None
+    #: What the job was enqueued with, and its latest claim (framework integrations read them).
+    payload: Any = None
+    priority: int = 0
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -47,7 +52,9 @@ class JobInfo:
         return cls(id=row.id, queue=row.queue, task=row.task, state=row.state, result=row.result,
                    attempts=row.attempts, max_attempts=row.max_attempts, errors=row.errors,
                    dead_reason=row.dead_reason, key=row.key, batch_id=row.batch_id,
-                   created_at=row.created_at, run_at=row.run_at, finished_at=row.finished_at)
+                   created_at=row.created_at, run_at=row.run_at, finished_at=row.finished_at,
+                   payload=row.payload, priority=row.priority, claimed_by=row.claimed_by,
+                   claimed_at=row.claimed_at)
 
     def outcome(self) -> Any:
         """The result of a finished job, or its failure raised."""

@@ -188,6 +188,7 @@ JOB_INFO_COLUMNS = (
     jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.dead_reason, jobs.c.result,
     jobs.c.attempts, jobs.c.max_attempts, jobs.c.errors, jobs.c.key, jobs.c.batch_id,
     jobs.c.created_at, jobs.c.run_at, jobs.c.finished_at,
+    jobs.c.payload, jobs.c.priority, jobs.c.claimed_by, jobs.c.claimed_at,
 )
 
 # read_job: one job as pool.job shows it. Index: pk_workerpool_jobs.

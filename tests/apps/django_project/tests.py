@@ -1,0 +1,236 @@
+"""The project's own tests, run by Django's test runner on its test database, with a real
+``workerpool run workerpool.contrib.django.worker:pool`` serving that database.
+
+A ``TransactionTestCase``: the view's atomic block really commits (a ``TestCase`` wraps each
+test in a transaction, whose on-commit callbacks never run), so the backend's on-commit
+enqueue happens as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+from django.test import Client, TransactionTestCase
+from django.utils import timezone
+
+from tests.helpers.waiting import wait_until
+from workerpool import WorkerPool
+from workerpool.contrib.django import WorkerpoolBackend
+from workerpool.contrib.django.compat import (
+    InvalidTaskBackend,
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+)
+from workerpool.contrib.django.database import url_of
+from workerpool.contrib.django.models import Job
+
+from . import tasks
+from .compat import default_task_backend
+from .models import Order
+
+ROOT = Path(__file__).resolve().parents[3]
+TARGET = "workerpool.contrib.django.worker:pool"
+
+
+class Worker:
+    """``workerpool run`` on the test database, in a process group of its own."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="wp-django-")
+        self.log_path = Path(self.dir.name) / "run.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
+        env.update(DJANGO_PROJECT_DB_NAME=connection.settings_dict["NAME"],
+                   DJANGO_SETTINGS_MODULE="tests.apps.django_project.settings",
+                   PYTHONPATH=str(ROOT))
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "workerpool", "run", TARGET,
+                 "--heartbeat-dir", self.dir.name],
+                env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            self.dir.cleanup()
+
+
+def finished(result_id: str, worker: Worker, timeout: float = 60):
+    """The result once its task has finished (a real worker runs it)."""
+    def read():
+        result = tasks.add.get_backend().get_result(result_id)
+        return result if result.is_finished else None
+    return wait_until(read, timeout, interval=0.1,
+                      message=f"task result {result_id} finished\n{worker.log()}")
+
+
+class TasksOnWorkerpool(TransactionTestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        default_task_backend.pool.migrate()  # workerpool's tables in Django's test database
+        cls.worker = Worker()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        exit_code = cls.worker.stop()
+        default_task_backend.pool.dispose()
+        super().tearDownClass()
+        assert exit_code == 0, f"workerpool run exited {exit_code}"
+
+    def test_a_view_enqueues_in_its_atomic_block_and_the_worker_runs_the_task(self) -> None:
+        response = Client().post("/orders", json.dumps({"email": "ada@example.com"}),
+                                 content_type="application/json")
+        self.assertEqual(response.status_code, 201, response.content)
+        order_id, result_id = response.json()["order"], response.json()["result_id"]
+
+        result = finished(result_id, self.worker)
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(result.return_value, {"order": order_id, "updated": 1})
+        self.assertTrue(Order.objects.get(pk=order_id).confirmed)
+        self.assertEqual((result.task.func, result.task.queue_name, result.attempts),
+                         (tasks.confirm_order.func, "emails", 1))
+        self.assertEqual(result.args, [order_id])
+        self.assertLessEqual(result.enqueued_at, result.started_at)
+        self.assertLessEqual(result.started_at, result.finished_at)
+        self.assertEqual(tasks.confirm_order.get_result(result_id).id, result_id)
+
+    def test_a_rolled_back_block_enqueues_nothing(self) -> None:
+        jobs = Job.objects.count()  # workerpool's table is not flushed between tests
+        response = Client().post("/orders", json.dumps({"email": "bob@example.invalid"}),
+                                 content_type="application/json")
+        self.assertEqual(response.status_code, 422, response.content)
+        self.assertEqual(response.json()["result_id"], "")  # never written: no id
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(Job.objects.count(), jobs)
+
+    def test_refresh_follows_the_job_until_it_succeeds(self) -> None:
+        result = tasks.add.enqueue(2, 3)  # outside a block: written at once
+        self.assertTrue(result.id)
+        self.assertIn(result.status, {TaskResultStatus.READY})
+        wait_until(lambda: (result.refresh(), result.is_finished)[1], 60, interval=0.1,
+                   message=f"refresh() saw the task finish\n{self.worker.log()}")
+        self.assertEqual((result.status, result.return_value), (TaskResultStatus.SUCCESSFUL, 5))
+
+    def test_a_task_that_raises_is_failed_with_its_exception_and_traceback(self) -> None:
+        result = finished(tasks.refuse.enqueue("no stock").id, self.worker)
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        [error] = result.errors
+        self.assertIs(error.exception_class, tasks.Refused)
+        self.assertIn("no stock", error.traceback)
+        self.assertEqual(result.attempts, 1)
+        with self.assertRaises(ValueError):
+            result.return_value  # Django raises for a failed task
+
+    def test_async_tasks_and_the_async_api(self) -> None:
+        async def flow():
+            enqueued = await tasks.add_later.aenqueue(4, 5)
+            for _ in range(600):
+                result = await tasks.add_later.aget_result(enqueued.id)
+                if result.is_finished:
+                    return result
+                await enqueued.arefresh()
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"async task unfinished\n{self.worker.log()}")
+
+        result = async_to_sync(flow)()
+        self.assertEqual((result.status, result.return_value),
+                         (TaskResultStatus.SUCCESSFUL, [4, 5, 9]))
+        self.assertTrue(Job.objects.get(pk=int(result.id)).task.startswith("django-async:"))
+
+    def test_a_task_that_takes_context_sees_its_attempt(self) -> None:
+        result = finished(tasks.which_attempt.enqueue("first").id, self.worker)
+        self.assertEqual(result.return_value, {"label": "first", "attempt": 1, "id": result.id})
+
+    def test_priority_queue_and_run_after_become_the_job_s(self) -> None:
+        later = timezone.now() + timedelta(hours=1)
+        result = tasks.add.using(priority=-42, queue_name="emails", run_after=later).enqueue(1, 1)
+        job = Job.objects.get(pk=int(result.id))
+        self.assertEqual((job.priority, job.queue, job.run_at, job.state),
+                         (-42, "emails", later, "pending"))
+        read = tasks.add.get_result(result.id)
+        self.assertEqual((read.status, read.task.priority, read.task.queue_name),
+                         (TaskResultStatus.READY, -42, "emails"))
+
+    def test_bad_input_is_refused_by_name_and_nothing_is_written(self) -> None:
+        jobs = Job.objects.count()
+        refusals = {
+            "unknown queue": lambda: tasks.add.using(queue_name="nope"),
+            "priority above 100": lambda: tasks.add.using(priority=101),
+            "priority below -100": lambda: tasks.add.using(priority=-101),
+            "arguments not JSON": lambda: tasks.add.enqueue(object(), 1),
+            "kwargs not JSON": lambda: tasks.add.enqueue(a={1, 2}, b=1),
+            "naive run_after": lambda: tasks.add.using(run_after=datetime(2030, 1, 1)),
+        }
+        for what, call in refusals.items():
+            with self.subTest(what), transaction.atomic():
+                with self.assertRaises(InvalidTaskError):
+                    call()
+        for bad_id in ("abc", "-1", "0", "", "99999999", "1" * 30):
+            with self.subTest(result_id=bad_id), self.assertRaises(TaskResultDoesNotExist):
+                tasks.add.get_result(bad_id)
+        bad_settings = {
+            "unknown option": {"OPTIONS": {"URLS": "postgresql://x/y"}},
+            "no attempt": {"OPTIONS": {"MAX_ATTEMPTS": 0}},
+            "on-commit not a bool": {"OPTIONS": {"ENQUEUE_ON_COMMIT": "yes"}},
+            "queue name with a space": {"QUEUES": ["default", "two words"]},
+        }
+        for what, params in bad_settings.items():
+            with self.subTest(what), self.assertRaises(InvalidTaskBackend) as raised:
+                WorkerpoolBackend("bad", params)
+            self.assertIn("TASKS['bad']", str(raised.exception))
+            self.assertIsInstance(raised.exception, ImproperlyConfigured)
+        self.assertEqual(Job.objects.count(), jobs)
+
+    def test_a_job_of_another_task_is_no_task_result(self) -> None:
+        other = WorkerPool(url_of("default"))
+        other.task(queue="elsewhere", name="plain")(lambda job: None)
+        try:
+            job_id = other.enqueue("plain", {"task": "tests.apps.django_project.tasks.add",
+                                             "args": [1, 2], "kwargs": {}})
+        finally:
+            other.dispose()
+        with self.assertRaises(TaskResultDoesNotExist):
+            tasks.add.get_result(str(job_id))
+
+    def test_the_admin_lists_jobs_read_only(self) -> None:
+        result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(7, 8)
+        User.objects.create_superuser("admin", "admin@example.com", "pw")
+        client = Client()
+        client.force_login(User.objects.get(username="admin"))
+        page = client.get("/admin/workerpool/job/")
+        self.assertEqual(page.status_code, 200)
+        self.assertContains(page, "tests.apps.django_project.tasks.add")
+        self.assertContains(page, "django:default")
+        link = f"/admin/workerpool/job/{result.id}/change/"
+        self.assertContains(page, link)
+        self.assertNotContains(client.get("/admin/workerpool/job/?state__exact=done"), link)
+        self.assertContains(client.get("/admin/workerpool/job/?state__exact=pending"), link)
+        self.assertEqual(client.get(f"/admin/workerpool/job/{result.id}/change/").status_code,
+                         200)
+        self.assertEqual(client.get("/admin/workerpool/job/add/").status_code, 403)
+        self.assertEqual(client.post(f"/admin/workerpool/job/{result.id}/delete/",
+                                     {"post": "yes"}).status_code, 403)
+        self.assertTrue(Job.objects.filter(pk=int(result.id)).exists())
+        self.assertEqual(Client().get("/admin/workerpool/job/").status_code, 302)  # log in first
