@@ -26,6 +26,7 @@ from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.processes import Supervisor, kill_all, start_supervisor
 from tests.helpers.waiting import wait_until
+from tests.processes.test_pgbouncer import bouncer  # noqa: F401 (a fixture)
 from workerpool import ConfigError, InvalidSchema, WorkerPool
 from workerpool.client import database_url
 from workerpool.migrate import VERSION_TABLE, downgrade, drift
@@ -288,3 +289,34 @@ def test_roles_are_granted_on_the_schema(empty_db_url, tmp_path):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             run(empty_db_url.set(username=f"{prefix}_app"),
                 f"CREATE TABLE {schema}.intruder (id int)")
+
+
+# -- PgBouncer ------------------------------------------------------------------------------------
+
+
+def test_behind_pgbouncer_the_server_sets_the_schema(two_schemas, bouncer, monkeypatch):  # noqa: F811
+    """The bouncer (transaction pooling, ``ignore_startup_parameters = options``) drops the
+    search_path the URL carries: the pool refuses its connections rather than use ``public``,
+    unless the server itself puts the role's sessions in the schema."""
+    monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")
+    pool = app_pool(bouncer.url(two_schemas), A)
+    with pytest.raises(ConfigError, match=r"schema 'public', not 'jobs_a'.*ALTER ROLE"):
+        pool.enqueue("where", {})
+    pool.dispose()
+    assert run(two_schemas, f"SELECT count(*) FROM {A}.workerpool_jobs") == [(0,)]
+
+    # another database, whose sessions the server puts in the schema (the bouncer's server
+    # sessions of the first one started before any such setting)
+    configured = two_schemas.set(database=f"{two_schemas.database}_s")
+    run(two_schemas, f'CREATE DATABASE "{configured.database}"')
+    try:
+        WorkerPool(configured, schema=A).migrate()
+        run(configured, f'ALTER ROLE postgres IN DATABASE "{configured.database}"'
+                        f" SET search_path = {A}")
+        pool = app_pool(bouncer.url(configured), A)
+        ids = pool.enqueue_many([("where", {}), ("where", {"n": 2}, {"key": "k"})])
+        assert pool.job(ids[0]).state == "pending"
+        pool.dispose()
+        assert run(configured, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id") == [(1,), (2,)]
+    finally:
+        run(two_schemas, f'DROP DATABASE IF EXISTS "{configured.database}" WITH (FORCE)')
