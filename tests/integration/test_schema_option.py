@@ -170,7 +170,7 @@ def test_a_callers_connection_enqueues_into_the_schema_and_keeps_its_own_path(tw
     pool.dispose()
 
 
-def test_a_failed_call_leaves_the_path_to_the_rollback(two_schemas):
+def test_a_call_failing_in_the_callers_transaction_is_undone_by_its_rollback(two_schemas):
     pool = app_pool(two_schemas, A)
     app = create_engine(db.normalise(two_schemas))
     with app.connect() as conn:

@@ -3,7 +3,7 @@
 Each test module run builds a primary and a streaming standby (initdb, pg_basebackup, as the
 chaos tool does: :mod:`workerpool.chaos.cluster`). With the standby's replay paused the two
 differ, so what a reader shows says where it read: `workerpool status`, the dashboard (a real
-`workerpool web` in headless Chromium) and the maintenance child's depth sample read the
+`workerpool web` in headless Chromium) and the maintenance duties' depth sample read the
 standby and show its lag, while enqueue, cancel and pause still write to the primary (the
 standby would refuse them). A standby that is down is named in one line, never replaced by
 the primary.
