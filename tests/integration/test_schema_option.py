@@ -10,6 +10,7 @@ schema, a downgrade of one schema, PgBouncer, and bad names refused before anyth
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import subprocess
@@ -167,6 +168,29 @@ def test_a_callers_connection_enqueues_into_the_schema_and_keeps_its_own_path(tw
     with app.begin() as conn, pytest.raises(ConfigError, match=r"batch.*not supported"):
         pool.batch(conn=conn)
     app.dispose()
+    pool.dispose()
+
+
+def test_an_async_callers_connection_enqueues_into_the_schema(two_schemas):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    pool = app_pool(two_schemas, A)
+
+    async def enqueue() -> tuple[str, str, list[int]]:
+        app = create_async_engine(db.normalise(two_schemas).set(
+            drivername="postgresql+psycopg_async"))
+        async with app.begin() as conn:
+            before = (await conn.execute(text("SHOW search_path"))).scalar()
+            ids = [await pool.enqueue_async("where", {}, conn=conn),
+                   *await pool.enqueue_many_async([("where", {})], conn=conn)]
+            after = (await conn.execute(text("SHOW search_path"))).scalar()
+        await app.dispose()
+        return before, after, ids
+
+    before, after, ids = asyncio.run(enqueue())
+    assert after == before
+    assert [row[0] for row in run(two_schemas, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id")
+            ] == ids
     pool.dispose()
 
 
