@@ -17,6 +17,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
+from .model.validation import DEFAULT_SCHEMA, check_schema
 from .sql.schema import metadata
 
 VERSION_TABLE = "workerpool_alembic_version"
@@ -114,8 +115,13 @@ def script_location() -> str:
     raise FileNotFoundError(f"workerpool's migration scripts are missing under {here}")
 
 
-def alembic_config(url: URL | None = None, connection: Connection | None = None) -> Config:
+def alembic_config(url: URL | None = None, connection: Connection | None = None,
+                   schema: str = DEFAULT_SCHEMA) -> Config:
+    """Alembic's configuration for workerpool's scripts. ``schema``: where the tables and the
+    version table go (created if missing); ``url`` (or ``connection``) must already put its
+    sessions there (:func:`workerpool.sql.db.in_schema`)."""
     cfg = Config()
+    cfg.attributes["schema"] = check_schema(schema)
     cfg.set_main_option("script_location", script_location())
     cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
@@ -126,9 +132,22 @@ def alembic_config(url: URL | None = None, connection: Connection | None = None)
     return cfg
 
 
-def upgrade(url: URL, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+def upgrade(url: URL, revision: str = "head", *, schema: str = DEFAULT_SCHEMA) -> None:
+    command.upgrade(alembic_config(url, schema=schema), revision)
 
 
-def downgrade(url: URL, revision: str = "base") -> None:
-    command.downgrade(alembic_config(url), revision)
+def downgrade(url: URL, revision: str = "base", *, schema: str = DEFAULT_SCHEMA) -> None:
+    command.downgrade(alembic_config(url, schema=schema), revision)
+
+
+def create_schema(connection: Connection, schema: str) -> None:
+    """The schema, made if missing (committed at once: Alembic's transaction starts after).
+    Looked up first: CREATE SCHEMA IF NOT EXISTS needs the database's CREATE privilege even
+    when the schema exists, which a migrating role of `workerpool roles` does not have."""
+    if schema == DEFAULT_SCHEMA:
+        return
+    found = connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :name"),
+                               {"name": schema}).first()
+    if found is None:
+        connection.execute(text(f"CREATE SCHEMA {check_schema(schema)}"))
+    connection.commit()

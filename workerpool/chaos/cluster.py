@@ -122,7 +122,8 @@ class Cluster:
     def base_backup_into(self, standby: Cluster) -> None:
         """Make ``standby`` a streaming replica of this cluster (synchronous once named)."""
         _run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1", "-p", str(self.port),
-             "-U", "postgres", "-X", "stream", "--no-sync", "-R")
+             "-U", "postgres", "-X", "stream", "--no-sync", "-R",
+             "--checkpoint=fast")  # a spread checkpoint would take minutes of an idle server
         conninfo = (f"host=127.0.0.1 port={self.port} user=postgres "
                     f"application_name={STANDBY_NAME}")
         with (standby.data / "postgresql.auto.conf").open("a") as conf:

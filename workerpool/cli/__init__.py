@@ -25,11 +25,11 @@ from .target import CliError, pool_for
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..client import database_url
-    from ..migrate import upgrade
+    from ..client import WorkerPool
 
-    upgrade(database_url(), args.revision)
-    print(f"workerpool: migrated to {args.revision}")
+    pool = WorkerPool(schema=args.schema)
+    pool.migrate(args.revision)
+    print(f"workerpool: migrated to {args.revision} in schema {pool.schema}")
     return exitcodes.OK
 
 
@@ -73,7 +73,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     pool = pool_for(args)
     if args.job is not None:
-        with pool.engine.connect() as conn:
+        with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
         text = why.line(answer)
         steps = status.steps_json(answer.job.steps, answer.facts.now)
@@ -85,7 +85,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print("STEPS\n" + status.render_steps(steps))
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
-    data = status.collect(pool.engine, known)
+    with pool.engines.replica_errors():
+        data = status.collect(pool.read_engine, known)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
@@ -264,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = add_command(sub, "migrate", help="apply workerpool's migrations (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
+    migrate.add_argument("--schema", default=None,
+                         help="the schema of workerpool's tables, created if missing (default: "
+                              "$WORKERPOOL_SCHEMA, else public)")
 
     cli_enqueue.add_parser(sub)
 

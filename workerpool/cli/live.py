@@ -47,9 +47,12 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
 
 
 def cmd_roles(args: argparse.Namespace) -> int:
+    from ..model.validation import DEFAULT_SCHEMA, check_schema
     from ..ops.roles import print_sql
+    from ..process import settings
 
-    sys.stdout.write(print_sql(args.prefix, args.schema))
+    schema = check_schema(args.schema or settings.schema() or DEFAULT_SCHEMA)
+    sys.stdout.write(print_sql(args.prefix, schema))
     return exitcodes.OK
 
 
@@ -79,4 +82,5 @@ def add_parsers(sub: Any) -> None:
     roles.add_argument("--prefix", default="workerpool",
                        help="role names PREFIX_owner, PREFIX_worker, PREFIX_reader"
                             " (default %(default)s)")
-    roles.add_argument("--schema", default="public", help="the schema of workerpool's tables")
+    roles.add_argument("--schema", default=None, help="the schema of workerpool's tables"
+                       " (default: $WORKERPOOL_SCHEMA, else public)")

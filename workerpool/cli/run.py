@@ -54,8 +54,9 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
 def runner_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> RunnerFactory:
     """What a child runs: the runtime's runner on the pool's registry and URL, with this run's
     queue settings."""
+    read_url = pool.engines.read_url if pool.engines.replica else None
     return functools.partial(build_runner, pool.registry, pool.url, queues=settings.queues,
-                             pooled=settings.pooled)
+                             pooled=settings.pooled, read_url=read_url)
 
 
 def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:

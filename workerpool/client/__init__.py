@@ -39,9 +39,10 @@ from ..model.results import JobInfo
 from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
-from ..model.validation import check_name
+from ..model.validation import DEFAULT_SCHEMA, check_name
 from ..sql import batching, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
+from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
     Workflow,
     chain,
@@ -70,20 +71,25 @@ class WorkerPool:
     calls it makes (enqueue, result, batch, cancel, pause, resume).
 
     ``url``: a PostgreSQL URL; else ``$WORKERPOOL_DATABASE_URL``; else the embedded PostgreSQL.
-    Nothing connects until the first database call. ``payload_limit`` and ``notify``: see
-    :class:`~workerpool.model.registry.Registry`.
+    Nothing connects until the first database call. ``schema``: the schema of every workerpool
+    table (else ``$WORKERPOOL_SCHEMA``, else ``public``); InvalidSchema unless it is a plain
+    lower-case identifier. ``read_url``: a replica that status, the dashboard and the depth
+    samples read (else ``$WORKERPOOL_READ_URL``, else the primary); writes never go there.
+    ``payload_limit`` and ``notify``: see :class:`~workerpool.model.registry.Registry`.
     """
 
     def __init__(
         self,
         url: str | URL | None = None,
         *,
+        schema: str | None = None,
+        read_url: str | URL | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         notify: bool = True,
     ) -> None:
         #: The declarations: what ``workerpool run`` hands its children, without the engines.
         self.registry = Registry(payload_limit=payload_limit, notify=notify)
-        self.engines = Engines(url)  # nothing connects until the first database call
+        self.engines = Engines(url, schema, read_url)  # nothing connects before the first call
         self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
         # Declaring is the registry's: its own methods, so every signature and check is one.
         self.queue = self.registry.queue
@@ -142,6 +148,16 @@ class WorkerPool:
         return self.engines.engine
 
     @property
+    def schema(self) -> str:
+        return self.engines.schema
+
+    @property
+    def read_engine(self) -> Engine:
+        """Where status, the dashboard and the depth samples read: the replica of ``read_url``
+        if one is set, else :attr:`engine`. Never used to write."""
+        return self.engines.read_engine
+
+    @property
     def async_engine(self) -> Any:
         """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
         :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
@@ -170,7 +186,7 @@ class WorkerPool:
     def migrate(self, revision: str = "head") -> None:
         from ..migrate import upgrade
 
-        upgrade(self.url, revision)
+        upgrade(self.url, revision, schema=self.schema)
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -210,10 +226,11 @@ class WorkerPool:
         ``after=[ids]``: the job waits until every one of them is done; ``sequence="name"``: it
         runs after every earlier job of that sequence, one at a time (docs/workflows.md).
         """
-        if is_linked(options):
-            job_id = enqueue_linked(self, task, payload, conn, options)
-        else:
-            job_id = enqueue_one(self, task, payload, conn, options)
+        with borrowed(conn, self.schema):
+            if is_linked(options):
+                job_id = enqueue_linked(self, task, payload, conn, options)
+            else:
+                job_id = enqueue_one(self, task, payload, conn, options)
         if self._inline is not None:
             self._inline(conn, [job_id])
         return job_id
@@ -238,10 +255,11 @@ class WorkerPool:
         if items is None and not isinstance(jobs, str | bytes | Mapping) and isinstance(
                 jobs, Iterable):
             items = list(jobs)
-        if items is not None and has_links(items):
-            ids = enqueue_many_linked(self, items, conn)
-        else:
-            ids = enqueue_batch(self, items if items is not None else jobs, conn)
+        with borrowed(conn, self.schema):
+            if items is not None and has_links(items):
+                ids = enqueue_many_linked(self, items, conn)
+            else:
+                ids = enqueue_batch(self, items if items is not None else jobs, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
@@ -257,11 +275,12 @@ class WorkerPool:
         """:meth:`enqueue` for asyncio: ``conn=`` is a SQLAlchemy ``AsyncConnection`` and the job
         exists if and only if its transaction commits. Same checks, errors and NOTIFY; without
         ``conn=`` the pool's own async engine writes it (:attr:`async_engine`)."""
-        if is_linked(options):
-            job_id = await self._linked_async(
-                conn, lambda sync: enqueue_linked(self, task, payload, sync, options))
-        else:
-            job_id = await enqueue_one_async(self, task, payload, conn, options)
+        async with borrowed_async(conn, self.schema):
+            if is_linked(options):
+                job_id = await self._linked_async(
+                    conn, lambda sync: enqueue_linked(self, task, payload, sync, options))
+            else:
+                job_id = await enqueue_one_async(self, task, payload, conn, options)
         if self._inline is not None:
             self._inline(conn, [job_id])
         return job_id
@@ -271,11 +290,12 @@ class WorkerPool:
         checked whole, then written atomically in one statement with one NOTIFY."""
         items = list(jobs) if not isinstance(jobs, str | bytes | Mapping) and isinstance(
             jobs, Iterable) else jobs
-        if isinstance(items, list) and has_links(items):
-            ids = await self._linked_async(
-                conn, lambda sync: enqueue_many_linked(self, items, sync))
-        else:
-            ids = await enqueue_batch_async(self, items, conn)
+        async with borrowed_async(conn, self.schema):
+            if isinstance(items, list) and has_links(items):
+                ids = await self._linked_async(
+                    conn, lambda sync: enqueue_many_linked(self, items, sync))
+            else:
+                ids = await enqueue_batch_async(self, items, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
@@ -295,7 +315,8 @@ class WorkerPool:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
         first one's id is the chain's ``workflow_id``."""
-        ids = chain(self, steps, conn)
+        with borrowed(conn, self.schema):
+            ids = chain(self, steps, conn)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
@@ -303,6 +324,7 @@ class WorkerPool:
     def workflow(self, *, conn: Connection | None = None) -> Workflow:
         """A graph builder: ``wf.step(name, task, payload, after=[names])`` then ``wf.run()``
         enqueues every step in one transaction and returns ``{name: job id}``."""
+        self._own_schema_only(conn, "workflow")
         return Workflow(self, conn)
 
     def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
@@ -457,6 +479,7 @@ class WorkerPool:
         outcome's transaction enqueues the callbacks once (``on_complete`` always,
         ``on_success`` if every member is done, ``on_failure`` if any is dead or cancelled) with
         ``payload``. ``key=`` reopens the batch of that key (a coordinator run twice)."""
+        self._own_schema_only(conn, "batch")
         return Batch(self, on_complete=on_complete, on_success=on_success,
                      on_failure=on_failure, payload=payload, conn=conn, key=key,
                      inline=self._inline)
@@ -467,6 +490,7 @@ class WorkerPool:
         """:meth:`batch` for asyncio: ``async with pool.batch_async(...) as batch: await
         batch.enqueue(...)``, on the pool's async engine or an ``AsyncConnection`` (``conn=``,
         the caller's transaction)."""
+        self._own_schema_only(conn, "batch_async")
         return AsyncBatch(self, on_complete=on_complete, on_success=on_success,
                           on_failure=on_failure, payload=payload, conn=conn, key=key,
                           inline=self._inline)
@@ -480,10 +504,19 @@ class WorkerPool:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
         return batching.results(self, batch_id, page_size)
 
+    def _own_schema_only(self, conn: Any, call: str) -> None:
+        """Refuse ``conn=`` where a call keeps the caller's connection beyond itself (a batch, a
+        workflow) in a schema of its own: the connection would resolve workerpool's tables in
+        the caller's search_path, which may hold another pool's."""
+        if conn is not None and self.schema != DEFAULT_SCHEMA:
+            raise ConfigError(f"pool.{call}(conn=...) is not supported in schema {self.schema!r}:"
+                              " give no conn= (the pool's own transaction)")
+
     @contextmanager
     def _connection(self, conn: Connection | None) -> Iterator[Connection]:
         if conn is not None:
-            yield conn
+            with borrowed(conn, self.schema):
+                yield conn
             return
         with self.engine.begin() as own:
             yield own

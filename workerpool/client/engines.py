@@ -1,17 +1,22 @@
 """A pool's database: its URL (given, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
-PostgreSQL) and the engines made on it when first needed; and who an operator is."""
+PostgreSQL), its schema, the replica it may read from, and the engines made on them when first
+needed; and who an operator is."""
 
 from __future__ import annotations
 
 import getpass
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import OperationalError
 
+from ..model.errors import ReplicaUnavailable, first_line
+from ..model.validation import DEFAULT_SCHEMA, check_schema
 from ..process import settings
 from ..sql import db
 
@@ -20,14 +25,25 @@ T = TypeVar("T")
 
 class Engines:
     """A pool's URL (``url_arg``, else ``$WORKERPOOL_DATABASE_URL``, else the embedded
-    PostgreSQL) and the engines on it. Nothing connects until the first database call."""
+    PostgreSQL) and the engines on it. Nothing connects until the first database call.
 
-    def __init__(self, url_arg: str | URL | None) -> None:
+    ``schema`` (else ``$WORKERPOOL_SCHEMA``, else ``public``) is every connection's
+    ``search_path``, carried by :attr:`url` (:func:`workerpool.sql.db.in_schema`).
+    ``read_url`` (else ``$WORKERPOOL_READ_URL``, else the primary) is what :attr:`read_engine`
+    connects to."""
+
+    def __init__(self, url_arg: str | URL | None, schema: str | None = None,
+                 read_url: str | URL | None = None) -> None:
         self._url_arg = url_arg
         #: Behind PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``, read once).
         self.pooled = settings.transaction_pooling()
+        self.schema = check_schema(schema if schema is not None else
+                                   settings.schema() or DEFAULT_SCHEMA)
+        self._read_arg = read_url if read_url is not None else settings.read_url()
         self._url: URL | None = None
+        self._read_url: URL | None = None
         self._engine: Engine | None = None
+        self._read_engine: Engine | None = None
         self._async_engine: Any = None
         # the first use may come from several threads at once (a web app's first requests):
         # without it each would build an engine, and all but one would leak their connections
@@ -35,11 +51,51 @@ class Engines:
 
     @property
     def url(self) -> URL:
-        return self._once("_url", lambda: database_url(self._url_arg))
+        return self._once("_url", lambda: self._in_schema(database_url(self._url_arg)))
 
     @property
     def engine(self) -> Engine:
         return self._once("_engine", lambda: db.create(self.url, pooled=self.pooled))
+
+    @property
+    def replica(self) -> bool:
+        """Whether reads go to a replica (a read URL is set)."""
+        return self._read_arg is not None
+
+    @property
+    def read_url(self) -> URL:
+        """The replica's URL in the pool's schema, else the primary's."""
+        if self._read_arg is None:
+            return self.url
+        return self._once("_read_url", lambda: self._in_schema(
+            db.resolve_url(self._read_arg, embedded_dir=settings.embedded_dir())))
+
+    @property
+    def read_engine(self) -> Engine:
+        """The engine of status, the dashboard's pages and the depth samples: on the replica
+        when there is one (it never writes), else the pool's own engine."""
+        if self._read_arg is None:
+            return self.engine
+        return self._once("_read_engine", lambda: db.create(
+            self.read_url, application_name="workerpool-read", pooled=self.pooled))
+
+    @contextmanager
+    def replica_errors(self) -> Iterator[None]:
+        """Around reads of :attr:`read_engine`: a replica's failure (down, unreachable, a query
+        cancelled by recovery) is ReplicaUnavailable, one line naming it. Reads do not fall back
+        to the primary: a status that silently moved its load there would hide the outage."""
+        try:
+            yield
+        except OperationalError as exc:
+            if not self.replica:
+                raise
+            raise ReplicaUnavailable(
+                f"the read replica {db.redact(self.read_url)} failed: {first_line(exc.orig or exc)}"
+                " (reads do not fall back to the primary; unset WORKERPOOL_READ_URL to read it)"
+            ) from None
+
+    def _in_schema(self, url: URL) -> URL:
+        return db.in_schema(url, self.schema)
 
     @property
     def async_engine(self) -> Any:
@@ -61,12 +117,16 @@ class Engines:
         self._engine = engine
 
     def forget_engine(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose(close=False)
-        self._engine = None
+        for engine in (self._engine, self._read_engine):
+            if engine is not None:
+                engine.dispose(close=False)
+        self._engine = self._read_engine = None
         self._made = threading.RLock()  # a thread of the parent may have held it at the fork
 
     def dispose(self) -> None:
+        if self._read_engine is not None:
+            self._read_engine.dispose()
+        self._read_engine = None
         if self._engine is not None:
             self._engine.dispose()
         self._engine = None
@@ -84,9 +144,7 @@ class Engines:
         engine, self._async_engine = self._async_engine, None
         if engine is not None:
             await engine.dispose()
-        if self._engine is not None:
-            self._engine.dispose()
-        self._engine = None
+        self.dispose()
 
 
 def database_url(url: str | URL | None = None) -> URL:

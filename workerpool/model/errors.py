@@ -29,6 +29,14 @@ class ConfigError(WorkerpoolError, ValueError):
     """Invalid configuration."""
 
 
+class ReplicaUnavailable(WorkerpoolError):
+    """The read replica (``read_url``) failed; reads never fall back to the primary."""
+
+
+class InvalidSchema(ConfigError):
+    """The schema name is not a plain lower-case PostgreSQL identifier."""
+
+
 class InvalidJob(WorkerpoolError, ValueError):
     """Invalid job argument (key, run_at, delay, priority, max_attempts, queue)."""
 

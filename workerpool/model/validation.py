@@ -8,11 +8,12 @@ filters (queue and task names, job ids) raise InvalidFilter.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .errors import MAX_DELAY, ConfigError, InvalidFilter, InvalidJob
+from .errors import MAX_DELAY, ConfigError, InvalidFilter, InvalidJob, InvalidSchema
 
 MAX_ATTEMPTS_CAP = 1000
 PRIORITY_RANGE = (-32768, 32767)
@@ -26,6 +27,21 @@ def check_name(kind: str, name: Any) -> str:
     if ok and all(ch.isalnum() or ch in "_-.:" for ch in name) and name.isascii():
         return name
     raise ConfigError(f"{kind} name {name!r} is invalid: use {NAME_PATTERN}")
+
+
+#: The schema a pool uses when it is given none: the tables where they always were.
+DEFAULT_SCHEMA = "public"
+SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def check_schema(name: Any) -> str:
+    """A schema name that needs no quoting anywhere (SQL, libpq ``options``, Alembic): lower-case
+    letters, digits and ``_``, not PostgreSQL's own (``pg_*``, ``information_schema``)."""
+    if (isinstance(name, str) and SCHEMA_PATTERN.match(name) and not name.startswith("pg_")
+            and name != "information_schema"):
+        return name
+    raise InvalidSchema(f"schema {name!r} is invalid: use lower-case letters, digits and '_' "
+                        "(1 to 63, not starting with a digit or pg_)")
 
 
 def check_positive(name: str, value: Any, *, minimum: float = 0.0,

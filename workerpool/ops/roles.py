@@ -101,7 +101,10 @@ def _create_role(role: str) -> str:
 
 
 def _schema_sql(roles: Roles, schema: str) -> str:
-    return (f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {roles.owner};\n"
+    # a schema of its own may not exist before the first migration: the owner group gets it
+    made = (f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {roles.owner};\n"
+            if schema != "public" else "")
+    return (f"{made}GRANT USAGE, CREATE ON SCHEMA {schema} TO {roles.owner};\n"
             f"GRANT USAGE ON SCHEMA {schema} TO {roles.worker}, {roles.reader};\n"
             f"REVOKE CREATE ON SCHEMA {schema} FROM {roles.worker}, {roles.reader};")
 

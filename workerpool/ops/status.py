@@ -18,7 +18,7 @@ from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
 from ..sql import counts as count_sql
-from ..sql import dependencies, limit_holds
+from ..sql import dependencies, limit_holds, replica
 from ..sql.schema import DEAD_REASONS, STATES
 from . import batches as batch_report
 
@@ -55,6 +55,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         batches = batch_report.open_batches(conn)
         held_back = [q for q in queues if depths[q].get("blocked")]
         waiting = dependencies.waiting_counts(conn, held_back) if held_back else {}
+        behind = replica.lag(conn)
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
@@ -67,6 +68,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "workers": workers,
         "table_health": table,
         "batches": batches,
+        "replica": behind.as_json() if behind is not None else None,
     }
 
 
@@ -217,7 +219,8 @@ def iso(value: datetime | None) -> str | None:
 
 def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
-    parts = [f"workerpool status at {status['generated_at']}", render_queues(status["queues"])]
+    parts = [f"workerpool status at {status['generated_at']}{replica_note(status)}",
+             render_queues(status["queues"])]
     paused = render_paused(status["queues"])
     held = render_limits({q: v["limits"] for q, v in status["queues"].items()
                           if v.get("limits")})
@@ -230,6 +233,16 @@ def render(status: Mapping[str, Any]) -> str:
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))
     return "\n\n".join(parts) + "\n"
+
+
+def replica_note(status: Mapping[str, Any]) -> str:
+    """`` (read from a replica, 0.3 s behind the primary)`` when it was."""
+    behind = status.get("replica")
+    if not behind:
+        return ""
+    lag = behind["lag_seconds"]
+    text = "which has replayed nothing yet" if lag is None else f"{lag:.1f} s behind the primary"
+    return f" (read from a replica, {text})"
 
 
 def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> str:

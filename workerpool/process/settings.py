@@ -51,10 +51,12 @@ LOG_FORMAT_ENV = "WORKERPOOL_LOG_FORMAT"
 PROGRESS_ENV = "WORKERPOOL_PROGRESS"
 WEB_TOKEN_ENV = "WORKERPOOL_WEB_TOKEN"
 TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
+SCHEMA_ENV = "WORKERPOOL_SCHEMA"
+READ_URL_ENV = "WORKERPOOL_READ_URL"
 #: Every variable workerpool reads (docs/configuration.md describes each).
 ENVIRONMENT = (URL_ENV, EMBEDDED_DIR_ENV, PGBOUNCER_ENV, STALE_ENV, HEARTBEAT_DIR_ENV, DRAIN_ENV,
                GRACE_ENV, METRICS_PORT_ENV, METRICS_BIND_ENV, LOG_FORMAT_ENV, PROGRESS_ENV,
-               WEB_TOKEN_ENV, TEST_URL_ENV)
+               WEB_TOKEN_ENV, TEST_URL_ENV, SCHEMA_ENV, READ_URL_ENV)
 DEFAULT_METRICS_BIND = "127.0.0.1"
 DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
 
@@ -71,6 +73,16 @@ def _get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
 def database_url() -> str | None:
     """``$WORKERPOOL_DATABASE_URL``: where a pool connects when it is given no URL."""
     return _get(URL_ENV)
+
+
+def schema() -> str | None:
+    """``$WORKERPOOL_SCHEMA``: the schema of a pool's tables when it is given none."""
+    return _get(SCHEMA_ENV)
+
+
+def read_url() -> str | None:
+    """``$WORKERPOOL_READ_URL``: a replica that status, the dashboard and the depth samples read."""
+    return _get(READ_URL_ENV)
 
 
 def embedded_dir() -> Path:

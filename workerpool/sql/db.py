@@ -17,10 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from ..model.errors import ConfigError, DatabaseNotConfigured
+from ..model.validation import DEFAULT_SCHEMA, SCHEMA_PATTERN
 
 log = logging.getLogger("workerpool.db")
 
@@ -119,6 +120,53 @@ def embedded_for_this_command(configured_url: str | None, data_dir: Path) -> Ite
         stop_embedded(data_dir)
 
 
+def in_schema(url: URL, schema: str) -> URL:
+    """``url`` whose every connection starts with ``search_path`` = ``schema`` alone (libpq
+    ``options``, no round trip), so every statement and Alembic's DDL find and create
+    workerpool's objects there; the URL carries it into children, listeners and migrations, and
+    :func:`create` checks it on each new connection (:func:`expect_schema`). The default schema
+    leaves the URL as it was. ``schema`` must be checked
+    (:func:`workerpool.model.validation.check_schema`): it goes into the options unquoted."""
+    if schema == DEFAULT_SCHEMA:
+        return url
+    return url.update_query_dict({"options": startup_options(url, {"search_path": schema})})
+
+
+def url_schema(url: URL) -> str | None:
+    """The schema :func:`in_schema` put in ``url`` (the last ``search_path`` of its options, if
+    it is one schema other than the default)."""
+    found = None
+    for word in str(url.query.get("options", "")).replace("-c ", "-c").split():
+        if word.startswith("-csearch_path="):
+            found = word.split("=", 1)[1]
+    if found is None or found == DEFAULT_SCHEMA or not SCHEMA_PATTERN.match(found):
+        return None
+    return found
+
+
+def expect_schema(engine: Engine, schema: str) -> None:
+    """Refuse every new connection of ``engine`` whose server session is not in ``schema``: a
+    pool must never write into another schema's tables. PgBouncer, told to ignore the startup
+    ``options`` (``ignore_startup_parameters``), drops the ``search_path`` the URL carries: the
+    server's own setting must say it then (docs/deployment.md)."""
+
+    def check(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT current_schema()")
+            found = cursor.fetchone()[0]
+        dbapi_connection.rollback()
+        if found is None:
+            raise ConfigError(f"schema {schema!r} does not exist in this database: run"
+                              f" `workerpool migrate --schema {schema}`")
+        if found != schema:
+            raise ConfigError(
+                f"the server's search_path puts this session in schema {found!r}, not"
+                f" {schema!r}: behind PgBouncer set it on the server, e.g. ALTER ROLE <user> IN"
+                f" DATABASE <db> SET search_path = {schema} (docs/deployment.md)")
+
+    event.listen(engine, "connect", check)
+
+
 def startup_options(url: URL, settings: Mapping[str, str]) -> str:
     """libpq ``options`` setting ``settings``, after any ``options`` the URL already carries."""
     given = str(url.query.get("options", ""))
@@ -180,14 +228,17 @@ def create_async(url: URL, *, application_name: str = "workerpool", pool_size: i
 
 def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
            connect_timeout: int | None = None,
-           session_settings: Mapping[str, str] | None = None, pooled: bool = False) -> Engine:
+           session_settings: Mapping[str, str] | None = None, pooled: bool = False,
+           check_schema: bool = True) -> Engine:
     """An engine for one process. Never share it across a fork: build a new one in the child.
 
     ``connect_timeout``: whole seconds (libpq's unit; it treats 1 as 2), default 5.
     ``session_settings``: server settings every connection starts with (libpq ``options``, no
     round trip), e.g. ``{"statement_timeout": "15s"}``. Behind PgBouncer in transaction pooling
     mode (``pooled``) a server session is shared between clients, so they are not applied
-    there, and statements are not prepared on the server.
+    there, and statements are not prepared on the server. ``check_schema``: refuse connections
+    outside the schema the URL names (:func:`expect_schema`); off only for the migration,
+    which creates it.
     """
     options = engine_options(
         url, application_name=application_name, pool_size=pool_size,
@@ -195,4 +246,8 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
     )
     from .single_write import ping_on_checkout  # psycopg-only module, loaded with the engine
 
-    return ping_on_checkout(create_engine(url, **dict(options, pool_pre_ping=False)))
+    engine = ping_on_checkout(create_engine(url, **dict(options, pool_pre_ping=False)))
+    schema = url_schema(url)
+    if schema is not None and check_schema:
+        expect_schema(engine, schema)
+    return engine

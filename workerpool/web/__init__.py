@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from ..model.errors import (
     InvalidFilter,
     ReplayRefused,
+    ReplicaUnavailable,
     UnknownBatch,
     UnknownJob,
     UnknownQueue,
@@ -43,7 +44,8 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
-    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (WorkerpoolError, 400),
+    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (ReplicaUnavailable, 503),
+    (WorkerpoolError, 400),
 ]
 
 

@@ -49,7 +49,8 @@ def progress_bar(status: Any, width: int = 300) -> Markup:
 
 def _read(request: Request) -> Any:
     pool = request.app.state.pool
-    conn = pool.engine.connect()
+    with pool.engines.replica_errors():
+        conn = pool.read_engine.connect()
     conn.begin()
     dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
     return conn

@@ -17,7 +17,7 @@ from sqlalchemy import true
 from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..ops.status import is_queue
-from ..sql import counts, dashboard
+from ..sql import counts, dashboard, replica
 from ..sql.operations import DEPTH_CAP
 from .charts import Bar
 
@@ -57,10 +57,11 @@ class Overview:
     chart_capped: bool
     analyzed: datetime | None
     exact: bool  # the finished counts are exact (a small table), not estimates
+    replica: Any = None  # the replica's ReplicaLag when the pool reads from one
 
 
 def collect(pool: Any) -> Overview:
-    with pool.engine.begin() as conn:
+    with pool.engines.replica_errors(), pool.read_engine.begin() as conn:
         sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT, lock_timeout=1.0,
                                   idle_timeout=STATEMENT_TIMEOUT)
         now = sql.database_now(conn)
@@ -75,6 +76,7 @@ def collect(pool: Any) -> Overview:
             conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
         finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
         analyzed = dashboard.last_analyzed(conn)
+        behind = replica.lag(conn)
     live = [w for w in workers if float(w.age) <= LIVE_WORKER_WINDOW]
     rows = [_queue_row(q, depths.get(q, {}), estimates, paused.get(q), live) for q in names]
     _throughput(rows, finished, now)
@@ -83,7 +85,7 @@ def collect(pool: Any) -> Overview:
         hosts.setdefault(worker.host, []).append(worker)
     done, dead = _per_minute(finished, now)
     capped = sum(row.count for row in finished) >= dashboard.FINISHED_CAP
-    return Overview(now, rows, hosts, done, dead, capped, analyzed, exact)
+    return Overview(now, rows, hosts, done, dead, capped, analyzed, exact, behind)
 
 
 def _exact_counts(conn: Any) -> dict[tuple[str, str], int]:

@@ -31,7 +31,7 @@ LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "lim
 def _read(pool: Any) -> Iterator[Any]:
     """A read transaction with the overview's statement timeout (and the planner's own
     choices: a key or an id filter is best served by its own index, then a sort)."""
-    with pool.engine.connect() as conn, conn.begin():
+    with pool.engines.replica_errors(), pool.read_engine.connect() as conn, conn.begin():
         dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
         yield conn
 

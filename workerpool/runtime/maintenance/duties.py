@@ -17,9 +17,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from ... import sql
 from ...model import metrics
+from ...model.errors import first_line
 from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
@@ -50,15 +52,18 @@ class Maintenance:
     ``registry``: the crons to schedule, the queues to sweep and the ``on_dead`` hooks;
     ``queues``: the queues' settings for this run (default: as declared; ``workerpool run``
     applies the environment's overrides, :mod:`workerpool.process.settings`); ``pooled``: the
-    engine goes through PgBouncer in transaction pooling mode.
+    engine goes through PgBouncer in transaction pooling mode; ``read_engine``: a replica's,
+    where the depth samples are read (default: ``engine``).
     """
 
     def __init__(self, registry: Registry, engine: Engine, *, worker_id: str,
                  interval: float | None = None,
-                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False) -> None:
+                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False,
+                 read_engine: Engine | None = None) -> None:
         registry.validate_crons()
         self.registry = registry
         self.engine = engine
+        self.read_engine = engine if read_engine is None else read_engine
         self.queues = dict(registry.queues if queues is None else queues)
         self.worker_id = worker_id
         self.settings = registry.maintenance_settings
@@ -77,10 +82,10 @@ class Maintenance:
     # -- the pass ------------------------------------------------------------------------------
 
     @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
+    def _transaction(self, engine: Engine | None = None) -> Iterator[Connection]:
         """A short transaction with the worker's time limits: a lock or a stuck statement errors
         out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
-        with self.engine.begin() as conn:
+        with (engine or self.engine).begin() as conn:
             sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
                                       lock_timeout=LOCK_TIMEOUT,
                                       idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
@@ -216,10 +221,18 @@ class Maintenance:
         if not metrics.record.enabled or now - self._sampled_at < DEPTH_EVERY:
             return
         self._sampled_at = now
-        with self._transaction() as conn:
-            samples = sql.queue_depths(conn, list(self.queues))
-            open_batches = batches.count_open(conn)
-            opened, self._last_batch = batches.opened_after(conn, self._last_batch)
+        try:
+            with self._transaction(self.read_engine) as conn:
+                samples = sql.queue_depths(conn, list(self.queues))
+                open_batches = batches.count_open(conn)
+                opened, self._last_batch = batches.opened_after(conn, self._last_batch)
+        except OperationalError as exc:
+            if self.read_engine is self.engine:
+                raise
+            # a replica down must not fail the pass: the duties on the primary are what matter
+            log.warning("depth sample skipped: the read replica failed: %s", first_line(exc),
+                        extra={"event": "replica_sample_failed"})
+            return
         metrics.record.depth(samples)
         metrics.record.batches_open(open_batches)
         metrics.record.batches_opened(opened)
