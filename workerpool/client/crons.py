@@ -65,11 +65,11 @@ def _request_id(request: Any) -> str:
 
 def _check_known(registry: Registry, conn: Connection, name: str) -> None:
     check_name("cron", name)
-    if name not in registry.crons and not crons.cron_rows(conn, [name]):
+    if name not in registry.crons and name not in crons.cron_names(conn):
         raise UnknownCron(_unknown(name, registry, conn, "pause or resume"))
 
 
 def _unknown(name: str, registry: Registry, conn: Connection, what: str) -> str:
-    names = set(registry.crons) | {row.name for row in crons.cron_rows(conn)}
+    names = set(registry.crons) | crons.cron_names(conn)
     return (f"unknown cron {name!r}: cannot {what}; known crons: "
             f"{', '.join(sorted(names)) or '(none)'}")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .. import sql
 from ..client import WorkerPool
-from ..sql import crons
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class CronView:
 def list_crons(pool: WorkerPool) -> list[CronView]:
     """Every schedule a scheduler has seen, and those the pool declares but none has yet."""
     with pool.engine.connect() as conn:
-        rows = {row.name: row for row in crons.cron_rows(conn)}
+        rows = {row.name: row for row in sql.list_crons(conn)}
     names = sorted(set(rows) | set(pool.crons))
     return [_view(name, rows.get(name), pool) for name in names]
 

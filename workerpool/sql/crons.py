@@ -7,22 +7,17 @@ in the same row, which a restart never resets (``ensure_crons`` inserts only mis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from .schema import cron, jobs
+from .schema import cron
 
 
-# cron_rows: every schedule row with its last job's state. Index: pk_workerpool_cron, then
-# pk_workerpool_jobs (the last job).
-def cron_rows(conn: Connection, names: Sequence[str] | None = None) -> list[Any]:
-    stmt = (select(cron, jobs.c.state.label("last_job_state"))
-            .outerjoin(jobs, jobs.c.id == cron.c.last_job_id).order_by(cron.c.name))
-    if names is not None:
-        stmt = stmt.where(cron.c.name.in_(list(names)))
-    return list(conn.execute(stmt))
+# cron_names: the schedules with a row (every one a scheduler has seen). Index:
+# pk_workerpool_cron.
+def cron_names(conn: Connection) -> set[str]:
+    return set(conn.execute(select(cron.c.name)).scalars())
 
 
 # set_cron_paused: pause or resume one schedule. Index: pk_workerpool_cron.
