@@ -64,6 +64,8 @@ from .engines import Engines, database_url, default_actor
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
 
 pause_log = logging.getLogger("workerpool.pause")
+#: Ids kept in one audit entry (a queue-wide cancel can select millions; the count is whole).
+AUDIT_IDS = 1000
 T = TypeVar("T")
 
 
@@ -359,8 +361,9 @@ class WorkerPool:
             if dry_run or not before:
                 return CancelResult.planned(before, by)
             changed = sql.cancel(db, list(before), by, reason)
-            audit.record(db, by, "cancel", _target(selection),
-                         {"ids": sorted(before), "reason": reason})
+            audit.record(db, by, "cancel", _target(selection), {
+                "count": len(before), "ids": sorted(before)[:AUDIT_IDS], "reason": reason,
+                "task": selection.task, "state": selection.state})
             sql.notify_owners(db, changed)
             states = {row.id: row.state for row in changed}
             rest = [job_id for job_id in before if job_id not in states]
