@@ -15,6 +15,7 @@ from typing import Any
 
 from ..model import exitcodes
 from . import batch as cli_batch
+from . import crons as cli_crons
 from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import live
@@ -251,6 +252,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "web": cmd_web,
     "demo": cmd_demo,
     "embedded": cmd_embedded,
+    "cron": lambda args: cli_crons.cmd_cron(args),
+    "audit": lambda args: cli_crons.cmd_audit(args),
 }
 
 
@@ -276,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_batch.add_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)
+    cli_crons.add_parsers(sub)
     run = add_command(sub, "run",
                       help="the supervisor: fork each queue's children and keep them up")
     run.add_argument("app", metavar="APP:POOL")
@@ -389,12 +393,14 @@ def add_dead_parser(sub: Any) -> None:
     retry.add_argument("--app", metavar="APP:POOL", default=None,
                        help="check tasks against this app (default: what live workers run)")
     retry.add_argument("--json", action="store_true")
+    cli_crons.add_as(retry)
 
     purge = add_command(verbs, "dead purge", help="delete dead jobs that died long enough ago")
     purge.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 3600")
     _add_filters(purge, since=False)
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
     purge.add_argument("--json", action="store_true")
+    cli_crons.add_as(purge)
 
 
 def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
@@ -407,13 +413,15 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..model.audit import acting
     from ..model.errors import WorkerpoolError, first_line
 
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = COMMANDS[args.command]
     try:
-        return handler(args)
+        with acting(getattr(args, "as_name", None), "cli"):  # what it does is recorded as cli
+            return handler(args)
     except (CliError, WorkerpoolError) as exc:
         print(f"workerpool {args.command}: {exc}", file=sys.stderr)
         return exitcodes.FAILURE

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..model import exitcodes
+from .crons import add_as
 from .target import CliError, pool_for
 
 
@@ -68,6 +69,7 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("--dry-run", action="store_true", help="show what would happen")
     cancel.add_argument("--app", metavar="APP:POOL", default=None)
     cancel.add_argument("--json", action="store_true")
+    add_as(cancel)
     for verb, text in (("pause", "stop every replica claiming from QUEUE"),
                        ("resume", "let every replica claim from QUEUE again")):
         parser = sub.add_parser(verb, help=text)
@@ -75,6 +77,7 @@ def add_parsers(sub: Any) -> None:
         parser.add_argument("--app", metavar="APP:POOL", default=None,
                             help="known queues are this app's (default: queues with live"
                                  " workers or rows)")
+        add_as(parser)
     roles = sub.add_parser("roles", help="least-privilege group roles: owner (migrate), worker,"
                            " reader (see docs/roles.md)")
     roles.add_argument("--print-sql", action="store_true", required=True,

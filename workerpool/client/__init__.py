@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 
 from .. import sql
+from ..model.audit import check_actor, current_actor
 from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from ..model.cancel import CancelResult, Selection
 from ..model.errors import (
@@ -40,7 +41,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import batching, signals, waiting
+from ..sql import audit, batching, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -58,11 +59,14 @@ from ..sql.writes import (
     enqueue_one,
     enqueue_one_async,
 )
+from . import crons
 from .engines import Engines, database_url, default_actor
 
-__all__ = ["Engines", "WorkerPool", "database_url", "default_actor"]
+__all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
 
 pause_log = logging.getLogger("workerpool.pause")
+#: Ids kept in one audit entry (a queue-wide cancel can select millions; the count is whole).
+AUDIT_IDS = 1000
 T = TypeVar("T")
 
 
@@ -373,12 +377,15 @@ class WorkerPool:
         selection = Selection(tuple(ids) if ids is not None else None, queue, task, state)
         if reason is not None and not isinstance(reason, str):
             raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
-        by = by or default_actor()
+        by = actor(by)
         with self._connection(conn) as db:
             before = _selected(db, selection)
             if dry_run or not before:
                 return CancelResult.planned(before, by)
             changed = sql.cancel(db, list(before), by, reason)
+            audit.record(db, by, "cancel", _target(selection), {
+                "count": len(before), "ids": sorted(before)[:AUDIT_IDS], "reason": reason,
+                "task": selection.task, "state": selection.state})
             sql.notify_owners(db, changed)
             states = {row.id: row.state for row in changed}
             rest = [job_id for job_id in before if job_id not in states]
@@ -413,7 +420,7 @@ class WorkerPool:
             check_name("queue", queue)
         except ValueError as exc:
             raise UnknownQueue(str(exc)) from None
-        by = by or default_actor()
+        by = actor(by)
         with self.engine.begin() as conn:
             names = set(known) if known is not None else (
                 set(self.queues) or sql.queue_names(conn, LIVE_WORKER_WINDOW))
@@ -421,9 +428,30 @@ class WorkerPool:
                 raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
                                    f"{', '.join(sorted(names)) or '(none)'}")
             sql.set_paused(conn, queue, paused, by)
+            audit.record(conn, by, "pause" if paused else "resume", f"queue:{queue}")
         verb = "paused" if paused else "resumed"
         pause_log.info("queue %s %s by %s", queue, verb, by,
                        extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+
+    # -- cron schedules at run time (workerpool.client.crons) ------------------------------------
+
+    def cron_pause(self, name: str, *, by: str | None = None) -> None:
+        """Pause cron ``name`` on every replica: its ticks pass without a job until resumed
+        (a restart keeps it paused). UnknownCron names the known ones; nothing is written."""
+        with self.engine.begin() as conn:
+            crons.set_paused(self.registry, conn, name, True, actor(by))
+
+    def cron_resume(self, name: str, *, by: str | None = None) -> None:
+        """Resume cron ``name``: its next tick after now runs (no catch-up of paused ticks)."""
+        with self.engine.begin() as conn:
+            crons.set_paused(self.registry, conn, name, False, actor(by))
+
+    def cron_run(self, name: str, *, by: str | None = None, request: str | None = None) -> int:
+        """Enqueue one job of cron ``name`` now (payload ``tick``: now, ``manual``: True) and
+        return its id. ``request``: an id of this request (default: a fresh one); the same id
+        again returns the same job. The cron must be declared in this pool."""
+        with self.engine.begin() as conn:
+            return crons.run_now(self.registry, conn, name, actor(by), request)
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
@@ -520,6 +548,21 @@ class WorkerPool:
             return
         with self.engine.begin() as own:
             yield own
+
+
+def actor(by: str | None) -> str:
+    """Who an action is recorded as: ``by``, else who :func:`~workerpool.model.audit.acting`
+    named (the command line's user, the dashboard's), else ``user@host``."""
+    if by is not None:
+        return check_actor(by)
+    return current_actor() or default_actor()
+
+
+def _target(selection: Selection) -> str:
+    if selection.ids is not None:
+        return "jobs:" + ",".join(str(job_id) for job_id in selection.ids[:20]) + (
+            ",..." if len(selection.ids) > 20 else "")
+    return f"queue:{selection.queue}"
 
 
 def _selected(conn: Connection, selection: Selection) -> dict[int, str]:

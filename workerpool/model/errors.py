@@ -191,3 +191,14 @@ class InvalidFilter(WorkerpoolError, ValueError):
 class ReplayRefused(WorkerpoolError):
     """These dead jobs cannot be replayed (their task is no longer registered); \
 nothing was changed."""
+
+
+# -- cron and audit -------------------------------------------------------------------------------
+
+
+class UnknownCron(WorkerpoolError, LookupError):
+    """No cron schedule of that name (declared in the app, or seen by a scheduler)."""
+
+
+class InvalidActor(WorkerpoolError, ValueError):
+    """An actor's name for the audit trail is empty, too long or not printable."""

@@ -166,8 +166,9 @@ class Registry:
 
     def maintenance(self, **settings: Any) -> MaintenanceSpec:
         """Set what the maintenance child does: ``retention`` (seconds or timedelta), etc."""
-        if isinstance(settings.get("retention"), timedelta):
-            settings["retention"] = settings["retention"].total_seconds()
+        for name in ("retention", "audit_retention"):
+            if isinstance(settings.get(name), timedelta):
+                settings[name] = settings[name].total_seconds()
         self.maintenance_settings = MaintenanceSpec(**settings)
         return self.maintenance_settings
 

@@ -197,9 +197,11 @@ class MaintenanceSpec:
     #: ``("08:00", "20:00")``: no rebuild starts between these times of day (UTC; a window
     #: may wrap past midnight). None: any time.
     busy_hours: tuple[str, str] | None = None
+    audit_retention: float = 90 * 24 * 3600.0  # audit entries older than this are deleted
 
     def __post_init__(self) -> None:
         check_positive("maintenance: retention", self.retention)
+        check_positive("maintenance: audit_retention", self.audit_retention)
         check_positive("maintenance: reindex_bloat", self.reindex_bloat, minimum=1.0)
         if isinstance(self.reindex_min_bytes, bool) or not isinstance(self.reindex_min_bytes, int) \
                 or self.reindex_min_bytes < 0:

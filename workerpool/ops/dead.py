@@ -20,11 +20,11 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .. import sql
-from ..client import WorkerPool, default_actor
+from ..client import WorkerPool, actor
 from ..model.errors import InvalidFilter, ReplayRefused
 from ..model.states import LIVE_WORKER_WINDOW
 from ..model.validation import check_filter, check_ids
-from ..sql import dependencies
+from ..sql import audit, dependencies
 from ..sql.schema import DEAD_REASONS
 
 log = logging.getLogger("workerpool.dead")
@@ -61,6 +61,13 @@ class DeadFilter:
             raise InvalidFilter(f"since must be a datetime or timedelta, got {self.since!r}")
         if self.ids is not None:
             object.__setattr__(self, "ids", check_ids(self.ids))
+
+    def target(self) -> str:
+        """What the filter names, for the audit trail: ``dead`` and its set fields."""
+        since = self.since.isoformat() if isinstance(self.since, datetime) else self.since
+        fields = {"queue": self.queue, "task": self.task, "reason": self.reason,
+                  "since": since, "ids": ",".join(map(str, self.ids or ())) or None}
+        return " ".join(["dead", *(f"{k}={v}" for k, v in fields.items() if v is not None)])
 
     def where(self, older_than: timedelta | None = None):
         return sql.dead_where(queue=self.queue, task=self.task, reason=self.reason,
@@ -178,7 +185,7 @@ def retry(
     tasks live workers registered); an unknown task raises ReplayRefused and changes nothing.
     """
     filters = _with_ids(filters or DeadFilter(), ids, all_matching)
-    by = by or default_actor()
+    by = actor(by)
     with pool.engine.connect() as conn:
         todo = sql.dead_ids(conn, filters.where())
         by_task = sql.dead_tasks(conn, filters.where())
@@ -188,7 +195,7 @@ def retry(
     if dry_run or not todo:
         return ReplayResult(todo, by_task, dry_run, not_dead)
     replayed = _in_batches(pool, todo, batch, progress,
-                           lambda conn, chunk: _replay(pool, conn, chunk, by))
+                           lambda conn, chunk: _replay(pool, conn, chunk, by, filters))
     log.info("replayed %d dead jobs", len(replayed), extra={"event": "dead_replayed", "by": by})
     return ReplayResult(sorted(replayed), by_task, False, not_dead)
 
@@ -203,20 +210,25 @@ def _with_ids(filters: DeadFilter, ids: Iterable[int] | None, all_matching: bool
     return DeadFilter(filters.queue, filters.task, filters.reason, filters.since, tuple(ids))
 
 
-def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str) -> list[int]:
+def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str,
+            filters: DeadFilter) -> list[int]:
     rows = sql.replay_dead(conn, ids, by)
     if rows and pool.notify:
         sql.notify(conn, (row.queue for row in rows))
     replayed = [row.id for row in rows]
     # what the failure cancelled runs once the replayed job is done (docs/workflows.md)
     dependencies.reopen_dependents(conn, replayed)
+    if replayed:
+        audit.record(conn, by, "retry", filters.target(), {"ids": replayed})
     return replayed
 
 
-def _purge(conn: Connection, ids: Sequence[int]) -> list[int]:
+def _purge(conn: Connection, ids: Sequence[int], by: str, target: str) -> list[int]:
     """Delete dead rows; a sequence a purged job blocked (``on_failure="block"``) goes on."""
     purged = sql.purge_dead(conn, ids)
     dependencies.release(conn, purged)
+    if purged:
+        audit.record(conn, by, "purge", target, {"ids": purged})
     return purged
 
 
@@ -263,17 +275,23 @@ def purge(
     dry_run: bool = False,
     progress: Progress | None = None,
     batch: int = BATCH,
+    by: str | None = None,
 ) -> PurgeResult:
-    """Delete dead rows that died more than ``older_than`` (timedelta or seconds) ago."""
+    """Delete dead rows that died more than ``older_than`` (timedelta or seconds) ago; each
+    chunk's audit entry (as ``by``) is written in the chunk's transaction."""
     age = older_than if isinstance(older_than, timedelta) else _seconds(older_than)
     if age.total_seconds() < 0:
         raise InvalidFilter(f"older_than must be >= 0, got {older_than!r}")
-    where = (filters or DeadFilter()).where(older_than=age)
+    filters = filters or DeadFilter()
+    where = filters.where(older_than=age)
+    by = actor(by)
     with pool.engine.connect() as conn:
         todo = sql.dead_ids(conn, where)
     if dry_run or not todo:
         return PurgeResult(len(todo), dry_run)
-    done = _in_batches(pool, todo, batch, progress, _purge)
+    target = f"{filters.target()} older_than={age}"
+    done = _in_batches(pool, todo, batch, progress,
+                       lambda conn, chunk: _purge(conn, chunk, by, target))
     log.info("purged %d dead jobs", len(done), extra={"event": "dead_purged"})
     return PurgeResult(len(done), False)
 

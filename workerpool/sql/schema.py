@@ -323,6 +323,13 @@ cron = Table(
     Column("last_job_id", BigInteger),
     Column("skipped", BigInteger, nullable=False, server_default=text("0")),
     Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+    # Run-time state beside the code's defaults (expression, queue): a paused schedule's ticks
+    # pass without a job, on every replica, and a restart leaves the flag as it is.
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("paused_at", TZ),
+    Column("paused_by", Text),
+    Column("changed_at", TZ),
+    Column("changed_by", Text),
 )
 
 # Queue state shared by every replica: a paused queue claims nothing (workers read their row
@@ -405,3 +412,24 @@ signals = Table(
     Column("sent_at", TZ, nullable=False, server_default=text("now()")),
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
 )
+
+#: Where an operator's action came from.
+AUDIT_SOURCES = ("cli", "web", "api")
+
+# Who did what: one row per operator action (cancel, replay, purge, pause, cron changes),
+# written in the transaction of the action itself; pruned after ``audit_retention``.
+audit = Table(
+    "workerpool_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("at", TZ, nullable=False, server_default=text("now()")),
+    Column("actor", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    CheckConstraint(_in("source", AUDIT_SOURCES), name="source"),
+    CheckConstraint("jsonb_typeof(detail) = 'object'", name="detail_object"),
+)
+# Pruning by age; the page reads newest first by id.
+Index("ix_workerpool_audit_at", audit.c.at)

@@ -3,6 +3,7 @@
     from workerpool.web import app
     dashboard = app(pool)                      # serve it, or mount it in your own app:
     Mount("/jobs", app=app(pool, read_only=True))
+    app(pool, user=lambda request: User(request.user.name, "read_only"))   # who, may act
 
 ``workerpool web [APP:POOL]`` serves it with uvicorn (:mod:`workerpool.web.server`). The page
 needs no internet: htmx and the stylesheet are served from the package, charts are inline SVG.
@@ -21,21 +22,24 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..model.errors import (
+    InvalidActor,
     InvalidFilter,
     ReplayRefused,
     ReplicaUnavailable,
     UnknownBatch,
+    UnknownCron,
     UnknownJob,
     UnknownQueue,
     WorkerpoolError,
     first_line,
 )
-from . import actions, batch_pages, pages, workflow_pages
+from . import actions, audit_pages, batch_pages, cron_pages, pages, workflow_pages
+from .access import Access, User, check_resolver
 from .inputs import BadInput
 from .render import render
 from .security import Csrf, CsrfRefused, Guard, token_from_env
 
-__all__ = ["app"]
+__all__ = ["User", "app"]
 
 log = logging.getLogger("workerpool.web")
 
@@ -44,21 +48,25 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
-    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (ReplicaUnavailable, 503),
-    (WorkerpoolError, 400),
+    (UnknownBatch, 404), (UnknownQueue, 404), (UnknownCron, 404), (InvalidActor, 400),
+    (ReplayRefused, 409), (ReplicaUnavailable, 503), (WorkerpoolError, 400),
 ]
 
 
 def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
-        csrf_secret: bytes | None = None) -> Any:
+        csrf_secret: bytes | None = None, user: Any = None) -> Any:
     """The dashboard of ``pool`` as an ASGI app.
 
     ``read_only``: no action route exists (POSTs get 404/405). ``token``: every request must
     carry it (Bearer, or the basic-auth password); default ``$WORKERPOOL_WEB_TOKEN``, ``None``
     for none (e.g. behind your own app's authentication). ``csrf_secret``: the key of the CSRF
     tokens, to share between several processes serving the same dashboard (default: random).
+    ``user``: a callable(request) -> :class:`User` (name, "admin" or "read_only") or None
+    (nobody: 403); see :mod:`workerpool.web.access`. Without it, actions are recorded as
+    ``web@<client address>``.
     """
     token = token_from_env() if token is FROM_ENV else token
+    resolver = check_resolver(user)
     # The refusals are handled inside the app (a 4xx page); Exception goes to the outermost
     # handler, which answers 500 and lets the server log it.
     handlers: dict[Any, Any] = {kind: _failure for kind, _ in REFUSALS} | {Exception: _failure}
@@ -66,7 +74,8 @@ def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
     starlette.state.pool = pool
     starlette.state.read_only = read_only
     starlette.state.csrf = Csrf(csrf_secret)
-    return Guard(starlette, token)
+    starlette.state.resolver = resolver
+    return Guard(Access(starlette, resolver), token)
 
 
 def routes(read_only: bool) -> list[Any]:
@@ -80,6 +89,8 @@ def routes(read_only: bool) -> list[Any]:
         Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
         Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
         Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
+        Route("/cron", cron_pages.cron_page, name="cron"),
+        Route("/audit", audit_pages.audit_page, name="audit"),
         Mount("/static", app=static, name="static"),
     ]
     if not read_only:
@@ -90,6 +101,7 @@ def routes(read_only: bool) -> list[Any]:
             Route("/dead/purge", actions.purge_dead, methods=["POST"]),
             Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),
             Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"]),
+            Route("/cron/{name}/{verb}", cron_pages.cron_action, methods=["POST"]),
         ]
     return found
 

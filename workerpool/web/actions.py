@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..model.cancel import CANCELLED, STOPPING
 from ..ops import dead
 from . import inputs
+from .access import actor_of
 from .render import redirect, render
 from .security import CSRF_FIELD
 
@@ -32,8 +33,7 @@ async def _form(request: Request) -> dict[str, Any]:
 
 
 def _actor(request: Request) -> str:
-    client = request.client.host if request.client else "?"
-    return f"web@{client}"
+    return actor_of(request)
 
 
 async def retry_job(request: Request) -> Response:
@@ -67,7 +67,7 @@ async def purge_dead(request: Request) -> Response:
     confirm = inputs.flag(form, "confirm")
     pool = request.app.state.pool
     result = await run_in_threadpool(lambda: dead.purge(pool, older_than, filters,
-                                                        dry_run=not confirm))
+                                                        dry_run=not confirm, by=_actor(request)))
     if confirm:
         return redirect(request, "/dead", f"purged {result.count} dead jobs")
     return render(request, "confirm.html", {

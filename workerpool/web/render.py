@@ -33,8 +33,11 @@ def render(request: Request, template: str, context: dict[str, Any],
     csrf = request.app.state.csrf
     nonce, new = csrf.nonce(request.cookies)
     notice = unquote(request.cookies.get(NOTICE_COOKIE, ""))[:NOTICE_LENGTH]
+    user = request.scope.get("workerpool.user")
+    read_only = request.app.state.read_only or (user is not None and not user.may_act)
     page = ENV.get_template(template).render(
-        base=prefix(request), read_only=request.app.state.read_only, notice=notice,
+        base=prefix(request), read_only=read_only, notice=notice,
+        user=user.name if user is not None else None,
         csrf_field=CSRF_FIELD, csrf_token=csrf.sign(nonce), request_path=request.url.path,
         **context)
     response = HTMLResponse(page, status_code=status)

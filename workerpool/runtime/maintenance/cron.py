@@ -7,7 +7,9 @@ One pass (run by every maintenance child, on every replica) does, in one transac
 3. for each locked row whose ``next_tick`` has come (database clock), decide what the latest due
    tick becomes: a job (key ``cron:<name>:<tick>``, unique in the database), a skip counted in
    ``skipped`` (the previous run is still pending, processing or failed), or nothing
-   (``missed="skip"`` after downtime); then move ``next_tick`` past it.
+   (``missed="skip"`` after downtime), or nothing while an operator has the schedule paused
+   (``paused`` in the row, set at run time and never reset from code); then move ``next_tick``
+   past it.
 
 Ticks are computed with croniter in the schedule's timezone from ``now()`` of the database.
 """
@@ -36,7 +38,7 @@ log = logging.getLogger("workerpool.cron")
 MISSED_GRACE = timedelta(seconds=60)
 
 WAIT, ENQUEUE, RESET = "wait", "enqueue", "reset"
-SKIP_OVERLAP, SKIP_MISSED = "skip_overlap", "skip_missed"
+SKIP_OVERLAP, SKIP_MISSED, SKIP_PAUSED = "skip_overlap", "skip_missed", "skip_paused"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ def decide(spec: CronSpec, row: Any, now: datetime) -> Decision:
     tick = max(latest_tick_until(spec, now), row.next_tick)
     following = next_tick_after(spec, tick)
     late = tick > row.next_tick or now - tick > MISSED_GRACE
+    if row.paused:  # the tick passes: resuming starts at the next one, with no catch-up
+        return Decision(SKIP_PAUSED, tick, following, late=late)
     if spec.missed == "skip" and now - tick > MISSED_GRACE:
         return Decision(SKIP_MISSED, tick, following, late=True)
     if spec.overlap == "skip" and row.last_job_state in LIVE_STATES:
@@ -145,6 +149,9 @@ def log_decision(spec: CronSpec, row: Any, decision: Decision, job_id: int | Non
         log.warning("cron tick skipped: %s tick %s, previous run (job %s) is still %s",
                     spec.name, tick, row.last_job_id, row.last_job_state,
                     extra={"event": "cron_tick_skipped", **extra, "previous_job": row.last_job_id})
+    elif decision.action == SKIP_PAUSED:
+        log.info("cron %s: tick %s not run (paused by %s)", spec.name, tick, row.paused_by,
+                 extra={"event": "cron_tick_paused", **extra, "by": row.paused_by})
     elif decision.action == SKIP_MISSED:
         log.warning("cron ticks missed: %s up to %s not run (missed=skip); next %s",
                     spec.name, tick, decision.next_tick.isoformat() if decision.next_tick else None,

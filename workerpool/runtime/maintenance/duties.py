@@ -26,11 +26,14 @@ from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import batches, dependencies, results, signals
+from ...sql import audit, batches, dependencies, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
 from .health import TableKeeper
+
+#: Seconds between two prunings of the audit trail (it grows by operator actions only).
+AUDIT_PRUNE_EVERY = 60.0
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -76,6 +79,7 @@ class Maintenance:
                              if spec.result_ttl is not None}
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
+        self._audit_pruned_at = float("-inf")
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
         self.repaired_dependents = 0
 
@@ -102,6 +106,7 @@ class Maintenance:
         self.sweep_signals()
         self.prune_workers()
         self.prune_rate_counts()
+        self.prune_audit()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
         self.sample_depth()
 
@@ -145,6 +150,19 @@ class Maintenance:
             log.info("pruned %d finished jobs", deleted,
                      extra={"event": "jobs_pruned", "count": deleted})
         return deleted
+
+    def prune_audit(self) -> int:
+        """Every AUDIT_PRUNE_EVERY seconds: audit entries older than ``audit_retention``."""
+        if time.monotonic() < self._audit_pruned_at + AUDIT_PRUNE_EVERY:
+            return 0
+        self._audit_pruned_at = time.monotonic()
+        with self._transaction() as conn:
+            count = audit.prune_audit(conn, self.settings.audit_retention,
+                                      self.settings.prune_batch)
+        if count:
+            log.info("pruned %d audit entries", count,
+                     extra={"event": "audit_pruned", "count": count})
+        return count
 
     def sweep_batches(self) -> list[batches.Fired]:
         """Every BATCH_SWEEP_EVERY seconds: finish open batches whose members have all ended

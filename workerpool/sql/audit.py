@@ -1,0 +1,43 @@
+"""The audit trail (``workerpool_audit``): one row per operator action, written by the
+operation itself inside its own transaction, so an action and its record commit together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, func, select
+
+from ..model.audit import current_source
+from .clock import seconds
+from .schema import audit
+
+
+# record: one action, in the caller's transaction. Index: pk_workerpool_audit.
+def record(conn: Connection, actor: str, action: str, target: str,
+           detail: Mapping[str, Any] | None = None) -> None:
+    """``actor`` did ``action`` to ``target``; the source is the one :func:`acting` set."""
+    conn.execute(audit.insert().values(actor=actor, source=current_source(), action=action,
+                                       target=target, detail=dict(detail or {})))
+
+
+# list_entries: newest first, by keyset on id. Index: pk_workerpool_audit (backward scan).
+def list_entries(conn: Connection, *, actor: str | None = None, action: str | None = None,
+                 before: int | None = None, limit: int = 50) -> list[Any]:
+    stmt = select(audit).order_by(audit.c.id.desc()).limit(limit)
+    if actor is not None:
+        stmt = stmt.where(audit.c.actor == actor)
+    if action is not None:
+        stmt = stmt.where(audit.c.action == action)
+    if before is not None:
+        stmt = stmt.where(audit.c.id < before)
+    return list(conn.execute(stmt))
+
+
+# prune_audit: delete up to ``limit`` entries older than the retention. Index:
+# ix_workerpool_audit_at.
+def prune_audit(conn: Connection, older_than: float, limit: int) -> int:
+    old = (select(audit.c.id)
+           .where(audit.c.at < func.now() - bindparam("older", seconds(older_than)))
+           .limit(limit).scalar_subquery())
+    return conn.execute(audit.delete().where(audit.c.id.in_(old))).rowcount
