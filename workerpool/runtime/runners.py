@@ -9,7 +9,6 @@ stack (a few hundred milliseconds), and a queue whose child was killed is servin
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -20,11 +19,6 @@ from ..model.specs import QueueSpec, WorkerKind, WorkerType
 from ..sql import db
 from .maintenance import Maintenance, MaintenanceLoop
 from .worker import Worker
-
-#: A queue child's GIL switch interval (seconds; Python's default is 0.005). Its main loop claims
-#: while handler threads run Python: each time a claim's round trip returns, the loop waits for
-#: a handler to give up the GIL, up to the whole interval, before it can start the next one.
-CLAIMER_SWITCH_INTERVAL = 0.0005
 
 
 class Runner(Protocol):
@@ -46,7 +40,6 @@ def build_runner(registry: Registry, url: URL, worker: WorkerType, *, worker_id:
         maintenance = Maintenance(registry, db.create(url, pooled=pooled), worker_id=worker_id,
                                   queues=queues, pooled=pooled)
         return MaintenanceLoop(maintenance, on_tick=on_tick, parent_alive=parent_alive)
-    sys.setswitchinterval(CLAIMER_SWITCH_INTERVAL)  # this process is the queue's alone
     return Worker(registry, url, worker.queue, spec=worker.spec, worker_id=worker_id,
                   on_tick=on_tick, parent_alive=parent_alive, orphans=orphans, on_claim=on_claim,
                   pooled=pooled)
