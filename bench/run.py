@@ -195,6 +195,7 @@ def declare(report: Report, plan: Plan) -> None:
                       nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
     if plan.wants("processes"):
         processes.declare(report, plan.cpu_jobs)
+        processes.declare_shapes(report, plan.cpu_jobs)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -302,6 +303,8 @@ class Bench:
         self.report.add(processes.SPIN, processes.SPIN_MS)
         processes.measure(self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat,
                           self._spin_iters)
+        processes.measure_shapes(self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat,
+                                 self._spin_iters)
 
     def measure_default_drains(self) -> None:
         """The same drains with the library's defaults (what a user who never tunes gets)."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workerpool import WorkerPool
-from workerpool.process.oslayer import child_pids
+from workerpool.process.oslayer import child_pids, usable_cpus
 
 from . import app
 from .database import BenchDatabase, libpq
@@ -170,16 +170,17 @@ class Launcher:
 
     @contextlib.contextmanager
     def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
-                metrics: bool = False, processes: int = 1) -> Iterator[list[Supervisor]]:
-        """``count`` supervisors, each with ``processes`` children of the bench queue, all
-        registered; stopped afterwards."""
+                metrics: bool = False, processes: int | str = 1) -> Iterator[list[Supervisor]]:
+        """``count`` supervisors, each with ``processes`` children of the bench queue (or
+        ``"auto"``: one per usable core), all registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
         args = ("--processes", f"{app.QUEUE}={processes}") if processes != 1 else ()
+        children = usable_cpus() if processes == "auto" else int(processes)
         try:
             for _ in range(count):
                 supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
                                               metrics=metrics, args=args))
-            self.wait_registered(supervisors, count * processes)
+            self.wait_registered(supervisors, count * children)
             yield supervisors
         finally:
             for supervisor in supervisors:

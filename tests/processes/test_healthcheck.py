@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.waiting import wait_until
 from workerpool.process import heartbeat
 from workerpool.process.healthcheck import check
 
@@ -135,3 +136,15 @@ def test_remove_all_keeps_only_the_supervisors_file(hb):
         stamp(hb, name, 0)
     assert heartbeat.remove_all(hb) == ["email", "sms"]
     assert heartbeat.list_workers(hb) == ["supervisor"]
+
+
+def test_a_child_that_never_reaches_the_database_goes_stale(start):
+    # a supervisor needs no database, its children never get one: none of them ever ticks
+    sup = start(env={"WORKERPOOL_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
+    sup.child_pid("fast")
+    stale = wait_until(lambda: (lambda r: r.returncode == 1 and r)(
+        sup.healthcheck("--max-age", "1.5")), 15, message=f"a child's file stale\n{sup.log()}")
+    assert re.fullmatch(r"workerpool healthcheck: (fast|slow|@maintenance): heartbeat is "
+                        r"[\d.]+s old \(max 1\.5s\)\n", stale.stderr), stale.stderr
+    assert not sup.events("child_running")
+    assert sup.healthcheck("--max-age", "1.5", "supervisor").returncode == 0

@@ -105,6 +105,7 @@ class Supervisor:
     def start(self) -> None:
         removed = heartbeat.remove_all(self.settings.heartbeat_dir)
         self._touch_own_heartbeat()
+        self._touch_every_child_file()
         log.info("supervisor started pid=%d workers=%s heartbeat_dir=%s drain=%gs%s",
                  self.os.getpid(), ",".join(s.name for s in self.slots),
                  self.settings.heartbeat_dir, self.settings.drain_timeout,
@@ -346,6 +347,12 @@ class Supervisor:
         if now - self._own_touch >= heartbeat.HEARTBEAT_PERIOD:
             self._own_touch = now
             self._touch(heartbeat.path_for(self.settings.heartbeat_dir, heartbeat.SUPERVISOR))
+
+    def _touch_every_child_file(self) -> None:
+        """A file for each child from the start, aging until its first tick: a child that never
+        reaches the database goes stale like a hung one instead of having no file to judge."""
+        for slot in self.slots:
+            self._touch(heartbeat.path_for(self.settings.heartbeat_dir, slot.name))
 
     def _touch(self, path: Any) -> None:
         try:
