@@ -291,37 +291,3 @@ def test_worker_registry_register_beat_prune(app, sql):
     assert sql("SELECT count(*) FROM workerpool_workers") == [(0,)]
 
 
-
-
-def test_an_unflushed_claim_changes_only_its_own_commit(app):
-    """``flushed=False``: the claim alone, in autocommit, sets ``synchronous_commit = off`` for
-    its own transaction; the connection's next statement (an outcome, say) is durable again."""
-    job_id = app.enqueue("work", {})
-    with app.engine.connect() as conn:
-        conn.connection.dbapi_connection.autocommit = True
-        rows = queries.claim(conn, queue="q", worker="w", limit=10,
-                             task_versions=app.task_versions("q"), stale_after=300,
-                             alone=True, flushed=False)
-        after = conn.exec_driver_sql("SHOW synchronous_commit").scalar_one()
-        conn.connection.dbapi_connection.autocommit = False
-    assert [row.id for row in rows] == [job_id] and after == "on"
-
-
-def test_the_unflushed_claim_turns_synchronous_commit_off_even_when_it_finds_nothing(app):
-    """A one-time filter: evaluated once, before the scan, whatever the rows."""
-    statement = queries.claim_statement(queue="q", worker="w", limit=10,
-                                        task_versions=app.task_versions("q"), stale_after=300,
-                                        flushed=False)
-    with app.engine.connect() as conn, conn.begin():
-        assert conn.execute(statement).all() == []
-        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "off"
-
-
-def test_exclude_leaves_the_ids_a_worker_still_holds(app):
-    held, other = app.enqueue("work", {}), app.enqueue("work", {})
-    with app.engine.begin() as conn:
-        rows = queries.claim(conn, queue="q", worker="w", limit=10,
-                             task_versions=app.task_versions("q"), stale_after=300,
-                             exclude=[held])
-    assert [row.id for row in rows] == [other]
-    assert [row.id for row in claim(app, "w")] == [held]

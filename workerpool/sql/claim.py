@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
     and_,
     bindparam,
@@ -82,8 +81,6 @@ def claim_statement(
     alone: bool = False,
     limits: ClaimLimits | None = None,
     shared: bool = False,
-    flushed: bool = True,
-    excluding: bool = False,
 ):
     """DESIGN §3: one UPDATE fed by CTE-fenced ``SKIP LOCKED`` arms, each on its own index.
 
@@ -93,13 +90,9 @@ def claim_statement(
     must be attributed (its whole holding counted) and then run alone, never inside a batch.
     ``stale_after`` is kept in the signature (and the statement cache key) for callers.
     With ``limits`` (a limited queue), the claim of :mod:`.limited_claim`, to be run after
-    ``lock_queue`` in the same transaction. ``flushed=False``: the statement is its own
-    transaction (autocommit) and commits without waiting for the WAL flush (:data:`NO_FLUSH`).
-    ``excluding``: rows whose id is in the ``exclude`` parameter are not taken.
+    ``lock_queue`` in the same transaction.
     """
     known = _known(task_versions)
-    if excluding:
-        known = and_(known, jobs.c.id != func.all(bindparam("exclude", type_=ARRAY(BigInteger))))
     if limits:
         return limited_claim_statement(
             queue=queue, worker=worker, limit=limit, limits=limits, alone=alone, shared=shared,
@@ -115,7 +108,7 @@ def claim_statement(
         picked = due
     return (
         update(jobs)
-        .where(one_of(picked), *(() if flushed else (NO_FLUSH,)))
+        .where(one_of(picked))
         .values(
             state=JobState.PROCESSING,
             attempts=jobs.c.attempts + 1,
@@ -124,18 +117,6 @@ def claim_statement(
         )
         .returning(*CLAIM_COLUMNS)
     )
-
-
-#: ``synchronous_commit = off`` for the rest of the statement's own transaction, as a one-time
-#: filter (no column in it: evaluated once, before the scan). A claim alone lost in a server
-#: crash leaves its rows pending with the attempt not counted, and its worker's fenced writes
-#: are refused (``claimed_by`` no longer matches), so the job runs again: at-least-once allows
-#: it. Outcomes never ride in such a transaction: theirs stay durable.
-NO_FLUSH = (
-    select(func.set_config(literal_column("'synchronous_commit'"), literal_column("'off'"),
-                            literal_column("true")))
-    .scalar_subquery() == literal_column("'off'")
-)
 
 
 def _known(task_versions: Mapping[str, int], table: Any = jobs) -> Any:
@@ -175,8 +156,6 @@ def claim(
     limits: ClaimLimits | None = None,
     key_cursor: str = "",
     shared: bool = False,
-    flushed: bool = True,
-    exclude: Sequence[int] = (),
 ) -> list[Any]:
     """Claim up to ``limit`` rows for ``worker``; returns them with attempts already counted.
 
@@ -187,10 +166,6 @@ def claim(
     resumes (``queries.key_limits``); the greatest key the worker's previous claim took.
     ``shared``: claim under the shared lock (see ``limited_claim.lock_queue``), when the
     previous claim's rows said the limits were out of the fleet's reach (``limits_safe``).
-    ``flushed=False``: ``conn`` is in autocommit and the claim commits without waiting for the
-    WAL flush. ``exclude``: ids not to take (jobs the worker still holds after their lease was
-    lost). A limited claim ignores both: it runs in a transaction, always flushed, so a crash
-    never loses it.
     """
     if limit <= 0 or not task_versions:
         return []
@@ -198,10 +173,9 @@ def claim(
     limits = limits or None
     shared = shared and limits is not None and not limits.keys
     statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits,
-                                     shared, flushed or limits is not None,
-                                     bool(exclude) and limits is None)
+                                     shared)
     if limits is None:
-        return list(conn.execute(statement, {"exclude": list(exclude)} if exclude else None).all())
+        return list(conn.execute(statement).all())
     lock_queue(conn, queue, shared=shared)
     sql, params = _driver_sql(conn.dialect, statement)
     if limits.keys:
@@ -221,16 +195,14 @@ def _driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
 @functools.lru_cache(maxsize=256)
 def _claim_statement_for(queue: str, worker: str, limit: int,
                          versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool,
-                         limits: ClaimLimits | None, shared: bool, flushed: bool = True,
-                         excluding: bool = False):
+                         limits: ClaimLimits | None, shared: bool):
     """A worker claims with the same arguments on every pass: build the expression once.
 
     Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
     statements are immutable, so one object serves every thread of the process.
     """
     return claim_statement(queue=queue, worker=worker, limit=limit, task_versions=dict(versions),
-                           stale_after=stale_after, alone=alone, limits=limits, shared=shared,
-                           flushed=flushed, excluding=excluding)
+                           stale_after=stale_after, alone=alone, limits=limits, shared=shared)
 
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:

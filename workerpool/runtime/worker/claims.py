@@ -107,7 +107,7 @@ class Claims:
                 rows = self._claim(conn)
         else:  # the claim alone, as after a wake-up: pickup latency is this round trip
             with self.session.single_statement() as conn:
-                states, rows = {}, self._claim(conn, flushed=False)
+                states, rows = {}, self._claim(conn)
         self._resize(batch, time.monotonic() - began)
         self.outcomes.written(batch, states)
         if self.limits:
@@ -128,14 +128,12 @@ class Claims:
                 self.buffer.ran(flight.ran)
         self.buffer.claimed(seconds)
 
-    def _claim(self, conn: Connection, *, flushed: bool = True) -> list[Any]:
-        """``flushed=False``: a claim alone, whose commit need not wait for the WAL flush."""
+    def _claim(self, conn: Connection) -> list[Any]:
         return sql.claim(conn, queue=self.queue, worker=self.worker_id,
                              limit=self.free_slots(), task_versions=self.task_versions,
                              stale_after=self.stale_after, alone=self.busy() == 0,
                              limits=self.limits, key_cursor=self._key_cursor,
-                             shared=self._shared, flushed=flushed,
-                             exclude=tuple(self.flights.lost))
+                             shared=self._shared)
 
     def _after_limited_claim(self, rows: list[Any]) -> None:
         """The next claim's lock (shared while the limits are out of reach: an empty claim

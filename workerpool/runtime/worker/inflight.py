@@ -193,11 +193,6 @@ class Flights:
 
     def __init__(self) -> None:
         self._by_id: dict[int, InFlight] = {}
-        #: Jobs still held whose lease renewal found gone: this worker must not claim them
-        #: again while it holds them. A claim lost in a server crash (it commits without
-        #: waiting for the WAL flush) leaves its job pending with the attempt not counted, so a
-        #: new claim by this worker would carry the very lease the old run still writes under.
-        self.lost: set[int] = set()
 
     def add(self, flight: InFlight) -> None:
         self._by_id[flight.lease.job_id] = flight
@@ -212,7 +207,6 @@ class Flights:
 
     def forget(self, flight: InFlight) -> None:
         self._by_id.pop(flight.lease.job_id, None)
-        self.lost.discard(flight.lease.job_id)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -124,5 +124,3 @@ class Leases:
                         extra={"event": "lease_lost", "job_id": flight.lease.job_id})
             if flight.transition(Step.LOSE) is FlightState.BUFFERED:  # dropped, never started
                 self.flights.retire(flight)
-            else:
-                self.flights.lost.add(flight.lease.job_id)
