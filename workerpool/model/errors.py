@@ -160,6 +160,10 @@ class InvalidStep(InvalidJob):
     seconds or a wait's timeout."""
 
 
+class InvalidProgress(InvalidJob):
+    """``job.progress`` got something else than a fraction within 0..1 or a small JSON object."""
+
+
 class InvalidSignal(InvalidJob):
     """Invalid signal name (a non-empty string of at most 200 characters)."""
 
