@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
-from workerpool import Backoff, InvalidProgress, LeaseLost, WorkerPool, testing
+from workerpool import Backoff, InvalidProgress, LeaseLost, testing
 from workerpool.runtime.worker import joblogs
 
 log = logging.getLogger("tests.handler")

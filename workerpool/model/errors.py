@@ -184,6 +184,11 @@ class InvalidFilter(WorkerpoolError, ValueError):
     """Invalid dead-letter filter (queue, task, reason, since, ids or age)."""
 
 
+class WrongState(WorkerpoolError):
+    """An action named a job whose state does not allow it (cancel a finished job, replay one
+    that is not dead); nothing was changed."""
+
+
 class ReplayRefused(WorkerpoolError):
     """These dead jobs cannot be replayed (their task is no longer registered); \
 nothing was changed."""

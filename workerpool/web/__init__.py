@@ -27,6 +27,7 @@ from ..model.errors import (
     UnknownJob,
     UnknownQueue,
     WorkerpoolError,
+    WrongState,
     first_line,
 )
 from . import actions, batch_pages, pages, workflow_pages
@@ -43,7 +44,8 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
-    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (WorkerpoolError, 400),
+    (UnknownBatch, 404), (UnknownQueue, 404), (ReplayRefused, 409), (WrongState, 409),
+    (WorkerpoolError, 400),
 ]
 
 
@@ -72,6 +74,7 @@ def routes(read_only: bool) -> list[Any]:
     found = [
         Route("/", pages.overview_page, name="overview"),
         Route("/jobs", pages.jobs_page, name="jobs"),
+        Route("/search", pages.search, name="search"),
         Route("/jobs/{job_id}", pages.job_page, name="job"),
         Route("/dead", pages.dead_page, name="dead"),
         Route("/batches", batch_pages.batches_page, name="batches"),
@@ -82,6 +85,7 @@ def routes(read_only: bool) -> list[Any]:
     ]
     if not read_only:
         found += [
+            Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
             Route("/dead/retry", actions.retry_dead, methods=["POST"]),
