@@ -42,16 +42,16 @@ def seed(db_url) -> dict:
     return seeded
 
 
-def rows(browser) -> list[str]:
+def rows(driver) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return [e.get_attribute("data-id") for e in browser.find_elements(By.CSS_SELECTOR, "tr.job")]
+    return [e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "tr.job")]
 
 
-def tab_count(browser, state: str) -> str:
+def tab_count(driver, state: str) -> str:
     from selenium.webdriver.common.by import By
 
-    return browser.find_element(By.CSS_SELECTOR, f"#tab-{state} .count").text
+    return driver.find_element(By.CSS_SELECTOR, f"#tab-{state} .count").text
 
 
 def test_an_operator_filters_ticks_cancels_replays_and_searches(
