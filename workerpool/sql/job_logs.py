@@ -10,22 +10,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, cast, insert, select
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import Text
+from sqlalchemy import Connection, insert, literal_column, select, text
 
 from .schema import job_logs
 
-_INSERT = insert(job_logs).values(
-    job_id=bindparam("job_id"), attempt=bindparam("attempt"),
-    records=cast(bindparam("records", type_=Text), JSONB), dropped=bindparam("dropped"))
+#: Every attempt of an outcome batch in one statement: the rows as one JSON document (the
+#: records already JSON text, spliced in), read by ``jsonb_to_recordset``.
+_ROWS = text("""jsonb_to_recordset(CAST(:rows AS jsonb))
+    AS t(job_id bigint, attempt int, records jsonb, dropped int)""")
+_COLUMNS = ("job_id", "attempt", "records", "dropped")
+_INSERT = insert(job_logs).from_select(
+    list(_COLUMNS), select(*(literal_column(f"t.{name}") for name in _COLUMNS)).select_from(_ROWS))
 
 
 def insert_logs(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:
-    """``(job_id, attempt, records as JSON text, dropped)`` rows, in one executemany."""
+    """``(job_id, attempt, records as JSON text, dropped)`` rows, in one INSERT."""
     if rows:
-        conn.execute(_INSERT, [{"job_id": job_id, "attempt": attempt, "records": records,
-                                "dropped": dropped} for job_id, attempt, records, dropped in rows])
+        document = ",".join(
+            f'{{"job_id":{int(job_id)},"attempt":{int(attempt)},"records":{records},'
+            f'"dropped":{int(dropped)}}}' for job_id, attempt, records, dropped in rows)
+        conn.execute(_INSERT, {"rows": f"[{document}]"})
 
 
 # job_logs_of: a job's attempt logs, oldest first, at most ``limit`` attempts (the newest).
