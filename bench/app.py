@@ -1,14 +1,14 @@
 """The application the benchmark runs: ``workerpool run bench.app:pool``.
 
-Five handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
+Six handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
 the benchmark can compute pickup latency, ``nap``, a short sleep (the kill -9 burst, so that
-every kill finds jobs in flight), ``stepped``, ten durable steps that do nothing, and ``spin``,
-pure-Python work (the processes comparison). ``stamp``
-appends one short line to a file (``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one
-syscall, no database round trip, so it perturbs the worker far less than writing the time into a
-table would. The times are ``time.monotonic()``, which on Linux is ``CLOCK_MONOTONIC``: one
-clock for every process on the machine, so the enqueuing process and the worker child can be
-compared directly.
+every kill finds jobs in flight), ``stepped``, ten durable steps that do nothing, ``spin``,
+pure-Python work (the processes comparison), and ``chatty``, two log records (the logs
+section). ``stamp`` appends one short line to a file (``$BENCH_STAMP_FILE``) with an
+``O_APPEND`` write: one syscall, no database round trip, so it perturbs the worker far less
+than writing the time into a table would. The times are ``time.monotonic()``, which on Linux
+is ``CLOCK_MONOTONIC``: one clock for every process on the machine, so the enqueuing process
+and the worker child can be compared directly.
 
 Notifications are on unless ``$BENCH_NOTIFY`` is ``0``; the queue's concurrency is
 ``$BENCH_CONCURRENCY`` (default 100, see ``DEFAULT_CONCURRENCY``); ``$BENCH_RETENTION``
@@ -19,6 +19,7 @@ window, so that the table's size settles within the run); ``$BENCH_LIMITS`` pick
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -33,6 +34,8 @@ CONCURRENCY_ENV = "BENCH_CONCURRENCY"
 RETENTION_ENV = "BENCH_RETENTION"
 PREFETCH_ENV = "BENCH_PREFETCH"
 LIMITS_ENV = "BENCH_LIMITS"
+#: ``1``: the bench queue keeps its handlers' log records (the logs section, ``capture_logs``).
+CAPTURE_LOGS_ENV = "BENCH_CAPTURE_LOGS"
 #: The limits comparison's configurations (``bench.limits``): queue and task settings, each on
 #: but not binding at the bench's throughput.
 LIMIT_SETTINGS: dict[str, dict[str, dict]] = {
@@ -80,6 +83,16 @@ def stepped(job: Job) -> None:
         job.step(f"s{number}", lambda: None)
 
 
+_chatty_log = logging.getLogger("bench.chatty")
+
+
+def chatty(job: Job) -> None:
+    """The logs section's job: two WARNING records (the level ``workerpool run`` lets through
+    in the bench), kept per attempt when the queue captures them."""
+    _chatty_log.warning("job %s starts", job.id)
+    _chatty_log.warning("job %s is done", job.id)
+
+
 def spin(job: Job) -> None:
     """The CPU-bound job (``bench.processes``): ``payload["iters"]`` rounds of pure Python,
     calibrated by the bench to about 2 ms of CPU. Fixed work, not a fixed time: under the GIL
@@ -112,12 +125,14 @@ def make_pool(url: str | URL | None = None, *, notify: bool = True,
         tuning["concurrency"] = int(concurrency)
     if BENCH_PREFETCH != LIBRARY_DEFAULT:
         tuning["prefetch"] = int(BENCH_PREFETCH)
-    pool.queue(QUEUE, notify=notify, **tuning, **settings.get("queue", {}))
+    capture = os.environ.get(CAPTURE_LOGS_ENV) == "1"
+    pool.queue(QUEUE, notify=notify, capture_logs=capture, **tuning, **settings.get("queue", {}))
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)
     pool.task(nap, queue=QUEUE)
     pool.task(stepped, queue=QUEUE)  # after noop: the claim's task CASE still matches noop first
     pool.task(spin, queue=QUEUE)
+    pool.task(chatty, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool

@@ -88,7 +88,7 @@ class BenchDatabase:
 
     def reset(self) -> None:
         """An empty jobs table and no registered workers, statistics refreshed."""
-        self.sql("TRUNCATE workerpool_jobs, workerpool_workers")
+        self.sql("TRUNCATE workerpool_jobs, workerpool_job_logs, workerpool_workers")
         self.vacuum()
 
     def vacuum(self) -> None:

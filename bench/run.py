@@ -22,6 +22,7 @@ from . import (
     enqueue,
     fleet,
     floors,
+    joblogs,
     limits,
     operators,
     processes,
@@ -39,13 +40,13 @@ log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
             "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
-            "steps", "limits", "fleet", "burst", "processes")
+            "steps", "limits", "fleet", "burst", "processes", "logs")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
 #: workflows start four supervisors per repeat and run a chain and a sequence one job at a time;
 #: the processes comparison wants every core quiet.
-ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes")
+ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes", "logs")
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
@@ -190,6 +191,8 @@ def declare(report: Report, plan: Plan) -> None:
         workflows.declare(report, plan.batch_members)
     if plan.wants("steps"):
         steps.declare(report, plan.step_jobs)
+    if plan.wants("logs"):
+        joblogs.declare(report, plan.step_jobs * 10)
     if plan.wants("burst"):
         burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
                       nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
@@ -239,6 +242,9 @@ class Bench:
                                   repeat)
                 if self.plan.wants("processes"):
                     self.measure_processes(repeat)
+                if self.plan.wants("logs"):
+                    joblogs.measure(self.report, self.launcher, self.pool,
+                                    self.plan.step_jobs * 10, repeat)
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
             if self.plan.wants("fleet"):  # the same

@@ -70,20 +70,34 @@ def cmd_embedded(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..ops import status, why
+    from ..model.validation import check_tag_filter
+    from ..ops import job_view, status, why
 
+    tags = check_tag_filter(args.tag)
+    if tags and args.job is not None:
+        raise CliError("give --job or --tag, not both")
     pool = pool_for(args)
     if args.job is not None:
         with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
+            logs = job_view.attempt_logs(conn, args.job)
         text = why.line(answer)
         steps = status.steps_json(answer.job.steps, answer.facts.now)
         print(json.dumps({"job": args.job, "why": text,
                           "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
-                          "steps": steps})
+                          "steps": steps} | job_view.job_json(answer.job, logs), default=str)
               if args.json else text)
         if steps and not args.json:
             print("STEPS\n" + status.render_steps(steps))
+        extra = job_view.render_job(answer.job, logs)
+        if extra and not args.json:
+            print(extra)
+        return exitcodes.OK
+    if tags:
+        with pool.engine.connect() as conn:
+            tagged = job_view.tagged(conn, tags)
+        print(json.dumps(tagged, indent=2) if args.json else job_view.render_tagged(tagged),
+              end="\n" if args.json else "")
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     with pool.engines.replica_errors():
@@ -100,7 +114,7 @@ def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> 
 
     since = parse_since(args.since) if getattr(args, "since", None) else None
     return DeadFilter(queue=args.queue, task=args.task, reason=args.reason, since=since,
-                      ids=tuple(ids) if ids else None)
+                      ids=tuple(ids) if ids else None, tags=args.tag)
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
@@ -363,7 +377,10 @@ def add_status_parser(sub: Any) -> None:
                         help="judge runnable rows by this app's tasks instead of live workers'")
     status.add_argument("--job", type=int, default=None, metavar="ID",
                         help="one line: why this job is not running (a limit, a pause, no"
-                             " worker, ...)")
+                             " worker, ...); then its steps, tags, progress and logs")
+    status.add_argument("--tag", action="append", default=None, metavar="TAG",
+                        help="count the jobs carrying this tag by queue and state (repeatable:"
+                             " every one of them)")
 
 
 def add_signal_parser(sub: Any) -> None:
@@ -407,6 +424,8 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
     parser.add_argument("--queue", default=None)
     parser.add_argument("--task", default=None)
     parser.add_argument("--reason", default=None, help="exhausted, permanent or abandoned")
+    parser.add_argument("--tag", action="append", default=None, metavar="TAG",
+                        help="only jobs carrying this tag (repeatable: every one of them)")
     if since:
         parser.add_argument("--since", default=None,
                             help="died within this duration (2h, 7d) or after this ISO time")

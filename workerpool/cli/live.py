@@ -14,10 +14,12 @@ from .target import CliError, pool_for
 
 def cmd_cancel(args: argparse.Namespace) -> int:
 
-    if bool(args.ids) == bool(args.queue):
-        raise CliError("give job IDs or --queue Q (with optional --task, --state), not both")
+    if bool(args.ids) == bool(args.queue or args.tag):
+        raise CliError("give job IDs or --queue Q and/or --tag T (with optional --task,"
+                       " --state), not both")
     result = pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
-                                    state=args.state, reason=args.reason, dry_run=args.dry_run)
+                                    state=args.state, reason=args.reason, dry_run=args.dry_run,
+                                    tags=args.tag)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return exitcodes.OK
@@ -62,6 +64,8 @@ def add_parsers(sub: Any) -> None:
                             " stop")
     cancel.add_argument("ids", nargs="*", type=int, metavar="ID")
     cancel.add_argument("--queue", default=None, help="every live job of this queue")
+    cancel.add_argument("--tag", action="append", default=None, metavar="TAG",
+                        help="every live job carrying this tag (repeatable: every one of them)")
     cancel.add_argument("--task", default=None, help="with --queue: only this task")
     cancel.add_argument("--state", default=None, help="with --queue: pending, processing or"
                         " failed")

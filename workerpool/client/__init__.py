@@ -364,6 +364,7 @@ class WorkerPool:
         state: str | None = None,
         dry_run: bool = False,
         by: str | None = None,
+        tags: Iterable[str] | None = None,
     ) -> CancelResult:
         """Cancel jobs by id (or a queue's, with optional ``task``/``state``): a queued job ends
         ``cancelled`` now, a running one is asked to stop. Returns a ``CancelResult`` saying per
@@ -373,8 +374,10 @@ class WorkerPool:
         and the ``on_cancel`` hooks run, when it commits. A queued job is cancelled in the same
         statement that decides it (see :mod:`workerpool.sql.control` for the race with a
         claim); a running one's owner also reads requests back as it renews its leases, which
-        is the path behind PgBouncer."""
-        selection = Selection(tuple(ids) if ids is not None else None, queue, task, state)
+        is the path behind PgBouncer. ``tags``: the live jobs carrying every one of these
+        (alone or with ``queue``)."""
+        selection = Selection(tuple(ids) if ids is not None else None, queue, task, state,
+                              _tag_list(tags))
         if reason is not None and not isinstance(reason, str):
             raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
         by = actor(by)
@@ -385,7 +388,8 @@ class WorkerPool:
             changed = sql.cancel(db, list(before), by, reason)
             audit.record(db, by, "cancel", _target(selection), {
                 "count": len(before), "ids": sorted(before)[:AUDIT_IDS], "reason": reason,
-                "task": selection.task, "state": selection.state})
+                "task": selection.task, "state": selection.state,
+                "tags": list(selection.tags) if selection.tags else None})
             sql.notify_owners(db, changed)
             states = {row.id: row.state for row in changed}
             rest = [job_id for job_id in before if job_id not in states]
@@ -568,8 +572,8 @@ def _target(selection: Selection) -> str:
 def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
     """The selected jobs and their states; unknown ids are refused by name."""
     if selection.ids is None:
-        assert selection.queue is not None  # a Selection names ids or a queue
-        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state)
+        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state,
+                             selection.tags)
         return sql.job_states(conn, ids) if ids else {}
     states = sql.job_states(conn, selection.ids)
     unknown = [job_id for job_id in selection.ids if job_id not in states]
@@ -577,6 +581,13 @@ def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
         listing = ", ".join(str(job_id) for job_id in unknown)
         raise UnknownJob(f"unknown job id(s): {listing}; nothing was changed")
     return {job_id: states[job_id] for job_id in selection.ids}
+
+
+def _tag_list(tags: Any) -> Any:
+    """``tags=`` as given, a generator made a tuple (a string is refused by the check)."""
+    if tags is None or isinstance(tags, str | bytes | list | tuple):
+        return tags
+    return tuple(tags) if isinstance(tags, Iterable) else tags
 
 
 def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:

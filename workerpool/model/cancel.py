@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidFilter
 from .states import LIVE_STATES, JobState
-from .validation import check_filter, check_ids
+from .validation import check_filter, check_ids, check_tag_filter
 
 CANCELLED = "cancelled"  # it was queued: cancelled now
 STOPPING = "asked to stop"  # it runs: its worker stops it
@@ -30,17 +30,20 @@ def verdict(state: str) -> str:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which jobs: explicit ids, or a queue's live jobs (optionally one task, one state)."""
+    """Which jobs: explicit ids, or the live jobs of a queue and/or carrying every one of
+    ``tags`` (optionally one task, one state)."""
 
     ids: tuple[int, ...] | None = None
     queue: str | None = None
     task: str | None = None
     state: str | None = None
+    tags: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if (self.ids is None) == (self.queue is None):
-            raise InvalidFilter("give job ids or a queue (with optional task and state),"
-                                " not both and not neither")
+        object.__setattr__(self, "tags", check_tag_filter(self.tags))
+        if (self.ids is None) == (self.queue is None and self.tags is None):
+            raise InvalidFilter("give job ids or a queue and/or tags (with optional task and"
+                                " state), not both and not neither")
         if self.ids is not None:
             object.__setattr__(self, "ids", check_ids(self.ids))
         elif self.queue is not None:
@@ -48,7 +51,8 @@ class Selection:
         if self.ids is None and self.task is not None:
             check_filter("task", self.task)
         if self.ids is not None and (self.task or self.state):
-            raise InvalidFilter("task and state filters go with a queue, not with job ids")
+            raise InvalidFilter("task and state filters go with a queue or tags, not with job"
+                                " ids")
         if self.state is not None and self.state not in LIVE_STATES:
             raise InvalidFilter(f"state must be one of {', '.join(LIVE_STATES)} (the states a"
                                 f" job can be cancelled in); got {self.state!r}")

@@ -168,6 +168,10 @@ class InvalidStep(InvalidJob):
     seconds or a wait's timeout."""
 
 
+class InvalidProgress(InvalidJob):
+    """``job.progress`` got something else than a fraction within 0..1 or a small JSON object."""
+
+
 class InvalidSignal(InvalidJob):
     """Invalid signal name (a non-empty string of at most 200 characters)."""
 
@@ -186,6 +190,11 @@ class SignalExists(WorkerpoolError):
 
 class InvalidFilter(WorkerpoolError, ValueError):
     """Invalid dead-letter filter (queue, task, reason, since, ids or age)."""
+
+
+class WrongState(WorkerpoolError):
+    """An action named a job whose state does not allow it (cancel a finished job, replay one
+    that is not dead); nothing was changed."""
 
 
 class ReplayRefused(WorkerpoolError):

@@ -46,13 +46,16 @@ class Job:
     steps_data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _step_store: StepStore | None = field(default=None, repr=False, compare=False)
     _steps: Steps | None = field(default=None, repr=False, compare=False)
+    _progress: Callable[[Job, Any], None] | None = field(default=None, repr=False,
+                                                         compare=False)
 
     @classmethod
     def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
                  payload: dict[str, Any] | None = None,
                  cancel: Callable[[], CancelFlag] | None = None,
                  parents: Callable[[int], dict[int, Any]] | None = None,
-                 steps: StepStore | None = None) -> Job:
+                 steps: StepStore | None = None,
+                 progress: Callable[[Job, Any], None] | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
         ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
         reads the results of a job's parents; ``steps``: writes its steps and reads signals."""
@@ -75,6 +78,7 @@ class Job:
             _parents=parents,
             steps_data=getattr(row, "steps", None) or {},
             _step_store=steps,
+            _progress=progress,
         )
 
     @property
@@ -113,6 +117,21 @@ class Job:
             raise RuntimeError("this Job is not attached to a worker; checkpoint() is unavailable")
         self._save_checkpoint(self, data)
 
+    def progress(self, value: Any) -> None:
+        """Report how far the handler got: a fraction within 0..1 or a small JSON object
+        (``{"done": 4, "of": 10}``), shown on the job's page and by ``workerpool status --job``.
+
+        Written at most once a second (the last report held back is written when the handler
+        returns), fenced on this job's lease. Raises
+        :class:`~workerpool.errors.InvalidProgress` for a bad value (nothing written)
+        and :class:`~workerpool.errors.LeaseLost` when another process now owns the job.
+        """
+        if self._progress is None:
+            from .progress import progress_json
+
+            progress_json(value)  # checked all the same: the handler's tests see bad values
+            return
+        self._progress(self, value)
 
     # -- durable steps (workerpool.model.steps) -----------------------------------------------
 

@@ -16,7 +16,7 @@ from .errors import IdempotencyConflict, InvalidJob
 from .limits import job_concurrency_key, key_scope
 from .payload import check_key, dumps
 from .registry import Registry
-from .validation import check_delay, check_max_attempts, check_priority, check_run_at
+from .validation import check_delay, check_max_attempts, check_priority, check_run_at, check_tags
 
 
 class NewJob(NamedTuple):
@@ -43,6 +43,8 @@ class NewJob(NamedTuple):
     #: What a taken key does: "keep" the holder, "replace" a pending holder's payload and
     #: run_at, or "error".
     on_conflict: str = "keep"
+    #: The operator-facing labels (``tags=``); None when none were given.
+    tags: tuple[str, ...] | None = None
 
 
 def build_job(
@@ -59,6 +61,7 @@ def build_job(
     unique: str | None = None,
     unique_for: float | timedelta | None = None,
     on_conflict: str | None = None,
+    tags: Any = None,
 ) -> NewJob:
     """Validate one job. Raises a named error for any bad input; touches no database."""
     spec = registry.task_spec(task)
@@ -79,6 +82,7 @@ def build_job(
         None if concurrency_key is None and spec.concurrency_limit is None and (
             spec.key_rate_limit is None) else job_concurrency_key(spec, payload, concurrency_key),
         *scope,
+        None if tags is None else check_tags(tags),
     )
 
 

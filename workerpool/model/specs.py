@@ -70,6 +70,8 @@ class QueueSpec:
     rate_limit: str | None = None
     #: Children of this queue per supervisor: an int, or "auto" (one per core).
     processes: int | str = 1
+    #: Keep each attempt's log records from its handler (docs/handlers.md): off by default.
+    capture_logs: bool = False
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
@@ -86,6 +88,9 @@ class QueueSpec:
         check_positive(f"queue {self.name}: drain_timeout", self.drain_timeout, minimum=-1)
         check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
         check_positive(f"queue {self.name}: poll_interval", self.poll_interval, minimum=0)
+        if not isinstance(self.capture_logs, bool):
+            raise ConfigError(f"queue {self.name}: capture_logs must be True or False,"
+                              f" got {self.capture_logs!r}")
         grace = self.cancel_grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0 or (
                 grace == float("inf")):

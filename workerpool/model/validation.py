@@ -104,6 +104,32 @@ def check_delay(value: Any, run_at: datetime | None) -> float | None:
     return float(value)
 
 
+#: At most this many tags on a job, each at most MAX_TAG_LENGTH characters.
+MAX_TAGS = 20
+MAX_TAG_LENGTH = 100
+
+
+def check_tags(value: Any, error: type[Exception] = InvalidJob) -> tuple[str, ...]:
+    """A job's ``tags=``: a list (or tuple) of 1..MAX_TAGS distinct non-empty strings without
+    control characters, each at most MAX_TAG_LENGTH long (order kept, repeats dropped)."""
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise error(f"tags must be a list of strings, got {type(value).__name__}")
+    tags = tuple(dict.fromkeys(check_tag(tag, error) for tag in value))
+    if not tags:
+        raise error("tags must hold at least one tag (leave tags out for none)")
+    if len(tags) > MAX_TAGS:
+        raise error(f"at most {MAX_TAGS} tags per job, got {len(tags)}")
+    return tags
+
+
+def check_tag(tag: Any, error: type[Exception] = InvalidJob) -> str:
+    if not isinstance(tag, str) or not tag.strip():
+        raise error(f"a tag is a non-empty string, got {tag!r:.60}")
+    if len(tag) > MAX_TAG_LENGTH or not tag.isprintable():
+        raise error(f"a tag has at most {MAX_TAG_LENGTH} printable characters, got {tag!r:.60}")
+    return tag
+
+
 # -- filters of operator commands -------------------------------------------------------------
 
 
@@ -113,6 +139,14 @@ def check_filter(kind: str, value: Any) -> None:
         check_name(kind, value)
     except ValueError as exc:
         raise InvalidFilter(str(exc)) from None
+
+
+def check_tag_filter(tags: Any) -> tuple[str, ...] | None:
+    """The ``--tag`` filters of an operator command (None or empty: no filter); a job matches
+    when it carries every one of them."""
+    if tags is None or (isinstance(tags, list | tuple) and not tags):
+        return None
+    return check_tags(tags, InvalidFilter)
 
 
 def check_ids(ids: Iterable[Any]) -> tuple[int, ...]:

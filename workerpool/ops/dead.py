@@ -23,7 +23,7 @@ from .. import sql
 from ..client import WorkerPool, actor
 from ..model.errors import InvalidFilter, ReplayRefused
 from ..model.states import LIVE_WORKER_WINDOW
-from ..model.validation import check_filter, check_ids
+from ..model.validation import check_filter, check_ids, check_tag_filter
 from ..sql import audit, dependencies
 from ..sql.schema import DEAD_REASONS
 
@@ -47,8 +47,11 @@ class DeadFilter:
     reason: str | None = None
     since: datetime | timedelta | None = None
     ids: tuple[int, ...] | None = None
+    #: Dead rows carrying every one of these tags.
+    tags: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", check_tag_filter(self.tags))
         for kind in ("queue", "task"):
             if getattr(self, kind) is not None:
                 check_filter(kind, getattr(self, kind))
@@ -71,7 +74,8 @@ class DeadFilter:
 
     def where(self, older_than: timedelta | None = None):
         return sql.dead_where(queue=self.queue, task=self.task, reason=self.reason,
-                                  since=self.since, ids=self.ids, older_than=older_than)
+                                  since=self.since, ids=self.ids, older_than=older_than,
+                                  tags=self.tags)
 
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -120,6 +124,7 @@ class DeadRow:
     error_count: int
     last_error: dict[str, Any] | None
     replays: list[dict[str, Any]] = field(default_factory=list)
+    tags: list[str] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> DeadRow:
@@ -128,7 +133,7 @@ class DeadRow:
                    created_at=row.created_at, finished_at=row.finished_at, key=row.key,
                    payload=row.payload, payload_version=row.payload_version,
                    error_count=row.error_count, last_error=row.last_error,
-                   replays=list(row.replays or []))
+                   replays=list(row.replays or []), tags=row.tags)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)

@@ -29,11 +29,15 @@ from ..model.attempt import Outcome, classify, upcast
 from ..model.errors import InvalidJob, LeaseLost
 from ..model.job import Job, Lease, new_worker_id
 from ..model.payload import dumps
+from ..model.progress import progress_json
 from ..model.registry import Registry
 from ..model.specs import TaskSpec
 from ..model.steps import Suspended
 from ..sql import dependencies
+from ..sql.job_logs import insert_logs
+from ..sql.progress import save_progress
 from .steps import StepStore
+from .worker.joblogs import CURRENT, AttemptLog, install
 from .worker.outcomes import record_settling
 
 #: ``drain(retries=...)``: "wait" leaves a failed job to its backoff (the worker's rule: it is
@@ -109,8 +113,15 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
         with engine.connect() as conn:
             return dependencies.parent_results(conn, job_id)
 
+    def progress(job: Job, value: Any) -> None:  # unthrottled: one job at a time, in a test
+        text = progress_json(value)
+        with engine.begin() as conn:
+            if not save_progress(conn, Lease(job.id, job.attempt, worker), text):
+                raise LeaseLost(f"job {job.id}: lease lost, progress not saved")
+
     steps = StepStore(worker, registry.payload_limit, engine.begin)
-    job = Job.from_row(row, worker=worker, saver=saver, parents=parents, steps=steps)
+    job = Job.from_row(row, worker=worker, saver=saver, parents=parents, steps=steps,
+                       progress=progress)
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 
@@ -124,16 +135,32 @@ def run_claimed(registry: Registry, engine: Engine, row: Any, worker: str,
     woken, its batch finished); returns (outcome, new state or None). ``fired`` is given the
     callback jobs the outcome enqueued (inline mode runs them like enqueued jobs)."""
     spec, job = make_job(registry, engine, row, worker)
-    exc, result = call_handler_for_result(spec, job)
+    logs = _attempt_log(registry, spec)
+    captured = CURRENT.set(logs)
+    try:
+        exc, result = call_handler_for_result(spec, job)
+    finally:
+        CURRENT.reset(captured)
     outcome = classify(exc, spec, job.attempt, worker, result=result,
                        limit=registry.payload_limit)
     lease = Lease(row.id, row.attempts, worker)
     with engine.begin() as conn:
         states, batches = record_settling(conn, worker, [(lease, outcome)])
+        if logs and states[row.id] is not None:
+            insert_logs(conn, [(row.id, row.attempts, logs.as_json(), logs.dropped)])
     callbacks = [job_id for batch in batches for job_id in batch.callback_ids]
     if callbacks and fired is not None:
         fired(callbacks)
     return outcome, states[row.id]
+
+
+def _attempt_log(registry: Registry, spec: TaskSpec) -> AttemptLog | None:
+    """A log capture for this attempt when its queue keeps logs (``capture_logs``)."""
+    queue = registry.queues.get(spec.queue)
+    if queue is None or not queue.capture_logs:
+        return None
+    install()
+    return AttemptLog()
 
 
 def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: int = 1

@@ -25,7 +25,7 @@ from .enqueue import NOTIFY_CHANNEL, NewJob
 from .schema import jobs
 
 COPY_COLUMNS = ("id", "queue", "task", "payload", "payload_version", "priority", "max_attempts",
-                "run_at", "trace_context", "concurrency_key")
+                "run_at", "trace_context", "concurrency_key", "tags")
 COPY_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
 #: A batch's members: the same rows and the batch's id (one value for every row).
 COPY_BATCH_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}, batch_id) FROM STDIN"
@@ -42,7 +42,7 @@ _NULL = "\\N"
 #: What COPY's text format reads as syntax in a value; queue and task names cannot hold any of
 #: it (``validation.NAME_PATTERN``).
 _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_LINE = "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n"
+_LINE = "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n"
 #: Rows per COPY message. The server starts on the first rows while the rest are built, which
 #: psycopg's own buffer would delay (it sends 32 KiB at a time: most of a 1000-row batch); much
 #: smaller messages cost more writes than they overlap.
@@ -119,7 +119,16 @@ def _line(job_id: int, row: NewJob, now: datetime, trace: str) -> str:
                        else row.concurrency_key.translate(_TEXT_ESCAPES))
     return _LINE % (job_id, row.queue, row.task, _escape_json(row.payload_json),
                     row.payload_version, row.priority, row.max_attempts, _run_at(row, now), trace,
-                    concurrency_key)
+                    concurrency_key, _tags(row.tags))
+
+
+def _tags(tags: tuple[str, ...] | None) -> str:
+    """A ``text[]`` in COPY's text format: an array literal of quoted elements, escaped for
+    the array parser (backslash, quote), then for COPY (backslash, tab, newline)."""
+    if tags is None:
+        return _NULL
+    quoted = ('"' + tag.replace("\\", "\\\\").replace('"', '\\"') + '"' for tag in tags)
+    return ("{" + ",".join(quoted) + "}").translate(_TEXT_ESCAPES)
 
 
 def _escape_json(text: str) -> str:

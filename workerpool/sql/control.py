@@ -36,6 +36,7 @@ from .leases import Lease, fence
 from .operations import list_workers
 from .schema import jobs, queues
 from .settled import after_rows
+from .tags import carries
 
 #: Notification payloads that are not queue names start with this (names cannot contain it).
 CONTROL = "!"
@@ -56,10 +57,14 @@ def job_states(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
     return {row.id: row.state for row in rows}
 
 
-# select_ids: live rows of a queue (optionally one task and one state), ascending.
-# Index: ix_workerpool_jobs_due or ix_workerpool_jobs_leased (by state), else a scan.
-def select_ids(conn: Connection, queue: str, task: str | None, state: str | None) -> list[int]:
-    clauses = [jobs.c.queue == queue]
+# select_ids: live rows of a queue and/or carrying tags (optionally one task and one state),
+# ascending. Index: ix_workerpool_jobs_due or ix_workerpool_jobs_leased (by state), else a
+# scan; with tags, ix_workerpool_jobs_tags.
+def select_ids(conn: Connection, queue: str | None, task: str | None, state: str | None,
+               tags: Sequence[str] | None = None) -> list[int]:
+    clauses = [] if queue is None else [jobs.c.queue == queue]
+    if tags:
+        clauses.append(carries(tags))
     clauses.append(jobs.c.state == state if state else jobs.c.state.in_(LIVE_STATES))
     if task is not None:
         clauses.append(jobs.c.task == task)

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 
 from .schema import jobs, workers
+from .tags import carries
 
 #: Matching rows counted at most by :func:`count_capped`: past it the page says "N+".
 COUNT_CAP = 10_000
@@ -43,9 +44,10 @@ class JobFilter:
     created_after: datetime | timedelta | None = None
     created_before: datetime | timedelta | None = None
     by_finished: bool = False  # the time range is of finished_at (the dead letters), not created_at
+    tags: tuple[str, ...] | None = None  # jobs carrying every one of them
 
     def where(self) -> Any:
-        clauses = []
+        clauses = [carries(self.tags)] if self.tags else []
         for name in ("queue", "task", "state", "dead_reason", "key"):
             value = getattr(self, name)
             if value is not None:
@@ -68,7 +70,7 @@ def _moment(value: datetime | timedelta, name: str) -> Any:
 LIST_COLUMNS = (
     jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.dead_reason, jobs.c.priority,
     jobs.c.attempts, jobs.c.max_attempts, jobs.c.key, jobs.c.run_at, jobs.c.created_at,
-    jobs.c.finished_at, jobs.c.claimed_by,
+    jobs.c.finished_at, jobs.c.claimed_by, jobs.c.tags, jobs.c.progress,
     jobs.c.errors.op("->")(-1).op("->>")("type").label("last_error_type"),
     jobs.c.errors.op("->")(-1).op("->>")("message").label("last_error_message"),
 )

@@ -48,7 +48,7 @@ NOTIFY_CHANNEL = "workerpool_jobs"
 
 #: Every column an enqueue writes, in the order both statements list them.
 _COLUMNS = ("queue", "task", "payload", "payload_version", "priority", "max_attempts", "key",
-            "run_at", "trace_context", "batch_id", "concurrency_key", "key_scope")
+            "run_at", "trace_context", "batch_id", "concurrency_key", "key_scope", "tags")
 
 
 def _param(name: str) -> Any:
@@ -90,9 +90,9 @@ def _with_notify(inserted: Any, returned: Sequence[str]) -> Any:
 _BATCH_ROWS = text("""ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (
          queue text, task text, payload jsonb, payload_version int, priority smallint,
          max_attempts int, key text, run_at timestamptz, delay float8,
-         concurrency_key text, key_scope text)) WITH ORDINALITY
+         concurrency_key text, key_scope text, tags text[])) WITH ORDINALITY
        AS t(queue, task, payload, payload_version, priority, max_attempts, key, run_at,
-            delay, concurrency_key, key_scope, ord)""").bindparams(_param("rows"))
+            delay, concurrency_key, key_scope, tags, ord)""").bindparams(_param("rows"))
 
 
 def _row(name: str) -> Any:
@@ -111,7 +111,7 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
     source = select(
         *map(_row, _COLUMNS[:7]), _run_at(_row("run_at"), _row("delay")),
         cast(_param("trace_context"), JSONB), cast(_param("batch_id"), jobs.c.batch_id.type),
-        _row("concurrency_key"), _row("key_scope"),
+        _row("concurrency_key"), _row("key_scope"), _row("tags"),
     ).select_from(_BATCH_ROWS).order_by(_row("ord"))
     statement = insert(jobs).from_select(list(_COLUMNS), source)
     returned = ("id", "key") if keyed else ("id",)
@@ -205,13 +205,14 @@ _PLAIN_ROW_JSON = (
 )
 
 
-_EXTENDED_ROW_JSON = _ROW_JSON[:-1] + ',"concurrency_key":%s,"key_scope":%s}'
+_EXTENDED_ROW_JSON = _ROW_JSON[:-1] + ',"concurrency_key":%s,"key_scope":%s,"tags":%s}'
 
 
 def _row_json(row: NewJob) -> str:
-    if row.concurrency_key is not None or row.key_scope is not None:
+    if row.concurrency_key is not None or row.key_scope is not None or row.tags is not None:
         return _EXTENDED_ROW_JSON % (
-            *_row_json_values(row), _json_text(row.concurrency_key), _json_text(row.key_scope))
+            *_row_json_values(row), _json_text(row.concurrency_key), _json_text(row.key_scope),
+            "null" if row.tags is None else json.dumps(row.tags, ensure_ascii=False))
     if row.key is None and row.run_at is None and row.delay is None:
         return _PLAIN_ROW_JSON % (
             _json_name(row.queue), _json_name(row.task), row.payload_json,
@@ -303,6 +304,7 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
                        cast(_param("delay"), Float)),
         trace_context=cast(values["trace_context"], JSONB),
         batch_id=cast(values["batch_id"], jobs.c.batch_id.type),
+        tags=cast(values["tags"], jobs.c.tags.type),
         key_expires_at=func.now() + _seconds(cast(_param("unique_for"), Float)),
     )
     statement = insert(jobs).values(values)
@@ -376,6 +378,7 @@ def _one_params(row: NewJob) -> dict[str, Any]:
         "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
         "delay": row.delay, "channel": NOTIFY_CHANNEL, "concurrency_key": row.concurrency_key,
         "key_scope": row.key_scope, "unique_for": row.unique_for,
+        "tags": None if row.tags is None else list(row.tags),
     }
 
 

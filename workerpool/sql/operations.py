@@ -28,6 +28,7 @@ from sqlalchemy.types import Text
 from ..model.states import DUE_STATES, JobState
 from .keys import holds_its_key
 from .schema import cron, jobs, workers
+from .tags import carries
 
 # ---------------------------------------------------------------------------------------------
 # the dead-letter queue
@@ -41,6 +42,7 @@ def dead_where(
     since: datetime | timedelta | None = None,
     older_than: timedelta | None = None,
     ids: Sequence[int] | None = None,
+    tags: Sequence[str] | None = None,
 ):
     """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed).
 
@@ -62,6 +64,8 @@ def dead_where(
         clauses.append(jobs.c.finished_at < func.now() - bindparam("older_than", older_than))
     if ids is not None:
         clauses.append(jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
+    if tags:
+        clauses.append(carries(tags))
     return and_(*clauses)
 
 
@@ -78,6 +82,7 @@ DEAD_COLUMNS = (
     jobs.c.created_at,
     jobs.c.finished_at,
     jobs.c.replays,
+    jobs.c.tags,
     func.jsonb_array_length(jobs.c.errors).label("error_count"),
     jobs.c.errors.op("->")(-1).label("last_error"),
 )

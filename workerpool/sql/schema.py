@@ -10,6 +10,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -120,6 +121,12 @@ jobs = Table(
     Column("steps", JSONB),
     # The signal a ``waiting`` job waits for (job.wait_for); NULL otherwise.
     Column("signal", Text),
+    # The enqueuer's labels (``tags=["tenant:7", "import"]``) operators filter on; NULL when
+    # none were given, so an untagged job is not in the tags index.
+    Column("tags", ARRAY(Text)),
+    # What the handler last reported with ``job.progress`` (a fraction or a JSON object),
+    # written throttled and fenced on the lease; NULL until the first report.
+    Column("progress", JSONB),
     CheckConstraint(_in("state", STATES), name="state"),
     CheckConstraint(
         f"(state = '{JobState.DEAD}') = (dead_reason IS NOT NULL) AND "
@@ -274,6 +281,11 @@ Index("ix_workerpool_job_dependencies_parent_id", dependencies.c.parent_id)
 # those whose signal exists or whose deadline passed. Other rows are not in it.
 Index("ix_workerpool_jobs_signal", jobs.c.signal,
       postgresql_where=text(f"state = '{JobState.WAITING}' AND signal IS NOT NULL"))
+
+# Tag filters (``tags @> ARRAY[...]``: status, cancel, dead, the dashboard). Partial: the planner
+# proves ``tags IS NOT NULL`` from the strict ``@>``, and untagged jobs cost the index nothing.
+Index("ix_workerpool_jobs_tags", jobs.c.tags, postgresql_using="gin",
+      postgresql_where=text("tags IS NOT NULL"))
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.
@@ -433,3 +445,25 @@ audit = Table(
 )
 # Pruning by age; the page reads newest first by id.
 Index("ix_workerpool_audit_at", audit.c.at)
+# The log records a handler wrote during one attempt (captured when its queue sets
+# ``capture_logs``), written in the transaction of that attempt's outcome; a queue that does not
+# capture writes nothing here. Deleted with their job (a pruned or purged row takes its logs).
+job_logs = Table(
+    "workerpool_job_logs",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey(jobs.c.id, ondelete="CASCADE",
+                                            name="fk_workerpool_job_logs_job_id"),
+           nullable=False),
+    # The attempt the records are of (a replayed job counts its attempts again: its earlier
+    # runs' logs stay, older ids first).
+    Column("attempt", Integer, nullable=False),
+    # [{"at", "level", "logger", "message"}], oldest first, bounded per attempt.
+    Column("records", JSONB, nullable=False),
+    # Records the bound left out (0: nothing was).
+    Column("dropped", Integer, nullable=False, server_default=text("0")),
+    Column("written_at", TZ, nullable=False, server_default=text("now()")),
+    CheckConstraint("jsonb_typeof(records) = 'array'", name="records_array"),
+)
+# A job's logs (its page, ``status --job``), and the cascade when its row is deleted.
+Index("ix_workerpool_job_logs_job_id", job_logs.c.job_id, job_logs.c.id)

@@ -31,6 +31,7 @@ from ..model.errors import (
     UnknownJob,
     UnknownQueue,
     WorkerpoolError,
+    WrongState,
     first_line,
 )
 from . import actions, audit_pages, batch_pages, cron_pages, pages, workflow_pages
@@ -49,7 +50,7 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
     (UnknownBatch, 404), (UnknownQueue, 404), (UnknownCron, 404), (InvalidActor, 400),
-    (ReplayRefused, 409), (ReplicaUnavailable, 503), (WorkerpoolError, 400),
+    (ReplayRefused, 409), (WrongState, 409), (ReplicaUnavailable, 503), (WorkerpoolError, 400),
 ]
 
 
@@ -83,6 +84,7 @@ def routes(read_only: bool) -> list[Any]:
     found = [
         Route("/", pages.overview_page, name="overview"),
         Route("/jobs", pages.jobs_page, name="jobs"),
+        Route("/search", pages.search, name="search"),
         Route("/jobs/{job_id}", pages.job_page, name="job"),
         Route("/dead", pages.dead_page, name="dead"),
         Route("/batches", batch_pages.batches_page, name="batches"),
@@ -95,6 +97,7 @@ def routes(read_only: bool) -> list[Any]:
     ]
     if not read_only:
         found += [
+            Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
             Route("/dead/retry", actions.retry_dead, methods=["POST"]),

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..model.cancel import CANCELLED, STOPPING
-from ..ops import dead
+from ..ops import bulk, dead
 from . import inputs
 from .access import actor_of
 from .render import redirect, render
@@ -107,3 +107,26 @@ async def _set_paused(request: Request, paused: bool) -> Response:
     verb = pool.pause if paused else pool.resume
     await run_in_threadpool(lambda: verb(queue, by=_actor(request)))
     return redirect(request, "/", f"queue {queue} {'paused' if paused else 'resumed'}")
+
+
+async def bulk_action(request: Request) -> Response:
+    """The jobs list's ticked boxes: a dry run of cancel or replay first (every id checked:
+    unknown ids, too many, a wrong state are refused with nothing changed); the confirmation
+    form (``confirm=1``) applies it through the ops layer."""
+    async with request.form(max_files=0, max_fields=bulk.MAX_BULK + 10) as form:
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        picked = [v for v in form.getlist("id") if isinstance(v, str)]
+    request.app.state.csrf.check(request.cookies, request.headers, fields)
+    action = inputs.choice(fields, "action", bulk.ACTIONS)
+    if action is None:
+        raise inputs.BadInput(f"action must be one of {', '.join(bulk.ACTIONS)}")
+    ids = inputs.ids(picked)
+    reason = inputs.text(fields, "reason")
+    pool = request.app.state.pool
+    if not inputs.flag(fields, "confirm"):
+        planned = await run_in_threadpool(bulk.plan, pool, action, ids)
+        return render(request, "bulk_confirm.html", {"plan": planned, "reason": reason})
+    done = await run_in_threadpool(lambda: bulk.apply(pool, action, ids, by=_actor(request),
+                                                      reason=reason))
+    verb = "cancelled (or asked to stop)" if action == "cancel" else "replayed"
+    return redirect(request, "/jobs", f"{len(done.states)} jobs {verb}")

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..model.errors import InvalidFilter
-from ..model.validation import check_name
+from ..model.validation import check_name, check_tag_filter
 from ..ops.dead import DeadFilter, parse_duration, parse_since
 from ..sql.dashboard import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
@@ -87,7 +87,38 @@ def job_filter(params: Mapping[str, Any]) -> JobFilter:
     return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
                      dead_reason=choice(params, "reason", DEAD_REASONS), key=key,
                      created_after=moment(params, "since"),
-                     created_before=moment(params, "until"), by_finished=state == "dead")
+                     created_before=moment(params, "until"), by_finished=state == "dead",
+                     tags=tag(params))
+
+
+def tag(params: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The ``tag`` filter (one tag; empty: none)."""
+    value = params.get("tag")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return check_tag_filter([value])
+    except InvalidFilter as exc:
+        raise BadInput(str(exc)) from None
+
+
+def search(params: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The header's search box: ``(job id, "")`` for digits, else ``(None, key)``."""
+    value = text(params, "q")
+    if value is None:
+        raise BadInput("search for a job id or a key: the box was empty")
+    if len(value) > MAX_KEY:
+        raise BadInput(f"a key has at most {MAX_KEY} characters")
+    if value.isdigit():
+        return job_id(value), ""
+    return None, value
+
+
+def ids(values: list[str]) -> list[int]:
+    """The checked boxes of the jobs list (``id`` fields)."""
+    if not values:
+        raise BadInput("no job selected: tick the jobs to act on")
+    return [job_id(value.strip()) for value in values]
 
 
 def dead_filter(params: Mapping[str, Any]) -> DeadFilter:
@@ -95,7 +126,7 @@ def dead_filter(params: Mapping[str, Any]) -> DeadFilter:
     try:
         return DeadFilter(queue=name(params, "queue"), task=name(params, "task"),
                           reason=choice(params, "reason", DEAD_REASONS),
-                          since=moment(params, "since"))
+                          since=moment(params, "since"), tags=tag(params))
     except InvalidFilter as exc:
         raise BadInput(str(exc)) from None
 

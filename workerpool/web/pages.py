@@ -14,17 +14,21 @@ from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
-from ..ops import why
+from ..ops import job_view, why
+from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
 from ..sql import dashboard
+from ..sql.clock import database_now
 from ..sql.schema import DEAD_REASONS, STATES
 from . import inputs, overview
 from .charts import bar_chart
-from .render import render
+from .render import prefix, render
+from .tabs import ago, exact
+from .tabs import state_tabs as tabs_of
 
-LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit")
+LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit", "tag")
 
 
 @contextmanager
@@ -64,6 +68,8 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     with _read(request.app.state.pool) as conn:
         rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
         total = dashboard.count_capped(conn, filters.where())
+        tabs = [] if dead_only else tabs_of(conn, filters.queue)
+        now = database_now(conn)
     more = len(rows) > limit
     rows = rows[:limit]
     kept = {k: v for k, v in params.items() if k in LIST_PARAMS and v and k != "state"}
@@ -75,6 +81,9 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "by_finished": by_finished,
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
+        "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
+        "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
+                                          | ({"state": state} if state else {})),
     }
     if request.headers.get("hx-request") and request.headers.get("hx-target") == "job-table":
         return render(request, "_jobs_table.html", context)
@@ -83,6 +92,13 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
 
 def _query(params: Mapping[str, Any], **extra: Any) -> str:
     return "?" + urlencode({**params, **extra})
+
+
+def search(request: Request) -> Response:
+    """The header's search: a job id opens its page, anything else lists the jobs of that key."""
+    job_id, key = inputs.search(request.query_params)
+    target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
+    return RedirectResponse(prefix(request) + target, status_code=303)
 
 
 def dead_page(request: Request) -> Response:
@@ -97,6 +113,7 @@ def job_page(request: Request) -> Response:
         answer = why.explain(conn, job_id, known)
         row = answer.job
         holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
+        logs = job_view.attempt_logs(conn, job_id)
     return render(request, "job.html", {
         "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
@@ -104,8 +121,16 @@ def job_page(request: Request) -> Response:
         "steps": [{**step, "shown": _pretty(step["value"])}
                   for step in steps_json(row.steps, row.now)],
         "cancel_request": _pretty(row.cancel_request),
+        "progress": job_view.progress_text(row.progress),
+        "fraction": _fraction(row.progress), "logs": logs,
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
     })
+
+
+def _fraction(progress: Any) -> float | None:
+    """A fraction reported by ``job.progress`` (drawn as a bar), else None."""
+    value = (progress or {}).get("value")
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _pretty(value: Any) -> str | None:

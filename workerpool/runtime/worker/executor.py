@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import queue as queue_module
 import threading
 import time
@@ -21,11 +22,16 @@ from ...model.attempt import CANCELLED, Outcome, classify, error_entry, upcast
 from ...model.errors import LeaseLost
 from ...model.job import Job, Lease
 from ...model.payload import dumps
+from ...model.progress import Throttle, progress_json
 from ...model.states import OutcomeKind
 from ...sql import dependencies
+from ...sql.progress import save_progress
 from ..steps import StepStore
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
+from .joblogs import CURRENT, AttemptLog, install
 from .session import Session
+
+log = logging.getLogger("workerpool.worker")
 
 
 class HandlerThreads:
@@ -109,8 +115,10 @@ class Executor:
 
     def __init__(self, queue: str, worker_id: str, concurrency: int, session: Session, *,
                  payload_limit: int, began: Callable[[InFlight], None],
-                 returned: Callable[[InFlight, Outcome | None], None]) -> None:
+                 returned: Callable[[InFlight, Outcome | None], None],
+                 capture_logs: bool = False) -> None:
         self.worker_id, self.session, self.queue = worker_id, session, queue
+        self.capture_logs = capture_logs
         self.payload_limit = payload_limit  # a checkpoint's and a result's, as a payload's
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
@@ -119,6 +127,8 @@ class Executor:
                                 lambda: session.transaction(main_loop=False))
 
     def start(self) -> None:
+        if self.capture_logs:
+            install()
         self._threads.start()
 
     def submit(self, flight: InFlight, row: Any) -> None:
@@ -151,10 +161,16 @@ class Executor:
             return
         span = tracing.run_span(row)  # None unless OpenTelemetry is installed
         result = None
+        if self.capture_logs:
+            flight.logs = AttemptLog()
+        captured = CURRENT.set(flight.logs)
         try:
             exc, result = self._call(flight, self._job(flight, row))
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
+        finally:
+            CURRENT.reset(captured)
+        self._last_progress(flight)
         flight.ran = time.monotonic() - flight.started
         try:
             outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id,
@@ -177,7 +193,8 @@ class Executor:
             payload = upcast(flight.spec, payload, row.payload_version)
         return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
                             payload=payload, cancel=flight.cancel_flag,
-                            parents=self._parent_results, steps=self._steps)
+                            parents=self._parent_results, steps=self._steps,
+                            progress=lambda job, value: self._progress(flight, job, value))
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
@@ -210,6 +227,31 @@ class Executor:
             saved = sql.save_checkpoint(conn, lease, text)
         if not saved:
             raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
+
+
+    def _progress(self, flight: InFlight, job: Job, value: Any) -> None:
+        """``job.progress``: checked, then written now or held back by the job's throttle."""
+        text = progress_json(value)
+        if flight.progress is None:
+            flight.progress = Throttle()
+        if flight.progress.offer(text) and not self._write_progress(job.id, job.attempt, text):
+            raise LeaseLost(f"job {job.id}: lease lost, progress not saved")
+
+    def _last_progress(self, flight: InFlight) -> None:
+        """The report the throttle held back, written as the handler returns (best effort: a
+        lost lease or a failed write only loses the progress shown)."""
+        text = flight.progress.last() if flight.progress is not None else None
+        if text is None:
+            return
+        try:
+            self._write_progress(flight.lease.job_id, flight.lease.attempt, text)
+        except Exception as exc:  # the outcome still gets written
+            log.warning("job %s: last progress not written: %s", flight.lease.job_id, exc,
+                        extra={"event": "progress_not_written", "job_id": flight.lease.job_id})
+
+    def _write_progress(self, job_id: int, attempt: int, text: str) -> bool:
+        with self.session.transaction(main_loop=False) as conn:
+            return save_progress(conn, Lease(job_id, attempt, self.worker_id), text)
 
 
 async def _awaited(awaitable: Any) -> Any:

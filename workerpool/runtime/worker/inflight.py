@@ -23,6 +23,7 @@ import enum
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...model.job import CancelFlag, Lease
 from ...model.specs import TaskSpec
@@ -127,6 +128,8 @@ class InFlight:
     suspect: bool = False  # held by a process that died: it runs alone (nothing else claimed)
     ran: float | None = None  # seconds its handler ran, once it returned (for the metrics)
     cancel_deadline: float | None = None  # monotonic: past it, cancelled without the handler
+    logs: Any = None  # its captured log records (joblogs.AttemptLog) if its queue keeps them
+    progress: Any = None  # the job's progress throttle (model.progress.Throttle), once it reports
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cancel: CancelFlag | None = field(default=None, repr=False)  # see cancel_flag
 

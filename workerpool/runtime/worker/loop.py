@@ -104,7 +104,8 @@ class Worker:
         self.pause = Pause(self.session, queue, self.spec.poll_interval)
         self.executor = Executor(queue, self.id, self.spec.concurrency, self.session,
                                  payload_limit=registry.payload_limit,
-                                 began=self._handler_began, returned=self._handler_returned)
+                                 began=self._handler_began, returned=self._handler_returned,
+                                 capture_logs=self.spec.capture_logs)
         self.claims = Claims(self.spec, queue, self.id, tasks=self.tasks,
                              task_versions=self.task_versions, stale_after=self.stale_after,
                              session=self.session, flights=self.flights, outcomes=self.outcomes,

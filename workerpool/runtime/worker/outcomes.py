@@ -23,6 +23,7 @@ from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
 from ...sql import signals, steps
 from ...sql.batches import Fired
+from ...sql.job_logs import insert_logs
 from ...sql.results import complete_settling
 from ...sql.settled import after_states
 from .counters import Counters
@@ -174,6 +175,9 @@ class Outcomes:
         :meth:`written` is told the commit succeeded."""
         states, self.fired = record_settling(conn, self.worker_id,
                                              [(f.lease, outcome) for f, outcome in batch])
+        insert_logs(conn, [(f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
+                           for f, _ in batch
+                           if f.logs and states.get(f.lease.job_id) is not None])
         return states
 
     def written(self, batch: list[tuple[InFlight, Outcome]],

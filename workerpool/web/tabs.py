@@ -1,0 +1,63 @@
+"""The jobs list's state tabs and their counts, and how times are shown (relative, the exact
+time on hover).
+
+Counts are the overview's: exact on a small table, else the planner's (queue, state)
+statistics (marked ``~``), so a tab costs no read of the history however large it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import true
+
+from .. import sql
+from ..sql import counts, dashboard
+from ..sql.schema import STATES
+
+#: Up to this many rows every state is counted exactly (as on the overview).
+SMALL_TABLE = 20_000
+
+
+@dataclass(frozen=True)
+class Tab:
+    state: str | None  # None: every state
+    count: int
+    estimated: bool
+
+
+def state_tabs(conn: Any, queue: str | None) -> list[Tab]:
+    """"all" and one tab per state, each with its count (of ``queue`` alone if given)."""
+    exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
+    by_state = dict.fromkeys(STATES, 0)
+    if exact:
+        for row in sql.state_counts(conn):
+            if queue is None or row.queue == queue:
+                by_state[row.state] += row.count
+    else:
+        for (row_queue, state), count in (counts.mcv_estimates(conn) or {}).items():
+            if (queue is None or row_queue == queue) and state in by_state:
+                by_state[state] += count
+    tabs = [Tab(None, sum(by_state.values()), not exact)]
+    return tabs + [Tab(state, by_state[state], not exact) for state in STATES]
+
+
+def ago(now: datetime, then: datetime | None) -> str:
+    """``"2 min ago"``, ``"in 5 s"`` (a time to come), ``"3 d ago"``; "-" for none."""
+    if then is None:
+        return "-"
+    seconds = (now - then).total_seconds()
+    amount = abs(seconds)
+    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h")):
+        if amount < limit:
+            text = f"{amount / size:.0f} {unit}"
+            break
+    else:
+        text = f"{amount / 86400:.0f} d"
+    return f"{text} ago" if seconds >= 0 else f"in {text}"
+
+
+def exact(then: datetime | None) -> str:
+    return then.isoformat(sep=" ", timespec="seconds") if then is not None else ""
