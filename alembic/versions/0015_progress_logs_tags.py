@@ -2,7 +2,7 @@
 of each attempt
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0014
 Create Date: 2026-12-20 12:00:00.000000
 
 Locks, step by step:
@@ -28,7 +28,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0015'
-down_revision: str | Sequence[str] | None = '0012'
+down_revision: str | Sequence[str] | None = '0014'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
