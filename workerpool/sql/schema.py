@@ -405,3 +405,27 @@ signals = Table(
     Column("sent_at", TZ, nullable=False, server_default=text("now()")),
     CheckConstraint(f"octet_length(payload::text) <= {PAYLOAD_HARD_LIMIT}", name="payload_size"),
 )
+
+# Finished jobs moved out of the jobs table by the maintenance child (workerpool.sql.history):
+# the same columns, partitioned by day of ``finished_at`` (range partitions created ahead and
+# dropped whole at the end of the retention). No primary key: a partitioned table's unique
+# index must hold the partition key, and every id is unique already (it came from the jobs
+# table, and a moved row leaves it in the same statement). Each partition has its own indexes
+# and its own statistics, which autovacuum keeps; no query depends on the parent's.
+history = Table(
+    "workerpool_jobs_history",
+    metadata,
+    *(Column(c.name, c.type, nullable=c.nullable and c.name != "finished_at")
+      for c in jobs.columns),
+    postgresql_partition_by="RANGE (finished_at)",
+)
+# A job by id (its result, its page): one probe per partition.
+Index("ix_workerpool_jobs_history_id", history.c.id)
+# The dashboard's finished-per-minute chart: a range of the newest partition.
+Index("ix_workerpool_jobs_history_finished", history.c.finished_at)
+# A batch's moved members (counts and result pages), as ix_workerpool_jobs_batch.
+Index("ix_workerpool_jobs_history_batch", history.c.batch_id, history.c.state, history.c.id,
+      postgresql_where=text("batch_id IS NOT NULL"))
+# A workflow's moved jobs (its page).
+Index("ix_workerpool_jobs_history_workflow", history.c.workflow_id, history.c.id,
+      postgresql_where=text("workflow_id IS NOT NULL"))

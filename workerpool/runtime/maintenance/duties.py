@@ -1,5 +1,6 @@
-"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the jobs waiting for a
-signal that came or a deadline that passed, the worker registry, and the jobs table's health
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the history (moving
+finished rows, keeping its partitions: :mod:`.history`), the jobs waiting for a signal that came
+or a deadline that passed, the worker registry, and the jobs table's health
 (:mod:`.health`, at its own cadence).
 
 :meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
@@ -29,6 +30,7 @@ from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
 from .health import TableKeeper
+from .history import HistoryKeeper
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -69,6 +71,7 @@ class Maintenance:
         self._swept_batches_at = float("-inf")
         self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
                              if spec.result_ttl is not None}
+        self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
@@ -92,6 +95,7 @@ class Maintenance:
         self.schedule_crons()
         self.sweep_abandoned()
         self.prune_finished()
+        self.keep_history()
         self.sweep_batches()
         self.sweep_dependencies()
         self.sweep_signals()
@@ -140,6 +144,10 @@ class Maintenance:
             log.info("pruned %d finished jobs", deleted,
                      extra={"event": "jobs_pruned", "count": deleted})
         return deleted
+
+    def keep_history(self) -> int:
+        """Keep the history's partitions and move finished rows into it (:mod:`.history`)."""
+        return self.history.tick()
 
     def sweep_batches(self) -> list[batches.Fired]:
         """Every BATCH_SWEEP_EVERY seconds: finish open batches whose members have all ended
