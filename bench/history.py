@@ -67,8 +67,8 @@ def fill(bench_db: BenchDatabase, rows: int) -> None:
         " 'done', NULL, 0, f, 1, 0, 5, 'bench:history', f, NULL, NULL, NULL, NULL, NULL, NULL,"
         " '[]', '[]', f, f, NULL, NULL, to_jsonb(n), NULL, NULL, NULL, false, NULL, NULL"
         " FROM generate_series(1, %s) AS n,"
-        " LATERAL (SELECT now() - make_interval(secs => (n %% (%s * 86400))::float8)) AS t(f)",
-        (QUEUE, noop.__name__, rows, DAYS))
+        " LATERAL (SELECT now() - make_interval(secs => (n * %s * 86400.0 / %s)::float8)) AS t(f)",
+        (QUEUE, noop.__name__, rows, DAYS, rows + 1))
     for (name,) in bench_db.sql(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
             " WHERE i.inhparent = 'workerpool_jobs_history'::regclass"):
