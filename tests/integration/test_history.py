@@ -151,8 +151,10 @@ def test_keys_held_forever_stay_in_the_jobs_table_and_stay_held(app, sql):
 def test_concurrent_enqueuers_of_held_keys_during_moves_always_get_the_holder(app, sql):
     holders = {f"k{i}": app.enqueue("add", {"a": i, "b": 0}, key=f"k{i}") for i in range(20)}
     testing.drain(app, "q")
+    # Finished after the holders: the moves take the oldest first, so the holders' turn comes
+    # while the enqueuers run, and they keep running through forty more batches.
     sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " SELECT 'q', 'add', 'done', now() - interval '1 minute' FROM generate_series(1, 20000)")
+        " SELECT 'q', 'add', 'done', now() FROM generate_series(1, 20000)")
     m = maintenance(app, history_batch=500)
     seen: dict[str, set[int]] = {key: set() for key in holders}
     errors: list[BaseException] = []
@@ -178,6 +180,8 @@ def test_concurrent_enqueuers_of_held_keys_during_moves_always_get_the_holder(ap
         for t in threads:
             t.join()
     assert not errors
+    for key in holders:  # and once the moves are over
+        seen[key].add(app.enqueue("add", {"a": int(key[1:]), "b": 0}, key=key))
     assert seen == {key: {job_id} for key, job_id in holders.items()}
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE key IS NOT NULL") == [(20,)]
     assert sql("SELECT count(*) FROM workerpool_jobs_history WHERE key IS NOT NULL") == [(0,)]
