@@ -10,6 +10,7 @@
     python -m bench --only steps                 # durable steps against checkpoints (steps.py)
     python -m bench --only logs                  # attempt logs captured against not (joblogs.py)
     python -m bench --only processes             # CPU-bound jobs, processes=1 against 2
+    python -m bench --only history --history N   # N rows in the history table against none
 
 The URL names a server (and a database to connect to for administration); the run creates its
 own randomly named database there, migrates it, and drops it at the end. Without ``--url``:

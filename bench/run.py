@@ -22,6 +22,7 @@ from . import (
     enqueue,
     fleet,
     floors,
+    history,
     joblogs,
     limits,
     operators,
@@ -40,13 +41,14 @@ log = logging.getLogger("workerpool.bench")
 
 SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
             "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
-            "steps", "limits", "fleet", "burst", "processes", "logs")
+            "steps", "limits", "fleet", "burst", "processes", "logs", "history")
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
 #: workflows start four supervisors per repeat and run a chain and a sequence one job at a time;
-#: the processes comparison wants every core quiet.
-ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes", "logs")
+#: the processes comparison wants every core quiet; the history section loads ``--history`` rows
+#: into a second table (minutes at 100M).
+ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes", "logs", "history")
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
@@ -199,6 +201,8 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("processes"):
         processes.declare(report, plan.cpu_jobs)
         processes.declare_shapes(report, plan.cpu_jobs)
+    if plan.wants("history"):
+        history.declare(report, plan.history)
     if plan.wants("web"):
         report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
                        note="GET / of the dashboard, history done + backlog pending rows")
@@ -255,6 +259,9 @@ class Bench:
             self.measure_operators()
         if self.plan.wants("web"):
             self.measure_web()
+        if self.plan.wants("history"):
+            history.HistoryBench(self.db, self.pool, self.report, claims=self.plan.claims,
+                                 repeats=self.plan.repeats).run(self.plan.history)
 
     def run_once(self) -> None:
         plan = self.plan

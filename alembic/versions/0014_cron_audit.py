@@ -11,7 +11,7 @@ Online-safe. Locks, step by step:
 Downgrade drops the table and the columns (the same locks).
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-02 05:00:00.000000
 
 """
@@ -22,7 +22,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0014'
-down_revision: str | Sequence[str] | None = '0012'
+down_revision: str | Sequence[str] | None = '0013'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -18,8 +18,9 @@ Locks, step by step:
       CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_workerpool_jobs_tags
           ON workerpool_jobs USING gin (tags) WHERE tags IS NOT NULL;
 
-- ``workerpool_job_logs`` is a new table (and its index); its foreign key takes a SHARE ROW EXCLUSIVE lock on
-  ``workerpool_jobs`` for the catalog change only (the new table is empty, nothing to check).
+- ``workerpool_job_logs`` is a new table (and its indexes): no lock on ``workerpool_jobs``.
+- ``tags`` and ``progress`` on ``workerpool_jobs_history``: as on the jobs table, a catalog change
+  under ACCESS EXCLUSIVE on the history table and its partitions (milliseconds; the move waits).
 """
 from collections.abc import Sequence
 
@@ -50,14 +51,21 @@ def upgrade() -> None:
                   nullable=False),
         sa.CheckConstraint("jsonb_typeof(records) = 'array'",
                            name=op.f('ck_workerpool_job_logs_records_array')),
-        sa.ForeignKeyConstraint(['job_id'], ['workerpool_jobs.id'], ondelete='CASCADE',
-                                name='fk_workerpool_job_logs_job_id'),
         sa.PrimaryKeyConstraint('id', name=op.f('pk_workerpool_job_logs')),
     )
     op.create_index('ix_workerpool_job_logs_job_id', 'workerpool_job_logs', ['job_id', 'id'])
+    op.create_index('ix_workerpool_job_logs_written', 'workerpool_job_logs', ['written_at'])
+    # The history table has the jobs table's columns (a moved row keeps its tags and progress);
+    # on a partitioned table the new nullable columns reach every partition without a rewrite.
+    op.add_column('workerpool_jobs_history', sa.Column('tags', postgresql.ARRAY(sa.Text()),
+                                                       nullable=True))
+    op.add_column('workerpool_jobs_history', sa.Column(
+        'progress', postgresql.JSONB(astext_type=sa.Text()), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column('workerpool_jobs_history', 'progress')
+    op.drop_column('workerpool_jobs_history', 'tags')
     op.drop_table('workerpool_job_logs')
     op.drop_index('ix_workerpool_jobs_tags', table_name='workerpool_jobs')
     op.drop_column('workerpool_jobs', 'progress')

@@ -204,18 +204,33 @@ def test_a_queue_without_capture_keeps_nothing(pool, sql):
     assert logs(sql, job_id) == []
 
 
-def test_logs_go_with_their_job_when_it_is_deleted(pool, sql):
+def test_logs_stay_with_a_moved_job_go_with_a_purged_one_and_age_out_but_a_dead_jobs(pool, sql):
+    from workerpool.ops import dead
+    from workerpool.runtime.maintenance import Maintenance
+
     pool.queue("l", capture_logs=True)
+    pool.maintenance(history_delay=0, retention=3600)
 
     @pool.task(queue="l")
     def talk(job):
         log.info("kept")
+        if job.payload.get("fail"):
+            raise ValueError("no")
 
-    job_id = pool.enqueue("talk", {})
+    moved = pool.enqueue("talk", {})
+    dying = pool.enqueue("talk", {"fail": True}, max_attempts=1)
+    purged = pool.enqueue("talk", {"fail": True}, max_attempts=1)
     testing.drain(pool, "l")
-    assert len(logs(sql, job_id)) == 1
-    sql("DELETE FROM workerpool_jobs WHERE id = %s", job_id)
-    assert sql("SELECT count(*) FROM workerpool_job_logs") == [(0,)]
+    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
+    assert maintenance.keep_history() == 1
+    assert sql("SELECT count(*) FROM workerpool_jobs_history WHERE id = %s", moved) == [(1,)]
+    assert len(logs(sql, moved)) == 1  # the move keeps them (no cascade from the jobs table)
+
+    dead.purge(pool, 0, dead.DeadFilter(ids=(purged,)))
+    assert logs(sql, purged) == []
+    sql("UPDATE workerpool_job_logs SET written_at = now() - interval '2 hours'")
+    assert maintenance.prune_audit() == 1
+    assert logs(sql, moved) == [] and len(logs(sql, dying)) == 1  # a dead job's stay
 
 
 def test_capture_logs_must_be_a_bool(pool):

@@ -34,7 +34,7 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
     assert "steps" not in DEFAULT_SECTIONS  # three supervisors per repeat
     assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "steps",
-                                                     "workflows", "processes", "logs"}
+                                                     "workflows", "processes", "logs", "history"}
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():

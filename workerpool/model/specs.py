@@ -203,10 +203,35 @@ class MaintenanceSpec:
     #: may wrap past midnight). None: any time.
     busy_hours: tuple[str, str] | None = None
     audit_retention: float = 90 * 24 * 3600.0  # audit entries older than this are deleted
+    #: Move done and cancelled rows into the history table (docs/storage.md); False keeps them
+    #: in the jobs table until the pruning deletes them.
+    history: bool = True
+    #: Days each history partition covers (aligned on the Unix epoch, UTC); the retention drops
+    #: a partition whole once its last day is past it.
+    history_partition_days: int = 1
+    #: Partitions kept created ahead of today, so a move never waits for one.
+    history_ahead: int = 3
+    #: Seconds a finished row stays in the jobs table before it moves.
+    history_delay: float = 60.0
+    #: Rows moved per statement (one short transaction each; ``prune_batches_per_pass`` of
+    #: them per pass).
+    history_batch: int = 5000
 
     def __post_init__(self) -> None:
         check_positive("maintenance: retention", self.retention)
         check_positive("maintenance: audit_retention", self.audit_retention)
+        if not isinstance(self.history, bool):
+            raise ConfigError(f"maintenance: history must be True or False, got {self.history!r}")
+        for name, top in (("history_partition_days", 366), ("history_ahead", 366),
+                          ("history_batch", 100_000)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise ConfigError(f"maintenance: {name} must be an int within 1..{top}, got"
+                                  f" {value!r}")
+        if isinstance(self.history_delay, bool) or not isinstance(self.history_delay, int | float) \
+                or not 0 <= self.history_delay < float("inf"):
+            raise ConfigError("maintenance: history_delay must be seconds >= 0, got"
+                              f" {self.history_delay!r}")
         check_positive("maintenance: reindex_bloat", self.reindex_bloat, minimum=1.0)
         if isinstance(self.reindex_min_bytes, bool) or not isinstance(self.reindex_min_bytes, int) \
                 or self.reindex_min_bytes < 0:

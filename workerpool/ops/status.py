@@ -19,6 +19,7 @@ from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
 from ..sql import counts as count_sql
 from ..sql import dependencies, limit_holds, replica
+from ..sql import history as history_sql
 from ..sql.schema import DEAD_REASONS, STATES
 from . import batches as batch_report
 
@@ -56,6 +57,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         held_back = [q for q in queues if depths[q].get("blocked")]
         waiting = dependencies.waiting_counts(conn, held_back) if held_back else {}
         behind = replica.lag(conn)
+        moved = history_json(history_sql.summary(conn))
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
@@ -69,7 +71,23 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "table_health": table,
         "batches": batches,
         "replica": behind.as_json() if behind is not None else None,
+        "history": moved,
     }
+
+
+def history_json(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The history table at a glance: its partitions' span and an estimate of its rows (each
+    partition's statistics, never a count: months of history are not read on every refresh)."""
+    return {"partitions": summary["partitions"], "rows_estimate": summary["rows_estimate"],
+            "oldest": iso(summary["oldest"]), "newest": iso(summary["newest"])}
+
+
+def render_history(moved: Mapping[str, Any]) -> str:
+    if not moved["partitions"]:
+        return "History: no partition yet (the maintenance child creates them)"
+    return (f"History: ~{moved['rows_estimate']} finished jobs (estimated) in"
+            f" {moved['partitions']} partitions, {short(moved['oldest'])} to"
+            f" {short(moved['newest'])}")
 
 
 def limits_in_use(conn: Connection, published: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,6 +250,8 @@ def render(status: Mapping[str, Any]) -> str:
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))
+    if "history" in status:
+        parts.append(render_history(status["history"]))
     return "\n\n".join(parts) + "\n"
 
 

@@ -23,8 +23,9 @@ One module per phase of a job's life, each ordered the same way:
   ``settled``: what follows a final outcome on every path (dependents released, waiters woken,
   batches settled); ``dependencies``: the edges of jobs that wait for others, their release,
   the sweep, a workflow's reads; ``steps``: a durable step written fenced on the lease, a
-  sleep; ``signals``: signals kept, their waiters woken, the wait outcome and its sweep. These
-  are imported by module (``from workerpool.sql import batches``);
+  sleep; ``signals``: signals kept, their waiters woken, the wait outcome and its sweep;
+  ``history``: finished rows moved to the history table, its partitions, reads across both.
+  These are imported by module (``from workerpool.sql import batches``);
 
 and what they share: ``leases`` (the lease and its fences), ``clock`` (intervals, the database
 clock, a transaction's time limits), ``planner`` (the planner settings every hot statement is

@@ -36,6 +36,7 @@ from sqlalchemy import BigInteger, Connection, bindparam, func, select, text
 
 from ..model.states import LIVE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
+from .history import union
 from .schema import KEY_HELD, batches, jobs
 
 
@@ -261,11 +262,12 @@ def read_batch(conn: Connection, batch_id: int) -> Any:
     return conn.execute(_READ, {"batch_id": batch_id}).first()
 
 
-# member_counts: a batch's members by state (its callbacks left out). Index:
-# ix_workerpool_jobs_batch (the batch's own entries, index-only when the table is vacuumed).
+# member_counts: a batch's members by state (its callbacks left out), moved ones included.
+# Index: ix_workerpool_jobs_batch (the batch's own entries, index-only when the table is
+# vacuumed), ix_workerpool_jobs_history_batch per partition.
+_MEMBER = "batch_id = :batch_id AND id <> ALL(CAST(:callbacks AS bigint[]))"
 _COUNTS = text(f"""
-SELECT state, count(*) AS n FROM {jobs.name}
-WHERE batch_id = :batch_id AND id <> ALL(CAST(:callbacks AS bigint[]))
+SELECT state, count(*) AS n FROM {union("state", _MEMBER)} AS m
 GROUP BY state
 """)
 
@@ -276,13 +278,13 @@ def member_counts(conn: Connection, batch_id: int, callback_ids: Sequence[int] =
     return {row.state: row.n for row in rows}
 
 
-# member_page: a batch's members in one state, by id after ``after`` (a keyset page).
-# Index: ix_workerpool_jobs_batch (batch, state, id): the page is a range of it.
+# member_page: a batch's members in one state, by id after ``after`` (a keyset page), moved
+# ones included. Index: ix_workerpool_jobs_batch (batch, state, id): the page is a range of it;
+# the same of ix_workerpool_jobs_history_batch per partition, merged.
 _PAGE = text(f"""
-SELECT id, state, result, key FROM {jobs.name}
-WHERE batch_id = :batch_id AND state = :state AND id > :after
-  AND id <> ALL(CAST(:callbacks AS bigint[]))
-ORDER BY batch_id, state, id LIMIT :limit
+SELECT id, state, result, key
+FROM {union("id, state, result, key", f"{_MEMBER} AND state = :state AND id > :after")} AS m
+ORDER BY id LIMIT :limit
 """)
 
 
@@ -325,13 +327,17 @@ def count_open(conn: Connection) -> int:
                         .where(batches.c.finished_at.is_(None))).scalar_one()
 
 
-# callback_states: the state of each callback job (``workerpool batch show``). Index:
-# pk_workerpool_jobs.
+# callback_states: the state of each callback job (``workerpool batch show``), moved ones
+# included. Index: pk_workerpool_jobs, ix_workerpool_jobs_history_id per partition.
+_CALLBACK_STATES = text(f"""
+SELECT id, state FROM {union("id, state", "id = ANY(CAST(:ids AS bigint[]))")} AS c
+""")
+
+
 def callback_states(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
     if not ids:
         return {}
-    stmt = select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(list(ids)))
-    return {row.id: row.state for row in conn.execute(stmt)}
+    return {row.id: row.state for row in conn.execute(_CALLBACK_STATES, {"ids": list(ids)})}
 
 
 __all__ = [

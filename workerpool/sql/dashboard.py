@@ -23,7 +23,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from .schema import jobs, workers
+from .schema import history, jobs, workers
 from .tags import carries
 
 #: Matching rows counted at most by :func:`count_capped`: past it the page says "N+".
@@ -113,10 +113,16 @@ def count_capped(conn: Connection, where: Any, cap: int = COUNT_CAP) -> int:
     return conn.execute(select(func.count()).select_from(inner)).scalar_one()
 
 
-# job_detail: every column of one job, and the database clock. Index: pk_workerpool_jobs.
+# job_detail: every column of one job, and the database clock; a job not in the jobs table is
+# read from the history (a move commits whole: if the first read missed it, the second sees it).
+# Index: pk_workerpool_jobs, then ix_workerpool_jobs_history_id per partition.
 def job_detail(conn: Connection, job_id: int) -> Any | None:
-    stmt = select(jobs, func.now().label("now")).where(jobs.c.id == job_id)
-    return conn.execute(stmt).first()
+    for table in (jobs, history):
+        stmt = select(table, func.now().label("now")).where(table.c.id == job_id)
+        row = conn.execute(stmt).first()
+        if row is not None:
+            return row
+    return None
 
 
 # lease_holder: the registered process holding a lease. Index: pk_workerpool_workers.
@@ -126,14 +132,21 @@ def lease_holder(conn: Connection, worker_id: str) -> Any | None:
 
 
 # finished_per_minute: rows that finished (done, cancelled, dead) per minute, queue and state
-# over the last ``minutes``, reading at most ``cap`` rows, newest first.
-# Index: ix_workerpool_jobs_finished (a backward range scan from now, stopped at the cap).
+# over the last ``minutes``, reading at most ``cap`` rows, newest first, from the jobs table and
+# the history. Index: ix_workerpool_jobs_finished (a backward range scan from now, stopped at
+# the cap); in the history, ix_workerpool_jobs_history_finished of the partitions the window
+# reaches (the others are pruned at executor start-up: now() is stable).
 _FINISHED = text(
     """
     SELECT date_trunc('minute', f.finished_at) AS minute, f.queue, f.state, count(*) AS count
-    FROM (SELECT finished_at, queue, state FROM workerpool_jobs
-          WHERE state IN ('done', 'cancelled', 'dead')
-            AND finished_at >= now() - make_interval(mins => :minutes)
+    FROM ((SELECT finished_at, queue, state FROM workerpool_jobs
+           WHERE state IN ('done', 'cancelled', 'dead')
+             AND finished_at >= now() - make_interval(mins => :minutes)
+           ORDER BY finished_at DESC LIMIT :cap)
+          UNION ALL
+          (SELECT finished_at, queue, state FROM workerpool_jobs_history
+           WHERE finished_at >= now() - make_interval(mins => :minutes)
+           ORDER BY finished_at DESC LIMIT :cap)
           ORDER BY finished_at DESC LIMIT :cap) AS f
     GROUP BY 1, 2, 3
     """

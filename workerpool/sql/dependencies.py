@@ -41,6 +41,7 @@ from ..model.dependencies import (
 )
 from ..model.states import LIVE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
+from .history import moved_states, union
 from .schema import SEQUENCE_HELD, dependencies, jobs
 
 EDGES = dependencies.name
@@ -80,12 +81,20 @@ RETURNING j.id, j.state, j.task
 
 
 def lock_parents(conn: Connection, ids: Iterable[int]) -> dict[int, Parent]:
-    """The parents that exist, locked until this transaction ends (see the module header)."""
+    """The parents that exist, locked until this transaction ends (see the module header).
+
+    A parent not in the jobs table may have moved to the history: it is final there (done or
+    cancelled) and never changes again, so it needs no lock. The move commits whole, and the
+    lock above waits for a move holding the row: a parent the lock missed is in the history
+    by the time the second statement reads it."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
     rows = conn.execute(_LOCK_PARENTS, {"ids": wanted})
-    return {row.id: Parent(row.id, row.state, row.task) for row in rows}
+    found = {row.id: Parent(row.id, row.state, row.task) for row in rows}
+    missing = [job_id for job_id in wanted if job_id not in found]
+    found |= {row.id: Parent(row.id, row.state, row.task) for row in moved_states(conn, missing)}
+    return found
 
 
 # sequence_tail: the newest job of a sequence, with enqueuers of that sequence serialized on an
@@ -355,9 +364,12 @@ def sweep(conn: Connection, limit: int = 1000) -> Released:
 # reads
 
 
+_PARENT_IDS = f"SELECT parent_id FROM {EDGES} WHERE job_id = :id AND kind = 'after'"
+# parent_results: each done parent's result, moved ones included. Index:
+# pk_workerpool_job_dependencies, pk_workerpool_jobs, ix_workerpool_jobs_history_id.
 _PARENT_RESULTS = text(f"""
-SELECT p.id, p.result FROM {EDGES} AS e JOIN {JOBS} AS p ON p.id = e.parent_id
-WHERE e.job_id = :id AND e.kind = 'after' AND p.state = '{JobState.DONE}'
+SELECT p.id, p.result
+FROM {union("id, result", f"id IN ({_PARENT_IDS}) AND state = '{JobState.DONE}'")} AS p
 ORDER BY p.id
 """)
 
@@ -369,7 +381,9 @@ def parent_results(conn: Connection, job_id: int) -> dict[int, Any]:
 
 _PARENTS_OF = text(f"""
 SELECT e.parent_id, e.kind, e.if_failed, p.state, p.task, p.queue
-FROM {EDGES} AS e LEFT JOIN {JOBS} AS p ON p.id = e.parent_id
+FROM {EDGES} AS e LEFT JOIN
+  {union("id, state, task, queue", f"id IN (SELECT parent_id FROM {EDGES} WHERE job_id = :id)")}
+  AS p ON p.id = e.parent_id
 WHERE e.job_id = :id ORDER BY e.parent_id
 """)
 
@@ -380,8 +394,9 @@ def parents_of(conn: Connection, job_id: int) -> list[Any]:
 
 
 _WORKFLOW = text(f"""
-SELECT id, task, queue, state, sequence, created_at, finished_at FROM {JOBS}
-WHERE workflow_id = :id ORDER BY id LIMIT :limit
+SELECT * FROM {union("id, task, queue, state, sequence, created_at, finished_at",
+                     "workflow_id = :id")} AS w
+ORDER BY id LIMIT :limit
 """)
 _WORKFLOW_EDGES = text(f"""
 SELECT job_id, parent_id, kind FROM {EDGES}

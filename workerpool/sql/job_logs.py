@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert, literal_column, select, text
+from sqlalchemy import Connection, bindparam, exists, func, insert, literal_column, select, text
 
-from .schema import job_logs
+from ..model.states import JobState
+from .clock import seconds
+from .schema import job_logs, jobs
 
 #: Every attempt of an outcome batch in one statement: the rows as one JSON document (the
 #: records already JSON text, spliced in), read by ``jsonb_to_recordset``.
@@ -39,3 +41,20 @@ def job_logs_of(conn: Connection, job_id: int, limit: int = 50) -> list[Any]:
               .where(job_logs.c.job_id == job_id).order_by(job_logs.c.id.desc()).limit(limit)
               .subquery())
     return list(conn.execute(select(newest).order_by(newest.c.id)))
+
+
+# delete_logs: the logs of these jobs (a purge). Index: ix_workerpool_job_logs_job_id.
+def delete_logs(conn: Connection, job_ids: Sequence[int]) -> int:
+    return conn.execute(job_logs.delete().where(job_logs.c.job_id == func.any(list(job_ids)))
+                        ).rowcount
+
+
+# prune_logs: a bounded batch of logs older than the retention, but a dead job's (kept while the
+# job is). Indexes: ix_workerpool_job_logs_written, then pk_workerpool_jobs per row.
+def prune_logs(conn: Connection, older_than: float, limit: int) -> int:
+    dead = exists().where(jobs.c.id == job_logs.c.job_id, jobs.c.state == JobState.DEAD)
+    old = (select(job_logs.c.id)
+           .where(job_logs.c.written_at < func.now() - bindparam("older", seconds(older_than)),
+                  ~dead)
+           .order_by(job_logs.c.written_at).limit(limit).scalar_subquery())
+    return conn.execute(job_logs.delete().where(job_logs.c.id.in_(old))).rowcount

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
 from ..model.states import DUE_STATES, JobState
+from .job_logs import delete_logs
 from .keys import holds_its_key
 from .schema import cron, jobs, workers
 from .tags import carries
@@ -154,11 +155,15 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
     return list(conn.execute(stmt))
 
 
-# purge_dead: delete these rows if still dead. Index: pk_workerpool_jobs.
+# purge_dead: delete these rows if still dead, and their attempt logs. Indexes:
+# pk_workerpool_jobs, ix_workerpool_job_logs_job_id.
 def purge_dead(conn: Connection, ids: Sequence[int]) -> list[int]:
-    """Delete these rows if they are still dead; returns the ids deleted."""
+    """Delete these rows if they are still dead (and their attempt logs); returns the ids."""
     stmt = jobs.delete().where(dead_where(ids=ids)).returning(jobs.c.id)
-    return list(conn.execute(stmt).scalars())
+    purged = list(conn.execute(stmt).scalars())
+    if purged:
+        delete_logs(conn, purged)
+    return purged
 
 
 # ---------------------------------------------------------------------------------------------

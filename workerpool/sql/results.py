@@ -32,6 +32,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -39,7 +40,7 @@ from sqlalchemy.types import Text
 
 from ..model.states import FINAL_STATES, JobState
 from .leases import FENCE_MANY, lease_params
-from .schema import jobs, waiters
+from .schema import history, jobs, waiters
 
 #: The channel that tells waiting callers that jobs they wait for settled (payload: the ids,
 #: comma-separated, or ``*`` when too many to list: every waiter then reads its job again).
@@ -191,13 +192,19 @@ JOB_INFO_COLUMNS = (
     jobs.c.payload, jobs.c.priority, jobs.c.claimed_by, jobs.c.claimed_at,
 )
 
-# read_job: one job as pool.job shows it. Index: pk_workerpool_jobs.
-_READ_JOB = select(*JOB_INFO_COLUMNS).where(jobs.c.id == bindparam("job_id", type_=BigInteger))
+# read_job: one job as pool.job shows it, in the jobs table or moved to the history (one
+# statement: one snapshot, so a move never hides it). Index: pk_workerpool_jobs, then
+# ix_workerpool_jobs_history_id per partition.
+_JOB_ID = bindparam("job_id", type_=BigInteger)
+_READ_JOB = union_all(
+    select(*JOB_INFO_COLUMNS).where(jobs.c.id == _JOB_ID),
+    select(*(history.c[c.name] for c in JOB_INFO_COLUMNS)).where(history.c.id == _JOB_ID),
+).limit(1)
 
 
 def read_job(conn: Connection, job_id: int) -> Any:
     """The row (see :data:`JOB_INFO_COLUMNS`), or None when no job has this id (or it was
-    pruned)."""
+    pruned, or its history partition dropped)."""
     return conn.execute(_READ_JOB, {"job_id": job_id}).first()
 
 

@@ -10,7 +10,6 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
-    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -447,14 +446,14 @@ audit = Table(
 Index("ix_workerpool_audit_at", audit.c.at)
 # The log records a handler wrote during one attempt (captured when its queue sets
 # ``capture_logs``), written in the transaction of that attempt's outcome; a queue that does not
-# capture writes nothing here. Deleted with their job (a pruned or purged row takes its logs).
+# capture writes nothing here. No foreign key: a finished job moves to the history table and
+# keeps its logs; the maintenance child deletes them after the retention (a dead job's stay while
+# it does), and a purge deletes the purged jobs' logs with them.
 job_logs = Table(
     "workerpool_job_logs",
     metadata,
     Column("id", BigInteger, Identity(always=False), primary_key=True),
-    Column("job_id", BigInteger, ForeignKey(jobs.c.id, ondelete="CASCADE",
-                                            name="fk_workerpool_job_logs_job_id"),
-           nullable=False),
+    Column("job_id", BigInteger, nullable=False),
     # The attempt the records are of (a replayed job counts its attempts again: its earlier
     # runs' logs stay, older ids first).
     Column("attempt", Integer, nullable=False),
@@ -465,5 +464,30 @@ job_logs = Table(
     Column("written_at", TZ, nullable=False, server_default=text("now()")),
     CheckConstraint("jsonb_typeof(records) = 'array'", name="records_array"),
 )
-# A job's logs (its page, ``status --job``), and the cascade when its row is deleted.
+# A job's logs (its page, ``status --job``; a purge's delete).
 Index("ix_workerpool_job_logs_job_id", job_logs.c.job_id, job_logs.c.id)
+# The pruning by age.
+Index("ix_workerpool_job_logs_written", job_logs.c.written_at)
+# Finished jobs moved out of the jobs table by the maintenance child (workerpool.sql.history):
+# the same columns, partitioned by day of ``finished_at`` (range partitions created ahead and
+# dropped whole at the end of the retention). No primary key: a partitioned table's unique
+# index must hold the partition key, and every id is unique already (it came from the jobs
+# table, and a moved row leaves it in the same statement). Each partition has its own indexes
+# and its own statistics, which autovacuum keeps; no query depends on the parent's.
+history = Table(
+    "workerpool_jobs_history",
+    metadata,
+    *(Column(c.name, c.type, nullable=c.nullable and c.name != "finished_at")
+      for c in jobs.columns),
+    postgresql_partition_by="RANGE (finished_at)",
+)
+# A job by id (its result, its page): one probe per partition.
+Index("ix_workerpool_jobs_history_id", history.c.id)
+# The dashboard's finished-per-minute chart: a range of the newest partition.
+Index("ix_workerpool_jobs_history_finished", history.c.finished_at)
+# A batch's moved members (counts and result pages), as ix_workerpool_jobs_batch.
+Index("ix_workerpool_jobs_history_batch", history.c.batch_id, history.c.state, history.c.id,
+      postgresql_where=text("batch_id IS NOT NULL"))
+# A workflow's moved jobs (its page).
+Index("ix_workerpool_jobs_history_workflow", history.c.workflow_id, history.c.id,
+      postgresql_where=text("workflow_id IS NOT NULL"))

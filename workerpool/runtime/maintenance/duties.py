@@ -1,5 +1,6 @@
-"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the jobs waiting for a
-signal that came or a deadline that passed, the worker registry, and the jobs table's health
+"""The maintenance duties: cron scheduling, the abandoned sweep, pruning, the history (moving
+finished rows, keeping its partitions: :mod:`.history`), the jobs waiting for a signal that came
+or a deadline that passed, the worker registry, and the jobs table's health
 (:mod:`.health`, at its own cadence).
 
 :meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
@@ -26,11 +27,12 @@ from ...model.notices import DeadNotice, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import audit, batches, dependencies, results, signals
+from ...sql import audit, batches, dependencies, job_logs, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
 from .health import TableKeeper
+from .history import HistoryKeeper
 
 #: Seconds between two prunings of the audit trail (it grows by operator actions only).
 AUDIT_PRUNE_EVERY = 60.0
@@ -77,6 +79,7 @@ class Maintenance:
         self._swept_batches_at = float("-inf")
         self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
                              if spec.result_ttl is not None}
+        self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
         self._audit_pruned_at = float("-inf")
@@ -101,6 +104,7 @@ class Maintenance:
         self.schedule_crons()
         self.sweep_abandoned()
         self.prune_finished()
+        self.keep_history()
         self.sweep_batches()
         self.sweep_dependencies()
         self.sweep_signals()
@@ -152,17 +156,25 @@ class Maintenance:
         return deleted
 
     def prune_audit(self) -> int:
-        """Every AUDIT_PRUNE_EVERY seconds: audit entries older than ``audit_retention``."""
+        """Every AUDIT_PRUNE_EVERY seconds: audit entries older than ``audit_retention``, and
+        attempt logs older than ``retention`` (a dead job's stay while it does)."""
         if time.monotonic() < self._audit_pruned_at + AUDIT_PRUNE_EVERY:
             return 0
         self._audit_pruned_at = time.monotonic()
         with self._transaction() as conn:
             count = audit.prune_audit(conn, self.settings.audit_retention,
                                       self.settings.prune_batch)
+            logs = job_logs.prune_logs(conn, self.settings.retention, self.settings.prune_batch)
         if count:
             log.info("pruned %d audit entries", count,
                      extra={"event": "audit_pruned", "count": count})
-        return count
+        if logs:
+            log.info("pruned %d attempt logs", logs, extra={"event": "logs_pruned", "count": logs})
+        return count + logs
+
+    def keep_history(self) -> int:
+        """Keep the history's partitions and move finished rows into it (:mod:`.history`)."""
+        return self.history.tick()
 
     def sweep_batches(self) -> list[batches.Fired]:
         """Every BATCH_SWEEP_EVERY seconds: finish open batches whose members have all ended

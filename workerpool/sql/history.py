@@ -1,0 +1,180 @@
+"""The history table: finished jobs moved out of the jobs table, its partitions, its reads.
+
+The maintenance child moves done and cancelled rows into ``workerpool_jobs_history`` in batches
+(:func:`move`: one statement, a DELETE feeding an INSERT, so a move interrupted at any instant
+rolls back whole: no row lost, none in both tables). One replica at a time moves and keeps the
+partitions: every such transaction first takes :data:`HISTORY_LOCK` with
+``pg_try_advisory_xact_lock``, and a replica that does not get it skips its turn.
+
+Rows that stay in the jobs table (docs/storage.md): dead ones (the dead-letter queue replays
+them in place), rows still holding their key (the unique index on the jobs table stays the one
+arbiter of a key, and the enqueue reads nothing else), members of a batch still open (its
+outcome counts its cancelled members), cancelled dependents (a replayed parent reopens them),
+and rows of tasks with their own ``result_ttl`` (pruned by row, as before).
+
+Readers of one job read both tables in one statement (``UNION ALL``), or the jobs table and then
+the history: a row's move commits whole, so the second read sees it if the first did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from ..model.history import Partition
+from ..model.states import PRUNED_STATES, JobState
+from .schema import batches, dependencies, history, jobs
+
+JOBS = jobs.name
+HISTORY = history.name
+COLUMNS = ", ".join(column.name for column in jobs.columns)
+#: The advisory lock of the mover and partition keeper (one replica at a time).
+HISTORY_LOCK = 0x776B_6869_7374  # 'wkhist'
+
+
+def _states(states: Sequence[str]) -> str:
+    return ", ".join(f"'{state}'" for state in states)
+
+
+def union(columns: str, where: str) -> str:
+    """``SELECT columns ... WHERE where`` over the jobs table and the history, as one relation
+    (each branch keeps its own indexes; the planner pushes conditions into both)."""
+    return (f"(SELECT {columns} FROM {JOBS} WHERE {where}"
+            f" UNION ALL SELECT {columns} FROM {HISTORY} WHERE {where})")
+
+
+# try_lock: whether this transaction is the one mover. Index: none (an advisory lock).
+_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
+
+
+def try_lock(conn: Connection) -> bool:
+    return bool(conn.execute(_TRY_LOCK, {"key": HISTORY_LOCK}).scalar_one())
+
+
+# ---------------------------------------------------------------------------------------------
+# partitions
+
+
+# partitions: the history's partitions and their bounds. Index: none (the catalog).
+_PARTITIONS = text(r"""
+SELECT c.relname AS name, CAST(b[1] AS timestamptz) AS lower, CAST(b[2] AS timestamptz) AS upper
+FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                'FROM \(''([^'']*)''\) TO \(''([^'']*)''\)') AS b
+WHERE i.inhparent = CAST(:parent AS regclass)
+ORDER BY 2
+""")
+
+
+def partitions(conn: Connection) -> list[Partition]:
+    rows = conn.execute(_PARTITIONS, {"parent": HISTORY})
+    return [Partition(row.name, row.lower, row.upper) for row in rows]
+
+
+def create_partition(conn: Connection, part: Partition) -> None:
+    """Create an empty table and attach it: ATTACH holds SHARE UPDATE EXCLUSIVE on the history
+    (reads and moves go on), where CREATE ... PARTITION OF would hold ACCESS EXCLUSIVE. The
+    partitioned indexes are built on it as it attaches (empty: instant)."""
+    conn.execute(text(f"CREATE TABLE {part.name} (LIKE {HISTORY})"))
+    conn.execute(text(
+        f"ALTER TABLE {HISTORY} ATTACH PARTITION {part.name} FOR VALUES FROM"
+        f" ('{part.lower.isoformat()}') TO ('{part.upper.isoformat()}')"))
+
+
+def drop_partition(conn: Connection, part: Partition) -> None:
+    """The retention: the partition's rows go with its files, no row deleted, nothing left to
+    vacuum. Holds ACCESS EXCLUSIVE on the history until commit (the caller's lock_timeout
+    bounds the wait behind a running read)."""
+    conn.execute(text(f"DROP TABLE {part.name}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the move
+
+
+#: A done or cancelled row ``j`` that may move (see the module docstring for what stays). Of
+#: such rows, those in the unique index (KEY_HELD) are the ones whose key scope is forever
+#: (NULL) or ``for``.
+MOVABLE = f"""
+(j.key IS NULL OR j.key_scope IN ('live', 'expired'))
+  AND (j.batch_id IS NULL OR NOT EXISTS (
+    SELECT 1 FROM {batches.name} AS b WHERE b.id = j.batch_id AND b.finished_at IS NULL))
+  AND (j.state = '{JobState.DONE}' OR NOT EXISTS (
+    SELECT 1 FROM {dependencies.name} AS e WHERE e.job_id = j.id))
+"""
+
+# move: up to :limit movable rows finished in [:floor, now() - :delay) → the history, in one
+# statement. Index: ix_workerpool_jobs_finished (the batch, oldest first), pk_workerpool_jobs
+# (the delete), then each row's partition and its indexes.
+_MOVE = text(f"""
+WITH doomed AS (
+  SELECT j.id FROM {JOBS} AS j
+  WHERE j.state IN ({_states(PRUNED_STATES)})
+    AND j.finished_at >= :floor AND j.finished_at < now() - make_interval(secs => :delay)
+    AND j.task <> ALL(CAST(:kept AS text[]))
+    AND {MOVABLE.strip()}
+  ORDER BY j.finished_at LIMIT :limit
+  FOR UPDATE SKIP LOCKED
+), moved AS (
+  DELETE FROM {JOBS} WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING {COLUMNS}
+)
+INSERT INTO {HISTORY} ({COLUMNS}) SELECT {COLUMNS} FROM moved
+""")
+
+
+def move(conn: Connection, *, floor: datetime, delay: float, limit: int,
+         kept: Sequence[str] = ()) -> int:
+    """Move up to ``limit`` rows finished since ``floor`` and at least ``delay`` seconds ago
+    (not of the ``kept`` tasks); returns how many moved."""
+    params = {"floor": floor, "delay": delay, "limit": limit, "kept": sorted(kept)}
+    return conn.execute(_MOVE, params).rowcount
+
+
+# ---------------------------------------------------------------------------------------------
+# reads
+
+
+# summary: the history's size, from each partition's statistics (never a count: autovacuum
+# keeps reltuples; -1, never analysed, reads as 0). Index: none (the catalog).
+_SUMMARY = text("""
+SELECT count(*) AS partitions, coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS rows
+FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = CAST(:parent AS regclass)
+""")
+
+
+def summary(conn: Connection) -> dict[str, Any]:
+    """``{"partitions", "rows_estimate", "oldest", "newest"}`` (the bounds of the partitions)."""
+    row = conn.execute(_SUMMARY, {"parent": HISTORY}).one()
+    parts = partitions(conn)
+    return {"partitions": int(row.partitions), "rows_estimate": int(row.rows),
+            "oldest": parts[0].lower if parts else None,
+            "newest": parts[-1].upper if parts else None}
+
+
+# read_moved: one moved job, every column. Index: ix_workerpool_jobs_history_id (per partition).
+_READ_MOVED = text(f"SELECT * FROM {HISTORY} WHERE id = :id")
+
+
+def read_moved(conn: Connection, job_id: int) -> Any | None:
+    return conn.execute(_READ_MOVED, {"id": job_id}).first()
+
+
+# moved_states: the state of each of these jobs found in the history. Index:
+# ix_workerpool_jobs_history_id (per partition).
+_MOVED_STATES = text(f"""
+SELECT id, state, task FROM {HISTORY} WHERE id = ANY(CAST(:ids AS bigint[]))
+""")
+
+
+def moved_states(conn: Connection, ids: Sequence[int]) -> list[Any]:
+    if not ids:
+        return []
+    return list(conn.execute(_MOVED_STATES, {"ids": list(ids)}))
+
+
+__all__ = ["COLUMNS", "HISTORY_LOCK", "MOVABLE", "create_partition", "drop_partition", "move",
+           "moved_states", "partitions", "read_moved", "summary", "try_lock", "union"]
