@@ -359,3 +359,13 @@ def test_one_mover_at_a_time_across_replicas(app, sql, dsn):
         other.execute("SELECT pg_advisory_xact_lock(%s)", (history_sql.HISTORY_LOCK,))
         assert maintenance(app).keep_history() == 0
     assert maintenance(app).keep_history() == 1000
+
+
+def test_cancelling_a_moved_job_says_it_had_finished_and_changes_nothing(app, sql):
+    job = app.enqueue("add", {"a": 1, "b": 2})
+    testing.drain(app, "q")
+    assert maintenance(app).keep_history() == 1
+    result = app.cancel([job])
+    assert where(sql, job) == (0, 1)
+    assert app.job(job).state == "done"
+    assert result.finished == [job] and result.cancelled == []

@@ -41,7 +41,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, signals, waiting
+from ..sql import audit, batching, history, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -393,7 +393,8 @@ class WorkerPool:
             sql.notify_owners(db, changed)
             states = {row.id: row.state for row in changed}
             rest = [job_id for job_id in before if job_id not in states]
-            others = sql.job_states(db, rest) if rest else {}
+            others = {job_id: before[job_id] for job_id in rest} | (
+                sql.job_states(db, rest) if rest else {})
         notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
                    for row in changed if row.state == JobState.CANCELLED]
         if conn is None or not conn.in_transaction():
@@ -576,6 +577,9 @@ def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
                              selection.tags)
         return sql.job_states(conn, ids) if ids else {}
     states = sql.job_states(conn, selection.ids)
+    missing = [job_id for job_id in selection.ids if job_id not in states]
+    # a finished job moved to the history is known, and finished: nothing to cancel
+    states |= {row.id: row.state for row in history.moved_states(conn, missing)}
     unknown = [job_id for job_id in selection.ids if job_id not in states]
     if unknown:
         listing = ", ".join(str(job_id) for job_id in unknown)
