@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
 from .. import sql
@@ -29,7 +29,6 @@ from ..model.errors import (
     InvalidFilter,
     InvalidSignal,
     SignalExists,
-    UnknownJob,
     UnknownQueue,
 )
 from ..model.new_job import NewJob, build_job
@@ -41,7 +40,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, history, signals, waiting
+from ..sql import audit, batching, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -59,7 +58,7 @@ from ..sql.writes import (
     enqueue_one,
     enqueue_one_async,
 )
-from . import crons
+from . import cancelling, crons
 from .engines import Engines, database_url, default_actor
 
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
@@ -377,16 +376,16 @@ class WorkerPool:
         is the path behind PgBouncer. ``tags``: the live jobs carrying every one of these
         (alone or with ``queue``)."""
         selection = Selection(tuple(ids) if ids is not None else None, queue, task, state,
-                              _tag_list(tags))
+                              cancelling.tag_list(tags))
         if reason is not None and not isinstance(reason, str):
             raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
         by = actor(by)
         with self._connection(conn) as db:
-            before = _selected(db, selection)
+            before = cancelling.selected(db, selection)
             if dry_run or not before:
                 return CancelResult.planned(before, by)
             changed = sql.cancel(db, list(before), by, reason)
-            audit.record(db, by, "cancel", _target(selection), {
+            audit.record(db, by, "cancel", cancelling.target(selection), {
                 "count": len(before), "ids": sorted(before)[:AUDIT_IDS], "reason": reason,
                 "task": selection.task, "state": selection.state,
                 "tags": list(selection.tags) if selection.tags else None})
@@ -400,7 +399,7 @@ class WorkerPool:
         if conn is None or not conn.in_transaction():
             report_cancelled(self.on_cancel, notices)
         else:
-            _report_on_commit(conn, lambda: report_cancelled(self.on_cancel, notices))
+            cancelling.report_on_commit(conn, lambda: report_cancelled(self.on_cancel, notices))
         return CancelResult.done(before, states, others, by)
 
     def pause(self, queue: str, *, by: str | None = None,
@@ -561,53 +560,3 @@ def actor(by: str | None) -> str:
     if by is not None:
         return check_actor(by)
     return current_actor() or default_actor()
-
-
-def _target(selection: Selection) -> str:
-    if selection.ids is not None:
-        return "jobs:" + ",".join(str(job_id) for job_id in selection.ids[:20]) + (
-            ",..." if len(selection.ids) > 20 else "")
-    return f"queue:{selection.queue}"
-
-
-def _selected(conn: Connection, selection: Selection) -> dict[int, str]:
-    """The selected jobs and their states; unknown ids are refused by name."""
-    if selection.ids is None:
-        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state,
-                             selection.tags)
-        return sql.job_states(conn, ids) if ids else {}
-    states = sql.job_states(conn, selection.ids)
-    missing = [job_id for job_id in selection.ids if job_id not in states]
-    # a finished job moved to the history is known, and finished: nothing to cancel
-    states |= {row.id: row.state for row in history.moved_states(conn, missing)}
-    unknown = [job_id for job_id in selection.ids if job_id not in states]
-    if unknown:
-        listing = ", ".join(str(job_id) for job_id in unknown)
-        raise UnknownJob(f"unknown job id(s): {listing}; nothing was changed")
-    return {job_id: states[job_id] for job_id in selection.ids}
-
-
-def _tag_list(tags: Any) -> Any:
-    """``tags=`` as given, a generator made a tuple (a string is refused by the check)."""
-    if tags is None or isinstance(tags, str | bytes | list | tuple):
-        return tags
-    return tuple(tags) if isinstance(tags, Iterable) else tags
-
-
-def _report_on_commit(conn: Connection, report: Callable[[], None]) -> None:
-    """In the caller's transaction: report when it commits, never when it rolls back.
-
-    SQLAlchemy Core has no after-commit event; ``commit`` fires as the COMMIT is sent, after
-    the last statement, so only a COMMIT the server refuses could still undo a reported cancel.
-    """
-    pending = [report]
-
-    def committed(_conn: Connection) -> None:
-        if pending:
-            pending.pop()()
-
-    def rolled_back(_conn: Connection) -> None:
-        pending.clear()
-
-    event.listen(conn, "commit", committed, once=True)
-    event.listen(conn, "rollback", rolled_back, once=True)
