@@ -228,7 +228,6 @@ class Executor:
         if not saved:
             raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
 
-
     def _progress(self, flight: InFlight, job: Job, value: Any) -> None:
         """``job.progress``: checked, then written now or held back by the job's throttle."""
         text = progress_json(value)
