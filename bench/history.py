@@ -62,10 +62,11 @@ def fill(bench_db: BenchDatabase, rows: int) -> None:
     """``rows`` done rows straight into the history, evenly over the last DAYS days."""
     started = time.monotonic()
     bench_db.sql(
-        f"INSERT INTO workerpool_jobs_history ({history_sql.COLUMNS})"
+        "INSERT INTO workerpool_jobs_history (id, queue, task, payload, payload_version, state,"
+        " priority, run_at, attempts, crashes, max_attempts, claimed_by, claimed_at, errors,"
+        " replays, created_at, finished_at, result, has_dependents)"
         " SELECT nextval(pg_get_serial_sequence('workerpool_jobs', 'id')), %s, %s, '{}', 1,"
-        " 'done', NULL, 0, f, 1, 0, 5, 'bench:history', f, NULL, NULL, NULL, NULL, NULL, NULL,"
-        " '[]', '[]', f, f, NULL, NULL, to_jsonb(n), NULL, NULL, NULL, false, NULL, NULL"
+        " 'done', 0, f, 1, 0, 5, 'bench:history', f, '[]', '[]', f, f, to_jsonb(n), false"
         " FROM generate_series(1, %s) AS n,"
         " LATERAL (SELECT now() - make_interval(secs => (n * %s * 86400.0 / %s)::float8)) AS t(f)",
         (QUEUE, noop.__name__, rows, DAYS, rows + 1))
