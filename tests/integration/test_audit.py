@@ -109,11 +109,11 @@ def test_the_maintenance_child_prunes_entries_past_the_retention(app, sql):
     app.pause("email", by="old")
     app.pause("email", by="new")
     sql("UPDATE workerpool_audit SET at = now() - interval '91 days' WHERE actor = 'old'")
-    Maintenance(app.registry, app.engine, worker_id="m").prune_audit()
+    Maintenance(app.registry, app.engine, worker_id="m").prune_records()
     assert [e[0] for e in entries(sql)] == ["new"]
     app.maintenance(audit_retention=timedelta(hours=1))
     sql("UPDATE workerpool_audit SET at = now() - interval '2 hours'")
-    Maintenance(app.registry, app.engine, worker_id="m").prune_audit()
+    Maintenance(app.registry, app.engine, worker_id="m").prune_records()
     assert entries(sql) == []
     with pytest.raises(ConfigError, match="audit_retention must be"):
         app.maintenance(audit_retention=-1)

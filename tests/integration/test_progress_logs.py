@@ -229,7 +229,7 @@ def test_logs_stay_with_a_moved_job_go_with_a_purged_one_and_age_out_but_a_dead_
     dead.purge(pool, 0, dead.DeadFilter(ids=(purged,)))
     assert logs(sql, purged) == []
     sql("UPDATE workerpool_job_logs SET written_at = now() - interval '2 hours'")
-    assert maintenance.prune_audit() == 1
+    assert maintenance.prune_records() == 1
     assert logs(sql, moved) == [] and len(logs(sql, dying)) == 1  # a dead job's stay
 
 

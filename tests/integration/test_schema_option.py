@@ -207,6 +207,24 @@ def test_a_call_failing_in_the_callers_transaction_is_undone_by_its_rollback(two
     pool.dispose()
 
 
+def test_each_schema_has_its_own_history_mover(two_schemas):
+    # the mover's advisory lock is per schema: a replica moving in one schema does not make
+    # the other schema's movers skip their turn
+    from workerpool.sql import history
+
+    pools = {schema: app_pool(two_schemas, schema) for schema in (A, B)}
+    try:
+        with pools[A].engine.begin() as moving_a:
+            assert history.try_lock(moving_a)
+            with pools[B].engine.begin() as moving_b:
+                assert history.try_lock(moving_b)
+            with pools[A].engine.begin() as other_replica_of_a:
+                assert not history.try_lock(other_replica_of_a)
+    finally:
+        for pool in pools.values():
+            pool.dispose()
+
+
 def test_downgrade_of_one_schema_leaves_the_other(two_schemas):
     url_a = WorkerPool(two_schemas, schema=A).url
     downgrade(url_a, "base", schema=A)

@@ -42,10 +42,11 @@ from ..model.dependencies import (
 from ..model.states import LIVE_STATES, JobState
 from .enqueue import NOTIFY_CHANNEL
 from .history import moved_states, union
-from .schema import SEQUENCE_HELD, dependencies, jobs
+from .schema import SEQUENCE_HELD, dependencies, history, jobs
 
 EDGES = dependencies.name
 JOBS = jobs.name
+HISTORY = history.name
 
 
 class Parent(NamedTuple):
@@ -358,6 +359,34 @@ def sweep(conn: Connection, limit: int = 1000) -> Released:
     if not stranded:
         return Released(0, [])
     return resolve(conn, stranded, swept=True)
+
+
+# prune_orphans: the edges of jobs that are gone (pruned, purged, or in a dropped history
+# partition): nothing reads an edge whose waiting job is in neither table. A pass scans at most
+# ``limit`` edges after ``after`` (the dependents' ids, in order) and the caller carries the
+# position to the next pass, so a pass costs the same however many edges there are. Index:
+# pk_workerpool_job_dependencies (the scan and the delete), pk_workerpool_jobs and
+# ix_workerpool_jobs_history_id (the probes).
+_ORPHANS = text(f"""
+WITH scanned AS (
+  SELECT job_id FROM {EDGES} WHERE job_id > :after ORDER BY job_id LIMIT :limit
+), gone AS (
+  SELECT DISTINCT s.job_id FROM scanned AS s
+  WHERE NOT EXISTS (SELECT 1 FROM {JOBS} AS j WHERE j.id = s.job_id)
+    AND NOT EXISTS (SELECT 1 FROM {HISTORY} AS h WHERE h.id = s.job_id)
+), deleted AS (
+  DELETE FROM {EDGES} WHERE job_id IN (SELECT job_id FROM gone) RETURNING 1
+)
+SELECT (SELECT max(job_id) FROM scanned), (SELECT count(*) FROM scanned),
+       (SELECT count(*) FROM deleted)
+""")
+
+
+def prune_orphans(conn: Connection, after: int, limit: int) -> tuple[int, int]:
+    """Delete the edges of gone jobs among the next ``limit`` edges past dependent ``after``;
+    returns where the next pass starts (0 once the scan reached the end) and how many went."""
+    last, scanned, deleted = conn.execute(_ORPHANS, {"after": after, "limit": limit}).one()
+    return (0 if scanned < limit else last), deleted
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The maintenance child moves done and cancelled rows into ``workerpool_jobs_history`` in batches
 (:func:`move`: one statement, a DELETE feeding an INSERT, so a move interrupted at any instant
 rolls back whole: no row lost, none in both tables). One replica at a time moves and keeps the
-partitions: every such transaction first takes :data:`HISTORY_LOCK` with
+partitions: every such transaction first takes :data:`HISTORY_LOCK` (one per schema) with
 ``pg_try_advisory_xact_lock``, and a replica that does not get it skips its turn.
 
 Rows that stay in the jobs table (docs/storage.md): dead ones (the dead-letter queue replays
@@ -46,8 +46,11 @@ def union(columns: str, where: str) -> str:
             f" UNION ALL SELECT {columns} FROM {HISTORY} WHERE {where})")
 
 
-# try_lock: whether this transaction is the one mover. Index: none (an advisory lock).
-_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
+# try_lock: whether this transaction is the one mover of its schema's history: another
+# schema's key is HISTORY_LOCK mixed with its name (the default schema's is HISTORY_LOCK, as
+# it always was, so replicas of two versions still exclude each other). Index: none.
+_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(CAST(:key AS bigint) # CASE current_schema()"
+                 " WHEN 'public' THEN 0 ELSE CAST(hashtext(current_schema()) AS bigint) END)")
 
 
 def try_lock(conn: Connection) -> bool:

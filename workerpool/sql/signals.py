@@ -169,3 +169,17 @@ def sweep(conn: Connection) -> dict[str, int]:
         counts[queue] = counts.get(queue, 0) + 1
     notify(conn, set(counts))
     return counts
+
+
+# prune: signals sent more than the retention ago (a job that starts to wait for one later
+# waits for a new one). Index: none (the table holds one row per name; a scan in batches).
+_PRUNE = text(f"""
+DELETE FROM {signals.name} WHERE name = ANY(ARRAY(
+  SELECT name FROM {signals.name} WHERE sent_at < now() - make_interval(secs => :older)
+  LIMIT :limit))
+""")
+
+
+def prune(conn: Connection, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` signals sent more than ``older_than`` seconds ago."""
+    return conn.execute(_PRUNE, {"older": older_than, "limit": limit}).rowcount

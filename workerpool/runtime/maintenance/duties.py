@@ -34,8 +34,12 @@ from . import cron
 from .health import TableKeeper
 from .history import HistoryKeeper
 
-#: Seconds between two prunings of the audit trail (it grows by operator actions only).
-AUDIT_PRUNE_EVERY = 60.0
+#: Seconds between two prunings of the records that outlive jobs (audit entries, attempt logs,
+#: signals, dependency edges): each grows far slower than the jobs table.
+RECORDS_PRUNE_EVERY = 60.0
+#: How the log names each kind :meth:`Maintenance.prune_records` prunes.
+_PRUNED_NAMES = {"audit": "audit entries", "logs": "attempt logs", "signals": "signals",
+                 "edges": "dependency edges of gone jobs"}
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -82,7 +86,8 @@ class Maintenance:
         self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
-        self._audit_pruned_at = float("-inf")
+        self._records_pruned_at = float("-inf")
+        self._edges_after = 0  # where the next pass's scan of dependency edges starts
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
         self.repaired_dependents = 0
 
@@ -110,7 +115,7 @@ class Maintenance:
         self.sweep_signals()
         self.prune_workers()
         self.prune_rate_counts()
-        self.prune_audit()
+        self.prune_records()
         self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
         self.sample_depth()
 
@@ -155,22 +160,27 @@ class Maintenance:
                      extra={"event": "jobs_pruned", "count": deleted})
         return deleted
 
-    def prune_audit(self) -> int:
-        """Every AUDIT_PRUNE_EVERY seconds: audit entries older than ``audit_retention``, and
-        attempt logs older than ``retention`` (a dead job's stay while it does)."""
-        if time.monotonic() < self._audit_pruned_at + AUDIT_PRUNE_EVERY:
+    def prune_records(self) -> int:
+        """Every RECORDS_PRUNE_EVERY seconds, what outlives the jobs by a bounded time: audit
+        entries older than ``audit_retention``; attempt logs (a dead job's stay while it does)
+        and signals older than ``retention``; the edges of jobs that are gone."""
+        if time.monotonic() < self._records_pruned_at + RECORDS_PRUNE_EVERY:
             return 0
-        self._audit_pruned_at = time.monotonic()
+        self._records_pruned_at = time.monotonic()
+        limit, retention = self.settings.prune_batch, self.settings.retention
         with self._transaction() as conn:
-            count = audit.prune_audit(conn, self.settings.audit_retention,
-                                      self.settings.prune_batch)
-            logs = job_logs.prune_logs(conn, self.settings.retention, self.settings.prune_batch)
-        if count:
-            log.info("pruned %d audit entries", count,
-                     extra={"event": "audit_pruned", "count": count})
-        if logs:
-            log.info("pruned %d attempt logs", logs, extra={"event": "logs_pruned", "count": logs})
-        return count + logs
+            pruned = {
+                "audit": audit.prune_audit(conn, self.settings.audit_retention, limit),
+                "logs": job_logs.prune_logs(conn, retention, limit),
+                "signals": signals.prune(conn, retention, limit),
+            }
+            self._edges_after, pruned["edges"] = dependencies.prune_orphans(
+                conn, self._edges_after, limit)
+        for kind, count in pruned.items():
+            if count:
+                log.info("pruned %d %s", count, _PRUNED_NAMES[kind],
+                         extra={"event": f"{kind}_pruned", "count": count})
+        return sum(pruned.values())
 
     def keep_history(self) -> int:
         """Keep the history's partitions and move finished rows into it (:mod:`.history`)."""
@@ -220,6 +230,7 @@ class Maintenance:
                                                    "due": swept.due,
                                                    "cancelled": len(swept.cancelled)})
         return repaired
+
     def sweep_signals(self) -> dict[str, int]:
         """Jobs waiting for a signal that was sent (its wake-up was missed: latency, never a
         stuck job) or whose wait's deadline passed (their ``wait_for`` raises TimeoutError):
