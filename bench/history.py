@@ -68,7 +68,7 @@ def fill(bench_db: BenchDatabase, rows: int) -> None:
         " SELECT nextval(pg_get_serial_sequence('workerpool_jobs', 'id')), %s, %s, '{}', 1,"
         " 'done', 0, f, 1, 0, 5, 'bench:history', f, '[]', '[]', f, f, to_jsonb(n), false"
         " FROM generate_series(1, %s) AS n,"
-        " LATERAL (SELECT now() - make_interval(secs => (n * %s * 86400.0 / %s)::float8)) AS t(f)",
+        " LATERAL (SELECT now() - make_interval(secs => n::float8 * %s * 86400.0 / %s)) AS t(f)",
         (QUEUE, noop.__name__, rows, DAYS, rows + 1))
     for (name,) in bench_db.sql(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
