@@ -151,7 +151,8 @@ class Launcher:
         return env
 
     def start(self, *, notify: bool = True, stamp_file: Path | None = None,
-              metrics: bool = False, args: tuple[str, ...] = ()) -> Supervisor:
+              metrics: bool = False, args: tuple[str, ...] = (),
+              log_level: str = "WARNING") -> Supervisor:
         self._count += 1
         extra = ["--metrics-port", str(free_port())] if metrics else []
         extra += args
@@ -161,7 +162,7 @@ class Launcher:
         with open(log_path, "wb") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "workerpool", "run", "bench.app:pool",
-                 "--heartbeat-dir", str(heartbeats), "--log-level", "WARNING", *extra],
+                 "--heartbeat-dir", str(heartbeats), "--log-level", log_level, *extra],
                 cwd=ROOT, env=self.env(notify=notify, stamp_file=stamp_file),
                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -170,7 +171,8 @@ class Launcher:
 
     @contextlib.contextmanager
     def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
-                metrics: bool = False, processes: int | str = 1) -> Iterator[list[Supervisor]]:
+                metrics: bool = False, processes: int | str = 1,
+                log_level: str = "WARNING") -> Iterator[list[Supervisor]]:
         """``count`` supervisors, each with ``processes`` children of the bench queue (or
         ``"auto"``: one per usable core), all registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
@@ -179,7 +181,8 @@ class Launcher:
         try:
             for _ in range(count):
                 supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
-                                              metrics=metrics, args=args))
+                                              metrics=metrics, args=args,
+                                              log_level=log_level))
             self.wait_registered(supervisors, count * children)
             yield supervisors
         finally:

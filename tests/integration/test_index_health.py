@@ -9,10 +9,12 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import text
 
 from tests.helpers.waiting import wait_until
 from workerpool import ConfigError
 from workerpool.model.specs import MaintenanceSpec
+from workerpool.runtime.maintenance import health
 from workerpool.runtime.maintenance.health import TableKeeper, overdue, table_health
 from workerpool.sql import health as sql
 
@@ -53,6 +55,23 @@ def test_a_bloated_index_is_rebuilt_concurrently(drained_backlog, caplog):
     assert after.valid and after.bytes < before.bytes / 10 and after.bloat < 2
     assert {"index_bloated", "index_rebuilt"} <= {getattr(r, "event", "") for r in caplog.records}
     assert keeper.check() is None  # nothing left to rebuild
+    keeper.close()
+
+
+def test_a_rebuild_takes_its_turn_before_a_due_analyze(drained_backlog, monkeypatch):
+    # a busy queue passes the ANALYZE threshold between any two reads
+    monkeypatch.setattr(health, "ANALYZE_MIN_GAP", 0.0)
+    pool = drained_backlog
+    with pool.engine.begin() as conn:  # rows the due index does not hold: its bloat stays
+        conn.execute(text("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+                          " SELECT 'q', 't', 'done', now() FROM generate_series(1, 20000)"))
+    wait_until(lambda: overdue(table_health(pool.engine)) == sql.ANALYZE, timeout=30,
+               message="the statistics views show the inserts")
+    keeper = TableKeeper(pool.engine, settings=SMALL)
+    assert keeper.check() == f'REINDEX INDEX CONCURRENTLY "{DUE}"'
+    keeper.wait(60)
+    assert keeper.check() == sql.ANALYZE  # once nothing is bloated
+    keeper.wait(60)
     keeper.close()
 
 

@@ -109,6 +109,10 @@ def test_overdue_is_relative_to_the_table_and_waits_between_vacuums():
     assert overdue(health(modified=150_000)) == sql.ANALYZE
     assert overdue(health(dead=150_000)) == sql.VACUUM
     assert overdue(health(dead=150_000, autovacuum_age_s=10.0)) is None  # just vacuumed
+    assert overdue(health(modified=150_000, autoanalyze_age_s=10.0)) is None  # just analyzed
+    assert overdue(health(modified=150_000, analyze_age_s=90.0)) == sql.ANALYZE
+    # ... unless the planner's count is far off (a load right after a migration)
+    assert overdue(health(modified=150_000, estimated_rows=0, analyze_age_s=1.0)) == sql.ANALYZE
     assert overdue(health(live=0, estimated_rows=-1, dead=ROWS)) == sql.VACUUM
 
 

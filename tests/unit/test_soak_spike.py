@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.__main__ import UsageError, spike_option
-from bench.soak import Sample, SoakPlan, spike_verdict
+from bench.soak import Sample, SoakPlan, spike_verdict, verdict
 
 
 def sample(t: float, backlog: int, p50: float) -> Sample:
@@ -39,3 +40,16 @@ def test_the_verdict_finds_the_drain_and_the_recovery():
     assert lines[2].endswith("(target <= 1.2x pre-spike)") and ": met" in lines[2]
     slow = [*samples[:4], sample(300, 0, 2.0), sample(900, 0, 2.0)]
     assert "never back" in spike_verdict(plan, slow)[1]
+
+
+def test_the_table_size_verdict_leaves_the_spike_backlog_aside():
+    plan = SoakPlan(minutes=20, rate=100, out=Path("."), retention=10, spike_at=5,
+                    spike_minutes=1, spike_rate=900)
+    sizes = [(60, 0, 30.0), (240, 0, 35.0), (330, 40000, 190.0), (400, 5000, 120.0),
+             (460, 0, 36.0), (900, 0, 31.0)]
+    samples = [replace(sample(t, backlog, 1.0), table_mb=mb) for t, backlog, mb in sizes]
+    line = next(line for line in verdict(plan, samples) if line.startswith("table size"))
+    assert "30.0...36.0 MiB: met" in line, line
+    without = replace(plan, spike_at=None)  # no spike: every sample counts
+    line = next(line for line in verdict(without, samples) if line.startswith("table size"))
+    assert "30.0...190.0 MiB: MISSED" in line, line

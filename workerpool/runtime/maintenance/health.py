@@ -55,6 +55,12 @@ VACUUM_DEAD_SHARE = 0.10
 #: ... and no vacuum ran in the last this many seconds: dead rows a held-back horizon keeps
 #: cannot be removed, and vacuuming again at once would only read the table again.
 VACUUM_MIN_GAP = 30.0
+#: ... and no analyze in the last this many seconds (autovacuum's own naptime), unless the
+#: planner's row count is off by more than ANALYZE_OFF_BY (a load right after a migration): on
+#: a busy queue the changes pass the threshold within seconds, and an ANALYZE at every read
+#: would take every turn (the index rebuilds' too) for statistics that barely moved.
+ANALYZE_MIN_GAP = 60.0
+ANALYZE_OFF_BY = 2.0
 #: Bound on one ANALYZE or VACUUM (seconds): the server's statement_timeout and our own cancel.
 COMMAND_TIMEOUT = 600.0
 LOCK_TIMEOUT = 5.0
@@ -136,7 +142,11 @@ def overdue(health: TableHealth) -> str | None:
     if (health.dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * rows)
             and (last_vacuum is None or last_vacuum >= VACUUM_MIN_GAP)):
         return sql.VACUUM
-    if health.modified >= max(ANALYZE_MIN_CHANGES, ANALYZE_CHANGED_SHARE * rows):
+    last_analyze = health.last_analyze_age_s
+    counted, live = max(health.estimated_rows, 0), max(health.live, 0)
+    off = max(counted, live) > ANALYZE_OFF_BY * min(counted, live)
+    if (health.modified >= max(ANALYZE_MIN_CHANGES, ANALYZE_CHANGED_SHARE * rows)
+            and (off or last_analyze is None or last_analyze >= ANALYZE_MIN_GAP)):
         return sql.ANALYZE
     return None
 
@@ -185,13 +195,22 @@ class TableKeeper:
             self._warn_horizon(health.holder)
             if self.busy():
                 return None
-            command = overdue(health) or self._index_work(conn)
+            command = self._next_command(conn, health)
             if command is None or not self._allowed(conn, command):
                 return None
         self._thread = threading.Thread(target=self._run, args=(command,),
                                         name="table-health", daemon=True)
         self._thread.start()
         return command
+
+    def _next_command(self, conn: Connection, health: TableHealth) -> str | None:
+        """A due VACUUM first (it refreshes the entry counts the bloat estimate reads), then
+        index work, then a due ANALYZE: on a busy queue one of the two table commands is due
+        at nearly every read, and the rebuilds must still get their turn."""
+        table_command = overdue(health)
+        if table_command == sql.VACUUM:
+            return table_command
+        return self._index_work(conn) or table_command
 
     def _index_work(self, conn: Connection) -> str | None:
         """A leftover of an interrupted rebuild to drop, else the most bloated index to rebuild
