@@ -63,6 +63,9 @@ def test_migrate_then_enqueue(empty_db_url, app_dir, tmp_path):
         (["myapp:pool", "send_welcome", "--key", "k", "--unique", "live", "--unique-for", "5"],
          "not both"),
         (["myapp:pool", "send_welcome", "--concurrency-key", "a:1"], "it would limit nothing"),
+        (["myapp:pool", "send_welcome", "--tag", " "], "--tag: a tag is a non-empty string"),
+        (["myapp:pool", "send_welcome", *[f"--tag=t{i}" for i in range(21)]],
+         "--tag: at most 20 tags per job, got 21"),
     ],
 )
 def test_enqueue_bad_input_is_one_line_and_nonzero(db_url, app_dir, sql, args, message):
@@ -101,3 +104,6 @@ def test_enqueue_with_a_concurrency_key_and_a_live_key_that_debounces(db_url, ap
     assert held.returncode == 1 and f"is held by job {first}" in held.stderr
     assert enqueue("{}", "--key", "once", "--unique-for", "60") != first
     assert sql("SELECT key_scope FROM workerpool_jobs WHERE key = 'once'") == [("for",)]
+    tagged = enqueue("{}", "--tag", "tenant:7", "--tag", "import", "--tag", "tenant:7")
+    assert sql("SELECT tags FROM workerpool_jobs WHERE id = %s", int(tagged)) == [
+        (["tenant:7", "import"],)]

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..model import exitcodes
 from ..model.limits import ON_CONFLICT, UNIQUE_SCOPES
+from ..model.validation import check_tags
 from .helptext import add_command
 from .target import CliError, load_pool
 
@@ -47,6 +48,11 @@ def _options(args: argparse.Namespace, error: type[Exception]) -> dict[str, Any]
         options["on_conflict"] = args.on_conflict
     if args.unique_for is not None:
         options["unique_for"] = _seconds("--unique-for", args.unique_for, error)
+    if args.tag:
+        try:
+            options["tags"] = check_tags(args.tag, error)
+        except error as exc:
+            raise error(f"--tag: {exc}") from None
     return options
 
 
@@ -83,3 +89,6 @@ def add_parser(sub: Any) -> None:
                          help="hold --key for this long after the enqueue")
     enqueue.add_argument("--on-conflict", default=None, metavar="WHAT",
                          help=f"when --key is held: {', '.join(ON_CONFLICT)} (default keep)")
+    enqueue.add_argument("--tag", action="append", default=None, metavar="TAG",
+                         help="a tag the job carries for life (repeat for several;"
+                              " `status --tag`, `cancel --tag`)")
