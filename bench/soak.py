@@ -295,28 +295,34 @@ def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
     return lines
 
 
+def _spike_drain(plan: SoakPlan, samples: list[Sample]) -> tuple[float, int, Sample | None]:
+    """A spike's start (seconds), the largest backlog before it, and the first sample after
+    it with the backlog back down to that (None: it never drained)."""
+    assert plan.spike_at is not None
+    start, end = plan.spike_at * 60.0, (plan.spike_at + plan.spike_minutes) * 60.0
+    calm = max((s.backlog for s in samples if s.t <= start), default=0)
+    return start, calm, next((s for s in samples if s.t >= end and s.backlog <= calm), None)
+
+
 def _outside_spike(plan: SoakPlan, samples: list[Sample]) -> list[Sample]:
     """The samples before a spike and after its backlog drained (all of them without one)."""
     if plan.spike_at is None:
         return samples
-    start, end = plan.spike_at * 60.0, (plan.spike_at + plan.spike_minutes) * 60.0
-    calm = max((s.backlog for s in samples if s.t <= start), default=0)
-    drained = next((s.t for s in samples if s.t >= end and s.backlog <= calm), float("inf"))
-    return [s for s in samples if s.t < start or s.t >= drained]
+    start, _, drained = _spike_drain(plan, samples)
+    after = float("inf") if drained is None else drained.t
+    return [s for s in samples if s.t < start or s.t >= after]
 
 
 def spike_verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
     """After the spike's backlog drained: the claim's p50 back within RECOVERY x its pre-spike
     median within RECOVERY_MINUTES, and staying there to the end of the run."""
-    assert plan.spike_at is not None
-    start, end = plan.spike_at * 60.0, (plan.spike_at + plan.spike_minutes) * 60.0
+    start, calm, drained = _spike_drain(plan, samples)
+    end = start + plan.spike_minutes * 60.0
     before = [s for s in samples if s.t <= start]
     base_p50 = statistics.median(s.claim_p50_ms for s in before if s.claim_p50_ms) if any(
         s.claim_p50_ms for s in before) else None
     if base_p50 is None:
         return ["spike: no claim sample before the spike"]
-    calm = max(s.backlog for s in before)
-    drained = next((s for s in samples if s.t >= end and s.backlog <= calm), None)
     if drained is None:
         return [f"spike: the backlog never drained back to {calm} jobs: MISSED"]
     limit = RECOVERY * base_p50
