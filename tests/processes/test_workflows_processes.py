@@ -50,6 +50,9 @@ def test_a_chain_whose_child_is_killed_as_each_parent_completes_runs_each_after_
         # the handler has written its ledger row and is returning: kill its child now
         wait_until(lambda j=job_id: ran(sql, j), SETTLE, message=f"job {job_id} ran\n"
                    f"{sup.log()[-3000:]}")
+        # the pid the supervisor shows may be of a child already gone (its restart not yet
+        # shown): the one killed must be running
+        wait_until(lambda: alive(sup.child_pid("flow")), 30, message="a running child")
         pid = sup.child_pid("flow")
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda p=pid: not alive(p), 30, message="the killed child reaped")
