@@ -9,6 +9,7 @@ shows a URL.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import warnings
@@ -72,12 +73,16 @@ def embedded_url(data_dir: Path) -> URL:
             "set WORKERPOOL_DATABASE_URL, or install the embedded PostgreSQL: pip install"
             " 'workerpool[embedded]'"
         ) from None
-    # made here, not by pgserver: its exists-then-mkdir races when several processes start the
-    # same server at once (pytest -n 4 on a fresh checkout: FileExistsError); initdb is locked
+    # Several processes may start the same server at once (pytest -n 4 on a fresh checkout).
+    # pgserver locks its initdb, but not its exists-then-mkdir of the directory nor, under root,
+    # its exists-then-useradd of the user it runs PostgreSQL as: on a fresh machine, initdb ran
+    # as a uid that /etc/passwd no longer held. One start at a time.
     data_dir.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        server = pgserver.get_server(data_dir, cleanup_mode=None)
+    with open(data_dir.parent / f".{data_dir.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with warnings.catch_warnings():  # its platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            server = pgserver.get_server(data_dir, cleanup_mode=None)
     log.debug("embedded PostgreSQL at %s", data_dir)
     return normalise(make_url(server.get_uri()))
 
