@@ -5,8 +5,9 @@ Each of two databases (the run's own, and a second scratch one with an empty his
 history's partitions over 30 days back (the maintenance child's own upkeep, retention 31 days)
 and the same due backlog for the claims; the run's own then gets N finished rows straight into
 the history (one set-based INSERT, spread evenly over the 30 days, ids from the jobs table's
-sequence) and each partition VACUUM ANALYZEd, as autovacuum would: the partitioned parent is
-never analysed. The rounds alternate between the two, so a shared machine's load reaches both.
+sequence), counted by the minute as the mover counts them, and each partition VACUUM ANALYZEd,
+as autovacuum would: the partitioned parent is never analysed. The rounds alternate between
+the two, so a shared machine's load reaches both.
 
 Timed, median of the rounds: the claim (a transaction around ``queries.claim``, 10 rows),
 ``workerpool status`` (``status.collect``), the dashboard overview (GET /), and a result read
@@ -59,7 +60,8 @@ def keep_partitions(pool: WorkerPool) -> None:
 
 
 def fill(bench_db: BenchDatabase, rows: int) -> None:
-    """``rows`` done rows straight into the history, evenly over the last DAYS days."""
+    """``rows`` done rows straight into the history, evenly over the last DAYS days, and their
+    finished minutes."""
     started = time.monotonic()
     bench_db.sql(
         "INSERT INTO workerpool_jobs_history (id, queue, task, payload, payload_version, state,"
@@ -70,6 +72,11 @@ def fill(bench_db: BenchDatabase, rows: int) -> None:
         " FROM generate_series(1, %s) AS n,"
         " LATERAL (SELECT now() - make_interval(secs => n::float8 * %s * 86400.0 / %s)) AS t(f)",
         (QUEUE, noop.__name__, rows, DAYS, rows + 1))
+    bench_db.sql(  # what the mover counts as it moves (sql.history.move)
+        "INSERT INTO workerpool_finished_minutes (minute, queue, state, count)"
+        " SELECT date_trunc('minute', finished_at), queue, state, count(*)"
+        " FROM workerpool_jobs_history GROUP BY 1, 2, 3")
+    bench_db.sql("ANALYZE workerpool_finished_minutes")
     for (name,) in bench_db.sql(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
             " WHERE i.inhparent = 'workerpool_jobs_history'::regclass"):

@@ -1,4 +1,5 @@
-"""Alembic: head equals the Table definitions; downgrade base → upgrade head round-trips."""
+"""Alembic: head equals the Table definitions; downgrade base → upgrade head round-trips; a
+migration's data step."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from sqlalchemy import inspect
 
 from workerpool.migrate import alembic_config, downgrade, drift, upgrade
 from workerpool.sql import db
+from workerpool.sql.history import COLUMNS
 from workerpool.sql.schema import metadata
 
 
@@ -54,3 +56,31 @@ def head_revision() -> str:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_the_finished_minutes_start_with_the_historys_last_hour(empty_db_url):
+    upgrade(empty_db_url, "0015")
+    engine = db.create(empty_db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE workerpool_jobs_history_p0 PARTITION OF workerpool_jobs_history"
+            " FOR VALUES FROM (now() - interval '2 days') TO (now() + interval '1 day')")
+        conn.exec_driver_sql(  # 10 rows a minute ago, 2 two hours ago
+            "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+            " SELECT 'q', 't', 'done', date_trunc('minute', now()) - make_interval(mins => m)"
+            " FROM generate_series(1, 12) AS n,"
+            " LATERAL (SELECT CASE WHEN n <= 10 THEN 1 ELSE 120 END) AS a(m)")
+        conn.exec_driver_sql(f"INSERT INTO workerpool_jobs_history ({COLUMNS})"
+                             f" SELECT {COLUMNS} FROM workerpool_jobs")
+    upgrade(empty_db_url)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(
+            "SELECT queue, state, count FROM workerpool_finished_minutes").all() == [
+            ("q", "done", 10)]
+        assert drift(conn) == []
+    downgrade(empty_db_url, "0015")
+    with engine.connect() as conn:
+        assert "workerpool_finished_minutes" not in inspect(conn).get_table_names()
+        assert "ix_workerpool_jobs_history_finished" in {
+            ix["name"] for ix in inspect(conn).get_indexes("workerpool_jobs_history")}
+    engine.dispose()

@@ -132,30 +132,31 @@ def lease_holder(conn: Connection, worker_id: str) -> Any | None:
 
 
 # finished_per_minute: rows that finished (done, cancelled, dead) per minute, queue and state
-# over the last ``minutes``, reading at most ``cap`` rows, newest first, from the jobs table and
-# the history. Index: ix_workerpool_jobs_finished (a backward range scan from now, stopped at
-# the cap); in the history, ix_workerpool_jobs_history_finished of the partitions the window
-# reaches (the others are pruned at executor start-up: now() is stable).
+# over the last ``minutes``: those still in the jobs table, reading at most ``cap`` of them,
+# newest first (``moved`` false), and the history's from its finished minutes (``moved``
+# true: one row per minute, queue and state, however many moved). Index:
+# ix_workerpool_jobs_finished (a backward range scan from now, stopped at the cap),
+# pk_workerpool_finished_minutes (a range of minutes).
 _FINISHED = text(
     """
-    SELECT date_trunc('minute', f.finished_at) AS minute, f.queue, f.state, count(*) AS count
-    FROM ((SELECT finished_at, queue, state FROM workerpool_jobs
-           WHERE state IN ('done', 'cancelled', 'dead')
-             AND finished_at >= now() - make_interval(mins => :minutes)
-           ORDER BY finished_at DESC LIMIT :cap)
-          UNION ALL
-          (SELECT finished_at, queue, state FROM workerpool_jobs_history
-           WHERE finished_at >= now() - make_interval(mins => :minutes)
-           ORDER BY finished_at DESC LIMIT :cap)
+    SELECT date_trunc('minute', f.finished_at) AS minute, f.queue, f.state, count(*) AS count,
+           false AS moved
+    FROM (SELECT finished_at, queue, state FROM workerpool_jobs
+          WHERE state IN ('done', 'cancelled', 'dead')
+            AND finished_at >= now() - make_interval(mins => :minutes)
           ORDER BY finished_at DESC LIMIT :cap) AS f
     GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT minute, queue, state, count, true FROM workerpool_finished_minutes
+    WHERE minute >= date_trunc('minute', now() - make_interval(mins => :minutes))
     """
 )
 
 
 def finished_per_minute(conn: Connection, minutes: int, cap: int = FINISHED_CAP) -> list[Any]:
-    """``(minute, queue, state, count)``: counts adding up to ``cap`` mean the window held more
-    rows than were read (its oldest minutes are then undercounted)."""
+    """``(minute, queue, state, count, moved)``, a (minute, queue, state) possibly twice (once
+    per table): the rows not ``moved`` adding up to ``cap`` mean the jobs table held more in
+    the window than were read (its oldest minutes are then undercounted)."""
     return list(conn.execute(_FINISHED, {"minutes": minutes, "cap": cap}))
 
 

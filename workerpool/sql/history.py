@@ -26,10 +26,11 @@ from sqlalchemy import Connection, text
 
 from ..model.history import Partition
 from ..model.states import PRUNED_STATES, JobState
-from .schema import batches, dependencies, history, jobs
+from .schema import batches, dependencies, finished_minutes, history, jobs
 
 JOBS = jobs.name
 HISTORY = history.name
+MINUTES = finished_minutes.name
 COLUMNS = ", ".join(column.name for column in jobs.columns)
 #: The advisory lock of the mover and partition keeper (one replica at a time).
 HISTORY_LOCK = 0x776B_6869_7374  # 'wkhist'
@@ -109,9 +110,10 @@ MOVABLE = f"""
     SELECT 1 FROM {dependencies.name} AS e WHERE e.job_id = j.id))
 """
 
-# move: up to :limit movable rows finished in [:floor, now() - :delay) → the history, in one
-# statement. Index: ix_workerpool_jobs_finished (the batch, oldest first), pk_workerpool_jobs
-# (the delete), then each row's partition and its indexes.
+# move: up to :limit movable rows finished in [:floor, now() - :delay) → the history, counted
+# in the finished minutes, in one statement. Index: ix_workerpool_jobs_finished (the batch,
+# oldest first), pk_workerpool_jobs (the delete), then each row's partition and its indexes,
+# pk_workerpool_finished_minutes (the counts).
 _MOVE = text(f"""
 WITH doomed AS (
   SELECT j.id FROM {JOBS} AS j
@@ -123,6 +125,10 @@ WITH doomed AS (
   FOR UPDATE SKIP LOCKED
 ), moved AS (
   DELETE FROM {JOBS} WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING {COLUMNS}
+), counted AS (
+  INSERT INTO {MINUTES} AS m (minute, queue, state, count)
+  SELECT date_trunc('minute', finished_at), queue, state, count(*) FROM moved GROUP BY 1, 2, 3
+  ON CONFLICT (minute, queue, state) DO UPDATE SET count = m.count + EXCLUDED.count
 )
 INSERT INTO {HISTORY} ({COLUMNS}) SELECT {COLUMNS} FROM moved
 """)
@@ -134,6 +140,18 @@ def move(conn: Connection, *, floor: datetime, delay: float, limit: int,
     (not of the ``kept`` tasks); returns how many moved."""
     params = {"floor": floor, "delay": delay, "limit": limit, "kept": sorted(kept)}
     return conn.execute(_MOVE, params).rowcount
+
+
+# prune_minutes: the counts of minutes past the retention (their partitions are gone or going).
+# Index: pk_workerpool_finished_minutes.
+_PRUNE_MINUTES = text(f"""
+DELETE FROM {MINUTES} WHERE minute < now() - make_interval(secs => :older)
+""")
+
+
+def prune_minutes(conn: Connection, older_than: float) -> int:
+    """Delete the finished counts of minutes more than ``older_than`` seconds ago."""
+    return conn.execute(_PRUNE_MINUTES, {"older": older_than}).rowcount
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,5 +197,6 @@ def moved_states(conn: Connection, ids: Sequence[int]) -> list[Any]:
     return list(conn.execute(_MOVED_STATES, {"ids": list(ids)}))
 
 
-__all__ = ["COLUMNS", "HISTORY_LOCK", "MOVABLE", "create_partition", "drop_partition", "move",
-           "moved_states", "partitions", "read_moved", "summary", "try_lock", "union"]
+__all__ = ["COLUMNS", "HISTORY_LOCK", "MINUTES", "MOVABLE", "create_partition", "drop_partition",
+           "move", "moved_states", "partitions", "prune_minutes", "read_moved", "summary",
+           "try_lock", "union"]

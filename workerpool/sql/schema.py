@@ -483,11 +483,21 @@ history = Table(
 )
 # A job by id (its result, its page): one probe per partition.
 Index("ix_workerpool_jobs_history_id", history.c.id)
-# The dashboard's finished-per-minute chart: a range of the newest partition.
-Index("ix_workerpool_jobs_history_finished", history.c.finished_at)
 # A batch's moved members (counts and result pages), as ix_workerpool_jobs_batch.
 Index("ix_workerpool_jobs_history_batch", history.c.batch_id, history.c.state, history.c.id,
       postgresql_where=text("batch_id IS NOT NULL"))
 # A workflow's moved jobs (its page).
 Index("ix_workerpool_jobs_history_workflow", history.c.workflow_id, history.c.id,
       postgresql_where=text("workflow_id IS NOT NULL"))
+# What the history holds, counted by the minute its jobs finished: the mover adds each batch's
+# counts in the statement that moves it (workerpool.sql.history), so the dashboard's chart of
+# finished jobs reads at most one row per (minute, queue, state) for moved jobs, however many
+# finished, and never the history itself. Pruned after the retention, as the history is.
+finished_minutes = Table(
+    "workerpool_finished_minutes",
+    metadata,
+    Column("minute", TZ, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("state", Text, primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)

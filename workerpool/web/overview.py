@@ -84,7 +84,7 @@ def collect(pool: Any) -> Overview:
     for worker in live:
         hosts.setdefault(worker.host, []).append(worker)
     done, dead = _per_minute(finished, now)
-    capped = sum(row.count for row in finished) >= dashboard.FINISHED_CAP
+    capped = sum(row.count for row in finished if not row.moved) >= dashboard.FINISHED_CAP
     return Overview(now, rows, hosts, done, dead, capped, analyzed, exact, behind)
 
 

@@ -1,5 +1,6 @@
 """The history duty: keep the history's partitions (created ahead, dropped whole past the
-retention) and move finished rows into them, a batch per transaction (docs/storage.md).
+retention) and move finished rows into them, a batch per transaction, counting each minute's
+(docs/storage.md).
 
 One replica at a time does either (``sql.history.try_lock``); the others skip their turn. Every
 step is one short transaction, safe to cut at any instant: a partition is created or dropped
@@ -50,8 +51,8 @@ class HistoryKeeper:
         return moved
 
     def keep_partitions(self) -> bool:
-        """Create the missing partitions and drop the expired ones; False: another replica
-        holds the lock."""
+        """Create the missing partitions, drop the expired ones and their minutes' counts;
+        False: another replica holds the lock."""
         s = self.settings
         with self.transaction() as conn:
             if not store.try_lock(conn):
@@ -63,6 +64,7 @@ class HistoryKeeper:
                 store.drop_partition(conn, part)
             for part in plan.create:
                 store.create_partition(conn, part)
+            store.prune_minutes(conn, s.retention)
         self.floor = plan.floor
         for part in plan.drop:
             log.info("dropped history partition %s (finished before %s)", part.name,
