@@ -11,7 +11,9 @@ on) and the upgrade to 0013 runs meanwhile: it completes while that lock is held
 nothing on the jobs table that conflicts with writers; its duration is printed. Then the
 history duty (``HistoryKeeper.tick``, default settings but no delay) runs for up to
 ``--move-seconds``: rows moved per second, and the longest single batch transaction (the only
-locks a batch holds on the jobs table are its rows' and ROW EXCLUSIVE). Drops the database.
+locks a batch holds on the jobs table are its rows' and ROW EXCLUSIVE). Last, back to 0015
+and the upgrade to 0016 timed on the history the moves filled (it counts the last hour of
+it and drops an index of every partition). Drops the database.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from workerpool import WorkerPool  # noqa: E402
-from workerpool.migrate import upgrade  # noqa: E402
+from workerpool.migrate import downgrade, upgrade  # noqa: E402
 from workerpool.model.specs import MaintenanceSpec  # noqa: E402
 from workerpool.runtime.maintenance.history import HistoryKeeper  # noqa: E402
 
@@ -115,9 +117,15 @@ def main() -> int:
         took = upgrade_under_exclusive_lock(url, dsn)
         print(f"upgrade 0012 -> 0013: {took * 1000:.0f} ms, completed while another session"
               " held EXCLUSIVE on workerpool_jobs", flush=True)
+        upgrade(url)  # the mover of this version counts what it moves (0016)
         moved, elapsed, longest = move(url, args.move_seconds)
         print(f"moved {moved:,} rows in {elapsed:.1f} s ({moved / elapsed:,.0f} rows/s);"
               f" longest batch transaction {longest:.0f} ms", flush=True)
+        downgrade(url, "0015")
+        started = time.monotonic()
+        upgrade(url, "0016")
+        print(f"upgrade 0015 -> 0016 on a history of {moved:,} rows:"
+              f" {(time.monotonic() - started) * 1000:.0f} ms", flush=True)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
