@@ -17,9 +17,10 @@ import pytest
 
 from tests.apps import poison as app_module
 from tests.helpers.processes import Supervisor, kill_all, start_supervisor
-from tests.helpers.waiting import wait_until
+from tests.helpers.waiting import wait_until, wait_while_progressing
 
 SETTLE = 120.0  # a generous liveness bound, not a timing claim
+STALL = 30.0  # no job finished for this long: the queue stopped working
 
 
 @pytest.fixture
@@ -57,6 +58,12 @@ def runs(ledger: Path) -> Counter:
 def settled(sql) -> bool:
     return sql("SELECT count(*) FROM workerpool_jobs WHERE state IN"
                " ('pending', 'processing', 'failed')") == [(0,)]
+
+
+def unsettled(sql) -> list:
+    """What is left, for a failure's message: state, suspect or not, attempts, how many."""
+    return sql("SELECT state, crashes > 0, attempts, count(*) FROM workerpool_jobs"
+               " WHERE state <> 'done' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
 
 
 def restart_delays(sup: Supervisor) -> list[float]:
@@ -131,7 +138,9 @@ def test_a_burst_of_kill_9_loses_nothing_and_the_queue_keeps_working(
     after = rate(done, 5.0)
     print(f"\nkill -9 burst: {kills} kills; rate before {before:.0f}/s, after {after:.0f}/s,"
           f" ratio {after / before:.2f}")
-    wait_until(lambda: settled(sql), SETTLE, interval=0.2, message=f"settled\n{sup.log()}")
+    # how long the rest takes depends on the suite's load: only a stall fails
+    wait_while_progressing(lambda: settled(sql), done, STALL,
+                           message=lambda: f"settled; left: {unsettled(sql)}\n{sup.log()}")
     assert sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state") == [("done", total)]
     assert kills >= 10  # it was a burst
     assert after > 0  # back to work after the burst; how fast is the bench's (`--only burst`)
