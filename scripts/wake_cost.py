@@ -5,7 +5,7 @@ after a 20 ms sleep (as the pickup bench paces its jobs), median microseconds.
 
 Creates a scratch database (the bench's), then times, interleaved: a call that does nothing;
 ``build_job`` (pure Python: the checks and the row of one enqueue); a pooled connection checked
-out and back the way a single enqueue does (``single_write._unpinged``); ``pool.enqueue``; and
+out and back the way a single enqueue does (a kept one: ``single_write._Kept``); ``pool.enqueue``; and
 the pickup floor's producer statement on plain psycopg (``bench.floors.ENQUEUE_NOTIFY_SQL``).
 On a machine where work after a sleep runs many times slower than hot, every thread that a
 job's path wakes (the enqueuer, the listener, the claim loop, the handler) pays it, and the
@@ -35,8 +35,8 @@ from workerpool.sql import single_write  # noqa: E402
 
 
 def checkout(engine) -> None:
-    with single_write._unpinged(engine):
-        pass
+    kept = single_write._kept(engine)
+    kept.give(*kept.take())
 
 
 def main() -> int:

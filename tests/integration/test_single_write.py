@@ -4,6 +4,9 @@ detected without a round trip (workerpool.sql.single_write), on real PostgreSQL.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import psycopg
 import pytest
 from sqlalchemy import exc as sa_exc
@@ -49,33 +52,105 @@ def backend_of(app: WorkerPool) -> int:
         return conn.connection.driver_connection.info.backend_pid
 
 
+def kept_backends(app: WorkerPool) -> list[int]:
+    """The server processes of the connections kept between single writes."""
+    return [conn.connection.driver_connection.info.backend_pid
+            for conn, _ in single_write._kept(app.engine).idle]
+
+
 def test_enqueue_sends_no_ping(app, sql, counted_pings):
     app.enqueue("work", {"i": 0})  # the pool's first connection: fresh, never pinged
     for i in range(1, 6):
         app.enqueue("work", {"i": i})
     assert counted_pings == [] and rows(sql) == 6
-    with app.engine.connect():  # every other checkout keeps its ping
-        pass
+    for _ in range(2):  # every other checkout keeps its ping (the first is a fresh one)
+        with app.engine.connect():
+            pass
     assert counted_pings == [1]
+
+
+def test_single_writes_keep_one_connection_checked_out_of_the_pool(app, sql):
+    app.enqueue("work", {"i": 0})
+    [backend] = kept_backends(app)
+    for i in range(1, 20):
+        app.enqueue("work", {"i": i})
+    assert kept_backends(app) == [backend] and rows(sql) == 20
+    assert app.engine.pool.checkedout() == 1  # within the pool's own limit
+    app.dispose()
+    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+               timeout=10, message="dispose to close the kept connection")
+
+
+def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):
+    start = threading.Barrier(6)
+
+    def writer(n: int) -> None:
+        start.wait()
+        for i in range(40):
+            app.enqueue("work", {"n": n, "i": i})
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert rows(sql) == 240
+    assert 1 <= len(kept_backends(app)) <= single_write.KEPT
+    assert app.engine.pool.checkedout() == len(kept_backends(app))
+
+
+def test_a_transaction_left_open_never_holds_the_next_write(app, sql):
+    app.enqueue("work", {"i": 0})
+    [backend] = kept_backends(app)
+    single_write.write(app.engine, lambda conn: conn.exec_driver_sql("BEGIN"))
+    assert kept_backends(app) == [backend]  # SQLAlchemy knew of it: rolled back, kept
+    app.enqueue("work", {"i": 1})
+    assert rows(sql) == 2  # committed, seen from another session
+    single_write.write(app.engine, lambda conn: conn.connection.driver_connection.execute("BEGIN"))
+    assert kept_backends(app) == [] and app.engine.pool.checkedout() == 0  # discarded
+    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+               timeout=10, message="the connection left in a transaction to be closed")
+    app.enqueue("work", {"i": 2})
+    assert rows(sql) == 3
 
 
 def test_a_taken_key_still_gets_its_holders_id_or_a_refusal(app, sql):
     first = app.enqueue("work", {"a": 1}, key="k")
+    [backend] = kept_backends(app)
     assert app.enqueue("work", {"a": 1}, key="k") == first
     with pytest.raises(IdempotencyConflict):
         app.enqueue("work", {"a": 2}, key="k")
     assert rows(sql) == 1
+    assert kept_backends(app) == [backend]  # the key's lookups leave it clean
 
 
-def test_a_terminated_pooled_connection_is_replaced_before_anything_is_sent(app, sql):
+def test_a_terminated_kept_connection_is_replaced_before_anything_is_sent(app, sql):
     app.enqueue("work", {"i": 0})
-    pid = backend_of(app)
+    [pid] = kept_backends(app)
     sql("SELECT pg_terminate_backend(%s)", pid)
     wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
                timeout=10, message="the backend to exit")
     job_id = app.enqueue("work", {"i": 1})
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", job_id) == [(1,)]
-    assert rows(sql) == 2 and backend_of(app) != pid
+    assert rows(sql) == 2 and kept_backends(app) not in ([], [pid])
+
+
+def test_a_forked_child_leaves_the_parents_kept_connection_alone(app, sql):
+    app.enqueue("work", {"i": 0})
+    [parent] = kept_backends(app)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's exit status is the assertion
+        code = 1
+        try:
+            app.forget_engine()  # what the supervisor's children do first
+            app.enqueue("work", {"i": 1})
+            code = 0 if kept_backends(app) not in ([], [parent]) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    app.enqueue("work", {"i": 2})  # on the parent's kept connection, still its own
+    assert kept_backends(app) == [parent] and rows(sql) == 3
 
 
 def test_a_statement_that_could_not_be_sent_is_retried_once_on_a_pinged_connection(

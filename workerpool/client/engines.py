@@ -119,16 +119,16 @@ class Engines:
     def forget_engine(self) -> None:
         for engine in (self._engine, self._read_engine):
             if engine is not None:
-                engine.dispose(close=False)
+                db.forget(engine)
         self._engine = self._read_engine = None
         self._made = threading.RLock()  # a thread of the parent may have held it at the fork
 
     def dispose(self) -> None:
         if self._read_engine is not None:
-            self._read_engine.dispose()
+            db.dispose(self._read_engine)
         self._read_engine = None
         if self._engine is not None:
-            self._engine.dispose()
+            db.dispose(self._engine)
         self._engine = None
         if self._async_engine is not None:
             import asyncio

@@ -2,7 +2,9 @@
 
 The engine pings a pooled connection as it is checked out (:func:`ping_on_checkout`, the
 pessimistic disconnect handling SQLAlchemy documents, as a pool ``checkout`` listener). An
-enqueue without ``conn=`` skips that ping and checks the connection itself, at no round trip:
+enqueue without ``conn=`` takes one of the few connections that such writes keep checked out
+between calls, in autocommit (:class:`_Kept`), skips that ping and checks the connection
+itself, at no round trip:
 
 - before sending, the pooled connection must look usable to the driver (not closed, idle, no
   transaction) and its socket must have nothing to read: a server that ended the session
@@ -23,7 +25,11 @@ the ping would have.
 
 from __future__ import annotations
 
+import os
 import select
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -39,6 +45,14 @@ _UNPINGED: ContextVar[bool] = ContextVar("workerpool_unpinged", default=False)
 #: Messages of psycopg errors raised before the whole statement reached the server.
 _UNSENT = ("sending ", "flushing failed", "the connection is closed")
 _FRESH = "workerpool_fresh"
+#: Connections an engine's single writes keep at most; the rest of its pool serves all else.
+KEPT = 2
+#: A kept connection goes back to the pool after this long (seconds): the pool recycles its
+#: connections after an hour (``db.engine_options``), and pings them when they come out.
+KEPT_FOR = 600.0
+_KEPT: weakref.WeakKeyDictionary[Engine, _Kept] = weakref.WeakKeyDictionary()
+_KEPT_LOCK = threading.Lock()
+_INHERITED: list[Any] = []  # kept connections inherited over a fork: the parent's sockets
 
 
 def ping_on_checkout(engine: Engine) -> Engine:
@@ -63,20 +77,132 @@ def ping_on_checkout(engine: Engine) -> Engine:
 
 
 def write(engine: Engine, statements: Callable[[Connection], T]) -> T:
-    """Run ``statements(connection)`` in autocommit on a pooled connection, without a ping.
+    """Run ``statements(connection)`` in autocommit on one of ``engine``'s connections that
+    single writes keep checked out between calls (:class:`_Kept`), without a ping.
 
     When a statement could not be sent at all, ``statements`` runs once more on a connection
     checked out with the ping.
     """
-    with _unpinged(engine) as conn:
-        try:
-            return _run(conn, statements)
-        except sa_exc.DBAPIError as exc:
-            if not _unsent(exc):
-                raise
-            conn.invalidate(exc)
+    kept = _kept(engine)
+    conn, since = kept.take()
+    try:
+        return _run(conn, statements)
+    except sa_exc.DBAPIError as exc:
+        if not _unsent(exc):
+            raise
+        conn.invalidate(exc)
+    finally:
+        kept.give(conn, since)
     with engine.connect() as conn, _autocommit(conn):
         return _run(conn, statements)
+
+
+def close_kept(engine: Engine) -> None:
+    """Return the connections kept for ``engine``'s single writes to its pool (before
+    ``engine.dispose()``, which then closes them)."""
+    kept = _KEPT.pop(engine, None)
+    if kept is not None:
+        kept.close()
+
+
+def forget_kept(engine: Engine) -> None:
+    """In a forked child: drop the kept connections without a word on their sockets, which are
+    the parent's (closing one there would end the parent's session)."""
+    kept = _KEPT.pop(engine, None)
+    if kept is not None:
+        kept.forget()
+
+
+class _Kept:
+    """Up to :data:`KEPT` connections of one engine's pool, kept checked out and in autocommit
+    between single writes, last used first.
+
+    Checking a connection out of SQLAlchemy's pool and back (the ``Connection``, the pool's
+    queue, its events, the autocommit set and reset, the reset's rollback) costs a single
+    enqueue about a third of its client CPU; a kept one costs a list's pop and append and the
+    socket check of :func:`looks_usable`. They stay within the pool's own limit (its size and
+    overflow); a connection that is no longer clean (a transaction left open, invalidated, not
+    idle) or that was kept for :data:`KEPT_FOR` goes back to the pool, where its recycling and
+    ping apply. More concurrent writers than :data:`KEPT` use the pool as before.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.idle: list[tuple[Connection, float]] = []
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+    def take(self) -> tuple[Connection, float]:
+        """A kept connection that looks usable, else a new one from the pool (unpinged, or
+        pinged when it looks unusable), with when it was first kept."""
+        if self.pid != os.getpid():
+            self.forget()
+        while True:
+            with self.lock:
+                if not self.idle:
+                    break
+                conn, since = self.idle.pop()
+            if time.monotonic() - since < KEPT_FOR and looks_usable(_driver(conn)):
+                return conn, since
+            _release(conn)
+        return _unpinged(self.engine), time.monotonic()
+
+    def give(self, conn: Connection, since: float) -> None:
+        """Keep ``conn`` for the next write if it is clean and there is room; else return it."""
+        if conn.in_transaction() and not conn.invalidated:
+            try:  # SQLAlchemy's autobegin; the driver, in autocommit, holds none
+                conn.rollback()
+            except sa_exc.SQLAlchemyError:
+                conn.invalidate()
+        if _clean(conn) and self.pid == os.getpid():
+            with self.lock:
+                if len(self.idle) < KEPT:
+                    self.idle.append((conn, since))
+                    return
+        _release(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for conn, _ in idle:
+            _release(conn)
+
+    def forget(self) -> None:
+        _INHERITED.extend(self.idle)  # never collected: a finalizer could write to the socket
+        self.idle, self.lock, self.pid = [], threading.Lock(), os.getpid()
+
+
+def _kept(engine: Engine) -> _Kept:
+    kept = _KEPT.get(engine)
+    if kept is None:
+        with _KEPT_LOCK:
+            kept = _KEPT.setdefault(engine, _Kept(engine))
+    return kept
+
+
+def _driver(conn: Connection) -> Any:
+    return conn.connection.driver_connection
+
+
+def _clean(conn: Connection) -> bool:
+    """Open, valid, outside any transaction, and in the autocommit it was kept in."""
+    if conn.closed or conn.invalidated or conn.in_transaction():
+        return False
+    driver = _driver(conn)
+    return (not driver.closed and driver.autocommit
+            and driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
+def _release(conn: Connection) -> None:
+    """Back to the pool, out of autocommit (the pool's other users expect transactions); an
+    invalidated or broken connection is discarded instead."""
+    if not conn.invalidated and not conn.closed:
+        driver = _driver(conn)
+        if driver.closed or not looks_usable(driver):
+            conn.invalidate()
+        else:
+            driver.autocommit = False
+    conn.close()
 
 
 def _run(conn: Connection, statements: Callable[[Connection], T]) -> T:
@@ -99,8 +225,7 @@ def _unsent(exc: sa_exc.DBAPIError) -> bool:
     return isinstance(exc.orig, psycopg.OperationalError) and str(exc.orig).startswith(_UNSENT)
 
 
-@contextmanager
-def _unpinged(engine: Engine) -> Iterator[Connection]:
+def _unpinged(engine: Engine) -> Connection:
     """A connection from ``engine``'s pool checked out without the ping, or, when it does not
     look usable, replaced by one checked out with it; in autocommit."""
     token = _UNPINGED.set(True)
@@ -108,12 +233,15 @@ def _unpinged(engine: Engine) -> Iterator[Connection]:
         conn = engine.connect()
     finally:
         _UNPINGED.reset(token)
-    with conn:
-        if not looks_usable(conn.connection.driver_connection):
+    try:
+        if not looks_usable(_driver(conn)):
             conn.invalidate()
             conn.connection  # checks out another connection, with the ping
-        with _autocommit(conn):
-            yield conn
+        _driver(conn).autocommit = True
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 @contextmanager
