@@ -4,9 +4,9 @@ after a 20 ms sleep (as the pickup bench paces its jobs), median microseconds.
     python scripts/wake_cost.py --url postgresql://postgres@127.0.0.1:5432/postgres [--calls 300]
 
 Creates a scratch database (the bench's), then times, interleaved: a call that does nothing;
-``build_job`` (pure Python: the checks and the row of one enqueue); a pooled connection checked
-out and back the way a single enqueue does (a kept one: ``single_write._Kept``); ``pool.enqueue``; and
-the pickup floor's producer statement on plain psycopg (``bench.floors.ENQUEUE_NOTIFY_SQL``).
+``build_job`` (pure Python: the checks and the row of one enqueue); a connection taken and
+given back the way a single enqueue does (a kept one: ``single_write._Kept``); ``pool.enqueue``;
+and the pickup floor's producer statement on plain psycopg (``bench.floors.ENQUEUE_NOTIFY_SQL``).
 On a machine where work after a sleep runs many times slower than hot, every thread that a
 job's path wakes (the enqueuer, the listener, the claim loop, the handler) pays it, and the
 path with more Python after each wake pays more: see docs/benchmarks.md#pickup.

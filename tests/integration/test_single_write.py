@@ -4,6 +4,7 @@ detected without a round trip (workerpool.sql.single_write), on real PostgreSQL.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 
@@ -79,6 +80,17 @@ def test_single_writes_keep_one_connection_checked_out_of_the_pool(app, sql):
     app.dispose()
     wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
                timeout=10, message="dispose to close the kept connection")
+
+
+def test_a_pool_dropped_without_dispose_takes_its_kept_connection_with_it(db_url, sql):
+    pool = WorkerPool(db_url)
+    pool.task(queue="q", name="work")(lambda job: None)
+    pool.enqueue("work", {})
+    [backend] = kept_backends(pool)
+    del pool
+    gc.collect()
+    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+               timeout=10, message="the dropped pool's kept connection to be closed")
 
 
 def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import getpass
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from ..model.errors import ReplicaUnavailable, first_line
 from ..model.validation import DEFAULT_SCHEMA, check_schema
 from ..process import settings
-from ..sql import db
+from ..sql import db, single_write
 
 T = TypeVar("T")
 
@@ -55,7 +56,15 @@ class Engines:
 
     @property
     def engine(self) -> Engine:
-        return self._once("_engine", lambda: db.create(self.url, pooled=self.pooled))
+        return self._once("_engine", self._make_engine)
+
+    def _make_engine(self) -> Engine:
+        engine = db.create(self.url, pooled=self.pooled)
+        # The connections that single writes keep checked out pin their engine (SQLAlchemy
+        # holds on to a checked-out connection's pool): a pool dropped without dispose()
+        # closes them as it goes, and so does the interpreter's exit.
+        weakref.finalize(self, single_write.close_kept, engine)
+        return engine
 
     @property
     def replica(self) -> bool:
@@ -125,10 +134,10 @@ class Engines:
 
     def dispose(self) -> None:
         if self._read_engine is not None:
-            db.dispose(self._read_engine)
+            self._read_engine.dispose()
         self._read_engine = None
         if self._engine is not None:
-            db.dispose(self._engine)
+            self._engine.dispose()
         self._engine = None
         if self._async_engine is not None:
             import asyncio

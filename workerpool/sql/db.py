@@ -199,14 +199,6 @@ def engine_options(url: URL, *, application_name: str, pool_size: int,
             "max_overflow": pool_size, "pool_recycle": 3600}
 
 
-def dispose(engine: Engine) -> None:
-    """Close ``engine``'s connections, those its single writes keep checked out included."""
-    from .single_write import close_kept
-
-    close_kept(engine)
-    engine.dispose()
-
-
 def forget(engine: Engine) -> None:
     """In a forked child: let go of ``engine``'s connections (the parent's) without closing
     them."""

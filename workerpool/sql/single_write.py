@@ -29,7 +29,6 @@ import os
 import select
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,7 +49,9 @@ KEPT = 2
 #: A kept connection goes back to the pool after this long (seconds): the pool recycles its
 #: connections after an hour (``db.engine_options``), and pings them when they come out.
 KEPT_FOR = 600.0
-_KEPT: weakref.WeakKeyDictionary[Engine, _Kept] = weakref.WeakKeyDictionary()
+#: Where an engine holds its kept connections: on the engine itself, so that an engine dropped
+#: without ``dispose()`` is collected with them (a registry beside it would keep both alive).
+_KEPT = "_workerpool_kept"
 _KEPT_LOCK = threading.Lock()
 _INHERITED: list[Any] = []  # kept connections inherited over a fork: the parent's sockets
 
@@ -98,9 +99,9 @@ def write(engine: Engine, statements: Callable[[Connection], T]) -> T:
 
 
 def close_kept(engine: Engine) -> None:
-    """Return the connections kept for ``engine``'s single writes to its pool (before
-    ``engine.dispose()``, which then closes them)."""
-    kept = _KEPT.pop(engine, None)
+    """Close the connections kept for ``engine``'s single writes (in a forked child: forget
+    them). ``engine.dispose()`` does it too."""
+    kept = engine.__dict__.pop(_KEPT, None)
     if kept is not None:
         kept.close()
 
@@ -108,7 +109,7 @@ def close_kept(engine: Engine) -> None:
 def forget_kept(engine: Engine) -> None:
     """In a forked child: drop the kept connections without a word on their sockets, which are
     the parent's (closing one there would end the parent's session)."""
-    kept = _KEPT.pop(engine, None)
+    kept = engine.__dict__.pop(_KEPT, None)
     if kept is not None:
         kept.forget()
 
@@ -162,10 +163,16 @@ class _Kept:
         _release(conn)
 
     def close(self) -> None:
+        """Close the kept connections (the engine is disposed, or its owner gone); in a forked
+        child, forget them instead."""
+        if self.pid != os.getpid():
+            self.forget()
+            return
         with self.lock:
             idle, self.idle = self.idle, []
         for conn, _ in idle:
-            _release(conn)
+            conn.invalidate()  # closes the driver's connection, not only the pool's handle
+            conn.close()
 
     def forget(self) -> None:
         _INHERITED.extend(self.idle)  # never collected: a finalizer could write to the socket
@@ -173,10 +180,15 @@ class _Kept:
 
 
 def _kept(engine: Engine) -> _Kept:
-    kept = _KEPT.get(engine)
+    """The connections kept for ``engine``, closed by its ``dispose()``."""
+    kept = engine.__dict__.get(_KEPT)
     if kept is None:
         with _KEPT_LOCK:
-            kept = _KEPT.setdefault(engine, _Kept(engine))
+            kept = engine.__dict__.get(_KEPT)
+            if kept is None:
+                kept = _Kept(engine)
+                setattr(engine, _KEPT, kept)
+                event.listen(engine, "engine_disposed", close_kept)
     return kept
 
 
