@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import weakref
 
 import psycopg
 import pytest
@@ -91,6 +92,16 @@ def test_a_pool_dropped_without_dispose_takes_its_kept_connection_with_it(db_url
     gc.collect()
     wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
                timeout=10, message="the dropped pool's kept connection to be closed")
+
+
+def test_an_engine_disposed_and_made_again_is_not_held_by_its_pool(app, sql):
+    engines = []
+    for i in range(3):
+        app.enqueue("work", {"i": i})
+        engines.append(weakref.ref(app.engine))
+        app.dispose()
+    gc.collect()
+    assert [engine() for engine in engines] == [None] * 3 and rows(sql) == 3
 
 
 def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):

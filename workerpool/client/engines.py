@@ -46,6 +46,7 @@ class Engines:
         self._engine: Engine | None = None
         self._read_engine: Engine | None = None
         self._async_engine: Any = None
+        self._kept_closer: weakref.finalize | None = None  # made with the engine
         # the first use may come from several threads at once (a web app's first requests):
         # without it each would build an engine, and all but one would leak their connections
         self._made = threading.RLock()
@@ -63,7 +64,7 @@ class Engines:
         # The connections that single writes keep checked out pin their engine (SQLAlchemy
         # holds on to a checked-out connection's pool): a pool dropped without dispose()
         # closes them as it goes, and so does the interpreter's exit.
-        weakref.finalize(self, single_write.close_kept, engine)
+        self._kept_closer = weakref.finalize(self, single_write.close_kept, engine)
         return engine
 
     @property
@@ -126,6 +127,8 @@ class Engines:
         self._engine = engine
 
     def forget_engine(self) -> None:
+        if self._kept_closer is not None:
+            self._kept_closer.detach()
         for engine in (self._engine, self._read_engine):
             if engine is not None:
                 db.forget(engine)
@@ -136,6 +139,8 @@ class Engines:
         if self._read_engine is not None:
             self._read_engine.dispose()
         self._read_engine = None
+        if self._kept_closer is not None:
+            self._kept_closer()  # once; and it lets go of the engine
         if self._engine is not None:
             self._engine.dispose()
         self._engine = None
