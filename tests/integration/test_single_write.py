@@ -105,21 +105,32 @@ def test_an_engine_disposed_and_made_again_is_not_held_by_its_pool(app, sql):
 
 
 def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):
-    start = threading.Barrier(6)
+    writers = single_write.KEPT + 2
+    together = threading.Barrier(writers, timeout=30)
+    backends: list[int] = []
+    results: list[object] = []
 
-    def writer(n: int) -> None:
-        start.wait()
-        for i in range(40):
-            app.enqueue("work", {"n": n, "i": i})
+    def statement(conn):
+        backends.append(conn.connection.driver_connection.info.backend_pid)
+        together.wait()  # every writer holds its connection at the same time
+        return conn.exec_driver_sql("SELECT 1").scalar()
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    def writer() -> None:
+        try:
+            results.append(single_write.write(app.engine, statement))
+        except Exception as exc:  # the assertion below shows it
+            results.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert rows(sql) == 240
-    assert 1 <= len(kept_backends(app)) <= single_write.KEPT
-    assert app.engine.pool.checkedout() == len(kept_backends(app))
+    assert results == [1] * writers and len(set(backends)) == writers
+    assert len(kept_backends(app)) == single_write.KEPT  # the others went back to the pool
+    assert app.engine.pool.checkedout() == single_write.KEPT
+    app.enqueue("work", {"i": 0})
+    assert rows(sql) == 1 and len(kept_backends(app)) == single_write.KEPT
 
 
 def test_a_transaction_left_open_never_holds_the_next_write(app, sql):
