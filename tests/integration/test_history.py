@@ -22,7 +22,7 @@ from workerpool.model.history import PARTITION_PREFIX
 from workerpool.ops import status
 from workerpool.runtime.maintenance import Maintenance
 from workerpool.sql import batches as batches_sql
-from workerpool.sql import dashboard, dependencies
+from workerpool.sql import dashboard, db, dependencies
 from workerpool.sql import history as history_sql
 
 LATER = datetime.now(UTC) + timedelta(days=1)
@@ -393,3 +393,15 @@ def test_cancelling_a_moved_job_says_it_had_finished_and_changes_nothing(app, sq
     assert where(sql, job) == (0, 1)
     assert app.job(job).state == "done"
     assert result.finished == [job] and result.cancelled == []
+
+
+def test_the_chaos_checker_reads_the_jobs_the_history_holds(app, sql):
+    from workerpool.chaos import ledger, runner
+
+    moved = app.enqueue("add", {"a": 1, "b": 2})
+    testing.drain(app, "q")
+    assert maintenance(app).keep_history() == 1 and where(sql, moved) == (0, 1)
+    with psycopg.connect(**db.connect_kwargs(app.url), autocommit=True) as conn:
+        ledger.create_tables(conn)
+    history = runner.read_history(app.url, [])
+    assert history.jobs[moved]["state"] == "done" and history.jobs[moved]["task"] == "add"

@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from ..migrate import upgrade
 from ..process import settings
 from ..sql import db
+from ..sql import history as sql_history
 from . import cluster as clusters
 from .checker import History, Verdict, check, recovery_times
 from .faults import Injector, Servers
@@ -296,9 +297,12 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
                  reads: list[dict[str, Any]] | None = None) -> History:
     with psycopg.connect(autocommit=True, row_factory=psycopg.rows.dict_row,
                          **db.connect_kwargs(url)) as conn:
+        # both tables: the maintenance child moves finished jobs to the history during the run
         jobs = {row["id"]: row for row in conn.execute(
-            "SELECT id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
-            " payload, result, batch_id, finished_at, sequence, steps FROM workerpool_jobs")}
+            "SELECT * FROM " + sql_history.union(
+                "id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
+                " payload, result, batch_id, finished_at, sequence, steps", "true")
+            + " AS jobs")}
         batches = {row["id"]: row for row in conn.execute(
             "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
             " FROM workerpool_batches")}
