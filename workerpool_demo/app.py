@@ -413,11 +413,17 @@ def resumed_deletions(conn: Connection) -> int:
     return conn.execute(stmt).scalar_one()
 
 
+#: Every job, whether still in the jobs table or moved to the history by the maintenance child
+#: (finished jobs move there a minute after they end: docs/storage.md).
+ALL_JOBS = ("(SELECT id, task, state, payload, steps FROM workerpool_jobs"
+            " UNION ALL SELECT id, task, state, payload, steps FROM workerpool_jobs_history)")
+
+
 def steps_run_again(conn: Connection) -> list[str]:
     """Steps whose work ran again after the step was recorded finished (both times from the
     database clock): a finished step must never run again (``job.step`` replays its value)."""
     rows = conn.execute(text(
-        "SELECT l.job_id, l.step FROM demo_deletion_steps l JOIN workerpool_jobs j"
+        f"SELECT l.job_id, l.step FROM demo_deletion_steps l JOIN {ALL_JOBS} j"
         " ON j.id = l.job_id WHERE l.at > (j.steps -> l.step ->> 'finished_at')::timestamptz"
     )).all()
     return [f"#{job_id} {step}" for job_id, step in rows]
@@ -431,7 +437,7 @@ def export_report(conn: Connection) -> dict[str, int]:
         " count(*) FILTER (WHERE (steps -> approval ->> 'started_at')::timestamptz"
         "   < (steps -> approval ->> 'finished_at')::timestamptz),"
         " count(*) FILTER (WHERE state <> 'done')"
-        " FROM workerpool_jobs, LATERAL (SELECT 'export_approved:' || (payload ->> 'user_id')"
+        f" FROM {ALL_JOBS} AS j, LATERAL (SELECT 'export_approved:' || (payload ->> 'user_id')"
         "   AS approval) AS a WHERE task = 'export_data'"
     )).one()
     delivered = conn.execute(select(func.count()).select_from(exports)).scalar_one()
