@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.helpers.limited import claim, claim_at_once
+from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
 from workerpool import sql as queries
 from workerpool.model.limits import claim_limits
@@ -15,6 +16,14 @@ def rated(pool: WorkerPool, rate: str) -> WorkerPool:
     return pool
 
 
+def at_a_slice_start(sql, window_s: int) -> None:
+    """Wait until the database clock has just entered a new slice of ``window_s``'s ring, so
+    that the claims of a test that needs one slice all fall in it (a slice of a minute's window
+    is 6 s; crossing into the next mid-test would put them in two)."""
+    wait_until(lambda: sql("SELECT (extract(epoch FROM statement_timestamp()) * %s / %s) %% 1",
+                           RATE_SLICES, window_s)[0][0] < 0.15,
+               timeout=window_s / RATE_SLICES * 2 + 5, interval=0.01,
+               message="the start of a rate slice")
 
 
 def ring(sql) -> list[tuple]:
@@ -43,6 +52,7 @@ def test_a_crash_release_gives_no_start_back(pool, sql):
 def test_a_slot_is_started_afresh_by_the_slice_that_takes_it_over(pool, sql):
     app = rated(pool, "5/m")
     app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    at_a_slice_start(sql, 60)
     assert len(claim(app, "w1", limit=3)) == 3
     [(now, _)] = ring(sql)
     # the same slot, one ring earlier: out of every window the claim counts
@@ -56,6 +66,7 @@ def test_a_claim_older_than_its_slot_leaves_the_newer_slice_alone(pool, sql):
     slot (that would let the next claims pass the limit)."""
     app = rated(pool, "5/m")
     app.enqueue_many([("work", {"n": n}) for n in range(20)])
+    at_a_slice_start(sql, 60)
     assert len(claim(app, "w1", limit=3)) == 3
     [(now, _)] = ring(sql)
     sql("UPDATE workerpool_rate_counts SET slice = slice + %s", RATE_SLICES + 1)
