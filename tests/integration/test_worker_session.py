@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from sqlalchemy import event
+
 from workerpool import sql as queries
 from workerpool.model.limits import claim_limits
 from workerpool.runtime.worker.session import Session
@@ -49,5 +52,26 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
                 " WHERE strpos(statement, 'UPDATE workerpool_jobs SET state') > 0").all()
         assert len(plans) == 1 and plans[0][1] == 0 and plans[0][0] >= 5, plans
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "pgbouncer"])
+def test_every_transaction_is_bounded_and_sets_its_limits_only_behind_pgbouncer(pool, pooled):
+    """A connection of ours starts with the limits; setting them again in each transaction
+    would cost the main loop a round trip per pass. Behind PgBouncer they are set locally."""
+    pool.queue("q")
+    session = Session(pool.url, "q", concurrency=1, pooled=pooled)
+    session.open()
+    sent: list[str] = []
+    event.listen(session.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    try:
+        for main_loop in (True, False):
+            with session.transaction(main_loop=main_loop) as conn:
+                shown = [conn.exec_driver_sql(f"SHOW {name}").scalar() for name in
+                         ("statement_timeout", "lock_timeout",
+                          "idle_in_transaction_session_timeout")]
+            assert shown == ["15s", "3s", "15s"], (main_loop, shown)
+        assert sum("set_config" in statement for statement in sent) == (2 if pooled else 0)
     finally:
         session.close()

@@ -21,7 +21,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.types import Text
+from sqlalchemy.types import Integer, Text
 
 from ..model.limits import ClaimLimits
 from ..model.states import DUE_STATES, JobState
@@ -68,6 +68,11 @@ def _state_in(*states: JobState):
     return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
 
 
+#: The plain claim's size: a parameter, so that the worker sends one statement text (compiled
+#: once, prepared once on the server) whatever its free room.
+CLAIM_LIMIT = "claim_limit"
+
+
 # claim: take due rows in claim order (one suspect alone, or ordinary jobs), attempt counted,
 # lease stamped. Index: ix_workerpool_jobs_suspects (suspect arm), ix_workerpool_jobs_due (due
 # arm), then pk_workerpool_jobs (the update).
@@ -98,12 +103,13 @@ def claim_statement(
             queue=queue, worker=worker, limit=limit, limits=limits, alone=alone, shared=shared,
             known=lambda table: _known(task_versions, table),
             columns=(*CLAIM_COLUMNS, jobs.c.concurrency_key))
-    due = _due_arm(queue, known, limit, suspects=False)
+    size = bindparam(CLAIM_LIMIT, limit, type_=Integer)  # one statement for every size
+    due = _due_arm(queue, known, size, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)
         arms = union_all(select(suspect.c.id),
                          select(due.c.id).where(~exists(select(suspect.c.id))))
-        picked = arms.limit(limit).cte("picked")
+        picked = arms.limit(size).cte("picked")
     else:
         picked = due
     return (
@@ -129,7 +135,7 @@ def _known(task_versions: Mapping[str, int], table: Any = jobs) -> Any:
     )
 
 
-def _due_arm(queue: str, known: Any, limit: int, *, suspects: bool) -> Any:
+def _due_arm(queue: str, known: Any, limit: Any, *, suspects: bool) -> Any:
     """Due rows in claim order: ordinary ones, or suspects (literals keep the partial index)."""
     crashes = jobs.c.crashes > literal_column("0") if suspects else (
         jobs.c.crashes == literal_column("0"))
@@ -172,22 +178,26 @@ def claim(
     versions = tuple(sorted(task_versions.items()))
     limits = limits or None
     shared = shared and limits is not None and not limits.keys
-    statement = _claim_statement_for(queue, worker, limit, versions, stale_after, alone, limits,
+    # a limited claim's size shapes its statement (the key walk's length); the plain one's is
+    # a parameter
+    size = limit if limits is not None else 1
+    statement = _claim_statement_for(queue, worker, size, versions, stale_after, alone, limits,
                                      shared)
-    if limits is None:
-        return list(conn.execute(statement).all())
-    lock_queue(conn, queue, shared=shared)
     sql, params = _driver_sql(conn.dialect, statement)
-    if limits.keys:
-        params = {**params, "key_cursor": key_cursor}
+    if limits is None:
+        params = {**params, CLAIM_LIMIT: limit}
+    else:
+        lock_queue(conn, queue, shared=shared)
+        if limits.keys:
+            params = {**params, "key_cursor": key_cursor}
     return list(conn.exec_driver_sql(sql, params).all())
 
 
 @functools.lru_cache(maxsize=256)
 def _driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
-    """A limited claim as the driver's SQL and parameters, compiled once: SQLAlchemy would
-    otherwise walk its expression (several times the plain claim's) to find its cache key on
-    every execution, ~1 ms of the worker's CPU per claim."""
+    """A claim as the driver's SQL and parameters, compiled once: SQLAlchemy would otherwise
+    walk its expression to find its cache key on every execution (~1 ms of the worker's CPU
+    per limited claim, about a third of that per plain one)."""
     compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
     return str(compiled), compiled.construct_params()
 

@@ -1,7 +1,9 @@
 """The worker's database session: its engine, the main loop's connection, and its time limits.
 
 No transaction is ever open while a handler runs: every database call is its own short
-transaction, bounded by ``statement_timeout``/``lock_timeout`` set locally (PgBouncer-safe).
+transaction, bounded by ``statement_timeout``/``lock_timeout``: the connection's own settings,
+given when it connects, or behind PgBouncer (where a server session is shared) set locally in
+each transaction, one round trip more.
 The same limits bound the maintenance loop's and the releaser's transactions.
 """
 
@@ -126,18 +128,25 @@ class Session:
         assert self.engine is not None, "Worker.run() opens the engine"
         if not main_loop:
             with self.engine.begin() as conn:
-                bound(conn)
+                self._bound(conn)
                 yield conn
             return
         conn = self._main_connection()
         try:
             with conn.begin():
-                bound(conn)
+                self._bound(conn)
                 yield conn
         except BaseException:
             self._drop_main_connection()
             raise
         self._contacted()
+
+    def _bound(self, conn: Connection) -> None:
+        """The time limits for this transaction. A connection of ours starts with them
+        (:func:`session_limits`); behind PgBouncer a server session is shared, so they are set
+        in each transaction, one round trip more."""
+        if self.pooled:
+            bound(conn)
 
     @contextmanager
     def single_statement(self) -> Iterator[Connection]:
