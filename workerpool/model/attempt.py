@@ -84,7 +84,7 @@ def classify(
     """
     if exc is None:
         if result is None:
-            return Outcome(OutcomeKind.DONE)
+            return DONE
         try:
             return Outcome(OutcomeKind.DONE, result=dumps(result, limit=limit, what="result",
                                                           object_only=False))
@@ -142,6 +142,8 @@ def upcast(spec: TaskSpec, payload: dict[str, Any], version: int) -> dict[str, A
 
 #: What a cancelled attempt comes to; the row's cancel request becomes its history entry.
 CANCELLED = Outcome(OutcomeKind.CANCELLED)
+#: A handler that returned None (most do): one object, not a frozen dataclass built per job.
+DONE = Outcome(OutcomeKind.DONE)
 
 
 def interrupted(lease: Lease, reason: str) -> Outcome:

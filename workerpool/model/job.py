@@ -58,8 +58,13 @@ class Job:
                  progress: Callable[[Job, Any], None] | None = None) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
         ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
-        reads the results of a job's parents; ``steps``: writes its steps and reads signals."""
-        return cls(
+        reads the results of a job's parents; ``steps``: writes its steps and reads signals.
+
+        Every field is set at once in the instance's ``__dict__``: a frozen dataclass's own
+        ``__init__`` sets each of its 19 fields through ``object.__setattr__``, a third of a
+        worker's Python per no-op job."""
+        job = object.__new__(cls)
+        job.__dict__.update(
             id=row.id,
             queue=row.queue,
             task=row.task,
@@ -78,8 +83,10 @@ class Job:
             _parents=parents,
             steps_data=getattr(row, "steps", None) or {},
             _step_store=steps,
+            _steps=None,
             _progress=progress,
         )
+        return job
 
     @property
     def parent_results(self) -> dict[int, Any]:

@@ -200,7 +200,7 @@ class Executor:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
         try:
             result = flight.spec.fn(job)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):  # None: most sync handlers
                 result = self._await(flight, result)
         except BaseException as exc:
             return exc, None

@@ -57,6 +57,10 @@ class FlightState(enum.Enum):
     #: Its outcome is written (or fenced out) and no handler runs it: forgotten.
     RETIRED = "retired"
 
+    # Members are singletons compared by identity; Enum's own hash runs Python code, and each
+    # step looks states up several times
+    __hash__ = object.__hash__
+
 
 class Step(enum.Enum):
     """What happens to a claimed job; :data:`TRANSITIONS` says where each step leads."""
@@ -67,6 +71,8 @@ class Step(enum.Enum):
     TIME_OUT = "time_out"  # its timeout expired
     LOSE = "lose"  # renewal found its lease gone
     RECORD = "record"  # its outcome was written, or fenced out
+
+    __hash__ = object.__hash__  # as FlightState's
 
 
 _S = FlightState
