@@ -28,13 +28,13 @@ member live" is three index probes, whatever the batch's size.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import BigInteger, Connection, bindparam, func, select, text
 
 from ..model.states import LIVE_STATES, JobState
+from .compiled import driver_sql
 from .enqueue import NOTIFY_CHANNEL
 from .history import union
 from .schema import KEY_HELD, batches, jobs
@@ -195,9 +195,9 @@ def settle(conn: Connection, batch_ids: Iterable[int], fired_by: str = "outcome"
     params = {"ids": ids, "fired_by": fired_by}
     with driver.pipeline():
         lock = driver.cursor()
-        lock.execute(_driver_sql(conn.dialect, _LOCK_OPEN), params)
+        lock.execute(driver_sql(conn.dialect, _LOCK_OPEN)[0], params)
         finishing = driver.cursor()
-        finishing.execute(_driver_sql(conn.dialect, _FINISH), params)
+        finishing.execute(driver_sql(conn.dialect, _FINISH)[0], params)
     lock.fetchall()
     return _fired(finishing.fetchall())
 
@@ -212,12 +212,6 @@ def _fired(rows: Iterable[Any]) -> list[Fired]:
     """``(id, outcome, callback_ids, woke)`` rows as Fired, by id (the statement has no ORDER
     BY: a sort node, however small, is what the plan tests forbid)."""
     return sorted(Fired(row[0], row[1], sorted(row[2] or [])) for row in rows)
-
-
-@functools.lru_cache(maxsize=8)
-def _driver_sql(dialect: Any, statement: Any) -> str:
-    """A statement as the driver's own SQL text (``%(name)s`` parameters), compiled once."""
-    return str(statement.compile(dialect=dialect))
 
 
 # sweep: open batches not locked by anyone → finished when every member has settled (a safety

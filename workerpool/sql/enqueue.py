@@ -41,6 +41,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, insert
 from ..model.errors import IdempotencyConflict
 from ..model.new_job import NewJob
 from . import keys
+from .compiled import driver_sql
 from .schema import KEY_HELD, jobs
 
 #: The channel that wakes listening workers (see ``claim.LISTEN``).
@@ -166,7 +167,7 @@ def insert_job_chunks(
 
 def _batch_sql(conn: Connection, rows: Sequence[NewJob], notify: bool,
                trace_context: str | None, batch_id: int | None) -> tuple[str, dict[str, Any]]:
-    sql, defaults = _driver_sql(conn.dialect, _BATCH_STATEMENTS[_keyed(rows), notify])
+    sql, defaults = driver_sql(conn.dialect, _BATCH_STATEMENTS[_keyed(rows), notify])
     params = dict(defaults, rows=_rows_document(rows), trace_context=trace_context,
                   batch_id=batch_id)
     if notify:
@@ -180,13 +181,6 @@ def _ids(conn: Connection, rows: Sequence[NewJob], returned: Sequence[Any]) -> l
 
 def _keyed(rows: Sequence[NewJob]) -> bool:
     return any(row.key is not None for row in rows)
-
-
-@functools.lru_cache(maxsize=64)
-def _driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
-    """A statement as the driver's own SQL text and its constant parameters, compiled once."""
-    compiled = statement.compile(dialect=dialect)
-    return str(compiled), compiled.construct_params()
 
 
 def _rows_document(rows: Sequence[NewJob]) -> str:
@@ -342,7 +336,7 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
     A key held for a period that is over is released (``keys.release_expired``) and the insert
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
-    sql, defaults = _driver_sql(conn.dialect,
+    sql, defaults = driver_sql(conn.dialect,
                                 _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue])
     params = dict(defaults, **_one_params(row), trace_context=trace_context, batch_id=batch_id)
     for _ in range(2):

@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
 from ..model.states import FINAL_STATES, JobState
+from .compiled import driver_sql
 from .leases import FENCE_MANY, lease_params
 from .schema import history, jobs, waiters
 
@@ -120,7 +121,8 @@ def complete_settling(conn: Connection, worker: str,
     with_results = any(result is not None for _, _, result in leases)
     if with_results:
         params["lease_results"] = [result for _, _, result in leases]
-    rows = conn.execute(_COMPLETE[with_results], params).all()
+    sql, defaults = driver_sql(conn.dialect, _COMPLETE[with_results])
+    rows = conn.exec_driver_sql(sql, {**defaults, **params}).all()
     return [Settled(row.id, row.batch_id, row.awaited, row.has_dependents) for row in rows]
 
 
