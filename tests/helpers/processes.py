@@ -6,6 +6,7 @@ process group (supervisor and children) and nothing outlives the test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -148,13 +149,24 @@ def supervisors(app: str, db_url: Any, tmp_path: Path) -> Iterator[Callable[[], 
 def kill_all(running: list[Supervisor], *, show_logs: bool = False) -> None:
     """Teardown: SIGKILL every supervisor's whole process group and reap it."""
     for sup in running:
-        try:
-            os.killpg(sup.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(sup.proc)
         sup.proc.wait(10)
         if show_logs:
             print(f"--- supervisor {sup.pid} ---\n{sup.log()[-4000:]}")  # shown on failure
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group ``proc`` leads, if anything is left of it.
+
+    Once ``proc`` is reaped and the last of its group has exited, the group's number is free:
+    the kernel may give it to a new process (``pid_max`` is 32768 here, and a test run wraps
+    it), and another test's supervisor, leading a session of its own, then has that number as
+    its group. Signalling it would kill that test's processes, silently.
+    """
+    if proc.poll() is not None and not group_alive(proc.pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def alive(pid: int) -> bool:

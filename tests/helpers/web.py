@@ -16,6 +16,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import kill_group
 from tests.helpers.waiting import wait_until
 from workerpool.testing import drain
 
@@ -74,7 +75,7 @@ def served(db_url: Any, log_path: Path, *args: str,
         assert proc.poll() is None, log_path.read_text()
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        kill_group(proc, signal.SIGTERM)
         proc.wait(10)
 
 

@@ -7,10 +7,8 @@ starts and when it ends.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import kill_group
 from tests.helpers.waiting import wait_until
 
 HANDLER_SECONDS = 1.5
@@ -81,8 +80,7 @@ def ledger(sql):
 def stop_all(procs: list[subprocess.Popen]) -> None:
     """kill -9 every replica's whole process group (supervisor and children)."""
     for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.wait(timeout=10)
 
 

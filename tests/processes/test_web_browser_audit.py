@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import kill_group
 from tests.helpers.waiting import wait_until
 from tests.helpers.web import _listening
 from tests.processes.test_metrics import free_port
@@ -37,7 +38,7 @@ def dashboard(db_url, tmp_path) -> Iterator[str]:
         assert proc.poll() is None, log_path.read_text()
         yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        kill_group(proc, signal.SIGTERM)
         proc.wait(10)
         print(log_path.read_text()[-3000:])
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 
 from tests.helpers.db import states
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import kill_group
 from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
 from workerpool.migrate import upgrade
@@ -249,10 +250,7 @@ class Supervised:
                 if f" {event}: " in line and all(f in line for f in fields)]
 
     def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(self.proc)
         self.proc.wait(10)
 
 
