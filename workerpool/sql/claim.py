@@ -69,8 +69,8 @@ def _state_in(*states: JobState):
     return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
 
 
-#: The plain claim's size: a parameter, so that the worker sends one statement text (compiled
-#: once, prepared once on the server) whatever its free room.
+#: The plain claim's size, a parameter of its own: one statement, built and compiled once,
+#: serves every size (a worker's free room changes from pass to pass).
 CLAIM_LIMIT = "claim_limit"
 
 

@@ -1,9 +1,10 @@
 """Statements sent as the driver's own SQL, compiled once per dialect.
 
 To find a statement's compiled form in its cache, SQLAlchemy walks the whole expression to
-build a cache key on every execution. For the statements a worker or an enqueue sends over and
-over (the claim, the outcome write, the inserts), that walk costs more of the client's CPU
-than the rest of the call; they are compiled here once and sent with ``exec_driver_sql``.
+build a cache key on every execution: for a limited claim about 1 ms of the worker's CPU, for
+the plain claim and the outcome write tens of microseconds each. The statements a worker or an
+enqueue sends over and over (the claims, the outcome write, the inserts, the batch lock) are
+compiled here once and sent with ``exec_driver_sql``.
 """
 
 from __future__ import annotations

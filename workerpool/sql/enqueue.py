@@ -337,7 +337,7 @@ def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
     sql, defaults = driver_sql(conn.dialect,
-                                _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue])
+                               _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue])
     params = dict(defaults, **_one_params(row), trace_context=trace_context, batch_id=batch_id)
     for _ in range(2):
         inserted = _scalar(conn, sql, params)
