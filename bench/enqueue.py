@@ -93,13 +93,23 @@ PAIR_BLOCK = 50
 def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
     """``enqueue()`` without ``conn=`` against one autocommit ``INSERT ... RETURNING id`` per job
     on a plain psycopg connection, in alternating blocks of :data:`PAIR_BLOCK` jobs (a shared
-    machine's load moves within seconds): jobs/s of each, and each one's client CPU per job."""
+    machine's load moves within seconds): jobs/s of each, and each one's client CPU per job.
+
+    When the pool sends the workers' wake-up NOTIFY with each job (the bench's default), the
+    raw insert sends the same NOTIFY in its statement, as the pickup floor's does: the same work.
+    """
     wall = {"raw": 0.0, "pool": 0.0}
     cpu = {"raw": 0.0, "pool": 0.0}
+    notify = pool.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
         def raw(start: int, end: int) -> None:
             for i in range(start, end):
-                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, json.dumps({"i": i})))
+                payload = json.dumps({"i": i})
+                if notify:
+                    conn.execute(floors.ENQUEUE_NOTIFY_SQL,
+                                 (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE))
+                else:
+                    conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, payload))
 
         def ours(start: int, end: int) -> None:
             for i in range(start, end):
