@@ -16,6 +16,10 @@ from typing import Any
 @functools.lru_cache(maxsize=256)
 def driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
     """``statement`` as the driver's SQL text (``%(name)s`` parameters) and the values of the
-    parameters it carries (None where it carries none); the caller gives the others."""
+    parameters it carries; the caller gives the others. A required parameter (a ``bindparam``
+    given no value) is left out, so a caller that forgets it gets the driver's error instead of
+    a NULL that would match no row."""
     compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
-    return str(compiled), dict(compiled.params)
+    required = {bind.key for bind in compiled.binds.values() if bind.required}
+    return str(compiled), {name: value for name, value in compiled.params.items()
+                           if name not in required}
