@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 
 from tests.helpers.waiting import wait_until
@@ -210,3 +211,88 @@ def test_suspects_run_one_after_another_without_waiting_for_the_poll_interval(po
                    == [(len(ids),)], 20, message="every suspect done")
     claimers = sql("SELECT count(DISTINCT claimed_at) FROM workerpool_jobs")
     assert claimers == [(len(ids),)], "each suspect was claimed alone"
+
+
+class LostClaimReply:
+    """A planted fault in a worker's connection: the first claim that takes rows commits on
+    the server, then the connection drops before the worker sees the reply (a failover, a
+    network cut at commit). The drop waits for :attr:`go`, so the test can change the queue
+    while the worker is blind."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.lost: list[int] = []
+        self.dropped, self.go = threading.Event(), threading.Event()
+        self._armed = False
+        session, claims = worker.session, worker.claims
+        real_claim, real_contacted = claims._claim, session._contacted
+
+        def claim(conn):
+            rows = real_claim(conn)
+            if rows and not self.lost:
+                self.lost, self._armed = [row.id for row in rows], True
+            return rows
+
+        def contacted():  # runs once the server has committed
+            if self._armed:
+                self._armed = False
+                self.dropped.set()
+                self.go.wait(30)
+                session._drop_main_connection()
+                raise psycopg.OperationalError("server closed the connection unexpectedly"
+                                               " (planted, after the commit)")
+            real_contacted()
+
+        claims._claim, session._contacted = claim, contacted
+
+
+def test_a_claim_whose_reply_was_lost_is_given_back_so_the_poison_bound_holds(pool, sql):
+    """Round after round, a worker's first claim commits unseen (its rows stay ``processing``
+    under the worker), then the worker, holding nothing it knows of, takes a poison suspect
+    and dies with it. The rows it never knew it held are given back before that claim, so
+    each death is the suspect's alone: it ends ``dead/abandoned`` after ``max_attempts``
+    deaths, and the ordinary jobs the lost claims took run once each, attempt refunded."""
+    pool.queue("q", stale_after=300, concurrency=4, poll_interval=0.05)
+    poisoned, release = threading.Event(), threading.Event()
+
+    @pool.task(queue="q")
+    def ordinary(job):
+        return None
+
+    @pool.task(queue="q", max_attempts=3)
+    def poison(job):
+        poisoned.set()
+        release.wait(30)  # the process is "dead" by then: the test released its rows
+
+    culprit = pool.enqueue("poison", {})
+    sql("UPDATE workerpool_jobs SET crashes = 1, run_at = now() + interval '1 hour'")
+    for round_ in range(4):  # max_attempts + 1: the bound
+        if sql("SELECT state FROM workerpool_jobs WHERE id = %s", culprit) == [("dead",)]:
+            break
+        pool.enqueue_many([("ordinary", {"round": round_, "n": n}) for n in range(2)])
+        poisoned.clear(), release.clear()
+        worker = Worker(pool.registry, pool.url, "q")
+        fault = LostClaimReply(worker)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            assert fault.dropped.wait(30), "the worker claimed"
+            assert culprit not in fault.lost
+            sql("UPDATE workerpool_jobs SET run_at = now() WHERE id = %s", culprit)
+            fault.go.set()
+            assert poisoned.wait(30), "the suspect ran"
+            reclaim(pool, worker.id)  # the process died: what its supervisor does
+        finally:
+            worker.stop()
+            release.set()
+            thread.join(30)
+        assert not thread.is_alive()
+        entry = lost_entry(sql, culprit)
+        assert entry["alone"] is True, entry  # the death is the suspect's own
+        sql("UPDATE workerpool_jobs SET run_at = now() + interval '1 hour'"
+            " WHERE id = %s AND state = 'pending'", culprit)
+    assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs WHERE id = %s",
+               culprit) == [("dead", "abandoned", 3)]
+    with running(pool, "q"):
+        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'ordinary'"
+                               " AND state <> 'done'") == [(0,)], 20, message="ordinary done")
+    assert sql("SELECT DISTINCT attempts FROM workerpool_jobs WHERE task = 'ordinary'") == [(1,)]

@@ -11,7 +11,8 @@ One module per phase of a job's life, each ordered the same way:
   ``bulk``: a batch without keys by COPY;
 - ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limited_claim``: with limits);
 - ``keys``: a key already held (its holder, an expired period);
-- ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted;
+- ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted,
+  return_unheld;
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
 - ``maintenance``: the workers registry, cron schedules, pruning (``rate_counts``: a rate
   limit's ring of counts, and its pruning);
@@ -125,6 +126,7 @@ from .outcomes import (
     fail,
     give_back,
     mark_permanent,
+    return_unheld,
     return_unstarted,
     snooze,
 )
@@ -214,6 +216,7 @@ __all__ = [
     "replay_dead",
     "requested_cancels",
     "reset_cron",
+    "return_unheld",
     "return_unstarted",
     "save_checkpoint",
     "seconds",

@@ -10,8 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, cast, func, literal, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import BigInteger, Connection, all_, bindparam, case, cast, func, literal, update
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
 from ..model.errors import MAX_DELAY
@@ -167,4 +167,29 @@ _RETURN_UNSTARTED = (
     .where(FENCE_MANY)
     .values(**or_cancelled({"state": JobState.PENDING, "attempts": jobs.c.attempts - 1}))
     .returning(jobs.c.id, jobs.c.state)
+)
+
+
+def return_unheld(conn: Connection, worker: str, held: Sequence[int]) -> list[Any]:
+    """Give back every row ``processing`` under ``worker`` that is not in ``held``: ``pending``,
+    attempt refunded, ``run_at`` kept, no error entry.
+
+    Such rows come from a claim whose COMMIT reached the server while the worker saw an error
+    (a connection lost at commit, a failover): nothing of them ran. Left held, they would stay
+    ``processing`` until their lease went stale, and a suspect the worker then ran "alone"
+    would die beside them, counted in a gang and refunded again. Returns ``(id, state,
+    batch_id)`` of the rows changed (``cancelled`` where an operator asked).
+    """
+    return list(conn.execute(_RETURN_UNHELD, {"worker": worker, "held": list(held)}))
+
+
+# return_unheld: a worker's processing rows it does not hold → pending, attempt refunded, run_at
+# kept. Index: ix_workerpool_jobs_claimed_by.
+_RETURN_UNHELD = (
+    update(jobs)
+    .where(jobs.c.state == JobState.PROCESSING,
+           jobs.c.claimed_by == bindparam("worker", type_=Text),
+           jobs.c.id != all_(bindparam("held", type_=ARRAY(BigInteger))))
+    .values(**or_cancelled({"state": JobState.PENDING, "attempts": jobs.c.attempts - 1}))
+    .returning(jobs.c.id, jobs.c.state, jobs.c.batch_id)
 )

@@ -8,6 +8,7 @@ used up; the waiting outcomes ride in the claim's transaction.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,12 +22,15 @@ from ...model.errors import Permanent
 from ...model.job import Lease
 from ...model.limits import claim_limits
 from ...model.specs import QueueSpec, TaskSpec
+from ...sql.settled import after_rows
 from .buffer import Buffer
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight
 from .outcomes import Outcomes
 from .session import Session
+
+log = logging.getLogger("workerpool.worker")
 
 
 class Claims:
@@ -46,6 +50,9 @@ class Claims:
         self._published = False  # the limits, in the queue's row, for `workerpool status`
         self._key_cursor = ""  # where the next per-key claim's key spread resumes
         self._shared = False  # the last claim found the limits out of the fleet's reach
+        #: A claim failed on the client's side: its commit may still have reached the server,
+        #: leaving rows ``processing`` under this worker that it does not know it holds.
+        self.unsure = False
 
     @property
     def capacity(self) -> int:
@@ -101,13 +108,17 @@ class Claims:
             self._publish_limits()
         batch = list(self.outcomes.unwritten)
         began = time.monotonic()
-        if batch or self.session.pooled or self.limits:  # a limited claim holds a lock
+        unsure, self.unsure = self.unsure, True  # until this claim's commit is seen
+        if batch or unsure or self.session.pooled or self.limits:  # limited: holds a lock
             with self.session.transaction() as conn:
+                if unsure:
+                    self._give_back_unheld(conn)
                 states = self.outcomes.record(conn, batch) if batch else {}
                 rows = self._claim(conn)
         else:  # the claim alone, as after a wake-up: pickup latency is this round trip
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
+        self.unsure = False
         self._resize(batch, time.monotonic() - began)
         self.outcomes.written(batch, states)
         if self.limits:
@@ -120,6 +131,24 @@ class Claims:
         for row in rows:
             self._start(row)
         self.counters.claimed += len(rows)
+
+    def give_back_unheld(self) -> None:
+        """On the way out: give back what a claim whose reply was lost may have taken."""
+        if self.unsure:
+            with self.session.transaction() as conn:
+                self._give_back_unheld(conn)
+            self.unsure = False
+
+    def _give_back_unheld(self, conn: Connection) -> None:
+        """Before claiming again, in the claim's transaction: every row ``processing`` under
+        this worker that it does not hold goes back to the queue (attempt refunded), so a
+        suspect it claims next really runs alone and a death then is the suspect's own."""
+        rows = sql.return_unheld(conn, self.worker_id, [f.lease.job_id for f in self.flights])
+        if rows:
+            after_rows(conn, rows)  # a cancel asked meanwhile ends a row here
+            log.warning("gave back %d job(s) a claim took whose reply was lost", len(rows),
+                        extra={"event": "unheld_returned", "queue": self.queue,
+                               "count": len(rows)})
 
     def _resize(self, batch: list[Any], seconds: float) -> None:
         """Feed the buffer the run times that rode with this claim, then its round trip."""

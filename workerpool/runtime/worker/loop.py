@@ -270,6 +270,16 @@ class Worker:
         if self.flights or self.outcomes.unwritten:
             self._pass(claiming=False)  # write what finished meanwhile
         self._release_unfinished()
+        self._give_back_unheld()
+
+    def _give_back_unheld(self) -> None:
+        """Rows a claim whose reply was lost may have taken: given back now, or by the
+        supervisor (a non-zero exit), never left to go stale."""
+        try:
+            self.claims.give_back_unheld()
+        except DATABASE_ERRORS as exc:
+            self._database_failed(exc)
+            self._unreleased = True
 
     def _withdraw_unstarted(self) -> None:
         """Give back at once every buffered job no handler has started."""
