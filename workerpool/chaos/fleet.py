@@ -70,6 +70,10 @@ class Fleet:
         self._count = 0
         self._lock = threading.Lock()
 
+    def count_in_logs(self, text: str) -> int:
+        """How often ``text`` occurs in every supervisor's log, the killed ones' too."""
+        return sum(_read(path).count(text) for path in self.workdir.glob("supervisor-*.log"))
+
     def start(self) -> Member:
         self._count += 1
         log_path = self.workdir / f"supervisor-{self._count}.log"

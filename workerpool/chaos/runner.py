@@ -37,6 +37,9 @@ DRAIN_WAIT = 15.0  # seconds a SIGTERMed supervisor gets before the run kills it
 SETTLE_CAP = 10  # the drain waits at most this many settle timeouts in all
 EXPECTED_CHILDREN = 4  # three queues and the maintenance child
 
+#: The worker's log event for rows a claim took whose commit reply was lost.
+UNHELD_RETURNED = " unheld_returned: "
+
 
 @dataclass(frozen=True)
 class Options:
@@ -232,6 +235,10 @@ def judge(history: History, fleet: Fleet) -> Verdict:
             verdict.add("drain_exit", {"supervisor": pid, "exit": code})
         elif how == "SIGTERM early":  # before its handlers: the default action, nothing forked
             verdict.notes["SIGTERM before a supervisor was up (killed by it, nothing lost)"] += 1
+    # a failover's lost commit replies: the poison bound depends on their rows being given back
+    unheld = fleet.count_in_logs(UNHELD_RETURNED)
+    if unheld:
+        verdict.notes["claims committed unseen, given back before the next claim"] = unheld
     return verdict
 
 
