@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from sqlalchemy import text
@@ -339,6 +340,46 @@ def test_without_the_dependent_row_lock_the_race_strands_the_dependent(app, sql,
     monkeypatch.setattr(deps_sql, "_LOCK_DEPENDENTS", no_lock)
     results = [_race(app, sql, monkeypatch, hold_after_lock=True) for _ in range(3)]
     assert results == ["waiting"] * 3
+
+
+def test_an_enqueue_racing_the_flush_that_finishes_its_parents_never_fails(app, sql):
+    """The enqueue locks its parents in id order; a worker's outcome flush finishes the same
+    rows in the order its plan visits them (reversed here), so the two can deadlock. The flush
+    waits longer before it looks for a deadlock, so the enqueue is the one PostgreSQL aborts:
+    it must run again on its own, never fail its caller, and its dependent must not be left
+    waiting behind parents that are all done. The start is staggered across the race's window,
+    round by round."""
+    surfaced: list[BaseException] = []
+    dependents: list[int] = []
+    for round_ in range(40):
+        parents = app.enqueue_many([("step", {"n": n}) for n in range(100)])
+        sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+            " claimed_at = now() WHERE id = ANY(%s)", parents)
+        start = threading.Barrier(2, timeout=20)
+
+        def flush() -> None:
+            start.wait()
+            with app.engine.begin() as conn:
+                conn.exec_driver_sql("SET LOCAL deadlock_timeout = '10s'")
+                record_many(conn, "w", [(queries.Lease(job_id, 1, "w"), Outcome(OutcomeKind.DONE))
+                                        for job_id in reversed(parents)])
+
+        def enqueue(delay: float = (round_ % 8) * 0.00025) -> None:
+            start.wait()
+            time.sleep(delay)
+            try:
+                dependents.append(app.enqueue("step", {}, after=parents))
+            except BaseException as exc:
+                surfaced.append(exc)
+
+        threads = [threading.Thread(target=flush), threading.Thread(target=enqueue)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert surfaced == []
+    assert sql("SELECT state, count(*) FROM workerpool_jobs WHERE id = ANY(%s) GROUP BY 1",
+               dependents) == [("pending", 40)]
 
 
 # -- the sweep -------------------------------------------------------------------------------------

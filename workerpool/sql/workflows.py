@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from ..model.dependencies import (
     AFTER,
@@ -75,9 +76,28 @@ def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Conne
     return _atomic(caller_connection(conn), False, write)
 
 
+#: Runs of a linked write in all when it loses a deadlock: it locks its parents in id order,
+#: but a worker's outcome write finishes the same rows in the order its plan visits them, and
+#: PostgreSQL then aborts one of the two. The worker's write is retried by its next pass; this
+#: one is retried here, never surfaced to the caller.
+DEADLOCK_TRIES = 5
+DEADLOCK_DETECTED = "40P01"
+
+
 def _atomic(conn: Connection, own: bool, write: Callable[[Connection], T]) -> T:
-    with _atomically(conn, own):
-        return write(conn)
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            with _atomically(conn, own):  # rolled back whole (or to its savepoint) on error
+                return write(conn)
+        except DBAPIError as exc:
+            if _sqlstate(exc.orig) != DEADLOCK_DETECTED or attempt == DEADLOCK_TRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _sqlstate(error: BaseException | None) -> str | None:
+    """The error's SQLSTATE, from psycopg 3 or from psycopg2 (a caller's engine)."""
+    return getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
 
 
 def enqueue_linked(pool: Target, task: str | Callable, payload: Mapping[str, Any] | None,
