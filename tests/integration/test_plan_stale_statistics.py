@@ -244,6 +244,8 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
         "settle batches (finish)": compiled(lambda c: batches_sql.finish(c, [1], "outcome")),
         "renew": compiled(lambda c: queries.renew(c, "wk0", held)),
         "return_unstarted": compiled(lambda c: queries.return_unstarted(c, "wk0", held)),
+        "return_unheld": compiled(lambda c: queries.return_unheld(
+            c, "wk0", [job_id for job_id, _ in held])),
         "give_back": compiled(lambda c: queries.give_back(c, lease, interrupted)),
         "reclaim_from_dead_worker": compiled(
             lambda c: queries.reclaim_from_dead_worker(c, "wk1")),
@@ -349,7 +351,8 @@ def hot_statements(loaded_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
                                        "claim per key alone", "complete",
                                        "complete settling", "complete settling with results",
                                        "settle batches (lock)", "settle batches (finish)", "renew",
-                                       "return_unstarted", "give_back", "reclaim_from_dead_worker",
+                                       "return_unstarted", "return_unheld", "give_back",
+                                       "reclaim_from_dead_worker",
                                        "sweep_abandoned", "recover_stale", "prune_finished"])
 def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(
         loaded_url, hot_statements, session, planning, statement):

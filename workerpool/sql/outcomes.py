@@ -10,7 +10,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, all_, bindparam, case, cast, func, literal, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    all_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
@@ -187,7 +198,9 @@ def return_unheld(conn: Connection, worker: str, held: Sequence[int]) -> list[An
 # kept. Index: ix_workerpool_jobs_claimed_by.
 _RETURN_UNHELD = (
     update(jobs)
-    .where(jobs.c.state == JobState.PROCESSING,
+    # the state as a literal: the partial index is defined on it (a parameter would hide it
+    # from a generic plan)
+    .where(jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
            jobs.c.claimed_by == bindparam("worker", type_=Text),
            jobs.c.id != all_(bindparam("held", type_=ARRAY(BigInteger))))
     .values(**or_cancelled({"state": JobState.PENDING, "attempts": jobs.c.attempts - 1}))
