@@ -115,7 +115,7 @@ def test_stale_arm_boundary(app, sql):
         outside)
     assert claim(app, "rescuer") == []  # the claim does not take stale leases; the recovery
     with app.engine.begin() as conn:  # (a worker's renewal beat) attributes them
-        assert [r.id for r in queries.recover_stale(conn, "q", 300)] == [outside]
+        assert [r.id for r in queries.recover_stale(conn, "q", 300).rows] == [outside]
     assert sql("SELECT state, attempts, crashes FROM workerpool_jobs WHERE id = %s", outside) == [
         ("pending", 0, 1)]  # its lost worker held two jobs: attempt refunded, a suspect
     assert sql("SELECT claimed_by FROM workerpool_jobs WHERE id = %s", inside) == [("dead-worker",)]
@@ -136,7 +136,7 @@ def test_exhausted_rows_are_never_claimed_and_are_swept_to_abandoned(app, sql):
     sql("UPDATE workerpool_jobs SET state='failed', attempts=3 WHERE id = %s", due)
     assert claim(app, "w") == []
     with app.engine.begin() as conn:
-        swept = queries.sweep_abandoned(conn, "q", 300)
+        swept = queries.sweep_abandoned(conn, "q", 300).rows
     assert [r.id for r in swept] == [stale]
     rows = dict((r[0], r[1:]) for r in sql(
         "SELECT id, state, dead_reason, errors->-1->>'type', finished_at IS NOT NULL"

@@ -136,7 +136,7 @@ def test_stale_recovery_attributes_a_vanished_hosts_jobs_like_a_crash(app, sql):
     sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds'")
     assert claim(app, "rescuer", alone=True) == []  # a claim never takes a stale lease
     with app.engine.begin() as conn:  # a worker's renewal beat recovers them
-        assert len(queries.recover_stale(conn, "q", 300)) == 4
+        assert len(queries.recover_stale(conn, "q", 300).rows) == 4
     now = rows(sql)
     assert all(now[i] == ("pending", 0, 1, None, False) for i in gang), now
     assert now[lone] == ("pending", 1, 1, None, True)
@@ -151,7 +151,7 @@ def test_the_sweep_refunds_an_exhausted_bystander_and_buries_a_lone_culprit(app,
     claim(app, "alone")
     sql("UPDATE workerpool_jobs SET attempts = 3, claimed_at = now() - interval '10 minutes'")
     with app.engine.begin() as conn:
-        swept = queries.sweep_abandoned(conn, "q", 300)
+        swept = queries.sweep_abandoned(conn, "q", 300).rows
     assert {r.id: r.state for r in swept} == {bystander: "pending", neighbour: "pending",
                                              culprit: "dead"}
     assert rows(sql)[bystander][:3] == ("pending", 2, 1)

@@ -64,8 +64,6 @@ from .engines import Engines, database_url, default_actor
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
 
 pause_log = logging.getLogger("workerpool.pause")
-#: Ids kept in one audit entry (a queue-wide cancel can select millions; the count is whole).
-AUDIT_IDS = 1000
 T = TypeVar("T")
 
 
@@ -384,9 +382,9 @@ class WorkerPool:
             before = cancelling.selected(db, selection)
             if dry_run or not before:
                 return CancelResult.planned(before, by)
-            changed = sql.cancel(db, list(before), by, reason)
+            changed, dependents = sql.cancel(db, list(before), by, reason)
             audit.record(db, by, "cancel", cancelling.target(selection), {
-                "count": len(before), "ids": sorted(before)[:AUDIT_IDS], "reason": reason,
+                "count": len(before), "ids": sorted(before)[:audit.AUDIT_IDS], "reason": reason,
                 "task": selection.task, "state": selection.state,
                 "tags": list(selection.tags) if selection.tags else None})
             sql.notify_owners(db, changed)
@@ -395,7 +393,7 @@ class WorkerPool:
             others = {job_id: before[job_id] for job_id in rest} | (
                 sql.job_states(db, rest) if rest else {})
         notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
-                   for row in changed if row.state == JobState.CANCELLED]
+                   for row in changed if row.state == JobState.CANCELLED] + dependents
         if conn is None or not conn.in_transaction():
             report_cancelled(self.on_cancel, notices)
         else:

@@ -28,6 +28,7 @@ from .. import sql
 from ..model.attempt import Outcome, classify, upcast
 from ..model.errors import InvalidJob, LeaseLost
 from ..model.job import Job, Lease, new_worker_id
+from ..model.notices import report_cancelled
 from ..model.payload import dumps
 from ..model.progress import progress_json
 from ..model.registry import Registry
@@ -145,10 +146,11 @@ def run_claimed(registry: Registry, engine: Engine, row: Any, worker: str,
                        limit=registry.payload_limit)
     lease = Lease(row.id, row.attempts, worker)
     with engine.begin() as conn:
-        states, batches = record_settling(conn, worker, [(lease, outcome)])
+        states, followed = record_settling(conn, worker, [(lease, outcome)])
         if logs and states[row.id] is not None:
             insert_logs(conn, [(row.id, row.attempts, logs.as_json(), logs.dropped)])
-    callbacks = [job_id for batch in batches for job_id in batch.callback_ids]
+    report_cancelled(registry.on_cancel, followed.cancelled)
+    callbacks = [job_id for batch in followed.fired for job_id in batch.callback_ids]
     if callbacks and fired is not None:
         fired(callbacks)
     return outcome, states[row.id]

@@ -25,7 +25,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from .. import sql
-from ..model.notices import DeadNotice
+from ..model.notices import CancelNotice, DeadNotice
 from ..model.states import DeadReason, JobState
 from ..sql import db
 from ..sql.settled import after_rows
@@ -41,6 +41,8 @@ class Released:
     #: The jobs that went ``dead/abandoned``: the caller reports them (log line, ``on_dead``
     #: hooks) once its transaction has committed.
     dead: list[DeadNotice] = field(default_factory=list)
+    #: Their dependents cancelled with them: reported like any cancel (``on_cancel`` hooks).
+    cancelled: list[CancelNotice] = field(default_factory=list)
 
 
 def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
@@ -59,7 +61,7 @@ def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
         released.dead += [DeadNotice.of(row, DeadReason.ABANDONED)
                           for row in rows if row.state == JobState.DEAD]
     # once, after every row: dead/abandoned (or cancelled) rows may end their batches
-    after_rows(conn, changed)
+    released.cancelled = after_rows(conn, changed).cancelled
     return released
 
 

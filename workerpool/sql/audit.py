@@ -12,6 +12,10 @@ from ..model.audit import current_source
 from .clock import seconds
 from .schema import audit
 
+#: Job ids an entry's detail lists at most (a queue-wide cancel can select millions; the count
+#: is whole).
+AUDIT_IDS = 1000
+
 
 # record: one action, in the caller's transaction. Index: pk_workerpool_audit.
 def record(conn: Connection, actor: str, action: str, target: str,

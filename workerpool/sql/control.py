@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import Text
 
+from ..model.notices import CancelNotice
 from ..model.states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
@@ -73,9 +74,11 @@ def select_ids(conn: Connection, queue: str | None, task: str | None, state: str
 
 # cancel: queued rows (due or waiting) → cancelled now; processing rows → cancel requested
 # (first request kept). Index: pk_workerpool_jobs.
-def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) -> list[Any]:
+def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None
+           ) -> tuple[list[Any], list[CancelNotice]]:
     """Returns ``id, queue, task, attempts, state, claimed_by, batch_id`` of every row it
-    changed; waiters of the rows it cancelled are woken and their batches settled."""
+    changed, and the dependents their cancel cancelled in turn; waiters of the rows it
+    cancelled are woken and their batches settled."""
     queued = jobs.c.state.in_([literal_column(f"'{s}'")
                                for s in (*DUE_STATES, JobState.WAITING)])
     request = cancel_request(by, reason)
@@ -93,8 +96,8 @@ def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None) ->
                    jobs.c.claimed_by, jobs.c.batch_id)
     )
     rows = list(conn.execute(stmt, {"ids": list(ids)}).all())
-    after_rows(conn, rows)  # queued rows cancelled now: their waiters and batches
-    return rows
+    followed = after_rows(conn, rows)  # queued rows cancelled now: waiters, batches, dependents
+    return rows, followed.cancelled
 
 
 # notify_cancel: tell the owner of these running rows to stop them. Index: none.

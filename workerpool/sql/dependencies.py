@@ -39,7 +39,9 @@ from ..model.dependencies import (
     Edge,
     verdict,
 )
+from ..model.notices import CancelNotice
 from ..model.states import LIVE_STATES, JobState
+from . import audit
 from .enqueue import NOTIFY_CHANNEL
 from .history import moved_states, union
 from .schema import SEQUENCE_HELD, dependencies, history, jobs
@@ -183,7 +185,7 @@ SET state = '{JobState.CANCELLED}', finished_at = now(),
 FROM unnest(CAST(:ids AS bigint[]), CAST(:parents AS bigint[]), CAST(:states AS text[]))
   AS c(id, parent, parent_state)
 WHERE j.id = c.id AND j.state = '{JobState.WAITING}'
-RETURNING j.id, j.batch_id, j.state, j.queue, j.task, j.attempts
+RETURNING j.id, j.batch_id, j.state, j.queue, j.task, j.attempts, c.parent, c.parent_state
 """)
 
 
@@ -285,7 +287,29 @@ def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True,
                                                 "parents": [c[1] for c in cancel],
                                                 "states": [c[2] for c in cancel],
                                                 "swept": swept}))
+        _audit_cancels(conn, cancelled)
     return Released(made_due, cancelled)
+
+
+#: Who cancels a dependent whose parent failed, in its notice and in the audit trail.
+SYSTEM_ACTOR = "workerpool"
+
+
+def _audit_cancels(conn: Connection, cancelled: Sequence[Any]) -> None:
+    """One audit entry per failed parent, naming it and the dependents it cancelled."""
+    by_parent: dict[tuple[int, str], list[int]] = {}
+    for row in cancelled:
+        by_parent.setdefault((row.parent, row.parent_state), []).append(row.id)
+    for (parent, state), ids in sorted(by_parent.items()):
+        audit.record(conn, SYSTEM_ACTOR, "cancel", f"job:{parent}:dependents", {
+            "reason": f"parent job {parent} ended {state}", "parent": parent,
+            "count": len(ids), "ids": sorted(ids)[:audit.AUDIT_IDS]})
+
+
+def cancel_notice(row: Any) -> CancelNotice:
+    """What the ``on_cancel`` hooks get for a dependent :func:`resolve` cancelled."""
+    return CancelNotice(row.id, row.queue, row.task, row.attempts, SYSTEM_ACTOR,
+                        f"parent job {row.parent} ended {row.parent_state}")
 
 
 # with_dependents: which of these rows are marked as someone's parent. Index: pk_workerpool_jobs.
@@ -481,6 +505,7 @@ def waiting_counts(conn: Connection, queues: Sequence[str], cap: int = 10_000
     return out
 
 
-__all__ = ["Link", "Parent", "Released", "attach", "lock_parents", "parent_results",
+__all__ = ["SYSTEM_ACTOR", "Link", "Parent", "Released", "attach", "cancel_notice",
+           "lock_parents", "parent_results",
            "parents_of", "release", "reopen_dependents", "resolve", "sequence_tail", "sweep",
            "waiting_counts", "with_dependents", "workflow"]

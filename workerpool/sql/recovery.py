@@ -15,7 +15,7 @@ no attempts left (``sweep_abandoned``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import Integer, Text
 
+from ..model.notices import CancelNotice
 from ..model.states import DeadReason, JobState
 from .cancelled import or_cancelled
 from .clock import seconds
@@ -158,20 +159,28 @@ def _stale_leases(queue: str, stale_after: float, *, exhausted: bool) -> Any:
 
 # recover_stale: a queue's stale leases with attempts left → pending, attributed to their lost
 # worker (suspects when it held several). Index: ix_workerpool_jobs_leased.
-def recover_stale(conn: Connection, queue: str, stale_after: float) -> list[Any]:
+class Recovered(NamedTuple):
+    """The rows a recovery changed, and the dependents cancelled because one of them ended
+    (for the caller to report once committed)."""
+
+    rows: list[Any]
+    cancelled: list[CancelNotice]
+
+
+def recover_stale(conn: Connection, queue: str, stale_after: float) -> Recovered:
     """Leases not renewed for ``stale_after``: their worker is lost (a host gone). Exhausted ones
     are the sweep's; these go back to ``pending``, to run alone."""
     lost = _stale_leases(queue, stale_after, exhausted=False)
     rows = list(conn.execute(recover(lost, "lease went stale")))
-    after_rows(conn, rows)  # a cancel asked meanwhile ends a row here
-    return rows
+    # a cancel asked meanwhile ends a row here
+    return Recovered(rows, after_rows(conn, rows).cancelled)
 
 
 # sweep_abandoned: a queue's stale leases with no attempts left → dead/abandoned when held
 # alone, a suspect with its attempt back when held with others. Index: ix_workerpool_jobs_leased.
-def sweep_abandoned(conn: Connection, queue: str, stale_after: float) -> list[Any]:
+def sweep_abandoned(conn: Connection, queue: str, stale_after: float) -> Recovered:
     """Stale leases the claim will never take (no attempts left): attribute and resolve them."""
     lost = _stale_leases(queue, stale_after, exhausted=True)
     rows = list(conn.execute(recover(lost, "lease went stale")))
-    after_rows(conn, rows)  # dead/abandoned rows may end their batch
-    return rows
+    # dead/abandoned rows may end their batch and cancel their dependents
+    return Recovered(rows, after_rows(conn, rows).cancelled)

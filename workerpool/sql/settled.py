@@ -15,6 +15,10 @@ each only when it applies:
 - the batches of the jobs are finished if these were their last live members
   (:func:`.batches.settle`).
 
+It returns what the writer reports once it has committed (:class:`Followed`): the batches
+finished, and the dependents cancelled, which are cancels like any other (``on_cancel`` hooks,
+the finished-jobs metric) and are recorded in the audit trail under the parent that failed.
+
 A transaction whose rows have no batch, no waiter and no dependent sends nothing more: the
 common outcome flush costs no extra statement (the completing UPDATE says all three of each
 row).
@@ -27,49 +31,64 @@ never wait for each other in a cycle through a batch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
+from ..model.notices import CancelNotice
 from ..model.states import FINAL_STATES
 from .batches import Fired, settle
-from .dependencies import release, with_dependents
+from .dependencies import cancel_notice, release, with_dependents
 from .results import Settled, notify_waiters, settled_rows
 
 
-def after_final(conn: Connection, settled: Sequence[Settled]) -> list[Fired]:
-    """Release the dependents of ``settled`` rows, wake their waiters and finish their batches;
-    returns the batches finished (their callback jobs are inserted, visible when the
-    transaction commits)."""
-    settled = [*settled, *release_dependents(conn, settled)]
+class Followed(NamedTuple):
+    """What followed final outcomes in a transaction, for the writer to report once it has
+    committed: the batches finished (their callback jobs inserted) and the dependents
+    cancelled because a parent failed (a cancel like any other: ``on_cancel`` hooks, the
+    finished-jobs metric)."""
+
+    fired: list[Fired]
+    cancelled: list[CancelNotice]
+
+
+NOTHING = Followed([], [])
+
+
+def after_final(conn: Connection, settled: Sequence[Settled]) -> Followed:
+    """Release the dependents of ``settled`` rows, wake their waiters and finish their
+    batches."""
+    cancelled = release_dependents(conn, settled)
+    settled = [*settled, *(Settled(row.id, row.batch_id, None, None) for row in cancelled)]
     wake = [row.id for row in settled if row.awaited is not False]
     if wake:
         notify_waiters(conn, wake)
-    return settle(conn, (row.batch_id for row in settled if row.batch_id is not None))
+    fired = settle(conn, (row.batch_id for row in settled if row.batch_id is not None))
+    return Followed(fired, [cancel_notice(row) for row in cancelled])
 
 
-def release_dependents(conn: Connection, settled: Sequence[Settled]) -> list[Settled]:
+def release_dependents(conn: Connection, settled: Sequence[Settled]) -> list[Any]:
     """Release the waiting dependents of ``settled`` rows, transitively; returns the
     dependents it cancelled (final outcomes too: their waiters and batches follow)."""
     parents = [row.id for row in settled if row.dependents]
     parents += with_dependents(conn, [row.id for row in settled if row.dependents is None])
-    out: list[Settled] = []
+    out: list[Any] = []
     while parents:
         cancelled = release(conn, parents).cancelled
-        out += [Settled(row.id, row.batch_id, None, None) for row in cancelled]
+        out += cancelled
         parents = with_dependents(conn, [row.id for row in cancelled])
     return out
 
 
-def after_rows(conn: Connection, rows: Iterable[Any]) -> list[Fired]:
+def after_rows(conn: Connection, rows: Iterable[Any]) -> Followed:
     """:func:`after_final` for rows returned by a write (with ``id``, ``state`` and
     ``batch_id``): the ones it left in a final state."""
     final = [Settled(row.id, row.batch_id, None) for row in rows if row.state in FINAL_STATES]
-    return after_final(conn, final) if final else []
+    return after_final(conn, final) if final else NOTHING
 
 
 def after_states(conn: Connection, done: Sequence[Settled],
-                 states: dict[int, str | None]) -> list[Fired]:
+                 states: dict[int, str | None]) -> Followed:
     """:func:`after_final` for an outcome flush: ``done`` came back from the completing write
     (with its batch and waiters), and the other rows ``states`` left dead or cancelled are
     looked up (one statement, only when there are such rows)."""
@@ -78,7 +97,8 @@ def after_states(conn: Connection, done: Sequence[Settled],
               if state in FINAL_STATES and job_id not in done_ids]
     settled = [row for row in done if row.batch_id is not None or row.awaited or row.dependents]
     settled += settled_rows(conn, others)
-    return after_final(conn, settled) if settled else []
+    return after_final(conn, settled) if settled else NOTHING
 
 
-__all__ = ["after_final", "after_rows", "after_states", "release_dependents"]
+__all__ = ["NOTHING", "Followed", "after_final", "after_rows", "after_states",
+           "release_dependents"]

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from ... import sql
 from ...model import metrics
 from ...model.errors import first_line
-from ...model.notices import DeadNotice, report_dead
+from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
@@ -140,9 +140,10 @@ class Maintenance:
         notices: list[DeadNotice] = []
         for name, spec in self.queues.items():
             with self._transaction() as conn:
-                rows = sql.sweep_abandoned(conn, name, spec.stale_after)
+                rows, cancelled = sql.sweep_abandoned(conn, name, spec.stale_after)
             dead = [row for row in rows if row.state == JobState.DEAD]
             notices += report_dead(self.registry.on_dead, dead, reason=DeadReason.ABANDONED)
+            self._report_cancelled(cancelled)
         return notices
 
     def prune_finished(self) -> int:
@@ -220,7 +221,10 @@ class Maintenance:
         self._swept_dependencies_at = now
         with self._transaction() as conn:
             swept = dependencies.sweep(conn)
-            after_rows(conn, swept.cancelled)  # their waiters, batches and own dependents
+            # their waiters, batches and own dependents
+            cancelled = after_rows(conn, swept.cancelled).cancelled
+        self._report_cancelled([dependencies.cancel_notice(row) for row in swept.cancelled]
+                               + cancelled)
         repaired = swept.due + len(swept.cancelled)
         if repaired:
             self.repaired_dependents += repaired
@@ -230,6 +234,14 @@ class Maintenance:
                                                    "due": swept.due,
                                                    "cancelled": len(swept.cancelled)})
         return repaired
+
+    def _report_cancelled(self, notices: list[CancelNotice]) -> None:
+        """Dependents cancelled because a parent failed: cancels like any other."""
+        for notice in notices:
+            metrics.record.finished(notice.queue, notice.task, "cancelled", None)
+        if notices:
+            metrics.record.flush()
+            report_cancelled(self.registry.on_cancel, notices)
 
     def sweep_signals(self) -> dict[str, int]:
         """Jobs waiting for a signal that was sent (its wake-up was missed: latency, never a

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from ... import sql
-from ...model.notices import DeadNotice
-from ..release import release_orphans
+from ...model.notices import CancelNotice
+from ..release import Released, release_orphans
 from .counters import Counters
 from .inflight import Flights, FlightState, InFlight, Step
 from .session import Session
@@ -43,22 +43,25 @@ class Leases:
         self._renew_now = False  # after an outage: renew before anything is claimed
         #: Told the held jobs that renewal found cancelled (the path without notifications).
         self.on_cancelled: Callable[[set[int]], None] = lambda ids: None
+        #: Told the dependents that a recovery's cancelled rows cancelled in turn.
+        self.on_dependents_cancelled: Callable[[list[CancelNotice]], None] = lambda notices: None
 
-    def register_once(self) -> list[DeadNotice]:
+    def register_once(self) -> Released:
         """Register this process and release the claims of the predecessors it replaces.
 
-        Returns the released jobs that went dead, for the caller to report.
+        Returns what the release did (the jobs that went dead, the dependents cancelled with
+        them), for the caller to report.
         """
         if self.registered:
-            return []
+            return Released()
         with self.session.transaction() as conn:
             sql.register_worker(conn, self.worker_id, host=socket.gethostname(),
                                     pid=os.getpid(), queue=self.queue, tasks=self.task_versions,
                                     capacity=self.capacity)
-            dead = release_orphans(conn, self.orphans).dead
+            released = release_orphans(conn, self.orphans)
         self.orphans.clear()
         self.registered = True
-        return dead
+        return released
 
     def renew_soon(self) -> None:
         """Leases may have gone stale during an outage: renew before the next claim."""
@@ -97,7 +100,8 @@ class Leases:
         """Other workers' leases gone stale (a host lost): attributed and queued again. In a
         transaction of its own: a failure here must not undo the renewal above."""
         with self.session.transaction() as conn:
-            recovered = sql.recover_stale(conn, self.queue, self.stale_after)
+            recovered, cancelled = sql.recover_stale(conn, self.queue, self.stale_after)
+        self.on_dependents_cancelled(cancelled)
         if recovered:
             log.warning("recovered %d stale lease(s) of lost workers", len(recovered),
                         extra={"event": "stale_recovered", "queue": self.queue,

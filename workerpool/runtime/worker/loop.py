@@ -118,6 +118,7 @@ class Worker:
                              stale_after=self.stale_after, orphans=orphans,
                              capacity=self.spec.concurrency + self.claims.buffer.most)
         self.leases.on_cancelled = self.cancels.ask
+        self.leases.on_dependents_cancelled = self.outcomes.report_dependents_cancelled
 
     # -- control (thread- and signal-safe) -----------------------------------------------------
 
@@ -174,7 +175,7 @@ class Worker:
     def _pass(self, *, claiming: bool = True) -> None:
         self.session.reached_db = False
         try:
-            self.outcomes.report_dead(self.leases.register_once())
+            self.outcomes.report_released(self.leases.register_once())
             self.leases.renew_if_due()
             self._control(claiming)
             self.outcomes.collect()

@@ -22,10 +22,10 @@ from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_
 from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
 from ...sql import signals, steps
-from ...sql.batches import Fired
 from ...sql.job_logs import insert_logs
 from ...sql.results import complete_settling
-from ...sql.settled import after_states
+from ...sql.settled import NOTHING, Followed, after_states
+from ..release import Released
 from .counters import Counters
 from .inflight import Flights, InFlight, Step
 from .session import Session
@@ -82,8 +82,9 @@ def record_many(
 
 def record_settling(
     conn: Connection, worker: str, results: Sequence[tuple[Lease, Outcome]]
-) -> tuple[dict[int, str | None], list[Fired]]:
-    """:func:`record_many`, and the batches the outcomes finished (their callbacks inserted)."""
+) -> tuple[dict[int, str | None], Followed]:
+    """:func:`record_many`, and what followed: the batches the outcomes finished (their
+    callbacks inserted) and the dependents they cancelled."""
     states: dict[int, str | None] = {}
     done = [(lease.job_id, lease.attempt, outcome.result) for lease, outcome in results
             if outcome.kind == OutcomeKind.DONE]
@@ -130,8 +131,8 @@ class Outcomes:
         #: Handler threads put their results here; only the main loop takes them.
         self.results: queue_module.SimpleQueue[Result] = queue_module.SimpleQueue()
         self.unwritten: list[tuple[InFlight, Outcome]] = []
-        #: The batches the last :meth:`record` finished (counted once :meth:`written`).
-        self.fired: list[Fired] = []
+        #: What the last :meth:`record` finished (reported once :meth:`written`).
+        self.followed: Followed = NOTHING
         self.last_write = 0.0  # monotonic: the last outcomes write
 
     def add(self, flight: InFlight, outcome: Outcome) -> None:
@@ -173,7 +174,7 @@ class Outcomes:
                ) -> dict[int, str | None]:
         """Write ``batch`` in ``conn``'s transaction; nothing changes in memory until
         :meth:`written` is told the commit succeeded."""
-        states, self.fired = record_settling(conn, self.worker_id,
+        states, self.followed = record_settling(conn, self.worker_id,
                                              [(f.lease, outcome) for f, outcome in batch])
         insert_logs(conn, [(f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
                            for f, _ in batch
@@ -187,17 +188,19 @@ class Outcomes:
         self.unwritten = self.unwritten[len(batch):]
         dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
                 for flight, outcome in batch]
-        fired, self.fired = self.fired, []
-        metrics.record.batches_finished(fired, "outcome")
+        followed, self.followed = self.followed, NOTHING
+        metrics.record.batches_finished(followed.fired, "outcome")
+        cancelled = [CancelNotice(f.lease.job_id, self.queue, f.spec.name, f.lease.attempt)
+                     for f, _ in batch if states.get(f.lease.job_id) == JobState.CANCELLED]
+        for notice in followed.cancelled:  # a parent's failure cancelled them: cancels too
+            metrics.record.finished(notice.queue, notice.task, "cancelled", None)
         # right after the commit, not at the end of the pass: a SIGKILL between the two would
         # lose these counts (the pass goes on to claim and to beat, round trips away)
         metrics.record.flush()
         self.report_dead([notice for notice in dead if notice is not None])
-        cancelled = [flight for flight, _ in batch
-                     if states.get(flight.lease.job_id) == JobState.CANCELLED]
+        cancelled += followed.cancelled
         if cancelled:
-            report_cancelled(self.on_cancel, [CancelNotice(f.lease.job_id, self.queue, f.spec.name,
-                                                      f.lease.attempt) for f in cancelled])
+            report_cancelled(self.on_cancel, cancelled)
 
     def _recorded(self, flight: InFlight, outcome: Outcome,
                   state: str | None) -> DeadNotice | None:
@@ -223,6 +226,21 @@ class Outcomes:
                   else DeadReason.EXHAUSTED)
         return DeadNotice(job_id, self.queue, flight.spec.name, flight.lease.attempt, reason,
                           outcome.error or None)
+
+    def report_released(self, released: Released) -> None:
+        """What the release of dead predecessors' claims did, once committed: the jobs that
+        went dead, and the dependents cancelled with them (cancels like any other: counted
+        under their own queue, passed to the ``on_cancel`` hooks)."""
+        self.report_dead(released.dead)
+        self.report_dependents_cancelled(released.cancelled)
+
+    def report_dependents_cancelled(self, notices: list[CancelNotice]) -> None:
+        """Dependents cancelled because a parent this process ended failed, once committed."""
+        for notice in notices:
+            metrics.record.finished(notice.queue, notice.task, "cancelled", None)
+        if notices:
+            metrics.record.flush()
+            report_cancelled(self.on_cancel, notices)
 
     def report_dead(self, notices: list[DeadNotice]) -> None:
         """The one place this process reports jobs it moved to ``dead`` (log + on_dead hooks)."""
