@@ -10,8 +10,12 @@ import pytest
 
 from tests.helpers.db import job_state
 from workerpool import Backoff, Permanent, WorkerPool, testing
+from workerpool import sql as queries
 from workerpool.dead import purge, retry
+from workerpool.model.attempt import Outcome
 from workerpool.model.errors import InvalidDependency
+from workerpool.model.states import OutcomeKind
+from workerpool.runtime.worker.outcomes import record_many
 
 LATER = Backoff(base=60, cap=60, jitter=0)  # a retry waits (drain's retries="now" runs it)
 RAN: list[int] = []
@@ -105,6 +109,38 @@ def test_on_failure_block_stops_the_line_until_a_replay(app, sql):
     testing.drain(app)
     assert states(sql, first, second, third) == ["done", "done", "done"]
     assert RAN[-3:] == [first, second, third]
+
+
+def test_a_replayed_job_waits_for_its_line_instead_of_running_beside_it(app, sql):
+    """The dead job released its line and the next job runs: replayed, it goes to the end of
+    the line (waiting), not beside the running one; a job enqueued after the replay waits
+    behind it. Each runs alone, in that order."""
+    first = app.enqueue("fatal", {}, sequence="s")
+    second = app.enqueue("apply", {}, sequence="s")
+    testing.drain(app, max_jobs=1)
+    assert states(sql, first, second) == ["dead", "pending"]
+    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+        " claimed_at = now() WHERE id = %s", second)  # the line runs it now
+    retry(app, [first])
+    assert states(sql, first) == ["waiting"]
+    third = app.enqueue("apply", {}, sequence="s")
+    assert states(sql, third) == ["waiting"]
+    with app.engine.begin() as conn:
+        record_many(conn, "w", [(queries.Lease(second, 1, "w"), Outcome(OutcomeKind.DONE))])
+    assert states(sql, second, first, third) == ["done", "pending", "waiting"]
+    sql("UPDATE workerpool_jobs SET task = 'apply' WHERE id = %s", first)  # it works now
+    testing.drain(app)
+    assert states(sql, first, third) == ["done", "done"]
+    assert RAN[-2:] == [first, third]
+
+
+def test_a_replayed_job_with_nothing_of_its_line_live_runs_at_once(app, sql):
+    first = app.enqueue("fatal", {}, sequence="s")
+    second = app.enqueue("apply", {}, sequence="s")
+    testing.drain(app)
+    assert states(sql, first, second) == ["dead", "done"]
+    retry(app, [first])
+    assert states(sql, first) == ["pending"]
 
 
 def test_on_failure_block_goes_on_once_the_dead_job_is_purged(app, sql):

@@ -11,10 +11,13 @@ at enqueue, from the tasks' declarations, so the statements that release jobs ne
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import InvalidDependency
+from .errors import InvalidDependency, UnknownTask
 from .states import JobState
+
+if TYPE_CHECKING:
+    from .registry import Registry
 
 #: What a dependent does when a parent ends dead or cancelled (``TaskSpec.on_dependency_failure``).
 DEPENDENCY_FAILURE_POLICIES = ("cancel", "run")
@@ -65,6 +68,15 @@ def sequence_policy(on_failure: str | None) -> str:
     """``if_failed`` of a ``sequence`` edge, from the previous job's task (None: not declared
     here: the default)."""
     return HOLD if on_failure == "block" else RUN
+
+
+def line_policy(registry: Registry, task: str) -> str:
+    """``if_failed`` of a ``sequence`` edge to a job of ``task``, from its declaration (a task
+    declared by another application: the default)."""
+    try:
+        return sequence_policy(registry.task_spec(task).on_failure)
+    except UnknownTask:
+        return sequence_policy(None)
 
 
 def check_parents(wanted: Iterable[int], found: dict[int, str]) -> None:

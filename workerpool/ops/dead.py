@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 
 from .. import sql
 from ..client import WorkerPool, actor
+from ..model.dependencies import line_policy
 from ..model.errors import InvalidFilter, ReplayRefused
 from ..model.states import LIVE_WORKER_WINDOW
 from ..model.validation import check_filter, check_ids, check_tag_filter
@@ -221,6 +222,10 @@ def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str,
     if rows and pool.notify:
         sql.notify(conn, (row.queue for row in rows))
     replayed = [row.id for row in rows]
+    for row in rows:  # one at a time, in its line: never beside the job its sequence runs
+        if row.sequence is not None:
+            dependencies.wait_in_line(conn, row.id, row.sequence,
+                                      lambda task: line_policy(pool.registry, task))
     # what the failure cancelled runs once the replayed job is done (docs/workflows.md)
     dependencies.reopen_dependents(conn, replayed)
     if replayed:

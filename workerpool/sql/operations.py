@@ -123,8 +123,8 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
 
     Each row's ``replays`` gets ``{at, attempts, dead_reason, finished_at, by}``. Rows that are no
     longer dead are left alone (replaying twice is a no-op), and so are rows whose ``live`` key
-    a newer job holds (live again, the key would have two holders). Returns ``(id, queue)``
-    replayed.
+    a newer job holds (live again, the key would have two holders). Returns ``(id, queue,
+    task, sequence)`` replayed.
     """
     holder = jobs.alias("holder")
     key_taken = and_(jobs.c.key_scope == literal_column("'live'"), exists(
@@ -150,7 +150,7 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
             claimed_at=None,
             replays=jobs.c.replays.op("||")(func.jsonb_build_array(entry)),
         )
-        .returning(jobs.c.id, jobs.c.queue)
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.sequence)
     )
     return list(conn.execute(stmt))
 

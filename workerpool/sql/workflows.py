@@ -26,10 +26,10 @@ from ..model.dependencies import (
     check_after,
     check_parents,
     check_sequence,
-    sequence_policy,
+    line_policy,
     verdict,
 )
-from ..model.errors import InvalidDependency, InvalidJob, UnknownTask, WorkflowCycle
+from ..model.errors import InvalidDependency, InvalidJob, WorkflowCycle
 from ..model.new_job import build_item, build_job
 from ..model.states import LIVE_STATES, JobState
 from . import single_write
@@ -130,7 +130,7 @@ def link_one(pool: Target, tx: Connection, task: str | Callable,
     edges = [(job_id, AFTER, after_policy(spec.on_dependency_failure)) for job_id in after]
     head = parents.get(tail) if tail is not None else None
     if head is not None and head.id not in after:
-        policy = sequence_policy(_on_failure(pool, head.task))
+        policy = line_policy(pool.registry, head.task)
         if head.state in LIVE_STATES or (head.state == JobState.DEAD and policy == "hold"):
             edges.append((head.id, SEQUENCE, policy))
     wait = verdict([Edge(0, parent, kind, policy, parents[parent].state)
@@ -139,13 +139,6 @@ def link_one(pool: Target, tx: Connection, task: str | Callable,
     attach(tx, [Link(job_id, tuple(edges), wait, sequence,
                      job_id if workflow_id == SELF else workflow_id)])
     return job_id
-
-
-def _on_failure(pool: Target, task: str) -> str | None:
-    try:
-        return pool.registry.task_spec(task).on_failure
-    except UnknownTask:  # declared by another application: the default
-        return None
 
 
 def enqueue_many_linked(pool: Target, items: list[Any], conn: Connection | None, *,
