@@ -25,6 +25,7 @@ import time
 from workerpool import WorkerPool
 
 from .app import noop
+from .database import every_job
 from .report import Report, Target, percentile
 from .supervised import Launcher, p50_p90_p99, wait_drained
 
@@ -93,7 +94,7 @@ def _drain(launcher: Launcher, pool: WorkerPool, members: int, *, batched: bool
         wait_drained(bench_db, members, supervisors)
     done, seconds = bench_db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM workerpool_jobs WHERE state = 'done' AND payload ? 'i'")[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'"))[0]
     if done != members:
         raise RuntimeError(f"{done} of {members} {'members' if batched else 'jobs'} done")
     return enqueue_rate, members / seconds if seconds else float("inf")
@@ -111,8 +112,9 @@ def _callback_delays(launcher: Launcher, pool: WorkerPool, size: int) -> list[fl
     # is a delay of 0
     return [row[0] for row in launcher.db.sql(
         "SELECT extract(epoch FROM c.claimed_at - max(m.finished_at))::float8 * 1000"
-        " FROM workerpool_batches b JOIN workerpool_jobs c ON c.id = b.callback_ids[1]"
-        " JOIN workerpool_jobs m ON m.batch_id = b.id AND m.id <> c.id"
+        " FROM workerpool_batches b JOIN " + every_job("id, claimed_at, payload", alias="c")
+        + " ON c.id = b.callback_ids[1] JOIN " + every_job("id, batch_id, finished_at", alias="m")
+        + " ON m.batch_id = b.id AND m.id <> c.id"
         " WHERE b.finished_at IS NOT NULL AND c.payload ? 'batch' GROUP BY b.id, c.claimed_at")]
 
 

@@ -40,7 +40,7 @@ import time
 from datetime import datetime, timedelta
 
 from . import app, supervised
-from .database import BenchDatabase
+from .database import BenchDatabase, every_job
 from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
@@ -141,8 +141,8 @@ class Burst:
         deadline = time.monotonic() + supervised.START_TIMEOUT
         while True:
             self.backlog.top_up()
-            [(first,)] = self.db.sql("SELECT min(finished_at) FROM workerpool_jobs"
-                                     " WHERE state = 'done'")
+            [(first,)] = self.db.sql("SELECT min(finished_at) FROM "
+                                     + every_job("finished_at", "state = 'done'"))
             if first is not None:
                 return first
             self.alive(supervisor, deadline, "the first job done")
@@ -208,8 +208,9 @@ class Burst:
     # -- figures -----------------------------------------------------------------------------
 
     def done_between(self, start: datetime, end: datetime) -> int:
-        return self.db.sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'"
-                           " AND finished_at >= %s AND finished_at < %s", (start, end))[0][0]
+        return self.db.sql("SELECT count(*) FROM " + every_job(
+            "finished_at", "state = 'done' AND finished_at >= %(start)s AND finished_at < %(end)s"),
+            {"start": start, "end": end})[0][0]
 
     def rate_before(self, first_kill: datetime) -> float:
         return self.done_between(first_kill - seconds(self.window), first_kill) / self.window
@@ -225,10 +226,11 @@ class Burst:
             return None
         counts = [0] * steps
         for k, count in self.db.sql(
-                "SELECT floor(extract(epoch FROM finished_at - %s)::float8 / %s)::int AS k,"
-                " count(*) FROM workerpool_jobs WHERE state = 'done' AND finished_at >= %s"
-                " AND finished_at < %s GROUP BY k",
-                (last_kill, STEP_S, last_kill, last_kill + seconds(steps * STEP_S))):
+                "SELECT floor(extract(epoch FROM finished_at - %(kill)s)::float8 / %(step)s)::int"
+                " AS k, count(*) FROM " + every_job(
+                    "finished_at", "state = 'done' AND finished_at >= %(kill)s"
+                    " AND finished_at < %(end)s") + " GROUP BY k",
+                {"kill": last_kill, "step": STEP_S, "end": last_kill + seconds(steps * STEP_S)}):
             counts[min(k, steps - 1)] += count
         wanted = BACK_WITHIN * self.before * self.step_window
         in_window = sum(counts[:width])
@@ -240,7 +242,8 @@ class Burst:
         return None
 
     def check_done(self) -> None:
-        states = dict(self.db.sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
+        states = dict(self.db.sql("SELECT state, count(*) FROM " + every_job("state")
+                                  + " GROUP BY state"))
         if states != {"done": self.backlog.inserted}:
             raise RuntimeError(f"burst: {self.backlog.inserted} jobs inserted, after the drain "
                                f"{states}: not every job done")
@@ -255,8 +258,8 @@ class Burst:
                         "after the last kill; recovery reported as that (a lower bound)",
                         100 - BACK_WITHIN * 100, before, recovery)
         [(held,)] = self.db.sql(
-            "SELECT count(*) FROM workerpool_jobs, jsonb_array_elements(errors) AS e"
-            " WHERE e->>'type' = 'WorkerLost'")
+            "SELECT count(*) FROM " + every_job("errors")
+            + ", jsonb_array_elements(j.errors) AS e WHERE e->>'type' = 'WorkerLost'")
         self.report.add(BEFORE, before)
         self.report.add(AFTER, after)
         self.report.add(RECOVERY, recovery)

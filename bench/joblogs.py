@@ -16,6 +16,7 @@ from pathlib import Path
 from workerpool import WorkerPool
 
 from .app import CAPTURE_LOGS_ENV, chatty
+from .database import every_job
 from .report import Report
 from .supervised import Launcher, wait_drained
 
@@ -52,7 +53,7 @@ def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, capture: bool) ->
         wait_drained(bench_db, jobs, supervisors)
     done, seconds = bench_db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM workerpool_jobs WHERE state = 'done' AND payload ? 'i'")[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'"))[0]
     if done != jobs:
         raise RuntimeError(f"{done} of {jobs} jobs done")
     kept = bench_db.sql("SELECT count(*) FROM workerpool_job_logs")[0][0]

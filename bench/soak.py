@@ -38,7 +38,7 @@ from workerpool.runtime.worker import session_limits
 from workerpool.sql import db
 
 from . import app, supervised
-from .database import BenchDatabase
+from .database import BenchDatabase, every_job
 from .report import percentile
 
 log = logging.getLogger("workerpool.bench")
@@ -170,9 +170,9 @@ class Probe:
 def pickup_p99_ms(bench_db: BenchDatabase, seconds: float) -> float | None:
     row = bench_db.sql(
         "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM"
-        " claimed_at - run_at)) * 1000 FROM workerpool_jobs"
-        " WHERE state = 'done' AND finished_at > now() - make_interval(secs => %s)"
-        " AND claimed_by <> 'bench:probe'", (seconds,))
+        " claimed_at - run_at)) * 1000 FROM " + every_job(
+            "claimed_at, run_at", "state = 'done' AND finished_at > now() - make_interval(secs"
+            " => %(seconds)s) AND claimed_by <> 'bench:probe'"), {"seconds": seconds})
     return float(row[0][0]) if row and row[0][0] is not None else None
 
 

@@ -23,6 +23,7 @@ from workerpool.model.job import new_worker_id
 from workerpool.runtime.inline import make_job
 
 from .app import QUEUE, STEPS, noop, stepped
+from .database import every_job
 from .report import Report, Target, percentile
 from .supervised import Launcher, wait_drained
 
@@ -98,7 +99,7 @@ def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, with_steps: bool)
         wait_drained(bench_db, len(items), supervisors)
     done, seconds = bench_db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM workerpool_jobs WHERE state = 'done' AND payload ? 'i'")[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'"))[0]
     if done != len(items):
         raise RuntimeError(f"{done} of {len(items)} jobs done")
     return jobs * STEPS / seconds if seconds else float("inf")
@@ -114,7 +115,8 @@ def _alone(launcher: Launcher, pool: WorkerPool) -> list[float]:
             if number >= 3:
                 runs.append(launcher.db.sql(
                     "SELECT extract(epoch FROM finished_at - claimed_at)::float8 * 1000"
-                    " FROM workerpool_jobs WHERE id = %s", (job_id,))[0][0])
+                    " FROM " + every_job("finished_at, claimed_at", "id = %s"),
+                    (job_id, job_id))[0][0])
     return runs
 
 

@@ -25,6 +25,7 @@ import time
 from workerpool import WorkerPool
 
 from .app import noop
+from .database import every_job
 from .report import Report, percentile
 from .supervised import Launcher, wait_drained
 
@@ -83,7 +84,7 @@ def measure(report: Report, launcher: Launcher, pool: WorkerPool, batch_members:
 def _drained_rate(launcher: Launcher, n: int) -> float:
     done, seconds = launcher.db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM workerpool_jobs WHERE state = 'done'")[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done'"))[0]
     if done != n:
         raise RuntimeError(f"{done} of {n} jobs done")
     return n / seconds if seconds else float("inf")
@@ -129,7 +130,7 @@ def _chain(launcher: Launcher, pool: WorkerPool, length: int) -> float:
         wait_drained(launcher.db, length, supervisors)
     seconds = launcher.db.sql(
         "SELECT extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM workerpool_jobs WHERE state = 'done'")[0][0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done'"))[0][0]
     return seconds * 1000.0 / max(length - 1, 1)
 
 
