@@ -8,7 +8,9 @@ p99, the worker child's RSS, table and index size, dead rows, and how old the tr
 holds back the xmin horizon is. The same rows go to a CSV, and a PNG chart when matplotlib is
 installed; beside them each index's size and packed estimate at every sample
 (``<label>-indexes.csv``) and the supervisor's log at INFO without the history mover's per-pass
-lines (``<label>.log``: the maintenance child's VACUUM, ANALYZE and REINDEX, with their times).
+lines (``<label>.log``: the maintenance child's VACUUM, ANALYZE and REINDEX, with their times),
+and what the server waited on around every probe claim slower than 100 ms
+(``<label>-stalls.csv``, :mod:`.stalls`), with the checkpoints and autovacuum runs per sample.
 
 Claim latency comes from a probe: every ``PROBE_EVERY`` seconds a claim of ``PROBE_LIMIT`` rows
 on an engine with the worker's own settings (startup options, prepared statements: the plan a
@@ -40,6 +42,7 @@ from workerpool.sql import db
 from . import app, supervised
 from .database import BenchDatabase, every_job
 from .report import percentile
+from .stalls import StallWatch, counters
 
 log = logging.getLogger("workerpool.bench")
 
@@ -96,6 +99,8 @@ class Sample:
     index_mb: float
     dead: int
     horizon_age_s: float | None
+    checkpoints: int  # since the server's statistics were reset
+    autovacuums: int  # autovacuum and autoanalyze runs of the jobs table, likewise
 
     def line(self) -> str:
         def ms(value: float | None) -> str:
@@ -105,7 +110,8 @@ class Sample:
                 f" claim p50/p99={ms(self.claim_p50_ms)}/{ms(self.claim_p99_ms)} ms"
                 f" pickup p99={ms(self.pickup_p99_ms)} ms rss={ms(self.child_rss_mb)} MiB"
                 f" table={self.table_mb:.1f} MiB indexes={self.index_mb:.1f} MiB"
-                f" dead={self.dead} horizon={ms(self.horizon_age_s)} s")
+                f" dead={self.dead} horizon={ms(self.horizon_age_s)} s"
+                f" checkpoints={self.checkpoints} autovacuums={self.autovacuums}")
 
 
 @dataclass
@@ -151,14 +157,17 @@ class Probe:
         self.versions = pool.task_versions(app.QUEUE)
         self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
 
-    def claim_once(self) -> None:
+    def claim_once(self) -> float:
+        """One timed claim (its rows then completed); returns its milliseconds."""
         with self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             started = time.perf_counter()
             rows = queries.claim(conn, queue=app.QUEUE, worker="bench:probe", limit=PROBE_LIMIT,
                                  task_versions=self.versions, stale_after=300.0)
-            self.samples.append((time.monotonic(), (time.perf_counter() - started) * 1000.0))
+            ms = (time.perf_counter() - started) * 1000.0
+            self.samples.append((time.monotonic(), ms))
             queries.complete(conn, "bench:probe", [(row.id, row.attempts) for row in rows])
+        return ms
 
     def window(self, since: float, until: float) -> list[float]:
         return [ms for at, ms in self.samples if since <= at < until]
@@ -187,6 +196,7 @@ class Soak:
         #: (t, index, bytes, packed bytes) of every index of the jobs table at every sample
         self.indexes: list[tuple[float, str, int, int]] = []
         self.log_lines: list[str] = []  # the supervisor's log (INFO: the maintenance's commands)
+        self.watch = StallWatch(bench_db.dsn)
 
     def run(self) -> list[Sample]:
         self.db.vacuum()  # statistics of an empty table, as right after `workerpool migrate`
@@ -212,12 +222,13 @@ class Soak:
         thread = threading.Thread(target=producer.run, name="producer", daemon=True)
         start = time.monotonic()
         thread.start()
+        self.watch.start()
         next_sample, last_done, last_t = start + plan.interval, 0, 0.0
         try:
             while time.monotonic() < start + plan.minutes * 60.0:
                 if supervisor.process.poll() is not None:
                     raise RuntimeError(f"workerpool run exited:\n{supervisor.tail()}")
-                probe.claim_once()
+                self.watch.probed(probe.claim_once())
                 now = time.monotonic()
                 if now >= next_sample:
                     sample = self._sample(now - start, producer, probe, supervisor,
@@ -229,6 +240,7 @@ class Soak:
                 time.sleep(PROBE_EVERY)  # the probe's pacing, not a wait for a condition
         finally:
             producer.stop()
+            self.watch.stop()
             thread.join(10)
             probe.close()
         if producer.errors:
@@ -246,6 +258,7 @@ class Soak:
             self.indexes.extend((round(t, 1), index.name, index.bytes, index.packed_bytes)
                                 for index in health.sql.index_sizes(conn))
         children = supervisor.queue_children()
+        checkpoints, autovacuums = counters(self.db.sql)
         return Sample(
             t=round(t, 1), enqueued=enqueued, done=done,
             done_per_s=(done - last_done) / (t - last_t) if t > last_t else 0.0,
@@ -256,7 +269,8 @@ class Soak:
             child_rss_mb=supervised.rss_mb(children[0]) if children else None,
             table_mb=table.table_bytes / 2**20, index_mb=table.index_bytes / 2**20,
             dead=table.dead,
-            horizon_age_s=max(0.0, table.holder.age_s or 0.0) if table.holder else None)
+            horizon_age_s=max(0.0, table.holder.age_s or 0.0) if table.holder else None,
+            checkpoints=checkpoints, autovacuums=autovacuums)
 
     def close(self) -> None:
         self.pool.dispose()
@@ -384,7 +398,11 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     # the history mover logs every pass: what is left is the upkeep (VACUUM, REINDEX ...)
     log_path.write_text("".join(line + "\n" for line in soak.log_lines
                                 if " jobs_moved: " not in line))
-    print(f"# wrote {csv_path}, {indexes_path}, {log_path}")
+    stalls_path = plan.out / f"{plan.label}-stalls.csv"
+    soak.watch.write(stalls_path)
+    print(f"# wrote {csv_path}, {indexes_path}, {log_path}, {stalls_path}")
+    for line in soak.watch.summary():
+        print(f"# {line}")
     from .chart import draw
 
     png = draw(plan.out / f"{plan.label}.png", samples, title=f"{plan.label}: {plan.rate:.0f}"

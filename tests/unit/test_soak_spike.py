@@ -14,7 +14,7 @@ from bench.soak import Sample, SoakPlan, spike_verdict, verdict
 def sample(t: float, backlog: int, p50: float) -> Sample:
     return Sample(t=t, enqueued=0, done=0, done_per_s=0.0, backlog=backlog, claim_p50_ms=p50,
                   claim_p99_ms=p50, pickup_p99_ms=None, child_rss_mb=None, table_mb=0.0,
-                  index_mb=0.0, dead=0, horizon_age_s=None)
+                  index_mb=0.0, dead=0, horizon_age_s=None, checkpoints=0, autovacuums=0)
 
 
 def test_the_spike_rate_is_offered_only_inside_its_window():
