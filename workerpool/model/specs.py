@@ -196,7 +196,8 @@ class MaintenanceSpec:
     worker_ttl: float = 120.0  # workers rows not seen for this long are pruned
     interval: float = 1.0  # seconds between passes (one-second crons need 1.0)
     #: Rebuild an index of the jobs table (REINDEX CONCURRENTLY) once it is this many times the
-    #: size its entries would take packed, and at least ``reindex_min_bytes``.
+    #: size its entries would take packed, and it (or, for an index of 1 MiB or more, the
+    #: table's indexes together) at least ``reindex_min_bytes``.
     reindex_bloat: float = 3.0
     reindex_min_bytes: int = 8 * 1024 * 1024
     #: ``("08:00", "20:00")``: no rebuild starts between these times of day (UTC; a window

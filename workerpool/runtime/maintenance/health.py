@@ -11,7 +11,8 @@ table's owner) is told once, in the log, what it cannot do and why.
 VACUUM does not shrink a B-tree: after a backlog drains, the due index keeps the pages the
 backlog grew it to, and every claim walks them. So the same reads compare each index with the
 size its entries would take packed (:func:`workerpool.sql.health.index_sizes`) and rebuild one
-far above it with ``REINDEX INDEX CONCURRENTLY`` (writers go on meanwhile), one at a time and
+far above it (the size floor counting the table's indexes together: a small, hot table has no
+single large index) with ``REINDEX INDEX CONCURRENTLY`` (writers go on meanwhile), one at a time and
 never inside the configured busy hours; an invalid index that an interrupted rebuild left behind
 (``*_ccnew``, ``*_ccold``) is dropped first.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +68,11 @@ COMMAND_TIMEOUT = 600.0
 LOCK_TIMEOUT = 5.0
 #: Seconds before an index whose rebuild failed (its time bound, a lock) is tried again.
 REBUILD_RETRY = 3600.0
+#: Seconds before an index is rebuilt again: a hot queue's indexes grow back to their working
+#: size within minutes, and a rebuild each pass would cost more than the pages it frees.
+REBUILD_GAP = 600.0
+#: An index smaller than this is never rebuilt for the table's sake (see ``_bloated``).
+SMALL_INDEX_BYTES = 1024 * 1024
 #: A transaction that holds the horizon back longer than this is logged (once per holder).
 HORIZON_WARN_AGE = 300.0
 
@@ -180,6 +187,7 @@ class TableKeeper:
         self._denied = False  # logged once that this role may not maintain the table
         self._warned: set[tuple[str, str]] = set()
         self._failed: dict[str, float] = {}  # index -> when its rebuild last failed
+        self._rebuilt: dict[str, float] = {}  # index -> when it was last rebuilt
 
     def tick(self) -> None:
         now = self.clock()
@@ -221,11 +229,7 @@ class TableKeeper:
                 return sql.drop_leftover(index.name)
         if in_window(self.busy_hours, self.utc_now().time()):
             return None
-        retry_after = self.clock() - REBUILD_RETRY
-        bloated = [index for index in indexes if index.valid
-                   and self._failed.get(index.name, retry_after) <= retry_after
-                   and index.bytes >= self.settings.reindex_min_bytes
-                   and index.bloat >= self.settings.reindex_bloat]
+        bloated = self._bloated(indexes)
         if not bloated:
             return None
         worst = max(bloated, key=lambda index: index.bloat)
@@ -235,6 +239,23 @@ class TableKeeper:
                  extra={"event": "index_bloated", "index": worst.name, "bytes": worst.bytes,
                         "packed_bytes": worst.packed_bytes})
         return sql.reindex(worst.name)
+
+    def _bloated(self, indexes: list[sql.IndexSize]) -> list[sql.IndexSize]:
+        """The indexes worth a rebuild: ``reindex_bloat`` times their packed size, where the
+        size floor (``reindex_min_bytes``) holds for the table's indexes together: on a small,
+        hot table each index stays under it while all of them, walked by every claim and
+        completion, are several times what their entries need. Not an index under
+        SMALL_INDEX_BYTES (nothing to win), nor one rebuilt within REBUILD_GAP or whose rebuild
+        failed within REBUILD_RETRY."""
+        now, valid = self.clock(), [index for index in indexes if index.valid]
+        together = sum(index.bytes for index in valid)
+        return [index for index in valid
+                if index.bloat >= self.settings.reindex_bloat
+                and index.bytes >= min(SMALL_INDEX_BYTES, self.settings.reindex_min_bytes)
+                and (index.bytes >= self.settings.reindex_min_bytes
+                     or together >= self.settings.reindex_min_bytes)
+                and now - self._failed.get(index.name, -math.inf) >= REBUILD_RETRY
+                and now - self._rebuilt.get(index.name, -math.inf) >= REBUILD_GAP]
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -279,7 +300,9 @@ class TableKeeper:
                  extra={"event": _EVENTS.get(command.split(" ")[0], "table_analyzed"),
                         "seconds": round(seconds, 3)})
         if command.startswith("REINDEX"):
-            metrics.record.index_rebuilt(command.rsplit(" ", 1)[-1].strip('"'))
+            name = command.rsplit(" ", 1)[-1].strip('"')
+            self._rebuilt[name] = self.clock()
+            metrics.record.index_rebuilt(name)
 
     def _execute(self, command: str) -> None:
         if self._command_engine is None:
