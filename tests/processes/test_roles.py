@@ -246,3 +246,26 @@ def before(days: int) -> datetime:
 
 def count(logins: Logins, relation: str) -> int:
     return admin_rows(logins, f"SELECT count(*) FROM {relation}")[0][0]
+
+
+def test_the_audit_trail_is_append_only_to_the_worker(logins):
+    for statement in ("UPDATE workerpool_audit SET actor = 'someone else'",
+                      "DELETE FROM workerpool_audit",
+                      "INSERT INTO workerpool_audit (at, actor, source, action, target)"
+                      " VALUES (now() - interval '1 year', 'x', 'cli', 'pause', 'q')"):
+        assert refused(logins.worker, statement), statement
+    assert refused(logins.reader, "SELECT workerpool_prune_audit(7200, 10)")
+    with psycopg.connect(libpq(logins.worker), autocommit=True) as conn:
+        conn.execute("INSERT INTO workerpool_audit (actor, source, action, target)"
+                     " VALUES ('app', 'cli', 'pause', 'q')")
+        assert conn.execute("SELECT workerpool_prune_audit(0, 10)").fetchone() == (0,)
+
+
+def test_public_may_not_create_in_the_schema_after_the_script(logins):
+    """PostgreSQL 13 and 14 grant CREATE on public to PUBLIC: the script takes it back."""
+    with psycopg.connect(libpq(logins.admin), autocommit=True) as conn:
+        conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    assert not refused(logins.worker, "CREATE TABLE through_public (x int)")
+    psql(logins.admin, print_sql(logins.owner.username.removesuffix("_mig")))
+    assert refused(logins.worker, "CREATE TABLE through_public_again (x int)")
+    assert refused(logins.reader, "CREATE TABLE through_public_again (x int)")
