@@ -227,3 +227,29 @@ def test_a_notice_cookie_set_by_another_page_shows_nothing(app_pool):
         assert 'id="notice"' not in page.text
         assert post(http, "/queues/email/pause").status_code == 303
         assert "queue email paused" in http.get("/").text
+
+
+BIG = "9" * 30
+
+
+@pytest.mark.parametrize("path", [
+    f"/audit?before={BIG}", f"/jobs?before={BIG}", f"/batches/1?after={BIG}",
+    "/jobs?since=99999999999d", "/jobs?until=9999999999999999w", "/dead?since=99999999999d",
+    "/jobs?key=a%00b", "/search?q=a%00b", "/audit?actor=a%00b",
+])
+def test_out_of_range_numbers_and_nul_are_refused_with_one_line(app_pool, http, path):
+    page = http.get(path)
+    assert page.status_code == 400, (path, page.status_code)
+    assert "internal error" not in page.text
+
+
+def test_bad_action_fields_are_refused_before_anything_is_written(app_pool, http, sql):
+    job_id = app_pool.enqueue("ok", {}, delay=600)
+    for path, form in ((f"/jobs/{job_id}/cancel", {"reason": "x" * 1_000_000}),
+                       (f"/jobs/{job_id}/cancel", {"reason": "a\x00b"}),
+                       ("/dead/purge", {"older_than": "99999999999d"}),
+                       ("/dead/retry", {"since": "99999999999d"})):
+        answer = post(http, path, form)
+        assert answer.status_code == 400 and "internal error" not in answer.text, path
+    assert job_state(sql, job_id) == "pending"
+    assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
