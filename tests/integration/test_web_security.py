@@ -253,3 +253,11 @@ def test_bad_action_fields_are_refused_before_anything_is_written(app_pool, http
         assert answer.status_code == 400 and "internal error" not in answer.text, path
     assert job_state(sql, job_id) == "pending"
     assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
+
+
+def test_an_inconsistent_cron_row_leaves_the_cron_page_working(app_pool, http, sql):
+    """A row edited by hand (or by an older version): paused with no time, changed with none."""
+    sql("INSERT INTO workerpool_cron (name, queue, expression, paused, changed_by)"
+        " VALUES ('odd', 'email', '* * * * *', true, 'someone')")
+    page = http.get("/cron")
+    assert page.status_code == 200 and 'id="cron-odd"' in page.text
