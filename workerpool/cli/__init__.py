@@ -434,20 +434,21 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from ..model.audit import acting
     from ..model.errors import WorkerpoolError, first_line
+    from .terminal import escaped, safe_stdout
 
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = COMMANDS[args.command]
     try:
-        with acting(getattr(args, "as_name", None), "cli"):  # what it does is recorded as cli
-            return handler(args)
+        with acting(getattr(args, "as_name", None), "cli"), safe_stdout(args.command):
+            return handler(args)  # what it does is recorded as cli
     except (CliError, WorkerpoolError) as exc:
-        print(f"workerpool {args.command}: {exc}", file=sys.stderr)
+        print(escaped(f"workerpool {args.command}: {exc}"), file=sys.stderr)
         return exitcodes.FAILURE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
+        print(escaped(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}"),
               file=sys.stderr)
         return exitcodes.FAILURE
 
