@@ -72,6 +72,7 @@ def test_unknown_ids_are_refused_by_name_and_nothing_is_written(pool, sql):
 @pytest.mark.parametrize("kwargs, match", [
     ({"ids": []}, "no job ids"),
     ({"ids": [0]}, "positive integers"),
+    ({"ids": [2**63]}, "positive integers"),
     ({"ids": None}, "job ids or a queue"),
     ({"ids": [1], "queue": "q"}, "job ids or a queue"),
     ({"ids": None, "queue": "q", "state": "done"}, "state must be one of pending, processing"),
