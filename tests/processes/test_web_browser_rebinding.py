@@ -106,3 +106,23 @@ def test_a_page_on_another_port_cannot_set_the_notice(dashboard, other_port, reb
     assert "Overview" in rebinding_browser.find_element(By.TAG_NAME, "h1").text
     assert rebinding_browser.find_elements(By.ID, "notice") == []
     assert "evil.example" not in rebinding_browser.find_element(By.TAG_NAME, "body").text
+
+
+def status_for_host(base: str, host: str) -> int:
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("GET", "/", headers={"Host": host})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_command_serves_the_hosts_it_is_told_and_no_other(db_url, tmp_path):
+    with served(db_url, tmp_path / "web.log", "--allow-host", "jobs.internal") as base:
+        assert status_for_host(base, "jobs.internal:8080") == 200
+        assert status_for_host(base, "localhost") == 200
+        assert status_for_host(base, "evil.example") == 400

@@ -234,7 +234,8 @@ def cmd_web(args: argparse.Namespace) -> int:
                        "pip install 'workerpool[web]'") from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
-    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only,
+          hosts=args.allow_host)
     return exitcodes.OK
 
 
@@ -334,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--port", type=int, default=8080, help="default %(default)s")
     web.add_argument("--read-only", action="store_true",
                      help="serve no action at all (no retry, purge, cancel, pause)")
+    web.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a Host name to serve besides the loopback ones (repeatable; a"
+                          " reverse proxy's name). Without a token no other is served")
 
     health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
     health.add_argument("workers", nargs="*", metavar="WORKER",
