@@ -17,7 +17,7 @@ def overview_latencies_ms(pool: WorkerPool, requests: int) -> list[float]:
 
     from workerpool.web import app
 
-    with TestClient(app(pool, token=None)) as http:
+    with TestClient(app(pool, token=None), base_url="http://localhost") as http:  # a loopback Host
         for _ in range(2):
             _get(http)
         latencies = []

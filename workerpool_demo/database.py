@@ -71,8 +71,9 @@ def url_text(url: URL) -> str:
 
 
 def shown_url(url: URL) -> str:
-    """The URL to print: a password is masked; the embedded server's empty one is shown as is."""
-    return url.render_as_string(hide_password=bool(url.password))
+    """The URL to print: a password is masked (in the query too); the embedded server's empty
+    one is shown as is."""
+    return db.redact(url if url.password else url._replace(password=None))
 
 
 @contextmanager

@@ -27,7 +27,9 @@ def client(pool: Any, **options: Any) -> TestClient:
     from workerpool.web import app
 
     options.setdefault("token", None)
-    return TestClient(app(pool, **options), raise_server_exceptions=False)
+    # a loopback name: with no token the dashboard serves no other Host
+    return TestClient(app(pool, **options), raise_server_exceptions=False,
+                      base_url="http://localhost")
 
 
 def csrf(http: TestClient, path: str = "/") -> str:

@@ -72,11 +72,15 @@ def test_unknown_ids_are_refused_by_name_and_nothing_is_written(pool, sql):
 @pytest.mark.parametrize("kwargs, match", [
     ({"ids": []}, "no job ids"),
     ({"ids": [0]}, "positive integers"),
+    ({"ids": [2**63]}, "positive integers"),
     ({"ids": None}, "job ids or a queue"),
     ({"ids": [1], "queue": "q"}, "job ids or a queue"),
     ({"ids": None, "queue": "q", "state": "done"}, "state must be one of pending, processing"),
     ({"ids": None, "queue": "no such"}, "queue name 'no such' is invalid"),
     ({"ids": [1], "reason": 5}, "reason must be a string"),
+    ({"ids": [1], "reason": "x" * 1_000_000}, "reason must be at most 1000 characters"),
+    ({"ids": [1], "reason": "a\x00b"}, "reason must not contain NUL"),
+    ({"ids": [1], "reason": "a\ud800"}, "reason must not contain NUL or a lone surrogate"),
 ])
 def test_bad_selections_are_refused_before_anything_is_read(pool, kwargs, match):
     with pytest.raises(InvalidFilter, match=match):

@@ -208,3 +208,28 @@ def test_workers_beat_well_within_the_window_status_calls_live(app):
     assert app.queue_spec("q").stale_after == 300  # leases renewed every 100 s would be too rare
     assert Worker(app.registry, app.url, "q").renew_every <= LIVE_WORKER_WINDOW / 6
     assert app.maintenance_settings.worker_ttl >= 2 * LIVE_WORKER_WINDOW
+
+
+def test_a_failing_duty_is_logged_by_name_and_skips_none_of_the_others(app, sql, caplog):
+    """The history duty fails on every pass (its owner's function is gone): the duties after it
+    still run, and the failure is logged once with the duty's name and the database's answer."""
+    sql("ALTER FUNCTION workerpool_history_create_partition(timestamptz, timestamptz)"
+        " RENAME TO moved_away")
+    sql("INSERT INTO workerpool_workers (id, host, pid, queue, last_seen)"
+        " VALUES ('gone', 'h', 1, 'q', now() - interval '1 hour')")
+    sql("INSERT INTO workerpool_audit (at, actor, source, action, target)"
+        " VALUES (now() - interval '100 days', 'old', 'cli', 'pause', 'q')")
+    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
+    with caplog.at_level(logging.INFO, logger="workerpool.maintenance"):
+        maintenance.run_pass()
+        maintenance.run_pass()
+    assert sql("SELECT id FROM workerpool_workers WHERE id = 'gone'") == []
+    assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
+    [failed] = [r for r in caplog.records if getattr(r, "event", "") == "duty_failed"]
+    assert failed.duty == "history" and "workerpool_history_create_partition" in failed.cause
+    sql("ALTER FUNCTION moved_away(timestamptz, timestamptz)"
+        " RENAME TO workerpool_history_create_partition")
+    with caplog.at_level(logging.INFO, logger="workerpool.maintenance"):
+        maintenance.run_pass()
+    assert [r.duty for r in caplog.records if getattr(r, "event", "") == "duty_recovered"] == [
+        "history"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -189,6 +190,55 @@ def test_the_bound_keeps_the_first_records_and_counts_the_rest(pool, sql):
     [(_, records, dropped)] = logs(sql, job_id)
     assert len(records) == joblogs.MAX_RECORDS and dropped == 26
     assert records[-1]["message"] == f"line {joblogs.MAX_RECORDS - 1}"
+
+
+@contextmanager
+def without_pytest_log_capture():
+    """pytest's own capture would carry a lone surrogate into its report, which pytest-xdist
+    then fails to send between its processes."""
+    root = logging.getLogger()
+    theirs = [h for h in root.handlers if type(h).__module__.startswith("_pytest")]
+    for handler in theirs:
+        root.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in theirs:
+            root.addHandler(handler)
+
+
+def test_a_nul_or_a_lone_surrogate_logged_is_stored_and_fails_no_outcome(pool, sql):
+    """Neither PostgreSQL text nor jsonb holds a NUL, and a lone surrogate is not UTF-8: the
+    records are made storable, the outcomes written, and the healthy jobs behind them run."""
+    pool.queue("l", poll_interval=0.05, capture_logs=True, concurrency=2)
+
+    @pool.task(queue="l", max_attempts=1)
+    def odd(job):
+        log.warning("nul %s here", "\x00")
+        log.warning("surrogate %s here", "\ud800")
+        logging.getLogger("tests.\x00name\udcff").error("odd logger")
+        try:
+            raise ValueError("bad \x00 and \udc80")
+        except ValueError:
+            log.exception("caught")
+        if job.payload["fail"]:
+            raise RuntimeError("failing \x00 too")
+
+    @pool.task(queue="l")
+    def healthy(job):
+        log.info("fine")
+
+    odd_ids = pool.enqueue_many([("odd", {"fail": n % 2 == 1}) for n in range(3)])
+    fine = pool.enqueue_many([("healthy", {})] * 3)
+    with without_pytest_log_capture(), running(pool, "l"):
+        wait_until(lambda: all(done(sql, i) for i in odd_ids + fine), 20,
+                   message="every job finished")
+    assert [row(sql, i)[0] for i in odd_ids + fine] == ["done", "dead", "done"] + ["done"] * 3
+    [(_, records, _)] = logs(sql, odd_ids[0])
+    assert [r["message"] for r in records[:2]] == ["nul \\x00 here", "surrogate ? here"]
+    assert records[2]["logger"] == "tests.\\x00name?"
+    caught = records[3]["message"]
+    assert caught.startswith("caught\n") and "bad \\x00 and ?" in caught
 
 
 def test_a_queue_without_capture_keeps_nothing(pool, sql):

@@ -225,6 +225,22 @@ def test_each_schema_has_its_own_history_mover(two_schemas):
             pool.dispose()
 
 
+def test_each_schema_keeps_its_own_history_partitions(two_schemas):
+    """The owner's partition functions are per schema and act on their own schema's history."""
+    from workerpool.runtime.maintenance import Maintenance
+
+    pool = app_pool(two_schemas, A)
+    try:
+        assert Maintenance(pool.registry, pool.engine, worker_id="m").keep_history() == 0
+    finally:
+        pool.dispose()
+    parts = run(two_schemas, "SELECT n.nspname, count(*) FROM pg_inherits AS i"
+                             " JOIN pg_class AS c ON c.oid = i.inhrelid"
+                             " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                             " GROUP BY 1")
+    assert dict(parts).keys() == {A}, parts
+
+
 def test_downgrade_of_one_schema_leaves_the_other(two_schemas):
     url_a = WorkerPool(two_schemas, schema=A).url
     downgrade(url_a, "base", schema=A)

@@ -35,3 +35,28 @@ def test_the_error_page_of_an_unreachable_database_shows_no_password():
                 assert SENTINEL not in page.text and SENTINEL not in str(page.headers), path
     finally:
         pool.dispose()
+
+
+def test_a_read_replica_down_is_named_with_its_secrets_masked(db_url, monkeypatch, tmp_path):
+    """libpq takes a password in the query too (``?password=``, ``sslpassword=``): the 503
+    page names the replica without either, and so does the command line's one line."""
+    from tests.helpers.cli import run_cli
+
+    replica = (f"postgresql://bob@127.0.0.1:1/nowhere?password={SENTINEL}"
+               f"&sslpassword={SENTINEL}2&application_name=reader")
+    pool = web.build(db_url)
+    monkeypatch.setenv("WORKERPOOL_READ_URL", replica)
+    reading = web.build(db_url)
+    try:
+        with client(reading) as http:
+            page = http.get("/")
+        assert page.status_code == 503 and "the read replica" in page.text
+        assert SENTINEL not in page.text and "application_name=reader" in page.text
+        assert "password=***" in page.text and "sslpassword=***" in page.text
+    finally:
+        reading.dispose()
+        pool.dispose()
+    shown = run_cli("status", url=db_url, cwd=tmp_path,
+                    extra_env={"WORKERPOOL_READ_URL": replica})
+    assert shown.returncode != 0 and "the read replica" in shown.stderr
+    assert SENTINEL not in shown.stderr + shown.stdout

@@ -147,7 +147,7 @@ def test_a_signal_sent_while_the_wait_is_being_written_is_seen(app, sql):
     assert row(sql, job_id)[:3] == ("pending", 0, None)
 
 
-@pytest.mark.parametrize("name", ["", " ", None, 3, "x" * 201, "a\x00"])
+@pytest.mark.parametrize("name", ["", " ", None, 3, "x" * 201, "a\x00", "a\ud800"])
 def test_a_bad_signal_name_is_refused_before_anything_is_written(app, sql, name):
     with pytest.raises(InvalidSignal):
         app.signal(name, {})

@@ -44,7 +44,7 @@ def test_a_post_without_a_valid_csrf_token_is_refused(app_pool, http, sql):
     ]
     with client(app_pool) as other:  # a token signed by another process's secret
         refused.append(http.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf(other)}))
-    fresh = TestClient(http.app)  # the right token, but no cookie to match it
+    fresh = TestClient(http.app, base_url="http://localhost")  # the right token, no cookie
     refused.append(fresh.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf(http)}))
     for answer in refused:
         assert answer.status_code == 403
@@ -145,7 +145,7 @@ def test_security_headers_forbid_inline_script_and_framing(http):
 def test_mounted_under_a_prefix_every_link_and_action_keeps_it(app_pool, sql):
     job_id = dead_jobs(app_pool, 1)[0]
     outer = Starlette(routes=[Mount("/ops/jobs", app=app(app_pool, token=None))])
-    with TestClient(outer) as http:
+    with TestClient(outer, base_url="http://127.0.0.1:8080") as http:
         page = http.get("/ops/jobs/")
         assert page.status_code == 200
         links = re.findall(r'(?:href|src|action)="(?!data:)([^"]+)"', page.text)
@@ -180,3 +180,84 @@ def test_the_command_refuses_an_open_bind_before_listening(db_url, tmp_path):
         "authentication: set WORKERPOOL_WEB_TOKEN, or bind 127.0.0.1"]
     bad_port = run_cli("web", "--port", "70000", url=db_url, cwd=ROOT)
     assert bad_port.returncode == 1 and "--port must be within 1..65535" in bad_port.stderr
+
+
+def test_a_foreign_host_is_refused_before_anything_is_read_or_written(app_pool, sql):
+    """DNS rebinding: a page of evil.example, its name pointed at 127.0.0.1, is same-origin
+    with the dashboard; its requests carry ``Host: evil.example``."""
+    job_id = app_pool.enqueue("ok", {"secret": "payload-9d1e"}, delay=600)
+    with client(app_pool) as http:
+        token = csrf(http)
+        for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example", "", "x y"):
+            page = http.get(f"/jobs/{job_id}", headers={"Host": host})
+            assert page.status_code == 400 and "payload-9d1e" not in page.text, host
+            assert "loopback names only" in page.text
+        paused = http.post("/queues/email/pause", data={"csrf_token": token},
+                           headers={"Host": "evil.example:8080",
+                                    "Origin": "http://evil.example:8080"})
+        assert paused.status_code == 400
+        for host in ("localhost:8080", "127.0.0.1", "[::1]:80", "dash.localhost", "127.0.0.2"):
+            assert http.get("/", headers={"Host": host}).status_code == 200, host
+    assert sql("SELECT paused FROM workerpool_queues WHERE queue = 'email'") in ([], [(False,)])
+    assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
+
+
+def test_hosts_names_the_ones_served_and_a_token_or_user_serves_any(app_pool):
+    with client(app_pool, hosts=["jobs.internal"]) as http:
+        assert http.get("/", headers={"Host": "jobs.internal:8080"}).status_code == 200
+        assert http.get("/", headers={"Host": "evil.example"}).status_code == 400
+    with TestClient(app(app_pool, token=TOKEN), base_url="http://jobs.example.com") as http:
+        assert http.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    with TestClient(app(app_pool, token=None, user=lambda request: ("ann", "admin")),
+                    base_url="http://jobs.example.com") as http:
+        assert http.get("/").status_code == 200
+    with TestClient(app(app_pool, token=None, hosts=None), base_url="http://any.example") as http:
+        assert http.get("/").status_code == 200
+    with pytest.raises(ConfigError, match="list of host names"):
+        app(app_pool, token=None, hosts="jobs.internal")
+
+
+def test_a_notice_cookie_set_by_another_page_shows_nothing(app_pool):
+    """Cookies are shared by every port of a host: another port's page may set the notice
+    cookie; the dashboard shows only the notices it left itself."""
+    with client(app_pool) as http:
+        forged = "Your%20session%20expired%3A%20log%20in%20at%20evil.example"
+        page = http.get("/", headers={"Cookie": f"workerpool_notice={forged}"})
+        assert page.status_code == 200 and "evil.example" not in page.text
+        assert 'id="notice"' not in page.text
+        assert post(http, "/queues/email/pause").status_code == 303
+        assert "queue email paused" in http.get("/").text
+
+
+BIG = "9" * 30
+
+
+@pytest.mark.parametrize("path", [
+    f"/audit?before={BIG}", f"/jobs?before={BIG}", f"/batches/1?after={BIG}",
+    "/jobs?since=99999999999d", "/jobs?until=9999999999999999w", "/dead?since=99999999999d",
+    "/jobs?key=a%00b", "/search?q=a%00b", "/audit?actor=a%00b",
+])
+def test_out_of_range_numbers_and_nul_are_refused_with_one_line(app_pool, http, path):
+    page = http.get(path)
+    assert page.status_code == 400, (path, page.status_code)
+    assert "internal error" not in page.text
+
+
+def test_bad_action_fields_are_refused_before_anything_is_written(app_pool, http, sql):
+    job_id = app_pool.enqueue("ok", {}, delay=600)
+    for path, form in ((f"/jobs/{job_id}/cancel", {"reason": "x" * 1_000_000}),
+                       (f"/jobs/{job_id}/cancel", {"reason": "a\x00b"}),
+                       ("/dead/purge", {"older_than": "99999999999d"}),
+                       ("/dead/retry", {"since": "99999999999d"})):
+        answer = post(http, path, form)
+        assert answer.status_code == 400 and "internal error" not in answer.text, path
+    assert job_state(sql, job_id) == "pending"
+    assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
+
+
+def test_an_inconsistent_cron_row_leaves_the_cron_page_working(app_pool, http, sql):
+    """A row edited by hand (or by an older version): paused with no time, changed with none."""
+    sql("INSERT INTO workerpool_cron (name, queue, expression, paused, changed_by)"
+        " VALUES ('odd', 'email', '* * * * *', true, 'someone')")
+    page = http.get("/cron")
+    assert page.status_code == 200 and 'id="cron-odd"' in page.text

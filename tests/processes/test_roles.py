@@ -14,6 +14,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -23,6 +24,7 @@ from sqlalchemy.engine import URL
 from tests.apps import basic
 from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
+from tests.helpers.processes import kill_all, start_supervisor
 from tests.helpers.waiting import wait_until
 from workerpool.ops.roles import print_sql
 
@@ -183,3 +185,87 @@ def test_the_reader_serves_the_read_only_dashboard(logins):
                 assert page.status_code == 200, (path, page.status_code, page.text[:500])
     finally:
         pool.dispose()
+
+
+def admin_rows(logins: Logins, query: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(libpq(logins.admin)) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def test_the_worker_role_runs_every_maintenance_duty_across_a_day_boundary(logins, tmp_path):
+    """The state the day boundary brings, made by the owner: the history's partitions end at
+    tonight's midnight (UTC), one is past the retention, rows finished on both sides of last
+    midnight wait to move; an old audit entry, an old finished job and a worker gone for an
+    hour wait to be pruned. A real supervisor as the worker role must do every duty."""
+    with psycopg.connect(libpq(logins.admin), autocommit=True) as conn:
+        conn.execute("SET ROLE " + logins.owner.username.replace("_mig", "_owner"))
+        conn.execute("""
+            SELECT workerpool_history_create_partition(d, d + interval '1 day')
+            FROM (SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + s.n
+                  AS d FROM unnest(ARRAY[interval '-30 days', interval '-1 day',
+                                         interval '0 days']) AS s(n)) AS days""")
+        conn.execute("RESET ROLE")
+        conn.execute("""
+            INSERT INTO workerpool_jobs (queue, task, state, finished_at) VALUES
+              ('cron', 'beat', 'done', date_trunc('day', now() AT TIME ZONE 'UTC')
+                                       AT TIME ZONE 'UTC' - interval '1 second'),
+              ('cron', 'beat', 'done', now() - interval '2 minutes'),
+              ('cron', 'beat', 'done', now() - interval '20 days')""")
+        conn.execute("INSERT INTO workerpool_audit (at, actor, source, action, target)"
+                     " VALUES (now() - interval '100 days', 'old', 'cli', 'pause', 'cron')")
+        conn.execute("INSERT INTO workerpool_workers (id, host, pid, queue, last_seen)"
+                     " VALUES ('gone', 'h', 1, 'cron', now() - interval '1 hour')")
+    sup = start_supervisor("tests.apps.cron_runtime:pool", logins.worker, tmp_path)
+    try:
+        def done() -> bool:
+            parts = {row[0] for row in admin_rows(logins, """
+                SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+                WHERE i.inhparent = 'workerpool_jobs_history'::regclass""")}
+            return (len(parts) >= 5  # yesterday, today, and three days ahead: none 30 days old
+                    and min(parts) > f"workerpool_jobs_history_p{before(8):%Y%m%d}"
+                    and count(logins, "workerpool_jobs_history") == 2
+                    and count(logins, "workerpool_jobs WHERE finished_at < now() - interval"
+                                      " '10 days'") == 0
+                    and count(logins, "workerpool_audit") == 0
+                    and count(logins, "workerpool_workers WHERE id = 'gone'") == 0
+                    and count(logins, "workerpool_cron WHERE last_job_id IS NOT NULL") > 0)
+
+        wait_until(done, 60, message=f"every duty done as the worker role\n{sup.log()}")
+        assert sup.proc.poll() is None, sup.log()
+        sup.proc.terminate()
+        assert sup.wait_exit(30) == 0, sup.log()
+    finally:
+        kill_all([sup])
+    for refusal in ("permission denied", "maintenance duty", "maintenance pass failed"):
+        assert refusal not in sup.log().lower(), sup.log()
+
+
+def before(days: int) -> datetime:
+    return datetime.now(UTC) - timedelta(days=days)
+
+
+def count(logins: Logins, relation: str) -> int:
+    return admin_rows(logins, f"SELECT count(*) FROM {relation}")[0][0]
+
+
+def test_the_audit_trail_is_append_only_to_the_worker(logins):
+    for statement in ("UPDATE workerpool_audit SET actor = 'someone else'",
+                      "DELETE FROM workerpool_audit",
+                      "INSERT INTO workerpool_audit (at, actor, source, action, target)"
+                      " VALUES (now() - interval '1 year', 'x', 'cli', 'pause', 'q')"):
+        assert refused(logins.worker, statement), statement
+    assert refused(logins.reader, "SELECT workerpool_prune_audit(7200, 10)")
+    with psycopg.connect(libpq(logins.worker), autocommit=True) as conn:
+        conn.execute("INSERT INTO workerpool_audit (actor, source, action, target)"
+                     " VALUES ('app', 'cli', 'pause', 'q')")
+        assert conn.execute("SELECT workerpool_prune_audit(0, 10)").fetchone() == (0,)
+
+
+def test_public_may_not_create_in_the_schema_after_the_script(logins):
+    """PostgreSQL 13 and 14 grant CREATE on public to PUBLIC: the script takes it back."""
+    with psycopg.connect(libpq(logins.admin), autocommit=True) as conn:
+        conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    assert not refused(logins.worker, "CREATE TABLE through_public (x int)")
+    psql(logins.admin, print_sql(logins.owner.username.removesuffix("_mig")))
+    assert refused(logins.worker, "CREATE TABLE through_public_again (x int)")
+    assert refused(logins.reader, "CREATE TABLE through_public_again (x int)")

@@ -234,7 +234,8 @@ def cmd_web(args: argparse.Namespace) -> int:
                        "pip install 'workerpool[web]'") from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
-    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only,
+          hosts=args.allow_host)
     return exitcodes.OK
 
 
@@ -334,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--port", type=int, default=8080, help="default %(default)s")
     web.add_argument("--read-only", action="store_true",
                      help="serve no action at all (no retry, purge, cancel, pause)")
+    web.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a Host name to serve besides the loopback ones (repeatable; a"
+                          " reverse proxy's name). Without a token no other is served")
 
     health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
     health.add_argument("workers", nargs="*", metavar="WORKER",
@@ -434,20 +438,21 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from ..model.audit import acting
     from ..model.errors import WorkerpoolError, first_line
+    from .terminal import escaped, safe_stdout
 
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = COMMANDS[args.command]
     try:
-        with acting(getattr(args, "as_name", None), "cli"):  # what it does is recorded as cli
-            return handler(args)
+        with acting(getattr(args, "as_name", None), "cli"), safe_stdout(args.command):
+            return handler(args)  # what it does is recorded as cli
     except (CliError, WorkerpoolError) as exc:
-        print(f"workerpool {args.command}: {exc}", file=sys.stderr)
+        print(escaped(f"workerpool {args.command}: {exc}"), file=sys.stderr)
         return exitcodes.FAILURE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
+        print(escaped(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}"),
               file=sys.stderr)
         return exitcodes.FAILURE
 

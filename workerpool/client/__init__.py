@@ -23,10 +23,9 @@ from sqlalchemy.engine import URL
 from .. import sql
 from ..model.audit import check_actor, current_actor
 from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
-from ..model.cancel import CancelResult, Selection
+from ..model.cancel import CancelResult, Selection, check_reason
 from ..model.errors import (
     ConfigError,
-    InvalidFilter,
     InvalidSignal,
     SignalExists,
     UnknownQueue,
@@ -375,8 +374,7 @@ class WorkerPool:
         (alone or with ``queue``)."""
         selection = Selection(tuple(ids) if ids is not None else None, queue, task, state,
                               cancelling.tag_list(tags))
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
+        reason = check_reason(reason)
         by = actor(by)
         with self._connection(conn) as db:
             before = cancelling.selected(db, selection)

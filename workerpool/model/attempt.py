@@ -39,10 +39,16 @@ def safe_text(value: Any, limit: int) -> str:
         text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     except Exception as exc:  # a __str__ that raises
         text = f"<unprintable {type(value).__name__}: str() raised {type(exc).__name__}>"
-    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\x00")
+    text = storable(text)
     if len(text) > limit:
         text = text[:limit] + f"… [{len(text) - limit} more characters]"
     return text
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it, in a text column or a JSON string: a lone surrogate
+    (not valid UTF-8) becomes ``?`` and a NUL (which neither may hold) ``\\x00``."""
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def error_entry(exc: BaseException | None, *, attempt: int, worker: str, kind: str = "") -> dict:

@@ -12,13 +12,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .attempt import storable
 from .errors import InvalidFilter
 from .states import LIVE_STATES, JobState
 from .validation import check_filter, check_ids, check_tag_filter
 
+#: The longest reason a cancel keeps (it is stored in each job's history and the audit trail).
+MAX_REASON = 1000
+
 CANCELLED = "cancelled"  # it was queued: cancelled now
 STOPPING = "asked to stop"  # it runs: its worker stops it
 FINISHED = "already finished"  # done, dead or cancelled before: nothing changed
+
+
+def check_reason(reason: Any) -> str | None:
+    """A cancel's reason: None, or text PostgreSQL can store of at most MAX_REASON characters."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidFilter(f"reason must be a string, got {type(reason).__name__}")
+    if len(reason) > MAX_REASON:
+        raise InvalidFilter(f"reason must be at most {MAX_REASON} characters, got {len(reason)}")
+    if storable(reason) != reason:
+        raise InvalidFilter("reason must not contain NUL or a lone surrogate")
+    return reason
 
 
 def verdict(state: str) -> str:

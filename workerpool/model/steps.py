@@ -35,11 +35,21 @@ STEP, SLEEP, WAIT = "step", "sleep", "wait"
 
 
 def check_name(name: Any, what: str = "step", error: type[Exception] = InvalidStep) -> str:
-    """A step or signal name: a non-empty string of at most NAME_LIMIT characters, no NUL."""
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name:
+    """A step or signal name: a non-empty string of at most NAME_LIMIT characters, no NUL and
+    no lone surrogate (PostgreSQL stores neither)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name \
+            or not _utf8(name):
         raise error(f"{what} name must be a non-empty string of at most {NAME_LIMIT}"
                     f" characters, got {name!r}")
     return name
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_seconds(value: Any, what: str) -> float:

@@ -152,8 +152,8 @@ def check_tag_filter(tags: Any) -> tuple[str, ...] | None:
 def check_ids(ids: Iterable[Any]) -> tuple[int, ...]:
     checked = []
     for value in ids:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidFilter(f"job ids are positive integers, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
+            raise InvalidFilter(f"job ids are positive integers (a bigint), got {value!r}")
         checked.append(value)
     if not checked:
         raise InvalidFilter("no job ids given")

@@ -81,6 +81,8 @@ class DeadFilter:
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest duration accepted: a century (longer ones overflow a date, to no use).
+MAX_DURATION = timedelta(days=36525)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -88,7 +90,10 @@ def parse_duration(text: str) -> timedelta:
     match = DURATION.match(text or "")
     if not match:
         raise InvalidFilter(f"bad duration {text!r}: use a number with s, m, h, d or w (e.g. 7d)")
-    return timedelta(seconds=float(match[1]) * UNIT_SECONDS[match[2]])
+    seconds = float(match[1]) * UNIT_SECONDS[match[2]]
+    if seconds > MAX_DURATION.total_seconds():
+        raise InvalidFilter(f"bad duration {text!r}: at most {MAX_DURATION.days} days")
+    return timedelta(seconds=seconds)
 
 
 def parse_since(text: str) -> datetime | timedelta:

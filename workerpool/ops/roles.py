@@ -23,7 +23,7 @@ from sqlalchemy import Identity, Table
 
 from ..migrate import VERSION_TABLE
 from ..model.errors import ConfigError
-from ..sql.schema import metadata
+from ..sql.schema import audit, metadata
 
 #: The default prefix: the roles are ``workerpool_owner``, ``workerpool_worker`` and
 #: ``workerpool_reader``. Another prefix names another set (roles are cluster-wide: two
@@ -33,6 +33,15 @@ PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 #: What the runtime does to its tables: claim/outcome UPDATEs, enqueue INSERTs, pruning and
 #: dead-letter purge DELETEs, the workers registry. Never TRUNCATE, REFERENCES or TRIGGER.
 WORKER_TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
+#: The audit trail is append-only to the worker: it adds entries (never their id or time) and
+#: neither rewrites nor deletes one; the pruning goes through the owner's function.
+WORKER_AUDIT_PRIVILEGES = "SELECT, INSERT (actor, source, action, target, detail)"
+#: The owner's functions the runtime calls (migration 0017): they run with the owner's rights.
+WORKER_FUNCTIONS = (
+    "workerpool_history_create_partition(timestamptz, timestamptz)",
+    "workerpool_history_drop_partition(text)",
+    "workerpool_prune_audit(double precision, integer)",
+)
 SCHEMA = "public"
 
 
@@ -60,11 +69,15 @@ class TableGrant:
 
 def table_grants() -> list[TableGrant]:
     """Every workerpool table and what the worker role may do to it, from the schema."""
-    grants = [TableGrant(t.name, WORKER_TABLE_PRIVILEGES, _sequence_columns(t))
+    grants = [TableGrant(t.name, _worker_privileges(t), _sequence_columns(t))
               for t in metadata.sorted_tables]
     # The runtime reads the migration revision; only the owner moves it.
     grants.append(TableGrant(VERSION_TABLE, "SELECT", ()))
     return grants
+
+
+def _worker_privileges(table: Table) -> str:
+    return WORKER_AUDIT_PRIVILEGES if table.name == audit.name else WORKER_TABLE_PRIVILEGES
 
 
 def _sequence_columns(table: Table) -> tuple[str, ...]:
@@ -80,6 +93,7 @@ def print_sql(prefix: str = PREFIX, schema: str = SCHEMA) -> str:
     parts = [_header(roles), *(_create_role(r) for r in (roles.owner, roles.worker, roles.reader))]
     parts.append(_schema_sql(roles, schema))
     parts += [_table_sql(grant, roles, schema) for grant in table_grants()]
+    parts += [_function_sql(function, roles, schema) for function in WORKER_FUNCTIONS]
     return "\n".join(parts) + "\n"
 
 
@@ -106,7 +120,10 @@ def _schema_sql(roles: Roles, schema: str) -> str:
             if schema != "public" else "")
     return (f"{made}GRANT USAGE, CREATE ON SCHEMA {schema} TO {roles.owner};\n"
             f"GRANT USAGE ON SCHEMA {schema} TO {roles.worker}, {roles.reader};\n"
-            f"REVOKE CREATE ON SCHEMA {schema} FROM {roles.worker}, {roles.reader};")
+            f"REVOKE CREATE ON SCHEMA {schema} FROM {roles.worker}, {roles.reader};\n"
+            # PostgreSQL 13 and 14 let every role create in public: the worker and the reader
+            # would then create tables through PUBLIC whatever was revoked from them
+            f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC;")
 
 
 def _table_sql(grant: TableGrant, roles: Roles, schema: str) -> str:
@@ -126,4 +143,13 @@ def _table_sql(grant: TableGrant, roles: Roles, schema: str) -> str:
                     f"      EXECUTE 'GRANT MAINTAIN ON {qualified} TO {worker}';\n    END IF;")
     lines = "\n".join(body)
     return (f"DO $$ BEGIN\n  IF to_regclass('{qualified}') IS NOT NULL THEN\n{lines}\n"
+            f"  END IF;\nEND $$;")
+
+
+def _function_sql(function: str, roles: Roles, schema: str) -> str:
+    """Only the worker group may call an owner's function (none exists before 0017)."""
+    qualified = f"{schema}.{function}"
+    return (f"DO $$ BEGIN\n  IF to_regprocedure('{qualified}') IS NOT NULL THEN\n"
+            f"    REVOKE ALL ON FUNCTION {qualified} FROM PUBLIC, {roles.reader};\n"
+            f"    GRANT EXECUTE ON FUNCTION {qualified} TO {roles.worker};\n"
             f"  END IF;\nEND $$;")

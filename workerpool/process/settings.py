@@ -72,7 +72,16 @@ def _get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
 
 def database_url() -> str | None:
     """``$WORKERPOOL_DATABASE_URL``: where a pool connects when it is given no URL."""
-    return _get(URL_ENV)
+    return _url(URL_ENV, "use the embedded PostgreSQL")
+
+
+def _url(name: str, unset_means: str) -> str | None:
+    """A URL variable: set but blank is a mistake (a template that lost its value), not the
+    same as unset, which falls back to something else."""
+    value = os.environ.get(name)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{name} is set but empty: give a URL, or unset it to {unset_means}")
+    return value
 
 
 def schema() -> str | None:
@@ -82,7 +91,7 @@ def schema() -> str | None:
 
 def read_url() -> str | None:
     """``$WORKERPOOL_READ_URL``: a replica that status, the dashboard and the depth samples read."""
-    return _get(READ_URL_ENV)
+    return _url(READ_URL_ENV, "read the primary")
 
 
 def embedded_dir() -> Path:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, select, text
 
 from ..model.audit import current_source
-from .clock import seconds
 from .schema import audit
 
 #: Job ids an entry's detail lists at most (a queue-wide cancel can select millions; the count
@@ -38,10 +37,11 @@ def list_entries(conn: Connection, *, actor: str | None = None, action: str | No
     return list(conn.execute(stmt))
 
 
-# prune_audit: delete up to ``limit`` entries older than the retention. Index:
-# ix_workerpool_audit_at.
+# prune_audit: delete up to ``limit`` entries older than the retention (an hour at the least),
+# through the owner's function (migration 0017): the trail is append-only to the worker role.
+# Index: ix_workerpool_audit_at.
+_PRUNE = text("SELECT workerpool_prune_audit(:older, :limit)")
+
+
 def prune_audit(conn: Connection, older_than: float, limit: int) -> int:
-    old = (select(audit.c.id)
-           .where(audit.c.at < func.now() - bindparam("older", seconds(older_than)))
-           .limit(limit).scalar_subquery())
-    return conn.execute(audit.delete().where(audit.c.id.in_(old))).rowcount
+    return int(conn.execute(_PRUNE, {"older": float(older_than), "limit": limit}).scalar_one())

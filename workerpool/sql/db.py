@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -56,12 +57,19 @@ def normalise(url: URL) -> URL:
     return url.set(drivername="postgresql+psycopg")
 
 
+#: A query parameter holding a secret: libpq's ``password`` and ``sslpassword``, and any other
+#: whose name says password.
+_SECRET_PARAMETER = re.compile(r"([?&][^=&]*password[^=&]*=)[^&]*", re.IGNORECASE)
+
+
 def redact(url: str | URL) -> str:
-    """The URL as text with its password replaced by ***."""
+    """The URL as text with its password replaced by ***, in the authority and in the query
+    (``?password=``, ``sslpassword=``)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        shown = make_url(url).render_as_string(hide_password=True)
     except Exception:
         return "<unparseable URL>"
+    return _SECRET_PARAMETER.sub(r"\1***", shown)
 
 
 def embedded_url(data_dir: Path) -> URL:

@@ -78,21 +78,26 @@ def partitions(conn: Connection) -> list[Partition]:
     return [Partition(row.name, row.lower, row.upper) for row in rows]
 
 
+# create_partition, drop_partition: through the owner's functions (migration 0017), so the
+# least-privilege worker role keeps the partitions without CREATE on the schema or owning the
+# history (docs/roles.md). Index: none (DDL).
+_CREATE_PARTITION = text("SELECT workerpool_history_create_partition(:lower, :upper)")
+_DROP_PARTITION = text("SELECT workerpool_history_drop_partition(:name)")
+
+
 def create_partition(conn: Connection, part: Partition) -> None:
     """Create an empty table and attach it: ATTACH holds SHARE UPDATE EXCLUSIVE on the history
     (reads and moves go on), where CREATE ... PARTITION OF would hold ACCESS EXCLUSIVE. The
-    partitioned indexes are built on it as it attaches (empty: instant)."""
-    conn.execute(text(f"CREATE TABLE {part.name} (LIKE {HISTORY})"))
-    conn.execute(text(
-        f"ALTER TABLE {HISTORY} ATTACH PARTITION {part.name} FOR VALUES FROM"
-        f" ('{part.lower.isoformat()}') TO ('{part.upper.isoformat()}')"))
+    partitioned indexes are built on it as it attaches (empty: instant). The function names
+    the table as :func:`workerpool.model.history.partition` does."""
+    conn.execute(_CREATE_PARTITION, {"lower": part.lower, "upper": part.upper})
 
 
 def drop_partition(conn: Connection, part: Partition) -> None:
     """The retention: the partition's rows go with its files, no row deleted, nothing left to
     vacuum. Holds ACCESS EXCLUSIVE on the history until commit (the caller's lock_timeout
     bounds the wait behind a running read)."""
-    conn.execute(text(f"DROP TABLE {part.name}"))
+    conn.execute(_DROP_PARTITION, {"name": part.name})
 
 
 # ---------------------------------------------------------------------------------------------

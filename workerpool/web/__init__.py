@@ -37,14 +37,15 @@ from ..model.errors import (
 from . import actions, audit_pages, batch_pages, cron_pages, pages, workflow_pages
 from .access import Access, User, check_resolver
 from .inputs import BadInput
-from .render import render
-from .security import Csrf, CsrfRefused, Guard, token_from_env
+from .render import Notices, render
+from .security import Csrf, CsrfRefused, Guard, Hosts, token_from_env
 
 __all__ = ["User", "app"]
 
 log = logging.getLogger("workerpool.web")
 
 FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
+BY_ACCESS: Any = object()  # hosts default: loopback names only when nothing else guards
 
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
@@ -55,7 +56,7 @@ REFUSALS: list[tuple[type[BaseException], int]] = [
 
 
 def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
-        csrf_secret: bytes | None = None, user: Any = None) -> Any:
+        csrf_secret: bytes | None = None, user: Any = None, hosts: Any = BY_ACCESS) -> Any:
     """The dashboard of ``pool`` as an ASGI app.
 
     ``read_only``: no action route exists (POSTs get 404/405). ``token``: every request must
@@ -68,6 +69,8 @@ def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
     """
     token = token_from_env() if token is FROM_ENV else token
     resolver = check_resolver(user)
+    if hosts is BY_ACCESS:
+        hosts = () if token is None and resolver is None else None
     # The refusals are handled inside the app (a 4xx page); Exception goes to the outermost
     # handler, which answers 500 and lets the server log it.
     handlers: dict[Any, Any] = {kind: _failure for kind, _ in REFUSALS} | {Exception: _failure}
@@ -75,8 +78,9 @@ def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
     starlette.state.pool = pool
     starlette.state.read_only = read_only
     starlette.state.csrf = Csrf(csrf_secret)
+    starlette.state.notices = Notices()
     starlette.state.resolver = resolver
-    return Guard(Access(starlette, resolver), token)
+    return Guard(Access(starlette, resolver), token, Hosts(hosts))
 
 
 def routes(read_only: bool) -> list[Any]:

@@ -20,6 +20,8 @@ from ..sql.schema import DEAD_REASONS, STATES
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
 MAX_KEY = 1000
+#: The largest id or cursor a bigint column holds.
+MAX_ID = 2**63 - 1
 
 
 class BadInput(ValueError):
@@ -32,6 +34,8 @@ def text(params: Mapping[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise BadInput(f"{name} must be text")
+    if "\x00" in value:  # no name, key or filter holds one; PostgreSQL refuses it as text
+        raise BadInput(f"{name} must not contain a NUL character")
     value = value.strip()
     return value or None
 
@@ -54,13 +58,13 @@ def choice(params: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> s
 
 
 def positive(params: Mapping[str, Any], field: str, default: int | None = None,
-             maximum: int | None = None) -> int | None:
+             maximum: int = MAX_ID) -> int | None:
     value = text(params, field)
     if value is None:
         return default
     if not value.isdigit() or int(value) < 1:
         raise BadInput(f"{field} must be a positive whole number; got {value!r}")
-    if maximum is not None and int(value) > maximum:
+    if int(value) > maximum:
         raise BadInput(f"{field} must be at most {maximum}; got {value}")
     return int(value)
 
@@ -142,7 +146,7 @@ def duration(params: Mapping[str, Any], field: str) -> timedelta:
 
 
 def job_id(raw: str) -> int:
-    if not raw.isdigit() or not 0 < int(raw) < 2**63:
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
         raise BadInput(f"a job id is a positive whole number; got {raw!r}")
     return int(raw)
 

@@ -8,6 +8,11 @@
   ``Origin`` names another host, is refused with 403. The secret is made per process (or given,
   for an app served by several processes).
 - **Binding** (:func:`check_bind`): a non-loopback address is refused unless a token is set.
+- **Host** (:class:`Hosts`): a dashboard anyone on this machine may use (no token, no user
+  resolver) answers only requests whose ``Host`` is a loopback name (``localhost``,
+  ``*.localhost``, ``127.0.0.1``, ``[::1]``) or one of the ``hosts`` it was given. Otherwise a
+  page of another site whose name an attacker points at 127.0.0.1 (DNS rebinding) would be
+  same-origin with the dashboard: it could read its pages and post its forms.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import binascii
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from hashlib import sha256
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,16 +88,49 @@ def presented_token(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-class Guard:
-    """ASGI middleware: authentication (when a token is set) and the safe headers."""
+class Hosts:
+    """The ``Host`` names a dashboard answers: loopback names and ``names``, or any (None)."""
 
-    def __init__(self, app: Any, token: str | None) -> None:
+    def __init__(self, names: Iterable[str] | None) -> None:
+        if isinstance(names, str):
+            raise ConfigError(f"hosts= must be a list of host names, not the string {names!r}")
+        self.names = None if names is None else {_host_name(name) for name in names}
+
+    def serves(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+        if self.names is None:
+            return True
+        given = [value for key, value in headers if key == b"host"]
+        if len(given) != 1:
+            return False
+        name = _host_name(given[0].decode("latin-1"))
+        return name in self.names or name.endswith(".localhost") or is_loopback(name)
+
+
+def _host_name(value: str) -> str:
+    """``Example.COM:8080`` -> ``example.com``; ``[::1]:80`` -> ``::1``; junk -> ''."""
+    try:
+        return (urlsplit(f"//{value.strip()}").hostname or "").rstrip(".")
+    except ValueError:
+        return ""
+
+
+class Guard:
+    """ASGI middleware: the Host check, authentication (when a token is set), the safe headers.
+
+    ``hosts``: see :class:`Hosts`; the default checks the Host only when nothing else stands
+    between a browser on this machine and the actions (no token, no user resolver)."""
+
+    def __init__(self, app: Any, token: str | None, hosts: Hosts | None = None) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.hosts = hosts or Hosts(None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if not self.hosts.serves(scope["headers"]):
+            await _refuse_host(send)
             return
         if self.token is not None and not self._authorised(scope):
             await _refuse(send)
@@ -117,6 +155,14 @@ async def _refuse(send: Any) -> None:
     await send({"type": "http.response.start", "status": 401, "headers": [
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"www-authenticate", b'Basic realm="workerpool", charset="UTF-8"'), *HEADERS]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_host(send: Any) -> None:
+    body = (b"refused: this dashboard serves loopback names only (localhost, 127.0.0.1); pass"
+            b" hosts=[...] to workerpool.web.app, or set WORKERPOOL_WEB_TOKEN\n")
+    await send({"type": "http.response.start", "status": 400, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), *HEADERS]})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
@@ -14,12 +15,14 @@ DEFAULT_PORT = 8080
 
 
 def serve(pool: Any, *, bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT,
-          read_only: bool = False) -> None:
-    """Run the dashboard until interrupted (checks first: nothing listens on a refusal)."""
+          read_only: bool = False, hosts: Sequence[str] = ()) -> None:
+    """Run the dashboard until interrupted (checks first: nothing listens on a refusal).
+    ``hosts``: Host names served besides the loopback ones when there is no token."""
     token = token_from_env()
     check_bind(bind, token)
     pool.url  # resolve the database URL now: a bad one is refused before anything listens
-    dashboard = app(pool, read_only=read_only, token=token)
+    dashboard = app(pool, read_only=read_only, token=token,
+                    **({"hosts": list(hosts)} if hosts else {}))
     mode = "read-only" if read_only else "read-write"
     print(f"workerpool web: serving the dashboard ({mode}) on http://{_host(bind)}:{port}/",
           flush=True)

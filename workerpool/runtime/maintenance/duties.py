@@ -3,7 +3,8 @@ finished rows, keeping its partitions: :mod:`.history`), the jobs waiting for a 
 or a deadline that passed, the worker registry, and the jobs table's health
 (:mod:`.health`, at its own cadence).
 
-:meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own.
+:meth:`Maintenance.run_pass` runs each duty once, every one in a short transaction of its own,
+and on its own: one that fails is logged and skips none of the others (:mod:`.failures`).
 Any number of replicas may run it at once: every step is safe to run concurrently (row locks,
 ``SKIP LOCKED``, unique keys).
 """
@@ -31,6 +32,7 @@ from ...sql import audit, batches, dependencies, job_logs, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
+from .failures import DutyRunner
 from .health import TableKeeper
 from .history import HistoryKeeper
 
@@ -78,6 +80,7 @@ class Maintenance:
         self.settings = registry.maintenance_settings
         self.interval = self.settings.interval if interval is None else interval
         self._registered = False
+        self.duties = DutyRunner()  # which duties are failing, and why
         self.table = TableKeeper(engine, pooled=pooled, settings=self.settings)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
@@ -104,20 +107,26 @@ class Maintenance:
             yield conn
 
     def run_pass(self) -> None:
-        """One round of every duty. Raises if the database is unreachable (no heartbeat then)."""
-        self.keep_registered()
-        self.schedule_crons()
-        self.sweep_abandoned()
-        self.prune_finished()
-        self.keep_history()
-        self.sweep_batches()
-        self.sweep_dependencies()
-        self.sweep_signals()
-        self.prune_workers()
-        self.prune_rate_counts()
-        self.prune_records()
-        self.table.tick()  # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
-        self.sample_depth()
+        """One round of every duty, each on its own: one that fails is logged with its name and
+        cause and skips none of the others (:mod:`.failures`). Raises if the database is
+        unreachable (no heartbeat then)."""
+        for name, duty in (
+            ("registry", self.keep_registered),
+            ("cron", self.schedule_crons),
+            ("abandoned", self.sweep_abandoned),
+            ("prune", self.prune_finished),
+            ("history", self.keep_history),
+            ("batches", self.sweep_batches),
+            ("dependencies", self.sweep_dependencies),
+            ("signals", self.sweep_signals),
+            ("workers", self.prune_workers),
+            ("rate_counts", self.prune_rate_counts),
+            ("records", self.prune_records),
+            # every HEALTH_INTERVAL, not every pass; VACUUM runs on its own thread
+            ("table_health", self.table.tick),
+            ("depth", self.sample_depth),
+        ):
+            self.duties.run(name, duty)
 
     def keep_registered(self) -> None:
         """Announce this process in ``workerpool_workers`` and keep its ``last_seen`` fresh."""

@@ -4,7 +4,8 @@ The one loop for both ways of running maintenance: the supervisor's maintenance 
 to the parent, which touches the heartbeat file; the loop ends when the parent is gone) and
 ``python -m workerpool.maintenance`` in the foreground (no parent).
 
-A pass that hits a database error is logged and retried at the next one, without a tick, so a
+A duty that fails is logged by the pass, which runs the others and ticks (:mod:`.failures`). A
+pass that cannot reach the database is logged and retried at the next one, without a tick, so a
 child cut off from the database goes stale; any other error ends the loop (the supervisor
 restarts a child that crashed).
 """
@@ -20,6 +21,7 @@ import psycopg
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ...model import exitcodes
+from ...model.errors import first_line
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -65,7 +67,8 @@ class MaintenanceLoop:
                 self.maintenance.run_pass()
                 self.on_tick()
             except DATABASE_ERRORS as exc:
-                log.warning("maintenance pass failed (%s)", type(exc).__name__,
+                log.warning("maintenance pass failed: the database is unreachable (%s: %s)",
+                            type(exc).__name__, first_line(exc),
                             extra={"event": "database_error", "worker": "maintenance"})
             if not self.parent_alive():
                 log.warning("parent is gone; stopping", extra={"event": "parent_gone"})

@@ -8,7 +8,9 @@ captured. Only records your logging configuration lets through reach the root lo
 ``--log-level`` of ``workerpool run``).
 
 Each attempt keeps at most :data:`MAX_RECORDS` records and :data:`MAX_BYTES` of messages; what
-the bound leaves out is counted (``dropped``) and shown as truncated.
+the bound leaves out is counted (``dropped``) and shown as truncated. Every text of a record is
+made storable as it is kept (:func:`~workerpool.model.attempt.storable`): a NUL or a lone
+surrogate in one must not fail the write of the attempt's outcome, which carries the records.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import logging
 import threading
 from contextvars import ContextVar
 from datetime import UTC, datetime
+
+from ...model.attempt import storable
 
 MAX_RECORDS = 200
 MAX_BYTES = 64 * 1024
@@ -35,11 +39,13 @@ class AttemptLog:
         self._lock = threading.Lock()
 
     def add(self, record: logging.LogRecord, message: str) -> None:
+        message = storable(message)
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE - 1] + "…"
         entry = {"at": datetime.fromtimestamp(record.created, UTC).isoformat(),
-                 "level": record.levelname, "logger": record.name, "message": message}
-        cost = len(message.encode("utf-8", "replace")) + len(record.name) + 40
+                 "level": storable(str(record.levelname)), "logger": storable(str(record.name)),
+                 "message": message}
+        cost = len(message.encode("utf-8")) + len(entry["logger"]) + 40
         with self._lock:
             if len(self.records) >= MAX_RECORDS or self.size + cost > MAX_BYTES:
                 self.dropped += 1
