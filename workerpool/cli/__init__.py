@@ -214,12 +214,14 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..process import settings
-    from ..process.healthcheck import check
+    from ..process.healthcheck import Verdict, check_all, find
 
     if not args.max_age > 0:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
-    directory = Path(args.dir) if args.dir else settings.heartbeat_directory()
-    verdict = check(directory, args.max_age, args.workers)
+    given = Path(args.dir) if args.dir else settings.heartbeat_directory()
+    found = [given] if given is not None else find(settings.heartbeat_base(), args.app)
+    verdict = found if isinstance(found, Verdict) else check_all(found, args.max_age,
+                                                                 args.workers)
     if not verdict.healthy:
         raise CliError(verdict.message)
     print(f"workerpool healthcheck: {verdict.message}")
@@ -304,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "its declared processes= (repeatable)")
     run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
                      help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
-                          "else /dev/shm/workerpool-<uid>)")
+                          "else one of this app and database's own under "
+                          "$XDG_RUNTIME_DIR/workerpool or /dev/shm/workerpool-<uid>)")
     run.add_argument("--grace", default=None, metavar="SECONDS",
                      help="the orchestrator's stop grace period (default: "
                           "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it")
@@ -339,7 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("workers", nargs="*", metavar="WORKER",
                         help="heartbeat names to check (default: every file in the directory)")
     health.add_argument("--dir", default=None,
-                        help="heartbeat directory (default: as for `workerpool run`)")
+                        help="heartbeat directory (default: $WORKERPOOL_HEARTBEAT_DIR, else the "
+                             "one the live supervisor on this host holds)")
+    health.add_argument("--app", default=None, metavar="APP:POOL",
+                        help="without --dir: the supervisor of this app, when several run here"
+                             " (the target as given to `workerpool run`; not imported)")
     health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
                         metavar="SECONDS", help="older than this is stale (default %(default)g)")
     demo = add_command(

@@ -102,7 +102,8 @@ send it as a Bearer token or as the basic-auth password. Needs `pip install 'wor
     "healthcheck": """\
 example:
   workerpool healthcheck                   # a Kubernetes exec probe: exit 0 iff all fresh
-  workerpool healthcheck email --max-age 30""",
+  workerpool healthcheck email --max-age 30
+  workerpool healthcheck --app myapp.jobs:pool   # several apps' supervisors on this host""",
     "demo": """\
 example:
   workerpool demo

@@ -45,7 +45,7 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
         restart_delay=args.restart_delay, boot_retries=args.boot_retries,
         maintenance_interval=pool.maintenance_settings.interval,
         metrics_port=args.metrics_port, metrics_bind=args.metrics_bind,
-        processes=args.processes,
+        processes=args.processes, app=args.app, database=pool.engines.identity(),
     )
     pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
     return pool, settings

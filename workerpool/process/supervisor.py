@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..model import exitcodes, metrics
+from ..model.errors import ConfigError
 from ..model.states import ChildState, SupervisorMood
 from . import heartbeat, pipe
 from .exporter import Exporter
@@ -76,6 +77,7 @@ class Supervisor:
         self._touch_failed_at = float("-inf")
         self._forced_exit_at: float | None = None
         self.exporter: Any = None  # an Exporter with --metrics-port
+        self._claim: heartbeat.Claim | None = None
 
     # -- entry point ---------------------------------------------------------------------------
 
@@ -103,6 +105,7 @@ class Supervisor:
         self._signals.append(signum)
 
     def start(self) -> None:
+        self._claim_heartbeat_dir()
         removed = heartbeat.remove_all(self.settings.heartbeat_dir)
         self._touch_own_heartbeat()
         self._touch_every_child_file()
@@ -342,6 +345,15 @@ class Supervisor:
 
     # -- heartbeat files -----------------------------------------------------------------------
 
+    def _claim_heartbeat_dir(self) -> None:
+        """Hold the directory for this process and its children before clearing it: a second
+        supervisor given the same one is refused instead of deleting the files we touch."""
+        try:
+            self._claim = heartbeat.claim(self.settings.heartbeat_dir, self.settings.app,
+                                          self.settings.database)
+        except heartbeat.HeartbeatDirError as exc:
+            raise ConfigError(str(exc)) from None
+
     def _touch_own_heartbeat(self) -> None:
         now = self.os.monotonic()
         if now - self._own_touch >= heartbeat.HEARTBEAT_PERIOD:
@@ -367,8 +379,12 @@ class Supervisor:
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _own_fds(self) -> tuple[int, ...]:
-        """The parent's descriptors a forked child closes: wake-up pipe, metrics socket."""
-        return tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
+        """The parent's descriptors a forked child closes: wake-up pipe, metrics socket, the
+        heartbeat directory's lock (orphans outliving a killed parent must not keep a new
+        supervisor out of a directory nobody touches any more)."""
+        claim = (self._claim.fd,) if self._claim is not None and self._claim.fd is not None else ()
+        return (tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
+                + claim)
 
     def _live_slots(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.state in LIVE]
