@@ -20,7 +20,7 @@ from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import live
 from .helptext import add_command
-from .target import CliError, pool_for
+from .target import CliError, check_migrated, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -236,7 +236,9 @@ def cmd_web(args: argparse.Namespace) -> int:
                        "pip install 'workerpool[web]'") from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
-    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only)
+    pool = pool_for(args)
+    check_migrated(pool)
+    serve(pool, bind=args.bind, port=args.port, read_only=args.read_only)
     return exitcodes.OK
 
 
@@ -454,9 +456,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}",
-              file=sys.stderr)
+        told = _not_migrated(args, exc) or f"{type(exc).__name__}: {first_line(exc)}"
+        print(f"workerpool {args.command}: {told}", file=sys.stderr)
         return exitcodes.FAILURE
+
+
+def _not_migrated(args: argparse.Namespace, exc: Exception) -> str | None:
+    """For a statement that met a database without workerpool's tables (or older ones): the
+    line naming `workerpool migrate` and the revisions, instead of the driver's error."""
+    if "psycopg" not in sys.modules:  # no statement ran: not a database's error
+        return None
+    from ..sql import revision
+
+    if not revision.is_missing(exc):
+        return None
+    try:
+        return str(pool_for(args).not_migrated(exc))
+    except Exception:
+        return None
 
 
 

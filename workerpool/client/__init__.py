@@ -11,6 +11,8 @@ it: the runtime gets the registry and a URL, never the pool.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -40,7 +42,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, signals, waiting
+from ..sql import audit, batching, revision, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -61,12 +63,50 @@ from ..sql.writes import (
 from . import cancelling, crons
 from .engines import Engines, database_url, default_actor
 
-__all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
+__all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
 pause_log = logging.getLogger("workerpool.pause")
+F = TypeVar("F", bound=Callable[..., Any])
 #: Ids kept in one audit entry (a queue-wide cancel can select millions; the count is whole).
 AUDIT_IDS = 1000
 T = TypeVar("T")
+
+
+def _explained(method: F) -> F:
+    """A call that says ``workerpool migrate`` (NotMigrated, one line) when it meets a database
+    without workerpool's tables, or with older ones, instead of the driver's UndefinedTable.
+    Nothing is added before the statements: the check runs only once they have failed."""
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def explained_async(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except revision.ERRORS as exc:
+                if not revision.is_missing(exc):
+                    raise
+                raise self.not_migrated(exc) from None
+        return explained_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def explained(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except revision.ERRORS as exc:
+            if not revision.is_missing(exc):
+                raise
+            raise self.not_migrated(exc) from None
+    return explained  # type: ignore[return-value]
+
+
+@contextmanager
+def explaining(pool: WorkerPool) -> Iterator[None]:
+    """Around statements on ``pool``'s database: NotMigrated as :func:`_explained` raises it."""
+    try:
+        yield
+    except revision.ERRORS as exc:
+        if not revision.is_missing(exc):
+            raise
+        raise pool.not_migrated(exc) from None
 
 
 class WorkerPool:
@@ -191,6 +231,19 @@ class WorkerPool:
 
         upgrade(self.url, revision, schema=self.schema)
 
+    def check_migrated(self) -> None:
+        """NotMigrated (one line naming ``workerpool migrate`` and the revisions) unless the
+        database holds this code's tables: what `workerpool run` and `web` check at start."""
+        from ..migrate import check
+
+        check(self.engine, self.schema)
+
+    def not_migrated(self, exc: BaseException) -> Exception:
+        """The NotMigrated error for ``exc``, a statement's UndefinedTable or UndefinedColumn."""
+        from ..migrate import explain
+
+        return explain(self.engine, self.schema, exc)
+
     # -- enqueue -------------------------------------------------------------------------------
 
     def build(
@@ -212,6 +265,7 @@ class WorkerPool:
         return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
                          priority=priority, max_attempts=max_attempts, **limits)
 
+    @_explained
     def enqueue(
         self,
         task: str | Callable[..., Any],
@@ -238,6 +292,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
+    @_explained
     def enqueue_many(
         self,
         jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
@@ -267,6 +322,7 @@ class WorkerPool:
             self._inline(conn, ids)
         return ids
 
+    @_explained
     async def enqueue_async(
         self,
         task: str | Callable[..., Any],
@@ -288,6 +344,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
+    @_explained
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
@@ -314,6 +371,7 @@ class WorkerPool:
             result = await own.run_sync(write)
         return result
 
+    @_explained
     def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
@@ -352,6 +410,7 @@ class WorkerPool:
 
     # -- operating it live ---------------------------------------------------------------------
 
+    @_explained
     def cancel(
         self,
         ids: Iterable[int] | None = None,
@@ -459,6 +518,7 @@ class WorkerPool:
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
+    @_explained
     def signal(self, name: str, payload: Any = None, *,
                conn: Connection | None = None) -> datetime:
         """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
@@ -483,17 +543,20 @@ class WorkerPool:
 
     # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
 
+    @_explained
     def job(self, job_id: int) -> JobInfo:
         """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
         UnknownJob when no job has this id (never enqueued, or pruned)."""
         return waiting.read(self, job_id)
 
+    @_explained
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait for the job to end and return what its handler returned. Raises JobFailed
         (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
         finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
         return waiting.wait(self, job_id, timeout, listen=self._listens())
 
+    @_explained
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio, on the pool's async engine."""
         return await waiting.wait_async(self, job_id, timeout, listen=self._listens())
@@ -527,6 +590,7 @@ class WorkerPool:
                           on_failure=on_failure, payload=payload, conn=conn, key=key,
                           inline=self._inline)
 
+    @_explained
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
         return batching.status(self, batch_id)
