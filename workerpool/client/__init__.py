@@ -372,21 +372,28 @@ class WorkerPool:
         return result
 
     @_explained
-    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
+    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None,
+              key: str | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
-        first one's id is the chain's ``workflow_id``."""
+        first one's id is the chain's ``workflow_id``.
+
+        ``key`` (or ``key=`` in the first step's options) makes the chain idempotent: its first
+        job holds the key, and a chain whose first job holds it already is returned as it is
+        (every one of its ids; nothing written), checked as :meth:`enqueue` checks a key. Key
+        options on a later step are refused (docs/workflows.md)."""
         with borrowed(conn, self.schema):
-            ids = chain(self, steps, conn)
+            ids = chain(self, steps, conn, key)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
 
-    def workflow(self, *, conn: Connection | None = None) -> Workflow:
+    def workflow(self, *, conn: Connection | None = None, key: str | None = None) -> Workflow:
         """A graph builder: ``wf.step(name, task, payload, after=[names])`` then ``wf.run()``
-        enqueues every step in one transaction and returns ``{name: job id}``."""
+        enqueues every step in one transaction and returns ``{name: job id}``. ``key``: a run
+        whose key a workflow's first job holds already returns that workflow's ids."""
         self._own_schema_only(conn, "workflow")
-        return Workflow(self, conn)
+        return Workflow(self, conn, key)
 
     def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
         """For tests: ``"inline"`` runs each enqueued job in this process right after the
