@@ -18,6 +18,7 @@ from . import batch as cli_batch
 from . import crons as cli_crons
 from . import enqueue as cli_enqueue
 from . import helptext as cli_help
+from . import job as cli_job
 from . import live
 from .helptext import add_command
 from .target import CliError, check_migrated, pool_for
@@ -260,6 +261,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "dead": cmd_dead,
     "batch": lambda args: cli_batch.cmd_batch(args),
+    "job": lambda args: cli_job.cmd_job(args),
     "signal": cmd_signal,
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
@@ -295,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_dead_parser(sub)
     cli_batch.add_parser(sub)
+    cli_job.add_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)
     cli_crons.add_parsers(sub)

@@ -72,6 +72,14 @@ A task neither knows refuses the whole replay and changes nothing; with no live 
 example:
   workerpool batch show 17
   workerpool batch show 17 --json | jq '.done, .finished'""",
+    "job": """\
+example:
+  workerpool job show 42
+  workerpool job show 42 --json | jq '.errors[].worker'""",
+    "job show": """\
+example:
+  workerpool job show 42                   # state, attempts, errors, result, steps, times
+  workerpool job show 42 --json""",
     "batch show": """\
 example:
   workerpool batch show 17                 # members by state, a progress bar, its callbacks
