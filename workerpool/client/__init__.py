@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -469,21 +469,22 @@ class WorkerPool:
         return CancelResult.done(before, states, others, by)
 
     def pause(self, queue: str, *, by: str | None = None,
-              known: Iterable[str] | None = None) -> None:
+              known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
         """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works).
 
         Workers read their queue's row at most once per poll interval, and a notification
         makes them read it at once; a paused queue's workers claim nothing, keep renewing the
-        leases of the jobs still running, and keep ticking (a paused queue is healthy)."""
-        self._set_paused(queue, True, by, known)
+        leases of the jobs still running, and keep ticking (a paused queue is healthy).
+        ``conn=``: in the caller's transaction."""
+        self._set_paused(queue, True, by, known, conn)
 
     def resume(self, queue: str, *, by: str | None = None,
-               known: Iterable[str] | None = None) -> None:
+               known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
         """Let every replica claim from ``queue`` again."""
-        self._set_paused(queue, False, by, known)
+        self._set_paused(queue, False, by, known, conn)
 
     def _set_paused(self, queue: str, paused: bool, by: str | None,
-                    known: Iterable[str] | None) -> None:
+                    known: Iterable[str] | None, conn: Connection | None = None) -> None:
         """An unknown queue raises UnknownQueue naming the known ones: ``known`` if given, else
         the declared queues, else the queues live workers serve or that have rows."""
         try:
@@ -491,14 +492,14 @@ class WorkerPool:
         except ValueError as exc:
             raise UnknownQueue(str(exc)) from None
         by = actor(by)
-        with self.engine.begin() as conn:
+        with self._connection(conn) as db:
             names = set(known) if known is not None else (
-                set(self.queues) or sql.queue_names(conn, LIVE_WORKER_WINDOW))
+                set(self.queues) or sql.queue_names(db, LIVE_WORKER_WINDOW))
             if queue not in names:
                 raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
                                    f"{', '.join(sorted(names)) or '(none)'}")
-            sql.set_paused(conn, queue, paused, by)
-            audit.record(conn, by, "pause" if paused else "resume", f"queue:{queue}")
+            sql.set_paused(db, queue, paused, by)
+            audit.record(db, by, "pause" if paused else "resume", f"queue:{queue}")
         verb = "paused" if paused else "resumed"
         pause_log.info("queue %s %s by %s", queue, verb, by,
                        extra={"event": f"queue_{verb}", "queue": queue, "by": by})
@@ -606,6 +607,70 @@ class WorkerPool:
                       ) -> Iterator[MemberResult]:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
         return batching.results(self, batch_id, page_size)
+
+    # -- asyncio: each call above on an AsyncConnection (the caller's transaction) or the pool's
+    # async engine, through run_sync: the same statements, checks and errors ------------------
+
+    async def _on_async(self, conn: Any, call: Callable[[Connection], T], *,
+                        write: bool = True) -> T:
+        """``call(connection)`` on the caller's ``AsyncConnection`` (in its transaction), else on
+        the pool's async engine: in a transaction of its own when it ``write``s."""
+        result: T
+        if conn is not None:
+            result = await caller_async_connection(conn).run_sync(call)
+        elif write:
+            async with self.async_engine.begin() as own:
+                result = await own.run_sync(call)
+        else:
+            async with self.async_engine.connect() as own:
+                result = await own.run_sync(call)
+        return result
+
+    async def chain_async(self, steps: Iterable[Any], *, conn: Any = None,
+                          key: str | None = None) -> list[int]:
+        """:meth:`chain` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        return await self._on_async(conn, lambda sync: self.chain(steps, conn=sync, key=key))
+
+    @_explained
+    async def job_async(self, job_id: int) -> JobInfo:
+        """:meth:`job` for asyncio, on the pool's async engine."""
+        return await waiting.read_async(self, job_id)
+
+    @_explained
+    async def batch_status_async(self, batch_id: int) -> BatchStatus:
+        """:meth:`batch_status` for asyncio, on the pool's async engine."""
+        return await self._on_async(None, lambda sync: batching.status_on(sync, batch_id),
+                                    write=False)
+
+    def batch_results_async(self, batch_id: int, *, page_size: int = PAGE_SIZE
+                            ) -> AsyncIterator[MemberResult]:
+        """:meth:`batch_results` for asyncio: ``async for member in ...``, a page at a time
+        (the id is checked, and the batch looked up, on the first iteration)."""
+        return batching.results_async(self, batch_id, page_size)
+
+    async def signal_async(self, name: str, payload: Any = None, *,
+                           conn: Any = None) -> datetime:
+        """:meth:`signal` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        return await self._on_async(conn, lambda sync: self.signal(name, payload, conn=sync))
+
+    async def cancel_async(self, ids: Iterable[int] | None = None, *, conn: Any = None,
+                           **options: Any) -> CancelResult:
+        """:meth:`cancel` for asyncio (``conn=``: an ``AsyncConnection``; the same keywords)."""
+        options["by"] = actor(options.get("by"))  # the caller's context, not run_sync's
+        return await self._on_async(conn, lambda sync: self.cancel(ids, conn=sync, **options))
+
+    async def pause_async(self, queue: str, *, by: str | None = None,
+                          known: Iterable[str] | None = None, conn: Any = None) -> None:
+        """:meth:`pause` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        by = actor(by)  # read here: the caller's context, not run_sync's greenlet
+        await self._on_async(conn, lambda sync: self.pause(queue, by=by, known=known, conn=sync))
+
+    async def resume_async(self, queue: str, *, by: str | None = None,
+                           known: Iterable[str] | None = None, conn: Any = None) -> None:
+        """:meth:`resume` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        by = actor(by)
+        await self._on_async(conn,
+                             lambda sync: self.resume(queue, by=by, known=known, conn=sync))
 
     def _own_schema_only(self, conn: Any, call: str) -> None:
         """Refuse ``conn=`` where a call keeps the caller's connection beyond itself (a batch, a

@@ -40,7 +40,7 @@ from ..model.states import LIVE_STATES, JobState
 from . import keys, single_write
 from .dependencies import Link, attach, lock_parents, sequence_tail
 from .schema import history, jobs
-from .writes import Target, _atomically, caller_connection, enqueue_one
+from .writes import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
 
 #: The options that link a job to others.
 LINK_OPTIONS = ("after", "sequence")
@@ -335,6 +335,17 @@ class Workflow:
         return in_transaction(self.pool, conn if conn is not None else self.conn, write)
 
     enqueue = run
+
+    async def run_async(self, conn: Any = None) -> dict[str, int]:
+        """:meth:`run` for asyncio: in the caller's ``AsyncConnection`` transaction (``conn=``
+        here or to ``pool.workflow``), else in one of the pool's async engine."""
+        conn = conn if conn is not None else self.conn
+        if conn is not None:
+            return await caller_async_connection(conn).run_sync(self.run)
+        async with self.pool.async_engine.begin() as own:
+            return await own.run_sync(self.run)
+
+    enqueue_async = run_async
 
 
 __all__ = ["LINK_OPTIONS", "Workflow", "chain", "enqueue_linked", "enqueue_many_linked",
