@@ -246,7 +246,8 @@ class Supervisor:
         if self.mood is not SupervisorMood.RUNNING or slot.state is ChildState.STOPPING:
             slot.state = ChildState.EXITED  # STOPPING -> EXITED
             return
-        self._schedule_restart(slot, failed_boot=not slot.ticked)
+        self._schedule_restart(slot, failed_boot=not slot.ticked, cause=cause,
+                               status=describe_status(status))
         if slot.state is ChildState.BACKOFF:
             metrics.record.restarted(slot.name, cause)
 
@@ -261,7 +262,8 @@ class Supervisor:
                 extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid,
                        "status": text})
 
-    def _schedule_restart(self, slot: Slot, *, failed_boot: bool) -> None:
+    def _schedule_restart(self, slot: Slot, *, failed_boot: bool, cause: str = "exit",
+                          status: str = "") -> None:
         now = self.os.monotonic()
         slot.count_exit(now, failed_boot=failed_boot)
         if slot.boot_failures >= self.settings.boot_retries:
@@ -273,9 +275,14 @@ class Supervisor:
             return
         delay = restart_delay(slot.crashes, self.settings.restart_delay)
         slot.state, slot.restart_at = ChildState.BACKOFF, now + delay  # -> BACKOFF
-        log.info("restart scheduled worker=%s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
-                 delay, slot.crashes, slot.boot_failures,
-                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay})
+        # fast_exits: the exits in a row that back-off counts (a child that ran long enough, or
+        # claimed jobs, starts it again), so a kill -9 of a busy child is 0 there: the line
+        # names what happened by its cause and status instead
+        log.info("restart scheduled worker=%s cause=%s status=%s delay=%.2fs fast_exits=%d "
+                 "boot_failures=%d", slot.name, cause, status, delay, slot.crashes,
+                 slot.boot_failures,
+                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay,
+                        "cause": cause})
 
     # -- hung children -------------------------------------------------------------------------
 
