@@ -14,6 +14,7 @@ import pytest
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import Supervisor, kill_all
 from tests.helpers.waiting import wait_until
+from workerpool.process.healthcheck import find
 
 BASIC, CONTROL = "tests.apps.basic:pool", "tests.apps.control:pool"
 
@@ -78,8 +79,10 @@ def test_two_apps_on_one_host_keep_their_own_heartbeats(host):
     assert not files(basic_dir) & {"ctl.heartbeat", "other.heartbeat"}
 
     both = healthcheck(host.env)  # which app? the probe must not guess
-    assert both.returncode == 1 and "2 supervisors run here" in both.stderr, both.stderr
-    assert "--app" in both.stderr and len(both.stderr.splitlines()) == 1
+    assert both.returncode == 1 and "supervisors run here" in both.stderr, both.stderr
+    assert BASIC in both.stderr and CONTROL in both.stderr and "--app" in both.stderr
+    assert len(both.stderr.splitlines()) == 1
+    assert find([host.base]).message.startswith("2 supervisors run here")
     mine = healthcheck(host.env, "--app", BASIC, "fast", "slow")
     assert mine.returncode == 0, mine.stderr
     # the other app's child never answers for this one
@@ -101,7 +104,8 @@ def test_two_apps_on_one_host_keep_their_own_heartbeats(host):
     for sup in (control, again):
         os.kill(sup.pid, signal.SIGTERM)
         assert sup.wait_exit(60) == 0
-    alone = healthcheck(host.env, "fast")  # one supervisor left: found without --app
+    assert find([host.base]) == [basic_dir]  # one supervisor left: found without --app
+    alone = healthcheck(host.env, "--app", BASIC, "fast")
     assert alone.returncode == 0 and "fast" in alone.stdout, alone.stderr
 
 
@@ -115,4 +119,4 @@ def test_a_restart_takes_back_the_dead_supervisors_directory(host):
     assert started_dir(second) == directory  # the lock died with the supervisor
     assert "removed old heartbeats" in second.log()
     second.wait_running("fast")
-    assert healthcheck(host.env, "fast").returncode == 0
+    assert healthcheck(host.env, "--app", BASIC, "fast").returncode == 0

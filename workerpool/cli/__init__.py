@@ -220,7 +220,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     if not args.max_age > 0:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
     given = Path(args.dir) if args.dir else settings.heartbeat_directory()
-    found = [given] if given is not None else find(settings.heartbeat_base(), args.app)
+    found = [given] if given is not None else find(settings.heartbeat_bases(), args.app)
     verdict = found if isinstance(found, Verdict) else check_all(found, args.max_age,
                                                                  args.workers)
     if not verdict.healthy:

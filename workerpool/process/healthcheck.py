@@ -29,14 +29,16 @@ def _expanded(asked: list[str], present: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def find(base: Path, app: str | None = None) -> list[Path] | Verdict:
-    """The directories to judge when none is given: those live supervisors hold under ``base``
-    (of ``app`` only, when named). Several of different apps, with no app named, are a Verdict:
-    judging them together would let one app's child answer for another's."""
-    owners = [o for o in heartbeat.live_owners(base) if app is None or o.app == app]
+def find(bases: list[Path], app: str | None = None) -> list[Path] | Verdict:
+    """The directories to judge when none is given: those live supervisors hold under
+    ``bases`` (of ``app`` only, when named). Several of different apps, with no app named, are
+    a Verdict: judging them together would let one app's child answer for another's."""
+    owners = [o for base in bases for o in heartbeat.live_owners(base)
+              if app is None or o.app == app]
     if not owners:
         whose = f" of {app}" if app else ""
-        return Verdict(False, f"no live supervisor{whose} has a heartbeat directory in {base}")
+        where = " or ".join(str(base) for base in bases)
+        return Verdict(False, f"no live supervisor{whose} has a heartbeat directory in {where}")
     apps = {o.app for o in owners}
     if app is None and len(apps) > 1:
         listed = "; ".join(o.describe() for o in owners)

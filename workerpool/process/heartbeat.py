@@ -209,18 +209,6 @@ def claim(directory: Path, app: str | None = None, database: str | None = None) 
     return held
 
 
-def claim_default(base: Path, app: str, database: str) -> Claim:
-    """The first free default directory of ``app`` on ``database`` under ``base``, claimed."""
-    check_dir(base)
-    for directory in default_dirs(base, app, database):
-        try:
-            return claim(directory, app, database)
-        except HeartbeatDirBusy:
-            continue
-    raise HeartbeatDirError(f"{MAX_SIBLINGS} supervisors of {app} already run on this "
-                            f"database from {base}; give this one --heartbeat-dir")
-
-
 def held(directory: Path) -> bool:
     """Whether a live process holds ``directory``'s lock (tested with a shared lock, released
     at once)."""

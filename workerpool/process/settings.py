@@ -109,6 +109,12 @@ def heartbeat_base() -> Path:
     return heartbeat.base_dir(_get("XDG_RUNTIME_DIR"))
 
 
+def heartbeat_bases() -> list[Path]:
+    """Where `workerpool healthcheck` looks for them: :func:`heartbeat_base`, and the tmpfs one
+    too (a supervisor under systemd has no ``$XDG_RUNTIME_DIR``; a login shell has one)."""
+    return list(dict.fromkeys([heartbeat_base(), heartbeat.base_dir(None)]))
+
+
 def log_format() -> str | None:
     """``$WORKERPOOL_LOG_FORMAT``: text, json or auto (checked by the command line)."""
     return _get(LOG_FORMAT_ENV)
