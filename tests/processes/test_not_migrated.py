@@ -107,3 +107,16 @@ def test_run_refuses_an_older_revision(older_db_url, tmp_path):
     line = one_line(run_cli("run", "tests.apps.basic:pool", "--heartbeat-dir",
                             str(tmp_path / "hb"), url=older_db_url, cwd=tmp_path))
     assert f"at revision {OLDER}, this code needs {HEAD}" in line
+
+
+def test_the_dashboard_mounted_on_a_database_never_migrated_says_so(empty_db_url):
+    from tests.helpers.web import client
+
+    pool = WorkerPool(empty_db_url)
+    try:
+        with client(pool) as http:
+            page = http.get("/")
+        assert page.status_code == 503
+        assert "workerpool migrate" in page.text and "no workerpool tables" in page.text
+    finally:
+        pool.dispose()
