@@ -46,7 +46,8 @@ def send_welcome(job: Job) -> None:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    engine = create_async_engine(pool.url, pool_size=5)  # the app's own engine, psycopg async
+    # the app's own engine, psycopg async; pre-pinged: a PostgreSQL restart costs no request
+    engine = create_async_engine(pool.url, pool_size=5, pool_pre_ping=True)
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)  # a real app migrates its tables (Alembic)
     app.state.engine = engine

@@ -7,6 +7,7 @@ so its autogenerate never proposes dropping workerpool's tables (docs/deployment
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,16 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, text
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
+from .model.errors import NotMigrated, first_line
 from .model.validation import DEFAULT_SCHEMA, check_schema
+from .sql import revision
 from .sql.schema import metadata
 
-VERSION_TABLE = "workerpool_alembic_version"
+VERSION_TABLE = revision.VERSION_TABLE
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:
@@ -138,6 +142,61 @@ def upgrade(url: URL, revision: str = "head", *, schema: str = DEFAULT_SCHEMA) -
 
 def downgrade(url: URL, revision: str = "base", *, schema: str = DEFAULT_SCHEMA) -> None:
     command.downgrade(alembic_config(url, schema=schema), revision)
+
+
+def head() -> str:
+    """The revision this code's tables are at: the last of workerpool's scripts."""
+    found = _scripts().get_current_head()
+    assert found is not None
+    return found
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    """Workerpool's revision scripts, read once (they ship with the code)."""
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def problem(connection: Connection, schema: str) -> str | None:
+    """One line saying why this database cannot serve this code, None when it can: no
+    workerpool tables in ``schema``, or tables at an older revision than :func:`head`. A
+    revision this code does not know is a newer workerpool's (a superset): not refused."""
+    found, want = revision.current(connection), head()
+    if found is None:
+        return (f"the database has no workerpool tables in schema {schema!r}: run `workerpool "
+                f"migrate` (revision {want})")
+    if found == want or not _known(found):
+        return None
+    return (f"the database's workerpool tables in schema {schema!r} are at revision {found}, "
+            f"this code needs {want}: run `workerpool migrate`")
+
+
+def check(engine: Engine, schema: str) -> None:
+    """NotMigrated (one line) unless the database holds this code's tables."""
+    with engine.connect() as connection:
+        found = problem(connection, schema)
+    if found is not None:
+        raise NotMigrated(found)
+
+
+def explain(engine: Engine, schema: str, exc: BaseException) -> NotMigrated:
+    """The one-line error for a statement that met missing tables or columns (``exc``): which
+    revision the database is at, when it can be read."""
+    try:
+        with engine.connect() as connection:
+            found = problem(connection, schema)
+    except Exception:  # the explanation must not hide the failure it explains
+        found = None
+    return NotMigrated(found or f"workerpool's tables in schema {schema!r} are missing or older "
+                                f"than this code ({first_line(getattr(exc, 'orig', None) or exc)})"
+                                f": run `workerpool migrate`")
+
+
+def _known(found: str) -> bool:
+    try:
+        return _scripts().get_revision(found) is not None
+    except Exception:  # alembic: "No such revision"
+        return False
 
 
 def create_schema(connection: Connection, schema: str) -> None:

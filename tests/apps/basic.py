@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from workerpool import Job, WorkerPool
+from workerpool import Backoff, Job, WorkerPool
 
 DRAIN = float(os.environ.get("TEST_DRAIN", "1"))
 HANG = float(os.environ.get("TEST_HANG", "5"))
@@ -48,6 +48,13 @@ def build(url: object = None) -> WorkerPool:
         It saves a checkpoint first, so that a test can tell it has begun."""
         job.checkpoint({"begun": True})
         re.match(r"(a+)+$", "a" * 32 + "!")
+
+    @pool.task(queue="fast", max_attempts=3, backoff=Backoff(base=0.5, jitter=0))
+    def flaky(job: Job) -> str:
+        """Raises on its first ``fail`` attempts, then returns "ok"."""
+        if job.attempt <= job.payload.get("fail", 1):
+            raise ValueError(f"flaky attempt {job.attempt}")
+        return "ok"
 
     return pool
 

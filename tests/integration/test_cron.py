@@ -94,6 +94,13 @@ def test_the_decorated_function_is_an_ordinary_task():
     assert pool.crons["hourly"] == CronSpec("hourly", "0 * * * *", "ops")
 
 
+def test_without_queue_a_cron_runs_on_default_as_a_task_does():
+    pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
+    pool.cron("0 * * * *")(sweep)
+    assert pool.task_spec("sweep").queue == "default" and "default" in pool.queues
+    pool.validate_crons()  # declared with default settings, as @pool.task declares it
+
+
 # -- tick math ------------------------------------------------------------------------------------
 
 

@@ -166,7 +166,7 @@ def check_command(name: str, rest: str) -> list[str]:
         return [f"no subcommand {name!r} (workerpool --help lists {sorted(choices())})"]
     words = [name]
     rest = rest.split(" #")[0]
-    verbs = choices(name) if name in ("dead", "batch", "cron") else set()
+    verbs = choices(name) if name in ("dead", "batch", "cron", "job") else set()
     first = rest.split()[0] if rest.split() else ""
     if verbs and re.fullmatch(r"[a-z]+", first):
         if first not in verbs:

@@ -245,6 +245,21 @@ def test_status_shows_the_history_as_a_labelled_estimate(app, sql):
         status.collect(app.engine))
 
 
+def test_status_counts_the_moved_jobs_before_any_analyze(app, sql):
+    for n in range(7):
+        app.enqueue("add", {"a": n, "b": 0})
+    cancelled = app.enqueue("add", {"a": 0, "b": 0}, run_at=LATER)
+    app.cancel([cancelled])
+    testing.drain(app, "q")
+    assert maintenance(app).keep_history() == 8
+    app.enqueue("add", {"a": 1, "b": 1})
+    testing.drain(app, "q")  # one more done, still in the jobs table
+    shown = status.collect(app.engine)
+    counts = shown["queues"]["q"]["counts"]
+    assert (counts["done"], counts["cancelled"]) == (8, 1)  # 7 moved + 1 here; 1 moved
+    assert shown["history"]["rows_estimate"] == 8  # a fresh partition, never analyzed
+
+
 def test_the_dashboard_shows_a_moved_job_and_counts_it_in_the_overview(app_pool, http, sql):
     app_pool.maintenance(history_delay=0)
     job = sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"

@@ -47,7 +47,7 @@ def test_n_children_of_a_queue_each_with_its_own_heartbeat_worker_id_and_title(s
     # one heartbeat file per child; the one-child queue keeps its plain name
     wait_until(lambda: all(sup.heartbeat_mtime(name) for name in (*SLOW, "fast")), 15,
                message="every child's heartbeat file")
-    assert sorted(p.name for p in sup.heartbeat_dir.iterdir()) == [
+    assert sorted(p.name for p in sup.heartbeat_dir.glob("*.heartbeat")) == [
         "@maintenance.heartbeat", "fast.heartbeat", "slow.0.heartbeat", "slow.1.heartbeat",
         "slow.2.heartbeat", "supervisor.heartbeat"]
     probe = sup.healthcheck("slow")  # a queue's name judges each of its children

@@ -34,3 +34,17 @@ def test_the_job_runs_iff_the_request_commits(db_url, sql, tmp_path, monkeypatch
         assert sql("SELECT email FROM signups") == [("ada@example.com",)]
         sup.proc.send_signal(signal.SIGTERM)
         assert sup.wait_exit(30) == 0
+
+
+def test_a_request_after_the_servers_sessions_ended_is_served(db_url, sql, monkeypatch):
+    """The recipe's engine pings a pooled connection before use: a PostgreSQL restart (here:
+    every session of the database ended) costs no request a 500."""
+    monkeypatch.setenv("WORKERPOOL_DATABASE_URL", db_url.render_as_string(hide_password=False))
+    monkeypatch.setattr(fastapi_app.pool, "engines", Engines(None))
+    with TestClient(fastapi_app.app) as client:
+        assert client.post("/signups", json={"email": "ada@example.com"}).status_code == 201
+        ended = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert ended[0][0] >= 1
+        again = client.post("/signups", json={"email": "grace@example.com"})
+        assert again.status_code == 201, again.text

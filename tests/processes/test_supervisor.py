@@ -361,3 +361,16 @@ def test_the_database_password_appears_in_no_log_line_and_no_argv(start):
     log = sup.log()
     assert "127.0.0.1" in log  # the connection errors are logged, naming the server only
     assert sentinel not in log
+
+
+def test_a_kill_9_of_a_busy_child_is_named_on_its_restart_line(start, app, sql):
+    sup = start("--queue", "slow")
+    sup.wait_running("slow")
+    job = app.enqueue("steps", {"n": 50, "step": 0.1})
+    wait_until(lambda: sql("SELECT checkpoint FROM workerpool_jobs WHERE id = %s", job)[0][0],
+               20, message=f"the job has begun\n{sup.log()}")
+    os.kill(sup.child_pid("slow"), signal.SIGKILL)
+    restarted = wait_until(lambda: sup.events("restart_scheduled", worker="slow"), 15,
+                           message=sup.log())[0]
+    assert (restarted.fields["cause"], restarted.fields["status"]) == ("signal", "signal:SIGKILL")
+    assert restarted.fields["fast_exits"] == "0"  # it had claimed a job: no back-off

@@ -143,11 +143,12 @@ def slot(sup: Supervisor, name: str):
 
 
 def test_one_child_per_worker_type_with_the_parents_fds_to_close(fake, tmp_path):
-    make(fake, tmp_path)
+    sup = make(fake, tmp_path)
     assert [child.worker.name for _, child in fake.spawned] == ["email", "sms"]
     email, sms = (child for _, child in fake.spawned)
-    assert set(email.close_fds) == {3, 4} and email.parent_pid == 1
-    assert set(sms.close_fds) == {3, 4, 10_100}  # the email child's pipe stays the parent's
+    lock = sup._claim.fd  # the heartbeat directory's: a child must not hold it
+    assert set(email.close_fds) == {3, 4, lock} and email.parent_pid == 1
+    assert set(sms.close_fds) == {3, 4, lock, 10_100}  # the email child's pipe stays the parent's
 
 
 def test_term_forwards_sigterm_once_and_exits_0_when_children_are_gone(fake, tmp_path):

@@ -18,9 +18,10 @@ from . import batch as cli_batch
 from . import crons as cli_crons
 from . import enqueue as cli_enqueue
 from . import helptext as cli_help
+from . import job as cli_job
 from . import live
 from .helptext import add_command
-from .target import CliError, pool_for
+from .target import CliError, check_migrated, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -214,12 +215,14 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..process import settings
-    from ..process.healthcheck import check
+    from ..process.healthcheck import Verdict, check_all, find
 
     if not args.max_age > 0:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
-    directory = Path(args.dir) if args.dir else settings.heartbeat_directory()
-    verdict = check(directory, args.max_age, args.workers)
+    given = Path(args.dir) if args.dir else settings.heartbeat_directory()
+    found = [given] if given is not None else find(settings.heartbeat_bases(), args.app)
+    verdict = found if isinstance(found, Verdict) else check_all(found, args.max_age,
+                                                                 args.workers)
     if not verdict.healthy:
         raise CliError(verdict.message)
     print(f"workerpool healthcheck: {verdict.message}")
@@ -234,8 +237,9 @@ def cmd_web(args: argparse.Namespace) -> int:
                        "pip install 'workerpool[web]'") from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
-    serve(pool_for(args), bind=args.bind, port=args.port, read_only=args.read_only,
-          hosts=args.allow_host)
+    pool = pool_for(args)
+    check_migrated(pool)
+    serve(pool, bind=args.bind, port=args.port, read_only=args.read_only, hosts=args.allow_host)
     return exitcodes.OK
 
 
@@ -257,6 +261,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "dead": cmd_dead,
     "batch": lambda args: cli_batch.cmd_batch(args),
+    "job": lambda args: cli_job.cmd_job(args),
     "signal": cmd_signal,
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
@@ -292,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_dead_parser(sub)
     cli_batch.add_parser(sub)
+    cli_job.add_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)
     cli_crons.add_parsers(sub)
@@ -305,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "its declared processes= (repeatable)")
     run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
                      help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
-                          "else /dev/shm/workerpool-<uid>)")
+                          "else one of this app and database's own under "
+                          "$XDG_RUNTIME_DIR/workerpool or /dev/shm/workerpool-<uid>)")
     run.add_argument("--grace", default=None, metavar="SECONDS",
                      help="the orchestrator's stop grace period (default: "
                           "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it")
@@ -343,7 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("workers", nargs="*", metavar="WORKER",
                         help="heartbeat names to check (default: every file in the directory)")
     health.add_argument("--dir", default=None,
-                        help="heartbeat directory (default: as for `workerpool run`)")
+                        help="heartbeat directory (default: $WORKERPOOL_HEARTBEAT_DIR, else the "
+                             "one the live supervisor on this host holds)")
+    health.add_argument("--app", default=None, metavar="APP:POOL",
+                        help="without --dir: the supervisor of this app, when several run here"
+                             " (the target as given to `workerpool run`; not imported)")
     health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
                         metavar="SECONDS", help="older than this is stale (default %(default)g)")
     demo = add_command(
@@ -452,9 +463,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a database or import failure: one line, password-free
-        print(escaped(f"workerpool {args.command}: {type(exc).__name__}: {first_line(exc)}"),
-              file=sys.stderr)
+        told = _not_migrated(args, exc) or f"{type(exc).__name__}: {first_line(exc)}"
+        print(escaped(f"workerpool {args.command}: {told}"), file=sys.stderr)
         return exitcodes.FAILURE
+
+
+def _not_migrated(args: argparse.Namespace, exc: Exception) -> str | None:
+    """For a statement that met a database without workerpool's tables (or older ones): the
+    line naming `workerpool migrate` and the revisions, instead of the driver's error."""
+    if "psycopg" not in sys.modules:  # no statement ran: not a database's error
+        return None
+    from ..sql import revision
+
+    if not revision.is_missing(exc):
+        return None
+    try:
+        return str(pool_for(args).not_migrated(exc))
+    except Exception:
+        return None
 
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..model import exitcodes
 from .target import CliError, pool_for
@@ -40,15 +41,28 @@ def cron_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([view.to_json() for view in views], indent=2))
         return exitcodes.OK
-    rows = [[v.name, v.expression, v.queue, _time(v.next_tick), _last_job(v), _paused(v)]
-            for v in views]
-    print(table(["NAME", "EXPRESSION", "QUEUE", "NEXT TICK", "LAST JOB", "PAUSED"], rows,
-                empty="(no cron schedules: none declared or seen by a scheduler)"))
+    print(render_list(views, table))
     return exitcodes.OK
 
 
-def _time(moment: Any) -> str | None:
-    return moment.isoformat(timespec="seconds") if moment is not None else None
+def render_list(views: list[Any], table: Any) -> str:
+    """The schedules as a table: each next tick in the schedule's own timezone (with its UTC
+    offset), beside that timezone's name."""
+    rows = [[v.name, v.expression, v.queue, v.timezone, _time(v.next_tick, v.timezone),
+             _last_job(v), _paused(v)] for v in views]
+    return table(["NAME", "EXPRESSION", "QUEUE", "TIMEZONE", "NEXT TICK", "LAST JOB", "PAUSED"],
+                 rows, empty="(no cron schedules: none declared or seen by a scheduler)")
+
+
+def _time(moment: Any, timezone: str | None = None) -> str | None:
+    if moment is None:
+        return None
+    if timezone:
+        try:
+            moment = moment.astimezone(ZoneInfo(timezone))
+        except (ZoneInfoNotFoundError, ValueError):  # a zone this host lacks: UTC, labelled
+            pass
+    return moment.isoformat(timespec="seconds")
 
 
 def _last_job(view: Any) -> str | None:

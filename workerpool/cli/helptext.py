@@ -72,6 +72,14 @@ A task neither knows refuses the whole replay and changes nothing; with no live 
 example:
   workerpool batch show 17
   workerpool batch show 17 --json | jq '.done, .finished'""",
+    "job": """\
+example:
+  workerpool job show 42
+  workerpool job show 42 --json | jq '.errors[].worker'""",
+    "job show": """\
+example:
+  workerpool job show 42                   # state, attempts, errors, result, steps, times
+  workerpool job show 42 --json""",
     "batch show": """\
 example:
   workerpool batch show 17                 # members by state, a progress bar, its callbacks
@@ -102,7 +110,8 @@ send it as a Bearer token or as the basic-auth password. Needs `pip install 'wor
     "healthcheck": """\
 example:
   workerpool healthcheck                   # a Kubernetes exec probe: exit 0 iff all fresh
-  workerpool healthcheck email --max-age 30""",
+  workerpool healthcheck email --max-age 30
+  workerpool healthcheck --app myapp.jobs:pool   # several apps' supervisors on this host""",
     "demo": """\
 example:
   workerpool demo

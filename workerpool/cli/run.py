@@ -22,7 +22,7 @@ from ..process.supervisor import Supervisor
 from ..runtime.release import release_dead_workers
 from ..runtime.runners import build_runner
 from .logs import configure_logging
-from .target import load_pool
+from .target import check_migrated, load_pool
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -45,9 +45,11 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
         restart_delay=args.restart_delay, boot_retries=args.boot_retries,
         maintenance_interval=pool.maintenance_settings.interval,
         metrics_port=args.metrics_port, metrics_bind=args.metrics_bind,
-        processes=args.processes,
+        processes=args.processes, app=args.app, database=pool.engines.identity(),
     )
     pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
+    check_migrated(pool)  # refused here: children would retry UndefinedTable forever
+    pool.dispose()  # its connection closed: the forked children make their own
     return pool, settings
 
 

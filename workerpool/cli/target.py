@@ -50,3 +50,14 @@ def pool_for(args: Any) -> WorkerPool:
     from ..client import WorkerPool
 
     return load_pool(args.app) if getattr(args, "app", None) else WorkerPool()
+
+
+def check_migrated(pool: Any) -> None:
+    """NotMigrated before a long-running command starts on a database without this code's
+    tables. A database that cannot be reached is left to the command's own handling."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        pool.check_migrated()
+    except OperationalError:
+        pass

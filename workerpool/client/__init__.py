@@ -11,8 +11,10 @@ it: the runtime gets the registry and a URL, never the pool.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -39,7 +41,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, signals, waiting
+from ..sql import audit, batching, revision, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -60,10 +62,48 @@ from ..sql.writes import (
 from . import cancelling, crons
 from .engines import Engines, database_url, default_actor
 
-__all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor"]
+__all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
 pause_log = logging.getLogger("workerpool.pause")
+F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+
+def _explained(method: F) -> F:
+    """A call that says ``workerpool migrate`` (NotMigrated, one line) when it meets a database
+    without workerpool's tables, or with older ones, instead of the driver's UndefinedTable.
+    Nothing is added before the statements: the check runs only once they have failed."""
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def explained_async(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except revision.ERRORS as exc:
+                if not revision.is_missing(exc):
+                    raise
+                raise self.not_migrated(exc) from None
+        return explained_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def explained(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except revision.ERRORS as exc:
+            if not revision.is_missing(exc):
+                raise
+            raise self.not_migrated(exc) from None
+    return explained  # type: ignore[return-value]
+
+
+@contextmanager
+def explaining(pool: WorkerPool) -> Iterator[None]:
+    """Around statements on ``pool``'s database: NotMigrated as :func:`_explained` raises it."""
+    try:
+        yield
+    except revision.ERRORS as exc:
+        if not revision.is_missing(exc):
+            raise
+        raise pool.not_migrated(exc) from None
 
 
 class WorkerPool:
@@ -188,6 +228,19 @@ class WorkerPool:
 
         upgrade(self.url, revision, schema=self.schema)
 
+    def check_migrated(self) -> None:
+        """NotMigrated (one line naming ``workerpool migrate`` and the revisions) unless the
+        database holds this code's tables: what `workerpool run` and `web` check at start."""
+        from ..migrate import check
+
+        check(self.engine, self.schema)
+
+    def not_migrated(self, exc: BaseException) -> Exception:
+        """The NotMigrated error for ``exc``, a statement's UndefinedTable or UndefinedColumn."""
+        from ..migrate import explain
+
+        return explain(self.engine, self.schema, exc)
+
     # -- enqueue -------------------------------------------------------------------------------
 
     def build(
@@ -209,6 +262,7 @@ class WorkerPool:
         return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
                          priority=priority, max_attempts=max_attempts, **limits)
 
+    @_explained
     def enqueue(
         self,
         task: str | Callable[..., Any],
@@ -235,6 +289,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
+    @_explained
     def enqueue_many(
         self,
         jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
@@ -264,6 +319,7 @@ class WorkerPool:
             self._inline(conn, ids)
         return ids
 
+    @_explained
     async def enqueue_async(
         self,
         task: str | Callable[..., Any],
@@ -285,6 +341,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
+    @_explained
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
@@ -311,21 +368,29 @@ class WorkerPool:
             result = await own.run_sync(write)
         return result
 
-    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None) -> list[int]:
+    @_explained
+    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None,
+              key: str | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
-        first one's id is the chain's ``workflow_id``."""
+        first one's id is the chain's ``workflow_id``.
+
+        ``key`` (or ``key=`` in the first step's options) makes the chain idempotent: its first
+        job holds the key, and a chain whose first job holds it already is returned as it is
+        (every one of its ids; nothing written), checked as :meth:`enqueue` checks a key. Key
+        options on a later step are refused (docs/workflows.md)."""
         with borrowed(conn, self.schema):
-            ids = chain(self, steps, conn)
+            ids = chain(self, steps, conn, key)
         if self._inline is not None:
             self._inline(conn, ids)
         return ids
 
-    def workflow(self, *, conn: Connection | None = None) -> Workflow:
+    def workflow(self, *, conn: Connection | None = None, key: str | None = None) -> Workflow:
         """A graph builder: ``wf.step(name, task, payload, after=[names])`` then ``wf.run()``
-        enqueues every step in one transaction and returns ``{name: job id}``."""
+        enqueues every step in one transaction and returns ``{name: job id}``. ``key``: a run
+        whose key a workflow's first job holds already returns that workflow's ids."""
         self._own_schema_only(conn, "workflow")
-        return Workflow(self, conn)
+        return Workflow(self, conn, key)
 
     def testing_mode(self, mode: str | None) -> AbstractContextManager[WorkerPool]:
         """For tests: ``"inline"`` runs each enqueued job in this process right after the
@@ -349,6 +414,7 @@ class WorkerPool:
 
     # -- operating it live ---------------------------------------------------------------------
 
+    @_explained
     def cancel(
         self,
         ids: Iterable[int] | None = None,
@@ -399,21 +465,22 @@ class WorkerPool:
         return CancelResult.done(before, states, others, by)
 
     def pause(self, queue: str, *, by: str | None = None,
-              known: Iterable[str] | None = None) -> None:
+              known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
         """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works).
 
         Workers read their queue's row at most once per poll interval, and a notification
         makes them read it at once; a paused queue's workers claim nothing, keep renewing the
-        leases of the jobs still running, and keep ticking (a paused queue is healthy)."""
-        self._set_paused(queue, True, by, known)
+        leases of the jobs still running, and keep ticking (a paused queue is healthy).
+        ``conn=``: in the caller's transaction."""
+        self._set_paused(queue, True, by, known, conn)
 
     def resume(self, queue: str, *, by: str | None = None,
-               known: Iterable[str] | None = None) -> None:
+               known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
         """Let every replica claim from ``queue`` again."""
-        self._set_paused(queue, False, by, known)
+        self._set_paused(queue, False, by, known, conn)
 
     def _set_paused(self, queue: str, paused: bool, by: str | None,
-                    known: Iterable[str] | None) -> None:
+                    known: Iterable[str] | None, conn: Connection | None = None) -> None:
         """An unknown queue raises UnknownQueue naming the known ones: ``known`` if given, else
         the declared queues, else the queues live workers serve or that have rows."""
         try:
@@ -421,14 +488,14 @@ class WorkerPool:
         except ValueError as exc:
             raise UnknownQueue(str(exc)) from None
         by = actor(by)
-        with self.engine.begin() as conn:
+        with self._connection(conn) as db:
             names = set(known) if known is not None else (
-                set(self.queues) or sql.queue_names(conn, LIVE_WORKER_WINDOW))
+                set(self.queues) or sql.queue_names(db, LIVE_WORKER_WINDOW))
             if queue not in names:
                 raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
                                    f"{', '.join(sorted(names)) or '(none)'}")
-            sql.set_paused(conn, queue, paused, by)
-            audit.record(conn, by, "pause" if paused else "resume", f"queue:{queue}")
+            sql.set_paused(db, queue, paused, by)
+            audit.record(db, by, "pause" if paused else "resume", f"queue:{queue}")
         verb = "paused" if paused else "resumed"
         pause_log.info("queue %s %s by %s", queue, verb, by,
                        extra={"event": f"queue_{verb}", "queue": queue, "by": by})
@@ -455,6 +522,7 @@ class WorkerPool:
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
+    @_explained
     def signal(self, name: str, payload: Any = None, *,
                conn: Connection | None = None) -> datetime:
         """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
@@ -479,17 +547,20 @@ class WorkerPool:
 
     # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
 
+    @_explained
     def job(self, job_id: int) -> JobInfo:
         """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
         UnknownJob when no job has this id (never enqueued, or pruned)."""
         return waiting.read(self, job_id)
 
+    @_explained
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait for the job to end and return what its handler returned. Raises JobFailed
         (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
         finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
         return waiting.wait(self, job_id, timeout, listen=self._listens())
 
+    @_explained
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio, on the pool's async engine."""
         return await waiting.wait_async(self, job_id, timeout, listen=self._listens())
@@ -523,6 +594,7 @@ class WorkerPool:
                           on_failure=on_failure, payload=payload, conn=conn, key=key,
                           inline=self._inline)
 
+    @_explained
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
         return batching.status(self, batch_id)
@@ -531,6 +603,70 @@ class WorkerPool:
                       ) -> Iterator[MemberResult]:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
         return batching.results(self, batch_id, page_size)
+
+    # -- asyncio: each call above on an AsyncConnection (the caller's transaction) or the pool's
+    # async engine, through run_sync: the same statements, checks and errors ------------------
+
+    async def _on_async(self, conn: Any, call: Callable[[Connection], T], *,
+                        write: bool = True) -> T:
+        """``call(connection)`` on the caller's ``AsyncConnection`` (in its transaction), else on
+        the pool's async engine: in a transaction of its own when it ``write``s."""
+        result: T
+        if conn is not None:
+            result = await caller_async_connection(conn).run_sync(call)
+        elif write:
+            async with self.async_engine.begin() as own:
+                result = await own.run_sync(call)
+        else:
+            async with self.async_engine.connect() as own:
+                result = await own.run_sync(call)
+        return result
+
+    async def chain_async(self, steps: Iterable[Any], *, conn: Any = None,
+                          key: str | None = None) -> list[int]:
+        """:meth:`chain` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        return await self._on_async(conn, lambda sync: self.chain(steps, conn=sync, key=key))
+
+    @_explained
+    async def job_async(self, job_id: int) -> JobInfo:
+        """:meth:`job` for asyncio, on the pool's async engine."""
+        return await waiting.read_async(self, job_id)
+
+    @_explained
+    async def batch_status_async(self, batch_id: int) -> BatchStatus:
+        """:meth:`batch_status` for asyncio, on the pool's async engine."""
+        return await self._on_async(None, lambda sync: batching.status_on(sync, batch_id),
+                                    write=False)
+
+    def batch_results_async(self, batch_id: int, *, page_size: int = PAGE_SIZE
+                            ) -> AsyncIterator[MemberResult]:
+        """:meth:`batch_results` for asyncio: ``async for member in ...``, a page at a time
+        (the id is checked, and the batch looked up, on the first iteration)."""
+        return batching.results_async(self, batch_id, page_size)
+
+    async def signal_async(self, name: str, payload: Any = None, *,
+                           conn: Any = None) -> datetime:
+        """:meth:`signal` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        return await self._on_async(conn, lambda sync: self.signal(name, payload, conn=sync))
+
+    async def cancel_async(self, ids: Iterable[int] | None = None, *, conn: Any = None,
+                           **options: Any) -> CancelResult:
+        """:meth:`cancel` for asyncio (``conn=``: an ``AsyncConnection``; the same keywords)."""
+        options["by"] = actor(options.get("by"))  # the caller's context, not run_sync's
+        return await self._on_async(conn, lambda sync: self.cancel(ids, conn=sync, **options))
+
+    async def pause_async(self, queue: str, *, by: str | None = None,
+                          known: Iterable[str] | None = None, conn: Any = None) -> None:
+        """:meth:`pause` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        by = actor(by)  # read here: the caller's context, not run_sync's greenlet
+        await self._on_async(conn, lambda sync: self.pause(queue, by=by, known=known, conn=sync))
+
+    async def resume_async(self, queue: str, *, by: str | None = None,
+                           known: Iterable[str] | None = None, conn: Any = None) -> None:
+        """:meth:`resume` for asyncio (``conn=``: an ``AsyncConnection``)."""
+        by = actor(by)
+        await self._on_async(conn,
+                             lambda sync: self.resume(queue, by=by, known=known, conn=sync))
 
     def _own_schema_only(self, conn: Any, call: str) -> None:
         """Refuse ``conn=`` where a call keeps the caller's connection beyond itself (a batch, a

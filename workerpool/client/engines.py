@@ -59,6 +59,16 @@ class Engines:
     def engine(self) -> Engine:
         return self._once("_engine", self._make_engine)
 
+    def identity(self) -> str:
+        """Which database and schema this pool means, password hidden, without connecting or
+        starting the embedded PostgreSQL: what tells two apps' supervisors apart on a host."""
+        given = self._url_arg if self._url_arg is not None else settings.database_url()
+        if given is None:
+            where = f"embedded:{settings.embedded_dir()}"
+        else:
+            where = db.redact(given)
+        return f"{where} schema={self.schema}"
+
     def _make_engine(self) -> Engine:
         engine = db.create(self.url, pooled=self.pooled)
         # The connections that single writes keep checked out pin their engine (SQLAlchemy

@@ -29,6 +29,11 @@ class ConfigError(WorkerpoolError, ValueError):
     """Invalid configuration."""
 
 
+class NotMigrated(ConfigError):
+    """The database lacks workerpool's tables, or holds them at an older revision than this
+    code: run ``workerpool migrate``."""
+
+
 class ReplicaUnavailable(WorkerpoolError):
     """The read replica (``read_url``) failed; reads never fall back to the primary."""
 

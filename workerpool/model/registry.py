@@ -142,12 +142,16 @@ class Registry:
 
         The function becomes a task (named after it unless ``name=``; ``task_options`` are those of
         :meth:`task`) and a cron job. Bad expression, timezone or policy, or a duplicate name,
-        raise ConfigError here; an undeclared queue is refused at start (:meth:`validate_crons`).
+        raise ConfigError here; a queue named but not declared is refused at start
+        (:meth:`validate_crons`). Without ``queue=`` it runs on ``"default"``, declared with
+        default settings if it was not, as for :meth:`task`.
         """
         if callable(expression):
-            raise ConfigError("use @pool.cron(expression, queue=...), not bare @pool.cron")
+            raise ConfigError("use @pool.cron(expression), not bare @pool.cron")
         if queue is None:
-            raise ConfigError(f"cron {expression!r}: queue= is required (the worker type)")
+            queue = "default"
+            if queue not in self.queues:
+                self.queue(queue)
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             cron_name = check_name("cron", name or func.__name__)

@@ -49,6 +49,8 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
             | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
         )
         counts = exact_counts(rows, queues) if rows is not None else count_jobs(conn, queues, mcv)
+        in_history = history_sql.moved_counts(conn)
+        add_moved(counts, in_history)
         depths = sql.queue_depths(conn, queues)
         blocked = sql.unrunnable(conn, runnable)
         table = health.read(conn).as_json()
@@ -57,7 +59,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         held_back = [q for q in queues if depths[q].get("blocked")]
         waiting = dependencies.waiting_counts(conn, held_back) if held_back else {}
         behind = replica.lag(conn)
-        moved = history_json(history_sql.summary(conn))
+        moved = history_json(history_sql.summary(conn, sum(in_history.values())))
     return {
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
@@ -73,6 +75,14 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "replica": behind.as_json() if behind is not None else None,
         "history": moved,
     }
+
+
+def add_moved(counts: dict[str, dict[str, Any]], moved: Mapping[tuple[str, str], int]) -> None:
+    """Done and cancelled include the jobs moved to the history (counted as they moved, so
+    exact): the jobs table alone would show only the last few minutes of them."""
+    for (queue, state), n in moved.items():
+        if queue in counts and state in (JobState.DONE, JobState.CANCELLED):
+            counts[queue]["counts"][state] += n
 
 
 def history_json(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,34 @@ def _expanded(asked: list[str], present: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def find(bases: list[Path], app: str | None = None) -> list[Path] | Verdict:
+    """The directories to judge when none is given: those live supervisors hold under
+    ``bases`` (of ``app`` only, when named). Several of different apps, with no app named, are
+    a Verdict: judging them together would let one app's child answer for another's."""
+    owners = [o for base in bases for o in heartbeat.live_owners(base)
+              if app is None or o.app == app]
+    if not owners:
+        whose = f" of {app}" if app else ""
+        where = " or ".join(str(base) for base in bases)
+        return Verdict(False, f"no live supervisor{whose} has a heartbeat directory in {where}")
+    apps = {o.app for o in owners}
+    if app is None and len(apps) > 1:
+        listed = "; ".join(o.describe() for o in owners)
+        return Verdict(False, f"{len(owners)} supervisors run here ({listed}): name one with "
+                              f"--app APP:POOL or --dir")
+    return [o.directory for o in owners]
+
+
+def check_all(directories: list[Path], max_age: float,
+              workers: list[str] | None = None) -> Verdict:
+    """Every directory judged by :func:`check`: the first unhealthy verdict, else all ok."""
+    verdicts = [check(d, max_age, workers) for d in directories]
+    failed = next((v for v in verdicts if not v.healthy), None)
+    if failed is not None or len(verdicts) == 1:
+        return failed or verdicts[0]
+    return Verdict(True, "; ".join(f"{d}: {v.message}" for d, v in zip(directories, verdicts)))
+
+
 def check(directory: Path, max_age: float, workers: list[str] | None = None,
           now: float | None = None) -> Verdict:
     """Judge the heartbeat files of ``workers`` (default: every file in ``directory``)."""

@@ -106,10 +106,22 @@ def transaction_pooling() -> bool:
     return (_get(PGBOUNCER_ENV) or "").lower() in ("1", "true", "yes", "on")
 
 
-def heartbeat_directory() -> Path:
-    """``$WORKERPOOL_HEARTBEAT_DIR``, else a per-user directory on tmpfs when there is one."""
+def heartbeat_directory() -> Path | None:
+    """``$WORKERPOOL_HEARTBEAT_DIR``, else None: each supervisor takes its own default."""
     configured = _get(HEARTBEAT_DIR_ENV)
-    return Path(configured) if configured else heartbeat.default_dir()
+    return Path(configured) if configured else None
+
+
+def heartbeat_base() -> Path:
+    """Where the default heartbeat directories go: under ``$XDG_RUNTIME_DIR`` when the session
+    has one, else a per-user directory on tmpfs (:func:`.heartbeat.base_dir`)."""
+    return heartbeat.base_dir(_get("XDG_RUNTIME_DIR"))
+
+
+def heartbeat_bases() -> list[Path]:
+    """Where `workerpool healthcheck` looks for them: :func:`heartbeat_base`, and the tmpfs one
+    too (a supervisor under systemd has no ``$XDG_RUNTIME_DIR``; a login shell has one)."""
+    return list(dict.fromkeys([heartbeat_base(), heartbeat.base_dir(None)]))
 
 
 def log_format() -> str | None:
@@ -170,6 +182,10 @@ class RunSettings:
     metrics_bind: str = "127.0.0.1"
     #: Connections go through PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``).
     pooled: bool = False
+    #: Who runs (the APP:POOL target and the database, password hidden): recorded beside the
+    #: heartbeat files so that `workerpool healthcheck --app` finds this supervisor's.
+    app: str | None = None
+    database: str | None = None
 
     @property
     def drain_timeout(self) -> float:
@@ -195,6 +211,8 @@ def load(
     metrics_bind: str | None = None,
     processes: list[str] | Mapping[str, int | str] | None = None,
     cpu_count: int | None = None,
+    app: str | None = None,
+    database: str | None = None,
 ) -> RunSettings:
     """Validate everything `run` needs, from the registry ``pool`` declares and the environment.
     The registry is left as declared: ``$WORKERPOOL_DRAIN_TIMEOUT`` and
@@ -205,6 +223,8 @@ def load(
     ``processes``: children per queue for this run, replacing the declared ``processes``
     (``--processes QUEUE=N`` as given, or a mapping); ``cpu_count`` what ``"auto"`` means
     (default: the cores this process may use, :func:`.oslayer.usable_cpus`).
+    ``app`` and ``database`` name the run: without a heartbeat directory given, the first free
+    default one of this app on this database (:func:`.heartbeat.default_dirs`).
     """
     names = _queue_names(pool, queues)
     pool.validate_crons()  # a cron on a queue no worker type serves: refused before any fork
@@ -218,7 +238,9 @@ def load(
         workers=tuple(workers),
         queues=effective,
         pooled=transaction_pooling(),
-        heartbeat_dir=Path(heartbeat_dir) if heartbeat_dir else heartbeat_directory(),
+        heartbeat_dir=_heartbeat_dir(heartbeat_dir, app, database),
+        app=app,
+        database=database,
         grace=_grace(grace),
         restart_delay=_number("--restart-delay", restart_delay, minimum=0.0),
         boot_retries=_count("--boot-retries", boot_retries),
@@ -406,8 +428,25 @@ def _metrics(port: int | str | None, bind: str | None) -> dict[str, Any]:
     return {"metrics_port": number, "metrics_bind": bind}
 
 
+def _heartbeat_dir(given: str | Path | None, app: str | None, database: str | None) -> Path:
+    """The directory given (``--heartbeat-dir``, else ``$WORKERPOOL_HEARTBEAT_DIR``), else the
+    first default one of this app on this database that no live supervisor holds."""
+    given = Path(given) if given else heartbeat_directory()
+    if given is not None:
+        return given
+    candidates = heartbeat.default_dirs(heartbeat_base(), app or "", database or "")
+    return next((d for d in candidates if not heartbeat.held(d)), candidates[-1])
+
+
 def _check_heartbeat_dir(directory: Path) -> None:
+    """Refused before any fork: an unsafe directory, or one a live supervisor holds (clearing
+    it would delete the files that supervisor's probe reads)."""
     try:
+        if heartbeat.held(directory):
+            holder = heartbeat.read_owner(directory)
+            raise heartbeat.HeartbeatDirBusy(
+                f"heartbeat dir {directory} is in use by a live supervisor "
+                f"({holder.describe()}); give each supervisor its own --heartbeat-dir")
         heartbeat.prepare_dir(directory)
     except heartbeat.HeartbeatDirError as exc:
         raise ConfigError(str(exc)) from None

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..model import exitcodes, metrics
+from ..model.errors import ConfigError
 from ..model.states import ChildState, SupervisorMood
 from . import heartbeat, pipe
 from .exporter import Exporter
@@ -76,6 +77,7 @@ class Supervisor:
         self._touch_failed_at = float("-inf")
         self._forced_exit_at: float | None = None
         self.exporter: Any = None  # an Exporter with --metrics-port
+        self._claim: heartbeat.Claim | None = None
 
     # -- entry point ---------------------------------------------------------------------------
 
@@ -103,6 +105,7 @@ class Supervisor:
         self._signals.append(signum)
 
     def start(self) -> None:
+        self._claim_heartbeat_dir()
         removed = heartbeat.remove_all(self.settings.heartbeat_dir)
         self._touch_own_heartbeat()
         self._touch_every_child_file()
@@ -243,7 +246,8 @@ class Supervisor:
         if self.mood is not SupervisorMood.RUNNING or slot.state is ChildState.STOPPING:
             slot.state = ChildState.EXITED  # STOPPING -> EXITED
             return
-        self._schedule_restart(slot, failed_boot=not slot.ticked)
+        self._schedule_restart(slot, failed_boot=not slot.ticked, cause=cause,
+                               status=describe_status(status))
         if slot.state is ChildState.BACKOFF:
             metrics.record.restarted(slot.name, cause)
 
@@ -258,7 +262,8 @@ class Supervisor:
                 extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid,
                        "status": text})
 
-    def _schedule_restart(self, slot: Slot, *, failed_boot: bool) -> None:
+    def _schedule_restart(self, slot: Slot, *, failed_boot: bool, cause: str = "exit",
+                          status: str = "") -> None:
         now = self.os.monotonic()
         slot.count_exit(now, failed_boot=failed_boot)
         if slot.boot_failures >= self.settings.boot_retries:
@@ -270,9 +275,14 @@ class Supervisor:
             return
         delay = restart_delay(slot.crashes, self.settings.restart_delay)
         slot.state, slot.restart_at = ChildState.BACKOFF, now + delay  # -> BACKOFF
-        log.info("restart scheduled worker=%s delay=%.2fs crashes=%d boot_failures=%d", slot.name,
-                 delay, slot.crashes, slot.boot_failures,
-                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay})
+        # fast_exits: the exits in a row that back-off counts (a child that ran long enough, or
+        # claimed jobs, starts it again), so a kill -9 of a busy child is 0 there: the line
+        # names what happened by its cause and status instead
+        log.info("restart scheduled worker=%s cause=%s status=%s delay=%.2fs fast_exits=%d "
+                 "boot_failures=%d", slot.name, cause, status, delay, slot.crashes,
+                 slot.boot_failures,
+                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay,
+                        "cause": cause})
 
     # -- hung children -------------------------------------------------------------------------
 
@@ -342,6 +352,15 @@ class Supervisor:
 
     # -- heartbeat files -----------------------------------------------------------------------
 
+    def _claim_heartbeat_dir(self) -> None:
+        """Hold the directory for this process and its children before clearing it: a second
+        supervisor given the same one is refused instead of deleting the files we touch."""
+        try:
+            self._claim = heartbeat.claim(self.settings.heartbeat_dir, self.settings.app,
+                                          self.settings.database)
+        except heartbeat.HeartbeatDirError as exc:
+            raise ConfigError(str(exc)) from None
+
     def _touch_own_heartbeat(self) -> None:
         now = self.os.monotonic()
         if now - self._own_touch >= heartbeat.HEARTBEAT_PERIOD:
@@ -367,8 +386,12 @@ class Supervisor:
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _own_fds(self) -> tuple[int, ...]:
-        """The parent's descriptors a forked child closes: wake-up pipe, metrics socket."""
-        return tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
+        """The parent's descriptors a forked child closes: wake-up pipe, metrics socket, the
+        heartbeat directory's lock (orphans outliving a killed parent must not keep a new
+        supervisor out of a directory nobody touches any more)."""
+        claim = (self._claim.fd,) if self._claim is not None and self._claim.fd is not None else ()
+        return (tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
+                + claim)
 
     def _live_slots(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.state in LIVE]

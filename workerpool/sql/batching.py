@@ -37,7 +37,7 @@ A dead member replayed after its batch finished runs again, and its new result s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -323,12 +323,17 @@ def status(pool: Target, batch_id: int) -> BatchStatus:
     opened, rolled back, or pruned after the retention)."""
     check_id(batch_id, "batch id")
     with pool.engine.connect() as conn:
-        row = sql.read_batch(conn, batch_id)
-        if row is None:
-            raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned"
-                               " after the retention)")
-        counts = sql.member_counts(conn, batch_id, row.callback_ids or [])
-    return status_of(row, counts)
+        return status_on(conn, batch_id)
+
+
+def status_on(conn: Connection, batch_id: int) -> BatchStatus:
+    """:func:`status` on ``conn`` (``pool.batch_status_async`` runs it through ``run_sync``)."""
+    check_id(batch_id, "batch id")
+    row = sql.read_batch(conn, batch_id)
+    if row is None:
+        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned"
+                           " after the retention)")
+    return status_of(row, sql.member_counts(conn, batch_id, row.callback_ids or []))
 
 
 def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
@@ -347,6 +352,31 @@ def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
     return _pages(pool, batch_id, list(row.callback_ids or []), page_size)
 
 
+async def results_async(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
+                        ) -> AsyncIterator[MemberResult]:
+    """:func:`results` on the pool's async engine: the same order and pages."""
+    check_id(batch_id, "batch id")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidJob(f"page_size must be a positive int, got {page_size!r}")
+    async with pool.async_engine.connect() as conn:
+        row = await conn.run_sync(sql.read_batch, batch_id)
+    if row is None:
+        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned after"
+                           " the retention)")
+    callbacks = list(row.callback_ids or [])
+    for state in RESULT_ORDER:
+        after = 0
+        while True:
+            async with pool.async_engine.connect() as conn:
+                page = await conn.run_sync(sql.member_page, batch_id, state, after, page_size,
+                                           callbacks)
+            for member in page:
+                yield MemberResult(member.id, member.state, member.result, member.key)
+            if len(page) < page_size:
+                break
+            after = page[-1].id
+
+
 def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int
            ) -> Iterator[MemberResult]:
     for state in RESULT_ORDER:
@@ -361,4 +391,5 @@ def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int
             after = page[-1].id
 
 
-__all__ = ["Batch", "BatchStatus", "MemberResult", "results", "status"]
+__all__ = ["Batch", "BatchStatus", "MemberResult", "results", "results_async", "status",
+           "status_on"]

@@ -172,13 +172,26 @@ WHERE i.inhparent = CAST(:parent AS regclass)
 """)
 
 
-def summary(conn: Connection) -> dict[str, Any]:
-    """``{"partitions", "rows_estimate", "oldest", "newest"}`` (the bounds of the partitions)."""
+def summary(conn: Connection, moved: int = 0) -> dict[str, Any]:
+    """``{"partitions", "rows_estimate", "oldest", "newest"}`` (the bounds of the partitions).
+    ``moved``: the rows the finished minutes counted as they moved, a floor for the estimate
+    (the statistics of partitions not yet analyzed say 0)."""
     row = conn.execute(_SUMMARY, {"parent": HISTORY}).one()
     parts = partitions(conn)
-    return {"partitions": int(row.partitions), "rows_estimate": int(row.rows),
+    return {"partitions": int(row.partitions), "rows_estimate": max(int(row.rows), moved),
             "oldest": parts[0].lower if parts else None,
             "newest": parts[-1].upper if parts else None}
+
+
+# moved_counts: the jobs moved to the history, by queue and state, as the mover counted them
+# (pruned with the history). Index: pk_workerpool_finished_minutes (read whole: at most one row
+# per minute of the retention, queue and final state).
+_MOVED_COUNTS = text(f"SELECT queue, state, sum(count)::bigint AS n FROM {MINUTES}"
+                     " GROUP BY queue, state")
+
+
+def moved_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    return {(row.queue, row.state): int(row.n) for row in conn.execute(_MOVED_COUNTS)}
 
 
 # read_moved: one moved job, every column. Index: ix_workerpool_jobs_history_id (per partition).
@@ -203,5 +216,5 @@ def moved_states(conn: Connection, ids: Sequence[int]) -> list[Any]:
 
 
 __all__ = ["COLUMNS", "HISTORY_LOCK", "MINUTES", "MOVABLE", "create_partition", "drop_partition",
-           "move", "moved_states", "partitions", "prune_minutes", "read_moved", "summary",
-           "try_lock", "union"]
+           "move", "moved_counts", "moved_states", "partitions", "prune_minutes", "read_moved",
+           "summary", "try_lock", "union"]

@@ -25,7 +25,7 @@ _EXPIRED = and_(jobs.c.key_scope == literal_column("'for'"), jobs.c.key_expires_
 # Index: uq_workerpool_jobs_key.
 def holders(conn: Connection, keys: Iterable[str]) -> dict[str, Any]:
     stmt = select(jobs.c.key, jobs.c.id, jobs.c.task, jobs.c.payload, jobs.c.state,
-                  jobs.c.key_scope, _EXPIRED.label("expired")).where(
+                  jobs.c.key_scope, jobs.c.workflow_id, _EXPIRED.label("expired")).where(
         jobs.c.key.in_(sorted(set(keys))), text(KEY_HELD))
     return {row.key: row for row in conn.execute(stmt)}
 

@@ -14,7 +14,7 @@ import graphlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import DBAPIError
 
 from ..model.dependencies import (
@@ -29,12 +29,18 @@ from ..model.dependencies import (
     line_policy,
     verdict,
 )
-from ..model.errors import InvalidDependency, InvalidJob, WorkflowCycle
-from ..model.new_job import build_item, build_job
+from ..model.errors import (
+    IdempotencyConflict,
+    InvalidDependency,
+    InvalidJob,
+    WorkflowCycle,
+)
+from ..model.new_job import NewJob, build_item, build_job
 from ..model.states import LIVE_STATES, JobState
-from . import single_write
+from . import keys, single_write
 from .dependencies import Link, attach, lock_parents, sequence_tail
-from .writes import Target, _atomically, caller_connection, enqueue_one
+from .schema import history, jobs
+from .writes import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
 
 #: The options that link a job to others.
 LINK_OPTIONS = ("after", "sequence")
@@ -159,18 +165,82 @@ def has_links(items: list[Any]) -> bool:
 # ---------------------------------------------------------------------------------------------
 # chains and workflows
 
+# graph_lock: callers of one graph key wait for each other, so the second sees the first's head
+# once it commits (the key's unique index alone would let it write the dependents again).
+_GRAPH_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
-def chain(pool: Target, steps: Any, conn: Connection | None) -> list[int]:
+
+def _graph_ids(head: int) -> Any:
+    """Every job of the graph ``head`` heads, in the order they were written (id order), the
+    ones moved to the history too. Index: ix_workerpool_jobs_workflow and its history twin."""
+    return (select(jobs.c.id).where(jobs.c.workflow_id == head)
+            .union_all(select(history.c.id).where(history.c.workflow_id == head))
+            .order_by("id"))
+
+
+def existing_graph(tx: Connection, head: NewJob) -> list[int] | None:
+    """The ids of the chain or workflow whose first job holds ``head``'s key, or None when no
+    job holds it (then the caller writes the graph, holding the lock until its commit). The key
+    is checked as an enqueue checks it: DuplicateJob with ``on_conflict="error"``,
+    IdempotencyConflict when it names another task or payload, or a job heading no graph."""
+    tx.execute(_GRAPH_LOCK, {"key": f"workerpool.graph:{head.key}"})
+    holder = keys.holder(tx, head.key)
+    if holder is not None and holder.expired:
+        keys.release_expired(tx, head.key)
+        return None
+    if holder is None:
+        return None
+    first = keys.settle(head, holder)
+    if holder.workflow_id != first:
+        raise IdempotencyConflict(f"key {head.key!r} is held by job {first}, which heads no "
+                                  "chain or workflow")
+    return list(tx.execute(_graph_ids(first)).scalars())
+
+
+def graph_key(steps: list[tuple[Any, Any, dict, tuple[int, ...], Any]], key: str | None,
+              what: str) -> dict[str, Any]:
+    """The first step's options with the graph's key (``key=``, or the first step's own), after
+    refusing key options anywhere else: a later step's key could find a job of another graph
+    and link it into this one."""
+    for index, (_, _, rest, _, _) in enumerate(steps[1:], start=1):
+        for option in _KEY_OPTIONS:
+            if rest.get(option) is not None:
+                raise InvalidDependency(
+                    f"step {index}: {option}= cannot go on a later step of a {what}; give the "
+                    f"{what} a key (pool.{what}(..., key=...)): the same call twice then makes "
+                    "one graph")
+    head = dict(steps[0][2])
+    if key is not None:
+        if head.get("key") not in (None, key):
+            raise InvalidDependency(f"the {what} has key={key!r} and its first step "
+                                    f"key={head['key']!r}: give one")
+        head["key"] = key
+    if head.get("key") is not None and head.get("on_conflict") == "replace":
+        raise InvalidDependency(f"on_conflict='replace' cannot go on a {what}'s key: its "
+                                "later steps would be left behind")
+    return head
+
+
+def chain(pool: Target, steps: Any, conn: Connection | None, key: str | None = None
+          ) -> list[int]:
     """Each step after the previous one, in one transaction; the first one's id is the
-    workflow's. ``steps``: ``(task, payload)`` or ``(task, payload, options)``."""
+    workflow's. ``steps``: ``(task, payload)`` or ``(task, payload, options)``. ``key`` (or a
+    key on the first step): a chain whose first job holds it already is returned as it is
+    (every one of its ids), nothing written."""
     if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Iterable):
         raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
     steps = list(steps)
     if not steps:
         raise InvalidJob("chain takes a non-empty list of (task, payload[, options]) steps")
     planned = [_step(pool, item, i) for i, item in enumerate(steps)]
+    first = graph_key(planned, key, "chain")
+    planned[0] = (planned[0][0], planned[0][1], first, *planned[0][3:])
+    head = (build_job(pool.registry, planned[0][0], planned[0][1], **first)
+            if first.get("key") is not None else None)
 
     def write(tx: Connection) -> list[int]:
+        if head is not None and (found := existing_graph(tx, head)) is not None:
+            return found
         ids: list[int] = []
         for task, payload, rest, after, sequence in planned:
             parents = (*after, ids[-1]) if ids else after
@@ -206,9 +276,13 @@ class Workflow:
     cycle (:class:`WorkflowCycle`, nothing written).
     """
 
-    def __init__(self, pool: Target, conn: Connection | None = None) -> None:
+    def __init__(self, pool: Target, conn: Connection | None = None,
+                 key: str | None = None) -> None:
         self.pool = pool
         self.conn = conn
+        #: The workflow's key: its first job holds it, and a run whose key is held returns
+        #: that workflow's ids instead of writing another.
+        self.key = key
         self.steps: dict[str, tuple[Any, Any, dict[str, Any], tuple[str, ...],
                                     tuple[int, ...], str | None]] = {}
 
@@ -247,11 +321,23 @@ class Workflow:
         if not self.steps:
             raise InvalidJob("a workflow needs at least one step")
         order = self.order()
+        steps = dict(self.steps)
+        planned = [(steps[n][0], steps[n][1], steps[n][2], (), None) for n in order]
+        first = graph_key(planned, self.key, "workflow")
+        steps[order[0]] = (*steps[order[0]][:2], first, *steps[order[0]][3:])
+        head = (build_job(self.pool.registry, steps[order[0]][0], steps[order[0]][1], **first)
+                if first.get("key") is not None else None)
 
         def write(tx: Connection) -> dict[str, int]:
+            if head is not None and (found := existing_graph(tx, head)) is not None:
+                if len(found) != len(order):
+                    raise IdempotencyConflict(
+                        f"key {head.key!r} already names a workflow of {len(found)} jobs; this "
+                        f"one has {len(order)} steps")
+                return dict(zip(order, found, strict=True))
             ids: dict[str, int] = {}
             for name in order:
-                task, payload, rest, names, parent_ids, sequence = self.steps[name]
+                task, payload, rest, names, parent_ids, sequence = steps[name]
                 after = (*parent_ids, *(ids[n] for n in names))
                 first = next(iter(ids.values()), None)
                 ids[name] = link_one(self.pool, tx, task, payload, rest, after, sequence,
@@ -261,6 +347,17 @@ class Workflow:
         return in_transaction(self.pool, conn if conn is not None else self.conn, write)
 
     enqueue = run
+
+    async def run_async(self, conn: Any = None) -> dict[str, int]:
+        """:meth:`run` for asyncio: in the caller's ``AsyncConnection`` transaction (``conn=``
+        here or to ``pool.workflow``), else in one of the pool's async engine."""
+        conn = conn if conn is not None else self.conn
+        if conn is not None:
+            return await caller_async_connection(conn).run_sync(self.run)
+        async with self.pool.async_engine.begin() as own:
+            return await own.run_sync(self.run)
+
+    enqueue_async = run_async
 
 
 __all__ = ["LINK_OPTIONS", "Workflow", "chain", "enqueue_linked", "enqueue_many_linked",

@@ -130,7 +130,8 @@ def _chunk_bounds(total: int) -> Iterator[tuple[int, int]]:
 def caller_connection(conn: Any) -> Connection:
     """The ``conn=`` a caller passed, refused unless it is a SQLAlchemy Connection."""
     if not isinstance(conn, Connection):
-        hint = "; use enqueue_async for an AsyncConnection" if _is_async(conn) else ""
+        hint = ("; for an AsyncConnection use the call's _async twin (enqueue_async, "
+                "chain_async, cancel_async ...)" if _is_async(conn) else "")
         raise InvalidJob(
             "conn must be a SQLAlchemy Connection (from engine.begin() or engine.connect()), "
             f"got {type(conn).__name__}{hint}"

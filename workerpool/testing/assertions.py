@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import sql
-from ..client import WorkerPool
+from ..client import WorkerPool, explaining
 from ..model.states import JobState
 
 #: ``state=ANY`` matches a job in any state; by default only ``pending`` jobs match.
@@ -28,7 +28,7 @@ def enqueued(pool: WorkerPool, task: str | Callable | None = None, **match: Any)
     if match["state"] == ANY:
         del match["state"]
     name = None if task is None else pool.task_spec(task).name
-    with pool.engine.connect() as conn:
+    with explaining(pool), pool.engine.connect() as conn:
         return sql.find_jobs(conn, name, match)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import WorkerPool
+from ..client import WorkerPool, explaining
 from ..model.attempt import Outcome
 from ..model.job import Job
 from ..model.specs import TaskSpec
@@ -40,8 +40,9 @@ def drain(pool: WorkerPool, queue: str | None = None, *, retries: str = "wait",
     """Run every due job of ``queue`` (default: every declared queue) inline, one at a time,
     until none is due; returns what ran, in run order. ``retries``: "wait" leaves a failed job
     to its backoff; "now" makes it due at once, so it runs until done or dead."""
-    return inline.drain(pool.registry, pool.engine, queue, retries=retries, max_jobs=max_jobs,
-                        fired=_fired(pool))
+    with explaining(pool):  # a database never migrated: one line naming `workerpool migrate`
+        return inline.drain(pool.registry, pool.engine, queue, retries=retries,
+                            max_jobs=max_jobs, fired=_fired(pool))
 
 
 def _fired(pool: WorkerPool) -> Fired | None:

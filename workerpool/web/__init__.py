@@ -34,6 +34,7 @@ from ..model.errors import (
     WrongState,
     first_line,
 )
+from ..sql import revision
 from . import actions, audit_pages, batch_pages, cron_pages, pages, workflow_pages
 from .access import Access, User, check_resolver
 from .inputs import BadInput
@@ -119,6 +120,9 @@ async def _failure(request: Request, exc: Exception) -> Response:
     for kind, status in REFUSALS:
         if isinstance(exc, kind):
             return render(request, "error.html", {"message": first_line(exc)}, status)
+    if revision.is_missing(exc):  # a database never migrated: the line naming the fix
+        message = first_line(request.app.state.pool.not_migrated(exc))
+        return render(request, "error.html", {"message": message}, 503)
     log.exception("dashboard request failed: %s %s", request.method, request.url.path,
                   extra={"event": "web_request_failed"})
     message = f"internal error ({type(exc).__name__}); the server's log has the details"

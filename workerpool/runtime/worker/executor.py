@@ -153,6 +153,11 @@ class Executor:
         flight.started = now = time.monotonic()
         if flight.spec.timeout:
             flight.deadline = now + flight.spec.timeout
+        if log.isEnabledFor(logging.DEBUG):  # a per-job line: nothing built unless shown
+            log.debug("job %s started task=%s attempt=%s", flight.lease.job_id, flight.spec.name,
+                      flight.lease.attempt,
+                      extra={"event": "job_started", "job_id": flight.lease.job_id,
+                             "task": flight.spec.name, "attempt": flight.lease.attempt})
         self._began(flight)
         return True
 

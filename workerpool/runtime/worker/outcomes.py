@@ -11,6 +11,7 @@ import logging
 import queue as queue_module
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
@@ -120,6 +121,28 @@ def _outcome_label(outcome: Outcome, state: str | None) -> str:
     return str(state)
 
 
+def log_retry(flight: InFlight, outcome: Outcome) -> None:
+    """A failed attempt that will run again: a WARNING with its error and next run time (the
+    dead ones have their own ERROR line, :func:`report_dead`)."""
+    error = outcome.error or {}
+    job_id = flight.lease.job_id
+    next_run = datetime.now(UTC) + timedelta(seconds=outcome.delay)
+    log.warning("job %s failed, will retry: task=%s attempt=%s retry_in=%.1fs next_run=%s "
+                "error=%s: %s", job_id, flight.spec.name, flight.lease.attempt, outcome.delay,
+                next_run.isoformat(timespec="seconds"), error.get("type"), error.get("message"),
+                extra={"event": "job_retry_scheduled", "job_id": job_id,
+                       "task": flight.spec.name, "attempt": flight.lease.attempt,
+                       "next_run": next_run.isoformat(), "error_type": error.get("type")})
+
+
+def log_finished(flight: InFlight, state: str) -> None:
+    job_id = flight.lease.job_id
+    log.debug("job %s finished state=%s task=%s attempt=%s ran=%.3fs", job_id, state,
+              flight.spec.name, flight.lease.attempt, flight.ran or 0.0,
+              extra={"event": "job_finished", "job_id": job_id, "state": str(state),
+                     "task": flight.spec.name, "attempt": flight.lease.attempt})
+
+
 class Outcomes:
     """The outcomes a worker has not written yet, and what follows once they are."""
 
@@ -220,7 +243,11 @@ class Outcomes:
                         extra={"event": "outcome_fenced_out", "job_id": job_id})
             return None
         self.counters.states[state] = self.counters.states.get(state, 0) + 1
+        if state == JobState.FAILED:
+            log_retry(flight, outcome)
         if state != JobState.DEAD:
+            if log.isEnabledFor(logging.DEBUG):  # a per-job line: nothing built unless shown
+                log_finished(flight, state)
             return None
         reason = (DeadReason.PERMANENT if outcome.kind == OutcomeKind.PERMANENT
                   else DeadReason.EXHAUSTED)
