@@ -110,7 +110,8 @@ def test_the_wrong_kind_of_connection_is_refused_by_name(app, sql):
 
     async def body(engine):
         async with engine.begin() as conn:
-            with pytest.raises(InvalidJob, match="use enqueue_async for an AsyncConnection"):
+            with pytest.raises(InvalidJob, match=r"for an AsyncConnection use the call's _async"
+                                                 r" twin \(enqueue_async"):
                 app.enqueue("send", {}, conn=conn)
 
     run_with_engine(app, body)
