@@ -156,6 +156,11 @@ def test_why_a_due_job_is_not_running(app_pool, http, sql):
     text = why(http, due)
     assert "queue email is paused since" in text and "by ops" in text
     app_pool.resume("email")
+    # given the app, the page still says when nothing serves the queue (not "waits for a slot")
+    assert "no live worker serves queue email" in why(http, due)
+    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('h:1:a', 'h', 1, 'email', '{\"ok\": 1}')")
+    assert "Nothing holds it back" in why(http, due)
     sql("UPDATE workerpool_jobs SET payload_version = 3 WHERE id = %s", due)
     assert "payload version 3 is newer than any worker knows (up to 1)" in why(http, due)
     sql("UPDATE workerpool_jobs SET payload_version = 1, task = 'gone' WHERE id = %s", due)

@@ -117,7 +117,7 @@ def no_worker(facts: Facts) -> Reason | None:
     if job.state not in DUE_STATES:
         return None
     live = facts.live_workers
-    if facts.known is None and not live:
+    if not live:  # an app's tasks say what could run it, never that something will
         return Reason("no_worker", f"no live worker serves queue {job.queue}")
     versions = [int(v) for v in ([facts.known.get(job.task)] if facts.known is not None
                                  else [(w.tasks or {}).get(job.task) for w in live])
