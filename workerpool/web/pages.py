@@ -118,7 +118,7 @@ def job_page(request: Request) -> Response:
         "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
         "result": _pretty(row.result),
-        "steps": [{**step, "shown": _pretty(step["value"])}
+        "steps": [{**step, "shown": _json(step["value"])}
                   for step in steps_json(row.steps, row.now)],
         "cancel_request": _pretty(row.cancel_request),
         "progress": job_view.progress_text(row.progress),
@@ -136,5 +136,10 @@ def _fraction(progress: Any) -> float | None:
 def _pretty(value: Any) -> str | None:
     if value is None:
         return None
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    """A stored JSON value as JSON (a step that returned nothing shows ``null``)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
