@@ -3,8 +3,14 @@ purge, cancel, pause and resume, each through the same operations as the command
 
 from __future__ import annotations
 
+import html
+import re
+
+import pytest
+
 from tests.helpers.db import job_state
 from tests.helpers.web import dead_jobs, post
+from workerpool.testing import drain
 
 
 def test_retry_one_dead_job_and_it_leaves_the_dead_list(app_pool, http, sql):
@@ -82,3 +88,48 @@ def test_pause_and_resume_a_queue(app_pool, http, sql):
     assert sql("SELECT paused FROM workerpool_queues") == [(False,)]
     unknown = post(http, "/queues/nosuch/pause")
     assert unknown.status_code == 404 and "unknown queue &#39;nosuch&#39;" in unknown.text
+
+
+def _forms(page: str) -> dict[str, dict[str, str]]:
+    """The dead-letter page's bulk forms as a browser would send them: each form's fields."""
+    forms = {}
+    for form_id, body in re.findall(r'<form method="post" action="[^"]*" id="(bulk-\w+)">(.*?)'
+                                    r"</form>", page, re.S):
+        fields = re.findall(r'<input(?: type="hidden")? name="(\w+)" value="([^"]*)"', body)
+        forms[form_id] = {name: html.unescape(value) for name, value in fields}
+    return forms
+
+
+@pytest.mark.parametrize("query", [
+    {"queue": "reports"}, {"task": "boom"}, {"reason": "permanent"}, {"key": "k-1"},
+    {"tag": "vip"}, {"since": "1d"}, {"queue": "email", "tag": "vip", "since": "1d"},
+])
+def test_the_bulk_forms_act_on_exactly_what_the_dead_list_shows(app_pool, http, sql, query):
+    ids = [app_pool.enqueue("boom", {"n": n}, key=f"k-{n}", tags=["vip"] if n % 2 else None)
+           for n in range(4)]
+    ids += [app_pool.enqueue("monthly", {"n": n}) for n in range(2)]
+    drain(app_pool, "email")
+    drain(app_pool, "reports")
+    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '3 days' WHERE id = ANY(%s)",
+        ids[::3])
+    sql("UPDATE workerpool_jobs SET dead_reason = 'permanent' WHERE id = %s", ids[1])
+    page = http.get("/dead", params=query).text
+    shown = sorted(int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)"', page))
+    assert 0 < len(shown) < len(ids)
+    forms = _forms(page)
+    retry = http.post("/dead/retry", data=forms["bulk-retry"], follow_redirects=False)
+    assert f"Dry run: replay {len(shown)} dead jobs" in retry.text, retry.text
+    purge = http.post("/dead/purge", data={**forms["bulk-purge"], "older_than": "0s"},
+                      follow_redirects=False)
+    assert f"Dry run: purge {len(shown)} dead jobs" in purge.text, purge.text
+    confirmed = _confirm(purge.text)
+    assert http.post("/dead/purge", data=confirmed, follow_redirects=False).status_code == 303
+    left = {row[0] for row in sql("SELECT id FROM workerpool_jobs")}
+    assert left == set(ids) - set(shown)
+
+
+def _confirm(page: str) -> dict[str, str]:
+    body = re.search(r'<form method="post" action="[^"]*" id="confirm">(.*?)</form>', page,
+                     re.S)[1]
+    return {name: html.unescape(value) for name, value in
+            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}

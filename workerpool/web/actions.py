@@ -62,7 +62,7 @@ async def retry_dead(request: Request) -> Response:
 
 async def purge_dead(request: Request) -> Response:
     form = await _form(request)
-    filters = inputs.dead_filter({**form, "since": None})
+    filters = inputs.dead_filter(form)
     older_than = inputs.duration(form, "older_than")
     confirm = inputs.flag(form, "confirm")
     pool = request.app.state.pool

@@ -82,6 +82,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
         "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
+        "dead_filters": inputs.DEAD_FILTERS,
         "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
                                           | ({"state": state} if state else {})),
     }
