@@ -122,6 +122,13 @@ def requested_cancels(conn: Connection, worker: str) -> set[int]:
     return set(conn.execute(stmt).scalars())
 
 
+# cancel_requests: the request (by, message) each of these cancelled rows carries. Index:
+# pk_workerpool_jobs.
+def cancel_requests(conn: Connection, ids: Sequence[int]) -> dict[int, Any]:
+    stmt = select(jobs.c.id, jobs.c.cancel_request).where(jobs.c.id == func.any(_IDS))
+    return {row.id: row.cancel_request or {} for row in conn.execute(stmt, {"ids": list(ids)})}
+
+
 # finish_cancelled: one leased row → cancelled, its request written into the history.
 # Index: the lease fence (pk_workerpool_jobs or ix_workerpool_jobs_claimed_by).
 def finish_cancelled(conn: Connection, lease: Lease) -> bool:

@@ -11,6 +11,7 @@ import logging
 import queue as queue_module
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -21,7 +22,7 @@ from ...model.job import Lease
 from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
 from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
-from ...sql import signals, steps
+from ...sql import control, signals, steps
 from ...sql.batches import Fired
 from ...sql.job_logs import insert_logs
 from ...sql.results import complete_settling
@@ -132,6 +133,8 @@ class Outcomes:
         self.unwritten: list[tuple[InFlight, Outcome]] = []
         #: The batches the last :meth:`record` finished (counted once :meth:`written`).
         self.fired: list[Fired] = []
+        #: The cancel requests (by, message) of the rows the last :meth:`record` cancelled.
+        self.requests: dict[int, Any] = {}
         self.last_write = 0.0  # monotonic: the last outcomes write
 
     def add(self, flight: InFlight, outcome: Outcome) -> None:
@@ -178,6 +181,9 @@ class Outcomes:
         insert_logs(conn, [(f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
                            for f, _ in batch
                            if f.logs and states.get(f.lease.job_id) is not None])
+        cancelled = [job_id for job_id, state in states.items() if state == JobState.CANCELLED]
+        # rare, so read only then: who asked, and why, for the log line and the hooks
+        self.requests = control.cancel_requests(conn, cancelled) if cancelled else {}
         return states
 
     def written(self, batch: list[tuple[InFlight, Outcome]],
@@ -196,8 +202,13 @@ class Outcomes:
         cancelled = [flight for flight, _ in batch
                      if states.get(flight.lease.job_id) == JobState.CANCELLED]
         if cancelled:
-            report_cancelled(self.on_cancel, [CancelNotice(f.lease.job_id, self.queue, f.spec.name,
-                                                      f.lease.attempt) for f in cancelled])
+            report_cancelled(self.on_cancel, [self._cancel_notice(f) for f in cancelled])
+
+    def _cancel_notice(self, flight: InFlight) -> CancelNotice:
+        request = self.requests.get(flight.lease.job_id) or {}
+        return CancelNotice(flight.lease.job_id, self.queue, flight.spec.name,
+                            flight.lease.attempt, request.get("by") or "",
+                            request.get("message") or "")
 
     def _recorded(self, flight: InFlight, outcome: Outcome,
                   state: str | None) -> DeadNotice | None:
