@@ -20,7 +20,7 @@ from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import live
 from .helptext import add_command
-from .target import CliError, pool_for
+from .target import CliError, existing_database, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     tags = check_tag_filter(args.tag)
     if tags and args.job is not None:
         raise CliError("give --job or --tag, not both")
-    pool = pool_for(args)
+    pool = existing_database(pool_for(args), "status")
     if args.job is not None:
         with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
