@@ -73,7 +73,8 @@ def running(facts: Facts) -> Reason | None:
     job = facts.job
     if job.state != JobState.PROCESSING:
         return None
-    since = _age((facts.now - job.claimed_at).total_seconds()) if job.claimed_at else "?"
+    began = getattr(job, "started_at", None) or job.claimed_at  # claimed_at: the last renewal
+    since = _age((facts.now - began).total_seconds()) if began else "?"
     return Reason("running", f"it is running: the lease is held by worker {job.claimed_by}"
                              f" since {since} ago (attempt {job.attempts} of {job.max_attempts})")
 

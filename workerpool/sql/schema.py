@@ -89,8 +89,8 @@ jobs = Table(
     Column("key_expires_at", TZ),
     # Jobs sharing a concurrency key are counted together against their task's per-key limits.
     Column("concurrency_key", Text),
-    # When the current attempt was claimed by a limited claim (rate limits count these; lease
-    # renewals restamp claimed_at, never this).
+    # When the current (or last) attempt was claimed: every claim sets it (rate limits count
+    # these; lease renewals restamp claimed_at, never this). Waited and ran times read it.
     Column("started_at", TZ),
     Column("checkpoint", JSONB),
     Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),

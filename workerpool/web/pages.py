@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..ops import job_view, why
+from ..ops import job_view, timing, why
 from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
 from ..sql import dashboard
@@ -125,6 +125,7 @@ def job_page(request: Request) -> Response:
         "progress": job_view.progress_text(row.progress),
         "fraction": _fraction(row.progress), "logs": logs,
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
+        "timing": timing.timing(row, row.now),
     })
 
 
