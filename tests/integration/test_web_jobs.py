@@ -140,3 +140,36 @@ def test_a_read_only_dashboard_has_no_bulk_actions(app_pool, sql):
         assert http.post("/jobs/bulk", data={"action": "cancel", "id": [str(job_id)]}
                          ).status_code in (404, 405)
     assert job_state(sql, job_id) == "pending"
+
+
+HTMX = {"HX-Request": "true", "HX-Target": "job-table"}
+
+
+def tab_counts(text: str) -> dict[str, str]:
+    return dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">([\d,+~]+)</span>',
+                           text))
+
+
+def test_filtering_swaps_the_tabs_too_and_they_keep_the_filter(app_pool, http):
+    """The filter form sends every field, empty or not; its answer carries the tabs (out of
+    band), counted and linked under the filter, and the address to push has only what filters."""
+    dead_jobs(app_pool, 2)
+    dead_jobs(app_pool, 1, task="monthly")
+    app_pool.enqueue("monthly", {}, delay=600)
+    app_pool.enqueue("ok", {}, delay=600, tags=["vip"])
+    empty = {name: "" for name in ("task", "state", "reason", "key", "tag", "since", "until")}
+    answer = http.get("/jobs", params={"queue": "reports", **empty}, headers=HTMX)
+    assert answer.status_code == 200
+    assert answer.headers["HX-Push-Url"] == "/jobs?queue=reports"
+    assert '<nav class="tabs" id="state-tabs" hx-swap-oob="true">' in answer.text
+    counts = tab_counts(answer.text)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("2", "1", "1")
+    assert 'href="/jobs?queue=reports&amp;state=dead" id="tab-dead"' in answer.text
+    # a filter beyond the queue: the tabs count exactly its matches
+    tagged = http.get("/jobs", params={**empty, "queue": "", "tag": "vip"}, headers=HTMX)
+    assert tagged.headers["HX-Push-Url"] == "/jobs?tag=vip"
+    counts = tab_counts(tagged.text)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("1", "1", "0")
+    assert 'href="/jobs?tag=vip&amp;state=pending" id="tab-pending"' in tagged.text
+    whole = http.get("/jobs?task=boom").text  # a full page: the same tabs
+    assert (tab_counts(whole)["all"], tab_counts(whole)["dead"]) == ("2", "2")

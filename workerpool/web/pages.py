@@ -66,9 +66,9 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     assert limit is not None
     by_finished = filters.by_finished  # as `workerpool dead list`: most recent deaths first
     with _read(request.app.state.pool) as conn:
-        rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
-        total = dashboard.count_capped(conn, filters.where())
-        tabs = [] if dead_only else tabs_of(conn, filters.queue)
+        rows = dashboard.browse_all(conn, filters, before, limit + 1)
+        total = dashboard.count_all(conn, filters)
+        tabs = [] if dead_only else tabs_of(conn, filters)
         now = database_now(conn)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -87,7 +87,13 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
                                           | ({"state": state} if state else {})),
     }
     if request.headers.get("hx-request") and request.headers.get("hx-target") == "job-table":
-        return render(request, "_jobs_table.html", context)
+        # the tabs follow the filter too (swapped out of band), and the address bar shows only
+        # the fields that filter (the form sends every one, empty or not)
+        page = "/dead" if dead_only else "/jobs"
+        response = render(request, "_jobs_update.html", context)
+        response.headers["HX-Push-Url"] = prefix(request) + page + (
+            _query(kept) if kept else "")
+        return response
     return render(request, "dead.html" if dead_only else "jobs.html", context)
 
 
