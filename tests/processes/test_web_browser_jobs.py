@@ -84,6 +84,12 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     wait.until(lambda d: "tag=tenant" in d.current_url and len(rows(d)) == 3)
     assert browser.execute_script("return window.sameDocument") is True  # htmx swapped it
     assert sorted(rows(browser)) == sorted(str(i) for i in seeded["later"])
+    # the tabs were swapped with the table: counted and linked under the filter; the address
+    # carries the one field set, not every empty one
+    assert browser.current_url.endswith("/jobs?tag=tenant%3A8"), browser.current_url
+    assert (tab_count(browser, "all"), tab_count(browser, "pending"),
+            tab_count(browser, "dead")) == ("3", "3", "0")
+    assert "tag=tenant%3A8" in browser.find_element(By.ID, "tab-pending").get_attribute("href")
     browser.find_element(By.ID, "select-all").click()
     assert all(box.is_selected() for box in browser.find_elements(By.CSS_SELECTOR, "input.pick"))
     Select(browser.find_element(By.ID, "bulk-action")).select_by_value("cancel")
