@@ -224,8 +224,9 @@ Index(
     jobs.c.concurrency_key,
     postgresql_where=text(f"{LEASED} AND concurrency_key IS NOT NULL"),
 )
-Index("ix_workerpool_jobs_started", jobs.c.queue, jobs.c.started_at,
-      postgresql_where=text("started_at IS NOT NULL"))
+# A key's starts within a window (key rate limits, the why line). Every claim stamps
+# started_at, so every claimed row with a concurrency key has an entry here; (queue, started_at)
+# alone has no index: a queue's rate limit counts its claims in workerpool_rate_counts.
 Index(
     "ix_workerpool_jobs_started_key",
     jobs.c.queue,
