@@ -133,3 +133,36 @@ def _confirm(page: str) -> dict[str, str]:
                      re.S)[1]
     return {name: html.unescape(value) for name, value in
             re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+
+
+def test_the_job_actions_refuse_what_they_cannot_do_with_one_line_and_change_nothing(
+        app_pool, http, sql):
+    due = app_pool.enqueue("ok", {})
+    refused = post(http, f"/jobs/{due}/run-now")
+    assert refused.status_code == 409 and f"job {due} is not scheduled for later" in refused.text
+    assert post(http, "/jobs/99999/run-now").status_code == 404
+    purge = post(http, f"/jobs/{due}/purge", {"confirm": "1"})
+    assert purge.status_code == 409 and f"job {due} is not dead" in purge.text
+    bad = post(http, f"/jobs/{due}/signal", {"name": "approved:7", "payload": "{nope"})
+    assert bad.status_code == 400 and "the payload is not valid JSON" in bad.text
+    assert post(http, f"/jobs/{due}/signal", {"name": ""}).status_code == 400
+    assert post(http, f"/jobs/{due}/signal", {"name": "go"}).status_code == 303
+    again = post(http, f"/jobs/{due}/signal", {"name": "go"})
+    assert again.status_code == 409 and "the first one stands" in again.text
+    assert job_state(sql, due) == "pending"
+    assert [r[0] for r in sql("SELECT action FROM workerpool_audit")] == ["signal"]
+    assert sql("SELECT count(*) FROM workerpool_signals") == [(1,)]
+
+
+def test_cancelling_a_running_job_asks_first_and_a_queued_one_does_not(app_pool, http, sql):
+    running = app_pool.enqueue("ok", {})
+    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
+        " claimed_at = now() WHERE id = %s", running)
+    page = post(http, f"/jobs/{running}/cancel", {"reason": "wrong"})
+    assert page.status_code == 200 and "That process runs no other job now." in page.text
+    assert "10.0 s later is cancelled without it" in page.text  # the queue's cancel_grace
+    assert sql("SELECT cancel_request FROM workerpool_jobs WHERE id = %s", running) == [(None,)]
+    done = post(http, f"/jobs/{running}/cancel", {"reason": "wrong", "confirm": "1"})
+    assert done.status_code == 303
+    request = sql("SELECT cancel_request FROM workerpool_jobs WHERE id = %s", running)[0][0]
+    assert request["message"] == "wrong"

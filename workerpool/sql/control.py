@@ -122,6 +122,33 @@ def requested_cancels(conn: Connection, worker: str) -> set[int]:
     return set(conn.execute(stmt).scalars())
 
 
+# running_with: the rows a worker runs now besides one. Index: ix_workerpool_jobs_claimed_by.
+def running_with(conn: Connection, job_id: int) -> tuple[Any, list[Any]] | None:
+    """``(queue, task, claimed_by)`` of a running job and ``(id, task)`` of the other jobs its
+    worker runs now; None when it is not running."""
+    row = conn.execute(select(jobs.c.queue, jobs.c.task, jobs.c.claimed_by).where(
+        jobs.c.id == job_id, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"))).first()
+    if row is None:
+        return None
+    others = conn.execute(select(jobs.c.id, jobs.c.task).where(
+        jobs.c.claimed_by == row.claimed_by, jobs.c.id != job_id,
+        jobs.c.state == literal_column(f"'{JobState.PROCESSING}'")).order_by(jobs.c.id))
+    return row, list(others)
+
+
+# run_now: a scheduled row (pending or failed, run_at ahead) → due now; its former run_at.
+# Index: pk_workerpool_jobs.
+def run_now(conn: Connection, job_id: int) -> Any | None:
+    """``queue, task, was`` of the row made due, or None when it is not scheduled."""
+    before = select(jobs.c.run_at).where(jobs.c.id == job_id).scalar_subquery()
+    stmt = (update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.state.in_(list(DUE_STATES)),
+                   jobs.c.run_at > func.now())
+            .values(run_at=func.now())
+            .returning(jobs.c.queue, jobs.c.task, before.label("was")))
+    return conn.execute(stmt).first()
+
+
 # cancel_requests: the request (by, message) each of these cancelled rows carries. Index:
 # pk_workerpool_jobs.
 def cancel_requests(conn: Connection, ids: Sequence[int]) -> dict[int, Any]:

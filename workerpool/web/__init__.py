@@ -26,6 +26,7 @@ from ..model.errors import (
     InvalidFilter,
     ReplayRefused,
     ReplicaUnavailable,
+    SignalExists,
     UnknownBatch,
     UnknownCron,
     UnknownJob,
@@ -50,7 +51,8 @@ FROM_ENV: Any = object()  # token default: $WORKERPOOL_WEB_TOKEN
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
     (UnknownBatch, 404), (UnknownQueue, 404), (UnknownCron, 404), (InvalidActor, 400),
-    (ReplayRefused, 409), (WrongState, 409), (ReplicaUnavailable, 503), (WorkerpoolError, 400),
+    (ReplayRefused, 409), (WrongState, 409), (SignalExists, 409), (ReplicaUnavailable, 503),
+    (WorkerpoolError, 400),
 ]
 
 
@@ -100,6 +102,9 @@ def routes(read_only: bool) -> list[Any]:
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
+            Route("/jobs/{job_id}/run-now", actions.run_now, methods=["POST"]),
+            Route("/jobs/{job_id}/purge", actions.purge_job, methods=["POST"]),
+            Route("/jobs/{job_id}/signal", actions.send_signal, methods=["POST"]),
             Route("/dead/retry", actions.retry_dead, methods=["POST"]),
             Route("/dead/purge", actions.purge_dead, methods=["POST"]),
             Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),

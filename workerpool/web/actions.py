@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..model.cancel import CANCELLED, STOPPING
-from ..ops import bulk, dead
+from ..ops import bulk, dead, job_actions
+from ..sql.control import running_with
 from . import inputs
 from .access import actor_of
 from .render import redirect, render
@@ -81,15 +82,70 @@ def _kept(form: dict[str, Any]) -> dict[str, str]:
 
 
 async def cancel_job(request: Request) -> Response:
+    """Cancel one job; a running one only after a confirmation page says what may happen to
+    the jobs sharing its process."""
     form = await _form(request)
     job_id = inputs.job_id(request.path_params["job_id"])
     reason = inputs.text(form, "reason")
     pool = request.app.state.pool
+    if not inputs.flag(form, "confirm"):
+        running = await run_in_threadpool(_running, pool, job_id)
+        if running is not None:
+            return render(request, "cancel_confirm.html", {"job": running, "reason": reason})
     result = await run_in_threadpool(lambda: pool.cancel([job_id], reason=reason,
                                                          by=_actor(request)))
     verdict = result.verdicts.get(job_id)
     text = {CANCELLED: "cancelled", STOPPING: "asked to stop"}.get(verdict, verdict)
     return redirect(request, f"/jobs/{job_id}", f"job {job_id}: {text}")
+
+
+def _running(pool: Any, job_id: int) -> dict[str, Any] | None:
+    """A running job's worker, the other jobs that worker runs, and its queue's cancel grace
+    (when the app declares the queue); None when the job is not running."""
+    with pool.engine.connect() as conn:
+        found = running_with(conn, job_id)
+    if found is None:
+        return None
+    row, others = found
+    grace = pool.queues[row.queue].cancel_grace if row.queue in pool.queues else None
+    return {"id": job_id, "queue": row.queue, "task": row.task, "worker": row.claimed_by,
+            "others": others, "grace": grace}
+
+
+async def run_now(request: Request) -> Response:
+    await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    pool = request.app.state.pool
+    was = await run_in_threadpool(lambda: job_actions.run_now(pool, job_id,
+                                                              by=_actor(request)))
+    return redirect(request, f"/jobs/{job_id}", f"job {job_id} is due now (it was scheduled"
+                    f" for {was.isoformat(sep=' ', timespec='seconds')})")
+
+
+async def purge_job(request: Request) -> Response:
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    pool = request.app.state.pool
+    if not inputs.flag(form, "confirm"):
+        return render(request, "confirm.html", {
+            "action": f"/jobs/{job_id}/purge", "verb": "Purge", "count": 1, "by_task": [],
+            "form": {}, "what": f"dead job {job_id} (its row, errors and logs)"})
+    await run_in_threadpool(lambda: job_actions.purge_one(pool, job_id, by=_actor(request)))
+    return redirect(request, "/dead", f"purged job {job_id}")
+
+
+async def send_signal(request: Request) -> Response:
+    """Send the signal a waiting job waits for, with the form's JSON payload (if any)."""
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    name = inputs.text(form, "name")
+    if name is None:
+        raise inputs.BadInput("name the signal to send")
+    payload = job_actions.check_signal_payload(inputs.text(form, "payload"))
+    pool = request.app.state.pool
+    await run_in_threadpool(lambda: job_actions.send_signal(pool, name, payload,
+                                                            by=_actor(request)))
+    return redirect(request, f"/jobs/{job_id}", f"signal {name!r} sent")
 
 
 async def pause_queue(request: Request) -> Response:
