@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from ..model.dependencies import check_sequence
 from ..model.errors import InvalidDependency, UnknownJob
+from ..model.states import LIVE_STATES
 from ..sql import dependencies
 from . import inputs
 from .batch_pages import _read
@@ -106,4 +107,5 @@ def workflow_page(request: Request) -> Response:
         counts[node.state] = counts.get(node.state, 0) + 1
     return render(request, "workflow.html", {
         "workflow_id": workflow_id, "graph": graph(nodes, edges, prefix(request)),
-        "counts": sorted(counts.items()), "more": more, "nodes": nodes})
+        "counts": sorted(counts.items()), "more": more, "nodes": nodes,
+        "live": any(state in LIVE_STATES for state in counts)})
