@@ -173,3 +173,33 @@ def test_filtering_swaps_the_tabs_too_and_they_keep_the_filter(app_pool, http):
     assert 'href="/jobs?tag=vip&amp;state=pending" id="tab-pending"' in tagged.text
     whole = http.get("/jobs?task=boom").text  # a full page: the same tabs
     assert (tab_counts(whole)["all"], tab_counts(whole)["dead"]) == ("2", "2")
+
+
+def listed(http, path: str, **params) -> list[int]:
+    page = http.get(path, params=params)
+    assert page.status_code == 200, page.text
+    return [int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)"', page.text)]
+
+
+def test_the_query_box_filters_by_payload_and_qualifiers_and_the_tabs_follow(app_pool, http):
+    ann = app_pool.enqueue("ok", {"user": {"id": 42, "name": "ann"}}, delay=600, tags=["vip"])
+    bob = app_pool.enqueue("ok", {"user": {"id": 7}}, delay=600, tags=["vip"])
+    other = app_pool.enqueue("ok", {"user": {"id": 42}}, delay=600)
+    dead = dead_jobs(app_pool, 1, user={"id": 42})[0]
+    assert listed(http, "/jobs", q="args.user.id:42") == [dead, other, ann]
+    assert listed(http, "/jobs", q="args.user.id:42 tag:vip") == [ann]
+    assert listed(http, "/jobs", q="args.user.id:42 state:dead") == [dead]
+    assert listed(http, "/jobs", q="args.user.id:42", state="pending") == [other, ann]
+    assert listed(http, "/jobs", q="tag:vip args.user.name:ann task:ok queue:email") == [ann]
+    page = http.get("/jobs", params={"q": "args.user.id:42"}).text
+    counts = tab_counts(page)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("3", "2", "1")
+    assert 'href="/jobs?q=args.user.id%3A42&amp;state=dead" id="tab-dead"' in page
+    assert bob not in listed(http, "/jobs", q="args.user.id:42")
+    bad = http.get("/jobs", params={"q": "colour:red"})
+    assert bad.status_code == 400 and "unknown qualifier &#39;colour&#39;" in bad.text
+    # the header's box takes a query too, and still an id or a key
+    found = http.get("/search", params={"q": "args.user.id:7"}, follow_redirects=False)
+    assert found.headers["location"] == "/jobs?q=args.user.id%3A7"
+    key = http.get("/search", params={"q": "account:42"}, follow_redirects=False)
+    assert key.headers["location"] == "/jobs?key=account%3A42"

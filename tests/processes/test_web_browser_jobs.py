@@ -133,3 +133,25 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     wait.until(lambda d: "tag=tenant" in d.current_url and rows(d) == [str(seeded["import"])])
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []  # the select-all script is a file: nothing blocked by the CSP
+
+
+def test_the_query_box_filters_the_list_and_its_tabs(db_url, dashboard, browser):  # noqa: F811
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    seeded = seed(db_url)
+    wait = WebDriverWait(browser, 15)
+    browser.get(dashboard + "/jobs")
+    wait.until(lambda d: d.execute_script("return typeof htmx") == "object")
+    browser.find_element(By.ID, "filter-q").send_keys("args.n:1 tag:tenant:8")
+    browser.find_element(By.ID, "filter-apply").click()
+    wait.until(lambda d: rows(d) == [str(seeded["later"][1])])
+    assert (tab_count(browser, "all"), tab_count(browser, "pending")) == ("1", "1")
+    assert browser.current_url.endswith("/jobs?q=args.n%3A1+tag%3Atenant%3A8")
+    ActionChains(browser).send_keys(Keys.ESCAPE).perform()
+    browser.find_element(By.TAG_NAME, "h1").click()  # out of the field: "/" is the shortcut
+    ActionChains(browser).send_keys("/", "args.rows:40", Keys.ENTER).perform()
+    wait.until(lambda d: "q=args.rows" in d.current_url and rows(d) == [str(seeded["import"])])
+    assert browser.find_element(By.ID, "filter-q").get_attribute("value") == "args.rows:40"

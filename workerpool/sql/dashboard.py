@@ -23,6 +23,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from ..model.states import PRUNED_STATES
 from .schema import history, jobs, workers
@@ -47,6 +48,7 @@ class JobFilter:
     created_before: datetime | timedelta | None = None
     by_finished: bool = False  # the time range is of finished_at (the dead letters), not created_at
     tags: tuple[str, ...] | None = None  # jobs carrying every one of them
+    payload: dict[str, Any] | None = None  # jobs whose payload contains it (JSON containment)
 
     @property
     def reads_history(self) -> bool:
@@ -58,11 +60,15 @@ class JobFilter:
     def narrows(self) -> bool:
         """Whether it filters on more than the queue (the state aside)."""
         return any(getattr(self, name) is not None for name in (
-            "task", "dead_reason", "key", "created_after", "created_before", "tags"))
+            "task", "dead_reason", "key", "created_after", "created_before", "tags",
+            "payload"))
 
     def where(self, table: Any = jobs) -> Any:
         """The clause on ``table``: the jobs table, or the history (the same columns)."""
         clauses = [_carries(table, self.tags)] if self.tags else []
+        if self.payload:
+            clauses.append(table.c.payload.op("@>")(
+                bindparam("filter_payload", self.payload, type_=JSONB)))
         for name in ("queue", "task", "state", "dead_reason", "key"):
             value = getattr(self, name)
             if value is not None:

@@ -88,13 +88,18 @@ def key(params: Mapping[str, Any]) -> str | None:
 
 def job_filter(params: Mapping[str, Any]) -> JobFilter:
     """The jobs list's filters; on dead rows the time range is when they died (as the
-    dead-letter operations read ``since``), elsewhere when they were created."""
+    dead-letter operations read ``since``), elsewhere when they were created. The query box
+    (``q``, :mod:`workerpool.web.query`) sets what the fields leave empty."""
+    from .query import parse
+
+    fields, payload = parse(text(params, "q") or "")
+    params = {**fields, **{k: v for k, v in params.items() if text(params, k) is not None}}
     state = choice(params, "state", STATES)
     return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
                      dead_reason=choice(params, "reason", DEAD_REASONS), key=key(params),
                      created_after=moment(params, "since"),
                      created_before=moment(params, "until"), by_finished=state == "dead",
-                     tags=tag(params))
+                     tags=tag(params), payload=payload)
 
 
 def tag(params: Mapping[str, Any]) -> tuple[str, ...] | None:

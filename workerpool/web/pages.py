@@ -22,13 +22,13 @@ from ..ops.status import age, steps_json
 from ..sql import dashboard
 from ..sql.clock import database_now
 from ..sql.schema import DEAD_REASONS, STATES
-from . import inputs, overview
+from . import inputs, overview, query
 from .charts import bar_chart
 from .render import prefix, render
 from .tabs import ago, exact
 from .tabs import state_tabs as tabs_of
 
-LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit", "tag")
+LIST_PARAMS = ("q", "queue", "task", "state", "reason", "key", "since", "until", "limit", "tag")
 
 
 @contextmanager
@@ -60,6 +60,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     if dead_only:
         params["state"] = "dead"
         params.pop("until", None)  # the bulk retry and purge filter by "since" only
+        params.pop("q", None)  # nor do they know the query box's payload terms
     filters = inputs.job_filter(params)
     limit = inputs.positive(params, "limit", inputs.DEFAULT_PAGE, inputs.MAX_PAGE)
     before = inputs.positive(params, "before")
@@ -82,6 +83,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
         "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
+        "active_state": filters.state or "",
         "dead_filters": inputs.DEAD_FILTERS,
         "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
                                           | ({"state": state} if state else {})),
@@ -102,9 +104,14 @@ def _query(params: Mapping[str, Any], **extra: Any) -> str:
 
 
 def search(request: Request) -> Response:
-    """The header's search: a job id opens its page, anything else lists the jobs of that key."""
+    """The header's search: a job id opens its page, a query (``task:send args.user.id:42``)
+    lists its matches, anything else lists the jobs of that key."""
     job_id, key = inputs.search(request.query_params)
-    target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
+    if job_id is None and query.looks_like_query(key):
+        query.parse(key)  # a bad query is refused here, with its line
+        target = "/jobs" + _query({"q": key})
+    else:
+        target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
     return RedirectResponse(prefix(request) + target, status_code=303)
 
 
