@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from workerpool.web.inputs import BadInput  # noqa: E402
-from workerpool.web.query import looks_like_query, parse  # noqa: E402
+from workerpool.web.inputs import BadInput
+from workerpool.web.query import looks_like_query, parse
 
 
 def test_qualifiers_and_payload_paths():
