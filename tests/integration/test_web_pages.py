@@ -173,6 +173,10 @@ def test_every_claim_records_when_its_attempt_started_and_the_page_shows_waited_
         " finished_at = started_at + interval '5 seconds' WHERE id = %s", job_id)
     page = http.get(f"/jobs/{job_id}")
     assert (cell(page, "waited"), cell(page, "ran")) == ("90.0s from due to its start", "5.0s")
+    for name in ("created", "started", "finished"):  # relative, the exact time on hover
+        assert re.fullmatch(r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d'
+                            r' \d\d:\d\d:\d\d\+00:00">(\d+ s ago|in \d+ s)</time>',
+                            cell(page, name)), cell(page, name)
 
 
 def why(http, job_id) -> str:

@@ -138,7 +138,7 @@ def job_page(request: Request) -> Response:
         "progress": job_view.progress_text(row.progress),
         "fraction": _fraction(row.progress), "logs": logs,
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
-        "timing": timing.timing(row, row.now),
+        "timing": timing.timing(row, row.now), "ago": ago, "exact": exact,
     })
 
 
