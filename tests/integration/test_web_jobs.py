@@ -203,3 +203,45 @@ def test_the_query_box_filters_by_payload_and_qualifiers_and_the_tabs_follow(app
     assert found.headers["location"] == "/jobs?q=args.user.id%3A7"
     key = http.get("/search", params={"q": "account:42"}, follow_redirects=False)
     assert key.headers["location"] == "/jobs?key=account%3A42"
+
+
+def page_form(text: str, form_id: str) -> dict[str, str]:
+    import html
+
+    body = re.search(rf'<form method="post" action="[^"]*" id="{form_id}"[^>]*>(.*?)</form>',
+                     text, re.S)[1]
+    return {name: html.unescape(value) for name, value in
+            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+
+
+def test_every_match_of_the_filter_after_a_dry_run_and_none_that_came_later(
+        app_pool, http, sql, monkeypatch):
+    tagged = [app_pool.enqueue("ok", {"n": n}, delay=600, tags=["vip"]) for n in range(3)]
+    other = app_pool.enqueue("ok", {}, delay=600)
+    page = http.get("/jobs", params={"tag": "vip", "queue": ""}).text
+    form = {**page_form(page, "bulk-all"), "action": "cancel", "note": "wrong"}
+    assert {k: v for k, v in form.items() if k != "csrf_token"} == {
+        "tag": "vip", "action": "cancel", "note": "wrong"}
+    dry = http.post("/jobs/bulk-all", data=form)
+    assert "Dry run: cancel 3 jobs matching the filter" in dry.text, dry.text
+    assert [job_state(sql, i) for i in tagged] == ["pending"] * 3
+    late = app_pool.enqueue("ok", {}, delay=600, tags=["vip"])  # after the dry run
+    done = http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"),
+                     follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs?tag=vip"
+    assert [job_state(sql, i) for i in tagged] == ["cancelled"] * 3
+    assert (job_state(sql, late), job_state(sql, other)) == ("pending", "pending")
+    assert [row[0] for row in sql("SELECT action FROM workerpool_audit")] == ["cancel"]
+
+    dead = dead_jobs(app_pool, 2, user={"id": 42}) + dead_jobs(app_pool, 1, user={"id": 7})
+    page = http.get("/jobs", params={"q": "args.user.id:42"}).text
+    dry = http.post("/jobs/bulk-all", data={**page_form(page, "bulk-all"), "action": "retry"})
+    assert "Dry run: replay 2 jobs matching the filter" in dry.text
+    http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"))
+    assert [job_state(sql, i) for i in dead] == ["pending", "pending", "dead"]
+
+    monkeypatch.setattr("workerpool.ops.bulk.MAX_MATCHES", 2)
+    refused = http.post("/jobs/bulk-all", data={"csrf_token": csrf(http, "/jobs"),
+                                                "action": "cancel"})
+    assert refused.status_code == 400 and "more than 2 jobs match: narrow the filter" in \
+        refused.text

@@ -43,9 +43,9 @@ def seed(db_url) -> dict:
 
 
 def rows(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "tr.job")]
+    # one script: read between two htmx swaps, never from a row a swap just replaced
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('tr.job')).map(e => e.dataset.id)")
 
 
 def tab_count(driver, state: str) -> str:
@@ -135,7 +135,8 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     assert errors == []  # the select-all script is a file: nothing blocked by the CSP
 
 
-def test_the_query_box_filters_the_list_and_its_tabs(db_url, dashboard, browser):  # noqa: F811
+def test_the_query_box_filters_the_list_its_tabs_and_the_action_on_every_match(
+        db_url, sql, dashboard, browser):  # noqa: F811
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -150,6 +151,16 @@ def test_the_query_box_filters_the_list_and_its_tabs(db_url, dashboard, browser)
     wait.until(lambda d: rows(d) == [str(seeded["later"][1])])
     assert (tab_count(browser, "all"), tab_count(browser, "pending")) == ("1", "1")
     assert browser.current_url.endswith("/jobs?q=args.n%3A1+tag%3Atenant%3A8")
+    # the action on every match follows the filter the table was swapped for
+    browser.find_element(By.ID, "bulk-all-submit").click()
+    wait.until(lambda d: d.find_elements(By.ID, "bulk-all-plan"))
+    assert "Dry run: cancel 1 job matching the filter" in browser.find_element(
+        By.TAG_NAME, "h1").text
+    assert "q=args.n:1 tag:tenant:8" in browser.find_element(By.ID, "bulk-all-filter").text
+    browser.find_element(By.ID, "confirm-bulk-all").click()
+    wait.until(lambda d: d.find_elements(By.ID, "notice"))
+    assert "1 jobs cancelled" in browser.find_element(By.ID, "notice").text
+    assert [job_state(sql, i) for i in seeded["later"]] == ["pending", "cancelled", "pending"]
     ActionChains(browser).send_keys(Keys.ESCAPE).perform()
     browser.find_element(By.TAG_NAME, "h1").click()  # out of the field: "/" is the shortcut
     ActionChains(browser).send_keys("/", "args.rows:40", Keys.ENTER).perform()

@@ -7,6 +7,7 @@ Nothing here writes: the dashboard's actions call the same operations as the com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -136,6 +137,18 @@ def count_all(conn: Connection, filters: JobFilter, cap: int = COUNT_CAP) -> int
     if filters.reads_history and total <= cap:
         total += count_capped(conn, filters.where(history), cap, history)
     return min(total, cap + 1)
+
+
+# matching_ids: the ids and states of the rows matching ``where`` in ``states`` (in the jobs
+# table: the history holds no live or dead row), up to job ``upto``, oldest first, reading at
+# most ``cap`` + 1. Index: pk_workerpool_jobs (or the filter's own, as browse_jobs).
+def matching_ids(conn: Connection, where: Any, states: Sequence[str], upto: int | None,
+                 cap: int) -> list[Any]:
+    stmt = select(jobs.c.id, jobs.c.state, jobs.c.task).where(where, jobs.c.state.in_(
+        list(states)))
+    if upto is not None:
+        stmt = stmt.where(jobs.c.id <= bindparam("upto", upto))
+    return list(conn.execute(stmt.order_by(jobs.c.id).limit(cap + 1)))
 
 
 # browse_jobs: one page of matching rows after a keyset cursor (never OFFSET): newest id first,

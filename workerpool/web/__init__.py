@@ -100,6 +100,7 @@ def routes(read_only: bool) -> list[Any]:
     if not read_only:
         found += [
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
+            Route("/jobs/bulk-all", actions.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
             Route("/jobs/{job_id}/run-now", actions.run_now, methods=["POST"]),

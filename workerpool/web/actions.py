@@ -9,6 +9,7 @@ With ``--read-only`` none of these routes exists.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -163,6 +164,30 @@ async def _set_paused(request: Request, paused: bool) -> Response:
     verb = pool.pause if paused else pool.resume
     await run_in_threadpool(lambda: verb(queue, by=_actor(request)))
     return redirect(request, "/", f"queue {queue} {'paused' if paused else 'resumed'}")
+
+
+async def bulk_matching(request: Request) -> Response:
+    """Every job the jobs list's filter matches (the same fields, read the same way): a dry
+    run of cancel or replay first, by state and task; the confirmation acts on those jobs up to
+    the newest the dry run saw, through the ops layer."""
+    form = await _form(request)
+    action = inputs.choice(form, "action", bulk.ACTIONS)
+    if action is None:
+        raise inputs.BadInput(f"action must be one of {', '.join(bulk.ACTIONS)}")
+    filters = inputs.job_filter(form)
+    reason = inputs.text(form, "note")  # "reason" is the list's dead-reason filter
+    pool = request.app.state.pool
+    kept = {k: v for k, v in form.items() if k in inputs.LIST_FIELDS and v}
+    if not inputs.flag(form, "confirm"):
+        planned = await run_in_threadpool(bulk.plan_matching, pool, action, filters.where())
+        return render(request, "bulk_all_confirm.html", {
+            "plan": planned, "reason": reason, "filters": sorted(kept.items())})
+    upto = inputs.positive(form, "upto")
+    changed = await run_in_threadpool(lambda: bulk.apply_matching(
+        pool, action, filters.where(), upto, by=_actor(request), reason=reason))
+    verb = "cancelled (or asked to stop)" if action == "cancel" else "replayed"
+    return redirect(request, "/jobs" + ("?" + urlencode(kept) if kept else ""),
+                    f"{changed} jobs {verb}")
 
 
 async def bulk_action(request: Request) -> Response:

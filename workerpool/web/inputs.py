@@ -17,6 +17,8 @@ from ..ops.dead import DeadFilter, parse_duration, parse_since
 from ..sql.dashboard import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
 
+#: The jobs list's filter fields (what an action on every match sends again).
+LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until")
 #: The dead-letter list's filters, all of which its bulk retry and purge forms send again.
 DEAD_FILTERS = ("queue", "task", "reason", "key", "tag", "since")
 DEFAULT_PAGE = 50

@@ -84,7 +84,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "newest": _query(kept) if before else None,
         "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
         "active_state": filters.state or "",
-        "dead_filters": inputs.DEAD_FILTERS,
+        "dead_filters": inputs.DEAD_FILTERS, "list_fields": inputs.LIST_FIELDS,
         "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
                                           | ({"state": state} if state else {})),
     }
