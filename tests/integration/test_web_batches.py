@@ -71,3 +71,27 @@ def test_bad_or_unknown_batches_are_refused_in_one_line(http):
     assert "no batch 987" in http.get("/batches/987").text
     assert http.get("/batches/x").status_code == 400
     assert http.get("/batches/1?state=sleeping").status_code in (400, 404)
+
+
+def test_every_live_member_of_a_batch_is_cancelled_after_a_dry_run(app_pool, http, sql):
+    import html
+
+    with app_pool.batch() as batch:
+        members = [batch.enqueue("ok", {"n": n}) for n in range(3)]
+    lone = app_pool.enqueue("ok", {})
+    page = http.get(f"/batches/{batch.id}").text
+    body = re.search(r'<form method="post" action="/jobs/bulk-all" id="act-on-all"[^>]*>(.*?)'
+                     r"</form>", page, re.S)[1]
+    form = {n: html.unescape(v) for n, v in re.findall(
+        r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+    assert form["q"] == f"batch:{batch.id}"
+    dry = http.post("/jobs/bulk-all", data={**form, "action": "cancel"})
+    assert "Dry run: cancel 3 jobs matching the filter" in dry.text
+    confirm = {n: html.unescape(v) for n, v in re.findall(
+        r'<input type="hidden" name="(\w+)" value="([^"]*)"',
+        re.search(r'id="confirm">(.*?)</form>', dry.text, re.S)[1])}
+    http.post("/jobs/bulk-all", data=confirm)
+    states = dict(sql("SELECT id, state FROM workerpool_jobs"))
+    assert [states[i] for i in members] == ["cancelled"] * 3 and states[lone] == "pending"
+    listed = http.get("/jobs", params={"q": f"batch:{batch.id}"}).text
+    assert sorted(int(i) for i in re.findall(r'data-id="(\d+)"', listed)) == members

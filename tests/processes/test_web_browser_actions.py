@@ -78,8 +78,23 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     assert f"purged job {seeded['dead']}" in notice()
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", seeded["dead"]) == [(0,)]
 
+    pool = web.build(db_url)
+    graph = pool.workflow()
+    graph.step("fetch", "ok", {})
+    graph.step("parse", "ok", {}, after=["fetch"])
+    flow = graph.run()
+    pool.dispose()
+    browser.get(f"{dashboard}/workflows/{flow['fetch']}")
+    browser.find_element(By.ID, "act-on-all-submit").click()  # cancel, the default
+    wait.until(lambda d: d.find_elements(By.ID, "bulk-all-plan"))
+    assert "Dry run: cancel 2 jobs matching the filter" in browser.find_element(
+        By.TAG_NAME, "h1").text
+    browser.find_element(By.ID, "confirm-bulk-all").click()
+    assert "2 jobs cancelled" in notice()
+    assert [job_state(sql, i) for i in flow.values()] == ["cancelled", "cancelled"]
+
     audited = [row[0] for row in sql("SELECT action FROM workerpool_audit ORDER BY id")]
-    assert audited == ["cancel", "run_now", "signal", "purge"]
+    assert audited == ["cancel", "run_now", "signal", "purge", "cancel"]
     browser.get(f"{dashboard}/audit")
     assert "run_now" in browser.page_source and "signal approved:7" in browser.page_source
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

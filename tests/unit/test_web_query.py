@@ -19,6 +19,7 @@ def test_qualifiers_and_payload_paths():
                       "state": "dead", "reason": "exhausted"}
     assert payload == {"user": {"id": 42, "name": "ann"}, "flag": True}
     assert parse("") == ({}, None)
+    assert parse("batch:12 workflow:40")[0] == {"batch": "12", "workflow": "40"}
     assert parse("""args.id:'"42"'""")[1] == {"id": "42"}  # JSON text: the string
 
 

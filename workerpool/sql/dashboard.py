@@ -50,6 +50,8 @@ class JobFilter:
     by_finished: bool = False  # the time range is of finished_at (the dead letters), not created_at
     tags: tuple[str, ...] | None = None  # jobs carrying every one of them
     payload: dict[str, Any] | None = None  # jobs whose payload contains it (JSON containment)
+    batch_id: int | None = None  # the members of one batch
+    workflow_id: int | None = None  # the jobs of one workflow
 
     @property
     def reads_history(self) -> bool:
@@ -62,7 +64,7 @@ class JobFilter:
         """Whether it filters on more than the queue (the state aside)."""
         return any(getattr(self, name) is not None for name in (
             "task", "dead_reason", "key", "created_after", "created_before", "tags",
-            "payload"))
+            "payload", "batch_id", "workflow_id"))
 
     def where(self, table: Any = jobs) -> Any:
         """The clause on ``table``: the jobs table, or the history (the same columns)."""
@@ -70,7 +72,7 @@ class JobFilter:
         if self.payload:
             clauses.append(table.c.payload.op("@>")(
                 bindparam("filter_payload", self.payload, type_=JSONB)))
-        for name in ("queue", "task", "state", "dead_reason", "key"):
+        for name in ("queue", "task", "state", "dead_reason", "key", "batch_id", "workflow_id"):
             value = getattr(self, name)
             if value is not None:
                 clauses.append(table.c[name] == value)

@@ -18,7 +18,8 @@ from ..sql.dashboard import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
 
 #: The jobs list's filter fields (what an action on every match sends again).
-LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until")
+LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until", "batch",
+               "workflow")
 #: The dead-letter list's filters, all of which its bulk retry and purge forms send again.
 DEAD_FILTERS = ("queue", "task", "reason", "key", "tag", "since")
 DEFAULT_PAGE = 50
@@ -101,7 +102,8 @@ def job_filter(params: Mapping[str, Any]) -> JobFilter:
                      dead_reason=choice(params, "reason", DEAD_REASONS), key=key(params),
                      created_after=moment(params, "since"),
                      created_before=moment(params, "until"), by_finished=state == "dead",
-                     tags=tag(params), payload=payload)
+                     tags=tag(params), payload=payload, batch_id=positive(params, "batch"),
+                     workflow_id=positive(params, "workflow"))
 
 
 def tag(params: Mapping[str, Any]) -> tuple[str, ...] | None:

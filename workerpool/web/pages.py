@@ -28,7 +28,8 @@ from .render import prefix, render
 from .tabs import ago, exact
 from .tabs import state_tabs as tabs_of
 
-LIST_PARAMS = ("q", "queue", "task", "state", "reason", "key", "since", "until", "limit", "tag")
+LIST_PARAMS = ("q", "queue", "task", "state", "reason", "key", "since", "until", "limit", "tag",
+               "batch", "workflow")
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The dashboard's query box: ``task:send queue:email tag:vip key:inv-7 state:dead
-reason:exhausted args.user.id:42`` → the jobs list's filters, ANDed.
+reason:exhausted batch:12 workflow:40 args.user.id:42`` → the jobs list's filters, ANDed.
 
 Terms are split as a shell splits words (``shlex``: quote a value with spaces,
 ``key:"a b"``). ``args.PATH:VALUE`` matches jobs whose payload holds VALUE at PATH (JSON
@@ -19,7 +19,7 @@ from .inputs import BadInput
 
 #: The qualifiers and the jobs list's field each sets.
 QUALIFIERS = {"task": "task", "queue": "queue", "tag": "tag", "key": "key", "state": "state",
-              "reason": "reason"}
+              "reason": "reason", "batch": "batch", "workflow": "workflow"}
 MAX_QUERY = 1000
 MAX_TERMS = 10
 MAX_ARGS = 3
