@@ -11,7 +11,7 @@ from tests.apps import web
 from tests.helpers.web import dead_jobs
 from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 
-PAGES = ("/", "/jobs", "/dead", "/batches", "/cron", "/audit")
+PAGES = ("/", "/jobs", "/dead", "/batches", "/workflows", "/cron", "/audit")
 LIGHT, DARK = "rgb(246, 247, 249)", "rgb(17, 24, 39)"
 
 

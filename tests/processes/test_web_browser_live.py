@@ -55,7 +55,9 @@ def test_job_batch_and_workflow_pages_follow_their_jobs_live(
     graph.step("fetch", "ok", {})
     graph.step("parse", "ok", {}, after=["fetch"])
     flow = graph.run()
-    browser.get(f"{dashboard}/workflows/{flow['fetch']}")
+    browser.get(f"{dashboard}/workflows")  # the list leads to it
+    browser.find_element(By.CSS_SELECTOR, f"#workflow-{flow['fetch']} a").click()
+    WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.ID, "workflow-live"))
     browser.execute_script("window.sameDocument = true")
     assert "pending" in text("workflow-counts")
     sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = ANY(%s)",

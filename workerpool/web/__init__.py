@@ -91,6 +91,7 @@ def routes(read_only: bool) -> list[Any]:
         Route("/dead", pages.dead_page, name="dead"),
         Route("/batches", batch_pages.batches_page, name="batches"),
         Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
+        Route("/workflows", workflow_pages.workflows_page, name="workflows"),
         Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
         Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
         Route("/cron", cron_pages.cron_page, name="cron"),
