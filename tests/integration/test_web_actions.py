@@ -166,3 +166,46 @@ def test_cancelling_a_running_job_asks_first_and_a_queued_one_does_not(app_pool,
     assert done.status_code == 303
     request = sql("SELECT cancel_request FROM workerpool_jobs WHERE id = %s", running)[0][0]
     assert request["message"] == "wrong"
+
+
+def test_retry_a_cancelled_job_even_from_the_history(app_pool, http, sql):
+    from workerpool.runtime.maintenance import Maintenance
+
+    kept = app_pool.enqueue("ok", {}, delay=600)
+    moved = app_pool.enqueue("ok", {}, delay=600)
+    app_pool.cancel([kept, moved], reason="oops")
+    app_pool.maintenance(history_delay=0)
+    sql("UPDATE workerpool_jobs SET key = 'held', key_scope = NULL WHERE id = %s", kept)
+    Maintenance(app_pool.registry, app_pool.engine, worker_id="m").keep_history()
+    assert sql("SELECT count(*) FROM workerpool_jobs_history WHERE id = %s", moved) == [(1,)]
+    assert "Retry this job" in http.get(f"/jobs/{moved}").text
+    for job_id in (kept, moved):
+        answer = post(http, f"/jobs/{job_id}/retry", {"cancelled": "1"})
+        assert answer.status_code == 303, answer.text
+        assert job_state(sql, job_id) == "pending"
+    assert sql("SELECT count(*) FROM workerpool_jobs_history") == [(0,)]
+    assert sql("SELECT coalesce(sum(count), 0) FROM workerpool_finished_minutes") == [(0,)]
+    replays, attempts, request = sql("SELECT replays, attempts, cancel_request FROM"
+                                     " workerpool_jobs WHERE id = %s", moved)[0]
+    assert (replays[0]["cancelled"], replays[0]["by"], attempts, request) == (
+        True, "web@testclient", 0, None)
+    assert "after it was cancelled" in http.get(f"/jobs/{moved}").text
+    audit = sql("SELECT action, target FROM workerpool_audit WHERE action = 'retry'")
+    assert audit == [("retry", f"job {kept}"), ("retry", f"job {moved}")]
+
+
+def test_a_cancelled_job_that_cannot_be_retried_is_refused_whole(app_pool, http, sql):
+    pending = app_pool.enqueue("ok", {})
+    parent = app_pool.enqueue("ok", {}, delay=600)
+    child = app_pool.enqueue("ok", {}, after=[parent])
+    with app_pool.batch() as batch:
+        member = batch.enqueue("ok", {}, delay=600)
+    app_pool.cancel([child, member])
+    cases = {pending: f"job {pending} is pending: only a cancelled job is retried here",
+             child: "depends on other jobs", member: f"belongs to batch {batch.id}"}
+    for job_id, line in cases.items():
+        answer = post(http, f"/jobs/{job_id}/retry", {"cancelled": "1"})
+        assert answer.status_code == 409 and line in answer.text, answer.text
+    assert post(http, "/jobs/99999/retry", {"cancelled": "1"}).status_code == 404
+    assert (job_state(sql, child), job_state(sql, member)) == ("cancelled", "cancelled")
+    assert sql("SELECT count(*) FROM workerpool_audit WHERE action = 'retry'") == [(0,)]

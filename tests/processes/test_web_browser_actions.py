@@ -24,9 +24,11 @@ def seed(db_url, sql) -> dict:
     sql("UPDATE workerpool_jobs SET state = 'waiting', signal = 'approved:7' WHERE id = %s",
         waiting)
     dead = dead_jobs(pool, 1)[0]
+    cancelled = pool.enqueue("ok", {"n": 5}, delay=3600)
+    pool.cancel([cancelled])
     pool.dispose()
     return {"running": running, "neighbour": neighbour, "later": later, "waiting": waiting,
-            "dead": dead}
+            "dead": dead, "cancelled": cancelled}
 
 
 def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
@@ -78,6 +80,12 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     assert f"purged job {seeded['dead']}" in notice()
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", seeded["dead"]) == [(0,)]
 
+    browser.get(f"{dashboard}/jobs/{seeded['cancelled']}")
+    browser.find_element(By.ID, "retry").click()
+    assert f"retried job {seeded['cancelled']}: it is pending again" in notice()
+    assert job_state(sql, seeded["cancelled"]) == "pending"
+    assert "after it was cancelled" in browser.find_element(By.CLASS_NAME, "replay").text
+
     pool = web.build(db_url)
     graph = pool.workflow()
     graph.step("fetch", "ok", {})
@@ -94,7 +102,7 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     assert [job_state(sql, i) for i in flow.values()] == ["cancelled", "cancelled"]
 
     audited = [row[0] for row in sql("SELECT action FROM workerpool_audit ORDER BY id")]
-    assert audited == ["cancel", "run_now", "signal", "purge", "cancel"]
+    assert audited == ["cancel", "cancel", "run_now", "signal", "purge", "retry", "cancel"]
     browser.get(f"{dashboard}/audit")
     assert "run_now" in browser.page_source and "signal approved:7" in browser.page_source
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

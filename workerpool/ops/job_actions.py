@@ -12,7 +12,7 @@ from .. import sql
 from ..client import WorkerPool, actor
 from ..model.errors import InvalidFilter, UnknownJob, WrongState
 from ..model.validation import check_ids
-from ..sql import audit
+from ..sql import audit, control, history
 from ..sql.control import run_now as run_now_sql
 from . import dead
 
@@ -36,6 +36,25 @@ def run_now(pool: WorkerPool, job_id: int, *, by: str | None = None) -> datetime
         audit.record(conn, by, "run_now", f"job {job_id}",
                      {"run_at": row.was.isoformat(), "task": row.task})
     return row.was
+
+
+def retry_cancelled(pool: WorkerPool, job_id: int, *, by: str | None = None) -> None:
+    """Put a cancelled job back in line: pending now, attempts reset, its errors kept and the
+    retry appended to its ``replays``; from the history too, if it moved there. Refused
+    (WrongState, nothing changed) for a batch member, a job waiting for others, or one whose
+    key a newer job holds."""
+    [job_id] = check_ids([job_id])
+    by = actor(by)
+    with pool.engine.begin() as conn:
+        history.restore(conn, job_id)
+        row = control.replay_cancelled(conn, job_id, by)
+        if row is None:
+            reason = control.why_not_replayed(conn, job_id)
+            if reason is None:
+                raise UnknownJob(f"no job has id {job_id}")
+            raise WrongState(f"{reason}; nothing changed")
+        sql.notify(conn, [row.queue])
+        audit.record(conn, by, "retry", f"job {job_id}", {"was": "cancelled", "task": row.task})
 
 
 def purge_one(pool: WorkerPool, job_id: int, *, by: str | None = None) -> None:

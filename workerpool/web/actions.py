@@ -39,9 +39,13 @@ def _actor(request: Request) -> str:
 
 
 async def retry_job(request: Request) -> Response:
-    await _form(request)
+    form = await _form(request)
     job_id = inputs.job_id(request.path_params["job_id"])
     pool = request.app.state.pool
+    if inputs.flag(form, "cancelled"):
+        await run_in_threadpool(lambda: job_actions.retry_cancelled(pool, job_id,
+                                                                    by=_actor(request)))
+        return redirect(request, f"/jobs/{job_id}", f"retried job {job_id}: it is pending again")
     result = await run_in_threadpool(dead.retry, pool, [job_id], by=_actor(request))
     if result.not_dead:
         return redirect(request, f"/jobs/{job_id}", f"job {job_id} is not dead: nothing changed")
