@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from workerpool.web.inputs import BadInput
+from workerpool.model.errors import InvalidFilter
 from workerpool.web.query import looks_like_query, parse
 
 
@@ -36,7 +36,7 @@ def test_qualifiers_and_payload_paths():
     ("x" * 1001, "at most 1000 characters"),
 ])
 def test_a_bad_query_is_refused_by_name(query, line):
-    with pytest.raises(BadInput, match=line):
+    with pytest.raises(InvalidFilter, match=line):
         parse(query)
 
 

@@ -16,6 +16,7 @@ from ..model.validation import check_name, check_tag_filter
 from ..ops.dead import DeadFilter, parse_duration, parse_since
 from ..sql.dashboard import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
+from . import query
 
 #: The jobs list's filter fields (what an action on every match sends again).
 LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until", "batch",
@@ -93,9 +94,7 @@ def job_filter(params: Mapping[str, Any]) -> JobFilter:
     """The jobs list's filters; on dead rows the time range is when they died (as the
     dead-letter operations read ``since``), elsewhere when they were created. The query box
     (``q``, :mod:`workerpool.web.query`) sets what the fields leave empty."""
-    from .query import parse
-
-    fields, payload = parse(text(params, "q") or "")
+    fields, payload = query.parse(text(params, "q") or "")
     params = {**fields, **{k: v for k, v in params.items() if text(params, k) is not None}}
     state = choice(params, "state", STATES)
     return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,

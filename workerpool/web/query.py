@@ -15,7 +15,7 @@ import json
 import shlex
 from typing import Any
 
-from .inputs import BadInput
+from ..model.errors import InvalidFilter
 
 #: The qualifiers and the jobs list's field each sets.
 QUALIFIERS = {"task": "task", "queue": "queue", "tag": "tag", "key": "key", "state": "state",
@@ -28,34 +28,34 @@ MAX_DEPTH = 5
 
 def parse(text: str) -> tuple[dict[str, str], dict[str, Any] | None]:
     """``(fields, payload)``: the list's fields the query sets, and the payload to contain
-    (None: no payload term). BadInput names the first term it cannot use."""
+    (None: no payload term). InvalidFilter (a 400) names the first term it cannot use."""
     if len(text) > MAX_QUERY:
-        raise BadInput(f"a query has at most {MAX_QUERY} characters")
+        raise InvalidFilter(f"a query has at most {MAX_QUERY} characters")
     try:
         terms = shlex.split(text)
     except ValueError as exc:
-        raise BadInput(f"the query cannot be read: {exc}") from None
+        raise InvalidFilter(f"the query cannot be read: {exc}") from None
     if len(terms) > MAX_TERMS:
-        raise BadInput(f"a query has at most {MAX_TERMS} terms; got {len(terms)}")
+        raise InvalidFilter(f"a query has at most {MAX_TERMS} terms; got {len(terms)}")
     fields: dict[str, str] = {}
     payload: dict[str, Any] = {}
     args = 0
     for term in terms:
         name, sep, value = term.partition(":")
         if not sep or not value:
-            raise BadInput(f"{term!r} is not a term: use qualifier:value (qualifiers:"
+            raise InvalidFilter(f"{term!r} is not a term: use qualifier:value (qualifiers:"
                            f" {', '.join(QUALIFIERS)}, args.PATH)")
         if name.startswith("args."):
             args += 1
             if args > MAX_ARGS:
-                raise BadInput(f"a query has at most {MAX_ARGS} args terms")
+                raise InvalidFilter(f"a query has at most {MAX_ARGS} args terms")
             _contain(payload, _path(name), _value(value))
         elif name in QUALIFIERS:
             if QUALIFIERS[name] in fields:
-                raise BadInput(f"{name}: is given twice")
+                raise InvalidFilter(f"{name}: is given twice")
             fields[QUALIFIERS[name]] = value
         else:
-            raise BadInput(f"unknown qualifier {name!r}: use one of {', '.join(QUALIFIERS)},"
+            raise InvalidFilter(f"unknown qualifier {name!r}: use one of {', '.join(QUALIFIERS)},"
                            " args.PATH")
     return fields, payload or None
 
@@ -63,7 +63,7 @@ def parse(text: str) -> tuple[dict[str, str], dict[str, Any] | None]:
 def _path(name: str) -> list[str]:
     path = name.split(".")[1:]
     if not path or any(not part for part in path) or len(path) > MAX_DEPTH:
-        raise BadInput(f"{name!r}: a payload path is args. and 1 to {MAX_DEPTH} names"
+        raise InvalidFilter(f"{name!r}: a payload path is args. and 1 to {MAX_DEPTH} names"
                        " (args.user.id)")
     return path
 
@@ -80,10 +80,10 @@ def _contain(payload: dict[str, Any], path: list[str], value: Any) -> None:
     for part in path[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise BadInput(f"args.{'.'.join(path)} crosses a value given before")
+            raise InvalidFilter(f"args.{'.'.join(path)} crosses a value given before")
         node = child
     if path[-1] in node:
-        raise BadInput(f"args.{'.'.join(path)} is given twice")
+        raise InvalidFilter(f"args.{'.'.join(path)} is given twice")
     node[path[-1]] = value
 
 
