@@ -95,3 +95,14 @@ def test_every_live_member_of_a_batch_is_cancelled_after_a_dry_run(app_pool, htt
     assert [states[i] for i in members] == ["cancelled"] * 3 and states[lone] == "pending"
     listed = http.get("/jobs", params={"q": f"batch:{batch.id}"}).text
     assert sorted(int(i) for i in re.findall(r'data-id="(\d+)"', listed)) == members
+
+
+def test_the_batches_and_audit_pages_read_times_relative_with_the_exact_one_on_hover(
+        app_pool, http):
+    with app_pool.batch() as batch:
+        batch.enqueue("ok", {})
+    app_pool.pause("email", by="ops")
+    when = (r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
+            r'\+00:00">\d+ s ago</time>')
+    assert re.search(rf'<tr id="batch-{batch.id}">.*?{when}', http.get("/batches").text, re.S)
+    assert re.search(when, http.get("/audit").text)

@@ -17,8 +17,10 @@ from ..model.batch import RESULT_ORDER, status_of
 from ..model.errors import UnknownBatch
 from ..sql import batches as sql
 from ..sql import dashboard
+from ..sql.clock import database_now
 from . import inputs, overview
 from .render import render
+from .tabs import ago, exact
 
 #: Batches each list shows (open ones oldest first; finished ones newest first).
 LISTED = 50
@@ -63,8 +65,10 @@ def batches_page(request: Request) -> Response:
         open_count = len(opened) if len(opened) < LISTED else sql.count_open(conn)
         finished = [status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
                     for row in sql.finished_batches(conn, LISTED)]
+        now = database_now(conn)
     return render(request, "batches.html", {"opened": opened, "open_count": open_count,
-                                            "finished": finished, "bar": progress_bar})
+                                            "finished": finished, "bar": progress_bar,
+                                            "now": now, "ago": ago, "exact": exact})
 
 
 def batch_page(request: Request) -> Response:
