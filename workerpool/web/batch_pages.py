@@ -86,10 +86,11 @@ def batch_page(request: Request) -> Response:
         status = status_of(row, sql.member_counts(conn, batch_id, callback_ids))
         members = sql.member_page(conn, batch_id, state, after, MEMBERS_PAGE + 1, callback_ids)
         callbacks = sql.callback_states(conn, callback_ids)
+        now = database_now(conn)
     more = len(members) > MEMBERS_PAGE
     members = members[:MEMBERS_PAGE]
     return render(request, "batch.html", {
         "status": status, "bar": progress_bar(status, 600), "members": members,
         "state": state, "states": RESULT_ORDER, "callbacks": callbacks,
-        "next_after": members[-1].id if more else None,
+        "next_after": members[-1].id if more else None, "now": now, "ago": ago, "exact": exact,
     })
