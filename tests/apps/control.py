@@ -1,6 +1,6 @@
 """The application of tests/processes/test_cancel_processes.py: handlers that obey a cancel,
 one that ignores it, an async one, and a short one. ``TEST_CANCEL_GRACE`` sets the queue's
-cancel_grace (default 1 s).
+cancel_grace (default 1 s), ``TEST_CANCEL_DRAIN`` its drain_timeout (default 10 s).
 
 A handler that sees its cancel writes ``time.time()`` to the file its payload names (``stamp``):
 the test measures how long the cancel took to reach it.
@@ -16,9 +16,10 @@ from pathlib import Path
 from workerpool import Job, WorkerPool
 
 GRACE = float(os.environ.get("TEST_CANCEL_GRACE", "1"))
+DRAIN = float(os.environ.get("TEST_CANCEL_DRAIN", "10"))
 
 pool = WorkerPool()  # $WORKERPOOL_DATABASE_URL
-pool.queue("ctl", concurrency=2, cancel_grace=GRACE, poll_interval=0.1, drain_timeout=10,
+pool.queue("ctl", concurrency=2, cancel_grace=GRACE, poll_interval=0.1, drain_timeout=DRAIN,
            hang_timeout=10)
 pool.queue("other", concurrency=2, poll_interval=0.1, drain_timeout=1, hang_timeout=10)
 

@@ -6,6 +6,7 @@ both tables, keys held forever, and a move cut at any instant (docs/storage.md).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -420,3 +421,34 @@ def test_the_chaos_checker_reads_the_jobs_the_history_holds(app, sql):
         ledger.create_tables(conn)
     history = runner.read_history(app.url, [])
     assert history.jobs[moved]["state"] == "done" and history.jobs[moved]["task"] == "add"
+
+
+def test_moved_jobs_stay_in_the_jobs_list_its_tabs_and_the_overview(app_pool, http, sql):
+    """Finished jobs move a minute after they end: the list, its tabs and the overview read the
+    history too (they showed Done 0, and a job cancelled a minute ago had left its tab)."""
+    app_pool.maintenance(history_delay=0)
+    done = [app_pool.enqueue("ok", {"n": n}) for n in range(3)]
+    testing.drain(app_pool, "email")
+    cancelled = app_pool.enqueue("ok", {"n": 9}, delay=600)
+    app_pool.cancel([cancelled])
+    waiting = app_pool.enqueue("ok", {"n": 10}, delay=600)
+    Maintenance(app_pool.registry, app_pool.engine, worker_id="m").keep_history()
+    assert [where(sql, i) for i in [*done, cancelled]] == [(0, 1)] * 4
+
+    def listed(path: str) -> list[int]:
+        return [int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)"', http.get(path).text)]
+
+    assert listed("/jobs?state=done") == done[::-1]
+    assert listed("/jobs?state=cancelled") == [cancelled]
+    assert listed("/jobs") == [waiting, cancelled, *done[::-1]]
+    assert listed("/jobs?state=done&task=ok&queue=email") == done[::-1]  # filters on both
+    first = http.get("/jobs?state=done&limit=2").text  # keyset paging across the history
+    older = re.search(r'href="([^"]+)" id="page-older"', first)[1].replace("&amp;", "&")
+    assert listed("/jobs?state=done&limit=2") == done[:0:-1] and listed(older) == done[:1]
+    tabs = dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">(\d+)</span>',
+                           http.get("/jobs").text))
+    assert (tabs["all"], tabs["done"], tabs["cancelled"], tabs["pending"]) == ("5", "3", "1", "1")
+    overview = http.get("/").text
+    row = re.search(r'<tr id="queue-email">(.*?)</tr>', overview, re.S)[1]
+    assert re.search(r'class="count-done">(?:≈ )?3<', row), row
+    assert re.search(r'class="count-cancelled">(?:≈ )?1<', row), row

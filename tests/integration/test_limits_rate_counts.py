@@ -74,11 +74,13 @@ def test_a_claim_older_than_its_slot_leaves_the_newer_slice_alone(pool, sql):
     assert ring(sql) == [(now + RATE_SLICES + 1, 3)]
 
 
-def test_a_rate_limited_claim_writes_no_start_on_the_rows(pool, sql):
+def test_a_rate_limited_claim_counts_in_the_ring_and_stamps_each_attempts_start(pool, sql):
     app = rated(pool, "100/s")
     app.enqueue_many([("work", {"n": n}) for n in range(3)])
     assert len(claim(app, "w1")) == 3
-    assert sql("SELECT count(*) FROM workerpool_jobs WHERE started_at IS NOT NULL") == [(0,)]
+    assert sum(claims for _, claims in ring(sql)) == 3
+    # the start is the attempt's (waited and ran times), as every claim stamps it
+    assert sql("SELECT count(*) FROM workerpool_jobs WHERE started_at = claimed_at") == [(3,)]
 
 
 def test_status_and_the_why_line_read_the_ring(pool):

@@ -43,6 +43,25 @@ def test_the_job_page_lists_each_step_and_the_signal_it_waits_for(flows, http):
     assert "then wait_for raises TimeoutError" in why
 
 
+def test_a_sleep_step_shows_until_when_and_a_step_that_returned_nothing_null(app_pool, http):
+    app_pool.queue("naps")
+
+    @app_pool.task(queue="naps")
+    def napper(job):
+        job.step("nothing", lambda: None)
+        job.sleep("nap", 3600)
+
+    job_id = app_pool.enqueue("napper", {})
+    drain(app_pool, "naps")
+    table = re.search(r'<table class="steps" id="steps">(.*?)</table>', http.get(
+        f"/jobs/{job_id}").text, re.S)[1]
+    rows = dict(re.findall(r'<tr class="step [\w-]+"><td><code>(\w+)</code>(.*?)</tr>', table,
+                           re.S))
+    assert "None" not in table
+    assert "<pre>null</pre>" in rows["nothing"]
+    assert re.search(r"sleeps until \d{4}-\d\d-\d\d", rows["nap"]), rows["nap"]
+
+
 def status(db_url, tmp_path, job_id: int, *args: str) -> str:
     done = run_cli("status", "--job", str(job_id), *args, url=db_url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

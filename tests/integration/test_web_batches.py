@@ -38,7 +38,8 @@ def test_a_batch_page_shows_progress_callbacks_and_members_by_keyset_pages(
     batch_id = batch_of(app_pool, 3, dead=1)
     page = http.get(f"/batches/{batch_id}")
     assert page.status_code == 200
-    assert "Open since" in page.text and "enqueued once the last member ends" in page.text
+    assert re.search(r"Opened <time class=\"when\"[^>]*>\d+ s ago</time>", page.text)
+    assert "enqueued once the last member ends" in page.text
     drain(app_pool, "email")
     page = http.get(f"/batches/{batch_id}")
     assert ">failure</span> (fired by outcome)" in page.text
@@ -71,3 +72,38 @@ def test_bad_or_unknown_batches_are_refused_in_one_line(http):
     assert "no batch 987" in http.get("/batches/987").text
     assert http.get("/batches/x").status_code == 400
     assert http.get("/batches/1?state=sleeping").status_code in (400, 404)
+
+
+def test_every_live_member_of_a_batch_is_cancelled_after_a_dry_run(app_pool, http, sql):
+    import html
+
+    with app_pool.batch() as batch:
+        members = [batch.enqueue("ok", {"n": n}) for n in range(3)]
+    lone = app_pool.enqueue("ok", {})
+    page = http.get(f"/batches/{batch.id}").text
+    body = re.search(r'<form method="post" action="/jobs/bulk-all" id="act-on-all"[^>]*>(.*?)'
+                     r"</form>", page, re.S)[1]
+    form = {n: html.unescape(v) for n, v in re.findall(
+        r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+    assert form["q"] == f"batch:{batch.id}"
+    dry = http.post("/jobs/bulk-all", data={**form, "action": "cancel"})
+    assert "Dry run: cancel 3 jobs matching the filter" in dry.text
+    confirm = {n: html.unescape(v) for n, v in re.findall(
+        r'<input type="hidden" name="(\w+)" value="([^"]*)"',
+        re.search(r'id="confirm">(.*?)</form>', dry.text, re.S)[1])}
+    http.post("/jobs/bulk-all", data=confirm)
+    states = dict(sql("SELECT id, state FROM workerpool_jobs"))
+    assert [states[i] for i in members] == ["cancelled"] * 3 and states[lone] == "pending"
+    listed = http.get("/jobs", params={"q": f"batch:{batch.id}"}).text
+    assert sorted(int(i) for i in re.findall(r'data-id="(\d+)"', listed)) == members
+
+
+def test_the_batches_and_audit_pages_read_times_relative_with_the_exact_one_on_hover(
+        app_pool, http):
+    with app_pool.batch() as batch:
+        batch.enqueue("ok", {})
+    app_pool.pause("email", by="ops")
+    when = (r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
+            r'\+00:00">\d+ s ago</time>')
+    assert re.search(rf'<tr id="batch-{batch.id}">.*?{when}', http.get("/batches").text, re.S)
+    assert re.search(when, http.get("/audit").text)

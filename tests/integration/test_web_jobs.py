@@ -140,3 +140,108 @@ def test_a_read_only_dashboard_has_no_bulk_actions(app_pool, sql):
         assert http.post("/jobs/bulk", data={"action": "cancel", "id": [str(job_id)]}
                          ).status_code in (404, 405)
     assert job_state(sql, job_id) == "pending"
+
+
+HTMX = {"HX-Request": "true", "HX-Target": "job-table"}
+
+
+def tab_counts(text: str) -> dict[str, str]:
+    return dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">([\d,+~]+)</span>',
+                           text))
+
+
+def test_filtering_swaps_the_tabs_too_and_they_keep_the_filter(app_pool, http):
+    """The filter form sends every field, empty or not; its answer carries the tabs (out of
+    band), counted and linked under the filter, and the address to push has only what filters."""
+    dead_jobs(app_pool, 2)
+    dead_jobs(app_pool, 1, task="monthly")
+    app_pool.enqueue("monthly", {}, delay=600)
+    app_pool.enqueue("ok", {}, delay=600, tags=["vip"])
+    empty = {name: "" for name in ("task", "state", "reason", "key", "tag", "since", "until")}
+    answer = http.get("/jobs", params={"queue": "reports", **empty}, headers=HTMX)
+    assert answer.status_code == 200
+    assert answer.headers["HX-Push-Url"] == "/jobs?queue=reports"
+    assert '<nav class="tabs" id="state-tabs" hx-swap-oob="true">' in answer.text
+    counts = tab_counts(answer.text)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("2", "1", "1")
+    assert 'href="/jobs?queue=reports&amp;state=dead" id="tab-dead"' in answer.text
+    # a filter beyond the queue: the tabs count exactly its matches
+    tagged = http.get("/jobs", params={**empty, "queue": "", "tag": "vip"}, headers=HTMX)
+    assert tagged.headers["HX-Push-Url"] == "/jobs?tag=vip"
+    counts = tab_counts(tagged.text)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("1", "1", "0")
+    assert 'href="/jobs?tag=vip&amp;state=pending" id="tab-pending"' in tagged.text
+    whole = http.get("/jobs?task=boom").text  # a full page: the same tabs
+    assert (tab_counts(whole)["all"], tab_counts(whole)["dead"]) == ("2", "2")
+
+
+def listed(http, path: str, **params) -> list[int]:
+    page = http.get(path, params=params)
+    assert page.status_code == 200, page.text
+    return [int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)"', page.text)]
+
+
+def test_the_query_box_filters_by_payload_and_qualifiers_and_the_tabs_follow(app_pool, http):
+    ann = app_pool.enqueue("ok", {"user": {"id": 42, "name": "ann"}}, delay=600, tags=["vip"])
+    bob = app_pool.enqueue("ok", {"user": {"id": 7}}, delay=600, tags=["vip"])
+    other = app_pool.enqueue("ok", {"user": {"id": 42}}, delay=600)
+    dead = dead_jobs(app_pool, 1, user={"id": 42})[0]
+    assert listed(http, "/jobs", q="args.user.id:42") == [dead, other, ann]
+    assert listed(http, "/jobs", q="args.user.id:42 tag:vip") == [ann]
+    assert listed(http, "/jobs", q="args.user.id:42 state:dead") == [dead]
+    assert listed(http, "/jobs", q="args.user.id:42", state="pending") == [other, ann]
+    assert listed(http, "/jobs", q="tag:vip args.user.name:ann task:ok queue:email") == [ann]
+    page = http.get("/jobs", params={"q": "args.user.id:42"}).text
+    counts = tab_counts(page)
+    assert (counts["all"], counts["pending"], counts["dead"]) == ("3", "2", "1")
+    assert 'href="/jobs?q=args.user.id%3A42&amp;state=dead" id="tab-dead"' in page
+    assert bob not in listed(http, "/jobs", q="args.user.id:42")
+    bad = http.get("/jobs", params={"q": "colour:red"})
+    assert bad.status_code == 400 and "unknown qualifier &#39;colour&#39;" in bad.text
+    # the header's box takes a query too, and still an id or a key
+    found = http.get("/search", params={"q": "args.user.id:7"}, follow_redirects=False)
+    assert found.headers["location"] == "/jobs?q=args.user.id%3A7"
+    key = http.get("/search", params={"q": "account:42"}, follow_redirects=False)
+    assert key.headers["location"] == "/jobs?key=account%3A42"
+
+
+def page_form(text: str, form_id: str) -> dict[str, str]:
+    import html
+
+    body = re.search(rf'<form method="post" action="[^"]*" id="{form_id}"[^>]*>(.*?)</form>',
+                     text, re.S)[1]
+    return {name: html.unescape(value) for name, value in
+            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+
+
+def test_every_match_of_the_filter_after_a_dry_run_and_none_that_came_later(
+        app_pool, http, sql, monkeypatch):
+    tagged = [app_pool.enqueue("ok", {"n": n}, delay=600, tags=["vip"]) for n in range(3)]
+    other = app_pool.enqueue("ok", {}, delay=600)
+    page = http.get("/jobs", params={"tag": "vip", "queue": ""}).text
+    form = {**page_form(page, "bulk-all"), "action": "cancel", "note": "wrong"}
+    assert {k: v for k, v in form.items() if k != "csrf_token"} == {
+        "tag": "vip", "action": "cancel", "note": "wrong"}
+    dry = http.post("/jobs/bulk-all", data=form)
+    assert "Dry run: cancel 3 jobs matching the filter" in dry.text, dry.text
+    assert [job_state(sql, i) for i in tagged] == ["pending"] * 3
+    late = app_pool.enqueue("ok", {}, delay=600, tags=["vip"])  # after the dry run
+    done = http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"),
+                     follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs?tag=vip"
+    assert [job_state(sql, i) for i in tagged] == ["cancelled"] * 3
+    assert (job_state(sql, late), job_state(sql, other)) == ("pending", "pending")
+    assert [row[0] for row in sql("SELECT action FROM workerpool_audit")] == ["cancel"]
+
+    dead = dead_jobs(app_pool, 2, user={"id": 42}) + dead_jobs(app_pool, 1, user={"id": 7})
+    page = http.get("/jobs", params={"q": "args.user.id:42"}).text
+    dry = http.post("/jobs/bulk-all", data={**page_form(page, "bulk-all"), "action": "retry"})
+    assert "Dry run: replay 2 jobs matching the filter" in dry.text
+    http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"))
+    assert [job_state(sql, i) for i in dead] == ["pending", "pending", "dead"]
+
+    monkeypatch.setattr("workerpool.ops.bulk.MAX_MATCHES", 2)
+    refused = http.post("/jobs/bulk-all", data={"csrf_token": csrf(http, "/jobs"),
+                                                "action": "cancel"})
+    assert refused.status_code == 400 and "more than 2 jobs match: narrow the filter" in \
+        refused.text

@@ -138,9 +138,45 @@ def test_job_page_names_the_lease_holder_and_the_checkpoint(app_pool, http, sql)
         " checkpoint = '{\"step\": 3}' WHERE id = %s", job_id)
     page = http.get(f"/jobs/{job_id}")
     lease = re.search(r'<td id="lease">(.*?)</td>', page.text, re.S)[1]
-    assert "web-host:42:abc" in lease and "(90.0s ago)" in lease and "pid 42" in lease
+    assert "web-host:42:abc" in lease and "last renewed 90.0s ago" in lease and "pid 42" in lease
     assert "it is running: the lease is held by worker web-host:42:abc" in page.text
     assert "&#34;step&#34;: 3" in page.text
+
+
+def cell(page, name: str) -> str:
+    return re.search(rf'<td id="{name}">(.*?)</td>', page.text, re.S)[1]
+
+
+def test_a_running_job_reads_since_its_attempt_started_not_its_last_renewal(app_pool, http,
+                                                                            sql):
+    job_id = app_pool.enqueue("ok", {})
+    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
+        " run_at = now() - interval '8 minutes', started_at = now() - interval '6 minutes',"
+        " claimed_at = now() - interval '0.4 seconds' WHERE id = %s", job_id)
+    page = http.get(f"/jobs/{job_id}")
+    assert "(6.0m ago), last renewed 0.4s ago" in cell(page, "lease")
+    assert cell(page, "waited") == "2.0m from due to its start"
+    assert cell(page, "ran") == "for 6.0m so far"
+    assert "held by worker h:1:a since 6.0m ago" in why(http, job_id)
+
+
+def test_every_claim_records_when_its_attempt_started_and_the_page_shows_waited_and_ran(
+        app_pool, http, sql):
+    job_id = app_pool.enqueue("ok", {})
+    waiting = http.get(f"/jobs/{job_id}")
+    assert cell(waiting, "ran") == "-" and "so far (due since" in cell(waiting, "waited")
+    drain(app_pool, "email")
+    started, finished = sql("SELECT started_at, finished_at FROM workerpool_jobs WHERE id = %s",
+                            job_id)[0]
+    assert started is not None and started <= finished  # the plain claim stamped it
+    sql("UPDATE workerpool_jobs SET run_at = started_at - interval '90 seconds',"
+        " finished_at = started_at + interval '5 seconds' WHERE id = %s", job_id)
+    page = http.get(f"/jobs/{job_id}")
+    assert (cell(page, "waited"), cell(page, "ran")) == ("90.0s from due to its start", "5.0s")
+    for name in ("created", "started", "finished"):  # relative, the exact time on hover
+        assert re.fullmatch(r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d'
+                            r' \d\d:\d\d:\d\d\+00:00">(\d+ s ago|in \d+ s)</time>',
+                            cell(page, name)), cell(page, name)
 
 
 def why(http, job_id) -> str:
@@ -156,6 +192,11 @@ def test_why_a_due_job_is_not_running(app_pool, http, sql):
     text = why(http, due)
     assert "queue email is paused since" in text and "by ops" in text
     app_pool.resume("email")
+    # given the app, the page still says when nothing serves the queue (not "waits for a slot")
+    assert "no live worker serves queue email" in why(http, due)
+    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('h:1:a', 'h', 1, 'email', '{\"ok\": 1}')")
+    assert "Nothing holds it back" in why(http, due)
     sql("UPDATE workerpool_jobs SET payload_version = 3 WHERE id = %s", due)
     assert "payload version 3 is newer than any worker knows (up to 1)" in why(http, due)
     sql("UPDATE workerpool_jobs SET payload_version = 1, task = 'gone' WHERE id = %s", due)

@@ -92,3 +92,38 @@ def test_the_sequence_page_shows_its_line_head_first_linked_from_its_jobs(app_po
     empty = http.get("/sequences/nobody")
     assert empty.status_code == 200 and 'id="sequence-empty"' in empty.text
     assert http.get("/sequences/%20").status_code == 400
+
+
+def test_the_workflows_list_shows_each_with_its_progress_newest_first(app_pool, http, sql,
+                                                                      monkeypatch):
+    from workerpool.runtime.maintenance import Maintenance
+
+    def flow() -> dict:
+        graph = app_pool.workflow()
+        graph.step("fetch", "ok", {})
+        graph.step("parse", "ok", {}, after=["fetch"])
+        graph.step("fail", "boom", {}, after=["fetch"])
+        return graph.run()
+
+    first = flow()
+    drain(app_pool, "email")  # first: fetch and parse done, fail dead
+    app_pool.maintenance(history_delay=0)
+    Maintenance(app_pool.registry, app_pool.engine, worker_id="m").keep_history()
+    second = flow()  # all pending
+    page = http.get("/workflows")
+    assert page.status_code == 200
+    ids = [int(i) for i in re.findall(r'<tr id="workflow-(\d+)">', page.text)]
+    assert ids == [second["fetch"], first["fetch"]]
+
+    def ended(workflow_id: int) -> str:
+        row = re.search(rf'<tr id="workflow-{workflow_id}">(.*?)</tr>', page.text, re.S)[1]
+        return re.search(r'<td class="ended">(.*?)</td>', row)[1]
+
+    assert ended(first["fetch"]) == "3 / 3"  # its done jobs were read from the history
+    assert ended(second["fetch"]) == "0 / 3"
+    assert 'aria-label="3 of 3 ended"' in page.text
+    monkeypatch.setattr("workerpool.web.workflow_pages.LISTED", 1)
+    one = http.get("/workflows").text
+    older = re.search(r'href="/workflows\?before=(\d+)" id="page-older"', one)[1]
+    rest = http.get(f"/workflows?before={older}").text
+    assert re.findall(r'<tr id="workflow-(\d+)">', rest) == [str(first["fetch"])]

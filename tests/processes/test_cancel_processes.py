@@ -116,6 +116,29 @@ def test_a_handler_that_ignores_its_cancel_is_cancelled_and_its_child_recycled(l
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'") == [(0,)]
 
 
+def test_the_recycle_after_an_ignored_cancel_waits_for_a_long_neighbour(launch, app, sql):
+    """Two long jobs on one child: cancelling the one that ignores it leaves the other running
+    to its end, past the drain timeout (it was released as interrupted and ran again)."""
+    sup = launch(TEST_CANCEL_GRACE="0.3", TEST_CANCEL_DRAIN="0.5")
+    sup.wait_running("ctl")
+    first = sup.child_pid("ctl")
+    stubborn = app.enqueue("stubborn", {"seconds": 120})
+    neighbour = app.enqueue("quick", {"seconds": 4})
+    wait_state(sql, stubborn, "processing", sup=sup)
+    wait_state(sql, neighbour, "processing", sup=sup)
+    app.cancel([stubborn], by="ops", reason="wrong-file")
+    wait_state(sql, stubborn, "cancelled", 10, sup)
+    wait_state(sql, neighbour, "done", 30, sup)
+    row = job_row(sql, neighbour)
+    assert (row["attempts"], row["errors"]) == (1, []), row  # never interrupted, never re-run
+    wait_until(lambda: sup.events("child_exited", worker="ctl", status="exit:75"), 30,
+               message=f"the child exits for recycling\n{sup.log()[-3000:]}")
+    wait_until(lambda: sup.child_pid("ctl") != first, 15, message="a replacement child")
+    line = sup.events("job_cancelled", logger="cancel")
+    assert [(e.fields["id"], e.fields["by"], e.fields["reason"]) for e in line] == [
+        (str(stubborn), "ops", "wrong-file")], sup.log()[-3000:]
+
+
 def test_pause_on_two_supervisors_then_resume_restarts_both(launch, app, sql):
     sups = [launch(), launch()]
     for sup in sups:

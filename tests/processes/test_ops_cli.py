@@ -7,12 +7,17 @@ rows imply.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from workerpool.sql import db
 
 APP = """
 from workerpool import WorkerPool
@@ -136,6 +141,24 @@ def test_status_table_for_people(seeded, tmp_path):
     assert re.search(r"^  nightly\s+billing\s+0 3 \* \* \*\s+Europe/Paris\s+2026-01-01 02:00:00"
                      r"\+00:00\s+2026-01-02 02:00:00\+00:00\s+9 \(done\)\s+4$", text, re.M), text
     assert re.search(r"^  email\s+h\s+2\s+.*stale\s+h:2:b$", text, re.M)
+
+
+def test_status_with_no_database_named_says_so_and_starts_nothing(tmp_path):
+    """No URL and no embedded server running: one line, non-zero, no server started (it
+    started an empty embedded PostgreSQL here and printed a missing-table traceback)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
+    env.update(PYTHONPATH=str(ROOT), WORKERPOOL_EMBEDDED_DIR=str(tmp_path / "pgdata"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "workerpool", "status"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=60)
+    finally:  # were one started after all, it must not outlive the test
+        db.stop_embedded(tmp_path / "pgdata")
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "workerpool status: no database to read: set $WORKERPOOL_DATABASE_URL (or give --app"
+        f" whose pool names one); the embedded PostgreSQL of {tmp_path / 'pgdata'} is not"
+        " running, and status does not start one"]
+    assert not (tmp_path / "pgdata").exists()
 
 
 def test_dead_list_json_and_table(seeded, sql, tmp_path):

@@ -43,9 +43,9 @@ def seed(db_url) -> dict:
 
 
 def rows(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "tr.job")]
+    # one script: read between two htmx swaps, never from a row a swap just replaced
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('tr.job')).map(e => e.dataset.id)")
 
 
 def tab_count(driver, state: str) -> str:
@@ -84,6 +84,12 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     wait.until(lambda d: "tag=tenant" in d.current_url and len(rows(d)) == 3)
     assert browser.execute_script("return window.sameDocument") is True  # htmx swapped it
     assert sorted(rows(browser)) == sorted(str(i) for i in seeded["later"])
+    # the tabs were swapped with the table: counted and linked under the filter; the address
+    # carries the one field set, not every empty one
+    assert browser.current_url.endswith("/jobs?tag=tenant%3A8"), browser.current_url
+    assert (tab_count(browser, "all"), tab_count(browser, "pending"),
+            tab_count(browser, "dead")) == ("3", "3", "0")
+    assert "tag=tenant%3A8" in browser.find_element(By.ID, "tab-pending").get_attribute("href")
     browser.find_element(By.ID, "select-all").click()
     assert all(box.is_selected() for box in browser.find_elements(By.CSS_SELECTOR, "input.pick"))
     Select(browser.find_element(By.ID, "bulk-action")).select_by_value("cancel")
@@ -127,3 +133,36 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     wait.until(lambda d: "tag=tenant" in d.current_url and rows(d) == [str(seeded["import"])])
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []  # the select-all script is a file: nothing blocked by the CSP
+
+
+def test_the_query_box_filters_the_list_its_tabs_and_the_action_on_every_match(
+        db_url, sql, dashboard, browser):  # noqa: F811
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    seeded = seed(db_url)
+    wait = WebDriverWait(browser, 15)
+    browser.get(dashboard + "/jobs")
+    wait.until(lambda d: d.execute_script("return typeof htmx") == "object")
+    browser.find_element(By.ID, "filter-q").send_keys("args.n:1 tag:tenant:8")
+    browser.find_element(By.ID, "filter-apply").click()
+    wait.until(lambda d: rows(d) == [str(seeded["later"][1])])
+    assert (tab_count(browser, "all"), tab_count(browser, "pending")) == ("1", "1")
+    assert browser.current_url.endswith("/jobs?q=args.n%3A1+tag%3Atenant%3A8")
+    # the action on every match follows the filter the table was swapped for
+    browser.find_element(By.ID, "bulk-all-submit").click()
+    wait.until(lambda d: d.find_elements(By.ID, "bulk-all-plan"))
+    assert "Dry run: cancel 1 job matching the filter" in browser.find_element(
+        By.TAG_NAME, "h1").text
+    assert "q=args.n:1 tag:tenant:8" in browser.find_element(By.ID, "bulk-all-filter").text
+    browser.find_element(By.ID, "confirm-bulk-all").click()
+    wait.until(lambda d: d.find_elements(By.ID, "notice"))
+    assert "1 jobs cancelled" in browser.find_element(By.ID, "notice").text
+    assert [job_state(sql, i) for i in seeded["later"]] == ["pending", "cancelled", "pending"]
+    ActionChains(browser).send_keys(Keys.ESCAPE).perform()
+    browser.find_element(By.TAG_NAME, "h1").click()  # out of the field: "/" is the shortcut
+    ActionChains(browser).send_keys("/", "args.rows:40", Keys.ENTER).perform()
+    wait.until(lambda d: "q=args.rows" in d.current_url and rows(d) == [str(seeded["import"])])
+    assert browser.find_element(By.ID, "filter-q").get_attribute("value") == "args.rows:40"

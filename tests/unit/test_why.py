@@ -38,7 +38,7 @@ def test_each_cause_is_named():
     assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1}, age=600)])) == ["no_worker"]
     assert codes(why.Facts(job(), NOW, workers=[worker({"other": 1})])) == ["unknown_task"]
     assert codes(why.Facts(job(payload_version=2), NOW, workers=live)) == ["payload_version"]
-    assert codes(why.Facts(job(), NOW, known={"other": 1})) == ["unknown_task"]
+    assert codes(why.Facts(job(), NOW, workers=live, known={"other": 1})) == ["unknown_task"]
     running = job(state="processing", claimed_by="h:1:a", claimed_at=NOW - timedelta(seconds=5))
     holder = SimpleNamespace(id="h:1:a", queue="email", tasks={"send": 1}, age=2.0)
     reasons = why.reasons(why.Facts(running, NOW, workers=[holder]))
@@ -49,6 +49,15 @@ def test_each_cause_is_named():
     orphaned = why.reasons(why.Facts(running, NOW, workers=[silent]))[1]
     assert "was last seen 5.0m ago" in orphaned.text
     assert codes(why.Facts(job(state="dead", dead_reason="permanent"), NOW)) == ["finished"]
+
+
+def test_with_the_app_known_a_queue_no_live_worker_serves_is_still_named():
+    """The app says which tasks exist; only the live workers say whether anything runs them."""
+    known = {"send": 1}
+    assert codes(why.Facts(job(), NOW, known=known)) == ["no_worker"]
+    assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1}, age=600)],
+                           known=known)) == ["no_worker"]
+    assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1})], known=known)) == []
 
 
 def test_a_new_cause_is_one_more_check():

@@ -21,7 +21,7 @@ from . import helptext as cli_help
 from . import job as cli_job
 from . import live
 from .helptext import add_command
-from .target import CliError, check_migrated, pool_for
+from .target import CliError, check_migrated, existing_database, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     tags = check_tag_filter(args.tag)
     if tags and args.job is not None:
         raise CliError("give --job or --tag, not both")
-    pool = pool_for(args)
+    pool = existing_database(pool_for(args), "status")
     if args.job is not None:
         with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)

@@ -30,6 +30,15 @@ class EventDefault(logging.Filter):
         return True
 
 
+class OwnOrWarnings(logging.Filter):
+    """On stderr: workerpool's records at the run's level, other libraries' from WARNING up (the
+    root logger passes more: an application's records at that level, for the attempt logs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name == "workerpool" or \
+            record.name.startswith("workerpool.")
+
+
 def resolve_format(given: str | None) -> str:
     """``text`` or ``json``: the option, else ``$WORKERPOOL_LOG_FORMAT``, else text."""
     chosen = (given or settings.log_format() or "text").lower()
@@ -51,11 +60,15 @@ def formatter(kind: str) -> logging.Formatter:
 
 
 def configure_logging(level: str = "INFO", log_format: str | None = None) -> None:
-    """Send workerpool's records (and warnings from libraries) to stderr, one line each."""
+    """Send workerpool's records (and warnings from libraries) to stderr, one line each.
+
+    The root logger is at ``level`` too: a handler's records at that level must reach the
+    capture of its attempt's logs (docs/handlers.md), which sits on the root logger."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(resolve_format(log_format)))
     handler.addFilter(EventDefault())
+    handler.addFilter(OwnOrWarnings())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
+    root.setLevel(level)
     logging.getLogger("workerpool").setLevel(level)

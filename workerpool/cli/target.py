@@ -45,6 +45,19 @@ def load_pool(target: str) -> WorkerPool:
     return pool
 
 
+def existing_database(pool: WorkerPool, command: str) -> WorkerPool:
+    """``pool``, unless it names no server and the embedded PostgreSQL is not running: a command
+    that reads must not start an empty one in the current directory and fail on its tables."""
+    from ..process import settings
+    from ..sql import db
+
+    if pool.engines.named or db.embedded_running(settings.embedded_dir()):
+        return pool
+    raise CliError(f"no database to read: set $WORKERPOOL_DATABASE_URL (or give --app whose pool"
+                   f" names one); the embedded PostgreSQL of {settings.embedded_dir()} is not"
+                   f" running, and {command} does not start one")
+
+
 def pool_for(args: Any) -> WorkerPool:
     """The app's pool with ``--app``, else a bare pool on the configured database URL."""
     from ..client import WorkerPool

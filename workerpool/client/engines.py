@@ -52,6 +52,12 @@ class Engines:
         self._made = threading.RLock()
 
     @property
+    def named(self) -> bool:
+        """Whether a server is named (the URL given, or ``$WORKERPOOL_DATABASE_URL``): if not,
+        the first connection starts the embedded PostgreSQL."""
+        return self._url_arg is not None or settings.database_url() is not None
+
+    @property
     def url(self) -> URL:
         return self._once("_url", lambda: self._in_schema(database_url(self._url_arg)))
 

@@ -12,8 +12,8 @@ from ..model.errors import InvalidFilter
 from ..sql import audit
 
 #: The actions operations record (``action`` of an entry).
-ACTIONS = ("cancel", "retry", "purge", "pause", "resume", "cron_pause", "cron_resume",
-           "cron_run")
+ACTIONS = ("cancel", "retry", "purge", "run_now", "signal", "pause", "resume", "cron_pause",
+           "cron_resume", "cron_run")
 MAX_LIMIT = 500
 
 

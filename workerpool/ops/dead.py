@@ -9,6 +9,7 @@ command and the dashboard call these.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -50,6 +51,7 @@ class DeadFilter:
     ids: tuple[int, ...] | None = None
     #: Dead rows carrying every one of these tags.
     tags: tuple[str, ...] | None = None
+    key: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tags", check_tag_filter(self.tags))
@@ -70,13 +72,14 @@ class DeadFilter:
         """What the filter names, for the audit trail: ``dead`` and its set fields."""
         since = self.since.isoformat() if isinstance(self.since, datetime) else self.since
         fields = {"queue": self.queue, "task": self.task, "reason": self.reason,
-                  "since": since, "ids": ",".join(map(str, self.ids or ())) or None}
+                  "since": since, "key": self.key, "tags": ",".join(self.tags or ()) or None,
+                  "ids": ",".join(map(str, self.ids or ())) or None}
         return " ".join(["dead", *(f"{k}={v}" for k, v in fields.items() if v is not None)])
 
     def where(self, older_than: timedelta | None = None):
         return sql.dead_where(queue=self.queue, task=self.task, reason=self.reason,
                                   since=self.since, ids=self.ids, older_than=older_than,
-                                  tags=self.tags)
+                                  tags=self.tags, key=self.key)
 
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -218,7 +221,7 @@ def _with_ids(filters: DeadFilter, ids: Iterable[int] | None, all_matching: bool
         raise InvalidFilter("give job ids, or all_matching=True (--all) to replay every match")
     if ids is None:
         return filters
-    return DeadFilter(filters.queue, filters.task, filters.reason, filters.since, tuple(ids))
+    return dataclasses.replace(filters, ids=tuple(ids))
 
 
 def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str,

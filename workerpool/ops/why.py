@@ -73,7 +73,8 @@ def running(facts: Facts) -> Reason | None:
     job = facts.job
     if job.state != JobState.PROCESSING:
         return None
-    since = _age((facts.now - job.claimed_at).total_seconds()) if job.claimed_at else "?"
+    began = getattr(job, "started_at", None) or job.claimed_at  # claimed_at: the last renewal
+    since = _age((facts.now - began).total_seconds()) if began else "?"
     return Reason("running", f"it is running: the lease is held by worker {job.claimed_by}"
                              f" since {since} ago (attempt {job.attempts} of {job.max_attempts})")
 
@@ -117,7 +118,7 @@ def no_worker(facts: Facts) -> Reason | None:
     if job.state not in DUE_STATES:
         return None
     live = facts.live_workers
-    if facts.known is None and not live:
+    if not live:  # an app's tasks say what could run it, never that something will
         return Reason("no_worker", f"no live worker serves queue {job.queue}")
     versions = [int(v) for v in ([facts.known.get(job.task)] if facts.known is not None
                                  else [(w.tasks or {}).get(job.task) for w in live])

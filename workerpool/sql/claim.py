@@ -121,6 +121,8 @@ def claim_statement(
             attempts=jobs.c.attempts + 1,
             claimed_by=worker,
             claimed_at=func.now(),
+            # when this attempt started (claimed_at moves with each renewal): waited and ran
+            started_at=func.now(),
         )
         .returning(*CLAIM_COLUMNS)
     )

@@ -15,9 +15,11 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Connection,
+    and_,
     bindparam,
     case,
     cast,
+    exists,
     false,
     func,
     literal,
@@ -33,9 +35,10 @@ from ..model.notices import CancelNotice
 from ..model.states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
+from .keys import holds_its_key
 from .leases import Lease, fence
 from .operations import list_workers
-from .schema import jobs, queues
+from .schema import dependencies, jobs, queues
 from .settled import after_rows
 from .tags import carries
 
@@ -123,6 +126,85 @@ def requested_cancels(conn: Connection, worker: str) -> set[int]:
         jobs.c.claimed_by == worker, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
         jobs.c.cancel_request.isnot(None))
     return set(conn.execute(stmt).scalars())
+
+
+# running_with: the rows a worker runs now besides one. Index: ix_workerpool_jobs_claimed_by.
+def running_with(conn: Connection, job_id: int) -> tuple[Any, list[Any]] | None:
+    """``(queue, task, claimed_by)`` of a running job and ``(id, task)`` of the other jobs its
+    worker runs now; None when it is not running."""
+    row = conn.execute(select(jobs.c.queue, jobs.c.task, jobs.c.claimed_by).where(
+        jobs.c.id == job_id, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"))).first()
+    if row is None:
+        return None
+    others = conn.execute(select(jobs.c.id, jobs.c.task).where(
+        jobs.c.claimed_by == row.claimed_by, jobs.c.id != job_id,
+        jobs.c.state == literal_column(f"'{JobState.PROCESSING}'")).order_by(jobs.c.id))
+    return row, list(others)
+
+
+# run_now: a scheduled row (pending or failed, run_at ahead) → due now; its former run_at.
+# Index: pk_workerpool_jobs.
+def run_now(conn: Connection, job_id: int) -> Any | None:
+    """``queue, task, was`` of the row made due, or None when it is not scheduled."""
+    before = select(jobs.c.run_at).where(jobs.c.id == job_id).scalar_subquery()
+    stmt = (update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.state.in_(list(DUE_STATES)),
+                   jobs.c.run_at > func.now())
+            .values(run_at=func.now())
+            .returning(jobs.c.queue, jobs.c.task, before.label("was")))
+    return conn.execute(stmt).first()
+
+
+#: The row waits for other jobs (after= or a sequence).
+_DEPENDS = exists(select(dependencies.c.job_id).where(dependencies.c.job_id == jobs.c.id))
+
+
+# replay_cancelled: a cancelled row that depends on nothing and belongs to no batch → pending
+# now, attempts reset, the cancel request cleared, lineage appended; unless its live key is
+# held by a newer job. Index: pk_workerpool_jobs (the key's: uq_workerpool_jobs_key).
+def replay_cancelled(conn: Connection, job_id: int, by: str) -> Any | None:
+    """``id, queue, task`` of the row put back in line, or None (see :func:`why_not_replayed`)."""
+    holder = jobs.alias("holder")
+    key_taken = and_(jobs.c.key_scope == literal_column("'live'"), exists(
+        select(holder.c.id).where(holder.c.key == jobs.c.key, holder.c.id != jobs.c.id,
+                                  holds_its_key(holder))))
+    entry = func.jsonb_build_object("at", func.now(), "attempts", jobs.c.attempts,
+                                    "cancelled", true(), "finished_at", jobs.c.finished_at,
+                                    "by", literal(by, Text))
+    stmt = (update(jobs)
+            .where(jobs.c.id == job_id,
+                   jobs.c.state == literal_column(f"'{JobState.CANCELLED}'"),
+                   jobs.c.batch_id.is_(None), ~_DEPENDS, ~key_taken)
+            .values(state=JobState.PENDING, attempts=0, run_at=func.now(), finished_at=None,
+                    claimed_by=None, claimed_at=None, cancel_request=None,
+                    replays=jobs.c.replays.op("||")(func.jsonb_build_array(entry)))
+            .returning(jobs.c.id, jobs.c.queue, jobs.c.task))
+    return conn.execute(stmt).first()
+
+
+# why_not_replayed: what kept a job from replay_cancelled. Index: pk_workerpool_jobs.
+def why_not_replayed(conn: Connection, job_id: int) -> str | None:
+    """A sentence, or None when no job has this id."""
+    row = conn.execute(select(jobs.c.state, jobs.c.batch_id, _DEPENDS.label("depends"))
+                       .where(jobs.c.id == job_id)).first()
+    if row is None:
+        return None
+    if row.state != JobState.CANCELLED:
+        return f"job {job_id} is {row.state}: only a cancelled job is retried here"
+    if row.batch_id is not None:
+        return (f"job {job_id} belongs to batch {row.batch_id}, whose outcome is settled:"
+                " enqueue it anew")
+    if row.depends:
+        return (f"job {job_id} depends on other jobs (after= or a sequence): replay the job"
+                " it waited for, which reopens it")
+    return f"job {job_id}'s key is held by a newer job"
+
+
+# cancel_requests: the request (by, message) each of these cancelled rows carries. Index:
+# pk_workerpool_jobs.
+def cancel_requests(conn: Connection, ids: Sequence[int]) -> dict[int, Any]:
+    stmt = select(jobs.c.id, jobs.c.cancel_request).where(jobs.c.id == func.any(_IDS))
+    return {row.id: row.cancel_request or {} for row in conn.execute(stmt, {"ids": list(ids)})}
 
 
 # finish_cancelled: one leased row → cancelled, its request written into the history.

@@ -49,6 +49,7 @@ from .schema import SEQUENCE_HELD, dependencies, history, jobs
 EDGES = dependencies.name
 JOBS = jobs.name
 HISTORY = history.name
+HISTORY = history.name
 
 
 class Parent(NamedTuple):
@@ -520,6 +521,36 @@ def workflow(conn: Connection, workflow_id: int, limit: int = 500
     ids = [row.id for row in nodes]
     edges = list(conn.execute(_WORKFLOW_EDGES, {"ids": ids})) if ids else []
     return nodes, edges
+
+
+# list_workflows: the newest workflows (below the cursor), each with its jobs counted by state
+# (at most :cap jobs a workflow read) and when it began. A workflow's id is its first job's, so
+# its newest ids are the newest workflows. Index: ix_workerpool_jobs_workflow and each history
+# partition's ix_workerpool_jobs_history_workflow, read backwards to :limit distinct ids, then
+# the same per workflow.
+_LIST_WORKFLOWS = text(f"""
+WITH ids AS (
+  SELECT workflow_id FROM (
+    (SELECT DISTINCT workflow_id FROM {JOBS} WHERE workflow_id < :before
+     ORDER BY workflow_id DESC LIMIT :limit)
+    UNION
+    (SELECT DISTINCT workflow_id FROM {HISTORY} WHERE workflow_id < :before
+     ORDER BY workflow_id DESC LIMIT :limit)
+  ) AS both_tables ORDER BY workflow_id DESC LIMIT :limit
+)
+SELECT ids.workflow_id AS id, j.state, count(*) AS count, min(j.created_at) AS created_at
+FROM ids CROSS JOIN LATERAL (
+  SELECT state, created_at FROM {union("state, created_at", "workflow_id = ids.workflow_id")}
+    AS w LIMIT :cap) AS j
+GROUP BY 1, 2
+ORDER BY 1 DESC
+""")
+
+
+def list_workflows(conn: Connection, before: int | None, limit: int, cap: int) -> list[Any]:
+    """``(id, state, count, created_at)`` rows of up to ``limit`` workflows below ``before``."""
+    return list(conn.execute(_LIST_WORKFLOWS, {"before": before or 2**63 - 1, "limit": limit,
+                                                "cap": cap}))
 
 
 # sequence_line: a sequence's jobs still in its line (live, or dead and holding it), head first.

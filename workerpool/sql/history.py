@@ -159,6 +159,27 @@ def prune_minutes(conn: Connection, older_than: float) -> int:
     return conn.execute(_PRUNE_MINUTES, {"older": older_than}).rowcount
 
 
+# restore: one cancelled row moved back from the history into the jobs table (an operator
+# retries it), its minute's count taken back, in one statement. Index:
+# ix_workerpool_jobs_history_id (per partition), pk_workerpool_finished_minutes,
+# pk_workerpool_jobs.
+_RESTORE = text(f"""
+WITH back AS (
+  DELETE FROM {HISTORY} WHERE id = :id AND state = '{JobState.CANCELLED}' RETURNING {COLUMNS}
+), uncounted AS (
+  UPDATE {MINUTES} AS m SET count = m.count - 1 FROM back
+  WHERE m.minute = date_trunc('minute', back.finished_at) AND m.queue = back.queue
+    AND m.state = back.state
+)
+INSERT INTO {JOBS} ({COLUMNS}) SELECT {COLUMNS} FROM back
+""")
+
+
+def restore(conn: Connection, job_id: int) -> bool:
+    """Move cancelled job ``job_id`` back from the history; False if it is not there."""
+    return conn.execute(_RESTORE, {"id": job_id}).rowcount == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # reads
 
@@ -217,4 +238,5 @@ def moved_states(conn: Connection, ids: Sequence[int]) -> list[Any]:
 
 __all__ = ["COLUMNS", "HISTORY_LOCK", "MINUTES", "MOVABLE", "create_partition", "drop_partition",
            "move", "moved_counts", "moved_states", "partitions", "prune_minutes", "read_moved",
+           "restore",
            "summary", "try_lock", "union"]

@@ -129,10 +129,10 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
     # of every due row (26 ms instead of 1 at 100k pending).
     picked = arms.limit(room).cte("picked")
     # claimed_at on the clock the limits count with (a lease stamp a few ms later than now())
+    # started_at: when this attempt started, as every claim records it; also what key rate
+    # limits count
     values = {"state": JobState.PROCESSING, "attempts": jobs.c.attempts + 1,
-              "claimed_by": worker, "claimed_at": NOW}
-    if any(key.rate for key in limits.keys):
-        values["started_at"] = NOW  # what key rate limits count (two more index entries a row)
+              "claimed_by": worker, "claimed_at": NOW, "started_at": NOW}
     claim = (
         update(jobs)
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left

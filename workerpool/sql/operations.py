@@ -44,6 +44,7 @@ def dead_where(
     older_than: timedelta | None = None,
     ids: Sequence[int] | None = None,
     tags: Sequence[str] | None = None,
+    key: str | None = None,
 ):
     """The WHERE clause selecting dead rows by the operator's filters (all optional, ANDed).
 
@@ -67,6 +68,8 @@ def dead_where(
         clauses.append(jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
     if tags:
         clauses.append(carries(tags))
+    if key is not None:
+        clauses.append(jobs.c.key == key)
     return and_(*clauses)
 
 

@@ -89,8 +89,8 @@ jobs = Table(
     Column("key_expires_at", TZ),
     # Jobs sharing a concurrency key are counted together against their task's per-key limits.
     Column("concurrency_key", Text),
-    # When the current attempt was claimed by a limited claim (rate limits count these; lease
-    # renewals restamp claimed_at, never this).
+    # When the current (or last) attempt was claimed: every claim sets it (rate limits count
+    # these; lease renewals restamp claimed_at, never this). Waited and ran times read it.
     Column("started_at", TZ),
     Column("checkpoint", JSONB),
     Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
@@ -224,8 +224,9 @@ Index(
     jobs.c.concurrency_key,
     postgresql_where=text(f"{LEASED} AND concurrency_key IS NOT NULL"),
 )
-Index("ix_workerpool_jobs_started", jobs.c.queue, jobs.c.started_at,
-      postgresql_where=text("started_at IS NOT NULL"))
+# A key's starts within a window (key rate limits, the why line). Every claim stamps
+# started_at, so every claimed row with a concurrency key has an entry here; (queue, started_at)
+# alone has no index: a queue's rate limit counts its claims in workerpool_rate_counts.
 Index(
     "ix_workerpool_jobs_started_key",
     jobs.c.queue,

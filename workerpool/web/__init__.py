@@ -26,6 +26,7 @@ from ..model.errors import (
     InvalidFilter,
     ReplayRefused,
     ReplicaUnavailable,
+    SignalExists,
     UnknownBatch,
     UnknownCron,
     UnknownJob,
@@ -52,7 +53,8 @@ BY_ACCESS: Any = object()  # hosts default: loopback names only when nothing els
 REFUSALS: list[tuple[type[BaseException], int]] = [
     (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
     (UnknownBatch, 404), (UnknownQueue, 404), (UnknownCron, 404), (InvalidActor, 400),
-    (ReplayRefused, 409), (WrongState, 409), (ReplicaUnavailable, 503), (WorkerpoolError, 400),
+    (ReplayRefused, 409), (WrongState, 409), (SignalExists, 409), (ReplicaUnavailable, 503),
+    (WorkerpoolError, 400),
 ]
 
 
@@ -94,6 +96,7 @@ def routes(read_only: bool) -> list[Any]:
         Route("/dead", pages.dead_page, name="dead"),
         Route("/batches", batch_pages.batches_page, name="batches"),
         Route("/batches/{batch_id}", batch_pages.batch_page, name="batch"),
+        Route("/workflows", workflow_pages.workflows_page, name="workflows"),
         Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
         Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
         Route("/cron", cron_pages.cron_page, name="cron"),
@@ -103,8 +106,12 @@ def routes(read_only: bool) -> list[Any]:
     if not read_only:
         found += [
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
+            Route("/jobs/bulk-all", actions.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
+            Route("/jobs/{job_id}/run-now", actions.run_now, methods=["POST"]),
+            Route("/jobs/{job_id}/purge", actions.purge_job, methods=["POST"]),
+            Route("/jobs/{job_id}/signal", actions.send_signal, methods=["POST"]),
             Route("/dead/retry", actions.retry_dead, methods=["POST"]),
             Route("/dead/purge", actions.purge_dead, methods=["POST"]),
             Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),

@@ -9,13 +9,15 @@ With ``--read-only`` none of these routes exists.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..model.cancel import CANCELLED, STOPPING
-from ..ops import bulk, dead
+from ..ops import bulk, dead, job_actions
+from ..sql.control import running_with
 from . import inputs
 from .access import actor_of
 from .render import redirect, render
@@ -37,9 +39,13 @@ def _actor(request: Request) -> str:
 
 
 async def retry_job(request: Request) -> Response:
-    await _form(request)
+    form = await _form(request)
     job_id = inputs.job_id(request.path_params["job_id"])
     pool = request.app.state.pool
+    if inputs.flag(form, "cancelled"):
+        await run_in_threadpool(lambda: job_actions.retry_cancelled(pool, job_id,
+                                                                    by=_actor(request)))
+        return redirect(request, f"/jobs/{job_id}", f"retried job {job_id}: it is pending again")
     result = await run_in_threadpool(dead.retry, pool, [job_id], by=_actor(request))
     if result.not_dead:
         return redirect(request, f"/jobs/{job_id}", f"job {job_id} is not dead: nothing changed")
@@ -62,7 +68,7 @@ async def retry_dead(request: Request) -> Response:
 
 async def purge_dead(request: Request) -> Response:
     form = await _form(request)
-    filters = inputs.dead_filter({**form, "since": None})
+    filters = inputs.dead_filter(form)
     older_than = inputs.duration(form, "older_than")
     confirm = inputs.flag(form, "confirm")
     pool = request.app.state.pool
@@ -81,15 +87,70 @@ def _kept(form: dict[str, Any]) -> dict[str, str]:
 
 
 async def cancel_job(request: Request) -> Response:
+    """Cancel one job; a running one only after a confirmation page says what may happen to
+    the jobs sharing its process."""
     form = await _form(request)
     job_id = inputs.job_id(request.path_params["job_id"])
     reason = inputs.text(form, "reason")
     pool = request.app.state.pool
+    if not inputs.flag(form, "confirm"):
+        running = await run_in_threadpool(_running, pool, job_id)
+        if running is not None:
+            return render(request, "cancel_confirm.html", {"job": running, "reason": reason})
     result = await run_in_threadpool(lambda: pool.cancel([job_id], reason=reason,
                                                          by=_actor(request)))
     verdict = result.verdicts.get(job_id)
     text = {CANCELLED: "cancelled", STOPPING: "asked to stop"}.get(verdict, verdict)
     return redirect(request, f"/jobs/{job_id}", f"job {job_id}: {text}")
+
+
+def _running(pool: Any, job_id: int) -> dict[str, Any] | None:
+    """A running job's worker, the other jobs that worker runs, and its queue's cancel grace
+    (when the app declares the queue); None when the job is not running."""
+    with pool.engine.connect() as conn:
+        found = running_with(conn, job_id)
+    if found is None:
+        return None
+    row, others = found
+    grace = pool.queues[row.queue].cancel_grace if row.queue in pool.queues else None
+    return {"id": job_id, "queue": row.queue, "task": row.task, "worker": row.claimed_by,
+            "others": others, "grace": grace}
+
+
+async def run_now(request: Request) -> Response:
+    await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    pool = request.app.state.pool
+    was = await run_in_threadpool(lambda: job_actions.run_now(pool, job_id,
+                                                              by=_actor(request)))
+    return redirect(request, f"/jobs/{job_id}", f"job {job_id} is due now (it was scheduled"
+                    f" for {was.isoformat(sep=' ', timespec='seconds')})")
+
+
+async def purge_job(request: Request) -> Response:
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    pool = request.app.state.pool
+    if not inputs.flag(form, "confirm"):
+        return render(request, "confirm.html", {
+            "action": f"/jobs/{job_id}/purge", "verb": "Purge", "count": 1, "by_task": [],
+            "form": {}, "what": f"dead job {job_id} (its row, errors and logs)"})
+    await run_in_threadpool(lambda: job_actions.purge_one(pool, job_id, by=_actor(request)))
+    return redirect(request, "/dead", f"purged job {job_id}")
+
+
+async def send_signal(request: Request) -> Response:
+    """Send the signal a waiting job waits for, with the form's JSON payload (if any)."""
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    name = inputs.text(form, "name")
+    if name is None:
+        raise inputs.BadInput("name the signal to send")
+    payload = job_actions.check_signal_payload(inputs.text(form, "payload"))
+    pool = request.app.state.pool
+    await run_in_threadpool(lambda: job_actions.send_signal(pool, name, payload,
+                                                            by=_actor(request)))
+    return redirect(request, f"/jobs/{job_id}", f"signal {name!r} sent")
 
 
 async def pause_queue(request: Request) -> Response:
@@ -107,6 +168,30 @@ async def _set_paused(request: Request, paused: bool) -> Response:
     verb = pool.pause if paused else pool.resume
     await run_in_threadpool(lambda: verb(queue, by=_actor(request)))
     return redirect(request, "/", f"queue {queue} {'paused' if paused else 'resumed'}")
+
+
+async def bulk_matching(request: Request) -> Response:
+    """Every job the jobs list's filter matches (the same fields, read the same way): a dry
+    run of cancel or replay first, by state and task; the confirmation acts on those jobs up to
+    the newest the dry run saw, through the ops layer."""
+    form = await _form(request)
+    action = inputs.choice(form, "action", bulk.ACTIONS)
+    if action is None:
+        raise inputs.BadInput(f"action must be one of {', '.join(bulk.ACTIONS)}")
+    filters = inputs.job_filter(form)
+    reason = inputs.text(form, "note")  # "reason" is the list's dead-reason filter
+    pool = request.app.state.pool
+    kept = {k: v for k, v in form.items() if k in inputs.LIST_FIELDS and v}
+    if not inputs.flag(form, "confirm"):
+        planned = await run_in_threadpool(bulk.plan_matching, pool, action, filters.where())
+        return render(request, "bulk_all_confirm.html", {
+            "plan": planned, "reason": reason, "filters": sorted(kept.items())})
+    upto = inputs.positive(form, "upto")
+    changed = await run_in_threadpool(lambda: bulk.apply_matching(
+        pool, action, filters.where(), upto, by=_actor(request), reason=reason))
+    verb = "cancelled (or asked to stop)" if action == "cancel" else "replayed"
+    return redirect(request, "/jobs" + ("?" + urlencode(kept) if kept else ""),
+                    f"{changed} jobs {verb}")
 
 
 async def bulk_action(request: Request) -> Response:

@@ -3,6 +3,7 @@ first, filtered by actor or action, a page at a time (``before`` = the last id s
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -11,6 +12,7 @@ from starlette.responses import Response
 from ..ops.audit import ACTIONS, list_audit
 from . import inputs
 from .render import render
+from .tabs import ago, exact
 
 PAGE = 50
 
@@ -25,5 +27,6 @@ def audit_page(request: Request) -> Response:
     kept = {k: v for k, v in (("actor", actor), ("action", action)) if v}
     older = None if page.before is None else urlencode({**kept, "before": page.before})
     return render(request, "audit.html", {"entries": page.entries, "actions": ACTIONS,
+                                          "now": datetime.now(UTC), "ago": ago, "exact": exact,
                                           "actor": actor or "", "action": action or "",
                                           "older": older})

@@ -17,8 +17,10 @@ from ..model.batch import RESULT_ORDER, status_of
 from ..model.errors import UnknownBatch
 from ..sql import batches as sql
 from ..sql import dashboard
+from ..sql.clock import database_now
 from . import inputs, overview
 from .render import render
+from .tabs import ago, exact
 
 #: Batches each list shows (open ones oldest first; finished ones newest first).
 LISTED = 50
@@ -63,8 +65,10 @@ def batches_page(request: Request) -> Response:
         open_count = len(opened) if len(opened) < LISTED else sql.count_open(conn)
         finished = [status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
                     for row in sql.finished_batches(conn, LISTED)]
+        now = database_now(conn)
     return render(request, "batches.html", {"opened": opened, "open_count": open_count,
-                                            "finished": finished, "bar": progress_bar})
+                                            "finished": finished, "bar": progress_bar,
+                                            "now": now, "ago": ago, "exact": exact})
 
 
 def batch_page(request: Request) -> Response:
@@ -82,10 +86,11 @@ def batch_page(request: Request) -> Response:
         status = status_of(row, sql.member_counts(conn, batch_id, callback_ids))
         members = sql.member_page(conn, batch_id, state, after, MEMBERS_PAGE + 1, callback_ids)
         callbacks = sql.callback_states(conn, callback_ids)
+        now = database_now(conn)
     more = len(members) > MEMBERS_PAGE
     members = members[:MEMBERS_PAGE]
     return render(request, "batch.html", {
         "status": status, "bar": progress_bar(status, 600), "members": members,
         "state": state, "states": RESULT_ORDER, "callbacks": callbacks,
-        "next_after": members[-1].id if more else None,
+        "next_after": members[-1].id if more else None, "now": now, "ago": ago, "exact": exact,
     })

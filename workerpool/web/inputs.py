@@ -16,7 +16,13 @@ from ..model.validation import check_name, check_tag_filter
 from ..ops.dead import DeadFilter, parse_duration, parse_since
 from ..sql.dashboard import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
+from . import query
 
+#: The jobs list's filter fields (what an action on every match sends again).
+LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until", "batch",
+               "workflow")
+#: The dead-letter list's filters, all of which its bulk retry and purge forms send again.
+DEAD_FILTERS = ("queue", "task", "reason", "key", "tag", "since")
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
 MAX_KEY = 1000
@@ -81,18 +87,26 @@ def moment(params: Mapping[str, Any], field: str) -> datetime | timedelta | None
                        f" with its offset; got {value!r}") from None
 
 
+def key(params: Mapping[str, Any]) -> str | None:
+    value = text(params, "key")
+    if value is not None and len(value) > MAX_KEY:
+        raise BadInput(f"key must be at most {MAX_KEY} characters")
+    return value
+
+
 def job_filter(params: Mapping[str, Any]) -> JobFilter:
     """The jobs list's filters; on dead rows the time range is when they died (as the
-    dead-letter operations read ``since``), elsewhere when they were created."""
-    key = text(params, "key")
-    if key is not None and len(key) > MAX_KEY:
-        raise BadInput(f"key must be at most {MAX_KEY} characters")
+    dead-letter operations read ``since``), elsewhere when they were created. The query box
+    (``q``, :mod:`workerpool.web.query`) sets what the fields leave empty."""
+    fields, payload = query.parse(text(params, "q") or "")
+    params = {**fields, **{k: v for k, v in params.items() if text(params, k) is not None}}
     state = choice(params, "state", STATES)
     return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
-                     dead_reason=choice(params, "reason", DEAD_REASONS), key=key,
+                     dead_reason=choice(params, "reason", DEAD_REASONS), key=key(params),
                      created_after=moment(params, "since"),
                      created_before=moment(params, "until"), by_finished=state == "dead",
-                     tags=tag(params))
+                     tags=tag(params), payload=payload, batch_id=positive(params, "batch"),
+                     workflow_id=positive(params, "workflow"))
 
 
 def tag(params: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -126,11 +140,12 @@ def ids(values: list[str]) -> list[int]:
 
 
 def dead_filter(params: Mapping[str, Any]) -> DeadFilter:
-    """The dead-letter filters of the retry and purge forms (the ones `workerpool dead` has)."""
+    """The dead-letter filters of the retry and purge forms: every filter of the dead-letter
+    list (:data:`DEAD_FILTERS`), so a bulk action covers exactly the rows the list shows."""
     try:
         return DeadFilter(queue=name(params, "queue"), task=name(params, "task"),
                           reason=choice(params, "reason", DEAD_REASONS),
-                          since=moment(params, "since"), tags=tag(params))
+                          since=moment(params, "since"), tags=tag(params), key=key(params))
     except InvalidFilter as exc:
         raise BadInput(str(exc)) from None
 

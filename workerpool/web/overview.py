@@ -2,8 +2,9 @@
 
 Waiting, running and suspect rows are counted exactly up to a cap (index reads that stop at
 it); done, dead, cancelled and failed rows, which can be millions, are the planner's estimates
-(labelled so on the page) unless the whole table is small enough to count. Finishes per
-minute come from a range of the finished index.
+(labelled so on the page) unless the whole table is small enough to count; the rows moved to
+the history add their per-minute counts (kept by the mover: no read of the history). Finishes
+per minute come from a range of the finished index.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def collect(pool: Any) -> Overview:
         exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
         estimates = (_exact_counts(conn) if exact else counts.estimates(
             conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
+        _add(estimates, dashboard.moved_counts(conn))
         finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
         analyzed = dashboard.last_analyzed(conn)
         behind = replica.lag(conn)
@@ -94,6 +96,12 @@ def _exact_counts(conn: Any) -> dict[tuple[str, str], int]:
     for row in sql.state_counts(conn):
         counts[(row.queue, row.state)] = counts.get((row.queue, row.state), 0) + row.count
     return counts
+
+
+def _add(counts: dict[tuple[str, str], int], more: dict[tuple[str, str], int]) -> None:
+    """The history's rows (done and cancelled, moved a minute after they end) count too."""
+    for key, count in more.items():
+        counts[key] = counts.get(key, 0) + count
 
 
 def _throughput(rows: list[QueueRow], finished: list[Any], now: datetime) -> None:

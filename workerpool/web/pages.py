@@ -16,19 +16,20 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..ops import job_view, why
+from ..ops import job_view, timing, why
 from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
 from ..sql import dashboard
 from ..sql.clock import database_now
 from ..sql.schema import DEAD_REASONS, STATES
-from . import inputs, overview
+from . import inputs, overview, query
 from .charts import bar_chart
 from .render import prefix, render
 from .tabs import ago, exact
 from .tabs import state_tabs as tabs_of
 
-LIST_PARAMS = ("queue", "task", "state", "reason", "key", "since", "until", "limit", "tag")
+LIST_PARAMS = ("q", "queue", "task", "state", "reason", "key", "since", "until", "limit", "tag",
+               "batch", "workflow")
 
 
 @contextmanager
@@ -60,15 +61,16 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     if dead_only:
         params["state"] = "dead"
         params.pop("until", None)  # the bulk retry and purge filter by "since" only
+        params.pop("q", None)  # nor do they know the query box's payload terms
     filters = inputs.job_filter(params)
     limit = inputs.positive(params, "limit", inputs.DEFAULT_PAGE, inputs.MAX_PAGE)
     before = inputs.positive(params, "before")
     assert limit is not None
     by_finished = filters.by_finished  # as `workerpool dead list`: most recent deaths first
     with _read(request.app.state.pool) as conn:
-        rows = dashboard.browse_jobs(conn, filters.where(), before, limit + 1, by_finished)
-        total = dashboard.count_capped(conn, filters.where())
-        tabs = [] if dead_only else tabs_of(conn, filters.queue)
+        rows = dashboard.browse_all(conn, filters, before, limit + 1)
+        total = dashboard.count_all(conn, filters)
+        tabs = [] if dead_only else tabs_of(conn, filters)
         now = database_now(conn)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -82,11 +84,19 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
         "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
+        "active_state": filters.state or "",
+        "dead_filters": inputs.DEAD_FILTERS, "list_fields": inputs.LIST_FIELDS,
         "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
                                           | ({"state": state} if state else {})),
     }
     if request.headers.get("hx-request") and request.headers.get("hx-target") == "job-table":
-        return render(request, "_jobs_table.html", context)
+        # the tabs follow the filter too (swapped out of band), and the address bar shows only
+        # the fields that filter (the form sends every one, empty or not)
+        page = "/dead" if dead_only else "/jobs"
+        response = render(request, "_jobs_update.html", context)
+        response.headers["HX-Push-Url"] = prefix(request) + page + (
+            _query(kept) if kept else "")
+        return response
     return render(request, "dead.html" if dead_only else "jobs.html", context)
 
 
@@ -95,9 +105,14 @@ def _query(params: Mapping[str, Any], **extra: Any) -> str:
 
 
 def search(request: Request) -> Response:
-    """The header's search: a job id opens its page, anything else lists the jobs of that key."""
+    """The header's search: a job id opens its page, a query (``task:send args.user.id:42``)
+    lists its matches, anything else lists the jobs of that key."""
     job_id, key = inputs.search(request.query_params)
-    target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
+    if job_id is None and query.looks_like_query(key):
+        query.parse(key)  # a bad query is refused here, with its line
+        target = "/jobs" + _query({"q": key})
+    else:
+        target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
     return RedirectResponse(prefix(request) + target, status_code=303)
 
 
@@ -118,12 +133,13 @@ def job_page(request: Request) -> Response:
         "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
         "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
         "result": _pretty(row.result),
-        "steps": [{**step, "shown": _pretty(step["value"])}
+        "steps": [{**step, "shown": _json(step["value"])}
                   for step in steps_json(row.steps, row.now)],
         "cancel_request": _pretty(row.cancel_request),
         "progress": job_view.progress_text(row.progress),
         "fraction": _fraction(row.progress), "logs": logs,
         "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
+        "timing": timing.timing(row, row.now), "ago": ago, "exact": exact,
     })
 
 
@@ -136,5 +152,10 @@ def _fraction(progress: Any) -> float | None:
 def _pretty(value: Any) -> str | None:
     if value is None:
         return None
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    """A stored JSON value as JSON (a step that returned nothing shows ``null``)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 

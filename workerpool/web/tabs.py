@@ -1,13 +1,16 @@
 """The jobs list's state tabs and their counts, and how times are shown (relative, the exact
 time on hover).
 
-Counts are the overview's: exact on a small table, else the planner's (queue, state)
-statistics (marked ``~``), so a tab costs no read of the history however large it is.
+The tabs count what the list's filter matches. Filtered by queue alone (or not at all), the
+counts are the overview's: exact on a small table, else the planner's (queue, state)
+statistics (marked ``~``), plus the history's from its per-minute counts, so a tab costs no
+read of the history however large it is. Filtered further, each tab counts its matches in both
+tables, up to :data:`workerpool.sql.dashboard.COUNT_CAP` (shown ``N+`` past it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,10 +29,16 @@ class Tab:
     state: str | None  # None: every state
     count: int
     estimated: bool
+    capped: bool = False  # more than ``count`` match
 
 
-def state_tabs(conn: Any, queue: str | None) -> list[Tab]:
-    """"all" and one tab per state, each with its count (of ``queue`` alone if given)."""
+def state_tabs(conn: Any, filters: dashboard.JobFilter) -> list[Tab]:
+    """"all" and one tab per state, each with the count of what ``filters`` (its state aside)
+    match in that state."""
+    base = replace(filters, state=None, by_finished=False)
+    if base.narrows:
+        return [_counted(conn, base, state) for state in (None, *STATES)]
+    queue = base.queue
     exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
     by_state = dict.fromkeys(STATES, 0)
     if exact:
@@ -40,8 +49,17 @@ def state_tabs(conn: Any, queue: str | None) -> list[Tab]:
         for (row_queue, state), count in (counts.mcv_estimates(conn) or {}).items():
             if (queue is None or row_queue == queue) and state in by_state:
                 by_state[state] += count
+    for (row_queue, state), count in dashboard.moved_counts(conn).items():
+        if (queue is None or row_queue == queue) and state in by_state:
+            by_state[state] += count
     tabs = [Tab(None, sum(by_state.values()), not exact)]
     return tabs + [Tab(state, by_state[state], not exact) for state in STATES]
+
+
+def _counted(conn: Any, base: dashboard.JobFilter, state: str | None) -> Tab:
+    """One tab's matches, as that tab's list reads them (its dead rows by when they died)."""
+    count = dashboard.count_all(conn, replace(base, state=state, by_finished=state == "dead"))
+    return Tab(state, min(count, dashboard.COUNT_CAP), False, count > dashboard.COUNT_CAP)
 
 
 def ago(now: datetime, then: datetime | None) -> str:

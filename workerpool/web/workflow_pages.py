@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -19,10 +20,13 @@ from starlette.responses import Response
 
 from ..model.dependencies import check_sequence
 from ..model.errors import InvalidDependency, UnknownJob
+from ..model.states import LIVE_STATES
 from ..sql import dependencies
+from ..sql.clock import database_now
 from . import inputs
-from .batch_pages import _read
+from .batch_pages import _read, progress_bar
 from .render import prefix, render
+from .tabs import ago, exact
 
 #: Jobs a workflow page draws at most.
 NODES = 200
@@ -81,6 +85,47 @@ def graph(nodes: Sequence[Any], edges: Sequence[Any], base: str) -> Markup:
     return Markup("".join(parts))
 
 
+#: Workflows a page of the list shows, and jobs counted at most per workflow.
+LISTED = 50
+COUNTED = 1000
+
+
+@dataclass
+class WorkflowRow:
+    """One workflow of the list, with what :func:`progress_bar` draws."""
+
+    id: int
+    created_at: Any = None
+    total: int = 0
+    done: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    running: int = 0
+    failed: int = 0
+    pending: int = 0  # pending or waiting
+    capped: bool = False
+
+
+def workflows_page(request: Request) -> Response:
+    """The newest workflows, each with its progress, 50 a page by keyset (``before=<id>``)."""
+    before = inputs.positive(request.query_params, "before")
+    with _read(request) as conn:
+        rows = dependencies.list_workflows(conn, before, LISTED, COUNTED)
+        now = database_now(conn)
+    flows: dict[int, WorkflowRow] = {}
+    for row in rows:
+        flow = flows.setdefault(row.id, WorkflowRow(row.id, row.created_at))
+        flow.created_at = min(flow.created_at, row.created_at)
+        field = {"processing": "running", "waiting": "pending"}.get(row.state, row.state)
+        setattr(flow, field, getattr(flow, field) + row.count)
+        flow.total += row.count
+        flow.capped = flow.total >= COUNTED
+    listed = sorted(flows.values(), key=lambda flow: -flow.id)
+    return render(request, "workflows.html", {
+        "workflows": listed, "bar": progress_bar, "ago": ago, "exact": exact, "now": now,
+        "older": listed[-1].id if len(listed) == LISTED else None})
+
+
 def sequence_page(request: Request) -> Response:
     """A sequence's line: its live jobs (and a dead one that holds it) in enqueue order."""
     try:
@@ -106,4 +151,5 @@ def workflow_page(request: Request) -> Response:
         counts[node.state] = counts.get(node.state, 0) + 1
     return render(request, "workflow.html", {
         "workflow_id": workflow_id, "graph": graph(nodes, edges, prefix(request)),
-        "counts": sorted(counts.items()), "more": more, "nodes": nodes})
+        "counts": sorted(counts.items()), "more": more, "nodes": nodes,
+        "live": any(state in LIVE_STATES for state in counts)})

@@ -180,7 +180,9 @@ class Worker:
             self._control(claiming)
             self.outcomes.collect()
             if self.timeouts.enforce():
-                self.stop()
+                self._withdraw_unstarted()  # a process to replace starts nothing more
+            if self.timeouts.recycle and not self.flights.running():
+                self.stop()  # its other jobs have finished: now it may go
             if claiming and self.claims.due():
                 self.claims.claim_and_write_outcomes()
             elif not claiming or self.outcomes.due(self.claims.buffer.size):

@@ -12,6 +12,7 @@ import queue as queue_module
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -22,7 +23,7 @@ from ...model.job import Lease
 from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
 from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
-from ...sql import signals, steps
+from ...sql import control, signals, steps
 from ...sql.job_logs import insert_logs
 from ...sql.results import complete_settling
 from ...sql.settled import NOTHING, Followed, after_states
@@ -156,6 +157,8 @@ class Outcomes:
         self.unwritten: list[tuple[InFlight, Outcome]] = []
         #: What the last :meth:`record` finished (reported once :meth:`written`).
         self.followed: Followed = NOTHING
+        #: The cancel requests (by, message) of the rows the last :meth:`record` cancelled.
+        self.requests: dict[int, Any] = {}
         self.last_write = 0.0  # monotonic: the last outcomes write
 
     def add(self, flight: InFlight, outcome: Outcome) -> None:
@@ -202,6 +205,9 @@ class Outcomes:
         insert_logs(conn, [(f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
                            for f, _ in batch
                            if f.logs and states.get(f.lease.job_id) is not None])
+        cancelled = [job_id for job_id, state in states.items() if state == JobState.CANCELLED]
+        # rare, so read only then: who asked, and why, for the log line and the hooks
+        self.requests = control.cancel_requests(conn, cancelled) if cancelled else {}
         return states
 
     def written(self, batch: list[tuple[InFlight, Outcome]],
@@ -213,8 +219,8 @@ class Outcomes:
                 for flight, outcome in batch]
         followed, self.followed = self.followed, NOTHING
         metrics.record.batches_finished(followed.fired, "outcome")
-        cancelled = [CancelNotice(f.lease.job_id, self.queue, f.spec.name, f.lease.attempt)
-                     for f, _ in batch if states.get(f.lease.job_id) == JobState.CANCELLED]
+        cancelled = [self._cancel_notice(f) for f, _ in batch
+                     if states.get(f.lease.job_id) == JobState.CANCELLED]
         for notice in followed.cancelled:  # a parent's failure cancelled them: cancels too
             metrics.record.finished(notice.queue, notice.task, "cancelled", None)
         # right after the commit, not at the end of the pass: a SIGKILL between the two would
@@ -224,6 +230,12 @@ class Outcomes:
         cancelled += followed.cancelled
         if cancelled:
             report_cancelled(self.on_cancel, cancelled)
+
+    def _cancel_notice(self, flight: InFlight) -> CancelNotice:
+        request = self.requests.get(flight.lease.job_id) or {}
+        return CancelNotice(flight.lease.job_id, self.queue, flight.spec.name,
+                            flight.lease.attempt, request.get("by") or "",
+                            request.get("message") or "")
 
     def _recorded(self, flight: InFlight, outcome: Outcome,
                   state: str | None) -> DeadNotice | None:

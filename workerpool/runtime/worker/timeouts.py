@@ -38,7 +38,7 @@ class Timeouts:
     def deadlines(self) -> Iterator[float]:
         """When each in-flight job times out, or when a timed-out one warrants a recycle."""
         for flight in self.flights:
-            if flight.deadline is None or flight.returned:
+            if flight.deadline is None or flight.returned or (flight.overdue and self.recycle):
                 continue
             yield flight.deadline + (RECYCLE_GRACE if flight.overdue else 0.0)
         for flight in self.flights:
@@ -46,7 +46,8 @@ class Timeouts:
                 yield flight.cancel_deadline
 
     def enforce(self) -> bool:
-        """Time out the jobs past their deadline; True once a recycle is due (the caller stops)."""
+        """Time out the jobs past their deadline; True once a recycle is due (the caller claims
+        nothing more, and stops once its other jobs finish)."""
         now = time.monotonic()
         recycle = False
         for flight in self.flights:
@@ -55,8 +56,8 @@ class Timeouts:
             if not flight.overdue:
                 self._time_out(flight)
             elif now >= flight.deadline + RECYCLE_GRACE and not self.recycle:
-                log.error("handler of job %s ignores its timeout; recycling this worker",
-                          flight.lease.job_id,
+                log.error("handler of job %s ignores its timeout; recycling this worker once"
+                          " its other jobs finish", flight.lease.job_id,
                           extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
                 self.recycle = recycle = True
         return self._enforce_cancels(now) or recycle
@@ -74,7 +75,7 @@ class Timeouts:
                 continue  # its handler returned just now: its cancelled outcome is on its way
             self.outcomes.add(flight, CANCELLED)
             log.error("handler of job %s ignores its cancel; cancelled without it, recycling this"
-                      " worker", flight.lease.job_id,
+                      " worker once its other jobs finish", flight.lease.job_id,
                       extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
             ignored = not self.recycle
             self.recycle = True
