@@ -23,7 +23,9 @@ import pytest
 from sqlalchemy.engine import URL, make_url
 
 from tests.helpers.db import libpq
+from tests.helpers.metrics import metrics_recorder  # noqa: F401 (a fixture, for every tier)
 from tests.helpers.paths import ROOT
+from tests.helpers.pgbouncer import bouncer  # noqa: F401 (a fixture, for every tier)
 from workerpool import WorkerPool
 from workerpool.migrate import upgrade
 from workerpool.process import settings

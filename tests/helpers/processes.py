@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -191,3 +192,10 @@ def group_alive(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             pids.append(int(entry.name))
     return pids
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free now (another process may take it before it is bound)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

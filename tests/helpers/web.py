@@ -16,7 +16,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import kill_group
+from tests.helpers.processes import free_port, kill_group
 from tests.helpers.waiting import wait_until
 from workerpool.testing import drain
 
@@ -59,7 +59,6 @@ def served(db_url: Any, log_path: Path, *args: str,
            env: dict[str, str] | None = None) -> Iterator[str]:
     """`workerpool web tests.apps.web:pool ARGS` as a real process on a free port; its base URL.
     Stopped with SIGTERM afterwards (its whole session)."""
-    from tests.processes.test_metrics import free_port
 
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from tests.helpers import batch_app
+from tests.helpers.batch_app import callbacks
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import (
@@ -23,7 +25,6 @@ from workerpool import (
     IdempotencyConflict,
     InvalidJob,
     PayloadError,
-    Permanent,
     UnknownBatch,
     UnknownTask,
     WorkerPool,
@@ -40,47 +41,9 @@ from workerpool.sql import batches as batches_sql
 from workerpool.sql import settled as settled_module
 
 NO_RETRY = Backoff(base=0, cap=0, jitter=0)
-SWITCH: dict[str, bool] = {"fail": True}
-
-
 @pytest.fixture
 def app(pool: WorkerPool) -> WorkerPool:
-    pool.queue("q", poll_interval=0.05, cancel_grace=5)
-    pool.queue("reports", poll_interval=0.05)
-
-    @pool.task(queue="q")
-    def member(job):
-        return {"n": job.payload.get("n")}
-
-    @pool.task(queue="q", max_attempts=1)
-    def broken(job):
-        raise ValueError("broken")
-
-    @pool.task(queue="q")
-    def refuse(job):
-        raise Permanent("no")
-
-    @pool.task(queue="q")
-    def switchable(job):
-        if SWITCH["fail"]:
-            raise Permanent("switched off")
-        return "ok"
-
-    @pool.task(queue="q")
-    def wait_for_cancel(job):
-        job.cancelled.wait(20)
-
-    for name in ("report", "succeeded", "failed_report"):
-        pool.task(queue="reports", name=name)(
-            lambda job: {"batch": job.batch_id, "payload": job.payload})
-    return pool
-
-
-def callbacks(sql, batch_id: int) -> list[tuple[str, str]]:
-    """The callback jobs of a batch: (task, state), by id."""
-    return sql("SELECT task, state FROM workerpool_jobs WHERE id IN (SELECT"
-               " unnest(callback_ids) FROM workerpool_batches WHERE id = %s) ORDER BY id",
-               batch_id)
+    return batch_app.declare(pool)
 
 
 def callback_rows(sql, batch_id: int) -> int:
@@ -310,7 +273,7 @@ def test_without_the_batch_row_lock_the_race_loses_the_callback(app, sql, monkey
 
 def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_again(
         app, sql):
-    SWITCH["fail"] = True
+    batch_app.SWITCH["fail"] = True
     try:
         with app.batch(on_complete="report", on_failure="failed_report") as batch:
             batch.enqueue("member", {})
@@ -318,12 +281,12 @@ def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_
         testing.drain(app, "q")
         before = app.batch_status(batch.id)
         assert before.finished and before.outcome == "failure" and before.dead == 1
-        SWITCH["fail"] = False
+        batch_app.SWITCH["fail"] = False
         assert retry(app, [dead]).ids == [dead]
         assert app.batch_status(batch.id).finished  # it stays finished
         testing.drain(app, "q")
     finally:
-        SWITCH["fail"] = True
+        batch_app.SWITCH["fail"] = True
     after = app.batch_status(batch.id)
     assert app.result(dead, timeout=0) == "ok"
     assert (after.done, after.dead, after.finished) == (2, 0, True)

@@ -7,15 +7,21 @@ import asyncio
 
 import pytest
 
-from tests.integration.test_batches import app, callbacks  # noqa: F401  (the fixture)
-from workerpool import BatchClosed, InvalidJob, UnknownTask, testing
+from tests.helpers import batch_app
+from tests.helpers.batch_app import callbacks
+from workerpool import BatchClosed, InvalidJob, UnknownTask, WorkerPool, testing
+
+
+@pytest.fixture
+def app(pool: WorkerPool) -> WorkerPool:
+    return batch_app.declare(pool)
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-def test_members_and_callbacks_as_with_the_sync_batch(app, sql):  # noqa: F811
+def test_members_and_callbacks_as_with_the_sync_batch(app, sql):
     async def fan_out():
         async with app.batch_async(on_complete="report", on_success="succeeded",
                                    payload={"p": 1}) as batch:
@@ -34,7 +40,7 @@ def test_members_and_callbacks_as_with_the_sync_batch(app, sql):  # noqa: F811
 
 
 @pytest.mark.parametrize("end", ["commit", "rollback"])
-def test_in_a_callers_async_transaction_the_caller_decides(app, sql, end):  # noqa: F811
+def test_in_a_callers_async_transaction_the_caller_decides(app, sql, end):
     async def fan_out():
         async with app.async_engine.connect() as conn:
             await conn.begin()
@@ -50,7 +56,7 @@ def test_in_a_callers_async_transaction_the_caller_decides(app, sql, end):  # no
     assert (kept, members) == ((1, 3) if end == "commit" else (0, 0))
 
 
-def test_a_failing_block_writes_nothing(app, sql):  # noqa: F811
+def test_a_failing_block_writes_nothing(app, sql):
     async def fan_out():
         async with app.batch_async(on_complete="report") as batch:
             await batch.enqueue("member", {"n": 1})
@@ -67,14 +73,14 @@ def test_a_failing_block_writes_nothing(app, sql):  # noqa: F811
     ({"on_complete": "nope"}, UnknownTask, "nope"),
     ({"conn": object()}, InvalidJob, "AsyncConnection"),
 ])
-def test_bad_input_is_refused_by_name_before_anything_is_written(app, sql, options, error,  # noqa: F811
+def test_bad_input_is_refused_by_name_before_anything_is_written(app, sql, options, error,
                                                                  match):
     with pytest.raises(error, match=match):
         app.batch_async(**options)
     assert sql("SELECT count(*) FROM workerpool_batches") == [(0,)]
 
 
-def test_a_member_outside_the_block_is_refused(app, sql):  # noqa: F811
+def test_a_member_outside_the_block_is_refused(app, sql):
     batch = app.batch_async(on_complete="report")
     with pytest.raises(BatchClosed):
         run(batch.enqueue("member", {}))

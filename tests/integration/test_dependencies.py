@@ -10,26 +10,22 @@ Jobs run through ``testing.drain`` (the worker's outcome code, one job at a time
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
 import pytest
-from prometheus_client import generate_latest, values
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from tests.helpers.db import job_state
+from tests.helpers.metrics import scraped
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import Backoff, InvalidJob, Permanent, WorkerPool, testing
 from workerpool import sql as queries
 from workerpool.dead import purge, retry
-from workerpool.model import metrics
 from workerpool.model.attempt import Outcome
 from workerpool.model.errors import InvalidDependency, UnknownTask
 from workerpool.model.states import OutcomeKind
-from workerpool.process import exporter
 from workerpool.runtime.maintenance.duties import Maintenance
 from workerpool.runtime.worker.outcomes import record_many
 from workerpool.sql import dependencies as deps_sql
@@ -389,24 +385,8 @@ def test_an_enqueue_racing_the_flush_that_finishes_its_parents_never_fails(app, 
                dependents) == [("pending", 40)]
 
 
-@pytest.fixture
-def recorder(tmp_path, monkeypatch):
-    """Metrics on in this process (the in-process worker records to it), read back scraped."""
-    monkeypatch.setattr(values, "ValueClass", values.ValueClass)  # restored afterwards
-    monkeypatch.delenv(metrics.MULTIPROC_ENV, raising=False)
-    directory = tmp_path / "metrics"
-    directory.mkdir(mode=0o700)
-    metrics.enable(str(directory))
-    yield lambda: {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for family in text_string_to_metric_families(
-                       generate_latest(exporter.registry(str(directory))).decode())
-                   for s in family.samples}
-    metrics.disable()
-    os.environ.pop(metrics.MULTIPROC_ENV, None)
-
-
 def test_a_dependent_cancelled_by_its_parents_failure_is_a_cancel_like_any_other(
-        pool, sql, recorder):
+        pool, sql, metrics_recorder):
     """The worker that wrote the parent's death calls the ``on_cancel`` hooks for each
     dependent it cancelled (transitively), counts them in the finished-jobs metric under their
     own queue, and the audit trail names the parent."""
@@ -434,7 +414,7 @@ def test_a_dependent_cancelled_by_its_parents_failure_is_a_cancel_like_any_other
         f"parent job {parent} ended dead", f"parent job {child} ended cancelled"]
     finished = ("workerpool_jobs_finished_total",
                 (("outcome", "cancelled"), ("queue", "other"), ("task", "follower")))
-    assert recorder()[finished] == 2
+    assert scraped(metrics_recorder[1])[finished] == 2
     assert sql("SELECT actor, action, target, detail->>'reason' FROM workerpool_audit"
                " ORDER BY id") == [
         ("workerpool", "cancel", f"job:{parent}:dependents", f"parent job {parent} ended dead"),

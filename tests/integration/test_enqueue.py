@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
@@ -10,12 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from tests.helpers.bad_inputs import BAD_INPUTS
 from workerpool import (
     IdempotencyConflict,
-    InvalidJob,
     PayloadError,
-    PayloadTooLarge,
-    UnknownTask,
     WorkerPool,
 )
 
@@ -131,32 +128,6 @@ def test_delay_and_run_at_use_the_database_clock(app, sql):
     rows = dict(sql("SELECT id, run_at - now() > interval '59 minutes' FROM workerpool_jobs"))
     assert rows[later] is True
     assert sql("SELECT run_at FROM workerpool_jobs WHERE id = %s", fixed) == [(at,)]
-
-
-BAD_INPUTS = [
-    (("send", [1, 2]), {}, PayloadError, "JSON object"),
-    (("send", {"a": {1, 2}}), {}, PayloadError, r"\$\.a: set"),
-    (("send", {"items": [1, 2, 3, b"x"]}), {}, PayloadError, r"\$\.items\[3\]: bytes"),
-    (("send", {"x": math.nan}), {}, PayloadError, r"\$\.x: nan"),
-    (("send", {"x": math.inf}), {}, PayloadError, r"\$\.x: inf"),
-    (("send", {"x": "a\x00b"}), {}, PayloadError, "u0000"),
-    (("send", {"x": "\ud800"}), {}, PayloadError, "surrogate"),
-    (("send", {1: "int key"}), {}, PayloadError, "not a string"),
-    (("send", {"x": "y" * 70_000}), {}, PayloadTooLarge, "over the limit of 65536"),
-    (("nope", {}), {}, UnknownTask, "nope"),
-    (("send", {}), {"run_at": datetime(2030, 1, 1)}, InvalidJob, "timezone-aware"),
-    (("send", {}), {"key": ""}, PayloadError, "key"),
-    (("send", {}), {"key": "k" * 256}, PayloadError, "key"),
-    (("send", {}), {"key": 5}, PayloadError, "key"),
-    (("send", {}), {"max_attempts": 0}, InvalidJob, "max_attempts"),
-    (("send", {}), {"max_attempts": -3}, InvalidJob, "max_attempts"),
-    (("send", {}), {"max_attempts": True}, InvalidJob, "max_attempts"),
-    (("send", {}), {"priority": 10**6}, InvalidJob, "priority"),
-    (("send", {}), {"delay": -1}, InvalidJob, "delay"),
-    (("send", {}), {"delay": 1e300}, InvalidJob, "delay must be within"),
-    (("send", {}), {"delay": 1, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}, InvalidJob,
-     "not both"),
-]
 
 
 @pytest.mark.parametrize(("args", "options", "error", "message"), BAD_INPUTS)

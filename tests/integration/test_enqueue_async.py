@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.integration.test_enqueue import BAD_INPUTS
+from tests.helpers.bad_inputs import BAD_INPUTS
 from workerpool import IdempotencyConflict, InvalidJob, WorkerPool
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.integration.test_plan_stale_statistics import (
+from tests.helpers.plans import (
     EXPLAIN,
     KEYS,
     LIMIT,

@@ -27,7 +27,6 @@ from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.processes import Supervisor, kill_all, start_supervisor
 from tests.helpers.waiting import wait_until
-from tests.processes.test_pgbouncer import bouncer  # noqa: F401 (a fixture)
 from workerpool import ConfigError, InvalidSchema, WorkerPool
 from workerpool.client import database_url
 from workerpool.migrate import VERSION_TABLE, downgrade, drift
@@ -352,7 +351,7 @@ def test_roles_are_granted_on_the_schema(empty_db_url, tmp_path):
 # -- PgBouncer ------------------------------------------------------------------------------------
 
 
-def test_behind_pgbouncer_the_server_sets_the_schema(two_schemas, bouncer, monkeypatch):  # noqa: F811
+def test_behind_pgbouncer_the_server_sets_the_schema(two_schemas, bouncer, monkeypatch):
     """The bouncer (transaction pooling, ``ignore_startup_parameters = options``) drops the
     search_path the URL carries: the pool refuses its connections rather than use ``public``,
     unless the server itself puts the role's sessions in the schema."""

@@ -1,4 +1,5 @@
-"""Fixtures for the tests that run `workerpool run` on ``tests/apps/basic.py``."""
+"""Fixtures for the tests that run `workerpool run` on ``tests/apps/basic.py``, and the browser
+tests' (``tests/helpers/browser.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.apps import basic, limits
+from tests.helpers.browser import artifacts, browser, dashboard  # noqa: F401 (fixtures)
 from tests.helpers.paths import ROOT
+from tests.helpers.pgbouncer import through_bouncer  # noqa: F401 (a fixture)
 from tests.helpers.processes import Supervisor, kill_all
 from tests.helpers.replicas import LIMITS_APP, Replicas
 

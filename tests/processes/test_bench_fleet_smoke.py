@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy.engine import URL
 
 from bench.fleet import FIGURES
-from tests.processes.test_bench_smoke import bench_databases, figures, run_bench
-from tests.processes.test_pgbouncer import backend, pgbouncer_binary
+from tests.helpers.bench import bench_databases, figures, run_bench
+from tests.helpers.pgbouncer import backend, pgbouncer_binary
 
 COUNTS = (1, 2)
 

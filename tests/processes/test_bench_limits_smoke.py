@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import URL
 
-from tests.processes.test_bench_smoke import figures, run_bench
+from tests.helpers.bench import figures, run_bench
 
 CONFIGS = ("global", "rate", "key")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import URL
 
-from tests.processes.test_bench_smoke import figures, run_bench
+from tests.helpers.bench import figures, run_bench
 
 
 def test_quick_logs_run_reports_capture_on_against_off(server_url: URL):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy.engine import URL
 
 from bench.processes import AUTO, COUNTS, SEPARATE, SPIN, figure
-from tests.processes.test_bench_smoke import figures, run_bench
+from tests.helpers.bench import figures, run_bench
 
 
 def test_each_process_count_reports_its_rate_and_cpu(server_url: URL):

@@ -6,18 +6,13 @@ against a real server, reports every figure it promises, and cleans up its priva
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
 
-import psycopg
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.helpers.db import libpq
-from tests.helpers.paths import ROOT
+from tests.helpers.bench import bench_databases, figures, run_bench
 
 EXPECTED = {
     "ceiling_jobs_per_s",
@@ -70,30 +65,9 @@ MAY_BE_ZERO = {"batch_callback_delay_p50_ms", "batch_callback_delay_p99_ms"}
 FIELDS = {"name", "value", "unit", "median_of", "samples", "ratio", "ratio_to", "target", "met"}
 
 
-def run_bench(url: URL, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("WORKERPOOL_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "bench", "--url", libpq(url), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def bench_databases(url: URL) -> set[str]:
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'wp_bench_%'")
-        return {name for (name,) in rows}
-
-
 @pytest.fixture(scope="module")
 def quick_run(server_url: URL) -> subprocess.CompletedProcess:
     return run_bench(server_url, "--quick")
-
-
-def figures(result: subprocess.CompletedProcess) -> dict[str, dict]:
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    parsed = [json.loads(line) for line in lines]
-    return {figure["name"]: figure for figure in parsed}
 
 
 def test_quick_run_prints_every_figure_as_a_json_line(quick_run):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import URL
 
-from tests.processes.test_bench_smoke import figures, run_bench
+from tests.helpers.bench import figures, run_bench
 
 
 def test_quick_steps_run_reports_a_step_against_a_checkpoint_and_plain_jobs(server_url: URL):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import URL
 
-from tests.processes.test_bench_smoke import figures, run_bench
+from tests.helpers.bench import figures, run_bench
 
 
 def test_quick_workflows_run_reports_the_dependency_chain_and_sequence_figures(

@@ -14,14 +14,13 @@ from tests.helpers.replicas import (
     start_registered,
 )
 from tests.helpers.waiting import wait_until
-from tests.processes.test_pgbouncer import bouncer  # noqa: F401 - the fixture
 from workerpool.process import settings
 
 JOBS = 8
 
 
 @pytest.fixture
-def replicas(db_url, tmp_path, sql, bouncer):  # noqa: F811 - the fixture imported above
+def replicas(db_url, tmp_path, sql, bouncer):
     sql(limits.LEDGER)
     group = Replicas(LIMITS_APP, bouncer.url(db_url), tmp_path,
                      extra_env={settings.PGBOUNCER_ENV: "1"})

@@ -10,40 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from tests.helpers.metrics import scrape_or_none, total
+from tests.helpers.processes import free_port
 from tests.helpers.waiting import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def scrape(port: int) -> dict[str, object]:
-    """``{family name: family}`` of one GET /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {family.name: family for family in text_string_to_metric_families(text)}
-
-
-def total(families: dict, name: str, **labels: str) -> float:
-    family = families.get(name)
-    if family is None:
-        return 0.0
-    return sum(sample.value for sample in family.samples
-               if sample.name == f"{name}_total"
-               and all(sample.labels.get(k) == v for k, v in labels.items()))
-
-
-def scrape_or_none(port: int) -> dict | None:
-    try:
-        return scrape(port)
-    except OSError:
-        return None
 
 
 def test_counters_match_the_jobs_table_after_a_child_is_killed(start, app, sql):

@@ -172,7 +172,8 @@ def test_a_poison_job_dies_after_max_attempts_deaths_with_two_children(db_url, t
 
 
 def test_metrics_show_each_child_and_sum_its_queue(start, app, sql):
-    from tests.processes.test_metrics import free_port, scrape_or_none, total
+    from tests.helpers.metrics import scrape_or_none, total
+    from tests.helpers.processes import free_port
 
     port = free_port()
     sup = start("--metrics-port", str(port), "--processes", "slow=2", "--queue", "slow")

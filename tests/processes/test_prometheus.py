@@ -17,8 +17,8 @@ import pytest
 
 from bench.bouncer import stop
 from tests.helpers.paths import ROOT
+from tests.helpers.processes import free_port
 from tests.helpers.waiting import wait_until
-from tests.processes.test_metrics import free_port
 
 DEPLOY = ROOT / "deploy" / "prometheus"
 

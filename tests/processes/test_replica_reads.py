@@ -26,7 +26,6 @@ from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.waiting import wait_until
 from tests.helpers.web import served
-from tests.processes.test_web_browser import browser  # noqa: F401 (a fixture)
 from workerpool import WorkerPool
 from workerpool.chaos.cluster import Cluster, stop_quietly, workspace
 from workerpool.model import metrics
@@ -166,7 +165,7 @@ def test_writes_and_actions_go_to_the_primary_only(fresh, tmp_path):
     pool.dispose()
 
 
-def test_the_dashboard_reads_the_standby_and_shows_its_lag(fresh, tmp_path, browser):  # noqa: F811
+def test_the_dashboard_reads_the_standby_and_shows_its_lag(fresh, tmp_path, browser):
     from selenium.webdriver.common.by import By
 
     producer = web.build(fresh.write_url)

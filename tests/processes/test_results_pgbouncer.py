@@ -5,18 +5,18 @@ member's outcome, through the bouncer like everything else."""
 from __future__ import annotations
 
 from tests.apps import bouncer as app
+from tests.helpers.pgbouncer import BROKEN
 from tests.helpers.waiting import wait_until
-from tests.processes.test_pgbouncer import BROKEN, bouncer, launch  # noqa: F401 (fixtures)
 from workerpool import WorkerPool
 from workerpool.process import settings
 
 
-def test_results_and_a_batch_through_pgbouncer(launch, bouncer, db_url, sql,  # noqa: F811
+def test_results_and_a_batch_through_pgbouncer(through_bouncer, bouncer, db_url, sql,
                                                monkeypatch):
     # the test's own pool too: no LISTEN, no prepare
     monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")
     sql(app.LEDGER)
-    sup = launch(pgbouncer_mode=True)
+    sup = through_bouncer(pgbouncer_mode=True)
     sup.wait_running("work")
     pool = WorkerPool(bouncer.url(db_url))
     pool.queue("work")

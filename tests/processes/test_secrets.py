@@ -24,9 +24,8 @@ from tests.apps import basic
 from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import group_alive
+from tests.helpers.processes import free_port, group_alive
 from tests.helpers.waiting import wait_until
-from tests.processes.test_metrics import free_port
 from workerpool import WorkerPool
 
 SENTINEL = "S3cretSentinelPw"

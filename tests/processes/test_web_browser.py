@@ -1,74 +1,14 @@
 """The dashboard in a real browser: `workerpool web` as a subprocess, headless Chromium driven
 by Selenium through Debian's chromedriver.
 
-CI (``CI`` set) must have Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
-them): there a missing binary fails the test. Locally it is skipped with the reason. Screenshots
-of each step go to ``tests/artifacts/`` (git-ignored; ``$WORKERPOOL_TEST_ARTIFACTS`` elsewhere).
+The browser, the served dashboard and where screenshots go: ``tests/helpers/browser.py``.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.apps import web
-from tests.helpers.paths import ROOT
-from tests.helpers.web import dead_jobs, served
+from tests.helpers.web import dead_jobs
 from workerpool.testing import drain
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-def browser_binaries() -> tuple[str, str]:
-    found = [shutil.which(p) or (p if os.access(p, os.X_OK) else None)
-             for p in (CHROMIUM, CHROMEDRIVER)]
-    if all(found):
-        return CHROMIUM, CHROMEDRIVER
-    reason = "chromium or chromedriver not installed (apt-get install chromium chromium-driver)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}: CI must run this test (.ci/run installs them)")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def artifacts() -> Path:
-    path = Path(os.environ.get("WORKERPOOL_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
-    path.mkdir(parents=True, exist_ok=True)
-    print(f"screenshots: {path}")
-    return path
-
-
-@pytest.fixture
-def dashboard(db_url, tmp_path) -> Iterator[str]:
-    """`workerpool web tests.apps.web:pool` on a free port; its base URL."""
-    with served(db_url, tmp_path / "web.log") as base:
-        yield base
-    print((tmp_path / "web.log").read_text()[-3000:])
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    chromium, chromedriver = browser_binaries()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports land here
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(

@@ -11,7 +11,6 @@ from __future__ import annotations
 from tests.apps import web
 from tests.helpers.db import job_state
 from tests.helpers.web import dead_jobs
-from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 
 
 def seed(db_url, sql) -> dict:
@@ -32,7 +31,7 @@ def seed(db_url, sql) -> dict:
 
 
 def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
-        db_url, sql, dashboard, browser, artifacts):  # noqa: F811
+        db_url, sql, dashboard, browser, artifacts):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 

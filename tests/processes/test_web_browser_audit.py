@@ -13,11 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.paths import ROOT
-from tests.helpers.processes import kill_group
+from tests.helpers.processes import free_port, kill_group
 from tests.helpers.waiting import wait_until
 from tests.helpers.web import _listening
-from tests.processes.test_metrics import free_port
-from tests.processes.test_web_browser import artifacts, browser  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -43,14 +41,14 @@ def dashboard(db_url, tmp_path) -> Iterator[str]:
         print(log_path.read_text()[-3000:])
 
 
-def sign_in(browser, base: str, name: str) -> None:  # noqa: F811
+def sign_in(browser, base: str, name: str) -> None:
     browser.get(base + "/static/style.css")  # a page of the origin, to set its cookie on
     browser.delete_all_cookies()
     browser.add_cookie({"name": "who", "value": name, "path": "/"})
 
 
 def test_an_admin_pauses_a_cron_and_finds_it_on_the_audit_page_a_reader_cannot(
-        db_url, dashboard, browser, artifacts, sql):  # noqa: F811
+        db_url, dashboard, browser, artifacts, sql):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 

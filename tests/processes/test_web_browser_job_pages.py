@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 from tests.apps import web
-from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 from workerpool.testing import drain
 
 
@@ -40,7 +39,7 @@ def seed(db_url, sql) -> dict:
 
 
 def test_what_a_job_page_shows_stuck_running_finished_and_waiting(
-        db_url, sql, dashboard, browser, artifacts):  # noqa: F811
+        db_url, sql, dashboard, browser, artifacts):
     from selenium.webdriver.common.by import By
 
     seeded = seed(db_url, sql)

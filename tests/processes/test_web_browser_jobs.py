@@ -14,7 +14,6 @@ import re
 from tests.apps import web
 from tests.helpers.db import job_state
 from tests.helpers.web import dead_jobs
-from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 from workerpool.testing import drain
 
 log = logging.getLogger("imports")
@@ -55,7 +54,7 @@ def tab_count(driver, state: str) -> str:
 
 
 def test_an_operator_filters_ticks_cancels_replays_and_searches(
-        db_url, sql, dashboard, browser, artifacts):  # noqa: F811
+        db_url, sql, dashboard, browser, artifacts):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -136,7 +135,7 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
 
 
 def test_the_query_box_filters_the_list_its_tabs_and_the_action_on_every_match(
-        db_url, sql, dashboard, browser):  # noqa: F811
+        db_url, sql, dashboard, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from tests.apps import web
 from tests.helpers.web import dead_jobs
-from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 
 PAGES = ("/", "/jobs", "/dead", "/batches", "/workflows", "/cron", "/audit")
 LIGHT, DARK = "rgb(246, 247, 249)", "rgb(17, 24, 39)"
@@ -31,7 +30,7 @@ def sideways(driver) -> int:
 
 
 def test_every_page_fits_400_px_and_wide_tables_scroll_in_themselves(
-        db_url, dashboard, browser, artifacts):  # noqa: F811
+        db_url, dashboard, browser, artifacts):
     seeded = seed(db_url)
     browser.set_window_size(400, 900)
     try:
@@ -47,7 +46,7 @@ def test_every_page_fits_400_px_and_wide_tables_scroll_in_themselves(
         browser.set_window_size(1400, 1000)
 
 
-def test_the_dark_palette_follows_the_system(dashboard, browser, artifacts):  # noqa: F811
+def test_the_dark_palette_follows_the_system(dashboard, browser, artifacts):
     def background() -> str:
         return browser.execute_script("return getComputedStyle(document.body).backgroundColor")
 
@@ -65,7 +64,7 @@ def test_the_dark_palette_follows_the_system(dashboard, browser, artifacts):  # 
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
-def test_slash_puts_the_cursor_in_the_search_box(db_url, dashboard, browser):  # noqa: F811
+def test_slash_puts_the_cursor_in_the_search_box(db_url, dashboard, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

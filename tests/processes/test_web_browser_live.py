@@ -8,12 +8,11 @@ Skipped locally without chromium and chromedriver, a failure in CI (as test_web_
 from __future__ import annotations
 
 from tests.apps import web
-from tests.processes.test_web_browser import artifacts, browser, dashboard  # noqa: F401
 from workerpool.testing import drain
 
 
 def test_job_batch_and_workflow_pages_follow_their_jobs_live(
-        db_url, sql, dashboard, browser):  # noqa: F811
+        db_url, sql, dashboard, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 

@@ -12,38 +12,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.apps import web
+from tests.helpers.browser import chromium
 from tests.helpers.web import served
-from tests.processes.test_web_browser import browser_binaries
 
 FORGED = "Session expired: sign in again at evil.example"
 
 
 @pytest.fixture
-def dashboard(db_url, tmp_path) -> Iterator[str]:
-    with served(db_url, tmp_path / "web.log") as base:
-        yield base
-    print((tmp_path / "web.log").read_text()[-3000:])
-
-
-@pytest.fixture
 def rebinding_browser() -> Iterator[object]:
     """Headless Chromium in which evil.example resolves to 127.0.0.1."""
-    chromium, chromedriver = browser_binaries()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--no-first-run", "--disable-extensions",
-                 "--host-resolver-rules=MAP evil.example 127.0.0.1"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium("--host-resolver-rules=MAP evil.example 127.0.0.1") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 class CookieSetter(BaseHTTPRequestHandler):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tests.unit.test_metrics import recorder, scraped  # noqa: F401  (the fixture)
+from tests.helpers.metrics import scraped
 from workerpool.model import metrics
 from workerpool.sql.batches import Fired
 
 
-def test_finished_batches_are_counted_by_outcome_and_finisher_at_the_flush(recorder):  # noqa: F811
-    rec, directory = recorder
+def test_finished_batches_are_counted_by_outcome_and_finisher_at_the_flush(metrics_recorder):
+    rec, directory = metrics_recorder
     rec.batches_finished([Fired(1, "success", [10]), Fired(2, "failure", [11, 12])], "outcome")
     rec.batches_finished([Fired(3, "success", [13])], "sweep")
     assert ("workerpool_batches_finished_total",

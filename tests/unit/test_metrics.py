@@ -3,40 +3,19 @@
 from __future__ import annotations
 
 import datetime
-import os
 from types import SimpleNamespace
 
 import pytest
-from prometheus_client import generate_latest, values
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.metrics import scraped
 from workerpool.model import metrics
 from workerpool.model.attempt import Outcome
 from workerpool.model.states import JobState, OutcomeKind
-from workerpool.process import exporter
 from workerpool.runtime.worker.outcomes import _outcome_label
 
 
-@pytest.fixture
-def recorder(tmp_path, monkeypatch):
-    monkeypatch.setattr(values, "ValueClass", values.ValueClass)  # restored afterwards
-    monkeypatch.delenv(metrics.MULTIPROC_ENV, raising=False)
-    directory = tmp_path / "metrics"
-    directory.mkdir(mode=0o700)
-    recorder = metrics.enable(str(directory))
-    yield recorder, str(directory)
-    metrics.disable()
-    os.environ.pop(metrics.MULTIPROC_ENV, None)
-
-
-def scraped(directory: str) -> dict[tuple, float]:
-    text = generate_latest(exporter.registry(directory)).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def test_flushed_observations_equal_one_observe_each(recorder):
-    rec, directory = recorder
+def test_flushed_observations_equal_one_observe_each(metrics_recorder):
+    rec, directory = metrics_recorder
     durations = [0.0005, 0.001, 0.003, 0.5, 0.5, 7.0, 9999.0]
     for seconds in durations:
         rec.finished("q", "batched", "done", seconds)
@@ -52,8 +31,8 @@ def test_flushed_observations_equal_one_observe_each(recorder):
                   (("outcome", "done"), ("queue", "q"), ("task", "batched")))] == len(durations)
 
 
-def test_nothing_reaches_the_files_before_a_flush_and_nothing_twice_after(recorder):
-    rec, directory = recorder
+def test_nothing_reaches_the_files_before_a_flush_and_nothing_twice_after(metrics_recorder):
+    rec, directory = metrics_recorder
     now = datetime.datetime.now(datetime.UTC)
     rows = [SimpleNamespace(claimed_at=now, run_at=now - datetime.timedelta(seconds=2))] * 3
     rec.claimed("q", rows)
