@@ -11,10 +11,8 @@ it: the runtime gets the registry and a URL, never the pool.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -23,7 +21,6 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
 from .. import sql
-from ..model.audit import check_actor, current_actor
 from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from ..model.cancel import CancelResult, Selection, check_reason
 from ..model.errors import (
@@ -41,7 +38,7 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, revision, signals, waiting
+from ..sql import audit, batching, signals, waiting
 from ..sql.batching import AsyncBatch, Batch
 from ..sql.search_path import borrowed, borrowed_async
 from ..sql.workflows import (
@@ -60,53 +57,18 @@ from ..sql.writes import (
     enqueue_one_async,
 )
 from . import cancelling, crons
+from .acting import actor
+from .asynchronous import AsyncCalls
 from .engines import Engines, database_url, default_actor
+from .explained import explained, explaining
 
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
 pause_log = logging.getLogger("workerpool.pause")
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def _explained(method: F) -> F:
-    """A call that says ``workerpool migrate`` (NotMigrated, one line) when it meets a database
-    without workerpool's tables, or with older ones, instead of the driver's UndefinedTable.
-    Nothing is added before the statements: the check runs only once they have failed."""
-    if inspect.iscoroutinefunction(method):
-        @functools.wraps(method)
-        async def explained_async(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return await method(self, *args, **kwargs)
-            except revision.ERRORS as exc:
-                if not revision.is_missing(exc):
-                    raise
-                raise self.not_migrated(exc) from None
-        return explained_async  # type: ignore[return-value]
-
-    @functools.wraps(method)
-    def explained(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except revision.ERRORS as exc:
-            if not revision.is_missing(exc):
-                raise
-            raise self.not_migrated(exc) from None
-    return explained  # type: ignore[return-value]
-
-
-@contextmanager
-def explaining(pool: WorkerPool) -> Iterator[None]:
-    """Around statements on ``pool``'s database: NotMigrated as :func:`_explained` raises it."""
-    try:
-        yield
-    except revision.ERRORS as exc:
-        if not revision.is_missing(exc):
-            raise
-        raise pool.not_migrated(exc) from None
-
-
-class WorkerPool:
+class WorkerPool(AsyncCalls):
     """An application's way in: its declarations (:attr:`registry`), its database, and the
     calls it makes (enqueue, result, batch, cancel, pause, resume).
 
@@ -262,7 +224,7 @@ class WorkerPool:
         return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
                          priority=priority, max_attempts=max_attempts, **limits)
 
-    @_explained
+    @explained
     def enqueue(
         self,
         task: str | Callable[..., Any],
@@ -289,7 +251,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
-    @_explained
+    @explained
     def enqueue_many(
         self,
         jobs: Iterable[tuple[str | Callable[..., Any], Mapping[str, Any] | None, Mapping[str, Any]]]
@@ -319,7 +281,7 @@ class WorkerPool:
             self._inline(conn, ids)
         return ids
 
-    @_explained
+    @explained
     async def enqueue_async(
         self,
         task: str | Callable[..., Any],
@@ -341,7 +303,7 @@ class WorkerPool:
             self._inline(conn, [job_id])
         return job_id
 
-    @_explained
+    @explained
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
@@ -368,7 +330,7 @@ class WorkerPool:
             result = await own.run_sync(write)
         return result
 
-    @_explained
+    @explained
     def chain(self, steps: Iterable[Any], *, conn: Connection | None = None,
               key: str | None = None) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
@@ -414,7 +376,7 @@ class WorkerPool:
 
     # -- operating it live ---------------------------------------------------------------------
 
-    @_explained
+    @explained
     def cancel(
         self,
         ids: Iterable[int] | None = None,
@@ -522,7 +484,7 @@ class WorkerPool:
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
-    @_explained
+    @explained
     def signal(self, name: str, payload: Any = None, *,
                conn: Connection | None = None) -> datetime:
         """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
@@ -547,20 +509,20 @@ class WorkerPool:
 
     # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
 
-    @_explained
+    @explained
     def job(self, job_id: int) -> JobInfo:
         """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
         UnknownJob when no job has this id (never enqueued, or pruned)."""
         return waiting.read(self, job_id)
 
-    @_explained
+    @explained
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait for the job to end and return what its handler returned. Raises JobFailed
         (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
         finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
         return waiting.wait(self, job_id, timeout, listen=self._listens())
 
-    @_explained
+    @explained
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio, on the pool's async engine."""
         return await waiting.wait_async(self, job_id, timeout, listen=self._listens())
@@ -594,7 +556,7 @@ class WorkerPool:
                           on_failure=on_failure, payload=payload, conn=conn, key=key,
                           inline=self._inline)
 
-    @_explained
+    @explained
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
         return batching.status(self, batch_id)
@@ -603,70 +565,6 @@ class WorkerPool:
                       ) -> Iterator[MemberResult]:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
         return batching.results(self, batch_id, page_size)
-
-    # -- asyncio: each call above on an AsyncConnection (the caller's transaction) or the pool's
-    # async engine, through run_sync: the same statements, checks and errors ------------------
-
-    async def _on_async(self, conn: Any, call: Callable[[Connection], T], *,
-                        write: bool = True) -> T:
-        """``call(connection)`` on the caller's ``AsyncConnection`` (in its transaction), else on
-        the pool's async engine: in a transaction of its own when it ``write``s."""
-        result: T
-        if conn is not None:
-            result = await caller_async_connection(conn).run_sync(call)
-        elif write:
-            async with self.async_engine.begin() as own:
-                result = await own.run_sync(call)
-        else:
-            async with self.async_engine.connect() as own:
-                result = await own.run_sync(call)
-        return result
-
-    async def chain_async(self, steps: Iterable[Any], *, conn: Any = None,
-                          key: str | None = None) -> list[int]:
-        """:meth:`chain` for asyncio (``conn=``: an ``AsyncConnection``)."""
-        return await self._on_async(conn, lambda sync: self.chain(steps, conn=sync, key=key))
-
-    @_explained
-    async def job_async(self, job_id: int) -> JobInfo:
-        """:meth:`job` for asyncio, on the pool's async engine."""
-        return await waiting.read_async(self, job_id)
-
-    @_explained
-    async def batch_status_async(self, batch_id: int) -> BatchStatus:
-        """:meth:`batch_status` for asyncio, on the pool's async engine."""
-        return await self._on_async(None, lambda sync: batching.status_on(sync, batch_id),
-                                    write=False)
-
-    def batch_results_async(self, batch_id: int, *, page_size: int = PAGE_SIZE
-                            ) -> AsyncIterator[MemberResult]:
-        """:meth:`batch_results` for asyncio: ``async for member in ...``, a page at a time
-        (the id is checked, and the batch looked up, on the first iteration)."""
-        return batching.results_async(self, batch_id, page_size)
-
-    async def signal_async(self, name: str, payload: Any = None, *,
-                           conn: Any = None) -> datetime:
-        """:meth:`signal` for asyncio (``conn=``: an ``AsyncConnection``)."""
-        return await self._on_async(conn, lambda sync: self.signal(name, payload, conn=sync))
-
-    async def cancel_async(self, ids: Iterable[int] | None = None, *, conn: Any = None,
-                           **options: Any) -> CancelResult:
-        """:meth:`cancel` for asyncio (``conn=``: an ``AsyncConnection``; the same keywords)."""
-        options["by"] = actor(options.get("by"))  # the caller's context, not run_sync's
-        return await self._on_async(conn, lambda sync: self.cancel(ids, conn=sync, **options))
-
-    async def pause_async(self, queue: str, *, by: str | None = None,
-                          known: Iterable[str] | None = None, conn: Any = None) -> None:
-        """:meth:`pause` for asyncio (``conn=``: an ``AsyncConnection``)."""
-        by = actor(by)  # read here: the caller's context, not run_sync's greenlet
-        await self._on_async(conn, lambda sync: self.pause(queue, by=by, known=known, conn=sync))
-
-    async def resume_async(self, queue: str, *, by: str | None = None,
-                           known: Iterable[str] | None = None, conn: Any = None) -> None:
-        """:meth:`resume` for asyncio (``conn=``: an ``AsyncConnection``)."""
-        by = actor(by)
-        await self._on_async(conn,
-                             lambda sync: self.resume(queue, by=by, known=known, conn=sync))
 
     def _own_schema_only(self, conn: Any, call: str) -> None:
         """Refuse ``conn=`` where a call keeps the caller's connection beyond itself (a batch, a
@@ -684,11 +582,3 @@ class WorkerPool:
             return
         with self.engine.begin() as own:
             yield own
-
-
-def actor(by: str | None) -> str:
-    """Who an action is recorded as: ``by``, else who :func:`~workerpool.model.audit.acting`
-    named (the command line's user, the dashboard's), else ``user@host``."""
-    if by is not None:
-        return check_actor(by)
-    return current_actor() or default_actor()
