@@ -131,6 +131,15 @@ def test_prepare_dir_refuses_unsafe_directories(tmp_path):
         heartbeat.prepare_dir(a_file)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away takes root")
+def test_prepare_dir_refuses_another_users_directory(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)  # nobody's: it could forge or delete the probe's files
+    with pytest.raises(heartbeat.HeartbeatDirError, match="belongs to uid 65534"):
+        heartbeat.prepare_dir(theirs)
+
+
 def test_remove_all_keeps_only_the_supervisors_file(hb):
     for name in ("email", "sms", "supervisor"):
         stamp(hb, name, 0)

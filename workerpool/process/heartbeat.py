@@ -107,8 +107,9 @@ def list_workers(directory: Path) -> list[str]:
 def prepare_dir(directory: Path) -> None:
     """Create ``directory`` (mode 0700) or check an existing one; raise HeartbeatDirError.
 
-    Refused: a symlink, not a directory, group- or world-writable (anyone else could forge or
-    delete our files), or not writable by this process (checked by writing a file).
+    Refused: a symlink, not a directory, group- or world-writable or another user's (anyone
+    else could forge or delete our files), or not writable by this process (checked by writing
+    a file).
     """
     check_dir(directory)
     probe = path_for(directory, SUPERVISOR)
@@ -137,6 +138,11 @@ def check_dir(directory: Path) -> None:
         raise HeartbeatDirError(
             f"heartbeat dir {directory} is group- or world-writable "
             f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 0700 it"
+        )
+    if info.st_uid != os.geteuid():  # its owner could forge or delete what the probe reads
+        raise HeartbeatDirError(
+            f"heartbeat dir {directory} belongs to uid {info.st_uid}, not to this process's"
+            f" uid {os.geteuid()}; give a directory of its own"
         )
 
 

@@ -447,6 +447,8 @@ def _check_heartbeat_dir(directory: Path) -> None:
             raise heartbeat.HeartbeatDirBusy(
                 f"heartbeat dir {directory} is in use by a live supervisor "
                 f"({holder.describe()}); give each supervisor its own --heartbeat-dir")
+        if directory.parent == heartbeat_base():  # a default one: its parent's owner could
+            heartbeat.check_dir(directory.parent)  # rename it away, so the parent is ours too
         heartbeat.prepare_dir(directory)
     except heartbeat.HeartbeatDirError as exc:
         raise ConfigError(str(exc)) from None
