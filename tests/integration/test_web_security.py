@@ -261,3 +261,16 @@ def test_an_inconsistent_cron_row_leaves_the_cron_page_working(app_pool, http, s
         " VALUES ('odd', 'email', '* * * * *', true, 'someone')")
     page = http.get("/cron")
     assert page.status_code == 200 and 'id="cron-odd"' in page.text
+    assert "paused</span> by ? at ?" in page.text and "someone at ?" in page.text
+
+
+def test_the_cron_page_reads_its_times_relative_with_the_exact_one_on_hover(app_pool, http, sql):
+    sql("INSERT INTO workerpool_cron (name, queue, expression, next_tick, paused, paused_at,"
+        " paused_by) VALUES ('nightly', 'email', '0 3 * * *', now() + interval '2 hours',"
+        " true, now() - interval '5 minutes', 'op')")
+    [(tick,)] = sql("SELECT next_tick FROM workerpool_cron")
+    row = http.get("/cron").text.split('id="cron-nightly"')[1].split("</tr>")[0]
+    assert re.search(r'<td class="next"><time class="when" [^>]*title="'
+                     + re.escape(tick.isoformat(sep=" ", timespec="seconds")) + r'">in 2 h</time>',
+                     row), row
+    assert re.search(r'by op <time class="when" [^>]*>5 min ago</time>', row), row

@@ -11,16 +11,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..ops.crons import list_crons
+from ..sql.clock import database_now
 from .actions import _actor, _form
 from .inputs import BadInput
 from .render import redirect, render
+from .tabs import ago, exact
 
 VERBS = ("pause", "resume", "run")
 
 
 def cron_page(request: Request) -> Response:
-    views = list_crons(request.app.state.pool)
-    return render(request, "cron.html", {"crons": views, "request_id": uuid.uuid4().hex})
+    pool = request.app.state.pool
+    views = list_crons(pool)
+    with pool.engine.connect() as conn:  # times read relative to the database's clock
+        now = database_now(conn)
+    return render(request, "cron.html", {"crons": views, "request_id": uuid.uuid4().hex,
+                                         "now": now, "ago": ago, "exact": exact})
 
 
 async def cron_action(request: Request) -> Response:
