@@ -68,9 +68,13 @@ def test_the_workflow_page_draws_the_graph_coloured_by_state(app_pool, http):
     for name, state in (("fetch", "done"), ("parse", "done"), ("fail", "dead"),
                         ("store", "cancelled")):
         node = re.search(rf'<a href="/jobs/{ids[name]}" id="node-{ids[name]}"><rect [^>]*'
-                         rf'class="node (\w+)"', page.text)
-        assert node and node[1] == state, (name, page.text)
+                         rf'class="node (\w+)"><title>{ids[name]} {name} \((ok|boom)\):'
+                         rf'.*?<text [^>]*>{ids[name]} {name}</text>', page.text)
+        assert node and node[1] == state, (name, page.text)  # labelled by its step's name
     assert page.text.count('class="edge after"') == 4
+    chain = app_pool.chain([("ok", {}), ("ok", {})])
+    page = http.get(f"/workflows/{chain[0]}").text
+    assert f">{chain[1]} ok</text>" in page  # a chain's job: by its task
 
 
 def test_a_workflow_page_for_nothing_is_a_404_and_a_bad_id_a_400(app_pool, http):

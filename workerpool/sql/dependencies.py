@@ -62,13 +62,14 @@ class Parent(NamedTuple):
 
 class Link(NamedTuple):
     """What :func:`attach` writes for one new job: its edges ``(parent_id, kind, if_failed)``,
-    whether it waits, its sequence and workflow."""
+    whether it waits, its sequence, its workflow and its step's name there."""
 
     job_id: int
     edges: tuple[tuple[int, str, str], ...]
     wait: bool
     sequence: str | None = None
     workflow_id: int | None = None
+    step: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,9 +180,10 @@ _ATTACH = text(f"""
 WITH attached AS (
   UPDATE {JOBS} AS j
   SET state = CASE WHEN l.wait THEN '{JobState.WAITING}' ELSE j.state END,
-      sequence = l.sequence, workflow_id = l.workflow_id
+      sequence = l.sequence, workflow_id = l.workflow_id, workflow_step = l.step
   FROM unnest(CAST(:ids AS bigint[]), CAST(:waits AS boolean[]), CAST(:sequences AS text[]),
-              CAST(:workflows AS bigint[])) AS l(id, wait, sequence, workflow_id)
+              CAST(:workflows AS bigint[]), CAST(:steps AS text[]))
+    AS l(id, wait, sequence, workflow_id, step)
   WHERE j.id = l.id
   RETURNING j.id)
 INSERT INTO {EDGES} (job_id, parent_id, kind, if_failed)
@@ -199,6 +201,7 @@ def attach(conn: Connection, links: Sequence[Link]) -> None:
     conn.execute(_ATTACH, {"ids": [x.job_id for x in links], "waits": [x.wait for x in links],
                            "sequences": [x.sequence for x in links],
                            "workflows": [x.workflow_id for x in links],
+                           "steps": [x.step for x in links],
                            "jobs": [e[0] for e in edges], "parents": [e[1] for e in edges],
                            "kinds": [e[2] for e in edges], "policies": [e[3] for e in edges]})
 
@@ -504,7 +507,7 @@ def parents_of(conn: Connection, job_id: int) -> list[Any]:
 
 
 _WORKFLOW = text(f"""
-SELECT * FROM {union("id, task, queue, state, sequence, created_at, finished_at",
+SELECT * FROM {union("id, task, queue, state, sequence, workflow_step, created_at, finished_at",
                      "workflow_id = :id")} AS w
 ORDER BY id LIMIT :limit
 """)

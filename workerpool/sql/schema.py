@@ -112,6 +112,8 @@ jobs = Table(
     Column("sequence", Text),
     # The chain or workflow this job belongs to: the id of its first job.
     Column("workflow_id", BigInteger),
+    # Its step's name in that workflow (``pool.workflow().step(name, ...)``; NULL in a chain).
+    Column("workflow_step", Text),
     # Set (once, never cleared) when a job names this one as a parent or sequence head: the
     # final write returns it, and only then looks for dependents to release.
     Column("has_dependents", Boolean, nullable=False, server_default=text("false")),

@@ -127,8 +127,9 @@ def enqueue_one_or_linked(pool: Target, task: str | Callable,
 def link_one(pool: Target, tx: Connection, task: str | Callable,
              payload: Mapping[str, Any] | None, options: Mapping[str, Any],
              after: Sequence[int], sequence: str | None, *, batch_id: int | None = None,
-             workflow_id: int | None = None) -> int:
-    """Write one linked job on ``tx`` (a transaction): parents locked, row, edges."""
+             workflow_id: int | None = None, step: str | None = None) -> int:
+    """Write one linked job on ``tx`` (a transaction): parents locked, row, edges; ``step``:
+    its name in its workflow."""
     spec = pool.registry.task_spec(task)
     tail = sequence_tail(tx, sequence) if sequence is not None else None
     parents = lock_parents(tx, [*after, *([tail] if tail is not None else [])])
@@ -143,7 +144,7 @@ def link_one(pool: Target, tx: Connection, task: str | Callable,
                     for parent, kind, policy in edges])[0] != DUE
     job_id = enqueue_one(pool, task, payload, tx, options, batch_id=batch_id)
     attach(tx, [Link(job_id, tuple(edges), wait, sequence,
-                     job_id if workflow_id == SELF else workflow_id)])
+                     job_id if workflow_id == SELF else workflow_id, step)])
     return job_id
 
 
@@ -341,7 +342,7 @@ class Workflow:
                 after = (*parent_ids, *(ids[n] for n in names))
                 first = next(iter(ids.values()), None)
                 ids[name] = link_one(self.pool, tx, task, payload, rest, after, sequence,
-                                     workflow_id=SELF if first is None else first)
+                                     workflow_id=SELF if first is None else first, step=name)
             return ids
 
         return in_transaction(self.pool, conn if conn is not None else self.conn, write)

@@ -74,10 +74,13 @@ def graph(nodes: Sequence[Any], edges: Sequence[Any], base: str) -> Markup:
                      f' y2="{y2 + NODE_H / 2}" class="edge {escape(edge.kind)}"/>')
     for node in nodes:
         x, y = box(node.id)
-        text = escape(f"{node.id} {node.task}")
+        # a workflow's step by its name (its task on hover); a chain's job by its task
+        text = escape(f"{node.id} {node.workflow_step or node.task}")
+        title = escape(f"{node.id} {node.workflow_step} ({node.task})" if node.workflow_step
+                       else f"{node.id} {node.task}")
         parts.append(f'<a href="{escape(base)}/jobs/{node.id}" id="node-{node.id}">'
                      f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6"'
-                     f' class="node {escape(node.state)}"><title>{text}: {escape(node.state)}'
+                     f' class="node {escape(node.state)}"><title>{title}: {escape(node.state)}'
                      f'</title></rect><text x="{x + 8}" y="{y + 14}">{text}</text>'
                      f'<text x="{x + 8}" y="{y + 28}" class="state">{escape(node.state)}</text>'
                      "</a>")
