@@ -26,7 +26,7 @@ from ..model.dependencies import line_policy
 from ..model.errors import InvalidFilter, ReplayRefused
 from ..model.states import LIVE_WORKER_WINDOW
 from ..model.validation import check_filter, check_ids, check_tag_filter
-from ..sql import audit, dependencies
+from ..sql import audit, dependencies, sequences
 from ..sql.schema import DEAD_REASONS
 
 log = logging.getLogger("workerpool.dead")
@@ -232,7 +232,7 @@ def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str,
     replayed = [row.id for row in rows]
     for row in rows:  # one at a time, in its line: never beside the job its sequence runs
         if row.sequence is not None:
-            dependencies.wait_in_line(conn, row.id, row.sequence,
+            sequences.wait_in_line(conn, row.id, row.sequence,
                                       lambda task: line_policy(pool.registry, task))
     # what the failure cancelled runs once the replayed job is done (docs/workflows.md)
     dependencies.reopen_dependents(conn, replayed)

@@ -2,8 +2,9 @@
 parents' final writes, the sweep that repairs what a crash could leave, and the reads of a
 workflow.
 
-Enqueue (:func:`lock_parents`, :func:`sequence_tail`, :func:`attach`): before the dependent is
-written, its parents are locked in id order and marked ``has_dependents`` by one UPDATE. A
+Enqueue (:func:`lock_parents`, :func:`.sequences.sequence_tail`, :func:`attach`): before the
+dependent is written, its parents are locked in id order and marked ``has_dependents`` by one
+UPDATE. A
 parent's final write holds its row lock until it commits, so either the enqueue waits for that
 commit and reads the final state (done: the dependent is due at once; dead or cancelled:
 refused), or the parent's final write waits for the enqueue's commit and then, updating the
@@ -25,7 +26,7 @@ sequence's newest job), ``ix_workerpool_jobs_waiting`` (the sweep), ``pk_workerp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, text
@@ -100,78 +101,6 @@ def lock_parents(conn: Connection, ids: Iterable[int]) -> dict[int, Parent]:
     missing = [job_id for job_id in wanted if job_id not in found]
     found |= {row.id: Parent(row.id, row.state, row.task) for row in moved_states(conn, missing)}
     return found
-
-
-# sequence_tail: the end of a sequence's line, with enqueuers of that sequence serialized on an
-# advisory lock until the transaction ends. Index: ix_workerpool_jobs_sequence (and the parent
-# index of the edges, for a job waiting behind it).
-_SEQUENCE_LOCK = text("SELECT pg_advisory_xact_lock(hashtext(:sequence))")
-# a job of the sequence still waits behind it (one that runs already waits for nothing)
-_FOLLOWED = f"""EXISTS (
-  SELECT 1 FROM {EDGES} AS e JOIN {JOBS} AS d ON d.id = e.job_id
-  WHERE e.parent_id = j.id AND e.kind = '{SEQUENCE}' AND d.state = '{JobState.WAITING}')"""
-_SEQUENCE_TAIL = text(f"""
-SELECT j.id, {_FOLLOWED} AS followed FROM {JOBS} AS j
-WHERE j.sequence = :sequence AND {SEQUENCE_HELD} AND j.id <> :exclude
-ORDER BY j.id DESC LIMIT 1
-""")
-# The line's end when a replayed job waits there (an older id behind the newest one): the
-# newest live job nothing of the sequence waits for.
-_LINE_END = text(f"""
-SELECT j.id FROM {JOBS} AS j
-WHERE j.sequence = :sequence AND {SEQUENCE_HELD} AND j.id <> :exclude
-  AND j.state IN ({', '.join(f"'{s}'" for s in LIVE_STATES)}) AND NOT {_FOLLOWED}
-ORDER BY j.id DESC LIMIT 1
-""")
-
-
-def sequence_tail(conn: Connection, sequence: str, *, exclude: int = 0) -> int | None:
-    """The id of the job at the end of the sequence's line, live or dead (None: none), read
-    after taking the sequence's lock: two enqueuers of one sequence serialize, so each sees
-    the other's job. Jobs of a sequence end in order, so the newest job is the line's end,
-    unless a replayed job waits behind it (:func:`wait_in_line`): then that one is.
-    ``exclude``: a job not to count (the replayed one itself)."""
-    conn.execute(_SEQUENCE_LOCK, {"sequence": sequence})
-    params = {"sequence": sequence, "exclude": exclude}
-    newest = conn.execute(_SEQUENCE_TAIL, params).first()
-    if newest is None or not newest.followed:
-        return None if newest is None else newest.id
-    return conn.execute(_LINE_END, params).scalar()
-
-
-# A job that blocks its line: dead with jobs of its sequence held behind it (on_failure="block").
-_BLOCKS_LINE = text(f"""
-SELECT EXISTS (
-  SELECT 1 FROM {EDGES} AS e JOIN {JOBS} AS d ON d.id = e.job_id
-  WHERE e.parent_id = :id AND e.kind = '{SEQUENCE}' AND e.if_failed = '{HOLD}'
-    AND d.state = '{JobState.WAITING}')
-""")
-_WAIT_BEHIND = text(f"""
-WITH edge AS (
-  INSERT INTO {EDGES} (job_id, parent_id, kind, if_failed)
-  VALUES (:id, :tail, '{SEQUENCE}', :policy) ON CONFLICT DO NOTHING)
-UPDATE {JOBS} SET state = '{JobState.WAITING}' WHERE id = :id AND state = '{JobState.PENDING}'
-""")
-
-
-def wait_in_line(conn: Connection, job_id: int, sequence: str,
-                 policy: Callable[[str], str]) -> int | None:
-    """A replayed job of a sequence (``pending`` again in this transaction) goes back into its
-    line instead of running beside the job the line runs now: it waits behind the line's end,
-    like a job enqueued now. A job whose death blocked the line (``on_failure="block"``) goes
-    first: the jobs behind it still wait for it. ``policy``: the ``if_failed`` of an edge to a
-    job of the given task. Returns the job it waits for, or None (it runs now)."""
-    tail = sequence_tail(conn, sequence, exclude=job_id)
-    if tail is None or conn.execute(_BLOCKS_LINE, {"id": job_id}).scalar():
-        return None
-    head = lock_parents(conn, [tail]).get(tail)
-    if head is None:
-        return None
-    if_failed = policy(head.task)
-    if head.state not in LIVE_STATES and not (head.state == JobState.DEAD and if_failed == HOLD):
-        return None
-    conn.execute(_WAIT_BEHIND, {"id": job_id, "tail": tail, "policy": if_failed})
-    return tail
 
 
 # attach: the new jobs' state (waiting), sequence and workflow, and their edges, in one
@@ -597,5 +526,5 @@ def waiting_counts(conn: Connection, queues: Sequence[str], cap: int = 10_000
 
 __all__ = ["SYSTEM_ACTOR", "Link", "Parent", "Released", "attach", "cancel_notice",
            "lock_parents", "parent_results",
-           "parents_of", "release", "reopen_dependents", "resolve", "sequence_tail", "sweep",
-           "wait_in_line", "waiting_counts", "with_dependents", "workflow"]
+           "parents_of", "release", "reopen_dependents", "resolve", "sweep",
+           "waiting_counts", "with_dependents", "workflow"]

@@ -38,8 +38,9 @@ from ..model.errors import (
 from ..model.new_job import NewJob, build_item, build_job
 from ..model.states import LIVE_STATES, JobState
 from . import keys, single_write
-from .dependencies import Link, attach, lock_parents, sequence_tail
+from .dependencies import Link, attach, lock_parents
 from .schema import history, jobs
+from .sequences import sequence_tail
 from .writes import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
 
 #: The options that link a job to others.
