@@ -4,12 +4,11 @@ a rollback) or on the pool's own async engine; and the sync calls name the async
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.helpers.asyncio_engine import on_own_async_engine
 from workerpool import InvalidJob, WorkerPool, testing
 from workerpool.client import WorkerPool as Client
 
@@ -27,18 +26,6 @@ def app(pool: WorkerPool) -> WorkerPool:
         return "sent"
 
     return pool
-
-
-def run(app: WorkerPool, body):
-    """``body(engine)`` on a caller's own AsyncEngine, then the pool's async engine closed."""
-    async def main():
-        engine = create_async_engine(app.url.set(drivername="postgresql+psycopg_async"))
-        try:
-            return await body(engine)
-        finally:
-            await engine.dispose()
-            await app.dispose_async()
-    return asyncio.run(main())
 
 
 def total(sql) -> int:
@@ -75,7 +62,7 @@ def test_chain_and_workflow_in_the_callers_transaction(app, sql):
         named = await wf.run_async()
         return ids, again, own, named
 
-    ids, again, own, named = run(app, body)
+    ids, again, own, named = on_own_async_engine(app, body)
     assert again == ids and len(own) == 2 and set(named) == {"a", "b"}
     assert total(sql) == 6  # the rolled-back chain and workflow left nothing
     assert sql("SELECT state FROM workerpool_jobs WHERE id = %s", ids[1]) == [("waiting",)]
@@ -92,7 +79,7 @@ def test_job_batch_status_and_results(app, sql):
         results = [m async for m in app.batch_results_async(batch.id, page_size=2)]
         return info, status, results
 
-    info, status, results = run(app, body)
+    info, status, results = on_own_async_engine(app, body)
     assert (info.state, info.result) == ("done", {"charged": 0})
     assert status == app.batch_status(batch.id)
     assert results == list(app.batch_results(batch.id, page_size=2))
@@ -118,7 +105,7 @@ def test_signal_cancel_pause_resume_on_a_callers_connection(app, sql):
             await app.resume_async("shop", conn=conn)
         return rolled_back, sent, cancelled, paused
 
-    rolled_back, sent, cancelled, paused = run(app, body)
+    rolled_back, sent, cancelled, paused = on_own_async_engine(app, body)
     assert rolled_back == (0, "pending")
     assert sent is not None and cancelled.cancelled == [job_id]
     assert paused == [(True,)]
@@ -135,5 +122,5 @@ def test_a_sync_call_given_an_async_connection_names_the_twin(app, sql):
             with pytest.raises(InvalidJob, match="AsyncConnection"):
                 await app.cancel_async([1], conn=object())
 
-    run(app, body)
+    on_own_async_engine(app, body)
     assert total(sql) == 0

@@ -8,8 +8,8 @@ import asyncio
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.helpers.asyncio_engine import on_own_async_engine
 from tests.helpers.bad_inputs import BAD_INPUTS
 from workerpool import IdempotencyConflict, InvalidJob, WorkerPool
 
@@ -27,17 +27,6 @@ def count(sql) -> int:
     return sql("SELECT count(*) FROM workerpool_jobs")[0][0]
 
 
-def run_with_engine(app: WorkerPool, body):
-    """Run ``body(engine)`` on a caller's own AsyncEngine (psycopg async), disposed after."""
-    async def main():
-        engine = create_async_engine(app.url.set(drivername="postgresql+psycopg_async"))
-        try:
-            return await body(engine)
-        finally:
-            await engine.dispose()
-    return asyncio.run(main())
-
-
 def test_committed_with_the_business_write(app, sql):
     sql("CREATE TABLE users (id int primary key)")
 
@@ -46,7 +35,7 @@ def test_committed_with_the_business_write(app, sql):
             await conn.execute(text("INSERT INTO users VALUES (1)"))
             return await app.enqueue_async("send", {"user_id": 1}, conn=conn)
 
-    job_id = run_with_engine(app, body)
+    job_id = on_own_async_engine(app, body)
     assert sql("SELECT count(*) FROM users") == [(1,)]
     assert sql("SELECT id, task, payload, payload_version, max_attempts FROM workerpool_jobs") \
         == [(job_id, "send", {"user_id": 1}, 2, 3)]
@@ -61,7 +50,7 @@ def test_rolled_back_leaves_no_job(app, sql):
             assert (await conn.execute(text("SELECT count(*) FROM workerpool_jobs"))).scalar() == 2
             await trans.rollback()
 
-    run_with_engine(app, body)
+    on_own_async_engine(app, body)
     assert count(sql) == 0
 
 
@@ -81,7 +70,7 @@ def test_keys_return_the_existing_job_and_conflicts_raise(app, sql):
                                              conn=conn)
         return first
 
-    run_with_engine(app, body)
+    on_own_async_engine(app, body)
     assert count(sql) == 2  # the first job and the batch's unkeyed row; the conflicting batch none
     app.dispose()
 
@@ -97,7 +86,7 @@ def test_bad_input_is_refused_before_any_write(app, sql, args, options, error, m
                                              conn=conn)
             assert (await conn.execute(text("SELECT count(*) FROM workerpool_jobs"))).scalar() == 0
 
-    run_with_engine(app, body)
+    on_own_async_engine(app, body)
     assert app.engines._async_engine is None  # refused before the pool's own engine was even made
 
 
@@ -114,7 +103,7 @@ def test_the_wrong_kind_of_connection_is_refused_by_name(app, sql):
                                                  r" twin \(enqueue_async"):
                 app.enqueue("send", {}, conn=conn)
 
-    run_with_engine(app, body)
+    on_own_async_engine(app, body)
     with pytest.raises(InvalidJob, match="iterable"):
         asyncio.run(app.enqueue_many_async({"send": {}}))
     assert count(sql) == 0
@@ -132,7 +121,7 @@ def test_notify_reaches_a_listener_on_commit_only(app, dsn):
 
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN workerpool_jobs")
-        run_with_engine(app, body)
+        on_own_async_engine(app, body)
         notes = list(listener.notifies(timeout=1.0, stop_after=3))
     assert [n.payload for n in notes] == ["email", "email"]  # the batch's one, the single's one
     app.dispose()
