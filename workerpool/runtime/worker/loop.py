@@ -277,7 +277,11 @@ class Worker:
 
     def _give_back_unheld(self) -> None:
         """Rows a claim whose reply was lost may have taken: given back now, or by the
-        supervisor (a non-zero exit), never left to go stale."""
+        supervisor (a non-zero exit), never left to go stale. After a failed release that exit is
+        already due: the supervisor's release then attributes every row, the interrupted ones
+        with their history, so nothing is given back here without it."""
+        if self._unreleased:
+            return
         try:
             self.claims.give_back_unheld()
         except DATABASE_ERRORS as exc:
