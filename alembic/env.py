@@ -21,8 +21,12 @@ def _migrate(**options) -> None:
     schema = config.attributes.get("schema", DEFAULT_SCHEMA)
     if schema != DEFAULT_SCHEMA:
         options["version_table_schema"] = schema
-    context.configure(target_metadata=metadata, version_table=VERSION_TABLE,
-                      include_object=include_object, **options)
+    context.configure(
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        include_object=include_object,
+        **options,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

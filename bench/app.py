@@ -115,8 +115,13 @@ def _stamp_file() -> int:
     return _stamp_fd[1]
 
 
-def make_pool(url: str | URL | None = None, *, notify: bool = True,
-              concurrency: int | str = DEFAULT_CONCURRENCY, limits: str = "off") -> WorkerPool:
+def make_pool(
+    url: str | URL | None = None,
+    *,
+    notify: bool = True,
+    concurrency: int | str = DEFAULT_CONCURRENCY,
+    limits: str = "off",
+) -> WorkerPool:
     """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
     pool = WorkerPool(url, notify=notify)
     settings = LIMIT_SETTINGS[limits]

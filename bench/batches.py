@@ -40,45 +40,72 @@ MEMBERS_ENQUEUE = "batch_member_enqueue_rows_per_s"
 
 
 def declare(report: Report, members: int) -> None:
-    report.declare(PLAIN_ENQUEUE, "rows/s",
-                   note=f"enqueue_many of {members:,} plain no-op jobs, one transaction")
-    report.declare(MEMBERS_ENQUEUE, "rows/s", ratio_to=PLAIN_ENQUEUE,
-                   target=Target(">=", 0.9, on_ratio=True),
-                   note=f"the same {members:,} jobs as one batch's members (+ its row)")
+    report.declare(
+        PLAIN_ENQUEUE,
+        "rows/s",
+        note=f"enqueue_many of {members:,} plain no-op jobs, one transaction",
+    )
+    report.declare(
+        MEMBERS_ENQUEUE,
+        "rows/s",
+        ratio_to=PLAIN_ENQUEUE,
+        target=Target(">=", 0.9, on_ratio=True),
+        note=f"the same {members:,} jobs as one batch's members (+ its row)",
+    )
     report.declare(PLAIN, "jobs/s", note=f"{members:,} plain no-op jobs, 1 worker child")
-    report.declare(MEMBERS, "jobs/s", ratio_to=PLAIN, target=Target(">=", 0.9, on_ratio=True),
-                   note=f"{members:,} members of one batch (lock and check per outcome flush)")
+    report.declare(
+        MEMBERS,
+        "jobs/s",
+        ratio_to=PLAIN,
+        target=Target(">=", 0.9, on_ratio=True),
+        note=f"{members:,} members of one batch (lock and check per outcome flush)",
+    )
     for p in (50, 99):
-        report.declare(f"batch_callback_delay_p{p}_ms", "ms",
-                       note="callback claimed_at - last member finished_at (database clock);"
-                            " floor: pickup_notify")
-        report.declare(f"result_wait_p{p}_ms", "ms",
-                       note="enqueue + pool.result of a no-op into an idle child; floor: pickup"
-                            " + one outcome flush")
+        report.declare(
+            f"batch_callback_delay_p{p}_ms",
+            "ms",
+            note="callback claimed_at - last member finished_at (database clock);"
+            " floor: pickup_notify",
+        )
+        report.declare(
+            f"result_wait_p{p}_ms",
+            "ms",
+            note="enqueue + pool.result of a no-op into an idle child; floor: pickup"
+            " + one outcome flush",
+        )
     report.declare("result_done_p50_ms", "ms", note="pool.result of a job already done")
 
 
-def measure(report: Report, launcher: Launcher, pool: WorkerPool, members: int,
-            repeat: int) -> None:
+def measure(
+    report: Report, launcher: Launcher, pool: WorkerPool, members: int, repeat: int
+) -> None:
     order = [False, True] if repeat % 2 == 0 else [True, False]
     for batched in order:
         enqueue_rate, drain_rate = _drain(launcher, pool, members, batched=batched)
         report.add(MEMBERS_ENQUEUE if batched else PLAIN_ENQUEUE, enqueue_rate)
         report.add(MEMBERS if batched else PLAIN, drain_rate)
-        log.info("%s: enqueue %.0f rows/s, drain %.0f jobs/s",
-                 "members" if batched else "plain", enqueue_rate, drain_rate)
+        log.info(
+            "%s: enqueue %.0f rows/s, drain %.0f jobs/s",
+            "members" if batched else "plain",
+            enqueue_rate,
+            drain_rate,
+        )
     delays = _callback_delays(launcher, pool, max(2, members // 50))
     waits, done = _result_latencies(launcher, pool)
     for p in (50, 99):
         report.add(f"batch_callback_delay_p{p}_ms", percentile(delays, p))
         report.add(f"result_wait_p{p}_ms", percentile(waits, p))
     report.add("result_done_p50_ms", percentile(done, 50))
-    log.info("callback delay p50/p90/p99 %s ms; result wait %s ms",
-             [round(v, 1) for v in p50_p90_p99(delays)], [round(v, 1) for v in p50_p90_p99(waits)])
+    log.info(
+        "callback delay p50/p90/p99 %s ms; result wait %s ms",
+        [round(v, 1) for v in p50_p90_p99(delays)],
+        [round(v, 1) for v in p50_p90_p99(waits)],
+    )
 
 
-def _drain(launcher: Launcher, pool: WorkerPool, members: int, *, batched: bool
-           ) -> tuple[float, float]:
+def _drain(
+    launcher: Launcher, pool: WorkerPool, members: int, *, batched: bool
+) -> tuple[float, float]:
     bench_db = launcher.db
     bench_db.reset()
     items = [(noop.__name__, {"i": i}) for i in range(members)]
@@ -94,7 +121,8 @@ def _drain(launcher: Launcher, pool: WorkerPool, members: int, *, batched: bool
         wait_drained(bench_db, members, supervisors)
     done, seconds = bench_db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'"))[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'")
+    )[0]
     if done != members:
         raise RuntimeError(f"{done} of {members} {'members' if batched else 'jobs'} done")
     return enqueue_rate, members / seconds if seconds else float("inf")
@@ -110,12 +138,18 @@ def _callback_delays(launcher: Launcher, pool: WorkerPool, size: int) -> list[fl
     # now() on both sides (a transaction's start): the last member's outcome transaction may
     # claim the callback it inserted itself (a worker writes outcomes and claims in one), which
     # is a delay of 0
-    return [row[0] for row in launcher.db.sql(
-        "SELECT extract(epoch FROM c.claimed_at - max(m.finished_at))::float8 * 1000"
-        " FROM workerpool_batches b JOIN " + every_job("id, claimed_at, payload", alias="c")
-        + " ON c.id = b.callback_ids[1] JOIN " + every_job("id, batch_id, finished_at", alias="m")
-        + " ON m.batch_id = b.id AND m.id <> c.id"
-        " WHERE b.finished_at IS NOT NULL AND c.payload ? 'batch' GROUP BY b.id, c.claimed_at")]
+    return [
+        row[0]
+        for row in launcher.db.sql(
+            "SELECT extract(epoch FROM c.claimed_at - max(m.finished_at))::float8 * 1000"
+            " FROM workerpool_batches b JOIN "
+            + every_job("id, claimed_at, payload", alias="c")
+            + " ON c.id = b.callback_ids[1] JOIN "
+            + every_job("id, batch_id, finished_at", alias="m")
+            + " ON m.batch_id = b.id AND m.id <> c.id"
+            " WHERE b.finished_at IS NOT NULL AND c.payload ? 'batch' GROUP BY b.id, c.claimed_at"
+        )
+    ]
 
 
 def _result_latencies(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[float]]:

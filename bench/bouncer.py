@@ -70,9 +70,16 @@ def run_as(server: tuple[str, int]) -> list[str]:
     return ["-u", pwd.getpwnam(user).pw_name]
 
 
-def write_config(directory: Path, port: int, server: tuple[str, int], *, newer: bool,
-                 pool_size: int = POOL_SIZE, max_clients: int = 2000,
-                 user: str = "postgres") -> Path:
+def write_config(
+    directory: Path,
+    port: int,
+    server: tuple[str, int],
+    *,
+    newer: bool,
+    pool_size: int = POOL_SIZE,
+    max_clients: int = 2000,
+    user: str = "postgres",
+) -> Path:
     """``pgbouncer.ini`` (and its userlist) in ``directory``: transaction pooling on
     ``127.0.0.1:port`` in front of ``server`` (host, port), trust authentication.
     ``tests/processes/test_pgbouncer.py`` starts its bouncers from the same file."""
@@ -101,8 +108,9 @@ ignore_startup_parameters = extra_float_digits,options
 
 def newer(path: str) -> bool:
     """1.21+ tracks prepared statements itself: keep 1.18's behaviour (the tested one)."""
-    first = subprocess.run([path, "--version"], capture_output=True, text=True,
-                           timeout=10).stdout.split()
+    first = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, timeout=10
+    ).stdout.split()
     return tuple(int(part) for part in first[1].split(".")[:2]) >= (1, 21)
 
 
@@ -114,13 +122,19 @@ def running(bench_url: URL) -> Iterator[URL]:
     path = binary()
     directory = Path(tempfile.mkdtemp(prefix="wp-bench-bouncer-"))
     port = free_port()
-    config = write_config(directory, port, server, newer=newer(path),
-                          user=bench_url.username or "postgres")
+    config = write_config(
+        directory, port, server, newer=newer(path), user=bench_url.username or "postgres"
+    )
     as_user = run_as(server)
     log_path = directory / "pgbouncer.log"
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen([path, *as_user, str(config)], stdin=subprocess.DEVNULL,
-                                stdout=log_file, stderr=log_file, start_new_session=True)
+        proc = subprocess.Popen(
+            [path, *as_user, str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+        )
     through = through_bouncer(bench_url, port)
     try:
         _wait_accepting(proc, through, log_path)

@@ -59,20 +59,34 @@ POLL_S = 0.02
 TOP_UP_EVERY_S = 0.1
 
 
-def declare(report: Report, *, kills: int, window_s: float, nap_ms: float,
-            concurrency: int) -> None:
-    report.declare(BEFORE, "jobs/s",
-                   note=f"workerpool run, 1 worker child, concurrency {concurrency}, "
-                        f"{nap_ms:g} ms jobs; the {window_s:g} s before the first kill")
-    report.declare(AFTER, "jobs/s", ratio_to=BEFORE,
-                   target=Target(">=", BACK_WITHIN, on_ratio=True),
-                   note=f"the {window_s:g} s after the last of {kills} kill -9s of the child, "
-                        "each while the (replacement) child held a job")
-    report.declare(RECOVERY, "s",
-                   note=f"last kill to the first {recovery_window(window_s):g} s window within "
-                        f"{100 - BACK_WITHIN * 100:.0f} % of the rate before")
-    report.declare(HELD, "jobs", note="jobs the killed children held (WorkerLost entries), "
-                                      "each run alone after")
+def declare(
+    report: Report, *, kills: int, window_s: float, nap_ms: float, concurrency: int
+) -> None:
+    report.declare(
+        BEFORE,
+        "jobs/s",
+        note=f"workerpool run, 1 worker child, concurrency {concurrency}, "
+        f"{nap_ms:g} ms jobs; the {window_s:g} s before the first kill",
+    )
+    report.declare(
+        AFTER,
+        "jobs/s",
+        ratio_to=BEFORE,
+        target=Target(">=", BACK_WITHIN, on_ratio=True),
+        note=f"the {window_s:g} s after the last of {kills} kill -9s of the child, "
+        "each while the (replacement) child held a job",
+    )
+    report.declare(
+        RECOVERY,
+        "s",
+        note=f"last kill to the first {recovery_window(window_s):g} s window within "
+        f"{100 - BACK_WITHIN * 100:.0f} % of the rate before",
+    )
+    report.declare(
+        HELD,
+        "jobs",
+        note="jobs the killed children held (WorkerLost entries), each run alone after",
+    )
 
 
 def recovery_window(window_s: float) -> float:
@@ -91,10 +105,12 @@ class Backlog:
         self._looked = float("-inf")
 
     def insert(self, count: int) -> None:
-        self.db.sql("INSERT INTO workerpool_jobs (queue, task, payload)"
-                    " SELECT %s, %s, jsonb_build_object('ms', %s::float8)"
-                    " FROM generate_series(1, %s)",
-                    (app.QUEUE, app.nap.__name__, self.nap_ms, count))
+        self.db.sql(
+            "INSERT INTO workerpool_jobs (queue, task, payload)"
+            " SELECT %s, %s, jsonb_build_object('ms', %s::float8)"
+            " FROM generate_series(1, %s)",
+            (app.QUEUE, app.nap.__name__, self.nap_ms, count),
+        )
         self.inserted += count
 
     def top_up(self) -> None:
@@ -103,8 +119,9 @@ class Backlog:
         if now - self._looked < TOP_UP_EVERY_S:
             return
         self._looked = now
-        pending = self.db.sql("SELECT count(*) FROM workerpool_jobs"
-                              " WHERE state IN ('pending', 'failed')")[0][0]
+        pending = self.db.sql(
+            "SELECT count(*) FROM workerpool_jobs WHERE state IN ('pending', 'failed')"
+        )[0][0]
         if pending < self.ahead:
             self.insert(self.ahead)
 
@@ -112,8 +129,15 @@ class Backlog:
 class Burst:
     """One burst measurement into ``report``, on ``launcher``'s database."""
 
-    def __init__(self, launcher: supervised.Launcher, report: Report, *, kills: int,
-                 window_s: float, nap_ms: float) -> None:
+    def __init__(
+        self,
+        launcher: supervised.Launcher,
+        report: Report,
+        *,
+        kills: int,
+        window_s: float,
+        nap_ms: float,
+    ) -> None:
         self.launcher, self.db, self.report = launcher, launcher.db, report
         self.kills, self.window, self.nap_ms = kills, window_s, nap_ms
         self.step_window = recovery_window(window_s)
@@ -141,8 +165,9 @@ class Burst:
         deadline = time.monotonic() + supervised.START_TIMEOUT
         while True:
             self.backlog.top_up()
-            [(first,)] = self.db.sql("SELECT min(finished_at) FROM "
-                                     + every_job("finished_at", "state = 'done'"))
+            [(first,)] = self.db.sql(
+                "SELECT min(finished_at) FROM " + every_job("finished_at", "state = 'done'")
+            )
             if first is not None:
                 return first
             self.alive(supervisor, deadline, "the first job done")
@@ -180,16 +205,19 @@ class Burst:
             self.backlog.top_up()
             for pid in supervisor.queue_children():
                 if pid != killed and self.db.sql(
-                        "SELECT 1 FROM workerpool_jobs j JOIN workerpool_workers w"
-                        " ON j.claimed_by = w.id WHERE w.pid = %s AND w.queue = %s"
-                        " AND j.state = 'processing' AND j.claimed_at <= clock_timestamp() - %s"
-                        " LIMIT 1", (pid, app.QUEUE, held_for)):
+                    "SELECT 1 FROM workerpool_jobs j JOIN workerpool_workers w"
+                    " ON j.claimed_by = w.id WHERE w.pid = %s AND w.queue = %s"
+                    " AND j.state = 'processing' AND j.claimed_at <= clock_timestamp() - %s"
+                    " LIMIT 1",
+                    (pid, app.QUEUE, held_for),
+                ):
                     return pid
             self.alive(supervisor, deadline, "a replacement child holding a job")
             time.sleep(POLL_S)
 
-    def watch(self, supervisor: supervised.Supervisor, first_kill: datetime,
-              last_kill: datetime) -> datetime:
+    def watch(
+        self, supervisor: supervised.Supervisor, first_kill: datetime, last_kill: datetime
+    ) -> datetime:
         """Keep the backlog up until the window after the burst is over and the rate is back
         (or ``RECOVERY_LIMIT`` windows have passed): the database time the top-ups stopped."""
         limit = last_kill + seconds(RECOVERY_LIMIT * self.window)
@@ -208,9 +236,14 @@ class Burst:
     # -- figures -----------------------------------------------------------------------------
 
     def done_between(self, start: datetime, end: datetime) -> int:
-        return self.db.sql("SELECT count(*) FROM " + every_job(
-            "finished_at", "state = 'done' AND finished_at >= %(start)s AND finished_at < %(end)s"),
-            {"start": start, "end": end})[0][0]
+        return self.db.sql(
+            "SELECT count(*) FROM "
+            + every_job(
+                "finished_at",
+                "state = 'done' AND finished_at >= %(start)s AND finished_at < %(end)s",
+            ),
+            {"start": start, "end": end},
+        )[0][0]
 
     def rate_before(self, first_kill: datetime) -> float:
         return self.done_between(first_kill - seconds(self.window), first_kill) / self.window
@@ -226,11 +259,15 @@ class Burst:
             return None
         counts = [0] * steps
         for k, count in self.db.sql(
-                "SELECT floor(extract(epoch FROM finished_at - %(kill)s)::float8 / %(step)s)::int"
-                " AS k, count(*) FROM " + every_job(
-                    "finished_at", "state = 'done' AND finished_at >= %(kill)s"
-                    " AND finished_at < %(end)s") + " GROUP BY k",
-                {"kill": last_kill, "step": STEP_S, "end": last_kill + seconds(steps * STEP_S)}):
+            "SELECT floor(extract(epoch FROM finished_at - %(kill)s)::float8 / %(step)s)::int"
+            " AS k, count(*) FROM "
+            + every_job(
+                "finished_at",
+                "state = 'done' AND finished_at >= %(kill)s AND finished_at < %(end)s",
+            )
+            + " GROUP BY k",
+            {"kill": last_kill, "step": STEP_S, "end": last_kill + seconds(steps * STEP_S)},
+        ):
             counts[min(k, steps - 1)] += count
         wanted = BACK_WITHIN * self.before * self.step_window
         in_window = sum(counts[:width])
@@ -242,11 +279,14 @@ class Burst:
         return None
 
     def check_done(self) -> None:
-        states = dict(self.db.sql("SELECT state, count(*) FROM " + every_job("state")
-                                  + " GROUP BY state"))
+        states = dict(
+            self.db.sql("SELECT state, count(*) FROM " + every_job("state") + " GROUP BY state")
+        )
         if states != {"done": self.backlog.inserted}:
-            raise RuntimeError(f"burst: {self.backlog.inserted} jobs inserted, after the drain "
-                               f"{states}: not every job done")
+            raise RuntimeError(
+                f"burst: {self.backlog.inserted} jobs inserted, after the drain "
+                f"{states}: not every job done"
+            )
 
     def record(self, first_kill: datetime, last_kill: datetime, stop: datetime) -> None:
         before = self.before = self.rate_before(first_kill)
@@ -254,28 +294,44 @@ class Burst:
         recovery = self.recovery(last_kill, stop)
         if recovery is None:
             recovery = (stop - last_kill).total_seconds()
-            log.warning("burst: the rate was not back within %.0f %% of %.0f jobs/s %.1f s "
-                        "after the last kill; recovery reported as that (a lower bound)",
-                        100 - BACK_WITHIN * 100, before, recovery)
+            log.warning(
+                "burst: the rate was not back within %.0f %% of %.0f jobs/s %.1f s "
+                "after the last kill; recovery reported as that (a lower bound)",
+                100 - BACK_WITHIN * 100,
+                before,
+                recovery,
+            )
         [(held,)] = self.db.sql(
-            "SELECT count(*) FROM " + every_job("errors")
-            + ", jsonb_array_elements(j.errors) AS e WHERE e->>'type' = 'WorkerLost'")
+            "SELECT count(*) FROM "
+            + every_job("errors")
+            + ", jsonb_array_elements(j.errors) AS e WHERE e->>'type' = 'WorkerLost'"
+        )
         self.report.add(BEFORE, before)
         self.report.add(AFTER, after)
         self.report.add(RECOVERY, recovery)
         self.report.add(HELD, held)
-        log.info("burst: %d kill -9s in %.2f s; %.0f jobs/s before, %.0f after (%.2fx); back "
-                 "within %.0f %% %.2f s after the last kill; %d jobs held; %d jobs, all done",
-                 self.kills, (last_kill - first_kill).total_seconds(), before, after,
-                 after / before if before else float("nan"), 100 - BACK_WITHIN * 100, recovery,
-                 held, self.backlog.inserted)
+        log.info(
+            "burst: %d kill -9s in %.2f s; %.0f jobs/s before, %.0f after (%.2fx); back "
+            "within %.0f %% %.2f s after the last kill; %d jobs held; %d jobs, all done",
+            self.kills,
+            (last_kill - first_kill).total_seconds(),
+            before,
+            after,
+            after / before if before else float("nan"),
+            100 - BACK_WITHIN * 100,
+            recovery,
+            held,
+            self.backlog.inserted,
+        )
 
     # -- helpers -----------------------------------------------------------------------------
 
     def alive(self, supervisor: supervised.Supervisor, deadline: float, waiting_for: str) -> None:
         if supervisor.process.poll() is not None:
-            raise RuntimeError(f"workerpool run exited with {supervisor.process.returncode} "
-                               f"waiting for {waiting_for}:\n{supervisor.tail()}")
+            raise RuntimeError(
+                f"workerpool run exited with {supervisor.process.returncode} "
+                f"waiting for {waiting_for}:\n{supervisor.tail()}"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"burst: timed out waiting for {waiting_for}")
 

@@ -53,14 +53,16 @@ def claim_complete_loop(dsn: str, queue: str, limit: int, barrier: Barrier) -> N
             conn.execute(COMPLETE_SQL, {"ids": [row[0] for row in rows], "me": me})
 
 
-def run(dsn: str, queue: str, processes: int, *, limit: int = BATCH,
-        timeout: float = 600.0) -> None:
+def run(
+    dsn: str, queue: str, processes: int, *, limit: int = BATCH, timeout: float = 600.0
+) -> None:
     """Drain ``queue`` with ``processes`` plain loops; returns when every loop has finished."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     procs = [
-        ctx.Process(target=claim_complete_loop, args=(dsn, queue, limit, barrier),
-                    name=f"ceiling-{i}")
+        ctx.Process(
+            target=claim_complete_loop, args=(dsn, queue, limit, barrier), name=f"ceiling-{i}"
+        )
         for i in range(processes)
     ]
     for proc in procs:

@@ -15,8 +15,13 @@ from typing import Any
 log = logging.getLogger("workerpool.bench")
 
 
-def draw(path: Path, samples: Sequence[Any], *, title: str,
-         offered: float | Sequence[float] | None = None) -> Path | None:
+def draw(
+    path: Path,
+    samples: Sequence[Any],
+    *,
+    title: str,
+    offered: float | Sequence[float] | None = None,
+) -> Path | None:
     """Three panels sharing the time axis; returns the PNG's path, or None without matplotlib."""
     try:
         import matplotlib
@@ -32,8 +37,15 @@ def draw(path: Path, samples: Sequence[Any], *, title: str,
     if isinstance(offered, (int, float)):
         rate.axhline(offered, color="tab:blue", linestyle="--", linewidth=0.8, label="offered")
     elif offered is not None:  # one rate per sample (a soak with a spike)
-        rate.step(t, offered, where="post", color="tab:blue", linestyle="--", linewidth=0.8,
-                  label="offered")
+        rate.step(
+            t,
+            offered,
+            where="post",
+            color="tab:blue",
+            linestyle="--",
+            linewidth=0.8,
+            label="offered",
+        )
     rate.set_ylabel("jobs done per second")
     rate.legend(loc="upper left")
     backlog = rate.twinx()

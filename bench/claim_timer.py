@@ -98,6 +98,12 @@ def read(directory: Path, since: float, until: float) -> list[Transaction]:
         for line in path.read_text().splitlines():
             at, ms, rows, claim_ms = line.split()
             if since <= float(at) <= until:
-                out.append(Transaction(float(at), float(ms), None if rows == "-" else int(rows),
-                                       None if claim_ms == "-" else float(claim_ms)))
+                out.append(
+                    Transaction(
+                        float(at),
+                        float(ms),
+                        None if rows == "-" else int(rows),
+                        None if claim_ms == "-" else float(claim_ms),
+                    )
+                )
     return out

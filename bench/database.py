@@ -30,6 +30,7 @@ def every_job(columns: str, where: str = "true", alias: str = "j") -> str:
     maintenance child moves finished jobs to the history a minute after they end)."""
     return f"{union(columns, where)} AS {alias}"
 
+
 log = logging.getLogger("workerpool.bench")
 
 NAME_PREFIX = "wp_bench_"
@@ -53,12 +54,17 @@ class BenchDatabase:
 
     def __enter__(self) -> BenchDatabase:
         with self._admin() as admin:
-            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                                   (self.name,)).fetchone()
+            exists = admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (self.name,)
+            ).fetchone()
             if not exists:
                 admin.execute(f'CREATE DATABASE "{self.name}"')
-        log.info("%s %s", "using" if exists else "created", self.name,
-                 extra={"event": "bench_db_created"})
+        log.info(
+            "%s %s",
+            "using" if exists else "created",
+            self.name,
+            extra={"event": "bench_db_created"},
+        )
         try:
             upgrade(self.url)
         except BaseException:
@@ -66,8 +72,9 @@ class BenchDatabase:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.drop()
 
     def drop(self) -> None:
@@ -95,8 +102,10 @@ class BenchDatabase:
 
     def reset(self) -> None:
         """An empty jobs table and no registered workers, statistics refreshed."""
-        self.sql("TRUNCATE workerpool_jobs, workerpool_jobs_history, workerpool_job_logs,"
-                 " workerpool_workers")
+        self.sql(
+            "TRUNCATE workerpool_jobs, workerpool_jobs_history, workerpool_job_logs,"
+            " workerpool_workers"
+        )
         self.vacuum()
 
     def vacuum(self) -> None:
@@ -137,8 +146,10 @@ class BenchDatabase:
 
     def server_facts(self) -> dict[str, str]:
         names = ("server_version", "shared_buffers", "synchronous_commit", "fsync", "max_wal_size")
-        rows = self.sql("SELECT name, setting || coalesce(unit, '') FROM pg_settings"
-                        " WHERE name = ANY(%s)", (list(names),))
+        rows = self.sql(
+            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+            (list(names),),
+        )
         facts = dict(rows)
         facts["server_version"] = self.sql("SHOW server_version")[0][0]
         return facts

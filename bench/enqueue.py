@@ -32,8 +32,9 @@ def payloads(count: int, start: int = 0) -> list[tuple[str, dict]]:
 BatchLoop = Callable[[int], None]
 
 
-def interleaved_rows_per_second(loops: dict[str, BatchLoop], bounds: list[tuple[int, int]]
-                                ) -> dict[str, float]:
+def interleaved_rows_per_second(
+    loops: dict[str, BatchLoop], bounds: list[tuple[int, int]]
+) -> dict[str, float]:
     """Each batch ``(start, end)`` through every loop in turn, the order rotating each round so
     that no loop always follows another: rows/s of each. A shared machine's load moves within
     seconds; so each loop sees the same moments of it, and the same growing table."""
@@ -49,17 +50,21 @@ def interleaved_rows_per_second(loops: dict[str, BatchLoop], bounds: list[tuple[
     return {name: rows / seconds for name, seconds in wall.items()}
 
 
-def bulk_comparison(pool: WorkerPool, dsn: str, total: int, batch: int = BULK_BATCH
-                    ) -> dict[str, float]:
+def bulk_comparison(
+    pool: WorkerPool, dsn: str, total: int, batch: int = BULK_BATCH
+) -> dict[str, float]:
     """Rows/s of plain psycopg ``COPY`` and ``INSERT ... unnest(jsonb[])`` (autocommit, payload
     texts built before the clock starts) and of ``enqueue_many`` without keys and with a new
     key per job, ``batch`` rows a call, interleaved (:func:`interleaved_rows_per_second`)."""
     bounds = [(start, min(total, start + batch)) for start in range(0, total, batch)]
     texts = {start: [json.dumps({"i": i}) for i in range(start, end)] for start, end in bounds}
     items = {start: payloads(end - start, start) for start, end in bounds}
-    keyed = {start: [(task, payload, {"key": f"bulk:{payload['i']}"})
-                     for task, payload in batch_items] for start, batch_items in items.items()}
+    keyed = {
+        start: [(task, payload, {"key": f"bulk:{payload['i']}"}) for task, payload in batch_items]
+        for start, batch_items in items.items()
+    }
     with psycopg.connect(dsn, autocommit=True) as conn:
+
         def raw_copy(start: int) -> None:
             with conn.cursor().copy(floors.COPY_SQL) as copy:
                 for payload in texts[start]:
@@ -70,7 +75,8 @@ def bulk_comparison(pool: WorkerPool, dsn: str, total: int, batch: int = BULK_BA
 
         conn.execute(RAW_BULK_SQL, (QUEUE, noop.__name__, texts[0][:1]))  # warm, untimed
         loops: dict[str, BatchLoop] = {
-            "raw_copy": raw_copy, "raw_unnest": raw_unnest,
+            "raw_copy": raw_copy,
+            "raw_unnest": raw_unnest,
             "pool": lambda start: pool.enqueue_many(items[start]),
             "pool_keyed": lambda start: pool.enqueue_many(keyed[start]),
         }
@@ -102,12 +108,15 @@ def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
     cpu = {"raw": 0.0, "pool": 0.0}
     notify = pool.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
+
         def raw(start: int, end: int) -> None:
             for i in range(start, end):
                 payload = json.dumps({"i": i})
                 if notify:
-                    conn.execute(floors.ENQUEUE_NOTIFY_SQL,
-                                 (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE))
+                    conn.execute(
+                        floors.ENQUEUE_NOTIFY_SQL,
+                        (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE),
+                    )
                 else:
                     conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, payload))
 
@@ -123,8 +132,12 @@ def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
                 loop(start, end)
                 wall[name] += time.perf_counter() - began
                 cpu[name] += time.process_time() - began_cpu
-    return {"raw_per_s": count / wall["raw"], "pool_per_s": count / wall["pool"],
-            "raw_cpu_us": cpu["raw"] * 1e6 / count, "pool_cpu_us": cpu["pool"] * 1e6 / count}
+    return {
+        "raw_per_s": count / wall["raw"],
+        "pool_per_s": count / wall["pool"],
+        "raw_cpu_us": cpu["raw"] * 1e6 / count,
+        "pool_cpu_us": cpu["pool"] * 1e6 / count,
+    }
 
 
 RAW_BULK_SQL = (
@@ -154,16 +167,22 @@ def _raw_single_loop(conn: psycopg.Connection, count: int) -> None:
 CALLERS = 4
 
 
-def concurrent_per_second(make_caller: Callable[[Any], Callable[[int], None]], target: Any,
-                          count: int, callers: int = CALLERS) -> float:
+def concurrent_per_second(
+    make_caller: Callable[[Any], Callable[[int], None]],
+    target: Any,
+    count: int,
+    callers: int = CALLERS,
+) -> float:
     """``count // callers`` jobs in each of ``callers`` forked processes started together;
     jobs/s from the first caller's start to the last caller's end. ``make_caller(target)``
     runs in the process before the clock starts (connect, warm up) and returns the loop."""
     context = multiprocessing.get_context("fork")
     go, spans = context.Event(), context.Queue()
     each = max(1, count // callers)
-    procs = [context.Process(target=_timed_caller, args=(make_caller, target, each, go, spans))
-             for _ in range(callers)]
+    procs = [
+        context.Process(target=_timed_caller, args=(make_caller, target, each, go, spans))
+        for _ in range(callers)
+    ]
     for proc in procs:
         proc.start()
     go.set()

@@ -50,18 +50,34 @@ POLL_S = 0.1
 #: (figure suffix, unit, column heading of the per-count table, note)
 FIGURES = (
     ("jobs_per_s", "jobs/s", "jobs/s", "total drain rate, rows' database clock"),
-    ("claim_p50_ms", "ms", "claim p50 ms", "claim pass in the children: BEGIN, outcomes, "
-                                           "claim, COMMIT"),
+    (
+        "claim_p50_ms",
+        "ms",
+        "claim p50 ms",
+        "claim pass in the children: BEGIN, outcomes, claim, COMMIT",
+    ),
     ("claim_p99_ms", "ms", "claim p99 ms", "the same, p99"),
     ("rows_per_claim", "rows", "rows/claim", "mean rows per claim that took any"),
     ("commits_per_1k_jobs", "commits", "commits/1k jobs", "the children's transactions"),
-    ("wal_syncs_per_s", "fsyncs/s", "fsyncs/s", "pg_stat_wal.wal_sync over the drain window, "
-                                                "less the idle rate"),
+    (
+        "wal_syncs_per_s",
+        "fsyncs/s",
+        "fsyncs/s",
+        "pg_stat_wal.wal_sync over the drain window, less the idle rate",
+    ),
     ("wal_syncs_per_1k_jobs", "fsyncs", "fsyncs/1k jobs", "the same per 1000 jobs"),
-    ("wal_background_syncs_per_s", "fsyncs/s", "idle fsyncs/s",
-     f"wal_sync rate over {BACKGROUND_S:g} s before the drain, supervisors idle"),
-    ("wal_bytes_per_job", "B/job", "WAL B/job", "pg_stat_wal.wal_bytes per job, less the idle "
-                                                "rate"),
+    (
+        "wal_background_syncs_per_s",
+        "fsyncs/s",
+        "idle fsyncs/s",
+        f"wal_sync rate over {BACKGROUND_S:g} s before the drain, supervisors idle",
+    ),
+    (
+        "wal_bytes_per_job",
+        "B/job",
+        "WAL B/job",
+        "pg_stat_wal.wal_bytes per job, less the idle rate",
+    ),
     ("connections", "conns", "connections", "most backends of the bench database at once"),
     ("primary_cpu_us_per_job", "us/job", "primary CPU us/job", "CPU of those backends"),
     ("worker_cpu_us_per_job", "us/job", "worker CPU us/job", "CPU of the queue children"),
@@ -92,11 +108,19 @@ def declare(report: Report, counts: tuple[int, ...], *, bouncer: bool = False) -
             ratio_to = None
             if count != base and suffix in ("jobs_per_s", "claim_p99_ms"):
                 ratio_to = figure(base, suffix)
-            report.declare(figure(count, suffix), unit, ratio_to=ratio_to,
-                           note=f"{count} supervisor(s): {note}")
+            report.declare(
+                figure(count, suffix),
+                unit,
+                ratio_to=ratio_to,
+                note=f"{count} supervisor(s): {note}",
+            )
         for suffix, unit, _, note in FIGURES if bouncer else ():
-            report.declare(figure(count, suffix, True), unit, ratio_to=figure(count, suffix),
-                           note=f"{count} supervisor(s) through PgBouncer: {note}")
+            report.declare(
+                figure(count, suffix, True),
+                unit,
+                ratio_to=figure(count, suffix),
+                note=f"{count} supervisor(s) through PgBouncer: {note}",
+            )
 
 
 @dataclass(frozen=True)
@@ -109,7 +133,8 @@ class Wal:
     def now(cls, bench_db: BenchDatabase) -> Wal:
         syncs, size, at = bench_db.sql(
             "SELECT wal_sync, wal_bytes::bigint, extract(epoch FROM clock_timestamp())::float8"
-            " FROM pg_stat_wal")[0]
+            " FROM pg_stat_wal"
+        )[0]
         return cls(syncs, size, at)
 
 
@@ -123,8 +148,12 @@ class Backends:
         self.peak = 0
 
     def pids(self) -> list[int]:
-        return [pid for (pid,) in self.db.sql(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+        return [
+            pid
+            for (pid,) in self.db.sql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            )
+        ]
 
     def theirs(self) -> list[int]:
         return [pid for pid in self.pids() if pid not in self.ours]
@@ -138,16 +167,25 @@ class Backends:
 
     def cpu_seconds(self) -> float:
         """CPU since :meth:`begin` (a backend that connected since counts from zero)."""
-        return sum(supervised.cpu_seconds(pid) - self.start.get(pid, 0.0)
-                   for pid in self.theirs())
+        return sum(supervised.cpu_seconds(pid) - self.start.get(pid, 0.0) for pid in self.theirs())
 
 
 class Fleet:
     """Measures the ``fleet`` section into ``report``."""
 
-    def __init__(self, bench_db: BenchDatabase, pool: WorkerPool, report: Report, workdir: Path,
-                 *, counts: tuple[int, ...], n: int, repeats: int, concurrency: int,
-                 bouncer: bool = False) -> None:
+    def __init__(
+        self,
+        bench_db: BenchDatabase,
+        pool: WorkerPool,
+        report: Report,
+        workdir: Path,
+        *,
+        counts: tuple[int, ...],
+        n: int,
+        repeats: int,
+        concurrency: int,
+        bouncer: bool = False,
+    ) -> None:
         self.db, self.pool, self.report = bench_db, pool, report
         self.counts, self.n, self.repeats = counts, n, repeats
         self.modes = (False, True) if bouncer else (False,)  # through PgBouncer or not
@@ -212,11 +250,18 @@ class Fleet:
         self.log(count, bounced, values)
 
     def log(self, count: int, bounced: bool, values: dict[str, float]) -> None:
-        log.info("fleet, %d supervisor(s)%s: %.0f jobs/s, claim p99 %.2f ms, %.1f rows/claim, "
-                 "%.1f fsyncs/s (idle %.1f), %d connections", count,
-                 " through PgBouncer" if bounced else "", values["jobs_per_s"],
-                 values["claim_p99_ms"], values["rows_per_claim"], values["wal_syncs_per_s"],
-                 values["wal_background_syncs_per_s"], values["connections"])
+        log.info(
+            "fleet, %d supervisor(s)%s: %.0f jobs/s, claim p99 %.2f ms, %.1f rows/claim, "
+            "%.1f fsyncs/s (idle %.1f), %d connections",
+            count,
+            " through PgBouncer" if bounced else "",
+            values["jobs_per_s"],
+            values["claim_p99_ms"],
+            values["rows_per_claim"],
+            values["wal_syncs_per_s"],
+            values["wal_background_syncs_per_s"],
+            values["connections"],
+        )
 
     def wait_drained(self, supervisors: list[supervised.Supervisor], backends: Backends) -> None:
         deadline = time.monotonic() + 120.0 + self.n / 100.0
@@ -224,8 +269,9 @@ class Fleet:
             backends.sample()
             for supervisor in supervisors:
                 if supervisor.process.poll() is not None:
-                    raise RuntimeError(f"workerpool run died during the drain:\n"
-                                       f"{supervisor.tail()}")
+                    raise RuntimeError(
+                        f"workerpool run died during the drain:\n{supervisor.tail()}"
+                    )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the fleet drain of {self.n} jobs did not finish in time")
             time.sleep(POLL_S)
@@ -235,8 +281,7 @@ def children_cpu(supervisors: list[supervised.Supervisor]) -> float:
     return sum(supervised.cpu_seconds(pid) for s in supervisors for pid in s.queue_children())
 
 
-def wal_figures(idle: Wal, before: Wal, after: Wal, done: int,
-                seconds: float) -> dict[str, float]:
+def wal_figures(idle: Wal, before: Wal, after: Wal, done: int, seconds: float) -> dict[str, float]:
     """The drain's fsyncs and WAL bytes, less the idle window's rates over the same time."""
     idle_s, drain_s = before.at - idle.at, after.at - before.at
     sync_rate = (before.syncs - idle.syncs) / idle_s

@@ -67,8 +67,9 @@ def raw_pickup_ms(dsn: str, queue: str, task: str, count: int, gap_s: float) -> 
                 if pause > 0:
                     time.sleep(pause)  # pacing is the measurement's design
                 at = time.monotonic()
-                job_id = conn.execute(ENQUEUE_NOTIFY_SQL, (queue, task, json.dumps({"i": i}),
-                                                           CHANNEL, queue)).fetchone()[0]
+                job_id = conn.execute(
+                    ENQUEUE_NOTIFY_SQL, (queue, task, json.dumps({"i": i}), CHANNEL, queue)
+                ).fetchone()[0]
                 sent.append((job_id, at))
         started = stamps.get(timeout=150)
     finally:
@@ -81,11 +82,14 @@ def raw_pickup_ms(dsn: str, queue: str, task: str, count: int, gap_s: float) -> 
     return [(started[job] - at) * 1000.0 for job, at in sent]
 
 
-def raw_copy_rows_per_second(dsn: str, queue: str, task: str, total: int,
-                             batch: int = 1000) -> float:
+def raw_copy_rows_per_second(
+    dsn: str, queue: str, task: str, total: int, batch: int = 1000
+) -> float:
     """The bulk floor: one autocommit ``COPY`` of ``batch`` rows at a time, until ``total``."""
-    batches = [[json.dumps({"i": i}) for i in range(start, min(total, start + batch))]
-               for start in range(0, total, batch)]
+    batches = [
+        [json.dumps({"i": i}) for i in range(start, min(total, start + batch))]
+        for start in range(0, total, batch)
+    ]
     with psycopg.connect(dsn, autocommit=True) as conn:
         started = time.perf_counter()
         for payloads in batches:

@@ -45,11 +45,19 @@ SETTINGS = MaintenanceSpec(retention=DAYS * 86400.0, history_ahead=1)
 def declare(report: Report, rows: int) -> None:
     for path in PATHS:
         report.declare(f"history_empty_{path}_p50_ms", "ms", note=f"{path}, empty history")
-        report.declare(f"history_full_{path}_p50_ms", "ms", ratio_to=f"history_empty_{path}_p50_ms",
-                       target=Target("<=", 1.5, on_ratio=True),
-                       note=f"{path}, {rows:,} finished rows in the history")
-    report.declare("history_drop_day_ms", "ms", target=Target("<=", 1000),
-                   note=f"DROP of one day's partition (~{rows // DAYS:,} rows)")
+        report.declare(
+            f"history_full_{path}_p50_ms",
+            "ms",
+            ratio_to=f"history_empty_{path}_p50_ms",
+            target=Target("<=", 1.5, on_ratio=True),
+            note=f"{path}, {rows:,} finished rows in the history",
+        )
+    report.declare(
+        "history_drop_day_ms",
+        "ms",
+        target=Target("<=", 1000),
+        note=f"DROP of one day's partition (~{rows // DAYS:,} rows)",
+    )
 
 
 def keep_partitions(pool: WorkerPool) -> None:
@@ -71,15 +79,18 @@ def fill(bench_db: BenchDatabase, rows: int) -> None:
         " 'done', 0, f, 1, 0, 5, 'bench:history', f, '[]', '[]', f, f, to_jsonb(n), false"
         " FROM generate_series(1, %s) AS n,"
         " LATERAL (SELECT now() - make_interval(secs => n::float8 * %s * 86400.0 / %s)) AS t(f)",
-        (QUEUE, noop.__name__, rows, DAYS, rows + 1))
+        (QUEUE, noop.__name__, rows, DAYS, rows + 1),
+    )
     bench_db.sql(  # what the mover counts as it moves (sql.history.move)
         "INSERT INTO workerpool_finished_minutes (minute, queue, state, count)"
         " SELECT date_trunc('minute', finished_at), queue, state, count(*)"
-        " FROM workerpool_jobs_history GROUP BY 1, 2, 3")
+        " FROM workerpool_jobs_history GROUP BY 1, 2, 3"
+    )
     bench_db.sql("ANALYZE workerpool_finished_minutes")
     for (name,) in bench_db.sql(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'workerpool_jobs_history'::regclass"):
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = 'workerpool_jobs_history'::regclass"
+    ):
         bench_db.sql(f"VACUUM ANALYZE {name}")
     log.info("history: %d rows filled and vacuumed in %.1f s", rows, time.monotonic() - started)
 
@@ -108,8 +119,15 @@ def timed_ms(call: Callable[[], object], times: int = 10) -> list[float]:
 class HistoryBench:
     """``run(rows)``: the figures above into ``report``."""
 
-    def __init__(self, bench_db: BenchDatabase, pool: WorkerPool, report: Report, *,
-                 claims: int, repeats: int) -> None:
+    def __init__(
+        self,
+        bench_db: BenchDatabase,
+        pool: WorkerPool,
+        report: Report,
+        *,
+        claims: int,
+        repeats: int,
+    ) -> None:
         self.db, self.pool, self.report = bench_db, pool, report
         self.claims, self.repeats = claims, repeats
 
@@ -121,8 +139,9 @@ class HistoryBench:
                 reads = {name: self.prepare(db, pool) for name, (db, pool) in targets.items()}
                 fill(self.db, rows)
                 reads["full"] = self.db.sql(
-                    "SELECT id FROM workerpool_jobs_history ORDER BY finished_at LIMIT 1"
-                    " OFFSET %s", (rows // 2,))[0][0]
+                    "SELECT id FROM workerpool_jobs_history ORDER BY finished_at LIMIT 1 OFFSET %s",
+                    (rows // 2,),
+                )[0][0]
                 self.alternate({name: pool for name, (_, pool) in targets.items()}, reads)
                 self.drop_one_day()
             finally:
@@ -132,8 +151,9 @@ class HistoryBench:
         """Partitions, a due backlog, and one done job in the jobs table; returns its id."""
         bench_db.reset()
         keep_partitions(pool)
-        bench_db.load_pending(QUEUE, noop.__name__,
-                              scale.rows_needed(self.claims, CLAIM_LIMIT, self.repeats))
+        bench_db.load_pending(
+            QUEUE, noop.__name__, scale.rows_needed(self.claims, CLAIM_LIMIT, self.repeats)
+        )
         bench_db.load_finished(QUEUE, noop.__name__, 1)
         bench_db.vacuum()
         return bench_db.sql("SELECT id FROM workerpool_jobs WHERE state = 'done'")[0][0]

@@ -45,21 +45,33 @@ def declare(report: Report) -> None:
     base = "limits_drain_off_jobs_per_s"
     report.declare(base, "jobs/s", note=f"{CHILDREN} x workerpool run, no limit, {KEYS} keys")
     for config in CONFIGS[1:]:
-        report.declare(f"limits_drain_{config}_jobs_per_s", "jobs/s", ratio_to=base,
-                       target=Target(">=", 0.8, on_ratio=True),
-                       note=f"the same with the {config} limit on, not binding")
+        report.declare(
+            f"limits_drain_{config}_jobs_per_s",
+            "jobs/s",
+            ratio_to=base,
+            target=Target(">=", 0.8, on_ratio=True),
+            note=f"the same with the {config} limit on, not binding",
+        )
     cpu = "limits_drain_off_cpu_us_per_job"
     report.declare(cpu, "us/job", note="CPU of the worker children and their database backends")
     for config in CONFIGS[1:]:
-        report.declare(f"limits_drain_{config}_cpu_us_per_job", "us/job", ratio_to=cpu,
-                       note=f"the same with the {config} limit (steadier than the wall clock)")
+        report.declare(
+            f"limits_drain_{config}_cpu_us_per_job",
+            "us/job",
+            ratio_to=cpu,
+            note=f"the same with the {config} limit (steadier than the wall clock)",
+        )
     for p in (50, 99):
         off = f"limits_claim_off_p{p}_ms"
         report.declare(off, "ms", note="BEGIN, claim of 10, COMMIT; no limit")
         for config in CONFIGS[1:]:
-            report.declare(f"limits_claim_{config}_p{p}_ms", "ms", ratio_to=off,
-                           target=Target("<=", 2.0, on_ratio=True) if p == 99 else None,
-                           note=f"the same with the {config} limit (lock + limited claim)")
+            report.declare(
+                f"limits_claim_{config}_p{p}_ms",
+                "ms",
+                ratio_to=off,
+                target=Target("<=", 2.0, on_ratio=True) if p == 99 else None,
+                note=f"the same with the {config} limit (lock + limited claim)",
+            )
 
 
 def load_backlog(bench_db: BenchDatabase, count: int) -> None:
@@ -68,7 +80,8 @@ def load_backlog(bench_db: BenchDatabase, count: int) -> None:
         "INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)"
         " SELECT %s, %s, jsonb_build_object('i', i), 'k' || (i %% %s)"
         " FROM generate_series(1, %s) AS i",
-        (app.QUEUE, app.noop.__name__, KEYS, count))
+        (app.QUEUE, app.noop.__name__, KEYS, count),
+    )
 
 
 def drain(launcher: supervised.Launcher, config: str, n: int) -> tuple[float, float]:
@@ -92,15 +105,20 @@ def drain(launcher: supervised.Launcher, config: str, n: int) -> tuple[float, fl
 def _cpu(bench_db: BenchDatabase, supervisors: list[supervised.Supervisor]) -> float:
     """CPU seconds used so far by the queue children and every other backend of the bench
     database (the workers' connections; this process's own is excluded)."""
-    backends = [pid for (pid,) in bench_db.sql(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-        " AND pid <> pg_backend_pid()")]
+    backends = [
+        pid
+        for (pid,) in bench_db.sql(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
+    ]
     children = [pid for s in supervisors for pid in s.queue_children()]
     return sum(supervised.cpu_seconds(pid) for pid in children + backends)
 
 
-def claim_latencies_ms(bench_db: BenchDatabase, engine: Engine, pool: WorkerPool,
-                       claims: int) -> list[float]:
+def claim_latencies_ms(
+    bench_db: BenchDatabase, engine: Engine, pool: WorkerPool, claims: int
+) -> list[float]:
     """``claims`` timed claims of up to 10 rows of ``pool``'s queue, as a limited worker runs
     them (on ``engine``, a connection set up as the worker's); every ``COMPLETE_EVERY`` claims
     the claimed rows are marked done, untimed."""
@@ -112,28 +130,38 @@ def claim_latencies_ms(bench_db: BenchDatabase, engine: Engine, pool: WorkerPool
     for index in range(claims):
         started = time.perf_counter()
         with engine.begin() as conn:
-            rows = queries.claim(conn, queue=app.QUEUE, worker=worker, limit=10,
-                                 task_versions=versions, stale_after=spec.stale_after,
-                                 limits=limits)
+            rows = queries.claim(
+                conn,
+                queue=app.QUEUE,
+                worker=worker,
+                limit=10,
+                task_versions=versions,
+                stale_after=spec.stale_after,
+                limits=limits,
+            )
         latencies.append((time.perf_counter() - started) * 1000.0)
         if not rows:
             raise RuntimeError("the limits benchmark ran out of due rows; load more")
         if index % COMPLETE_EVERY == COMPLETE_EVERY - 1 or index == claims - 1:
-            bench_db.sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now()"
-                         " WHERE state = 'processing'")
+            bench_db.sql(
+                "UPDATE workerpool_jobs SET state = 'done', finished_at = now()"
+                " WHERE state = 'processing'"
+            )
     return latencies
 
 
 class LimitsBench:
     """Measures the limits comparison into ``report``."""
 
-    def __init__(self, bench_db: BenchDatabase, report: Report, *, n: int, repeats: int,
-                 claims: int) -> None:
+    def __init__(
+        self, bench_db: BenchDatabase, report: Report, *, n: int, repeats: int, claims: int
+    ) -> None:
         self.db, self.report = bench_db, report
         self.n, self.repeats, self.claims = n, repeats, claims
         self.pools = {config: app.make_pool(bench_db.url, limits=config) for config in CONFIGS}
-        self.engine = db.create(bench_db.url, application_name="workerpool:bench",
-                                session_settings=session_limits())
+        self.engine = db.create(
+            bench_db.url, application_name="workerpool:bench", session_settings=session_limits()
+        )
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -142,13 +170,12 @@ class LimitsBench:
 
     def run(self, launcher: supervised.Launcher) -> None:
         for repeat in range(self.repeats):
-            order = CONFIGS[repeat % len(CONFIGS):] + CONFIGS[:repeat % len(CONFIGS)]
+            order = CONFIGS[repeat % len(CONFIGS) :] + CONFIGS[: repeat % len(CONFIGS)]
             for config in order:
                 rate, cpu_us = drain(launcher, config, self.n)
                 self.report.add(f"limits_drain_{config}_jobs_per_s", rate)
                 self.report.add(f"limits_drain_{config}_cpu_us_per_job", cpu_us)
-                log.info("limits drain %s: %.0f jobs/s, %.0f us CPU per job", config, rate,
-                         cpu_us)
+                log.info("limits drain %s: %.0f jobs/s, %.0f us CPU per job", config, rate, cpu_us)
         launcher.extra_env.pop(app.LIMITS_ENV, None)
         self.claim_rounds()
 
@@ -160,9 +187,10 @@ class LimitsBench:
         for config in CONFIGS:
             claim_latencies_ms(self.db, self.engine, self.pools[config], WARM_UP_CLAIMS)
         for repeat in range(self.repeats):
-            for config in CONFIGS[repeat % 2:] + CONFIGS[:repeat % 2]:
-                latencies = claim_latencies_ms(self.db, self.engine, self.pools[config],
-                                               self.claims)
+            for config in CONFIGS[repeat % 2 :] + CONFIGS[: repeat % 2]:
+                latencies = claim_latencies_ms(
+                    self.db, self.engine, self.pools[config], self.claims
+                )
                 p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
                 self.report.add(f"limits_claim_{config}_p50_ms", p50)
                 self.report.add(f"limits_claim_{config}_p99_ms", p99)

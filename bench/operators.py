@@ -22,9 +22,11 @@ from .database import BenchDatabase
 
 log = logging.getLogger("workerpool.bench")
 
-FIGURES = (("status_ms", "workerpool status (status.collect)"),
-           ("dead_list_ms", "workerpool dead list (list_dead, limit 100)"),
-           ("depth_sample_ms", "the metrics depth sample (queries.queue_depths)"))
+FIGURES = (
+    ("status_ms", "workerpool status (status.collect)"),
+    ("dead_list_ms", "workerpool dead list (list_dead, limit 100)"),
+    ("depth_sample_ms", "the metrics depth sample (queries.queue_depths)"),
+)
 PENDING = 10_000
 DEAD = 100
 
@@ -43,13 +45,16 @@ def load(bench_db: BenchDatabase, finished: int) -> None:
     bench_db.sql(
         "INSERT INTO workerpool_jobs (queue, task, state, dead_reason, attempts, max_attempts,"
         " finished_at) SELECT %s, %s, 'dead', 'exhausted', 1, 1, now()"
-        " FROM generate_series(1, %s)", (QUEUE, noop.__name__, DEAD))
+        " FROM generate_series(1, %s)",
+        (QUEUE, noop.__name__, DEAD),
+    )
     bench_db.vacuum()
     log.info("operators: loaded %d finished rows in %.0f s", finished, time.monotonic() - started)
 
 
 def timings_ms(pool: WorkerPool, repeats: int) -> dict[str, list[float]]:
     """Each operator path timed ``repeats`` times (after one warm-up call)."""
+
     def depth() -> None:
         with pool.engine.connect() as conn:
             queries.queue_depths(conn, [QUEUE])

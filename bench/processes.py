@@ -49,31 +49,56 @@ def figure(processes: int, suffix: str = "jobs_per_s") -> str:
 
 
 def declare(report: Report, jobs: int) -> None:
-    report.declare(SPIN, "ms", note="CPU of one spin job's handler in the bench process "
-                                    "(calibrated rounds of pure Python)")
+    report.declare(
+        SPIN,
+        "ms",
+        note="CPU of one spin job's handler in the bench process "
+        "(calibrated rounds of pure Python)",
+    )
     for processes in COUNTS:
         ratio, target = None, None
         if processes != COUNTS[0]:
             ratio, target = figure(COUNTS[0]), Target(">=", 1.7, on_ratio=True)
-        report.declare(figure(processes), "jobs/s", ratio_to=ratio, target=target,
-                       note=f"one supervisor, processes={processes}, concurrency "
-                            f"{CHILDREN_CONCURRENCY}, {jobs} spin jobs of {SPIN_MS:g} ms CPU")
-        report.declare(figure(processes, "worker_cpu_us_per_job"), "us/job",
-                       note=f"processes={processes}: CPU of the queue children per job")
-        report.declare(figure(processes, "db_cpu_us_per_job"), "us/job",
-                       note=f"processes={processes}: CPU of the database backends per job")
+        report.declare(
+            figure(processes),
+            "jobs/s",
+            ratio_to=ratio,
+            target=target,
+            note=f"one supervisor, processes={processes}, concurrency "
+            f"{CHILDREN_CONCURRENCY}, {jobs} spin jobs of {SPIN_MS:g} ms CPU",
+        )
+        report.declare(
+            figure(processes, "worker_cpu_us_per_job"),
+            "us/job",
+            note=f"processes={processes}: CPU of the queue children per job",
+        )
+        report.declare(
+            figure(processes, "db_cpu_us_per_job"),
+            "us/job",
+            note=f"processes={processes}: CPU of the database backends per job",
+        )
 
 
 def declare_shapes(report: Report, jobs: int) -> None:
     cores = usable_cpus()
-    report.declare(f"{SEPARATE}_jobs_per_s", "jobs/s",
-                   note=f"{cores} supervisors of processes=1, concurrency "
-                        f"{CHILDREN_CONCURRENCY}, {jobs} spin jobs")
-    report.declare(f"{AUTO}_jobs_per_s", "jobs/s", ratio_to=f"{SEPARATE}_jobs_per_s",
-                   note=f"one supervisor, processes=\"auto\" ({cores} children), the same jobs")
+    report.declare(
+        f"{SEPARATE}_jobs_per_s",
+        "jobs/s",
+        note=f"{cores} supervisors of processes=1, concurrency "
+        f"{CHILDREN_CONCURRENCY}, {jobs} spin jobs",
+    )
+    report.declare(
+        f"{AUTO}_jobs_per_s",
+        "jobs/s",
+        ratio_to=f"{SEPARATE}_jobs_per_s",
+        note=f'one supervisor, processes="auto" ({cores} children), the same jobs',
+    )
     for shape in (SEPARATE, AUTO):
-        report.declare(f"{shape}_worker_cpu_us_per_job", "us/job",
-                       note=f"{shape}: CPU of the queue children per job")
+        report.declare(
+            f"{shape}_worker_cpu_us_per_job",
+            "us/job",
+            note=f"{shape}: CPU of the queue children per job",
+        )
 
 
 def calibrate(ms: float = SPIN_MS) -> int:
@@ -86,31 +111,56 @@ def calibrate(ms: float = SPIN_MS) -> int:
     return max(1, round(CALIBRATION_ITERS * ms / 1000.0 / best))
 
 
-def measure(report: Report, launcher: supervised.Launcher, pool: WorkerPool, jobs: int,
-            repeat: int, iters: int) -> None:
+def measure(
+    report: Report,
+    launcher: supervised.Launcher,
+    pool: WorkerPool,
+    jobs: int,
+    repeat: int,
+    iters: int,
+) -> None:
     """One repeat: each configuration drains once, the order alternating with ``repeat``."""
     for processes in COUNTS if repeat % 2 == 0 else tuple(reversed(COUNTS)):
         rate, worker_us, db_us = drain(launcher, pool, jobs, processes, iters)
         report.add(figure(processes), rate)
         report.add(figure(processes, "worker_cpu_us_per_job"), worker_us)
         report.add(figure(processes, "db_cpu_us_per_job"), db_us)
-        log.info("processes=%d: %.0f spin jobs/s, worker CPU %.0f us/job, database CPU "
-                 "%.0f us/job", processes, rate, worker_us, db_us)
+        log.info(
+            "processes=%d: %.0f spin jobs/s, worker CPU %.0f us/job, database CPU %.0f us/job",
+            processes,
+            rate,
+            worker_us,
+            db_us,
+        )
 
 
-def measure_shapes(report: Report, launcher: supervised.Launcher, pool: WorkerPool, jobs: int,
-                   repeat: int, iters: int) -> None:
+def measure_shapes(
+    report: Report,
+    launcher: supervised.Launcher,
+    pool: WorkerPool,
+    jobs: int,
+    repeat: int,
+    iters: int,
+) -> None:
     """One repeat of ``processes="auto"`` against one supervisor per core, order alternating."""
     for name, supervisors, processes in SHAPES if repeat % 2 == 0 else tuple(reversed(SHAPES)):
-        rate, worker_us, _ = drain(launcher, pool, jobs, processes, iters,
-                                   supervisors=supervisors or usable_cpus())
+        rate, worker_us, _ = drain(
+            launcher, pool, jobs, processes, iters, supervisors=supervisors or usable_cpus()
+        )
         report.add(f"{name}_jobs_per_s", rate)
         report.add(f"{name}_worker_cpu_us_per_job", worker_us)
         log.info("%s: %.0f spin jobs/s, worker CPU %.0f us/job", name, rate, worker_us)
 
 
-def drain(launcher: supervised.Launcher, pool: WorkerPool, jobs: int, processes: int | str,
-          iters: int, *, supervisors: int = 1) -> tuple[float, float, float]:
+def drain(
+    launcher: supervised.Launcher,
+    pool: WorkerPool,
+    jobs: int,
+    processes: int | str,
+    iters: int,
+    *,
+    supervisors: int = 1,
+) -> tuple[float, float, float]:
     """(jobs/s, worker CPU us/job, database CPU us/job) of one drain by ``supervisors``
     supervisors of ``processes`` children each."""
     bench_db = launcher.db
@@ -131,5 +181,8 @@ def drain(launcher: supervised.Launcher, pool: WorkerPool, jobs: int, processes:
     done, seconds = bench_db.drain_window()
     if done != jobs:
         raise RuntimeError(f"processes={processes}: {done} of {jobs} spin jobs done")
-    return (done / seconds if seconds > 0 else float("inf"), worker * 1e6 / jobs,
-            database * 1e6 / jobs)
+    return (
+        done / seconds if seconds > 0 else float("inf"),
+        worker * 1e6 / jobs,
+        database * 1e6 / jobs,
+    )

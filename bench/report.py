@@ -49,8 +49,15 @@ class Report:
     def __init__(self) -> None:
         self.figures: dict[str, Figure] = {}
 
-    def declare(self, name: str, unit: str, *, ratio_to: str | None = None,
-                target: Target | None = None, note: str = "") -> Figure:
+    def declare(
+        self,
+        name: str,
+        unit: str,
+        *,
+        ratio_to: str | None = None,
+        target: Target | None = None,
+        note: str = "",
+    ) -> Figure:
         if name not in self.figures:
             self.figures[name] = Figure(name, unit, ratio_to=ratio_to, target=target, note=note)
         return self.figures[name]
@@ -99,8 +106,18 @@ class Report:
             ratio = "" if d["ratio"] is None else f"{d['ratio']:.2f}x {_short(d['ratio_to'])}"
             met = {True: "yes", False: "NO", None: ""}[d["met"]]
             spread = f"{_fmt(min(d['samples']))}-{_fmt(max(d['samples']))}"
-            rows.append((d["name"], _fmt(d["value"]), d["unit"], str(d["median_of"]), spread,
-                         ratio, d["target"] or "", met))
+            rows.append(
+                (
+                    d["name"],
+                    _fmt(d["value"]),
+                    d["unit"],
+                    str(d["median_of"]),
+                    spread,
+                    ratio,
+                    d["target"] or "",
+                    met,
+                )
+            )
         return markdown_table(rows)
 
 
@@ -111,12 +128,19 @@ def markdown_table(rows: Sequence[Sequence[str]], numeric: Iterable[int] = (1, 3
     right = [i in columns for i in range(len(widths))]
 
     def line(row: Sequence[str]) -> str:
-        cells = [c.rjust(w) if num else c.ljust(w)
-                 for c, w, num in zip(row, widths, right, strict=True)]
+        cells = [
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, right, strict=True)
+        ]
         return "| " + " | ".join(cells) + " |"
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if num else "-" * (w + 2)
-                          for w, num in zip(widths, right, strict=True)) + "|"
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if num else "-" * (w + 2)
+            for w, num in zip(widths, right, strict=True)
+        )
+        + "|"
+    )
     return "\n".join([line(rows[0]), rule, *(line(r) for r in rows[1:])])
 
 
@@ -152,4 +176,3 @@ def _short(name: str | None) -> str:
     for suffix in ("_per_s", "_ms"):
         name = name.removesuffix(suffix)
     return name
-

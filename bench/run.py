@@ -39,9 +39,30 @@ from .report import Report, Target
 
 log = logging.getLogger("workerpool.bench")
 
-SECTIONS = ("ceiling", "drain", "defaults", "metrics", "pickup", "enqueue", "single", "bulk",
-            "growth", "memory", "healthcheck", "operators", "web", "batches", "workflows",
-            "steps", "limits", "fleet", "burst", "processes", "logs", "history")
+SECTIONS = (
+    "ceiling",
+    "drain",
+    "defaults",
+    "metrics",
+    "pickup",
+    "enqueue",
+    "single",
+    "bulk",
+    "growth",
+    "memory",
+    "healthcheck",
+    "operators",
+    "web",
+    "batches",
+    "workflows",
+    "steps",
+    "limits",
+    "fleet",
+    "burst",
+    "processes",
+    "logs",
+    "history",
+)
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
@@ -100,89 +121,160 @@ def declare(report: Report, plan: Plan) -> None:
     """Every figure this run can produce, with its unit, reference and target."""
     if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
         report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
-        report.declare(CEILING_2, "jobs/s", ratio_to=CEILING,
-                       note="the same loop in 2 processes")
+        report.declare(CEILING_2, "jobs/s", ratio_to=CEILING, note="the same loop in 2 processes")
     if plan.wants("drain") or plan.wants("defaults"):
-        report.declare(TUNED[1], "jobs/s", ratio_to=CEILING,
-                       target=Target(">=", 0.7, on_ratio=True),
-                       note=f"workerpool run, 1 worker child, concurrency {plan.concurrency}, "
-                            "prefetch 50, no-op jobs; against the 1-process loop")
-        report.declare(TUNED[2], "jobs/s", ratio_to=CEILING_2,
-                       target=Target(">=", 0.7, on_ratio=True),
-                       note="2 x workerpool run (1 child each) on one queue; against the "
-                            "2-process loop")
+        report.declare(
+            TUNED[1],
+            "jobs/s",
+            ratio_to=CEILING,
+            target=Target(">=", 0.7, on_ratio=True),
+            note=f"workerpool run, 1 worker child, concurrency {plan.concurrency}, "
+            "prefetch 50, no-op jobs; against the 1-process loop",
+        )
+        report.declare(
+            TUNED[2],
+            "jobs/s",
+            ratio_to=CEILING_2,
+            target=Target(">=", 0.7, on_ratio=True),
+            note="2 x workerpool run (1 child each) on one queue; against the 2-process loop",
+        )
     if plan.wants("defaults"):
         for children in (1, 2):
-            report.declare(f"drain_defaults_{children}_jobs_per_s", "jobs/s",
-                           ratio_to=TUNED[children], target=Target(">=", 0.5, on_ratio=True),
-                           note=f"{children} x workerpool run with the library's defaults "
-                                "(pool.queue(name) untuned); against tuned")
+            report.declare(
+                f"drain_defaults_{children}_jobs_per_s",
+                "jobs/s",
+                ratio_to=TUNED[children],
+                target=Target(">=", 0.5, on_ratio=True),
+                note=f"{children} x workerpool run with the library's defaults "
+                "(pool.queue(name) untuned); against tuned",
+            )
     if plan.wants("metrics"):
         report.declare(METRICS_OFF, "jobs/s", note="workerpool run, 1 worker child, no metrics")
-        report.declare("drain_metrics_on_jobs_per_s", "jobs/s", ratio_to=METRICS_OFF,
-                       target=Target(">=", 0.95, on_ratio=True),
-                       note="the same with --metrics-port (cost < 5 %)")
+        report.declare(
+            "drain_metrics_on_jobs_per_s",
+            "jobs/s",
+            ratio_to=METRICS_OFF,
+            target=Target(">=", 0.95, on_ratio=True),
+            note="the same with --metrics-port (cost < 5 %)",
+        )
         report.declare(METRICS_OFF_CPU, "us/job", note="worker child CPU per job, no metrics")
-        report.declare("drain_metrics_on_cpu_us_per_job", "us/job", ratio_to=METRICS_OFF_CPU,
-                       note="the same with --metrics-port (less noisy than wall clock)")
+        report.declare(
+            "drain_metrics_on_cpu_us_per_job",
+            "us/job",
+            ratio_to=METRICS_OFF_CPU,
+            note="the same with --metrics-port (less noisy than wall clock)",
+        )
     if plan.wants("pickup"):
         for p in (50, 90, 99):
-            report.declare(f"pickup_raw_p{p}_ms", "ms",
-                           note="plain psycopg LISTEN, claim on notify, durable")
+            report.declare(
+                f"pickup_raw_p{p}_ms", "ms", note="plain psycopg LISTEN, claim on notify, durable"
+            )
         for mode in ("notify", "poll"):
             for p in (50, 90, 99):
                 target = None
                 if mode == "notify" and p in (50, 99):
                     target = Target("<=", 1.3 if p == 50 else 2.0, on_ratio=True)
-                report.declare(f"pickup_{mode}_p{p}_ms", "ms", target=target,
-                               ratio_to=f"pickup_raw_p{p}_ms" if mode == "notify" else None)
+                report.declare(
+                    f"pickup_{mode}_p{p}_ms",
+                    "ms",
+                    target=target,
+                    ratio_to=f"pickup_raw_p{p}_ms" if mode == "notify" else None,
+                )
     if plan.wants("memory"):
         report.declare("rss_parent_peak_mb", "MiB", note="VmHWM of the supervisor after a drain")
-        report.declare("rss_child_peak_mb", "MiB", target=Target("<=", 60),
-                       note="VmHWM of a worker child after a drain")
+        report.declare(
+            "rss_child_peak_mb",
+            "MiB",
+            target=Target("<=", 60),
+            note="VmHWM of a worker child after a drain",
+        )
     if plan.wants("enqueue") or plan.wants("single"):
-        report.declare("enqueue_single_raw_per_s", "jobs/s",
-                       note="plain psycopg autocommit INSERT ... RETURNING id per job")
-        report.declare("enqueue_single_per_s", "jobs/s", ratio_to="enqueue_single_raw_per_s",
-                       target=Target(">=", 0.9, on_ratio=True),
-                       note="enqueue() without conn=, one caller, alternating blocks with raw")
+        report.declare(
+            "enqueue_single_raw_per_s",
+            "jobs/s",
+            note="plain psycopg autocommit INSERT ... RETURNING id per job",
+        )
+        report.declare(
+            "enqueue_single_per_s",
+            "jobs/s",
+            ratio_to="enqueue_single_raw_per_s",
+            target=Target(">=", 0.9, on_ratio=True),
+            note="enqueue() without conn=, one caller, alternating blocks with raw",
+        )
         report.declare("enqueue_single_raw_cpu_us", "us/job", note="client CPU of the raw loop")
-        report.declare("enqueue_single_cpu_us", "us/job", ratio_to="enqueue_single_raw_cpu_us",
-                       note="client CPU of enqueue() without conn=")
+        report.declare(
+            "enqueue_single_cpu_us",
+            "us/job",
+            ratio_to="enqueue_single_raw_cpu_us",
+            note="client CPU of enqueue() without conn=",
+        )
     if plan.wants("enqueue") or plan.wants("bulk"):
-        report.declare("enqueue_bulk_raw_rows_per_s", "rows/s",
-                       note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement")
-        report.declare("enqueue_bulk_raw_copy_rows_per_s", "rows/s",
-                       note="plain psycopg COPY, 1000 rows per autocommit COPY")
-        report.declare("enqueue_bulk_rows_per_s", "rows/s",
-                       ratio_to="enqueue_bulk_raw_copy_rows_per_s",
-                       target=Target(">=", 0.9, on_ratio=True),
-                       note="enqueue_many, 1000 jobs without keys per call (COPY), "
-                            "interleaved with the raw loops")
-        report.declare("enqueue_bulk_keyed_rows_per_s", "rows/s",
-                       ratio_to="enqueue_bulk_raw_copy_rows_per_s",
-                       note="enqueue_many, 1000 jobs with a new key each per call (INSERT)")
+        report.declare(
+            "enqueue_bulk_raw_rows_per_s",
+            "rows/s",
+            note="plain psycopg INSERT ... unnest(jsonb[]), 1000 per statement",
+        )
+        report.declare(
+            "enqueue_bulk_raw_copy_rows_per_s",
+            "rows/s",
+            note="plain psycopg COPY, 1000 rows per autocommit COPY",
+        )
+        report.declare(
+            "enqueue_bulk_rows_per_s",
+            "rows/s",
+            ratio_to="enqueue_bulk_raw_copy_rows_per_s",
+            target=Target(">=", 0.9, on_ratio=True),
+            note="enqueue_many, 1000 jobs without keys per call (COPY), "
+            "interleaved with the raw loops",
+        )
+        report.declare(
+            "enqueue_bulk_keyed_rows_per_s",
+            "rows/s",
+            ratio_to="enqueue_bulk_raw_copy_rows_per_s",
+            note="enqueue_many, 1000 jobs with a new key each per call (INSERT)",
+        )
     if plan.wants("enqueue"):
-        report.declare("enqueue_single_raw_tx_per_s", "jobs/s",
-                       note="plain psycopg BEGIN; INSERT; COMMIT per job")
-        report.declare("enqueue_single_tx_per_s", "jobs/s", ratio_to="enqueue_single_raw_tx_per_s",
-                       target=Target(">=", 3_000),
-                       note="enqueue(conn=...) in the caller's transaction, one job per commit")
+        report.declare(
+            "enqueue_single_raw_tx_per_s",
+            "jobs/s",
+            note="plain psycopg BEGIN; INSERT; COMMIT per job",
+        )
+        report.declare(
+            "enqueue_single_tx_per_s",
+            "jobs/s",
+            ratio_to="enqueue_single_raw_tx_per_s",
+            target=Target(">=", 3_000),
+            note="enqueue(conn=...) in the caller's transaction, one job per commit",
+        )
         callers = enqueue.CALLERS
-        report.declare("enqueue_single_raw_tx_procs_per_s", "jobs/s",
-                       note=f"the raw single loop in {callers} processes at once")
-        report.declare("enqueue_single_tx_procs_per_s", "jobs/s",
-                       ratio_to="enqueue_single_raw_tx_procs_per_s",
-                       note=f"the enqueue(conn=...) loop in {callers} processes at once")
+        report.declare(
+            "enqueue_single_raw_tx_procs_per_s",
+            "jobs/s",
+            note=f"the raw single loop in {callers} processes at once",
+        )
+        report.declare(
+            "enqueue_single_tx_procs_per_s",
+            "jobs/s",
+            ratio_to="enqueue_single_raw_tx_procs_per_s",
+            note=f"the enqueue(conn=...) loop in {callers} processes at once",
+        )
     if plan.wants("limits"):
         limits.declare(report)
     if plan.wants("operators"):
         for name, note in operators.FIGURES:
-            report.declare(name, "ms", target=Target("<=", 100),
-                           note=f"{note}, {plan.finished:,} finished rows")
+            report.declare(
+                name,
+                "ms",
+                target=Target("<=", 100),
+                note=f"{note}, {plan.finished:,} finished rows",
+            )
     if plan.wants("healthcheck"):
-        report.declare("healthcheck_ms", "ms", target=Target("<=", 50),
-                       note="python -m workerpool healthcheck, start to exit")
+        report.declare(
+            "healthcheck_ms",
+            "ms",
+            target=Target("<=", 50),
+            note="python -m workerpool healthcheck, start to exit",
+        )
     if plan.wants("growth"):
         scale.declare(report)
     if plan.wants("fleet"):
@@ -196,16 +288,25 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("logs"):
         joblogs.declare(report, plan.step_jobs * 10)
     if plan.wants("burst"):
-        burst.declare(report, kills=plan.kills, window_s=plan.burst_window_s,
-                      nap_ms=plan.burst_nap_ms, concurrency=plan.burst_concurrency)
+        burst.declare(
+            report,
+            kills=plan.kills,
+            window_s=plan.burst_window_s,
+            nap_ms=plan.burst_nap_ms,
+            concurrency=plan.burst_concurrency,
+        )
     if plan.wants("processes"):
         processes.declare(report, plan.cpu_jobs)
         processes.declare_shapes(report, plan.cpu_jobs)
     if plan.wants("history"):
         history.declare(report, plan.history)
     if plan.wants("web"):
-        report.declare("web_overview_p50_ms", "ms", target=Target("<=", 100),
-                       note="GET / of the dashboard, history done + backlog pending rows")
+        report.declare(
+            "web_overview_p50_ms",
+            "ms",
+            target=Target("<=", 100),
+            note="GET / of the dashboard, history done + backlog pending rows",
+        )
         report.declare("web_overview_p99_ms", "ms")
 
 
@@ -217,8 +318,9 @@ class Bench:
         self.db = bench_db
         self.report = report
         self.pool: WorkerPool = make_pool(bench_db.url, concurrency=plan.concurrency)
-        self.quiet_pool: WorkerPool = make_pool(bench_db.url, notify=False,
-                                                concurrency=plan.concurrency)
+        self.quiet_pool: WorkerPool = make_pool(
+            bench_db.url, notify=False, concurrency=plan.concurrency
+        )
         self._metrics_runs = 0  # alternates which of metrics off/on drains first
         self._defaults: supervised.Launcher | None = None  # the library defaults' supervisors
         self._burst: supervised.Launcher | None = None  # the kill -9 burst's supervisors
@@ -236,19 +338,23 @@ class Bench:
                 log.info("repeat %d/%d", repeat + 1, self.plan.repeats)
                 self.run_once()
                 if self.plan.wants("batches"):
-                    batches.measure(self.report, self.launcher, self.pool,
-                                    self.plan.batch_members, repeat)
+                    batches.measure(
+                        self.report, self.launcher, self.pool, self.plan.batch_members, repeat
+                    )
                 if self.plan.wants("workflows"):
-                    workflows.measure(self.report, self.launcher, self.pool,
-                                      self.plan.batch_members, repeat)
+                    workflows.measure(
+                        self.report, self.launcher, self.pool, self.plan.batch_members, repeat
+                    )
                 if self.plan.wants("steps"):
-                    steps.measure(self.report, self.launcher, self.pool, self.plan.step_jobs,
-                                  repeat)
+                    steps.measure(
+                        self.report, self.launcher, self.pool, self.plan.step_jobs, repeat
+                    )
                 if self.plan.wants("processes"):
                     self.measure_processes(repeat)
                 if self.plan.wants("logs"):
-                    joblogs.measure(self.report, self.launcher, self.pool,
-                                    self.plan.step_jobs * 10, repeat)
+                    joblogs.measure(
+                        self.report, self.launcher, self.pool, self.plan.step_jobs * 10, repeat
+                    )
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()
             if self.plan.wants("fleet"):  # the same
@@ -260,8 +366,9 @@ class Bench:
         if self.plan.wants("web"):
             self.measure_web()
         if self.plan.wants("history"):
-            history.HistoryBench(self.db, self.pool, self.report, claims=self.plan.claims,
-                                 repeats=self.plan.repeats).run(self.plan.history)
+            history.HistoryBench(
+                self.db, self.pool, self.report, claims=self.plan.claims, repeats=self.plan.repeats
+            ).run(self.plan.history)
 
     def run_once(self) -> None:
         plan = self.plan
@@ -295,11 +402,17 @@ class Bench:
     def measure_drains(self) -> None:
         results = []
         for children, figure in ((1, "drain_1child_jobs_per_s"), (2, "drain_2children_jobs_per_s")):
-            result = supervised.drain(self.launcher, self.pool, self.plan.n, children,
-                                      enqueue.load_for_drain)
+            result = supervised.drain(
+                self.launcher, self.pool, self.plan.n, children, enqueue.load_for_drain
+            )
             results.append(result)
-            log.info("%s: %.0f jobs/s (peak RSS parent %.1f MiB, child %.1f MiB)", figure,
-                     result.jobs_per_s, result.parent_peak_mb, result.child_peak_mb)
+            log.info(
+                "%s: %.0f jobs/s (peak RSS parent %.1f MiB, child %.1f MiB)",
+                figure,
+                result.jobs_per_s,
+                result.parent_peak_mb,
+                result.child_peak_mb,
+            )
             if self.plan.wants("drain") or self.plan.wants("defaults"):
                 self.report.add(figure, result.jobs_per_s)
         if self.plan.wants("memory"):
@@ -314,10 +427,12 @@ class Bench:
             self._cpu = supervised.Launcher(self.db, workdir, processes.CHILDREN_CONCURRENCY)
             self._spin_iters = processes.calibrate()
         self.report.add(processes.SPIN, processes.SPIN_MS)
-        processes.measure(self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat,
-                          self._spin_iters)
-        processes.measure_shapes(self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat,
-                                 self._spin_iters)
+        processes.measure(
+            self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat, self._spin_iters
+        )
+        processes.measure_shapes(
+            self.report, self._cpu, self.pool, self.plan.cpu_jobs, repeat, self._spin_iters
+        )
 
     def measure_default_drains(self) -> None:
         """The same drains with the library's defaults (what a user who never tunes gets)."""
@@ -327,16 +442,23 @@ class Bench:
             self._defaults = supervised.Launcher(self.db, workdir, 10, extra_env=LIBRARY_DEFAULTS)
         launcher = self._defaults
         for children in (1, 2):
-            result = supervised.drain(launcher, self.pool, self.plan.n, children,
-                                      enqueue.load_for_drain)
+            result = supervised.drain(
+                launcher, self.pool, self.plan.n, children, enqueue.load_for_drain
+            )
             self.report.add(f"drain_defaults_{children}_jobs_per_s", result.jobs_per_s)
-            log.info("drain with the defaults, %d child(ren): %.0f jobs/s", children,
-                     result.jobs_per_s)
+            log.info(
+                "drain with the defaults, %d child(ren): %.0f jobs/s", children, result.jobs_per_s
+            )
 
     def measure_raw_pickup(self) -> None:
         self.db.reset()
-        latencies = floors.raw_pickup_ms(self.db.dsn, QUEUE, stamp.__name__,
-                                         self.plan.pickup_jobs, self.plan.pickup_gap_ms / 1000.0)
+        latencies = floors.raw_pickup_ms(
+            self.db.dsn,
+            QUEUE,
+            stamp.__name__,
+            self.plan.pickup_jobs,
+            self.plan.pickup_gap_ms / 1000.0,
+        )
         p50, p90, p99 = supervised.p50_p90_p99(latencies)
         for p, value in ((50, p50), (90, p90), (99, p99)):
             self.report.add(f"pickup_raw_p{p}_ms", value)
@@ -348,8 +470,9 @@ class Bench:
         order = [False, True] if self._metrics_runs % 2 else [True, False]
         for metrics in order:
             figure = "drain_metrics_on_jobs_per_s" if metrics else METRICS_OFF
-            result = supervised.drain(self.launcher, self.pool, self.plan.n, 1,
-                                      enqueue.load_for_drain, metrics=metrics)
+            result = supervised.drain(
+                self.launcher, self.pool, self.plan.n, 1, enqueue.load_for_drain, metrics=metrics
+            )
             cpu_us = result.child_cpu_s * 1e6 / self.plan.n
             log.info("%s: %.0f jobs/s, %.0f us CPU per job", figure, result.jobs_per_s, cpu_us)
             self.report.add(figure, result.jobs_per_s)
@@ -361,8 +484,12 @@ class Bench:
         mode = "notify" if notify else "poll"
         enqueuer = self.pool if notify else self.quiet_pool
         latencies = supervised.pickup_latencies_ms(
-            self.launcher, enqueuer, self.plan.pickup_jobs, self.plan.pickup_gap_ms / 1000.0,
-            notify=notify)
+            self.launcher,
+            enqueuer,
+            self.plan.pickup_jobs,
+            self.plan.pickup_gap_ms / 1000.0,
+            notify=notify,
+        )
         p50, p90, p99 = supervised.p50_p90_p99(latencies)
         for p, value in ((50, p50), (90, p90), (99, p99)):
             self.report.add(f"pickup_{mode}_p{p}_ms", value)
@@ -395,41 +522,65 @@ class Bench:
         self.db.reset()
         enqueue.warm_up(self.pool)
         bulk = enqueue.bulk_comparison(self.pool, self.db.dsn, self.plan.n)
-        for figure, key in (("enqueue_bulk_raw_rows_per_s", "raw_unnest"),
-                            ("enqueue_bulk_raw_copy_rows_per_s", "raw_copy"),
-                            ("enqueue_bulk_rows_per_s", "pool"),
-                            ("enqueue_bulk_keyed_rows_per_s", "pool_keyed")):
+        for figure, key in (
+            ("enqueue_bulk_raw_rows_per_s", "raw_unnest"),
+            ("enqueue_bulk_raw_copy_rows_per_s", "raw_copy"),
+            ("enqueue_bulk_rows_per_s", "pool"),
+            ("enqueue_bulk_keyed_rows_per_s", "pool_keyed"),
+        ):
             self.report.add(figure, bulk[key])
-        log.info("bulk: %.0f rows/s (keyed %.0f) against COPY %.0f", bulk["pool"],
-                 bulk["pool_keyed"], bulk["raw_copy"])
+        log.info(
+            "bulk: %.0f rows/s (keyed %.0f) against COPY %.0f",
+            bulk["pool"],
+            bulk["pool_keyed"],
+            bulk["raw_copy"],
+        )
 
     def measure_enqueue(self) -> None:
         single = self.plan.single
         self.db.reset()
-        self.measure("enqueue_single_raw_tx_per_s", enqueue.raw_single_per_second, self.db.dsn,
-                     single)
+        self.measure(
+            "enqueue_single_raw_tx_per_s", enqueue.raw_single_per_second, self.db.dsn, single
+        )
         self.db.reset()
         enqueue.warm_up(self.pool)
         self.measure("enqueue_single_tx_per_s", enqueue.single_per_second, self.pool, single)
         self.db.reset()
-        self.measure("enqueue_single_raw_tx_procs_per_s", enqueue.concurrent_per_second,
-                     enqueue.raw_single_caller, self.db.dsn, single)
+        self.measure(
+            "enqueue_single_raw_tx_procs_per_s",
+            enqueue.concurrent_per_second,
+            enqueue.raw_single_caller,
+            self.db.dsn,
+            single,
+        )
         self.db.reset()
-        self.measure("enqueue_single_tx_procs_per_s", enqueue.concurrent_per_second,
-                     enqueue.single_caller, self.db.url, single)
+        self.measure(
+            "enqueue_single_tx_procs_per_s",
+            enqueue.concurrent_per_second,
+            enqueue.single_caller,
+            self.db.url,
+            single,
+        )
 
     def measure_single(self) -> None:
         """``enqueue()`` without ``conn=`` and its raw floor, one after the other."""
         self.db.reset()
         enqueue.warm_up(self.pool)
         pair = enqueue.single_pair(self.pool, self.db.dsn, self.plan.single)
-        for figure, key in (("enqueue_single_raw_per_s", "raw_per_s"),
-                            ("enqueue_single_per_s", "pool_per_s"),
-                            ("enqueue_single_raw_cpu_us", "raw_cpu_us"),
-                            ("enqueue_single_cpu_us", "pool_cpu_us")):
+        for figure, key in (
+            ("enqueue_single_raw_per_s", "raw_per_s"),
+            ("enqueue_single_per_s", "pool_per_s"),
+            ("enqueue_single_raw_cpu_us", "raw_cpu_us"),
+            ("enqueue_single_cpu_us", "pool_cpu_us"),
+        ):
             self.report.add(figure, pair[key])
-        log.info("single enqueue: %.0f/s against raw %.0f/s (client CPU %.0f us against %.0f)",
-                 pair["pool_per_s"], pair["raw_per_s"], pair["pool_cpu_us"], pair["raw_cpu_us"])
+        log.info(
+            "single enqueue: %.0f/s against raw %.0f/s (client CPU %.0f us against %.0f)",
+            pair["pool_per_s"],
+            pair["raw_per_s"],
+            pair["pool_cpu_us"],
+            pair["raw_cpu_us"],
+        )
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)
@@ -445,17 +596,30 @@ class Bench:
             workdir = self.launcher.workdir / "burst"
             workdir.mkdir()
             self._burst = supervised.Launcher(
-                self.db, workdir, self.plan.burst_concurrency,
-                extra_env={app.PREFETCH_ENV: app.LIBRARY_DEFAULT})
-        burst.Burst(self._burst, self.report, kills=self.plan.kills,
-                    window_s=self.plan.burst_window_s, nap_ms=self.plan.burst_nap_ms).run()
+                self.db,
+                workdir,
+                self.plan.burst_concurrency,
+                extra_env={app.PREFETCH_ENV: app.LIBRARY_DEFAULT},
+            )
+        burst.Burst(
+            self._burst,
+            self.report,
+            kills=self.plan.kills,
+            window_s=self.plan.burst_window_s,
+            nap_ms=self.plan.burst_nap_ms,
+        ).run()
 
     # -- (7) limits --------------------------------------------------------------------------
 
     def measure_limits(self) -> None:
         plan = self.plan
-        bench = limits.LimitsBench(self.db, self.report, n=plan.backlog if not plan.quick
-                                   else plan.n, repeats=plan.repeats, claims=plan.claims)
+        bench = limits.LimitsBench(
+            self.db,
+            self.report,
+            n=plan.backlog if not plan.quick else plan.n,
+            repeats=plan.repeats,
+            claims=plan.claims,
+        )
         try:
             bench.run(self.launcher)
         finally:
@@ -466,16 +630,30 @@ class Bench:
     def measure_fleet(self) -> None:
         workdir = self.launcher.workdir / "fleet"
         workdir.mkdir()
-        fleet.Fleet(self.db, self.pool, self.report, workdir, counts=self.plan.fleet_counts,
-                    n=self.plan.n, repeats=self.plan.repeats,
-                    concurrency=self.plan.concurrency, bouncer=self.plan.fleet_bouncer).run()
+        fleet.Fleet(
+            self.db,
+            self.pool,
+            self.report,
+            workdir,
+            counts=self.plan.fleet_counts,
+            n=self.plan.n,
+            repeats=self.plan.repeats,
+            concurrency=self.plan.concurrency,
+            bouncer=self.plan.fleet_bouncer,
+        ).run()
 
     # -- (5) growth: the claim against the table's size -----------------------------------------
 
     def measure_growth(self) -> None:
         plan = self.plan
-        scale.Growth(self.db, self.pool, self.report, claims=plan.claims, limit=plan.claim_limit,
-                     repeats=plan.repeats).run(history=plan.history, backlog=plan.backlog)
+        scale.Growth(
+            self.db,
+            self.pool,
+            self.report,
+            claims=plan.claims,
+            limit=plan.claim_limit,
+            repeats=plan.repeats,
+        ).run(history=plan.history, backlog=plan.backlog)
 
     def measure_web(self) -> None:
         """The overview over ``history`` done rows (all finished just now: the throughput
@@ -497,5 +675,9 @@ class Bench:
         for name, samples in operators.timings_ms(self.pool, max(5, self.plan.repeats)).items():
             for value in samples:
                 self.report.add(name, value)
-            log.info("%s: median %.1f ms, max %.1f ms", name, sorted(samples)[len(samples) // 2],
-                     max(samples))
+            log.info(
+                "%s: median %.1f ms, max %.1f ms",
+                name,
+                sorted(samples)[len(samples) // 2],
+                max(samples),
+            )

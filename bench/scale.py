@@ -38,8 +38,14 @@ def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]
     for _ in range(claims):
         started = time.perf_counter()
         with pool.engine.begin() as conn:
-            rows = queries.claim(conn, queue=QUEUE, worker=worker, limit=limit,
-                                 task_versions=versions, stale_after=spec.stale_after)
+            rows = queries.claim(
+                conn,
+                queue=QUEUE,
+                worker=worker,
+                limit=limit,
+                task_versions=versions,
+                stale_after=spec.stale_after,
+            )
         latencies.append((time.perf_counter() - started) * 1000.0)
         if not rows:
             raise RuntimeError("the scale benchmark ran out of due rows; load more")
@@ -62,8 +68,12 @@ def declare(report: Report) -> None:
     report.declare("claim_empty_p50_ms", "ms")
     report.declare("claim_empty_p99_ms", "ms")
     report.declare("claim_large_p50_ms", "ms", ratio_to="claim_empty_p50_ms")
-    report.declare("claim_large_p99_ms", "ms", ratio_to="claim_empty_p99_ms",
-                   target=Target("<=", 2.0, on_ratio=True))
+    report.declare(
+        "claim_large_p99_ms",
+        "ms",
+        ratio_to="claim_empty_p99_ms",
+        target=Target("<=", 2.0, on_ratio=True),
+    )
 
 
 class Growth:
@@ -73,8 +83,16 @@ class Growth:
     alternate between them: a shared machine's load, which moves within minutes, reaches both.
     """
 
-    def __init__(self, bench_db: BenchDatabase, pool: WorkerPool, report: Report, *,
-                 claims: int, limit: int, repeats: int) -> None:
+    def __init__(
+        self,
+        bench_db: BenchDatabase,
+        pool: WorkerPool,
+        report: Report,
+        *,
+        claims: int,
+        limit: int,
+        repeats: int,
+    ) -> None:
         self.db, self.pool, self.report = bench_db, pool, report
         self.claims, self.limit, self.repeats = claims, limit, repeats
 
@@ -82,8 +100,9 @@ class Growth:
         with BenchDatabase(self.db.server_url) as empty_db:
             empty_pool = make_pool(empty_db.url)
             try:
-                empty_db.load_pending(QUEUE, noop.__name__,
-                                      rows_needed(self.claims, self.limit, self.repeats))
+                empty_db.load_pending(
+                    QUEUE, noop.__name__, rows_needed(self.claims, self.limit, self.repeats)
+                )
                 empty_db.vacuum()
                 self.load_large(history, backlog)
                 self.alternate({"empty": empty_pool, "large": self.pool})
@@ -96,8 +115,12 @@ class Growth:
         self.db.load_finished(QUEUE, noop.__name__, history)
         self.db.load_pending(QUEUE, noop.__name__, backlog)
         self.db.vacuum()
-        log.info("growth: %d done + %d pending rows loaded and vacuumed in %.1f s", history,
-                 backlog, time.monotonic() - started)
+        log.info(
+            "growth: %d done + %d pending rows loaded and vacuumed in %.1f s",
+            history,
+            backlog,
+            time.monotonic() - started,
+        )
 
     def alternate(self, pools: dict[str, WorkerPool]) -> None:
         for pool in pools.values():

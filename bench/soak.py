@@ -106,12 +106,14 @@ class Sample:
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value:.1f}"
 
-        return (f"t={self.t:5.0f}s done/s={self.done_per_s:7.0f} backlog={self.backlog:7d}"
-                f" claim p50/p99={ms(self.claim_p50_ms)}/{ms(self.claim_p99_ms)} ms"
-                f" pickup p99={ms(self.pickup_p99_ms)} ms rss={ms(self.child_rss_mb)} MiB"
-                f" table={self.table_mb:.1f} MiB indexes={self.index_mb:.1f} MiB"
-                f" dead={self.dead} horizon={ms(self.horizon_age_s)} s"
-                f" checkpoints={self.checkpoints} autovacuums={self.autovacuums}")
+        return (
+            f"t={self.t:5.0f}s done/s={self.done_per_s:7.0f} backlog={self.backlog:7d}"
+            f" claim p50/p99={ms(self.claim_p50_ms)}/{ms(self.claim_p99_ms)} ms"
+            f" pickup p99={ms(self.pickup_p99_ms)} ms rss={ms(self.child_rss_mb)} MiB"
+            f" table={self.table_mb:.1f} MiB indexes={self.index_mb:.1f} MiB"
+            f" dead={self.dead} horizon={ms(self.horizon_age_s)} s"
+            f" checkpoints={self.checkpoints} autovacuums={self.autovacuums}"
+        )
 
 
 @dataclass
@@ -152,8 +154,9 @@ class Probe:
     """Timed claims through the worker's own connection settings (see the module docstring)."""
 
     def __init__(self, url: URL, pool: WorkerPool) -> None:
-        self.engine = db.create(url, application_name="bench probe", pool_size=1,
-                                session_settings=session_limits())
+        self.engine = db.create(
+            url, application_name="bench probe", pool_size=1, session_settings=session_limits()
+        )
         self.versions = pool.task_versions(app.QUEUE)
         self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
 
@@ -162,8 +165,14 @@ class Probe:
         with self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             started = time.perf_counter()
-            rows = queries.claim(conn, queue=app.QUEUE, worker="bench:probe", limit=PROBE_LIMIT,
-                                 task_versions=self.versions, stale_after=300.0)
+            rows = queries.claim(
+                conn,
+                queue=app.QUEUE,
+                worker="bench:probe",
+                limit=PROBE_LIMIT,
+                task_versions=self.versions,
+                stale_after=300.0,
+            )
             ms = (time.perf_counter() - started) * 1000.0
             self.samples.append((time.monotonic(), ms))
             queries.complete(conn, "bench:probe", [(row.id, row.attempts) for row in rows])
@@ -179,9 +188,14 @@ class Probe:
 def pickup_p99_ms(bench_db: BenchDatabase, seconds: float) -> float | None:
     row = bench_db.sql(
         "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM"
-        " claimed_at - run_at)) * 1000 FROM " + every_job(
-            "claimed_at, run_at", "state = 'done' AND finished_at > now() - make_interval(secs"
-            " => %(seconds)s) AND claimed_by <> 'bench:probe'"), {"seconds": seconds})
+        " claimed_at - run_at)) * 1000 FROM "
+        + every_job(
+            "claimed_at, run_at",
+            "state = 'done' AND finished_at > now() - make_interval(secs"
+            " => %(seconds)s) AND claimed_by <> 'bench:probe'",
+        ),
+        {"seconds": seconds},
+    )
     return float(row[0][0]) if row and row[0][0] is not None else None
 
 
@@ -200,8 +214,10 @@ class Soak:
 
     def run(self) -> list[Sample]:
         self.db.vacuum()  # statistics of an empty table, as right after `workerpool migrate`
-        with tempfile.TemporaryDirectory(prefix="wp-soak-") as workdir, self._running(
-                Path(workdir)) as supervisor:
+        with (
+            tempfile.TemporaryDirectory(prefix="wp-soak-") as workdir,
+            self._running(Path(workdir)) as supervisor,
+        ):
             self._loop(supervisor)
         return self.samples
 
@@ -231,8 +247,9 @@ class Soak:
                 self.watch.probed(probe.claim_once())
                 now = time.monotonic()
                 if now >= next_sample:
-                    sample = self._sample(now - start, producer, probe, supervisor,
-                                          last_done, last_t, now)
+                    sample = self._sample(
+                        now - start, producer, probe, supervisor, last_done, last_t, now
+                    )
                     last_done, last_t = sample.done, sample.t
                     self.samples.append(sample)
                     print(f"{plan.label} {sample.line()}", flush=True)
@@ -246,31 +263,45 @@ class Soak:
         if producer.errors:
             log.warning("%d enqueue_many calls failed", producer.errors)
 
-    def _sample(self, t: float, producer: Producer, probe: Probe,
-                supervisor: supervised.Supervisor, last_done: int, last_t: float,
-                now: float) -> Sample:
+    def _sample(
+        self,
+        t: float,
+        producer: Producer,
+        probe: Probe,
+        supervisor: supervised.Supervisor,
+        last_done: int,
+        last_t: float,
+        now: float,
+    ) -> Sample:
         enqueued = producer.enqueued
         backlog = self.db.live_jobs()
         done = enqueued - backlog
         claims = probe.window(now - self.plan.interval, now)
         with self.pool.engine.connect() as conn:
             table = health.read(conn)
-            self.indexes.extend((round(t, 1), index.name, index.bytes, index.packed_bytes)
-                                for index in health.sql.index_sizes(conn))
+            self.indexes.extend(
+                (round(t, 1), index.name, index.bytes, index.packed_bytes)
+                for index in health.sql.index_sizes(conn)
+            )
         children = supervisor.queue_children()
         checkpoints, autovacuums = counters(self.db.sql)
         return Sample(
-            t=round(t, 1), enqueued=enqueued, done=done,
+            t=round(t, 1),
+            enqueued=enqueued,
+            done=done,
             done_per_s=(done - last_done) / (t - last_t) if t > last_t else 0.0,
             backlog=backlog,
             claim_p50_ms=percentile(claims, 50) if claims else None,
             claim_p99_ms=percentile(claims, 99) if claims else None,
             pickup_p99_ms=pickup_p99_ms(self.db, self.plan.interval),
             child_rss_mb=supervised.rss_mb(children[0]) if children else None,
-            table_mb=table.table_bytes / 2**20, index_mb=table.index_bytes / 2**20,
+            table_mb=table.table_bytes / 2**20,
+            index_mb=table.index_bytes / 2**20,
             dead=table.dead,
             horizon_age_s=max(0.0, table.holder.age_s or 0.0) if table.holder else None,
-            checkpoints=checkpoints, autovacuums=autovacuums)
+            checkpoints=checkpoints,
+            autovacuums=autovacuums,
+        )
 
     def close(self) -> None:
         self.pool.dispose()
@@ -286,24 +317,32 @@ def verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
     first_end = max(FIRST_MINUTE, samples[0].t)
     first = [s.claim_p99_ms for s in samples if s.t <= first_end and s.claim_p99_ms]
     later = [s.claim_p99_ms for s in samples if s.t > first_end and s.claim_p99_ms]
-    lines = [f"done/s over the last minute {tracking:.0f} of {plan.rate:.0f} offered:"
-             f" {'met' if tracking >= TRACKING * plan.rate else 'MISSED'}"]
+    lines = [
+        f"done/s over the last minute {tracking:.0f} of {plan.rate:.0f} offered:"
+        f" {'met' if tracking >= TRACKING * plan.rate else 'MISSED'}"
+    ]
     if first and later:
         base, worst = max(first), max(later)
-        lines.append(f"claim p99 worst {worst:.1f} ms against {base:.1f} ms in the first minute:"
-                     f" {'met' if worst <= 2 * base else 'MISSED'} (target <= 2x)")
+        lines.append(
+            f"claim p99 worst {worst:.1f} ms against {base:.1f} ms in the first minute:"
+            f" {'met' if worst <= 2 * base else 'MISSED'} (target <= 2x)"
+        )
     settled = [s.table_mb for s in _outside_spike(plan, samples) if s.t >= 2 * plan.retention]
     if settled:
-        lines.append(f"table size after two retention windows {min(settled):.1f}..."
-                     f"{max(settled):.1f} MiB: "
-                     f"{'met' if max(settled) <= 1.5 * min(settled) else 'MISSED'}"
-                     " (target: bounded, max <= 1.5x min; a spike's backlog aside)")
+        lines.append(
+            f"table size after two retention windows {min(settled):.1f}..."
+            f"{max(settled):.1f} MiB: "
+            f"{'met' if max(settled) <= 1.5 * min(settled) else 'MISSED'}"
+            " (target: bounded, max <= 1.5x min; a spike's backlog aside)"
+        )
     rss = [s.child_rss_mb for s in samples if s.t >= 2 * plan.retention and s.child_rss_mb]
     if rss:
         flat = max(rss) <= RSS_GROWTH * min(rss) and max(rss) <= RSS_TARGET_MB
-        lines.append(f"worker child RSS after two retention windows {min(rss):.1f}..."
-                     f"{max(rss):.1f} MiB: {'met' if flat else 'MISSED'} (target: <="
-                     f" {RSS_TARGET_MB} MiB, max <= {RSS_GROWTH}x min)")
+        lines.append(
+            f"worker child RSS after two retention windows {min(rss):.1f}..."
+            f"{max(rss):.1f} MiB: {'met' if flat else 'MISSED'} (target: <="
+            f" {RSS_TARGET_MB} MiB, max <= {RSS_GROWTH}x min)"
+        )
     if plan.spike_at is not None:
         lines.extend(spike_verdict(plan, samples))
     return lines
@@ -333,32 +372,50 @@ def spike_verdict(plan: SoakPlan, samples: list[Sample]) -> list[str]:
     start, calm, drained = _spike_drain(plan, samples)
     end = start + plan.spike_minutes * 60.0
     before = [s for s in samples if s.t <= start]
-    base_p50 = statistics.median(s.claim_p50_ms for s in before if s.claim_p50_ms) if any(
-        s.claim_p50_ms for s in before) else None
+    base_p50 = (
+        statistics.median(s.claim_p50_ms for s in before if s.claim_p50_ms)
+        if any(s.claim_p50_ms for s in before)
+        else None
+    )
     if base_p50 is None:
         return ["spike: no claim sample before the spike"]
     if drained is None:
         return [f"spike: the backlog never drained back to {calm} jobs: MISSED"]
     limit = RECOVERY * base_p50
-    back = next((s for s in samples if s.t >= drained.t and s.claim_p50_ms is not None
-                 and s.claim_p50_ms <= limit), None)
-    settled = [s.claim_p50_ms for s in samples
-               if s.t >= drained.t + RECOVERY_MINUTES * 60.0 and s.claim_p50_ms]
-    lines = [f"spike: peak backlog {max(s.backlog for s in samples)} jobs, drained at"
-             f" t={drained.t:.0f} s ({(drained.t - end) / 60:.1f} min after the spike ended)"]
+    back = next(
+        (
+            s
+            for s in samples
+            if s.t >= drained.t and s.claim_p50_ms is not None and s.claim_p50_ms <= limit
+        ),
+        None,
+    )
+    settled = [
+        s.claim_p50_ms
+        for s in samples
+        if s.t >= drained.t + RECOVERY_MINUTES * 60.0 and s.claim_p50_ms
+    ]
+    lines = [
+        f"spike: peak backlog {max(s.backlog for s in samples)} jobs, drained at"
+        f" t={drained.t:.0f} s ({(drained.t - end) / 60:.1f} min after the spike ended)"
+    ]
     if back is None:
         lines.append(f"claim p50 never back within {RECOVERY}x of {base_p50:.2f} ms: MISSED")
         return lines
     minutes = (back.t - drained.t) / 60.0
-    lines.append(f"claim p50 back to {back.claim_p50_ms:.2f} ms (pre-spike {base_p50:.2f} ms)"
-                 f" {minutes:.1f} min after the drain: "
-                 f"{'met' if minutes <= RECOVERY_MINUTES else 'MISSED'}"
-                 f" (target <= {RECOVERY}x within {RECOVERY_MINUTES:g} min)")
+    lines.append(
+        f"claim p50 back to {back.claim_p50_ms:.2f} ms (pre-spike {base_p50:.2f} ms)"
+        f" {minutes:.1f} min after the drain: "
+        f"{'met' if minutes <= RECOVERY_MINUTES else 'MISSED'}"
+        f" (target <= {RECOVERY}x within {RECOVERY_MINUTES:g} min)"
+    )
     if settled:
         median = statistics.median(settled)
-        lines.append(f"claim p50 median from {RECOVERY_MINUTES:g} min after the drain to the end"
-                     f" {median:.2f} ms: {'met' if median <= limit else 'MISSED'}"
-                     f" (target <= {RECOVERY}x pre-spike)")
+        lines.append(
+            f"claim p50 median from {RECOVERY_MINUTES:g} min after the drain to the end"
+            f" {median:.2f} ms: {'met' if median <= limit else 'MISSED'}"
+            f" (target <= {RECOVERY}x pre-spike)"
+        )
     return lines
 
 
@@ -375,13 +432,20 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     with BenchDatabase(server) as bench_db:
         facts = bench_db.server_facts()
         autovacuum = bench_db.sql("SHOW autovacuum")[0][0]
-        spike = "" if plan.spike_at is None else (
-            f"; spike of {plan.spike_rate:.0f}/s from minute {plan.spike_at:g} for"
-            f" {plan.spike_minutes:g} min")
-        print(f"# {plan.label}: PostgreSQL {facts['server_version']}, autovacuum={autovacuum};"
-              f" rate {plan.rate:.0f}/s ({plan.batch} per enqueue_many), concurrency"
-              f" {plan.concurrency}, {plan.minutes:g} min, retention {plan.retention:g} s{spike}",
-              flush=True)
+        spike = (
+            ""
+            if plan.spike_at is None
+            else (
+                f"; spike of {plan.spike_rate:.0f}/s from minute {plan.spike_at:g} for"
+                f" {plan.spike_minutes:g} min"
+            )
+        )
+        print(
+            f"# {plan.label}: PostgreSQL {facts['server_version']}, autovacuum={autovacuum};"
+            f" rate {plan.rate:.0f}/s ({plan.batch} per enqueue_many), concurrency"
+            f" {plan.concurrency}, {plan.minutes:g} min, retention {plan.retention:g} s{spike}",
+            flush=True,
+        )
         soak = Soak(plan, bench_db)
         try:
             samples = soak.run()
@@ -396,8 +460,9 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
         writer.writerows(soak.indexes)
     log_path = plan.out / f"{plan.label}.log"
     # the history mover logs every pass: what is left is the upkeep (VACUUM, REINDEX ...)
-    log_path.write_text("".join(line + "\n" for line in soak.log_lines
-                                if " jobs_moved: " not in line))
+    log_path.write_text(
+        "".join(line + "\n" for line in soak.log_lines if " jobs_moved: " not in line)
+    )
     stalls_path = plan.out / f"{plan.label}-stalls.csv"
     soak.watch.write(stalls_path)
     print(f"# wrote {csv_path}, {indexes_path}, {log_path}, {stalls_path}")
@@ -405,10 +470,12 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
         print(f"# {line}")
     from .chart import draw
 
-    png = draw(plan.out / f"{plan.label}.png", samples, title=f"{plan.label}: {plan.rate:.0f}"
-               f" jobs/s offered, autovacuum={autovacuum}",
-               offered=[plan.rate_at(s.t) for s in samples] if plan.spike_at is not None
-               else plan.rate)
+    png = draw(
+        plan.out / f"{plan.label}.png",
+        samples,
+        title=f"{plan.label}: {plan.rate:.0f} jobs/s offered, autovacuum={autovacuum}",
+        offered=[plan.rate_at(s.t) for s in samples] if plan.spike_at is not None else plan.rate,
+    )
     if png is not None:
         print(f"# wrote {png}")
     for line in verdict(plan, samples):

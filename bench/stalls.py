@@ -35,13 +35,26 @@ WHERE pid <> pg_backend_pid() AND coalesce(state, '') <> 'idle'
   AND coalesce(wait_event, '') NOT LIKE '%%Main' AND coalesce(wait_event, '') <> 'ClientRead'
 """
 #: PostgreSQL 17 moved the checkpoint counts to their own view.
-_CHECKPOINTS = {True: "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
-                False: "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"}
-_AUTOVACUUMS = ("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::int"
-                " FROM pg_stat_user_tables WHERE relname = 'workerpool_jobs'")
+_CHECKPOINTS = {
+    True: "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
+    False: "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+}
+_AUTOVACUUMS = (
+    "SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::int"
+    " FROM pg_stat_user_tables WHERE relname = 'workerpool_jobs'"
+)
 
-FIELDS = ["stall_t", "stall_ms", "seen_t", "backend_type", "application", "state",
-          "wait_event_type", "wait_event", "query"]
+FIELDS = [
+    "stall_t",
+    "stall_ms",
+    "seen_t",
+    "backend_type",
+    "application",
+    "state",
+    "wait_event_type",
+    "wait_event",
+    "query",
+]
 
 
 def counters(sql: Callable[[str], list[tuple]]) -> tuple[int, int]:
@@ -73,8 +86,9 @@ class StallWatch:
         self._thread.join(5)
 
     def _run(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True,
-                             application_name="bench stall watch") as conn:
+        with psycopg.connect(
+            self.dsn, autocommit=True, application_name="bench stall watch"
+        ) as conn:
             while not self._stop.wait(WATCH_EVERY):
                 rows = conn.execute(_WAITS).fetchall()
                 with self._lock:
@@ -100,10 +114,14 @@ class StallWatch:
             seen = by_stall.setdefault((stall_t, stall_ms), Counter())
             if kind:
                 seen[f"{kind}:{wait_type or 'CPU'}:{wait or '-'}"] += 1
-        return [f"stall {ms:.0f} ms at {time.strftime('%H:%M:%S', time.localtime(at))}: "
-                + (", ".join(f"{name} x{n}" for name, n in seen.most_common(4))
-                   or "no process of the server was seen waiting")
-                for (at, ms), seen in sorted(by_stall.items())]
+        return [
+            f"stall {ms:.0f} ms at {time.strftime('%H:%M:%S', time.localtime(at))}: "
+            + (
+                ", ".join(f"{name} x{n}" for name, n in seen.most_common(4))
+                or "no process of the server was seen waiting"
+            )
+            for (at, ms), seen in sorted(by_stall.items())
+        ]
 
     def write(self, path: Path) -> None:
         with path.open("w", newline="") as out:

@@ -41,18 +41,28 @@ ALONE_FIGURE = "steps_10step_job_run_p50_ms"
 
 def declare(report: Report, jobs: int) -> None:
     report.declare(CHECKPOINT, "ms", note="job.checkpoint: one fenced UPDATE, own transaction")
-    report.declare(STEP, "ms", ratio_to=CHECKPOINT, target=Target("<=", 1.5, on_ratio=True),
-                   note=f"job.step of a no-op (up to {STEPS_PER_JOB} per job): one fenced"
-                        " UPDATE of the steps")
+    report.declare(
+        STEP,
+        "ms",
+        ratio_to=CHECKPOINT,
+        target=Target("<=", 1.5, on_ratio=True),
+        note=f"job.step of a no-op (up to {STEPS_PER_JOB} per job): one fenced UPDATE of the steps",
+    )
     report.declare(PLAIN, "jobs/s", note=f"{jobs * STEPS:,} no-op jobs, 1 worker child")
-    report.declare(STEPPED, "steps/s", ratio_to=PLAIN,
-                   note=f"{jobs:,} jobs of {STEPS} no-op steps, 1 worker child")
-    report.declare(ALONE_FIGURE, "ms", note=f"one {STEPS}-step job in an idle child, claim to"
-                                            " completion (database clock)")
+    report.declare(
+        STEPPED,
+        "steps/s",
+        ratio_to=PLAIN,
+        note=f"{jobs:,} jobs of {STEPS} no-op steps, 1 worker child",
+    )
+    report.declare(
+        ALONE_FIGURE,
+        "ms",
+        note=f"one {STEPS}-step job in an idle child, claim to completion (database clock)",
+    )
 
 
-def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int,
-            repeat: int) -> None:
+def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int, repeat: int) -> None:
     steps, checkpoints = _writes(launcher, pool)
     report.add(STEP, percentile(steps, 50))
     report.add(CHECKPOINT, percentile(checkpoints, 50))
@@ -70,8 +80,14 @@ def _writes(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[flo
     pool.enqueue_many([(noop.__name__, {"w": i}) for i in range(2 * WRITE_JOBS)])
     worker = new_worker_id()
     with pool.engine.begin() as conn:
-        rows = queries.claim(conn, queue=QUEUE, worker=worker, limit=2 * WRITE_JOBS,
-                             task_versions=pool.task_versions(QUEUE), stale_after=3600)
+        rows = queries.claim(
+            conn,
+            queue=QUEUE,
+            worker=worker,
+            limit=2 * WRITE_JOBS,
+            task_versions=pool.task_versions(QUEUE),
+            stale_after=3600,
+        )
     steps: list[float] = []
     checkpoints: list[float] = []
     for row in rows:
@@ -99,7 +115,8 @@ def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, with_steps: bool)
         wait_drained(bench_db, len(items), supervisors)
     done, seconds = bench_db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'"))[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'")
+    )[0]
     if done != len(items):
         raise RuntimeError(f"{done} of {len(items)} jobs done")
     return jobs * STEPS / seconds if seconds else float("inf")
@@ -113,10 +130,13 @@ def _alone(launcher: Launcher, pool: WorkerPool) -> list[float]:
             job_id = pool.enqueue(stepped.__name__, {"alone": number})
             pool.result(job_id, timeout=30)
             if number >= 3:
-                runs.append(launcher.db.sql(
-                    "SELECT extract(epoch FROM finished_at - claimed_at)::float8 * 1000"
-                    " FROM " + every_job("finished_at, claimed_at", "id = %s"),
-                    (job_id, job_id))[0][0])
+                runs.append(
+                    launcher.db.sql(
+                        "SELECT extract(epoch FROM finished_at - claimed_at)::float8 * 1000"
+                        " FROM " + every_job("finished_at, claimed_at", "id = %s"),
+                        (job_id, job_id),
+                    )[0][0]
+                )
     return runs
 
 

@@ -66,8 +66,9 @@ class Supervisor:
         """The bench queue's children: ``bench``, or ``bench.0``, ``bench.1`` ... with
         ``--processes``."""
         name = f"workerpool: {app.QUEUE}"
-        return [pid for pid in self.children()
-                if (t := title(pid)) == name or t.startswith(f"{name}.")]
+        return [
+            pid for pid in self.children() if (t := title(pid)) == name or t.startswith(f"{name}.")
+        ]
 
     def stop(self) -> None:
         """SIGTERM (drain), then SIGKILL to the whole group if it outlives ``STOP_TIMEOUT``."""
@@ -130,9 +131,13 @@ def _status_mb(pid: int, field: str) -> float | None:
 class Launcher:
     """Starts supervisors on the bench database and waits until their children are working."""
 
-    def __init__(self, bench_db: BenchDatabase, workdir: Path,
-                 concurrency: int = app.DEFAULT_CONCURRENCY,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        bench_db: BenchDatabase,
+        workdir: Path,
+        concurrency: int = app.DEFAULT_CONCURRENCY,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.db = bench_db
         self.workdir = workdir
         self.concurrency = concurrency
@@ -150,9 +155,15 @@ class Launcher:
         env.update(self.extra_env)
         return env
 
-    def start(self, *, notify: bool = True, stamp_file: Path | None = None,
-              metrics: bool = False, args: tuple[str, ...] = (),
-              log_level: str = "WARNING") -> Supervisor:
+    def start(
+        self,
+        *,
+        notify: bool = True,
+        stamp_file: Path | None = None,
+        metrics: bool = False,
+        args: tuple[str, ...] = (),
+        log_level: str = "WARNING",
+    ) -> Supervisor:
         self._count += 1
         extra = ["--metrics-port", str(free_port())] if metrics else []
         extra += args
@@ -161,18 +172,38 @@ class Launcher:
         log_path = self.workdir / f"supervisor-{self._count}.log"
         with open(log_path, "wb") as output:
             process = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "bench.app:pool",
-                 "--heartbeat-dir", str(heartbeats), "--log-level", log_level, *extra],
-                cwd=ROOT, env=self.env(notify=notify, stamp_file=stamp_file),
-                stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    "bench.app:pool",
+                    "--heartbeat-dir",
+                    str(heartbeats),
+                    "--log-level",
+                    log_level,
+                    *extra,
+                ],
+                cwd=ROOT,
+                env=self.env(notify=notify, stamp_file=stamp_file),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         return Supervisor(process, log_path)
 
     @contextlib.contextmanager
-    def running(self, count: int, *, notify: bool = True, stamp_file: Path | None = None,
-                metrics: bool = False, processes: int | str = 1,
-                log_level: str = "WARNING") -> Iterator[list[Supervisor]]:
+    def running(
+        self,
+        count: int,
+        *,
+        notify: bool = True,
+        stamp_file: Path | None = None,
+        metrics: bool = False,
+        processes: int | str = 1,
+        log_level: str = "WARNING",
+    ) -> Iterator[list[Supervisor]]:
         """``count`` supervisors, each with ``processes`` children of the bench queue (or
         ``"auto"``: one per usable core), all registered; stopped afterwards."""
         supervisors: list[Supervisor] = []
@@ -180,9 +211,15 @@ class Launcher:
         children = usable_cpus() if processes == "auto" else int(processes)
         try:
             for _ in range(count):
-                supervisors.append(self.start(notify=notify, stamp_file=stamp_file,
-                                              metrics=metrics, args=args,
-                                              log_level=log_level))
+                supervisors.append(
+                    self.start(
+                        notify=notify,
+                        stamp_file=stamp_file,
+                        metrics=metrics,
+                        args=args,
+                        log_level=log_level,
+                    )
+                )
             self.wait_registered(supervisors, count * children)
             yield supervisors
         finally:
@@ -201,8 +238,9 @@ class Launcher:
             time.sleep(0.05)
 
     def registered_workers(self) -> int:
-        return self.db.sql("SELECT count(*) FROM workerpool_workers WHERE queue = %s",
-                           (app.QUEUE,))[0][0]
+        return self.db.sql(
+            "SELECT count(*) FROM workerpool_workers WHERE queue = %s", (app.QUEUE,)
+        )[0][0]
 
 
 # -- (2) drain and (6) memory -----------------------------------------------------------------
@@ -216,8 +254,15 @@ class DrainResult:
     child_cpu_s: float = 0.0  # user + system CPU of the worker children, start to drained
 
 
-def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
-          load: Callable[[WorkerPool, int], None], *, metrics: bool = False) -> DrainResult:
+def drain(
+    launcher: Launcher,
+    pool: WorkerPool,
+    n: int,
+    children: int,
+    load: Callable[[WorkerPool, int], None],
+    *,
+    metrics: bool = False,
+) -> DrainResult:
     """Drain ``n`` no-op jobs with ``children`` worker children; rate from the rows' timestamps.
 
     ``metrics``: the supervisors serve /metrics (``--metrics-port``), so every claim, outcome
@@ -235,8 +280,9 @@ def drain(launcher: Launcher, pool: WorkerPool, n: int, children: int,
         raise RuntimeError(f"drain with {children} children: {done} of {n} jobs done")
     if None in parents or None in kids or len(kids) != children:
         raise RuntimeError(f"could not read the peak RSS of every process ({parents}, {kids})")
-    return DrainResult(done / seconds if seconds > 0 else float("inf"), max(parents), max(kids),
-                       cpu)
+    return DrainResult(
+        done / seconds if seconds > 0 else float("inf"), max(parents), max(kids), cpu
+    )
 
 
 def wait_drained(bench_db: BenchDatabase, n: int, supervisors: list[Supervisor]) -> None:
@@ -256,8 +302,9 @@ def wait_drained(bench_db: BenchDatabase, n: int, supervisors: list[Supervisor])
 WARM_UP_JOBS = 3
 
 
-def pickup_latencies_ms(launcher: Launcher, pool: WorkerPool, jobs: int, gap_s: float, *,
-                        notify: bool) -> list[float]:
+def pickup_latencies_ms(
+    launcher: Launcher, pool: WorkerPool, jobs: int, gap_s: float, *, notify: bool
+) -> list[float]:
     """Enqueue ``jobs`` stamp jobs one at a time ``gap_s`` apart into an idle worker."""
     launcher.db.reset()
     with tempfile.NamedTemporaryFile(dir=launcher.workdir, prefix="stamps-", delete=False) as f:

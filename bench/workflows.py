@@ -42,28 +42,46 @@ SEQUENCE = "workflow_sequence_drain_jobs_per_s"
 def sizes(batch_members: int) -> tuple[int, int, int]:
     """(jobs for the dependency's cost, chain length, sequence length) from the bench's size:
     2,000, 1,000 and 500 at the default size; 100, 50 and 50 for ``--quick``."""
-    return (min(batch_members // 2, 2000), min(batch_members // 4, 1000),
-            min(batch_members // 4, 500))
+    return (
+        min(batch_members // 2, 2000),
+        min(batch_members // 4, 1000),
+        min(batch_members // 4, 500),
+    )
 
 
 def declare(report: Report, batch_members: int) -> None:
     jobs, chain, sequence = sizes(batch_members)
     report.declare(PLAIN_ENQUEUE, "us", note="median pool.enqueue of a plain no-op")
-    report.declare(DEPENDENT_ENQUEUE, "us", ratio_to=PLAIN_ENQUEUE,
-                   note="median pool.enqueue with after=[a pending job] (interleaved with the"
-                        " plain ones)")
+    report.declare(
+        DEPENDENT_ENQUEUE,
+        "us",
+        ratio_to=PLAIN_ENQUEUE,
+        note="median pool.enqueue with after=[a pending job] (interleaved with the plain ones)",
+    )
     report.declare(PLAIN_DRAIN, "jobs/s", note=f"{jobs:,} plain no-ops, 1 worker child")
-    report.declare(DEPENDENT_DRAIN, "jobs/s", ratio_to=PLAIN_DRAIN,
-                   note=f"{jobs // 2:,} parent/child pairs: each parent's outcome releases its"
-                        " child")
-    report.declare(CHAIN, "ms", note=f"a {chain:,}-job chain, first claim to last finish, per"
-                                     " link; floor: pickup_notify_p50_ms + an outcome flush")
-    report.declare(SEQUENCE, "jobs/s", ratio_to=PLAIN_DRAIN,
-                   note=f"{sequence:,} no-ops in one sequence, 1 worker child")
+    report.declare(
+        DEPENDENT_DRAIN,
+        "jobs/s",
+        ratio_to=PLAIN_DRAIN,
+        note=f"{jobs // 2:,} parent/child pairs: each parent's outcome releases its child",
+    )
+    report.declare(
+        CHAIN,
+        "ms",
+        note=f"a {chain:,}-job chain, first claim to last finish, per"
+        " link; floor: pickup_notify_p50_ms + an outcome flush",
+    )
+    report.declare(
+        SEQUENCE,
+        "jobs/s",
+        ratio_to=PLAIN_DRAIN,
+        note=f"{sequence:,} no-ops in one sequence, 1 worker child",
+    )
 
 
-def measure(report: Report, launcher: Launcher, pool: WorkerPool, batch_members: int,
-            repeat: int) -> None:
+def measure(
+    report: Report, launcher: Launcher, pool: WorkerPool, batch_members: int, repeat: int
+) -> None:
     jobs, chain, sequence = sizes(batch_members)
     plain_us, dependent_us = _enqueue_costs(launcher, pool, jobs // 2)
     report.add(PLAIN_ENQUEUE, plain_us)
@@ -84,7 +102,8 @@ def measure(report: Report, launcher: Launcher, pool: WorkerPool, batch_members:
 def _drained_rate(launcher: Launcher, n: int) -> float:
     done, seconds = launcher.db.sql(
         "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM " + every_job("finished_at, claimed_at", "state = 'done'"))[0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done'")
+    )[0]
     if done != n:
         raise RuntimeError(f"{done} of {n} jobs done")
     return n / seconds if seconds else float("inf")
@@ -109,14 +128,15 @@ def _enqueue_costs(launcher: Launcher, pool: WorkerPool, rounds: int) -> tuple[f
 
 def _pairs(launcher: Launcher, pool: WorkerPool, jobs: int, *, dependent: bool) -> float:
     launcher.db.reset()
-    parents = pool.enqueue_many([(noop.__name__, {"i": i}, {"delay": 3600})
-                                 for i in range(jobs // 2)])
+    parents = pool.enqueue_many(
+        [(noop.__name__, {"i": i}, {"delay": 3600}) for i in range(jobs // 2)]
+    )
     if dependent:
-        pool.enqueue_many([(noop.__name__, {"i": i}, {"after": [parent]})
-                           for i, parent in enumerate(parents)])
+        pool.enqueue_many(
+            [(noop.__name__, {"i": i}, {"after": [parent]}) for i, parent in enumerate(parents)]
+        )
     else:
-        pool.enqueue_many([(noop.__name__, {"i": i}, {"delay": 3600})
-                           for i in range(jobs // 2)])
+        pool.enqueue_many([(noop.__name__, {"i": i}, {"delay": 3600}) for i in range(jobs // 2)])
     launcher.db.sql("UPDATE workerpool_jobs SET run_at = now() WHERE state = 'pending'")
     with launcher.running(1) as supervisors:
         wait_drained(launcher.db, jobs, supervisors)
@@ -130,7 +150,8 @@ def _chain(launcher: Launcher, pool: WorkerPool, length: int) -> float:
         wait_drained(launcher.db, length, supervisors)
     seconds = launcher.db.sql(
         "SELECT extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
-        " FROM " + every_job("finished_at, claimed_at", "state = 'done'"))[0][0]
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done'")
+    )[0][0]
     return seconds * 1000.0 / max(length - 1, 1)
 
 

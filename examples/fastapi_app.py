@@ -29,7 +29,8 @@ pool.queue("email", concurrency=4, poll_interval=0.2)
 
 metadata = MetaData()
 signups = Table(
-    "signups", metadata,
+    "signups",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("email", Text, nullable=False, unique=True),
     Column("welcomed", Boolean, nullable=False, server_default="false"),
@@ -40,8 +41,9 @@ signups = Table(
 def send_welcome(job: Job) -> None:
     """Stands in for sending the e-mail: marks the signup as welcomed."""
     with pool.engine.begin() as conn:
-        conn.execute(update(signups).where(signups.c.id == job.payload["signup_id"])
-                     .values(welcomed=True))
+        conn.execute(
+            update(signups).where(signups.c.id == job.payload["signup_id"]).values(welcomed=True)
+        )
 
 
 @asynccontextmanager

@@ -65,8 +65,7 @@ def create_app() -> Flask:
         invoice = Invoice(customer=request.get_json()["customer"])
         session.add(invoice)
         session.flush()  # the row (and its id) in the session's transaction
-        job_id = pool.enqueue("send_invoice", {"invoice_id": invoice.id},
-                              conn=session.connection())
+        job_id = pool.enqueue("send_invoice", {"invoice_id": invoice.id}, conn=session.connection())
         if invoice.customer.endswith(".invalid"):
             session.rollback()  # a check that fails after the enqueue: both are dropped
             abort(422)

@@ -38,10 +38,12 @@ LITERAL_STATES = {"'processing'": "processing", "'pending'": "pending", "'failed
 
 
 def library_claim() -> tuple[str, dict]:
-    statement = queries.claim_statement(queue="q", worker="w", limit=50,
-                                        task_versions={"t": 1}, stale_after=300)
-    compiled = statement.compile(dialect=postgresql.psycopg.dialect(),
-                                 compile_kwargs={"render_postcompile": True})
+    statement = queries.claim_statement(
+        queue="q", worker="w", limit=50, task_versions={"t": 1}, stale_after=300
+    )
+    compiled = statement.compile(
+        dialect=postgresql.psycopg.dialect(), compile_kwargs={"render_postcompile": True}
+    )
     return str(compiled), compiled.construct_params()
 
 
@@ -53,10 +55,13 @@ def with_state_params(sql: str, params: dict) -> tuple[str, dict]:
     return sql, params
 
 
-def time_claims(dsn: str, sql: str, params: dict, claims: int, *, async_commit: bool
-                ) -> tuple[list[float], tuple[int, int]]:
-    with psycopg.connect(dsn, autocommit=True) as feeder, \
-            psycopg.connect(dsn, autocommit=True) as worker:
+def time_claims(
+    dsn: str, sql: str, params: dict, claims: int, *, async_commit: bool
+) -> tuple[list[float], tuple[int, int]]:
+    with (
+        psycopg.connect(dsn, autocommit=True) as feeder,
+        psycopg.connect(dsn, autocommit=True) as worker,
+    ):
         if async_commit:
             worker.execute("SET synchronous_commit = off")
         took: list[float] = []
@@ -69,7 +74,8 @@ def time_claims(dsn: str, sql: str, params: dict, claims: int, *, async_commit: 
             if len(claimed) != 1:
                 raise RuntimeError(f"claimed {len(claimed)} rows, expected 1")
         generic, custom = worker.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchone()
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchone()
     return took, (generic, custom)
 
 
@@ -81,9 +87,11 @@ def main() -> None:
     if args.claims < 2 or args.history < 0:
         parser.error("--claims must be at least 2 and --history at least 0")
     with BenchDatabase(database_url()) as scratch:
-        scratch.sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-                    " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",
-                    (args.history,))
+        scratch.sql(
+            "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+            " SELECT 'q', 't', 'done', now() FROM generate_series(1, %s)",
+            (args.history,),
+        )
         scratch.sql("ANALYZE workerpool_jobs")
         sql, params = library_claim()
         variants = {
@@ -92,11 +100,15 @@ def main() -> None:
             "async-commit": (sql, params, True),
         }
         for label, (text, values, async_commit) in variants.items():
-            took, (generic, custom) = time_claims(scratch.dsn, text, values, args.claims,
-                                                  async_commit=async_commit)
+            took, (generic, custom) = time_claims(
+                scratch.dsn, text, values, args.claims, async_commit=async_commit
+            )
             deciles = statistics.quantiles(took, n=10)
-            print(f"{label:13} p50 {statistics.median(took):.3f} ms  p90 {deciles[8]:.3f} ms"
-                  f"  plans: {generic} generic, {custom} custom")
+            print(
+                f"{label:13} p50 {statistics.median(took):.3f} ms  p90 {deciles[8]:.3f} ms"
+                f"  plans: {generic} generic, {custom} custom"
+            )
+
 
 if __name__ == "__main__":
     main()

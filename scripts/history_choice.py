@@ -45,8 +45,11 @@ def complete_ms(conn: psycopg.Connection, table: str, rows: int, batch: int) -> 
     out = []
     for first in range(1, rows + 1, batch):
         started = time.perf_counter()
-        conn.execute(f"UPDATE {table} SET state = 'done', finished_at = now()"
-                     " WHERE id >= %s AND id < %s AND state = 'pending'", (first, first + batch))
+        conn.execute(
+            f"UPDATE {table} SET state = 'done', finished_at = now()"
+            " WHERE id >= %s AND id < %s AND state = 'pending'",
+            (first, first + batch),
+        )
         out.append((time.perf_counter() - started) * 1000.0)
     return out
 
@@ -67,13 +70,18 @@ def main() -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for table, ddl in TABLES.items():
                 conn.execute(ddl)
-                conn.execute(f"INSERT INTO {table} (id, state, key) SELECT n, 'pending',"
-                             " 'k' || n FROM generate_series(1, %s) AS n", (args.rows,))
+                conn.execute(
+                    f"INSERT INTO {table} (id, state, key) SELECT n, 'pending',"
+                    " 'k' || n FROM generate_series(1, %s) AS n",
+                    (args.rows,),
+                )
                 conn.execute(f"VACUUM ANALYZE {table}")
             for table in TABLES:
                 times = complete_ms(conn, table, args.rows, args.batch)
-                print(f"{table}: completing {args.batch} rows per statement: p50"
-                      f" {statistics.median(times):.2f} ms, total {sum(times) / 1000:.1f} s")
+                print(
+                    f"{table}: completing {args.batch} rows per statement: p50"
+                    f" {statistics.median(times):.2f} ms, total {sum(times) / 1000:.1f} s"
+                )
             try:
                 conn.execute("CREATE UNIQUE INDEX ON by_state (key) WHERE key IS NOT NULL")
                 print("by_state: a unique index on key alone was accepted")

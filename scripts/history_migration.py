@@ -47,7 +47,9 @@ def load(dsn: str, rows: int) -> float:
         conn.execute(
             "INSERT INTO workerpool_jobs (queue, task, state, attempts, finished_at, result)"
             " SELECT 'q', 'work', 'done', 1, now() - make_interval(secs => (n %% 604800)::float8),"
-            " to_jsonb(n) FROM generate_series(1, %s) AS n", (rows,))
+            " to_jsonb(n) FROM generate_series(1, %s) AS n",
+            (rows,),
+        )
         conn.execute("VACUUM ANALYZE workerpool_jobs")
     return time.monotonic() - started
 
@@ -115,17 +117,26 @@ def main() -> int:
         upgrade(url, "0012")
         print(f"loaded {args.rows:,} done rows in {load(dsn, args.rows):.1f} s", flush=True)
         took = upgrade_under_exclusive_lock(url, dsn)
-        print(f"upgrade 0012 -> 0013: {took * 1000:.0f} ms, completed while another session"
-              " held EXCLUSIVE on workerpool_jobs", flush=True)
+        print(
+            f"upgrade 0012 -> 0013: {took * 1000:.0f} ms, completed while another session"
+            " held EXCLUSIVE on workerpool_jobs",
+            flush=True,
+        )
         upgrade(url)  # the mover of this version counts what it moves (0016)
         moved, elapsed, longest = move(url, args.move_seconds)
-        print(f"moved {moved:,} rows in {elapsed:.1f} s ({moved / elapsed:,.0f} rows/s);"
-              f" longest batch transaction {longest:.0f} ms", flush=True)
+        print(
+            f"moved {moved:,} rows in {elapsed:.1f} s ({moved / elapsed:,.0f} rows/s);"
+            f" longest batch transaction {longest:.0f} ms",
+            flush=True,
+        )
         downgrade(url, "0015")
         started = time.monotonic()
         upgrade(url, "0016")
-        print(f"upgrade 0015 -> 0016 on a history of {moved:,} rows:"
-              f" {(time.monotonic() - started) * 1000:.0f} ms", flush=True)
+        print(
+            f"upgrade 0015 -> 0016 on a history of {moved:,} rows:"
+            f" {(time.monotonic() - started) * 1000:.0f} ms",
+            flush=True,
+        )
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

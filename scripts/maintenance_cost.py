@@ -48,21 +48,28 @@ def measure(url, passes: int, rows: int) -> None:
         maintenance.run_pass()
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
-    print(f"idle run_pass (1 cron, 1 queue): median {statistics.median(times):.2f} ms, "
-          f"p95 {times[int(len(times) * 0.95) - 1]:.2f} ms over {passes} passes")
+    print(
+        f"idle run_pass (1 cron, 1 queue): median {statistics.median(times):.2f} ms, "
+        f"p95 {times[int(len(times) * 0.95) - 1]:.2f} ms over {passes} passes"
+    )
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for age in ("8 days", "1 day"):
-            conn.execute("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-                         " SELECT 'q', 'hourly', 'done', now() - %s::interval"
-                         " FROM generate_series(1, %s)", (age, rows))
+            conn.execute(
+                "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+                " SELECT 'q', 'hourly', 'done', now() - %s::interval"
+                " FROM generate_series(1, %s)",
+                (age, rows),
+            )
         conn.execute("ANALYZE workerpool_jobs")
     started, total = time.perf_counter(), 0
     while (deleted := maintenance.prune_finished()) > 0:
         total += deleted
     elapsed = time.perf_counter() - started
-    print(f"pruned {total} of {2 * rows} rows (the old half) in {elapsed:.2f} s "
-          f"= {total / elapsed:,.0f} rows/s, batches of 1000")
+    print(
+        f"pruned {total} of {2 * rows} rows (the old half) in {elapsed:.2f} s "
+        f"= {total / elapsed:,.0f} rows/s, batches of 1000"
+    )
     pool.dispose()
 
 

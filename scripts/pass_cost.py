@@ -60,24 +60,38 @@ class Timings:
             print(f"{name:<34} wall {wall:6.2f} ms   client CPU {cpu:5.2f} ms")
 
 
-def worker_passes(session: Session, versions: dict[str, int], rows: int, passes: int,
-                  timings: Timings) -> None:
+def worker_passes(
+    session: Session, versions: dict[str, int], rows: int, passes: int, timings: Timings
+) -> None:
     claimed: list = []
 
     def one_pass(counted: bool) -> list:
         with session.transaction() as conn:
             if claimed:
                 leases = [(Lease(row.id, row.attempts, "pass-cost"), DONE) for row in claimed]
-                timings.timed("worker: outcome write", counted,
-                              lambda: record_settling(conn, "pass-cost", leases))
-            return timings.timed("worker: claim", counted, lambda: sql.claim(
-                conn, queue=QUEUE, worker="pass-cost", limit=rows, task_versions=versions,
-                stale_after=300))
+                timings.timed(
+                    "worker: outcome write",
+                    counted,
+                    lambda: record_settling(conn, "pass-cost", leases),
+                )
+            return timings.timed(
+                "worker: claim",
+                counted,
+                lambda: sql.claim(
+                    conn,
+                    queue=QUEUE,
+                    worker="pass-cost",
+                    limit=rows,
+                    task_versions=versions,
+                    stale_after=300,
+                ),
+            )
 
     for number in range(passes):
         counted = number >= WARMUP
-        claimed = timings.timed("worker: the pass (BEGIN ... COMMIT)", counted,
-                                lambda: one_pass(counted))
+        claimed = timings.timed(
+            "worker: the pass (BEGIN ... COMMIT)", counted, lambda: one_pass(counted)
+        )
 
 
 def ceiling_passes(dsn: str, rows: int, passes: int, timings: Timings) -> None:
@@ -86,10 +100,18 @@ def ceiling_passes(dsn: str, rows: int, passes: int, timings: Timings) -> None:
         for number in range(passes):
             counted = number >= WARMUP
             if ids:
-                timings.timed("ceiling: complete", counted, lambda: conn.execute(
-                    COMPLETE_SQL, {"ids": ids, "me": "ceiling"}))
-            got = timings.timed("ceiling: claim", counted, lambda: conn.execute(
-                CLAIM_SQL, {"queue": QUEUE, "me": "ceiling", "limit": rows}).fetchall())
+                timings.timed(
+                    "ceiling: complete",
+                    counted,
+                    lambda: conn.execute(COMPLETE_SQL, {"ids": ids, "me": "ceiling"}),
+                )
+            got = timings.timed(
+                "ceiling: claim",
+                counted,
+                lambda: conn.execute(
+                    CLAIM_SQL, {"queue": QUEUE, "me": "ceiling", "limit": rows}
+                ).fetchall(),
+            )
             ids = [row[0] for row in got]
 
 

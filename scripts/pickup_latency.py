@@ -57,9 +57,19 @@ def measure(url: str, *, notify: bool, jobs: int, poll: float) -> tuple[list[flo
     """Latencies in seconds: (from the enqueue call, from its return), one per job."""
     with tempfile.NamedTemporaryFile("r", suffix=".latency") as out:
         env = {**os.environ, "LATENCY_OUT": out.name, "PYTHONPATH": str(ROOT)}
-        worker = subprocess.Popen([sys.executable, __file__, "--worker", url,
-                                   "--notify", "on" if notify else "off", "--poll", str(poll)],
-                                  env=env)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                url,
+                "--notify",
+                "on" if notify else "off",
+                "--poll",
+                str(poll),
+            ],
+            env=env,
+        )
         pool = build_pool(url, notify=notify, poll=poll)
         sent: dict[int, tuple[float, float]] = {}
         try:
@@ -79,8 +89,7 @@ def measure(url: str, *, notify: bool, jobs: int, poll: float) -> tuple[list[flo
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
             pool.dispose()
-    return ([started[i] - sent[i][0] for i in started],
-            [started[i] - sent[i][1] for i in started])
+    return ([started[i] - sent[i][0] for i in started], [started[i] - sent[i][1] for i in started])
 
 
 def wait_for_worker(pool: WorkerPool) -> None:
@@ -96,8 +105,11 @@ def wait_for_worker(pool: WorkerPool) -> None:
 
 
 def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 \
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
         else values[0]
+    )
 
 
 def main() -> None:
@@ -116,9 +128,12 @@ def main() -> None:
             called, committed = measure(text_url, notify=notify, jobs=args.jobs, poll=args.poll)
             for label, latencies in (("enqueue call", called), ("commit", committed)):
                 ms = [1000 * x for x in latencies]
-                print(f"notify={'on ' if notify else 'off'} poll={args.poll:g}s jobs={len(ms)} "
-                      f"from {label:12}: p50 {percentile(ms, 50):7.1f} ms   "
-                      f"p99 {percentile(ms, 99):7.1f} ms   max {max(ms):7.1f} ms", flush=True)
+                print(
+                    f"notify={'on ' if notify else 'off'} poll={args.poll:g}s jobs={len(ms)} "
+                    f"from {label:12}: p50 {percentile(ms, 50):7.1f} ms   "
+                    f"p99 {percentile(ms, 99):7.1f} ms   max {max(ms):7.1f} ms",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

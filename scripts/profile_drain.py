@@ -37,8 +37,14 @@ from workerpool.runtime.worker import Worker, claims, loop, outcomes
 SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 #: The main loop's steps ``--steps`` times: (class, method).
-STEPS = ((loop.Worker, "_pass"), (claims.Claims, "_claim"), (outcomes.Outcomes, "record"),
-         (claims.Claims, "_start"), (outcomes.Outcomes, "written"), (loop.Worker, "_wait"))
+STEPS = (
+    (loop.Worker, "_pass"),
+    (claims.Claims, "_claim"),
+    (outcomes.Outcomes, "record"),
+    (claims.Claims, "_start"),
+    (outcomes.Outcomes, "written"),
+    (loop.Worker, "_wait"),
+)
 
 
 def main(jobs: int, steps: bool) -> None:
@@ -54,8 +60,10 @@ def main(jobs: int, steps: bool) -> None:
         worker.run()
         cpu, main_cpu = time.process_time() - cpu, time.thread_time() - main_cpu
         done, seconds = bench_db.drain_window()
-        print(f"{done} jobs in {seconds:.3f} s: {done / seconds:.0f} jobs/s, "
-              f"{cpu * 1e6 / jobs:.1f} us of CPU per job")
+        print(
+            f"{done} jobs in {seconds:.3f} s: {done / seconds:.0f} jobs/s, "
+            f"{cpu * 1e6 / jobs:.1f} us of CPU per job"
+        )
         if timed is not None:
             _report(timed, jobs, cpu, main_cpu)
         pool.dispose()
@@ -86,13 +94,19 @@ def _time_steps() -> dict[str, list[float]]:
 
 
 def _report(timed: dict[str, list[float]], jobs: int, cpu: float, main_cpu: float) -> None:
-    print(f"main loop: {main_cpu * 1e6 / jobs:.1f} us of CPU per job; handler threads and the"
-          f" rest: {(cpu - main_cpu) * 1e6 / jobs:.1f}")
-    print(f"{'step':<22}{'calls':>8}{'wall ms':>10}{'CPU ms':>10}{'wall/call us':>14}"
-          f"{'CPU/job us':>12}")
+    print(
+        f"main loop: {main_cpu * 1e6 / jobs:.1f} us of CPU per job; handler threads and the"
+        f" rest: {(cpu - main_cpu) * 1e6 / jobs:.1f}"
+    )
+    print(
+        f"{'step':<22}{'calls':>8}{'wall ms':>10}{'CPU ms':>10}{'wall/call us':>14}"
+        f"{'CPU/job us':>12}"
+    )
     for label, (calls, wall, spent) in timed.items():
-        print(f"{label:<22}{calls:>8}{wall * 1e3:>10.1f}{spent * 1e3:>10.1f}"
-              f"{wall * 1e6 / max(calls, 1):>14.1f}{spent * 1e6 / jobs:>12.2f}")
+        print(
+            f"{label:<22}{calls:>8}{wall * 1e3:>10.1f}{spent * 1e3:>10.1f}"
+            f"{wall * 1e6 / max(calls, 1):>14.1f}{spent * 1e6 / jobs:>12.2f}"
+        )
 
 
 def _stop_when_done(worker: Worker, jobs: int) -> None:

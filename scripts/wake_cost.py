@@ -54,8 +54,9 @@ def main() -> int:
             "build_job": lambda i: build_job(pool.registry, noop.__name__, {"i": i}),
             "checkout": lambda i: checkout(pool.engine),
             "pool.enqueue": lambda i: pool.enqueue(noop.__name__, {"i": i}),
-            "raw enqueue": lambda i: raw.execute(ENQUEUE_NOTIFY_SQL, (
-                QUEUE, noop.__name__, json.dumps({"i": i}), CHANNEL, QUEUE)).fetchone(),
+            "raw enqueue": lambda i: raw.execute(
+                ENQUEUE_NOTIFY_SQL, (QUEUE, noop.__name__, json.dumps({"i": i}), CHANNEL, QUEUE)
+            ).fetchone(),
         }
         for call in calls.values():
             call(0)
@@ -70,8 +71,12 @@ def main() -> int:
                     call(i)
                     took[name].append(time.perf_counter() - started)
             label = "back to back" if not gap else f"after {gap * 1000:.0f} ms asleep"
-            print(f"{label:>20}: " + ", ".join(
-                f"{name} {statistics.median(v) * 1e6:,.0f} us" for name, v in took.items()))
+            print(
+                f"{label:>20}: "
+                + ", ".join(
+                    f"{name} {statistics.median(v) * 1e6:,.0f} us" for name, v in took.items()
+                )
+            )
         pool.dispose()
     return 0
 

@@ -32,8 +32,9 @@ from workerpool.process import settings
 from workerpool.sql import db
 
 TEST_URL_ENV = settings.TEST_URL_ENV
-EMBEDDED_TEST_DIR = Path(os.environ.get(settings.EMBEDDED_DIR_ENV,
-                                        ROOT / ".workerpool" / "test-pgdata")).absolute()
+EMBEDDED_TEST_DIR = Path(
+    os.environ.get(settings.EMBEDDED_DIR_ENV, ROOT / ".workerpool" / "test-pgdata")
+).absolute()
 
 
 def _server_url() -> URL:

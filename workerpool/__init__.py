@@ -77,9 +77,15 @@ _ERRORS = (
     "UnknownTask",
     "WorkerpoolError",
 )
-_WHERE = {"Backoff": ".model.backoff", "Job": ".model.job", "WorkerPool": ".client",
-          "JobInfo": ".model.results", "Batch": ".sql.batching", "BatchStatus": ".model.batch",
-          "MemberResult": ".model.batch"}
+_WHERE = {
+    "Backoff": ".model.backoff",
+    "Job": ".model.job",
+    "WorkerPool": ".client",
+    "JobInfo": ".model.results",
+    "Batch": ".sql.batching",
+    "BatchStatus": ".model.batch",
+    "MemberResult": ".model.batch",
+}
 _WHERE.update(dict.fromkeys(_ERRORS, ".model.errors"))
 
 

@@ -40,8 +40,9 @@ TABLE_PREFIX = "workerpool_"
 
 
 def is_workerpool_table(name: str | None) -> bool:
-    return name is not None and (name in metadata.tables or name == VERSION_TABLE
-                                 or name.startswith(TABLE_PREFIX))
+    return name is not None and (
+        name in metadata.tables or name == VERSION_TABLE or name.startswith(TABLE_PREFIX)
+    )
 
 
 def skip_workerpool_tables(*args: Any) -> bool:
@@ -65,8 +66,10 @@ def skip_workerpool_tables(*args: Any) -> bool:
         if type_ == "table":
             return not is_workerpool_table(name)
         return not is_workerpool_table((parent_names or {}).get("table_name"))
-    raise TypeError("skip_workerpool_tables is Alembic's include_object (5 arguments) or "
-                    f"include_name (3 arguments), called with {len(args)}")
+    raise TypeError(
+        "skip_workerpool_tables is Alembic's include_object (5 arguments) or "
+        f"include_name (3 arguments), called with {len(args)}"
+    )
 
 
 def versions_location() -> str:
@@ -95,16 +98,22 @@ def drift(connection: Connection) -> list:
 def storage_drift(connection: Connection) -> list:
     """Storage parameters that differ between the model and the database, per table."""
     rows = connection.execute(
-        text("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"
-             " AND relkind = 'r' AND pg_table_is_visible(oid)"),
-        {"names": list(metadata.tables)}).all()
+        text(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"
+            " AND relkind = 'r' AND pg_table_is_visible(oid)"
+        ),
+        {"names": list(metadata.tables)},
+    ).all()
     found = {name: dict(option.split("=", 1) for option in options or []) for name, options in rows}
     out = []
     for name, table in metadata.tables.items():
         wanted = {k: str(v) for k, v in (table.dialect_options["postgresql"]["with"] or {}).items()}
         actual = found.get(name, {})
-        differs = {key: (wanted.get(key), actual.get(key)) for key in wanted.keys() | actual.keys()
-                   if wanted.get(key) != actual.get(key)}
+        differs = {
+            key: (wanted.get(key), actual.get(key))
+            for key in wanted.keys() | actual.keys()
+            if wanted.get(key) != actual.get(key)
+        }
         if name in found and differs:
             out.append(("modify_storage", name, differs))
     return out
@@ -119,8 +128,9 @@ def script_location() -> str:
     raise FileNotFoundError(f"workerpool's migration scripts are missing under {here}")
 
 
-def alembic_config(url: URL | None = None, connection: Connection | None = None,
-                   schema: str = DEFAULT_SCHEMA) -> Config:
+def alembic_config(
+    url: URL | None = None, connection: Connection | None = None, schema: str = DEFAULT_SCHEMA
+) -> Config:
     """Alembic's configuration for workerpool's scripts. ``schema``: where the tables and the
     version table go (created if missing); ``url`` (or ``connection``) must already put its
     sessions there (:func:`workerpool.sql.db.in_schema`)."""
@@ -163,12 +173,16 @@ def problem(connection: Connection, schema: str) -> str | None:
     revision this code does not know is a newer workerpool's (a superset): not refused."""
     found, want = revision.current(connection), head()
     if found is None:
-        return (f"the database has no workerpool tables in schema {schema!r}: run `workerpool "
-                f"migrate` (revision {want})")
+        return (
+            f"the database has no workerpool tables in schema {schema!r}: run `workerpool "
+            f"migrate` (revision {want})"
+        )
     if found == want or not _known(found):
         return None
-    return (f"the database's workerpool tables in schema {schema!r} are at revision {found}, "
-            f"this code needs {want}: run `workerpool migrate`")
+    return (
+        f"the database's workerpool tables in schema {schema!r} are at revision {found}, "
+        f"this code needs {want}: run `workerpool migrate`"
+    )
 
 
 def check(engine: Engine, schema: str) -> None:
@@ -187,9 +201,12 @@ def explain(engine: Engine, schema: str, exc: BaseException) -> NotMigrated:
             found = problem(connection, schema)
     except Exception:  # the explanation must not hide the failure it explains
         found = None
-    return NotMigrated(found or f"workerpool's tables in schema {schema!r} are missing or older "
-                                f"than this code ({first_line(getattr(exc, 'orig', None) or exc)})"
-                                f": run `workerpool migrate`")
+    return NotMigrated(
+        found
+        or f"workerpool's tables in schema {schema!r} are missing or older "
+        f"than this code ({first_line(getattr(exc, 'orig', None) or exc)})"
+        f": run `workerpool migrate`"
+    )
 
 
 def _known(found: str) -> bool:
@@ -205,8 +222,9 @@ def create_schema(connection: Connection, schema: str) -> None:
     when the schema exists, which a migrating role of `workerpool roles` does not have."""
     if schema == DEFAULT_SCHEMA:
         return
-    found = connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :name"),
-                               {"name": schema}).first()
+    found = connection.execute(
+        text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": schema}
+    ).first()
     if found is None:
         connection.execute(text(f"CREATE SCHEMA {check_schema(schema)}"))
     connection.commit()

@@ -92,32 +92,37 @@ metadata = MetaData()
 TZ = DateTime(timezone=True)
 
 users = Table(
-    "demo_users", metadata,
+    "demo_users",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("email", Text, nullable=False, unique=True),
     Column("name", Text, nullable=False),
     Column("created_at", TZ, nullable=False, server_default=func.now()),
 )
 reset_tokens = Table(
-    "demo_reset_tokens", metadata,
+    "demo_reset_tokens",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
     Column("expires_at", TZ, nullable=False),
 )
 posts = Table(
-    "demo_posts", metadata,
+    "demo_posts",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
     Column("body", Text, nullable=False),
 )
 uploads = Table(  # files in object storage, one row per object
-    "demo_uploads", metadata,
+    "demo_uploads",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, ForeignKey("demo_users.id"), nullable=False, index=True),
     Column("object_key", Text, nullable=False),
 )
 deletion_steps = Table(  # one row per step actually executed: shows resumption
-    "demo_deletion_steps", metadata,
+    "demo_deletion_steps",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("job_id", BigInteger, nullable=False),
     Column("user_id", BigInteger, nullable=False),
@@ -126,7 +131,8 @@ deletion_steps = Table(  # one row per step actually executed: shows resumption
     Column("at", TZ, nullable=False, server_default=func.now()),
 )
 exports = Table(  # the delivered data exports: one per export job (the download link sent)
-    "demo_exports", metadata,
+    "demo_exports",
+    metadata,
     Column("job_id", BigInteger, primary_key=True),
     Column("user_id", BigInteger, nullable=False),
     Column("posts", Integer, nullable=False),
@@ -162,8 +168,12 @@ def request_password_reset(conn: Connection, user_id: int) -> int:
         .values(user_id=user_id, expires_at=_in(timedelta(hours=1)))
         .returning(reset_tokens.c.id)
     ).scalar_one()
-    pool.enqueue(send_password_reset, {"user_id": user_id, "token_id": token_id},
-                 key=f"reset:{token_id}", conn=conn)
+    pool.enqueue(
+        send_password_reset,
+        {"user_id": user_id, "token_id": token_id},
+        key=f"reset:{token_id}",
+        conn=conn,
+    )
     return token_id
 
 
@@ -187,29 +197,51 @@ def seed_existing_users(conn: Connection, count: int, rng: random.Random) -> lis
     audit rows (some past retention)."""
     ids = []
     for n in range(count):
-        user_id = conn.execute(insert(users).values(
-            email=f"member{n}@example.com", name=f"Member {n}"
-        ).returning(users.c.id)).scalar_one()
+        user_id = conn.execute(
+            insert(users)
+            .values(email=f"member{n}@example.com", name=f"Member {n}")
+            .returning(users.c.id)
+        ).scalar_one()
         ids.append(user_id)
         for _ in range(rng.randint(1, 4)):
             expired = rng.random() < 0.5
             expires_at = _ago(timedelta(hours=1)) if expired else _in(timedelta(hours=2))
             conn.execute(insert(sessions).values(user_id=user_id, expires_at=expires_at))
-        conn.execute(insert(api_tokens).values([
-            {"user_id": user_id, "token_hash": secrets.token_hex(16),
-             "expires_at": _ago(timedelta(days=3)) if k == 0 else _in(timedelta(days=30))}
-            for k in range(2)
-        ]))
-        conn.execute(insert(posts).values([
-            {"user_id": user_id, "body": f"post {k}"} for k in range(rng.randint(1, 6))
-        ]))
-        conn.execute(insert(uploads).values([
-            {"user_id": user_id, "object_key": f"u/{user_id}/{k}.jpg"}
-            for k in range(rng.randint(2, 6))
-        ]))
-        conn.execute(insert(audit_log).values([
-            {"event": "login", "at": _ago(timedelta(days=rng.randint(1, 200)))} for _ in range(3)
-        ]))
+        conn.execute(
+            insert(api_tokens).values(
+                [
+                    {
+                        "user_id": user_id,
+                        "token_hash": secrets.token_hex(16),
+                        "expires_at": _ago(timedelta(days=3))
+                        if k == 0
+                        else _in(timedelta(days=30)),
+                    }
+                    for k in range(2)
+                ]
+            )
+        )
+        conn.execute(
+            insert(posts).values(
+                [{"user_id": user_id, "body": f"post {k}"} for k in range(rng.randint(1, 6))]
+            )
+        )
+        conn.execute(
+            insert(uploads).values(
+                [
+                    {"user_id": user_id, "object_key": f"u/{user_id}/{k}.jpg"}
+                    for k in range(rng.randint(2, 6))
+                ]
+            )
+        )
+        conn.execute(
+            insert(audit_log).values(
+                [
+                    {"event": "login", "at": _ago(timedelta(days=rng.randint(1, 200)))}
+                    for _ in range(3)
+                ]
+            )
+        )
     return ids
 
 
@@ -302,9 +334,11 @@ def delete_user(job: Job) -> None:
 def _deletion_step(job: Job, user_id: int, step: str) -> str:
     STEP_FUNCTIONS[step](user_id)
     with pool.engine.begin() as conn:
-        conn.execute(insert(deletion_steps).values(
-            job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
-        ))
+        conn.execute(
+            insert(deletion_steps).values(
+                job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
+            )
+        )
     return "deleted"
 
 
@@ -323,9 +357,13 @@ def _delete_posts(user_id: int) -> None:
 def _delete_uploads(user_id: int) -> None:
     """Object storage has no transactions: delete object by object (slow), then forget the row."""
     with pool.engine.connect() as conn:
-        keys = conn.execute(
-            select(uploads.c.id).where(uploads.c.user_id == user_id).order_by(uploads.c.id)
-        ).scalars().all()
+        keys = (
+            conn.execute(
+                select(uploads.c.id).where(uploads.c.user_id == user_id).order_by(uploads.c.id)
+            )
+            .scalars()
+            .all()
+        )
     rng = random.Random()
     for upload_id in keys:
         time.sleep(rng.uniform(0.05, 0.2))  # DELETE https://storage.example.com/…
@@ -366,8 +404,11 @@ def export_data(job: Job) -> dict[str, Any]:
 def _collect(job: Job, user_id: int) -> dict[str, int]:
     with pool.engine.begin() as conn:
         counts = remaining_rows(conn, user_id)
-        conn.execute(insert(deletion_steps).values(
-            job_id=job.id, user_id=user_id, attempt=job.attempt, step="collect"))
+        conn.execute(
+            insert(deletion_steps).values(
+                job_id=job.id, user_id=user_id, attempt=job.attempt, step="collect"
+            )
+        )
     return {"posts": counts["posts"], "uploads": counts["uploads"]}
 
 
@@ -375,11 +416,16 @@ def _deliver(job: Job, user_id: int, archive: dict[str, int], by: str) -> str:
     """Send the download link; keyed on the job, so a crash before the step was recorded
     cannot send it twice."""
     with pool.engine.begin() as conn:
-        conn.execute(pg_insert(exports).values(
-            job_id=job.id, user_id=user_id, approved_by=by, **archive
-        ).on_conflict_do_nothing(index_elements=[exports.c.job_id]))
-        conn.execute(insert(deletion_steps).values(
-            job_id=job.id, user_id=user_id, attempt=job.attempt, step="deliver"))
+        conn.execute(
+            pg_insert(exports)
+            .values(job_id=job.id, user_id=user_id, approved_by=by, **archive)
+            .on_conflict_do_nothing(index_elements=[exports.c.job_id])
+        )
+        conn.execute(
+            insert(deletion_steps).values(
+                job_id=job.id, user_id=user_id, attempt=job.attempt, step="deliver"
+            )
+        )
     return "sent"
 
 
@@ -400,8 +446,11 @@ def resumed_deletions(conn: Connection) -> int:
     """Deletion attempts whose first executed step was not the first step: they resumed at the
     first step that had not finished."""
     first = (
-        select(deletion_steps.c.job_id, deletion_steps.c.attempt,
-               func.min(deletion_steps.c.id).label("first_id"))
+        select(
+            deletion_steps.c.job_id,
+            deletion_steps.c.attempt,
+            func.min(deletion_steps.c.id).label("first_id"),
+        )
         .group_by(deletion_steps.c.job_id, deletion_steps.c.attempt)
         .subquery()
     )
@@ -415,31 +464,37 @@ def resumed_deletions(conn: Connection) -> int:
 
 #: Every job, whether still in the jobs table or moved to the history by the maintenance child
 #: (finished jobs move there a minute after they end: docs/storage.md).
-ALL_JOBS = ("(SELECT id, task, state, payload, steps FROM workerpool_jobs"
-            " UNION ALL SELECT id, task, state, payload, steps FROM workerpool_jobs_history)")
+ALL_JOBS = (
+    "(SELECT id, task, state, payload, steps FROM workerpool_jobs"
+    " UNION ALL SELECT id, task, state, payload, steps FROM workerpool_jobs_history)"
+)
 
 
 def steps_run_again(conn: Connection) -> list[str]:
     """Steps whose work ran again after the step was recorded finished (both times from the
     database clock): a finished step must never run again (``job.step`` replays its value)."""
-    rows = conn.execute(text(
-        f"SELECT l.job_id, l.step FROM demo_deletion_steps l JOIN {ALL_JOBS} j"
-        " ON j.id = l.job_id WHERE l.at > (j.steps -> l.step ->> 'finished_at')::timestamptz"
-    )).all()
+    rows = conn.execute(
+        text(
+            f"SELECT l.job_id, l.step FROM demo_deletion_steps l JOIN {ALL_JOBS} j"
+            " ON j.id = l.job_id WHERE l.at > (j.steps -> l.step ->> 'finished_at')::timestamptz"
+        )
+    ).all()
     return [f"#{job_id} {step}" for job_id, step in rows]
 
 
 def export_report(conn: Connection) -> dict[str, int]:
     """Exports delivered, and how they got their approval: sent before the job waited (kept,
     read at once) or after (the job waited, then was woken)."""
-    row = conn.execute(text(
-        "SELECT count(*) FILTER (WHERE state = 'done'),"
-        " count(*) FILTER (WHERE (steps -> approval ->> 'started_at')::timestamptz"
-        "   < (steps -> approval ->> 'finished_at')::timestamptz),"
-        " count(*) FILTER (WHERE state <> 'done')"
-        f" FROM {ALL_JOBS} AS j, LATERAL (SELECT 'export_approved:' || (payload ->> 'user_id')"
-        "   AS approval) AS a WHERE task = 'export_data'"
-    )).one()
+    row = conn.execute(
+        text(
+            "SELECT count(*) FILTER (WHERE state = 'done'),"
+            " count(*) FILTER (WHERE (steps -> approval ->> 'started_at')::timestamptz"
+            "   < (steps -> approval ->> 'finished_at')::timestamptz),"
+            " count(*) FILTER (WHERE state <> 'done')"
+            f" FROM {ALL_JOBS} AS j, LATERAL (SELECT 'export_approved:' || (payload ->> 'user_id')"
+            "   AS approval) AS a WHERE task = 'export_data'"
+        )
+    ).one()
     delivered = conn.execute(select(func.count()).select_from(exports)).scalar_one()
     return {"done": row[0], "waited": row[1], "unfinished": row[2], "delivered": delivered}
 

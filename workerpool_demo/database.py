@@ -51,9 +51,10 @@ def fresh_database(name: str) -> URL:
 
 def _recreate(conn: Connection, name: str) -> None:
     quoted = conn.dialect.identifier_preparer.quote(name)
-    found = conn.execute(text(
-        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = :name"
-    ), {"name": name}).first()
+    found = conn.execute(
+        text("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = :name"),
+        {"name": name},
+    ).first()
     if found is not None:
         if found[0] != DEMO_MARK:
             raise ConfigError(

@@ -132,19 +132,25 @@ class EmailProvider:
                 select(inbox.c.message_id).where(inbox.c.idempotency_key == key)
             ).scalar()
             status = 208 if earlier else 200
-            conn.execute(insert(requests).values(
-                idempotency_key=key, recipient=to, template=template, status=status
-            ))
+            conn.execute(
+                insert(requests).values(
+                    idempotency_key=key, recipient=to, template=template, status=status
+                )
+            )
             if earlier:
                 return earlier
             message_id = f"msg_{secrets.token_hex(8)}"
-            conn.execute(insert(inbox).values(
-                idempotency_key=key, message_id=message_id, recipient=to, template=template
-            ))
+            conn.execute(
+                insert(inbox).values(
+                    idempotency_key=key, message_id=message_id, recipient=to, template=template
+                )
+            )
             return message_id
 
     def _log(self, key: str, to: str, template: str, status: int) -> None:
         with self.engine.begin() as conn:
-            conn.execute(insert(requests).values(
-                idempotency_key=key, recipient=to, template=template, status=status
-            ))
+            conn.execute(
+                insert(requests).values(
+                    idempotency_key=key, recipient=to, template=template, status=status
+                )
+            )

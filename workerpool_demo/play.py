@@ -85,8 +85,10 @@ def play(
 
 
 def status_line(options: Options, supervisor: Supervisor, backend: Backend, elapsed: float) -> str:
-    phase = "requests arriving" if not backend.done else (
-        "settling" if elapsed < options.duration + options.settle_timeout else "timed out"
+    phase = (
+        "requests arriving"
+        if not backend.done
+        else ("settling" if elapsed < options.duration + options.settle_timeout else "timed out")
     )
     chaos = f"  chaos: {len(supervisor.kills)} workers killed" if options.chaos else ""
     last = f" (last: {supervisor.kills[-1][2]})" if supervisor.kills else ""

@@ -34,14 +34,21 @@ class Supervisor:
 
     def __init__(self, app: str, url: URL, log_path: Path) -> None:
         self.heartbeat_dir = tempfile.mkdtemp(prefix="workerpool-demo-")
-        env = dict(os.environ, WORKERPOOL_DATABASE_URL=url_text(url),
-                   WORKERPOOL_HEARTBEAT_DIR=self.heartbeat_dir)
+        env = dict(
+            os.environ,
+            WORKERPOOL_DATABASE_URL=url_text(url),
+            WORKERPOOL_HEARTBEAT_DIR=self.heartbeat_dir,
+        )
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
             [*RUN_COMMAND, f"{app}:pool", *RUN_OPTIONS],
-            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_drain_when_the_demo_dies,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_drain_when_the_demo_dies,
         )
         self.kills: list[tuple[float, int, str]] = []
 

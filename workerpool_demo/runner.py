@@ -47,8 +47,9 @@ def main(options: Options, out: TextIO = sys.stdout) -> int:
     options.check()
     out.write("workerpool demo: preparing a fresh database...\n")
     out.flush()
-    with db.embedded_for_this_command(settings.database_url(),
-                                      settings.embedded_dir()) as stops_server:
+    with db.embedded_for_this_command(
+        settings.database_url(), settings.embedded_dir()
+    ) as stops_server:
         url = fresh_database(options.database)
         with demo_environment(url):
             app = importlib.import_module(APP)
@@ -59,8 +60,9 @@ def main(options: Options, out: TextIO = sys.stdout) -> int:
 
 
 class Demo:
-    def __init__(self, options: Options, app: ModuleType, url: URL, out: TextIO,
-                 stops_server: bool = False) -> None:
+    def __init__(
+        self, options: Options, app: ModuleType, url: URL, out: TextIO, stops_server: bool = False
+    ) -> None:
         self.options, self.app, self.url, self.out = options, app, url, out
         self.stops_server = stops_server  # the embedded server it started, stopped at its end
         self.rng = random.Random(options.seed)
@@ -71,8 +73,9 @@ class Demo:
         log_path = Path(tempfile.gettempdir()) / f"{self.options.database}.log"
         supervisor = Supervisor(APP, self.url, log_path)
         try:
-            self.say(f"supervisor pid {supervisor.pid} runs {APP}:pool "
-                     f"(log: {log_path}); Ctrl-C drains")
+            self.say(
+                f"supervisor pid {supervisor.pid} runs {APP}:pool (log: {log_path}); Ctrl-C drains"
+            )
             backend = Backend(self.app, self.scenario, existing)
             view = LiveView(self.out, sorted(self.app.pool.queues), tty=self.out.isatty())
             run = play(self.options, self.app, backend, supervisor, view, self.rng)
@@ -89,8 +92,10 @@ class Demo:
 
     def stop(self, supervisor: Supervisor) -> int | None:
         if not supervisor.running():
-            self.say(f"the supervisor exited on its own ({supervisor.process.returncode}); "
-                     f"its log ends with:\n{supervisor.log_tail()}")
+            self.say(
+                f"the supervisor exited on its own ({supervisor.process.returncode}); "
+                f"its log ends with:\n{supervisor.log_tail()}"
+            )
             return supervisor.process.returncode
         code = drain(supervisor, self.out)
         if code is None:
@@ -100,19 +105,31 @@ class Demo:
     def report(self, backend: Backend, run: Run) -> int:
         with self.app.pool.engine.connect() as conn:
             lines, checks = summarise(conn, self.app, self.scenario, backend, run)
-        checks.append(Check(run.supervisor_exit == 0,
-                            f"the supervisor drained and exited with status {run.supervisor_exit}"))
+        checks.append(
+            Check(
+                run.supervisor_exit == 0,
+                f"the supervisor drained and exited with status {run.supervisor_exit}",
+            )
+        )
         if not run.settled and not run.interrupted:
-            checks.append(Check(False, f"the work did not settle within "
-                                       f"{self.options.settle_timeout:g} s after the requests"))
+            checks.append(
+                Check(
+                    False,
+                    f"the work did not settle within "
+                    f"{self.options.settle_timeout:g} s after the requests",
+                )
+            )
         self.print_summary(run, lines, checks)
         if run.interrupted:
             return 130
         return 0 if all(check.ok for check in checks) else 1
 
     def print_summary(self, run: Run, lines: list[str], checks: list[Check]) -> None:
-        chaos = (f"; chaos: {len(run.kills)} worker processes killed with SIGKILL mid-run"
-                 if self.options.chaos else "")
+        chaos = (
+            f"; chaos: {len(run.kills)} worker processes killed with SIGKILL mid-run"
+            if self.options.chaos
+            else ""
+        )
         requests = ", ".join(f"{n} {kind}" for kind, n in sorted(run.requests.items()))
         out = [
             "",
@@ -133,8 +150,10 @@ class Demo:
 
     def inspect_hint(self) -> str:
         if self.stops_server:
-            return (f"the embedded PostgreSQL the demo started stops with it (its data stays in"
-                    f" {settings.embedded_dir()})")
+            return (
+                f"the embedded PostgreSQL the demo started stops with it (its data stays in"
+                f" {settings.embedded_dir()})"
+            )
         shown = shown_url(self.url)
         return f"inspect the jobs: WORKERPOOL_DATABASE_URL='{shown}' workerpool status"
 

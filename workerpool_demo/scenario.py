@@ -58,7 +58,7 @@ def plan(rng: random.Random, duration: float, users: int, poison_name: str) -> S
     deleted = rng.sample(range(existing), k=max(3, existing * 2 // 3))
     for k in deleted:
         requests.append(Request(rng.uniform(0, spread), "delete", k))
-    for k in [k for k in range(existing) if k not in deleted][:max(2, existing // 5)]:
+    for k in [k for k in range(existing) if k not in deleted][: max(2, existing // 5)]:
         at = rng.uniform(0, spread)
         requests.append(Request(at, "export", k))
         requests.append(Request(at + rng.uniform(0.1, 3.0), "approve", k))
@@ -81,7 +81,7 @@ class Backend:
         due = [r for r in self.pending if r.at <= elapsed]
         if not due:
             return
-        self.pending = self.pending[len(due):]
+        self.pending = self.pending[len(due) :]
         with self.app.pool.engine.begin() as conn:
             for request in due:
                 self._play(conn, request)

@@ -50,20 +50,23 @@ BATCH = 1000
 metadata = MetaData()
 TZ = DateTime(timezone=True)
 sessions = Table(
-    "example_sessions", metadata,
+    "example_sessions",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, nullable=False),
     Column("expires_at", TZ, nullable=False, index=True),
 )
 api_tokens = Table(
-    "example_api_tokens", metadata,
+    "example_api_tokens",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("user_id", BigInteger, nullable=False),
     Column("token_hash", Text, nullable=False),
     Column("expires_at", TZ, nullable=False, index=True),
 )
 audit_log = Table(
-    "example_audit_log", metadata,
+    "example_audit_log",
+    metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("at", TZ, nullable=False, server_default=func.now(), index=True),
     Column("event", Text, nullable=False),
@@ -89,8 +92,13 @@ def sweep_table(engine: Engine, table: Table, expired: Any, batch: int = BATCH) 
     """Delete expired rows ``batch`` at a time; returns how many went."""
     total = 0
     while True:
-        doomed = (select(table.c.id).where(expired).limit(batch)
-                  .with_for_update(skip_locked=True).scalar_subquery())
+        doomed = (
+            select(table.c.id)
+            .where(expired)
+            .limit(batch)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
         with engine.begin() as conn:
             deleted = conn.execute(delete(table).where(table.c.id.in_(doomed))).rowcount
         total += deleted
@@ -101,8 +109,15 @@ def sweep_table(engine: Engine, table: Table, expired: Any, batch: int = BATCH) 
 def register(pool: WorkerPool, *, queue: str = "housekeeping", schedule: str = SCHEDULE) -> None:
     """Add the sweep to ``pool`` as the cron job ``session_cleanup`` on ``queue``."""
 
-    @pool.cron(schedule, queue=queue, name="session_cleanup", overlap="skip", missed="run_once",
-               max_attempts=3, timeout=15 * 60)
+    @pool.cron(
+        schedule,
+        queue=queue,
+        name="session_cleanup",
+        overlap="skip",
+        missed="run_once",
+        max_attempts=3,
+        timeout=15 * 60,
+    )
     def session_cleanup(job: Job) -> None:
         create_tables(pool.engine)
         progress = dict(job.checkpoint_data or {"done": {}})
@@ -111,8 +126,12 @@ def register(pool: WorkerPool, *, queue: str = "housekeeping", schedule: str = S
                 continue  # finished by an earlier, interrupted attempt
             progress["done"][name] = sweep_table(pool.engine, table, expired)
             job.checkpoint(progress)
-        log.info("session cleanup for tick %s: %s", job.payload.get("tick"), progress["done"],
-                 extra={"event": "session_cleanup_done", **progress["done"]})
+        log.info(
+            "session cleanup for tick %s: %s",
+            job.payload.get("tick"),
+            progress["done"],
+            extra={"event": "session_cleanup_done", **progress["done"]},
+        )
 
 
 pool = WorkerPool()

@@ -30,8 +30,9 @@ class Check:
     text: str
 
 
-def summarise(conn: Connection, app: ModuleType, scenario: Scenario, backend: Backend,
-              run: Run) -> tuple[list[str], list[Check]]:
+def summarise(
+    conn: Connection, app: ModuleType, scenario: Scenario, backend: Backend, run: Run
+) -> tuple[list[str], list[Check]]:
     jobs = queries.job_outcomes(conn)
     lines = queue_table(jobs, run) + dead_letter_lines(jobs) + error_lines(conn)
     checks = [
@@ -54,8 +55,10 @@ def queue_table(jobs: list[Any], run: Run) -> list[str]:
     by_queue: dict[str, list[Any]] = defaultdict(list)
     for job in jobs:
         by_queue[job.queue].append(job)
-    head = (f"{'queue':<15}{'jobs':>7}{'done':>7}{'dead':>7}{'other':>7}{'claims':>8}"
-            f"{'retried':>9}{'peak jobs/s':>13}")
+    head = (
+        f"{'queue':<15}{'jobs':>7}{'done':>7}{'dead':>7}{'other':>7}{'claims':>8}"
+        f"{'retried':>9}{'peak jobs/s':>13}"
+    )
     lines = [head]
     for queue, rows in sorted(by_queue.items()):
         states = Counter(job.state for job in rows)
@@ -63,8 +66,10 @@ def queue_table(jobs: list[Any], run: Run) -> list[str]:
         retried = sum(1 for job in rows if job.attempts > 1)
         done, dead = states[JobState.DONE], states[JobState.DEAD]
         other = len(rows) - done - dead
-        lines.append(f"{queue:<15}{len(rows):>7}{done:>7}{dead:>7}{other:>7}"
-                     f"{claims:>8}{retried:>9}{run.peak_rate.get(queue, 0.0):>13.1f}")
+        lines.append(
+            f"{queue:<15}{len(rows):>7}{done:>7}{dead:>7}{other:>7}"
+            f"{claims:>8}{retried:>9}{run.peak_rate.get(queue, 0.0):>13.1f}"
+        )
     return lines
 
 
@@ -72,8 +77,10 @@ def dead_letter_lines(jobs: list[Any]) -> list[str]:
     dead = [job for job in jobs if job.state == JobState.DEAD]
     lines = [f"dead-letter queue: {len(dead)} jobs (workerpool dead list / retry)"]
     for job in dead:
-        lines.append(f"  #{job.id:<6} {job.task:<20} {job.key or '':<16} {job.dead_reason:<10} "
-                     f"after {job.attempts} of {job.max_attempts} attempts")
+        lines.append(
+            f"  #{job.id:<6} {job.task:<20} {job.key or '':<16} {job.dead_reason:<10} "
+            f"after {job.attempts} of {job.max_attempts} attempts"
+        )
     return lines
 
 
@@ -134,9 +141,13 @@ def check_every_job_finished(
 
 
 def dead_on_purpose(jobs: list[Any], expected: dict[str, str]) -> str:
-    rejected = sum(1 for job in jobs
-                   if job.state == JobState.DEAD and job.dead_reason == DeadReason.PERMANENT
-                   and expected.get(job.key) == DeadReason.PERMANENT)
+    rejected = sum(
+        1
+        for job in jobs
+        if job.state == JobState.DEAD
+        and job.dead_reason == DeadReason.PERMANENT
+        and expected.get(job.key) == DeadReason.PERMANENT
+    )
     poison = [job for job in jobs if expected.get(job.key) == DeadReason.ABANDONED]
     if not poison:
         fate = "the poison message never arrived"
@@ -152,8 +163,11 @@ def check_one_job_per_signup(jobs: list[Any], backend: Backend) -> Check:
     users = len(set(backend.signups.values()))
     doubled = [key for key, n in welcome.items() if n > 1]
     ok = not doubled and len(welcome) == users
-    return Check(ok, f"one welcome job per user: {backend.counts['signup']} signup requests "
-                     f"(double clicks included) -> {users} users -> {len(welcome)} welcome jobs")
+    return Check(
+        ok,
+        f"one welcome job per user: {backend.counts['signup']} signup requests "
+        f"(double clicks included) -> {users} users -> {len(welcome)} welcome jobs",
+    )
 
 
 def check_one_email_per_key(conn: Connection, jobs: list[Any], app: ModuleType) -> Check:
@@ -163,9 +177,11 @@ def check_one_email_per_key(conn: Connection, jobs: list[Any], app: ModuleType) 
     email_done = {job.key for job in jobs if job.queue == "email" and job.state == JobState.DONE}
     missing = sorted(key for key in email_done if key not in delivered)
     ok = not twice and not missing
-    text = (f"one email per idempotency key: {sum(delivered.values())} delivered for "
-            f"{len(delivered)} keys; {replays} repeated requests (a job re-run after its worker "
-            f"died) answered from the provider's idempotency cache")
+    text = (
+        f"one email per idempotency key: {sum(delivered.values())} delivered for "
+        f"{len(delivered)} keys; {replays} repeated requests (a job re-run after its worker "
+        f"died) answered from the provider's idempotency cache"
+    )
     if twice:
         text += f"; DELIVERED TWICE: {', '.join(twice[:10])}"
     if missing:
@@ -184,8 +200,10 @@ def check_no_half_deleted_user(conn: Connection, jobs: list[Any], app: ModuleTyp
         elif job.state != JobState.DONE:
             in_progress += 1
     resumed = app.resumed_deletions(conn)
-    text = (f"no half-deleted user: {len(deletions) - in_progress} deletions complete in every "
-            f"store; {resumed} resumed at their first unfinished step instead of starting over")
+    text = (
+        f"no half-deleted user: {len(deletions) - in_progress} deletions complete in every "
+        f"store; {resumed} resumed at their first unfinished step instead of starting over"
+    )
     if in_progress:
         text += f"; {in_progress} in progress, resuming at their next step on the next start"
     if half:
@@ -204,9 +222,11 @@ def check_no_finished_step_ran_again(conn: Connection, app: ModuleType) -> Check
 def check_exports_approved_and_delivered(conn: Connection, app: ModuleType) -> Check:
     report = app.export_report(conn)
     ok = report["delivered"] == report["done"] and report["done"] > 0
-    text = (f"data exports: {report['done']} delivered once each after a sleep and an approval"
-            f" signal ({report['waited']} waited for it, holding no worker;"
-            f" {report['done'] - report['waited']} found it already sent)")
+    text = (
+        f"data exports: {report['done']} delivered once each after a sleep and an approval"
+        f" signal ({report['waited']} waited for it, holding no worker;"
+        f" {report['done'] - report['waited']} found it already sent)"
+    )
     if report["unfinished"]:
         text += f"; {report['unfinished']} not finished"
     if report["delivered"] != report["done"]:
@@ -217,10 +237,13 @@ def check_exports_approved_and_delivered(conn: Connection, app: ModuleType) -> C
 def check_cleanup_never_overlapped(jobs: list[Any], app: ModuleType) -> Check:
     """Each cron run is one job: its last claim and its finish bound the run (database clock)."""
     cron_tasks = set(app.pool.crons)
-    runs = sorted((job for job in jobs if job.task in cron_tasks and job.state == JobState.DONE),
-                  key=lambda job: job.claimed_at)
-    overlaps = [f"#{a.id}/#{b.id}" for a, b in itertools.pairwise(runs)
-                if b.claimed_at < a.finished_at]
+    runs = sorted(
+        (job for job in jobs if job.task in cron_tasks and job.state == JobState.DONE),
+        key=lambda job: job.claimed_at,
+    )
+    overlaps = [
+        f"#{a.id}/#{b.id}" for a, b in itertools.pairwise(runs) if b.claimed_at < a.finished_at
+    ]
     removed: Counter[str] = Counter()
     for job in runs:
         removed.update((job.checkpoint or {}).get("done", {}))
@@ -229,8 +252,11 @@ def check_cleanup_never_overlapped(jobs: list[Any], app: ModuleType) -> Check:
         return Check(False, "session cleanup never ran")
     if overlaps:
         return Check(False, f"session cleanup runs OVERLAPPED: {', '.join(overlaps[:5])}")
-    return Check(True, f"session cleanup ran {len(runs)} times, never overlapping; "
-                       f"removed {swept} (expired or past retention)")
+    return Check(
+        True,
+        f"session cleanup ran {len(runs)} times, never overlapping; "
+        f"removed {swept} (expired or past retention)",
+    )
 
 
 def _ids(ids: list[int]) -> str:

@@ -11,8 +11,13 @@ from sqlalchemy import Connection
 from workerpool import sql as queries
 from workerpool.model.states import JobState
 
-SHOWN_STATES = (JobState.PENDING, JobState.PROCESSING, JobState.DONE, JobState.FAILED,
-                JobState.DEAD)
+SHOWN_STATES = (
+    JobState.PENDING,
+    JobState.PROCESSING,
+    JobState.DONE,
+    JobState.FAILED,
+    JobState.DEAD,
+)
 FINISHED_STATES = (JobState.DONE, JobState.DEAD)
 
 

@@ -25,6 +25,7 @@ pool.queue("orders", concurrency=2, poll_interval=0.2)
 
 def django_job(fn: Callable[[Job], None]) -> Callable[[Job], None]:
     """Run a handler the way Django runs a view: stale connections closed around it."""
+
     @functools.wraps(fn)
     def run(job: Job) -> None:
         close_old_connections()
@@ -32,6 +33,7 @@ def django_job(fn: Callable[[Job], None]) -> Callable[[Job], None]:
             fn(job)
         finally:
             close_old_connections()
+
     return run
 
 

@@ -31,8 +31,11 @@ def create_order(request: HttpRequest) -> JsonResponse:
     try:
         with transaction.atomic():
             order = Order.objects.create(email=email)
-            transaction.on_commit(lambda: job_ids.append(
-                pool.enqueue("confirm_order", {"order_id": order.pk}, key=f"order:{order.pk}")))
+            transaction.on_commit(
+                lambda: job_ids.append(
+                    pool.enqueue("confirm_order", {"order_id": order.pk}, key=f"order:{order.pk}")
+                )
+            )
             if email.endswith(".invalid"):
                 raise Refused  # rolls back the order: on_commit callbacks are dropped, no job
     except Refused:

@@ -18,7 +18,6 @@ HANG = float(os.environ.get("TEST_HANG", "5"))
 SHORT = {"drain_timeout": DRAIN, "hang_timeout": HANG, "poll_interval": 0.1}
 
 
-
 def build(url: object = None) -> WorkerPool:
     """The application's pool (tests build one on their database to enqueue and inspect)."""
     pool = WorkerPool(url)  # default: $WORKERPOOL_DATABASE_URL

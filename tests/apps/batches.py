@@ -9,10 +9,15 @@ from sqlalchemy import text
 
 from workerpool import Job, WorkerPool
 
-SHORT = {"drain_timeout": 1.0, "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
-         "poll_interval": 0.1}
-LEDGER = ("CREATE TABLE batch_ledger (batch_id bigint, task text, live int, total int,"
-          " done int, at timestamptz DEFAULT clock_timestamp())")
+SHORT = {
+    "drain_timeout": 1.0,
+    "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
+    "poll_interval": 0.1,
+}
+LEDGER = (
+    "CREATE TABLE batch_ledger (batch_id bigint, task text, live int, total int,"
+    " done int, at timestamptz DEFAULT clock_timestamp())"
+)
 
 
 def build(url: object = None) -> WorkerPool:
@@ -30,10 +35,19 @@ def build(url: object = None) -> WorkerPool:
         assert job.batch_id is not None
         status = pool.batch_status(job.batch_id)
         with pool.engine.begin() as conn:
-            conn.execute(text("INSERT INTO batch_ledger (batch_id, task, live, total, done)"
-                              " VALUES (:b, :t, :live, :total, :done)"),
-                         {"b": job.batch_id, "t": job.task, "live": status.live,
-                          "total": status.total, "done": status.done})
+            conn.execute(
+                text(
+                    "INSERT INTO batch_ledger (batch_id, task, live, total, done)"
+                    " VALUES (:b, :t, :live, :total, :done)"
+                ),
+                {
+                    "b": job.batch_id,
+                    "t": job.task,
+                    "live": status.live,
+                    "total": status.total,
+                    "done": status.done,
+                },
+            )
         return {"total": status.total, "done": status.done}
 
     return pool

@@ -30,8 +30,11 @@ def main(argv: list[str]) -> int:
             raise BootFault(f"{worker.name}: injected boot failure")
         return real(worker, **kwargs)
 
-    return Supervisor(settings, child_factory=run.child_factory(pool, runner),
-                      releaser_factory=run.releaser_factory(pool, settings)).run()
+    return Supervisor(
+        settings,
+        child_factory=run.child_factory(pool, runner),
+        releaser_factory=run.releaser_factory(pool, settings),
+    ).run()
 
 
 if __name__ == "__main__":

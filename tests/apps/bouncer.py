@@ -13,8 +13,10 @@ from sqlalchemy import text
 from workerpool import Job, WorkerPool
 
 CRON_SECONDS = 1.2  # longer than the one-second period: overlapping ticks must be skipped
-LEDGER = ("CREATE TABLE bouncer_ledger (id serial PRIMARY KEY, kind text, job_id bigint,"
-          " tick text, started_at timestamptz, ended_at timestamptz)")
+LEDGER = (
+    "CREATE TABLE bouncer_ledger (id serial PRIMARY KEY, kind text, job_id bigint,"
+    " tick text, started_at timestamptz, ended_at timestamptz)"
+)
 
 pool = WorkerPool()  # $WORKERPOOL_DATABASE_URL: the bouncer's port
 pool.queue("work", concurrency=8, poll_interval=0.2, drain_timeout=1, hang_timeout=10)
@@ -26,8 +28,13 @@ pool.maintenance(interval=0.3)
 def touch(job: Job) -> None:
     """One short transaction of the handler's own: the same statement on pooled connections."""
     with pool.engine.begin() as conn:
-        conn.execute(text("INSERT INTO bouncer_ledger (kind, job_id, started_at)"
-                          " VALUES ('task', :job, clock_timestamp())"), {"job": job.id})
+        conn.execute(
+            text(
+                "INSERT INTO bouncer_ledger (kind, job_id, started_at)"
+                " VALUES ('task', :job, clock_timestamp())"
+            ),
+            {"job": job.id},
+        )
 
 
 @pool.task(queue="work")
@@ -42,13 +49,19 @@ def waits(job: Job) -> None:
 @pool.cron("* * * * * *", queue="cron", max_attempts=1)
 def tick(job: Job) -> None:
     with pool.engine.begin() as conn:
-        run = conn.execute(text("INSERT INTO bouncer_ledger (kind, job_id, tick, started_at)"
-                                " VALUES ('cron', :job, :tick, clock_timestamp()) RETURNING id"),
-                           {"job": job.id, "tick": job.payload["tick"]}).scalar()
+        run = conn.execute(
+            text(
+                "INSERT INTO bouncer_ledger (kind, job_id, tick, started_at)"
+                " VALUES ('cron', :job, :tick, clock_timestamp()) RETURNING id"
+            ),
+            {"job": job.id, "tick": job.payload["tick"]},
+        ).scalar()
     time.sleep(CRON_SECONDS)
     with pool.engine.begin() as conn:
-        conn.execute(text("UPDATE bouncer_ledger SET ended_at = clock_timestamp() WHERE id = :id"),
-                     {"id": run})
+        conn.execute(
+            text("UPDATE bouncer_ledger SET ended_at = clock_timestamp() WHERE id = :id"),
+            {"id": run},
+        )
 
 
 @pool.task(queue="work")

@@ -19,8 +19,14 @@ GRACE = float(os.environ.get("TEST_CANCEL_GRACE", "1"))
 DRAIN = float(os.environ.get("TEST_CANCEL_DRAIN", "10"))
 
 pool = WorkerPool()  # $WORKERPOOL_DATABASE_URL
-pool.queue("ctl", concurrency=2, cancel_grace=GRACE, poll_interval=0.1, drain_timeout=DRAIN,
-           hang_timeout=10)
+pool.queue(
+    "ctl",
+    concurrency=2,
+    cancel_grace=GRACE,
+    poll_interval=0.1,
+    drain_timeout=DRAIN,
+    hang_timeout=10,
+)
 pool.queue("other", concurrency=2, poll_interval=0.1, drain_timeout=1, hang_timeout=10)
 
 

@@ -14,8 +14,10 @@ from sqlalchemy import text
 from workerpool import Job, WorkerPool
 
 SHORT = {"drain_timeout": 1.0, "hang_timeout": 5.0, "poll_interval": 0.05}
-LEDGER = ("CREATE TABLE limits_ledger (id serial PRIMARY KEY, job_id bigint, key text, pid int,"
-          " started_at timestamptz, ended_at timestamptz)")
+LEDGER = (
+    "CREATE TABLE limits_ledger (id serial PRIMARY KEY, job_id bigint, key text, pid int,"
+    " started_at timestamptz, ended_at timestamptz)"
+)
 
 
 def build(url: object = None) -> WorkerPool:
@@ -27,21 +29,29 @@ def build(url: object = None) -> WorkerPool:
 
     def run(job: Job, key: str | None = None) -> None:
         with pool.engine.begin() as conn:
-            row = conn.execute(text(
-                "INSERT INTO limits_ledger (job_id, key, pid, started_at)"
-                " VALUES (:job, :key, :pid, clock_timestamp()) RETURNING id"),
-                {"job": job.id, "key": key, "pid": os.getpid()}).scalar()
+            row = conn.execute(
+                text(
+                    "INSERT INTO limits_ledger (job_id, key, pid, started_at)"
+                    " VALUES (:job, :key, :pid, clock_timestamp()) RETURNING id"
+                ),
+                {"job": job.id, "key": key, "pid": os.getpid()},
+            ).scalar()
         time.sleep(job.payload.get("seconds", 0))
         with pool.engine.begin() as conn:
-            conn.execute(text("UPDATE limits_ledger SET ended_at = clock_timestamp()"
-                              " WHERE id = :row"), {"row": row})
+            conn.execute(
+                text("UPDATE limits_ledger SET ended_at = clock_timestamp() WHERE id = :row"),
+                {"row": row},
+            )
 
     @pool.task(queue="capped", max_attempts=10)
     def hold(job: Job) -> None:
         run(job)
 
-    @pool.task(queue="keyed", concurrency_limit=1,
-               concurrency_key=lambda payload: f"account:{payload['account']}")
+    @pool.task(
+        queue="keyed",
+        concurrency_limit=1,
+        concurrency_key=lambda payload: f"account:{payload['account']}",
+    )
     def serial(job: Job) -> None:
         run(job, f"account:{job.payload['account']}")
 

@@ -26,8 +26,7 @@ def record(job: Job) -> None:
 
 def build(url: object = None) -> WorkerPool:
     pool = WorkerPool(url)
-    pool.queue("work", concurrency=CONCURRENCY, poll_interval=0.1, drain_timeout=1,
-               hang_timeout=5)
+    pool.queue("work", concurrency=CONCURRENCY, poll_interval=0.1, drain_timeout=1, hang_timeout=5)
 
     @pool.task(queue="work", max_attempts=5)
     def ordinary(job: Job) -> None:

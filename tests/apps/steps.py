@@ -11,10 +11,15 @@ from sqlalchemy import text
 
 from workerpool import Backoff, Job, WorkerPool
 
-SHORT = {"drain_timeout": 1.0, "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
-         "poll_interval": 0.1}
-LEDGER = ("CREATE TABLE step_ledger (job_id bigint, step text, attempt int,"
-          " at timestamptz DEFAULT clock_timestamp())")
+SHORT = {
+    "drain_timeout": 1.0,
+    "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
+    "poll_interval": 0.1,
+}
+LEDGER = (
+    "CREATE TABLE step_ledger (job_id bigint, step text, attempt int,"
+    " at timestamptz DEFAULT clock_timestamp())"
+)
 STEPS = ("charge", "receipt", "crm", "archive")
 
 
@@ -24,8 +29,10 @@ def build(url: object = None) -> WorkerPool:
 
     def effect(job: Job, step: str) -> str:
         with pool.engine.begin() as conn:
-            conn.execute(text("INSERT INTO step_ledger (job_id, step, attempt)"
-                              " VALUES (:j, :s, :a)"), {"j": job.id, "s": step, "a": job.attempt})
+            conn.execute(
+                text("INSERT INTO step_ledger (job_id, step, attempt) VALUES (:j, :s, :a)"),
+                {"j": job.id, "s": step, "a": job.attempt},
+            )
         return f"{step} ok"
 
     @pool.task(queue="flows", backoff=Backoff(base=0, cap=0))

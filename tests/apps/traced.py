@@ -89,8 +89,9 @@ def _install_file_exporter(path: str) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(path),
-                                                   schedule_delay_millis=600_000))
+    provider.add_span_processor(
+        BatchSpanProcessor(FileSpanExporter(path), schedule_delay_millis=600_000)
+    )
     trace.set_tracer_provider(provider)
 
 

@@ -21,12 +21,21 @@ def main(argv: list[str]) -> int:
     target, queue, *orphans = argv
     module_name, _, attribute = target.partition(":")
     pool = getattr(importlib.import_module(module_name), attribute)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     spec = queue_settings(pool)[queue]  # with the environment's overrides, as `workerpool run`
-    worker = worker_module.Worker(pool.registry, pool.url, queue, spec=spec,
-                                  orphans=tuple(orphans), pooled=pool.engines.pooled,
-                                  on_tick=lambda: print("tick", flush=True))
+    worker = worker_module.Worker(
+        pool.registry,
+        pool.url,
+        queue,
+        spec=spec,
+        orphans=tuple(orphans),
+        pooled=pool.engines.pooled,
+        on_tick=lambda: print("tick", flush=True),
+    )
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
     print(f"worker {worker.id}", flush=True)
     code = worker.run()

@@ -11,10 +11,15 @@ from sqlalchemy import text
 
 from workerpool import Job, WorkerPool
 
-SHORT = {"drain_timeout": 1.0, "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
-         "poll_interval": 0.1}
-LEDGER = ("CREATE TABLE flow_ledger (job_id bigint, attempt int, parents jsonb, sequence text,"
-          " started timestamptz, ended timestamptz DEFAULT clock_timestamp())")
+SHORT = {
+    "drain_timeout": 1.0,
+    "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
+    "poll_interval": 0.1,
+}
+LEDGER = (
+    "CREATE TABLE flow_ledger (job_id bigint, attempt int, parents jsonb, sequence text,"
+    " started timestamptz, ended timestamptz DEFAULT clock_timestamp())"
+)
 
 
 def build(url: object = None) -> WorkerPool:
@@ -26,11 +31,20 @@ def build(url: object = None) -> WorkerPool:
         started = _now(pool)
         parents = {str(k): v for k, v in job.parent_results.items()}
         with pool.engine.begin() as conn:
-            conn.execute(text("INSERT INTO flow_ledger (job_id, attempt, parents, sequence,"
-                              " started) VALUES (:id, :attempt, CAST(:parents AS jsonb), :seq,"
-                              " :started)"),
-                         {"id": job.id, "attempt": job.attempt, "parents": json.dumps(parents),
-                          "seq": job.payload.get("sequence"), "started": started})
+            conn.execute(
+                text(
+                    "INSERT INTO flow_ledger (job_id, attempt, parents, sequence,"
+                    " started) VALUES (:id, :attempt, CAST(:parents AS jsonb), :seq,"
+                    " :started)"
+                ),
+                {
+                    "id": job.id,
+                    "attempt": job.attempt,
+                    "parents": json.dumps(parents),
+                    "seq": job.payload.get("sequence"),
+                    "started": started,
+                },
+            )
         return {"n": job.payload.get("n", 0)}
 
     return pool

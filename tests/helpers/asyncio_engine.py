@@ -14,6 +14,7 @@ from workerpool import WorkerPool
 
 def on_own_async_engine(app: WorkerPool, body: Callable[[AsyncEngine], Awaitable[Any]]) -> Any:
     """Run ``body(engine)`` to its end and return what it returned."""
+
     async def main() -> Any:
         engine = create_async_engine(app.url.set(drivername="postgresql+psycopg_async"))
         try:
@@ -21,4 +22,5 @@ def on_own_async_engine(app: WorkerPool, body: Callable[[AsyncEngine], Awaitable
         finally:
             await engine.dispose()
             await app.dispose_async()
+
     return asyncio.run(main())

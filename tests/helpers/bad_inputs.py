@@ -30,6 +30,10 @@ BAD_INPUTS = [
     (("send", {}), {"priority": 10**6}, InvalidJob, "priority"),
     (("send", {}), {"delay": -1}, InvalidJob, "delay"),
     (("send", {}), {"delay": 1e300}, InvalidJob, "delay must be within"),
-    (("send", {}), {"delay": 1, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}, InvalidJob,
-     "not both"),
+    (
+        ("send", {}),
+        {"delay": 1, "run_at": datetime(2030, 1, 1, tzinfo=UTC)},
+        InvalidJob,
+        "not both",
+    ),
 ]

@@ -38,12 +38,15 @@ def declare(pool: WorkerPool) -> WorkerPool:
 
     for name in ("report", "succeeded", "failed_report"):
         pool.task(queue="reports", name=name)(
-            lambda job: {"batch": job.batch_id, "payload": job.payload})
+            lambda job: {"batch": job.batch_id, "payload": job.payload}
+        )
     return pool
 
 
 def callbacks(sql, batch_id: int) -> list[tuple[str, str]]:
     """The callback jobs of a batch: (task, state), by id."""
-    return sql("SELECT task, state FROM workerpool_jobs WHERE id IN (SELECT"
-               " unnest(callback_ids) FROM workerpool_batches WHERE id = %s) ORDER BY id",
-               batch_id)
+    return sql(
+        "SELECT task, state FROM workerpool_jobs WHERE id IN (SELECT"
+        " unnest(callback_ids) FROM workerpool_batches WHERE id = %s) ORDER BY id",
+        batch_id,
+    )

@@ -20,7 +20,11 @@ def run_bench(url: URL, *args: str, timeout: float = 120) -> subprocess.Complete
     env.pop("WORKERPOOL_DATABASE_URL", None)
     return subprocess.run(
         [sys.executable, "-m", "bench", "--url", libpq(url), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -21,13 +21,20 @@ from tests.helpers.web import served
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-         "--no-first-run", "--disable-extensions")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-extensions",
+)
 
 
 def browser_binaries() -> tuple[str, str]:
-    found = [shutil.which(p) or (p if os.access(p, os.X_OK) else None)
-             for p in (CHROMIUM, CHROMEDRIVER)]
+    found = [
+        shutil.which(p) or (p if os.access(p, os.X_OK) else None) for p in (CHROMIUM, CHROMEDRIVER)
+    ]
     if all(found):
         return CHROMIUM, CHROMEDRIVER
     reason = "chromium or chromedriver not installed (apt-get install chromium chromium-driver)"

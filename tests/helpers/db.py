@@ -15,11 +15,21 @@ def libpq(url: URL) -> str:
 
 def job_row(sql, job_id: int) -> dict:
     """The columns of one job that the tests look at; ``wait`` is ``run_at - now()``."""
-    cols = ("state", "dead_reason", "attempts", "errors", "checkpoint", "claimed_by",
-            "finished", "wait")
-    row = sql("SELECT state, dead_reason, attempts, errors, checkpoint, claimed_by,"
-              " finished_at IS NOT NULL, run_at - now() FROM workerpool_jobs WHERE id = %s",
-              job_id)[0]
+    cols = (
+        "state",
+        "dead_reason",
+        "attempts",
+        "errors",
+        "checkpoint",
+        "claimed_by",
+        "finished",
+        "wait",
+    )
+    row = sql(
+        "SELECT state, dead_reason, attempts, errors, checkpoint, claimed_by,"
+        " finished_at IS NOT NULL, run_at - now() FROM workerpool_jobs WHERE id = %s",
+        job_id,
+    )[0]
     return dict(zip(cols, row, strict=True))
 
 

@@ -13,9 +13,15 @@ def claim(app: WorkerPool, worker: str, limit: int = 10):
     """One claim of queue ``q`` with its limits, in a transaction of its own."""
     limits = claim_limits(app.queue_spec("q"), app.tasks)
     with app.engine.begin() as conn:
-        return queries.claim(conn, queue="q", worker=worker, limit=limit,
-                             task_versions=app.task_versions("q"), stale_after=300,
-                             limits=limits)
+        return queries.claim(
+            conn,
+            queue="q",
+            worker=worker,
+            limit=limit,
+            task_versions=app.task_versions("q"),
+            stale_after=300,
+            limits=limits,
+        )
 
 
 def claim_at_once(app: WorkerPool, claimers: int = 8, limit: int = 3) -> list[int]:

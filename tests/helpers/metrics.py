@@ -33,16 +33,22 @@ def total(families: dict, name: str, **labels: str) -> float:
     family = families.get(name)
     if family is None:
         return 0.0
-    return sum(sample.value for sample in family.samples
-               if sample.name == f"{name}_total"
-               and all(sample.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        sample.value
+        for sample in family.samples
+        if sample.name == f"{name}_total"
+        and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def scraped(directory: str) -> dict[tuple, float]:
     """``{(sample name, sorted labels): value}`` of what the recorder flushed to ``directory``."""
     text = generate_latest(exporter.registry(directory)).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.fixture

@@ -83,18 +83,27 @@ def bouncer(server_url: URL) -> Iterator[Bouncer]:
     try:
         for tries_left in reversed(range(3)):
             port = bouncer_config.free_port()
-            config = bouncer_config.write_config(directory, port, server, newer=newer,
-                                                 pool_size=POOL_SIZE, max_clients=100)
+            config = bouncer_config.write_config(
+                directory, port, server, newer=newer, pool_size=POOL_SIZE, max_clients=100
+            )
             log_path = directory / f"pgbouncer-{port}.log"
             with log_path.open("wb") as log_file:
-                proc = subprocess.Popen([binary, *as_user, str(config)],
-                                        stdin=subprocess.DEVNULL, stdout=log_file,
-                                        stderr=log_file, start_new_session=True)
+                proc = subprocess.Popen(
+                    [binary, *as_user, str(config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    start_new_session=True,
+                )
             running = Bouncer(proc, port, log_path)
             started.append(running)
             try:
-                wait_until(lambda: accepts(running, server_url), 10, interval=0.1,
-                           message="pgbouncer accepting connections")
+                wait_until(
+                    lambda: accepts(running, server_url),
+                    10,
+                    interval=0.1,
+                    message="pgbouncer accepting connections",
+                )
                 break
             except AssertionError:
                 # the free port was taken (by a test running in parallel) before pgbouncer
@@ -117,8 +126,11 @@ def through_bouncer(db_url: URL, bouncer: Bouncer, tmp_path: Path) -> Iterator:
     def start(*, pgbouncer_mode: bool) -> Supervisor:
         heartbeat_dir = tmp_path / f"heartbeats{len(running)}"
         heartbeat_dir.mkdir(mode=0o700)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+        }
         url = bouncer.url(db_url).render_as_string(hide_password=False)
         env.update(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(ROOT))
         if pgbouncer_mode:
@@ -126,10 +138,22 @@ def through_bouncer(db_url: URL, bouncer: Bouncer, tmp_path: Path) -> Iterator:
         log_path = tmp_path / f"supervisor{len(running)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.bouncer:pool",
-                 "--heartbeat-dir", str(heartbeat_dir)],
-                env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    "tests.apps.bouncer:pool",
+                    "--heartbeat-dir",
+                    str(heartbeat_dir),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                cwd=ROOT,
+            )
         running.append(Supervisor(proc, log_path, heartbeat_dir, env))
         return running[-1]
 

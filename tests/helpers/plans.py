@@ -111,8 +111,12 @@ def plain_engine(url: URL) -> Engine:
 
 
 def bounded(conn: Connection) -> None:
-    queries.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
-                              lock_timeout=LOCK_TIMEOUT, idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+    queries.bound_transaction(
+        conn,
+        statement_timeout=STATEMENT_TIMEOUT,
+        lock_timeout=LOCK_TIMEOUT,
+        idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT,
+    )
 
 
 #: name → (engine factory, what opens each transaction)
@@ -172,8 +176,11 @@ def compiled(run: Callable[[Any], object]) -> tuple[str, dict[str, Any]]:
 
 def leases_of(url: URL, worker: str) -> list[tuple[int, int]]:
     with psycopg.connect(libpq(url)) as conn:
-        return conn.execute("SELECT id, attempts FROM workerpool_jobs WHERE claimed_by = %s"
-                            " AND state = 'processing' ORDER BY id", (worker,)).fetchall()
+        return conn.execute(
+            "SELECT id, attempts FROM workerpool_jobs WHERE claimed_by = %s"
+            " AND state = 'processing' ORDER BY id",
+            (worker,),
+        ).fetchall()
 
 
 def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -185,37 +192,88 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
     unbinding = ClaimLimits(global_concurrency=100_000, rate=Rate(1_000_000, 3600.0))
     per_key = ClaimLimits(keys=(KeyLimit("work", 1, Rate(1_000, 60.0)),))
     return {
-        "claim limited": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
-            limits=unbinding)),
-        "claim limited shared": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
-            limits=unbinding, shared=True)),
-        "claim per key": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
-            limits=per_key)),
-        "claim per key alone": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
-            alone=True, limits=per_key)),
-        "claim": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300)),
-        "claim alone": compiled(lambda c: queries.claim(
-            c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300,
-            alone=True)),
+        "claim limited": compiled(
+            lambda c: queries.claim(
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
+                stale_after=300,
+                limits=unbinding,
+            )
+        ),
+        "claim limited shared": compiled(
+            lambda c: queries.claim(
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
+                stale_after=300,
+                limits=unbinding,
+                shared=True,
+            )
+        ),
+        "claim per key": compiled(
+            lambda c: queries.claim(
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
+                stale_after=300,
+                limits=per_key,
+            )
+        ),
+        "claim per key alone": compiled(
+            lambda c: queries.claim(
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
+                stale_after=300,
+                alone=True,
+                limits=per_key,
+            )
+        ),
+        "claim": compiled(
+            lambda c: queries.claim(
+                c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300
+            )
+        ),
+        "claim alone": compiled(
+            lambda c: queries.claim(
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
+                stale_after=300,
+                alone=True,
+            )
+        ),
         "complete": compiled(lambda c: queries.complete(c, "wk0", held)),
-        "complete settling": compiled(lambda c: results_sql.complete_settling(
-            c, "wk0", [(job_id, attempt, None) for job_id, attempt in held])),
-        "complete settling with results": compiled(lambda c: results_sql.complete_settling(
-            c, "wk0", [(job_id, attempt, '{"n": 1}') for job_id, attempt in held])),
+        "complete settling": compiled(
+            lambda c: results_sql.complete_settling(
+                c, "wk0", [(job_id, attempt, None) for job_id, attempt in held]
+            )
+        ),
+        "complete settling with results": compiled(
+            lambda c: results_sql.complete_settling(
+                c, "wk0", [(job_id, attempt, '{"n": 1}') for job_id, attempt in held]
+            )
+        ),
         "settle batches (lock)": compiled(lambda c: batches_sql.settle(c, [1])),
         "settle batches (finish)": compiled(lambda c: batches_sql.finish(c, [1], "outcome")),
         "renew": compiled(lambda c: queries.renew(c, "wk0", held)),
         "return_unstarted": compiled(lambda c: queries.return_unstarted(c, "wk0", held)),
-        "return_unheld": compiled(lambda c: queries.return_unheld(
-            c, "wk0", [job_id for job_id, _ in held])),
+        "return_unheld": compiled(
+            lambda c: queries.return_unheld(c, "wk0", [job_id for job_id, _ in held])
+        ),
         "give_back": compiled(lambda c: queries.give_back(c, lease, interrupted)),
-        "reclaim_from_dead_worker": compiled(
-            lambda c: queries.reclaim_from_dead_worker(c, "wk1")),
+        "reclaim_from_dead_worker": compiled(lambda c: queries.reclaim_from_dead_worker(c, "wk1")),
         "sweep_abandoned": compiled(lambda c: queries.sweep_abandoned(c, "q", 300.0)),
         "recover_stale": compiled(lambda c: queries.recover_stale(c, "q", 300.0)),
         "prune_finished": compiled(lambda c: queries.prune_finished(c, RETENTION, 1000)),
@@ -249,12 +307,15 @@ def generic_plan(raw: psycopg.Connection, sql: str, params: dict[str, Any]) -> d
     sends), planned generically, then explained by name with the same values."""
     raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     raw.execute(sql, params, prepare=True)
-    name, types = raw.execute("SELECT name, parameter_types FROM pg_prepared_statements"
-                              " ORDER BY prepare_time DESC LIMIT 1").fetchone()
+    name, types = raw.execute(
+        "SELECT name, parameter_types FROM pg_prepared_statements"
+        " ORDER BY prepare_time DESC LIMIT 1"
+    ).fetchone()
     names = list(dict.fromkeys(re.findall(r"%\(([^)]+)\)s", sql)))  # psycopg numbers them so
     assert len(names) == len(types), (names, types)
     values = psycopg.ClientCursor(raw).mogrify(
-        ", ".join(["%s"] * len(names)), [params[n] for n in names])
+        ", ".join(["%s"] * len(names)), [params[n] for n in names]
+    )
     explain = f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({values})"
     return raw.execute(explain).fetchone()[0][0]["Plan"]
 
@@ -270,10 +331,12 @@ def offending(plan: dict) -> list[str]:
     found = []
     for node in nodes(plan):
         kind = node["Node Type"]
-        if kind in FORBIDDEN and (kind != "Seq Scan"
-                                  or node.get("Relation Name") == "workerpool_jobs"):
-            found.append(f"{kind} ({node.get('Relation Name', '-')}, "
-                         f"{node.get('Actual Rows')} rows)")
+        if kind in FORBIDDEN and (
+            kind != "Seq Scan" or node.get("Relation Name") == "workerpool_jobs"
+        ):
+            found.append(
+                f"{kind} ({node.get('Relation Name', '-')}, {node.get('Actual Rows')} rows)"
+            )
     return found
 
 
@@ -290,12 +353,22 @@ EXPLAIN = {"custom": custom_plan, "generic": generic_plan}
 ARM_INDEXES = {
     "claim": {"ix_workerpool_jobs_due"},
     "claim alone": {"ix_workerpool_jobs_suspects"},
-    "claim limited": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_leased",
-                      "pk_workerpool_rate_counts"},
-    "claim limited shared": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_leased",
-                             "pk_workerpool_rate_counts"},
-    "claim per key": {"ix_workerpool_jobs_due", "ix_workerpool_jobs_running_key",
-                      "ix_workerpool_jobs_started_key", "ix_workerpool_jobs_due_key"},
+    "claim limited": {
+        "ix_workerpool_jobs_due",
+        "ix_workerpool_jobs_leased",
+        "pk_workerpool_rate_counts",
+    },
+    "claim limited shared": {
+        "ix_workerpool_jobs_due",
+        "ix_workerpool_jobs_leased",
+        "pk_workerpool_rate_counts",
+    },
+    "claim per key": {
+        "ix_workerpool_jobs_due",
+        "ix_workerpool_jobs_running_key",
+        "ix_workerpool_jobs_started_key",
+        "ix_workerpool_jobs_due_key",
+    },
     "claim per key alone": {"ix_workerpool_jobs_suspects"},
     "recover_stale": {"ix_workerpool_jobs_leased"},
 }

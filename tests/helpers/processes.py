@@ -53,8 +53,9 @@ class Supervisor:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def events(self, name: str | None = None, *, logger: str = "supervisor",
-               **match: str) -> list[Event]:
+    def events(
+        self, name: str | None = None, *, logger: str = "supervisor", **match: str
+    ) -> list[Event]:
         """Log events of ``name`` from ``workerpool.<logger>`` whose key=value fields match."""
         found = []
         for line in self.log().splitlines():
@@ -65,20 +66,29 @@ class Supervisor:
                 continue
             fields = dict(PAIR.findall(parsed["message"]))
             if all(fields.get(k) == v for k, v in match.items()):
-                found.append(Event(parsed["event"], parsed["logger"], parsed["message"], fields,
-                                   _stamp(line)))
+                found.append(
+                    Event(
+                        parsed["event"], parsed["logger"], parsed["message"], fields, _stamp(line)
+                    )
+                )
         return found
 
     def child_pid(self, worker: str) -> int:
         """The pid of the newest child serving ``worker``."""
-        started = wait_until(lambda: self.events("child_started", worker=worker), 15,
-                             message=f"{worker} child started")
+        started = wait_until(
+            lambda: self.events("child_started", worker=worker),
+            15,
+            message=f"{worker} child started",
+        )
         return int(started[-1].fields["pid"])
 
     def wait_running(self, *workers: str) -> None:
         for worker in workers:
-            wait_until(lambda w=worker: self.events("child_running", worker=w), 15,
-                       message=f"{worker} child running\n{self.log()}")
+            wait_until(
+                lambda w=worker: self.events("child_running", worker=w),
+                15,
+                message=f"{worker} child running\n{self.log()}",
+            )
 
     def wait_exit(self, timeout: float) -> int:
         try:
@@ -90,8 +100,20 @@ class Supervisor:
 
     def healthcheck(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "workerpool", "healthcheck", "--dir", str(self.heartbeat_dir),
-             *args], env=self.env, capture_output=True, text=True, timeout=30)
+            [
+                sys.executable,
+                "-m",
+                "workerpool",
+                "healthcheck",
+                "--dir",
+                str(self.heartbeat_dir),
+                *args,
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     def heartbeat_mtime(self, worker: str) -> float:
         try:
@@ -108,8 +130,9 @@ def _stamp(line: str) -> float:
         return 0.0
 
 
-def start_supervisor(app: str, db_url: Any, tmp_path: Path, *args: str,
-                     **extra_env: str) -> Supervisor:
+def start_supervisor(
+    app: str, db_url: Any, tmp_path: Path, *args: str, **extra_env: str
+) -> Supervisor:
     """``workerpool run APP [ARGS]`` on ``db_url`` in its own session (stale arm off: an
     hour), with its heartbeats and log under ``tmp_path``; ``extra_env`` on top of a clean
     environment."""
@@ -117,16 +140,37 @@ def start_supervisor(app: str, db_url: Any, tmp_path: Path, *args: str,
 
     heartbeat_dir = tmp_path / "heartbeats"
     heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-    env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                "WORKER_CLAIM_STALE_MS": "3600000", "PYTHONPATH": str(ROOT), **extra_env})
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+    }
+    env.update(
+        {
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "WORKER_CLAIM_STALE_MS": "3600000",
+            "PYTHONPATH": str(ROOT),
+            **extra_env,
+        }
+    )
     log_path = tmp_path / "supervisor.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workerpool", "run", app, "--heartbeat-dir",
-             str(heartbeat_dir), *args], env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=log_file, start_new_session=True, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "workerpool",
+                "run",
+                app,
+                "--heartbeat-dir",
+                str(heartbeat_dir),
+                *args,
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+            cwd=ROOT,
+        )
     return Supervisor(proc, log_path, heartbeat_dir, env)
 
 

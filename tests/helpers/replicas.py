@@ -20,14 +20,21 @@ from tests.helpers.waiting import wait_until
 class Replicas:
     """Starts supervisors of ``app`` on ``db_url``; ``stop()`` SIGKILLs every one of them."""
 
-    def __init__(self, app: str, db_url: URL, tmp_path: Path,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, app: str, db_url: URL, tmp_path: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.app, self.tmp_path = app, tmp_path
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        self.env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-                        WORKER_CLAIM_STALE_MS="3600000", PYTHONPATH=str(ROOT),
-                        **(extra_env or {}))
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+        }
+        self.env.update(
+            WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+            WORKER_CLAIM_STALE_MS="3600000",
+            PYTHONPATH=str(ROOT),
+            **(extra_env or {}),
+        )
         self.running: list[Supervisor] = []
 
     def start(self, *args: str) -> Supervisor:
@@ -37,10 +44,23 @@ class Replicas:
         log_path = self.tmp_path / f"replica{n}.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", self.app,
-                 "--heartbeat-dir", str(heartbeats), *args],
-                env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    self.app,
+                    "--heartbeat-dir",
+                    str(heartbeats),
+                    *args,
+                ],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                cwd=ROOT,
+            )
         self.running.append(Supervisor(proc, log_path, heartbeats, self.env))
         return self.running[-1]
 
@@ -56,8 +76,13 @@ def start_registered(replicas: Replicas, sql, queue: str, count: int) -> None:
     """Start ``count`` supervisors of ``queue`` and wait until each child has registered."""
     for _ in range(count):
         replicas.start("--queue", queue)
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = %s", queue)
-               [0][0] == count, timeout=30, message=f"{count} {queue} workers registered")
+    wait_until(
+        lambda: (
+            sql("SELECT count(*) FROM workerpool_workers WHERE queue = %s", queue)[0][0] == count
+        ),
+        timeout=30,
+        message=f"{count} {queue} workers registered",
+    )
 
 
 @contextmanager
@@ -68,8 +93,9 @@ def processing_samples(sql) -> Iterator[list[int]]:
 
     def sample() -> None:
         while not done.is_set():
-            samples.append(sql("SELECT count(*) FROM workerpool_jobs"
-                               " WHERE state = 'processing'")[0][0])
+            samples.append(
+                sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")[0][0]
+            )
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -82,8 +108,10 @@ def processing_samples(sql) -> Iterator[list[int]]:
 
 def max_overlap(intervals: list[tuple]) -> int:
     """The most intervals open at one instant (an end at t closes before a start at t)."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
-                   key=lambda edge: (edge[0], edge[1]))
+    edges = sorted(
+        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+        key=lambda edge: (edge[0], edge[1]),
+    )
     most = open_now = 0
     for _, step in edges:
         open_now += step

@@ -6,8 +6,12 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> object:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> object:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -19,9 +23,13 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval:
         time.sleep(interval)
 
 
-def wait_while_progressing(predicate: Callable[[], object], progress: Callable[[], object],
-                           stall: float = 30.0, interval: float = 0.2,
-                           message: Callable[[], str] = lambda: "condition") -> object:
+def wait_while_progressing(
+    predicate: Callable[[], object],
+    progress: Callable[[], object],
+    stall: float = 30.0,
+    interval: float = 0.2,
+    message: Callable[[], str] = lambda: "condition",
+) -> object:
     """Poll ``predicate`` for as long as ``progress()`` keeps changing; fail the test once it has
     not changed for ``stall`` seconds. For work whose length depends on the machine's load (a
     drain under a busy suite), where only a stall is a failure."""

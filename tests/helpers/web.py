@@ -28,8 +28,9 @@ def client(pool: Any, **options: Any) -> TestClient:
 
     options.setdefault("token", None)
     # a loopback name: with no token the dashboard serves no other Host
-    return TestClient(app(pool, **options), raise_server_exceptions=False,
-                      base_url="http://localhost")
+    return TestClient(
+        app(pool, **options), raise_server_exceptions=False, base_url="http://localhost"
+    )
 
 
 def csrf(http: TestClient, path: str = "/") -> str:
@@ -40,8 +41,7 @@ def csrf(http: TestClient, path: str = "/") -> str:
     return found[1]
 
 
-def post(http: TestClient, path: str, form: dict[str, str] | None = None,
-         page: str = "/") -> Any:
+def post(http: TestClient, path: str, form: dict[str, str] | None = None, page: str = "/") -> Any:
     """POST ``form`` with a valid token, not following the redirect."""
     data = {"csrf_token": csrf(http, page), **(form or {})}
     return http.post(path, data=data, follow_redirects=False)
@@ -55,24 +55,47 @@ def dead_jobs(pool: Any, count: int = 1, task: str = "boom", **payload: Any) -> 
 
 
 @contextmanager
-def served(db_url: Any, log_path: Path, *args: str,
-           env: dict[str, str] | None = None) -> Iterator[str]:
+def served(
+    db_url: Any, log_path: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """`workerpool web tests.apps.web:pool ARGS` as a real process on a free port; its base URL.
     Stopped with SIGTERM afterwards (its whole session)."""
 
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    full_env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                     "PYTHONPATH": str(ROOT), **(env or {})})
+    full_env.update(
+        {
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
+    )
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workerpool", "web", "tests.apps.web:pool", "--port",
-             str(port), *args], env=full_env, cwd=ROOT, stdin=subprocess.DEVNULL,
-            stdout=log_file, stderr=log_file, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "workerpool",
+                "web",
+                "tests.apps.web:pool",
+                "--port",
+                str(port),
+                *args,
+            ],
+            env=full_env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _listening(port) or proc.poll() is not None, 30,
-                   message="the dashboard listening")
+        wait_until(
+            lambda: _listening(port) or proc.poll() is not None,
+            30,
+            message="the dashboard listening",
+        )
         assert proc.poll() is None, log_path.read_text()
         yield base
     finally:

@@ -20,8 +20,9 @@ def on_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
 
 
 @contextmanager
-def running(pool: WorkerPool, queue: str, *, renew_leases: bool = True,
-            **kwargs) -> Iterator[Worker]:
+def running(
+    pool: WorkerPool, queue: str, *, renew_leases: bool = True, **kwargs
+) -> Iterator[Worker]:
     """A Worker on ``queue`` for the block; stopped afterwards, and it must exit cleanly.
     ``renew_leases=False`` plants a fault: its leases run out while their jobs run."""
     worker = Worker(pool.registry, pool.url, queue, **kwargs)

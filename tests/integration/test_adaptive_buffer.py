@@ -77,8 +77,9 @@ def test_slow_handlers_get_none(pool, sql):
 
 @pytest.mark.parametrize(("prefetch", "seconds"), [(0, 0.0), (3, SLOW)])
 def test_an_explicit_prefetch_keeps_its_size(pool, sql, prefetch, seconds):
-    held = hold_after_warm_up(pool, sql, seconds=seconds, warm_up=3 * CONCURRENCY,
-                              prefetch=prefetch)
+    held = hold_after_warm_up(
+        pool, sql, seconds=seconds, warm_up=3 * CONCURRENCY, prefetch=prefetch
+    )
     assert (held.rows, held.size) == (CONCURRENCY + prefetch, prefetch)
 
 

@@ -33,8 +33,20 @@ def total(sql) -> int:
 
 
 def test_every_sync_call_has_its_async_twin():
-    for name in ("enqueue", "enqueue_many", "chain", "job", "result", "batch", "batch_status",
-                 "batch_results", "signal", "cancel", "pause", "resume"):
+    for name in (
+        "enqueue",
+        "enqueue_many",
+        "chain",
+        "job",
+        "result",
+        "batch",
+        "batch_status",
+        "batch_results",
+        "signal",
+        "cancel",
+        "pause",
+        "resume",
+    ):
         assert hasattr(Client, f"{name}_async"), name
     for name in ("chain", "signal", "cancel", "pause", "resume"):
         assert "conn" in inspect.signature(getattr(Client, f"{name}_async")).parameters, name
@@ -51,10 +63,12 @@ def test_chain_and_workflow_in_the_callers_transaction(app, sql):
             await wf.run_async()
             await outer.rollback()
         async with engine.begin() as conn:
-            ids = await app.chain_async([("charge", {"order": 3}), ("receipt", {})], conn=conn,
-                                        key="order-3")
-            again = await app.chain_async([("charge", {"order": 3}), ("receipt", {})],
-                                          conn=conn, key="order-3")
+            ids = await app.chain_async(
+                [("charge", {"order": 3}), ("receipt", {})], conn=conn, key="order-3"
+            )
+            again = await app.chain_async(
+                [("charge", {"order": 3}), ("receipt", {})], conn=conn, key="order-3"
+            )
         own = await app.chain_async([("charge", {"order": 4}), ("receipt", {})])
         wf = app.workflow()
         wf.step("a", "charge", {"order": 5})
@@ -95,8 +109,10 @@ def test_signal_cancel_pause_resume_on_a_callers_connection(app, sql):
             await app.cancel_async([job_id], conn=conn, reason="changed my mind")
             await app.pause_async("shop", conn=conn)
             await outer.rollback()
-        rolled_back = (sql("SELECT count(*) FROM workerpool_signals")[0][0],
-                       sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0])
+        rolled_back = (
+            sql("SELECT count(*) FROM workerpool_signals")[0][0],
+            sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)[0][0],
+        )
         sent = await app.signal_async("paid", {"order": 9})
         cancelled = await app.cancel_async([job_id], reason="changed my mind")
         await app.pause_async("shop", by="ops")
@@ -111,7 +127,10 @@ def test_signal_cancel_pause_resume_on_a_callers_connection(app, sql):
     assert paused == [(True,)]
     assert sql("SELECT paused FROM workerpool_queues WHERE queue = 'shop'") == [(False,)]
     assert [row[0] for row in sql("SELECT action FROM workerpool_audit ORDER BY id")] == [
-        "cancel", "pause", "resume"]
+        "cancel",
+        "pause",
+        "resume",
+    ]
 
 
 def test_a_sync_call_given_an_async_connection_names_the_twin(app, sql):

@@ -43,14 +43,17 @@ def test_each_action_records_who_what_and_where_from(app, sql):
     dead_jobs(app)
     dead.purge(app, 0, by="carol")
     got = entries(sql)
-    assert got[:3] == [("alice", "api", "cancel", f"jobs:{job}"),
-                       ("alice", "api", "pause", "queue:email"),
-                       ("bob", "cli", "resume", "queue:email")]
+    assert got[:3] == [
+        ("alice", "api", "cancel", f"jobs:{job}"),
+        ("alice", "api", "pause", "queue:email"),
+        ("bob", "cli", "resume", "queue:email"),
+    ]
     actor, source, action, target = got[3]
     assert ("@" in actor, source, action, target) == (True, "web", "retry", f"dead ids={dead_id}")
     assert got[4][:3] == ("carol", "api", "purge")
     assert sql("SELECT detail->'reason' FROM workerpool_audit WHERE action = 'cancel'") == [
-        ("not needed",)]
+        ("not needed",)
+    ]
 
 
 def test_the_entry_commits_or_rolls_back_with_the_action(app, sql):
@@ -92,14 +95,17 @@ def test_the_list_filters_and_pages_newest_first(app, sql):
     assert audit.list_audit(app, action="cron_run").entries == []
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"action": "delete"}, "action must be one of"),
-    ({"actor": ""}, "actor must be"),
-    ({"before": 0}, "before must be a positive"),
-    ({"before": "7"}, "before must be a positive"),
-    ({"limit": 0}, "limit must be an int within"),
-    ({"limit": 501}, "limit must be an int within"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"action": "delete"}, "action must be one of"),
+        ({"actor": ""}, "actor must be"),
+        ({"before": 0}, "before must be a positive"),
+        ({"before": "7"}, "before must be a positive"),
+        ({"limit": 0}, "limit must be an int within"),
+        ({"limit": 501}, "limit must be an int within"),
+    ],
+)
 def test_bad_list_filters_are_refused_by_name(app, options, message):
     with pytest.raises(InvalidFilter, match=message):
         audit.list_audit(app, **options)
@@ -177,18 +183,22 @@ def test_without_a_resolver_actions_are_recorded_as_the_client_address(cron_app,
     assert sql("SELECT count(*) FROM workerpool_jobs")[0][0] == 1  # one request, one job
 
 
-@pytest.mark.parametrize(("method", "path", "form", "status", "message"), [
-    ("post", "/cron/nope/pause", {}, 404, "unknown cron &#39;nope&#39;"),
-    ("post", "/cron/beat/explode", {}, 400, "unknown cron action"),
-    ("post", "/cron/beat/run", {"request": "a b"}, 400, "request must be"),
-    ("post", "/cron/bad!name/resume", {}, 400, "cron name"),
-    ("get", "/audit?action=drop", None, 400, "action must be one of"),
-    ("get", "/audit?before=x", None, 400, "before must be a positive"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "form", "status", "message"),
+    [
+        ("post", "/cron/nope/pause", {}, 404, "unknown cron &#39;nope&#39;"),
+        ("post", "/cron/beat/explode", {}, 400, "unknown cron action"),
+        ("post", "/cron/beat/run", {"request": "a b"}, 400, "request must be"),
+        ("post", "/cron/bad!name/resume", {}, 400, "cron name"),
+        ("get", "/audit?action=drop", None, 400, "action must be one of"),
+        ("get", "/audit?before=x", None, 400, "before must be a positive"),
+    ],
+)
 def test_bad_input_over_http_is_refused_by_name_with_nothing_written(
-        cron_app, sql, method, path, form, status, message):
+    cron_app, sql, method, path, form, status, message
+):
     with client(cron_app) as http:
-        answer = (post(http, path, form, page="/cron") if method == "post" else http.get(path))
+        answer = post(http, path, form, page="/cron") if method == "post" else http.get(path)
     assert answer.status_code == status and message in answer.text
     assert entries(sql) == [] and sql("SELECT count(*) FROM workerpool_jobs")[0][0] == 0
     assert sql("SELECT count(*) FROM workerpool_cron WHERE paused")[0][0] == 0

@@ -41,6 +41,8 @@ from workerpool.sql import batches as batches_sql
 from workerpool.sql import settled as settled_module
 
 NO_RETRY = Backoff(base=0, cap=0, jitter=0)
+
+
 @pytest.fixture
 def app(pool: WorkerPool) -> WorkerPool:
     return batch_app.declare(pool)
@@ -48,31 +50,46 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 def callback_rows(sql, batch_id: int) -> int:
     """Every job in the reports queue naming the batch (a second firing would add rows)."""
-    return sql("SELECT count(*) FROM workerpool_jobs WHERE queue = 'reports' AND batch_id = %s",
-               batch_id)[0][0]
+    return sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE queue = 'reports' AND batch_id = %s", batch_id
+    )[0][0]
 
 
 def batch_row(sql, batch_id: int) -> dict[str, Any]:
-    row = sql("SELECT finished_at IS NOT NULL, outcome, fired_by FROM workerpool_batches"
-              " WHERE id = %s", batch_id)[0]
+    row = sql(
+        "SELECT finished_at IS NOT NULL, outcome, fired_by FROM workerpool_batches WHERE id = %s",
+        batch_id,
+    )[0]
     return {"finished": row[0], "outcome": row[1], "fired_by": row[2]}
 
 
-def lease(sql, job_id: int, worker: str, attempts: int = 1, *, stale: bool = False,
-          cancel: bool = False) -> None:
+def lease(
+    sql, job_id: int, worker: str, attempts: int = 1, *, stale: bool = False, cancel: bool = False
+) -> None:
     """Put a member in ``processing`` under ``worker``'s lease, as a claim would."""
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = %s, max_attempts ="
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = %s, max_attempts ="
         " greatest(max_attempts, %s), claimed_by = %s, claimed_at = now() - %s::interval,"
-        " cancel_request = CASE WHEN %s THEN '{\"by\": \"ops\"}'::jsonb END WHERE id = %s",
-        attempts, attempts, worker, "1 hour" if stale else "0 s", cancel, job_id)
+        ' cancel_request = CASE WHEN %s THEN \'{"by": "ops"}\'::jsonb END WHERE id = %s',
+        attempts,
+        attempts,
+        worker,
+        "1 hour" if stale else "0 s",
+        cancel,
+        job_id,
+    )
 
 
 # -- the callbacks, by the rule -------------------------------------------------------------------
 
 
 def test_on_complete_and_on_success_fire_once_after_every_member_is_done(app, sql):
-    with app.batch(on_complete="report", on_success="succeeded", on_failure="failed_report",
-                   payload={"period": "2026-11"}) as batch:
+    with app.batch(
+        on_complete="report",
+        on_success="succeeded",
+        on_failure="failed_report",
+        payload={"period": "2026-11"},
+    ) as batch:
         ids = [batch.enqueue("member", {"n": n}) for n in range(3)]
         ids += batch.enqueue_many([("member", {"n": n}) for n in range(3, 5)])
     assert batch.member_ids == ids and batch.outside == []
@@ -81,11 +98,15 @@ def test_on_complete_and_on_success_fire_once_after_every_member_is_done(app, sq
     ran = testing.drain(app, "q")
     assert len(ran) == 5
     assert callbacks(sql, batch.id) == [("report", "pending"), ("succeeded", "pending")]
-    assert batch_row(sql, batch.id) == {"finished": True, "outcome": "success",
-                                        "fired_by": "outcome"}
+    assert batch_row(sql, batch.id) == {
+        "finished": True,
+        "outcome": "success",
+        "fired_by": "outcome",
+    }
     reports = testing.drain(app, "reports")
-    assert [r.result for r in reports] == [{"batch": batch.id,
-                                            "payload": {"period": "2026-11"}}] * 2
+    assert [r.result for r in reports] == [
+        {"batch": batch.id, "payload": {"period": "2026-11"}}
+    ] * 2
     status = app.batch_status(batch.id)
     assert (status.total, status.done, status.live, status.outcome) == (5, 5, 0, "success")
     assert status.callback_ids == [r.job_id for r in reports]
@@ -93,8 +114,9 @@ def test_on_complete_and_on_success_fire_once_after_every_member_is_done(app, sq
 
 @pytest.mark.parametrize("spoiler", ["broken", "refuse", "cancel"])
 def test_one_dead_or_cancelled_member_fires_on_failure_instead_of_on_success(app, sql, spoiler):
-    with app.batch(on_complete="report", on_success="succeeded",
-                   on_failure="failed_report") as batch:
+    with app.batch(
+        on_complete="report", on_success="succeeded", on_failure="failed_report"
+    ) as batch:
         batch.enqueue("member", {})
         bad = batch.enqueue("member" if spoiler == "cancel" else spoiler, {})
     if spoiler == "cancel":
@@ -109,8 +131,7 @@ def test_one_dead_or_cancelled_member_fires_on_failure_instead_of_on_success(app
 def test_an_empty_batch_finishes_when_its_block_ends(app, sql):
     with app.batch(on_complete="report", on_success="succeeded") as batch:
         pass
-    assert batch_row(sql, batch.id) == {"finished": True, "outcome": "success",
-                                        "fired_by": "empty"}
+    assert batch_row(sql, batch.id) == {"finished": True, "outcome": "success", "fired_by": "empty"}
     assert callbacks(sql, batch.id) == [("report", "pending"), ("succeeded", "pending")]
 
 
@@ -180,15 +201,19 @@ PATHS = {
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-def test_every_path_that_ends_the_last_member_fires_the_callback_in_its_transaction(
-        app, sql, path):
+def test_every_path_that_ends_the_last_member_fires_the_callback_in_its_transaction(app, sql, path):
     task, end, state = PATHS[path]
     with app.batch(on_complete="report") as batch:
         first = batch.enqueue("member", {})
         last = batch.enqueue(task, {})
     with app.engine.begin() as conn:  # the first member ends the ordinary way
-        conn.execute(text("UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
-                          " claimed_by = 'w0', claimed_at = now() WHERE id = :id"), {"id": first})
+        conn.execute(
+            text(
+                "UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
+                " claimed_by = 'w0', claimed_at = now() WHERE id = :id"
+            ),
+            {"id": first},
+        )
         record_many(conn, "w0", [(queries.Lease(first, 1, "w0"), Outcome(OutcomeKind.DONE))])
     assert not batch_row(sql, batch.id)["finished"]
     end(app, sql, last)
@@ -205,7 +230,9 @@ def test_the_inline_mode_runs_members_and_then_the_callback(app, sql):
             batch.enqueue_many([("member", {"n": n}) for n in range(3)])
     assert callbacks(sql, batch.id) == [("report", "done")]
     assert app.result(app.batch_status(batch.id).callback_ids[0], timeout=0) == {
-        "batch": batch.id, "payload": {"p": 1}}
+        "batch": batch.id,
+        "payload": {"p": 1},
+    }
 
 
 # -- the race of the last two members -------------------------------------------------------------
@@ -236,8 +263,9 @@ def _race(app, sql, monkeypatch, *, after_settle: threading.Barrier | None = Non
     def complete(job_id: int, worker: str) -> None:
         try:
             with app.engine.begin() as conn:
-                record_many(conn, worker, [(queries.Lease(job_id, 1, worker),
-                                            Outcome(OutcomeKind.DONE))])
+                record_many(
+                    conn, worker, [(queries.Lease(job_id, 1, worker), Outcome(OutcomeKind.DONE))]
+                )
         except BaseException as exc:
             errors.append(exc)
 
@@ -253,7 +281,8 @@ def _race(app, sql, monkeypatch, *, after_settle: threading.Barrier | None = Non
 
 
 def test_the_last_two_members_settling_at_once_fire_the_callback_exactly_once(
-        app, sql, monkeypatch):
+    app, sql, monkeypatch
+):
     fired = [_race(app, sql, monkeypatch) for _ in range(30)]
     assert fired == [1] * 30
 
@@ -263,16 +292,17 @@ def test_without_the_batch_row_lock_the_race_loses_the_callback(app, sql, monkey
     the other member still live), which is what the lock prevents."""
     no_lock = text(str(batches_sql._LOCK_OPEN).replace("FOR UPDATE", ""))
     monkeypatch.setattr(batches_sql, "_LOCK_OPEN", no_lock)
-    fired = [_race(app, sql, monkeypatch, after_settle=threading.Barrier(2, timeout=20))
-             for _ in range(3)]
+    fired = [
+        _race(app, sql, monkeypatch, after_settle=threading.Barrier(2, timeout=20))
+        for _ in range(3)
+    ]
     assert fired == [0, 0, 0]
 
 
 # -- replay, the sweep ----------------------------------------------------------------------------
 
 
-def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_again(
-        app, sql):
+def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_again(app, sql):
     batch_app.SWITCH["fail"] = True
     try:
         with app.batch(on_complete="report", on_failure="failed_report") as batch:
@@ -291,7 +321,10 @@ def test_a_dead_member_replayed_after_the_batch_finished_runs_but_fires_nothing_
     assert app.result(dead, timeout=0) == "ok"
     assert (after.done, after.dead, after.finished) == (2, 0, True)
     assert (after.outcome, after.callback_ids, after.finished_at) == (
-        "failure", before.callback_ids, before.finished_at)
+        "failure",
+        before.callback_ids,
+        before.finished_at,
+    )
     assert callback_rows(sql, batch.id) == 2  # on_complete and on_failure, once each
 
 
@@ -386,10 +419,8 @@ def test_a_batch_of_members_all_held_outside_finishes_at_once(app, sql):
 
 def test_a_coordinator_run_twice_with_a_batch_key_writes_nothing_the_second_time(app, sql):
     def coordinate() -> Any:
-        with app.batch(on_complete="report", payload={"period": "11"},
-                       key="report:11") as batch:
-            batch.enqueue_many([("member", {"u": u}, {"key": f"report:11:{u}"})
-                                for u in range(5)])
+        with app.batch(on_complete="report", payload={"period": "11"}, key="report:11") as batch:
+            batch.enqueue_many([("member", {"u": u}, {"key": f"report:11:{u}"}) for u in range(5)])
         return batch
 
     first = coordinate()
@@ -439,10 +470,16 @@ def test_a_batch_key_reused_with_other_callbacks_or_payload_is_refused(app, sql)
 def test_batch_results_streams_every_member_by_keyset_pages(app, sql, monkeypatch):
     with app.batch(on_complete="report") as batch:
         ids = batch.enqueue_many([("member", {"n": n}) for n in range(23)])
-    sql("UPDATE workerpool_jobs SET state = 'done', result = to_jsonb(id) WHERE id = ANY(%s)"
-        " AND id %% 3 <> 0", ids)
-    sql("UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent'"
-        " WHERE id = ANY(%s) AND id %% 3 = 0", ids)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'done', result = to_jsonb(id) WHERE id = ANY(%s)"
+        " AND id %% 3 <> 0",
+        ids,
+    )
+    sql(
+        "UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent'"
+        " WHERE id = ANY(%s) AND id %% 3 = 0",
+        ids,
+    )
     pages: list[int] = []
     real = batches_sql.member_page
 
@@ -456,7 +493,8 @@ def test_batch_results_streams_every_member_by_keyset_pages(app, sql, monkeypatc
     done = sorted(i for i in ids if i % 3)
     dead = sorted(i for i in ids if i % 3 == 0)
     assert [(m.job_id, m.state, m.result) for m in got] == (
-        [(i, "done", i) for i in done] + [(i, "dead", None) for i in dead])
+        [(i, "done", i) for i in done] + [(i, "dead", None) for i in dead]
+    )
     assert max(pages) == 4
 
 
@@ -472,20 +510,25 @@ def test_workerpool_status_counts_exclude_the_callbacks(app, sql):
 
 
 def nothing_written(sql) -> bool:
-    return (sql("SELECT count(*) FROM workerpool_batches") == [(0,)]
-            and sql("SELECT count(*) FROM workerpool_jobs") == [(0,)])
+    return sql("SELECT count(*) FROM workerpool_batches") == [(0,)] and sql(
+        "SELECT count(*) FROM workerpool_jobs"
+    ) == [(0,)]
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"on_complete": "no_such_task"}, UnknownTask, "unknown task 'no_such_task'"),
-    ({"on_success": 42}, UnknownTask, "unknown task 42"),
-    ({"payload": [1, 2]}, PayloadError, "batch payload must be a JSON object"),
-    ({"payload": {"x": object()}}, PayloadError, "batch payload \\$.x: object is not JSON"),
-    ({"conn": "not a connection"}, InvalidJob, "conn must be a SQLAlchemy Connection"),
-    ({"key": ""}, PayloadError, "key must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"on_complete": "no_such_task"}, UnknownTask, "unknown task 'no_such_task'"),
+        ({"on_success": 42}, UnknownTask, "unknown task 42"),
+        ({"payload": [1, 2]}, PayloadError, "batch payload must be a JSON object"),
+        ({"payload": {"x": object()}}, PayloadError, "batch payload \\$.x: object is not JSON"),
+        ({"conn": "not a connection"}, InvalidJob, "conn must be a SQLAlchemy Connection"),
+        ({"key": ""}, PayloadError, "key must be a non-empty string"),
+    ],
+)
 def test_bad_batch_arguments_are_refused_by_name_before_anything_is_written(
-        app, sql, kwargs, error, match):
+    app, sql, kwargs, error, match
+):
     with pytest.raises(error, match=match):
         app.batch(**kwargs)
     assert nothing_written(sql)
@@ -509,10 +552,12 @@ def test_a_batch_used_outside_its_block_is_refused_by_name(app, sql):
 
 
 def test_bad_members_are_refused_by_name_and_the_block_writes_nothing(app, sql):
-    for bad in (lambda b: b.enqueue("member", {}, conn=None),
-                lambda b: b.enqueue("nope", {}),
-                lambda b: b.enqueue_many("member"),
-                lambda b: b.enqueue_many([("member",)])):
+    for bad in (
+        lambda b: b.enqueue("member", {}, conn=None),
+        lambda b: b.enqueue("nope", {}),
+        lambda b: b.enqueue_many("member"),
+        lambda b: b.enqueue_many([("member",)]),
+    ):
         with pytest.raises((InvalidJob, UnknownTask)):
             with app.batch(on_complete="report") as batch:
                 batch.enqueue("member", {})
@@ -545,16 +590,18 @@ def test_the_maintenance_pass_sweeps_logs_at_error_level_and_prunes(app, sql, ca
     sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = %s", member)
     with app.batch() as old:
         pass
-    sql("UPDATE workerpool_batches SET finished_at = now() - interval '30 days' WHERE id = %s",
-        old.id)
+    sql(
+        "UPDATE workerpool_batches SET finished_at = now() - interval '30 days' WHERE id = %s",
+        old.id,
+    )
     sql("INSERT INTO workerpool_waiters (job_id, since) VALUES (1, now() - interval '2 hours')")
     maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     with caplog.at_level("ERROR", logger="workerpool.maintenance"):
         fired = maintenance.sweep_batches()
     assert [f.batch_id for f in fired] == [left_open.id]
     assert [r.getMessage() for r in caplog.records] == [
-        f"batch {left_open.id} finished by the maintenance sweep, not by its last member's"
-        " outcome"]
+        f"batch {left_open.id} finished by the maintenance sweep, not by its last member's outcome"
+    ]
     assert sql("SELECT id FROM workerpool_batches") == [(left_open.id,)]  # the old one pruned
     assert sql("SELECT count(*) FROM workerpool_waiters") == [(0,)]
     assert maintenance.sweep_batches() == []  # not again within BATCH_SWEEP_EVERY

@@ -23,8 +23,9 @@ def run(coro):
 
 def test_members_and_callbacks_as_with_the_sync_batch(app, sql):
     async def fan_out():
-        async with app.batch_async(on_complete="report", on_success="succeeded",
-                                   payload={"p": 1}) as batch:
+        async with app.batch_async(
+            on_complete="report", on_success="succeeded", payload={"p": 1}
+        ) as batch:
             ids = [await batch.enqueue("member", {"n": n}) for n in range(2)]
             ids += await batch.enqueue_many([("member", {"n": n}) for n in range(2, 5)])
             keyed = await batch.enqueue("member", {"n": 9}, key="k9")
@@ -69,12 +70,14 @@ def test_a_failing_block_writes_nothing(app, sql):
     assert sql("SELECT count(*) FROM workerpool_batches") == [(0,)]
 
 
-@pytest.mark.parametrize(("options", "error", "match"), [
-    ({"on_complete": "nope"}, UnknownTask, "nope"),
-    ({"conn": object()}, InvalidJob, "AsyncConnection"),
-])
-def test_bad_input_is_refused_by_name_before_anything_is_written(app, sql, options, error,
-                                                                 match):
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"on_complete": "nope"}, UnknownTask, "nope"),
+        ({"conn": object()}, InvalidJob, "AsyncConnection"),
+    ],
+)
+def test_bad_input_is_refused_by_name_before_anything_is_written(app, sql, options, error, match):
     with pytest.raises(error, match=match):
         app.batch_async(**options)
     assert sql("SELECT count(*) FROM workerpool_batches") == [(0,)]

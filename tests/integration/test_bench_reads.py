@@ -14,9 +14,11 @@ from workerpool.runtime.maintenance import Maintenance
 
 def test_the_bench_counts_jobs_moved_to_the_history(pool: WorkerPool, db_url, sql):
     pool.maintenance(history_delay=0)
-    sql("INSERT INTO workerpool_jobs (queue, task, state, claimed_by, run_at, claimed_at,"
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, claimed_by, run_at, claimed_at,"
         " finished_at) SELECT 'q', 'noop', 'done', 'w', now() - interval '2 s',"
-        " now() - interval '1 s', now() FROM generate_series(1, 3)")
+        " now() - interval '1 s', now() FROM generate_series(1, 3)"
+    )
     assert Maintenance(pool.registry, pool.engine, worker_id="m").keep_history() == 3
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
     bench_db = BenchDatabase(db_url, keep=db_url.database)  # this test's database, not dropped

@@ -40,8 +40,11 @@ def test_pending_and_failed_jobs_are_cancelled_at_once_with_who_and_why(pool, sq
     noop_task(pool)
     pending = pool.enqueue("noop", {})
     failed = pool.enqueue("noop", {})
-    sql("UPDATE workerpool_jobs SET state = 'failed', attempts = 1,"
-        " run_at = now() + interval '1 hour' WHERE id = %s", failed)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'failed', attempts = 1,"
+        " run_at = now() + interval '1 hour' WHERE id = %s",
+        failed,
+    )
     result = pool.cancel([pending, failed], reason="customer asked", by="ops@host")
     assert result.verdicts == {pending: CANCELLED, failed: CANCELLED}
     for job_id in (pending, failed):
@@ -69,19 +72,22 @@ def test_unknown_ids_are_refused_by_name_and_nothing_is_written(pool, sql):
     assert job_row(sql, known)["state"] == "pending"
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"ids": []}, "no job ids"),
-    ({"ids": [0]}, "positive integers"),
-    ({"ids": [2**63]}, "positive integers"),
-    ({"ids": None}, "job ids or a queue"),
-    ({"ids": [1], "queue": "q"}, "job ids or a queue"),
-    ({"ids": None, "queue": "q", "state": "done"}, "state must be one of pending, processing"),
-    ({"ids": None, "queue": "no such"}, "queue name 'no such' is invalid"),
-    ({"ids": [1], "reason": 5}, "reason must be a string"),
-    ({"ids": [1], "reason": "x" * 1_000_000}, "reason must be at most 1000 characters"),
-    ({"ids": [1], "reason": "a\x00b"}, "reason must not contain NUL"),
-    ({"ids": [1], "reason": "a\ud800"}, "reason must not contain NUL or a lone surrogate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"ids": []}, "no job ids"),
+        ({"ids": [0]}, "positive integers"),
+        ({"ids": [2**63]}, "positive integers"),
+        ({"ids": None}, "job ids or a queue"),
+        ({"ids": [1], "queue": "q"}, "job ids or a queue"),
+        ({"ids": None, "queue": "q", "state": "done"}, "state must be one of pending, processing"),
+        ({"ids": None, "queue": "no such"}, "queue name 'no such' is invalid"),
+        ({"ids": [1], "reason": 5}, "reason must be a string"),
+        ({"ids": [1], "reason": "x" * 1_000_000}, "reason must be at most 1000 characters"),
+        ({"ids": [1], "reason": "a\x00b"}, "reason must not contain NUL"),
+        ({"ids": [1], "reason": "a\ud800"}, "reason must not contain NUL or a lone surrogate"),
+    ],
+)
 def test_bad_selections_are_refused_before_anything_is_read(pool, kwargs, match):
     with pytest.raises(InvalidFilter, match=match):
         pool.cancel(**kwargs)
@@ -142,19 +148,24 @@ def test_a_job_claimed_in_the_same_instant_is_treated_as_running(pool, sql):
     job_id = pool.enqueue("noop", {})
     outcome = []
     with pool.engine.connect() as claimer:
-        rows = queries.claim(claimer, queue="q", worker="w", limit=1,
-                             task_versions={"noop": 1}, stale_after=300)
+        rows = queries.claim(
+            claimer, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+        )
         assert [row.id for row in rows] == [job_id]  # claimed, not committed: the row is locked
         thread = threading.Thread(target=lambda: outcome.append(pool.cancel([job_id])))
         thread.start()
-        wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type"
-                               " = 'Lock' AND datname = current_database()")[0][0], 10,
-                   message="the cancel waits for the claim's lock")
+        wait_until(
+            lambda: sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type"
+                " = 'Lock' AND datname = current_database()"
+            )[0][0],
+            10,
+            message="the cancel waits for the claim's lock",
+        )
         claimer.commit()
         thread.join(10)
     assert outcome[0].verdicts == {job_id: STOPPING}
-    row = sql("SELECT state, cancel_request IS NOT NULL FROM workerpool_jobs WHERE id = %s",
-              job_id)
+    row = sql("SELECT state, cancel_request IS NOT NULL FROM workerpool_jobs WHERE id = %s", job_id)
     assert row == [("processing", True)]
 
 
@@ -166,14 +177,18 @@ def run_and_cancel(pool, sql, task: str, **queue) -> tuple[int, float]:
     handler reported it saw the cancel (``seen`` set by the task)."""
     job_id = pool.enqueue(task, {})
     with running(pool, "q") as worker:
-        wait_until(lambda: job_row(sql, job_id)["state"] == "processing", 10,
-                   message="the job runs")
+        wait_until(
+            lambda: job_row(sql, job_id)["state"] == "processing", 10, message="the job runs"
+        )
         if worker.listener is not None:
             worker.listener.connected.wait(10)
         asked = time.monotonic()
         assert pool.cancel([job_id], reason="stop").verdicts == {job_id: STOPPING}
-        wait_until(lambda: job_row(sql, job_id)["state"] == "cancelled", 15,
-                   message="the row ends cancelled")
+        wait_until(
+            lambda: job_row(sql, job_id)["state"] == "cancelled",
+            15,
+            message="the row ends cancelled",
+        )
         latency = SEEN[job_id] - asked
     assert job_row(sql, job_id)["finished"]
     assert cancel_entry(sql, job_id)["message"] == "stop"
@@ -235,8 +250,9 @@ def test_renewal_reports_the_held_jobs_with_a_cancel_request(pool, sql):
     noop_task(pool)
     first, second = pool.enqueue("noop", {}), pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
-        rows = queries.claim(conn, queue="q", worker="w", limit=2, task_versions={"noop": 1},
-                             stale_after=300)
+        rows = queries.claim(
+            conn, queue="q", worker="w", limit=2, task_versions={"noop": 1}, stale_after=300
+        )
     pool.cancel([second])
     leases = [(row.id, row.attempts) for row in rows]
     with pool.engine.begin() as conn:
@@ -248,16 +264,20 @@ def test_a_job_that_fails_after_its_cancel_was_asked_ends_cancelled(pool, sql):
     noop_task(pool)
     job_id = pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
-        row = queries.claim(conn, queue="q", worker="w", limit=1, task_versions={"noop": 1},
-                            stale_after=300)[0]
+        row = queries.claim(
+            conn, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+        )[0]
     pool.cancel([job_id], reason="late")
     with pool.engine.begin() as conn:
-        state = queries.fail(conn, queries.Lease(job_id, row.attempts, "w"),
-                             {"type": "ValueError", "message": "boom"}, 30)
+        state = queries.fail(
+            conn,
+            queries.Lease(job_id, row.attempts, "w"),
+            {"type": "ValueError", "message": "boom"},
+            30,
+        )
     assert state == "cancelled"
     found = job_row(sql, job_id)
-    assert found["finished"] and [e["type"] for e in found["errors"]] == ["ValueError",
-                                                                          "Cancelled"]
+    assert found["finished"] and [e["type"] for e in found["errors"]] == ["ValueError", "Cancelled"]
     assert found["errors"][-1]["message"] == "late"
 
 
@@ -265,8 +285,9 @@ def test_a_cancelled_job_whose_worker_died_stays_cancelled(pool, sql):
     noop_task(pool)
     job_id = pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
-        queries.claim(conn, queue="q", worker="w", limit=1, task_versions={"noop": 1},
-                      stale_after=300)
+        queries.claim(
+            conn, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+        )
     pool.cancel([job_id])
     with pool.engine.begin() as conn:
         queries.reclaim_from_dead_worker(conn, "w")
@@ -279,7 +300,8 @@ GIVE_BACKS = {
     "snooze": lambda conn, lease: queries.snooze(conn, lease, 30),
     "drain": lambda conn, lease: queries.give_back(conn, lease, {"type": "Interrupted"}),
     "unstarted": lambda conn, lease: queries.return_unstarted(
-        conn, lease.worker, [(lease.job_id, lease.attempt)]).get(lease.job_id),
+        conn, lease.worker, [(lease.job_id, lease.attempt)]
+    ).get(lease.job_id),
 }
 
 
@@ -290,14 +312,16 @@ def test_a_job_given_back_after_its_cancel_was_asked_ends_cancelled(pool, sql, w
     noop_task(pool)
     job_id, bystander = pool.enqueue("noop", {}), pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
-        rows = queries.claim(conn, queue="q", worker="w", limit=2, task_versions={"noop": 1},
-                             stale_after=300)
+        rows = queries.claim(
+            conn, queue="q", worker="w", limit=2, task_versions={"noop": 1}, stale_after=300
+        )
     attempts = {row.id: row.attempts for row in rows}
     pool.cancel([job_id], reason="stop it")
     with pool.engine.begin() as conn:
         assert GIVE_BACKS[way](conn, queries.Lease(job_id, attempts[job_id], "w")) == "cancelled"
-        assert GIVE_BACKS[way](conn, queries.Lease(bystander, attempts[bystander], "w")) \
-            == "pending"
+        assert (
+            GIVE_BACKS[way](conn, queries.Lease(bystander, attempts[bystander], "w")) == "pending"
+        )
     found = job_row(sql, job_id)
     assert found["state"] == "cancelled" and found["finished"]
     assert found["attempts"] == 1  # it was claimed and not refunded: the attempt happened

@@ -22,12 +22,18 @@ def app(pool: WorkerPool) -> WorkerPool:
     return pool
 
 
-def claim(app: WorkerPool, worker: str, limit: int = 10, stale_after: float = 300, *,
-          alone: bool = False):
+def claim(
+    app: WorkerPool, worker: str, limit: int = 10, stale_after: float = 300, *, alone: bool = False
+):
     with app.engine.begin() as conn:
         return queries.claim(
-            conn, queue="q", worker=worker, limit=limit,
-            task_versions=app.task_versions("q"), stale_after=stale_after, alone=alone,
+            conn,
+            queue="q",
+            worker=worker,
+            limit=limit,
+            task_versions=app.task_versions("q"),
+            stale_after=stale_after,
+            alone=alone,
         )
 
 
@@ -64,17 +70,26 @@ def test_the_prepared_claim_reuses_one_plan_on_a_connection(app, sql):
     match the partial indexes in a generic plan and stops planning it on every call. (With
     parameters, a table of some size makes every generic plan a sequential scan: custom plans
     forever.)"""
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " SELECT 'q', 'work', 'done', now() FROM generate_series(1, 20000)")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " SELECT 'q', 'work', 'done', now() FROM generate_series(1, 20000)"
+    )
     sql("ANALYZE workerpool_jobs")
     with app.engine.connect() as conn:  # psycopg prepares at the 5th call; 5 custom plans follow
         for _ in range(15):
             with conn.begin():
-                queries.claim(conn, queue="q", worker="w", limit=10,
-                              task_versions=app.task_versions("q"), stale_after=300)
+                queries.claim(
+                    conn,
+                    queue="q",
+                    worker="w",
+                    limit=10,
+                    task_versions=app.task_versions("q"),
+                    stale_after=300,
+                )
         plans = conn.exec_driver_sql(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%'").all()
+            " WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%'"
+        ).all()
     assert len(plans) == 1 and plans[0][0] > 0, plans
 
 
@@ -109,19 +124,31 @@ def test_concurrent_claimers_never_share_a_row(app, db_url, sql):
 def test_stale_arm_boundary(app, sql):
     inside, outside = app.enqueue("work", {}), app.enqueue("work", {})
     claim(app, "dead-worker")
-    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '299 seconds' WHERE id = %s",
-        inside)
-    sql("UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s",
-        outside)
+    sql(
+        "UPDATE workerpool_jobs SET claimed_at = now() - interval '299 seconds' WHERE id = %s",
+        inside,
+    )
+    sql(
+        "UPDATE workerpool_jobs SET claimed_at = now() - interval '301 seconds' WHERE id = %s",
+        outside,
+    )
     assert claim(app, "rescuer") == []  # the claim does not take stale leases; the recovery
     with app.engine.begin() as conn:  # (a worker's renewal beat) attributes them
         assert [r.id for r in queries.recover_stale(conn, "q", 300).rows] == [outside]
     assert sql("SELECT state, attempts, crashes FROM workerpool_jobs WHERE id = %s", outside) == [
-        ("pending", 0, 1)]  # its lost worker held two jobs: attempt refunded, a suspect
+        ("pending", 0, 1)
+    ]  # its lost worker held two jobs: attempt refunded, a suspect
     assert sql("SELECT claimed_by FROM workerpool_jobs WHERE id = %s", inside) == [("dead-worker",)]
     with app.engine.begin() as conn:
-        [rerun] = queries.claim(conn, queue="q", worker="rescuer", limit=10, alone=True,
-                                task_versions=app.task_versions("q"), stale_after=300)
+        [rerun] = queries.claim(
+            conn,
+            queue="q",
+            worker="rescuer",
+            limit=10,
+            alone=True,
+            task_versions=app.task_versions("q"),
+            stale_after=300,
+        )
     assert (rerun.id, rerun.attempts) == (outside, 1)
 
 
@@ -129,18 +156,28 @@ def test_exhausted_rows_are_never_claimed_and_are_swept_to_abandoned(app, sql):
     stale = app.enqueue("work", {})
     fresh = app.enqueue("work", {})
     due = app.enqueue("work", {})
-    sql("UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='gone',"
-        " claimed_at = now() - interval '10 minutes' WHERE id = %s", stale)
-    sql("UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='other',"
-        " claimed_at = now() - interval '299 seconds' WHERE id = %s", fresh)
+    sql(
+        "UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='gone',"
+        " claimed_at = now() - interval '10 minutes' WHERE id = %s",
+        stale,
+    )
+    sql(
+        "UPDATE workerpool_jobs SET state='processing', attempts=3, claimed_by='other',"
+        " claimed_at = now() - interval '299 seconds' WHERE id = %s",
+        fresh,
+    )
     sql("UPDATE workerpool_jobs SET state='failed', attempts=3 WHERE id = %s", due)
     assert claim(app, "w") == []
     with app.engine.begin() as conn:
         swept = queries.sweep_abandoned(conn, "q", 300).rows
     assert [r.id for r in swept] == [stale]
-    rows = dict((r[0], r[1:]) for r in sql(
-        "SELECT id, state, dead_reason, errors->-1->>'type', finished_at IS NOT NULL"
-        " FROM workerpool_jobs"))
+    rows = dict(
+        (r[0], r[1:])
+        for r in sql(
+            "SELECT id, state, dead_reason, errors->-1->>'type', finished_at IS NOT NULL"
+            " FROM workerpool_jobs"
+        )
+    )
     assert rows[stale] == ("dead", "abandoned", "WorkerLost", True)
     assert rows[fresh][0] == "processing"
 
@@ -167,8 +204,9 @@ def test_complete_with_a_lost_lease_changes_nothing(app, sql):
         assert queries.give_back(conn, lease_of(first, "w1"), {"type": "X"}) is None
         assert queries.save_checkpoint(conn, lease_of(first, "w1"), '{"s": 1}') is False
         assert queries.renew(conn, "w1", [(first.id, first.attempts)]) == set()
-    assert sql("SELECT state, claimed_by, attempts, checkpoint, errors->-1->>'worker'"
-               " FROM workerpool_jobs") == [("processing", "w2", 2, None, "w1")]
+    assert sql(
+        "SELECT state, claimed_by, attempts, checkpoint, errors->-1->>'worker' FROM workerpool_jobs"
+    ) == [("processing", "w2", 2, None, "w1")]
     with app.engine.begin() as conn:
         assert queries.complete(conn, "w2", [(second.id, second.attempts)]) == {second.id}
     assert sql("SELECT state FROM workerpool_jobs") == [("done",)]
@@ -181,12 +219,15 @@ def test_fail_schedules_a_retry_then_dead_exhausted_at_the_cap(app, sql):
         [row] = claim(app, "w")
         assert row.attempts == attempt
         with app.engine.begin() as conn:
-            state = queries.fail(conn, lease_of(row, "w"),
-                                 {"type": "Boom", "message": str(attempt)}, 30)
+            state = queries.fail(
+                conn, lease_of(row, "w"), {"type": "Boom", "message": str(attempt)}, 30
+            )
         assert state == ("dead" if attempt == 3 else "failed")
         if attempt < 3:
-            assert sql("SELECT run_at - now() BETWEEN interval '29 s' AND interval '31 s'"
-                       " FROM workerpool_jobs") == [(True,)]
+            assert sql(
+                "SELECT run_at - now() BETWEEN interval '29 s' AND interval '31 s'"
+                " FROM workerpool_jobs"
+            ) == [(True,)]
     state, reason, errors = sql("SELECT state, dead_reason, errors FROM workerpool_jobs")[0]
     assert (state, reason) == ("dead", "exhausted")
     assert [e["message"] for e in errors] == ["1", "2", "3"]
@@ -197,8 +238,9 @@ def test_permanent_goes_dead_at_once(app, sql):
     app.enqueue("work", {})
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
-        assert queries.mark_permanent(conn, lease_of(row, "w"),
-                                      {"type": "Permanent", "message": "422"})
+        assert queries.mark_permanent(
+            conn, lease_of(row, "w"), {"type": "Permanent", "message": "422"}
+        )
     assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs") == [
         ("dead", "permanent", 1)
     ]
@@ -222,10 +264,12 @@ def test_release_refunds_the_attempt_keeps_the_checkpoint_and_records_why(app, s
     [row] = claim(app, "w")
     with app.engine.begin() as conn:
         assert queries.save_checkpoint(conn, lease_of(row, "w"), '{"step": 2}')
-        assert queries.give_back(conn, lease_of(row, "w"),
-                               {"type": "Interrupted", "message": "drain"})
+        assert queries.give_back(
+            conn, lease_of(row, "w"), {"type": "Interrupted", "message": "drain"}
+        )
     state, attempts, checkpoint, errors = sql(
-        "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs")[0]
+        "SELECT state, attempts, checkpoint, errors FROM workerpool_jobs"
+    )[0]
     assert (state, attempts, checkpoint) == ("pending", 0, {"step": 2})
     assert [e["type"] for e in errors] == ["Interrupted"]
     # Held for RELEASE_HOLD: the exiting process's handler may still be running.
@@ -254,8 +298,9 @@ def test_reclaim_from_a_dead_worker_touches_only_its_rows(app, sql):
     with app.engine.begin() as conn:
         changed = queries.reclaim_from_dead_worker(conn, "crashed")
     assert sorted(r.id for r in changed) == ids
-    rows = dict((r[0], r[1:]) for r in sql(
-        "SELECT id, state, attempts, crashes FROM workerpool_jobs"))
+    rows = dict(
+        (r[0], r[1:]) for r in sql("SELECT id, state, attempts, crashes FROM workerpool_jobs")
+    )
     assert all(rows[i] == ("pending", 0, 1) for i in ids)  # held together: refunded suspects
     assert rows[other] == ("processing", 1, 0)
 
@@ -267,8 +312,14 @@ def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, 
     old_id = app.enqueue("work", {"shape": 1})
     assert [r.id for r in claim(app, "old-worker")] == [old_id]
     with newer.engine.begin() as conn:
-        rows = queries.claim(conn, queue="q", worker="new", limit=5,
-                             task_versions=newer.task_versions("q"), stale_after=300)
+        rows = queries.claim(
+            conn,
+            queue="q",
+            worker="new",
+            limit=5,
+            task_versions=newer.task_versions("q"),
+            stale_after=300,
+        )
     assert [r.id for r in rows] == [new_id]
     newer.dispose()
 
@@ -289,5 +340,3 @@ def test_worker_registry_register_beat_prune(app, sql):
         assert queries.beat_worker(conn, "h:2:b") is False
         queries.unregister_worker(conn, "h:1:a")
     assert sql("SELECT count(*) FROM workerpool_workers") == [(0,)]
-
-

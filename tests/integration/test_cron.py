@@ -132,8 +132,10 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def cron_row(sql, name="c"):
-    return sql("SELECT last_tick, next_tick, last_job_id, skipped FROM workerpool_cron"
-               " WHERE name = %s", name)[0]
+    return sql(
+        "SELECT last_tick, next_tick, last_job_id, skipped FROM workerpool_cron WHERE name = %s",
+        name,
+    )[0]
 
 
 def jobs_of(sql):
@@ -142,8 +144,11 @@ def jobs_of(sql):
 
 def make_due(sql, name="c"):
     """Wait (≤ 1 s) until the schedule's next tick has come on the database clock."""
-    wait_until(lambda: sql("SELECT next_tick <= now() FROM workerpool_cron WHERE name = %s",
-                           name)[0][0], timeout=3, message="the next tick")
+    wait_until(
+        lambda: sql("SELECT next_tick <= now() FROM workerpool_cron WHERE name = %s", name)[0][0],
+        timeout=3,
+        message="the next tick",
+    )
 
 
 def test_first_pass_schedules_from_now_then_each_tick_becomes_one_job(app, sql):
@@ -267,7 +272,8 @@ def test_changing_the_expression_reschedules_from_now(app, sql, db_url):
     changed.cron("0 0 1 1 *", queue="q", name="c", timezone="Asia/Tokyo")(sweep)
     Maintenance(changed.registry, changed.engine, worker_id="m2").run_pass()
     expression, timezone, next_tick = sql(
-        "SELECT expression, timezone, next_tick FROM workerpool_cron")[0]
+        "SELECT expression, timezone, next_tick FROM workerpool_cron"
+    )[0]
     assert (expression, timezone) == ("0 0 1 1 *", "Asia/Tokyo")
     next_tick = next_tick.astimezone(UTC)
     assert (next_tick.month, next_tick.day, next_tick.hour) == (12, 31, 15)  # Jan 1 00:00 JST
@@ -296,16 +302,24 @@ def test_run_and_the_maintenance_loop_refuse_a_cron_on_an_undeclared_queue(db_ur
         "pool.queue('email', drain_timeout=1)\n"
         "@pool.cron('0 * * * *', queue='reports')\n"
         "def weekly_report(job):\n"
-        "    pass\n")
+        "    pass\n"
+    )
     heartbeats = tmp_path / "hb"
     heartbeats.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-               PYTHONPATH=str(ROOT))
+    env.update(
+        WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False), PYTHONPATH=str(ROOT)
+    )
     expected = "cron 'weekly_report': queue 'reports' is not declared (declared: ['email'])"
     run = ["run", "badcron:pool", "--heartbeat-dir", str(heartbeats)]
     for module, args in (("workerpool", run), ("workerpool.maintenance", ["badcron:pool"])):
-        out = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 1 and expected in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -27,8 +27,11 @@ def beat_jobs(sql):
 
 
 def row(sql, name="beat"):
-    return sql("SELECT paused, paused_by, changed_by, last_tick, next_tick, last_job_id"
-               " FROM workerpool_cron WHERE name = %s", name)[0]
+    return sql(
+        "SELECT paused, paused_by, changed_by, last_tick, next_tick, last_job_id"
+        " FROM workerpool_cron WHERE name = %s",
+        name,
+    )[0]
 
 
 def ticks_pass(sql, scheduler, count=2):
@@ -75,7 +78,8 @@ def test_a_paused_cron_enqueues_nothing_even_after_a_restart_until_resumed(app, 
 def test_pausing_a_declared_cron_before_any_scheduler_ran_creates_its_row(app, sql):
     app.cron_pause("nightly", by="alice")
     assert sql("SELECT expression, paused FROM workerpool_cron WHERE name = 'nightly'") == [
-        ("0 3 * * *", True)]
+        ("0 3 * * *", True)
+    ]
     view = {v.name: v for v in list_crons(app)}
     assert view["nightly"].paused and view["nightly"].paused_by == "alice"
     assert view["nightly"].declared == "0 3 * * *"
@@ -87,12 +91,13 @@ def test_run_now_enqueues_one_job_per_request(app, sql):
     again = app.cron_run("nightly", by="alice", request="r1")
     other = app.cron_run("nightly", by="alice")
     assert first == again and other != first
-    key, manual = sql("SELECT key, payload->>'manual' FROM workerpool_jobs WHERE id = %s",
-                      first)[0]
+    key, manual = sql("SELECT key, payload->>'manual' FROM workerpool_jobs WHERE id = %s", first)[0]
     assert (key, manual) == ("cron:nightly:manual:r1", "true")
     assert row(sql, "nightly")[5] == other  # the schedule's last job: overlap checks see it
-    runs = sql("SELECT actor, source, detail->>'job_id' FROM workerpool_audit"
-               " WHERE action = 'cron_run' ORDER BY id")
+    runs = sql(
+        "SELECT actor, source, detail->>'job_id' FROM workerpool_audit"
+        " WHERE action = 'cron_run' ORDER BY id"
+    )
     assert runs == [("alice", "api", str(first)), ("alice", "api", str(other))]
 
 
@@ -111,19 +116,22 @@ def test_a_cron_known_only_from_its_row_can_be_paused_but_not_run(app, db_url, s
         bare.dispose()
 
 
-@pytest.mark.parametrize(("call", "error", "message"), [
-    (lambda p: p.cron_pause("nope", by="a"), UnknownCron, "unknown cron 'nope'"),
-    (lambda p: p.cron_resume("nope", by="a"), UnknownCron, "known crons: beat, nightly"),
-    (lambda p: p.cron_run("nope", by="a"), UnknownCron, "unknown cron 'nope'"),
-    (lambda p: p.cron_pause("bad name!", by="a"), ConfigError, "cron name 'bad name!'"),
-    (lambda p: p.cron_pause(None, by="a"), ConfigError, "cron name None"),
-    (lambda p: p.cron_pause("beat", by=""), InvalidActor, "actor must be"),
-    (lambda p: p.cron_pause("beat", by="x\ny"), InvalidActor, "actor must be"),
-    (lambda p: p.cron_pause("beat", by="x" * 201), InvalidActor, "actor must be"),
-    (lambda p: p.cron_run("beat", by="a", request=7), InvalidJob, "request must be"),
-    (lambda p: p.cron_run("beat", by="a", request="r" * 101), InvalidJob, "request must be"),
-    (lambda p: p.cron_run("beat", by="a", request=" "), InvalidJob, "request must be"),
-])
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda p: p.cron_pause("nope", by="a"), UnknownCron, "unknown cron 'nope'"),
+        (lambda p: p.cron_resume("nope", by="a"), UnknownCron, "known crons: beat, nightly"),
+        (lambda p: p.cron_run("nope", by="a"), UnknownCron, "unknown cron 'nope'"),
+        (lambda p: p.cron_pause("bad name!", by="a"), ConfigError, "cron name 'bad name!'"),
+        (lambda p: p.cron_pause(None, by="a"), ConfigError, "cron name None"),
+        (lambda p: p.cron_pause("beat", by=""), InvalidActor, "actor must be"),
+        (lambda p: p.cron_pause("beat", by="x\ny"), InvalidActor, "actor must be"),
+        (lambda p: p.cron_pause("beat", by="x" * 201), InvalidActor, "actor must be"),
+        (lambda p: p.cron_run("beat", by="a", request=7), InvalidJob, "request must be"),
+        (lambda p: p.cron_run("beat", by="a", request="r" * 101), InvalidJob, "request must be"),
+        (lambda p: p.cron_run("beat", by="a", request=" "), InvalidJob, "request must be"),
+    ],
+)
 def test_bad_input_is_refused_by_name_and_nothing_is_written(app, sql, call, error, message):
     with pytest.raises(error, match=message) as caught:
         call(app)

@@ -30,8 +30,9 @@ def app(pool: WorkerPool) -> WorkerPool:
     return pool
 
 
-def dead_row(sql, *, queue="email", task="send", reason="exhausted", age="1 hour",
-             attempts=2) -> int:
+def dead_row(
+    sql, *, queue="email", task="send", reason="exhausted", age="1 hour", attempts=2
+) -> int:
     """A dead row as the runtime leaves it: attempts spent, errors recorded, finished_at set."""
     return sql(
         "INSERT INTO workerpool_jobs (queue, task, state, dead_reason, attempts, max_attempts,"
@@ -39,7 +40,13 @@ def dead_row(sql, *, queue="email", task="send", reason="exhausted", age="1 hour
         " jsonb_build_array(jsonb_build_object('attempt', 1, 'type', 'ConnectionError',"
         " 'message', 'smtp 421')), '{\"step\": 2}', now() - %s::interval,"
         " now() - %s::interval - interval '1 minute') RETURNING id",
-        queue, task, reason, attempts, age, age)[0][0]
+        queue,
+        task,
+        reason,
+        attempts,
+        age,
+        age,
+    )[0][0]
 
 
 def rows(sql):
@@ -60,12 +67,19 @@ def test_list_filters_and_orders_most_recent_first(app, sql):
     assert [j.id for j in list_dead(app, DeadFilter(reason="permanent")).jobs] == [permanent]
     assert [j.id for j in list_dead(app, DeadFilter(task="charge")).jobs] == [billing]
     assert [j.id for j in list_dead(app, DeadFilter(since=timedelta(hours=3))).jobs] == [
-        recent, permanent, billing]
+        recent,
+        permanent,
+        billing,
+    ]
     page = list_dead(app, DeadFilter(queue="email"), limit=1)
     assert ([j.id for j in page.jobs], page.total) == ([recent], 3)
     job = page.jobs[0]
     assert (job.reason, job.attempts, job.error_count, job.last_error["message"]) == (
-        "exhausted", 2, 1, "smtp 421")
+        "exhausted",
+        2,
+        1,
+        "smtp 421",
+    )
     assert job.to_json()["finished_at"] == job.finished_at.isoformat()
 
 
@@ -105,7 +119,8 @@ def test_a_replayed_job_runs_again_with_fresh_attempts_and_its_lineage_grows(app
     assert [state for _, state in testing.drain(app, "email")] == ["failed", "dead"]
     retry(app, [job_id])
     attempts, errors, replays = sql(
-        "SELECT attempts, errors, replays FROM workerpool_jobs WHERE id = %s", job_id)[0]
+        "SELECT attempts, errors, replays FROM workerpool_jobs WHERE id = %s", job_id
+    )[0]
     assert attempts == 0 and len(replays) == 2
     assert [e["message"] for e in errors] == ["smtp 421 on attempt 1", "smtp 421 on attempt 2"] * 2
 
@@ -126,29 +141,37 @@ def test_replay_without_the_app_trusts_only_live_workers(db_url, sql):
     job_id = dead_row(sql)
     with pytest.raises(ReplayRefused, match="no live worker"):
         retry(bare, [job_id])
-    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-        " VALUES ('h:1:x', 'h', 1, 'email', '{\"send\": 1}')")
+    sql(
+        "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('h:1:x', 'h', 1, 'email', '{\"send\": 1}')"
+    )
     assert retry(bare, [job_id]).ids == [job_id]
     bare.dispose()
 
 
 def test_bulk_replay_and_purge_go_in_batches_with_progress(app, sql):
-    sql("INSERT INTO workerpool_jobs (queue, task, state, dead_reason, attempts, finished_at)"
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, dead_reason, attempts, finished_at)"
         " SELECT 'email', 'send', 'dead', 'exhausted', 5, now() - interval '40 days'"
-        " FROM generate_series(1, 2500)")
+        " FROM generate_series(1, 2500)"
+    )
     calls: list[tuple[int, int]] = []
     result = retry(app, all_matching=True, progress=lambda *a: calls.append(a), batch=1000)
     assert len(result.ids) == 2500 and calls == [(1000, 2500), (2000, 2500), (2500, 2500)]
-    assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'pending' AND attempts = 0"
-               " AND jsonb_array_length(replays) = 1") == [(2500,)]
+    assert sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE state = 'pending' AND attempts = 0"
+        " AND jsonb_array_length(replays) = 1"
+    ) == [(2500,)]
 
 
 def test_purge_deletes_only_dead_rows_older_than_the_cutoff(app, sql):
     old = dead_row(sql, age="40 days")
     old_billing = dead_row(sql, queue="billing", task="charge", age="40 days")
     recent = dead_row(sql, age="2 days")
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " VALUES ('email', 'send', 'done', now() - interval '60 days')")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " VALUES ('email', 'send', 'done', now() - interval '60 days')"
+    )
     assert purge(app, timedelta(days=30), dry_run=True).count == 2
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(4,)]
     assert purge(app, timedelta(days=30), DeadFilter(queue="billing")).count == 1

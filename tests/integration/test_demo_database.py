@@ -67,7 +67,8 @@ def test_the_demo_recreates_only_the_database_it_marked(server_url, names, monke
     with psycopg.connect(libpq(url)) as conn:
         comment = conn.execute(
             "SELECT shobj_description(oid, 'pg_database') FROM pg_database "
-            "WHERE datname = current_database()").fetchone()
+            "WHERE datname = current_database()"
+        ).fetchone()
         conn.execute("CREATE TABLE leftover (x int)")
     assert comment == (DEMO_MARK,)
     fresh_database(name)  # its own database: dropped and re-created, mark and all
@@ -80,7 +81,11 @@ def test_the_cli_refuses_with_one_line_and_a_failure_status(server_url, someone_
     env.update(WORKERPOOL_DATABASE_URL=libpq(server_url), PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, "-m", "workerpool", "demo", "--database", someone_elses],
-        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert done.returncode != 0, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()

@@ -61,8 +61,12 @@ def states(sql, *ids: int) -> list[str]:
 
 
 def lease(sql, job_id: int, worker: str) -> None:
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = %s,"
-        " claimed_at = now() WHERE id = %s", worker, job_id)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = %s,"
+        " claimed_at = now() WHERE id = %s",
+        worker,
+        job_id,
+    )
 
 
 def complete(app: WorkerPool, job_id: int, worker: str, kind=OutcomeKind.DONE) -> None:
@@ -211,14 +215,17 @@ def test_replaying_the_dead_parent_reopens_what_its_failure_cancelled(app, sql):
 # -- bad input -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("after, message", [
-    ([10**12], "does not exist"),
-    (["1"], "job ids"),
-    ([True], "job ids"),
-    (7, "list of job ids"),
-    ("12", "list of job ids"),
-    ([1.5], "job ids"),
-])
+@pytest.mark.parametrize(
+    "after, message",
+    [
+        ([10**12], "does not exist"),
+        (["1"], "job ids"),
+        ([True], "job ids"),
+        (7, "list of job ids"),
+        ("12", "list of job ids"),
+        ([1.5], "job ids"),
+    ],
+)
 def test_bad_parents_are_refused_by_name_with_nothing_written(app, sql, after, message):
     with pytest.raises(InvalidDependency, match=message):
         app.enqueue("step", {}, after=after)
@@ -232,8 +239,11 @@ def test_a_parent_that_ended_dead_or_cancelled_or_was_pruned_is_refused(app, sql
     pruned = app.enqueue("step", {})
     testing.drain(app)
     sql("DELETE FROM workerpool_jobs WHERE id = %s", pruned)
-    for parent, word in ((dead, "ended dead"), (cancelled, "ended cancelled"),
-                         (pruned, "does not exist")):
+    for parent, word in (
+        (dead, "ended dead"),
+        (cancelled, "ended cancelled"),
+        (pruned, "does not exist"),
+    ):
         with pytest.raises(InvalidDependency, match=word):
             app.enqueue("step", {}, after=[parent])
     with pytest.raises(InvalidDependency, match="ended dead"):
@@ -356,16 +366,25 @@ def test_an_enqueue_racing_the_flush_that_finishes_its_parents_never_fails(app, 
     dependents: list[int] = []
     for round_ in range(40):
         parents = app.enqueue_many([("step", {"n": n}) for n in range(100)])
-        sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-            " claimed_at = now() WHERE id = ANY(%s)", parents)
+        sql(
+            "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+            " claimed_at = now() WHERE id = ANY(%s)",
+            parents,
+        )
         start = threading.Barrier(2, timeout=20)
 
         def flush() -> None:
             start.wait()
             with app.engine.begin() as conn:
                 conn.exec_driver_sql("SET LOCAL deadlock_timeout = '10s'")
-                record_many(conn, "w", [(queries.Lease(job_id, 1, "w"), Outcome(OutcomeKind.DONE))
-                                        for job_id in reversed(parents)])
+                record_many(
+                    conn,
+                    "w",
+                    [
+                        (queries.Lease(job_id, 1, "w"), Outcome(OutcomeKind.DONE))
+                        for job_id in reversed(parents)
+                    ],
+                )
 
         def enqueue(delay: float = (round_ % 8) * 0.00025) -> None:
             start.wait()
@@ -381,12 +400,14 @@ def test_an_enqueue_racing_the_flush_that_finishes_its_parents_never_fails(app, 
         for thread in threads:
             thread.join(30)
     assert surfaced == []
-    assert sql("SELECT state, count(*) FROM workerpool_jobs WHERE id = ANY(%s) GROUP BY 1",
-               dependents) == [("pending", 40)]
+    assert sql(
+        "SELECT state, count(*) FROM workerpool_jobs WHERE id = ANY(%s) GROUP BY 1", dependents
+    ) == [("pending", 40)]
 
 
 def test_a_dependent_cancelled_by_its_parents_failure_is_a_cancel_like_any_other(
-        pool, sql, metrics_recorder):
+    pool, sql, metrics_recorder
+):
     """The worker that wrote the parent's death calls the ``on_cancel`` hooks for each
     dependent it cancelled (transitively), counts them in the finished-jobs metric under their
     own queue, and the audit trail names the parent."""
@@ -409,17 +430,24 @@ def test_a_dependent_cancelled_by_its_parents_failure_is_a_cancel_like_any_other
     with running(pool, "q"):
         wait_until(lambda: len(cancelled) == 2, 20, message="both dependents reported")
     assert {(n.id, n.queue, n.task, n.by) for n in cancelled} == {
-        (child, "other", "follower", "workerpool"), (grandchild, "other", "follower", "workerpool")}
+        (child, "other", "follower", "workerpool"),
+        (grandchild, "other", "follower", "workerpool"),
+    }
     assert [n.reason for n in sorted(cancelled, key=lambda n: n.id)] == [
-        f"parent job {parent} ended dead", f"parent job {child} ended cancelled"]
-    finished = ("workerpool_jobs_finished_total",
-                (("outcome", "cancelled"), ("queue", "other"), ("task", "follower")))
+        f"parent job {parent} ended dead",
+        f"parent job {child} ended cancelled",
+    ]
+    finished = (
+        "workerpool_jobs_finished_total",
+        (("outcome", "cancelled"), ("queue", "other"), ("task", "follower")),
+    )
     assert scraped(metrics_recorder[1])[finished] == 2
-    assert sql("SELECT actor, action, target, detail->>'reason' FROM workerpool_audit"
-               " ORDER BY id") == [
+    assert sql(
+        "SELECT actor, action, target, detail->>'reason' FROM workerpool_audit ORDER BY id"
+    ) == [
         ("workerpool", "cancel", f"job:{parent}:dependents", f"parent job {parent} ended dead"),
-        ("workerpool", "cancel", f"job:{child}:dependents",
-         f"parent job {child} ended cancelled")]
+        ("workerpool", "cancel", f"job:{child}:dependents", f"parent job {child} ended cancelled"),
+    ]
 
 
 # -- the sweep -------------------------------------------------------------------------------------
@@ -432,17 +460,20 @@ def test_the_sweep_repairs_what_a_missed_release_left_and_counts_it(app, sql):
     c = app.enqueue("step", {}, after=[bad])
     # parents ended behind workerpool's back (no final write path ran for them)
     sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = %s", a)
-    sql("UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
-        " finished_at = now() WHERE id = %s", bad)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
+        " finished_at = now() WHERE id = %s",
+        bad,
+    )
     maintenance = Maintenance(app.registry, app.engine, worker_id="m")
     assert maintenance.sweep_dependencies() == 2
     assert states(sql, b, c) == ["pending", "cancelled"]
     assert maintenance.repaired_dependents == 2
     # each repair is in the job's history, where the chaos checker looks for it
     assert sql("SELECT errors -> -1 ->> 'type' FROM workerpool_jobs WHERE id = %s", b) == [
-        ("DependencySweep",)]
-    assert sql("SELECT errors -> -1 -> 'swept' FROM workerpool_jobs WHERE id = %s", c) == [
-        (True,)]
+        ("DependencySweep",)
+    ]
+    assert sql("SELECT errors -> -1 -> 'swept' FROM workerpool_jobs WHERE id = %s", c) == [(True,)]
     maintenance._swept_dependencies_at = float("-inf")
     assert maintenance.sweep_dependencies() == 0
 
@@ -483,8 +514,9 @@ def test_inline_mode_runs_a_chain_in_order(app, sql):
 def test_a_job_without_parents_reads_no_parent_results_unless_asked(app, sql, monkeypatch):
     calls: list[int] = []
     real = deps_sql.parent_results
-    monkeypatch.setattr(deps_sql, "parent_results",
-                        lambda conn, job_id: calls.append(job_id) or real(conn, job_id))
+    monkeypatch.setattr(
+        deps_sql, "parent_results", lambda conn, job_id: calls.append(job_id) or real(conn, job_id)
+    )
 
     @app.task(queue="q", name="quiet")
     def quiet(job):

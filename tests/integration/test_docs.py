@@ -102,8 +102,9 @@ def test_the_pages_are_found_and_have_samples() -> None:
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix()
 )
-def test_python_samples_run(page: Path, db_url: URL, pool: WorkerPool, monkeypatch,
-                            tmp_path: Path) -> None:
+def test_python_samples_run(
+    page: Path, db_url: URL, pool: WorkerPool, monkeypatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv(settings.URL_ENV, db_url.render_as_string(hide_password=False))
     monkeypatch.chdir(tmp_path)
     with pool.engine.begin() as conn:
@@ -115,8 +116,9 @@ def test_python_samples_run(page: Path, db_url: URL, pool: WorkerPool, monkeypat
             try:
                 exec(code, namespace)
             except Exception as exc:
-                raise AssertionError(f"the sample at {block.where} raised "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise AssertionError(
+                    f"the sample at {block.where} raised {type(exc).__name__}: {exc}"
+                ) from exc
     finally:
         for value in list(namespace.values()):
             if isinstance(value, WorkerPool):
@@ -132,8 +134,13 @@ INLINE = re.compile(r"`([^`\n]+)`")
 
 @functools.cache
 def help_text(*words: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "workerpool", *words, "--help"],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "workerpool", *words, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -173,8 +180,11 @@ def check_command(name: str, rest: str) -> list[str]:
             return [f"no 'workerpool {name} {first}' (verbs: {sorted(verbs)})"]
         words.append(first)
     known = options(*words)
-    return [f"'workerpool {' '.join(words)}' has no option {option}"
-            for option in OPTION.findall(rest) if option not in known and option != "--help"]
+    return [
+        f"'workerpool {' '.join(words)}' has no option {option}"
+        for option in OPTION.findall(rest)
+        if option not in known and option != "--help"
+    ]
 
 
 def test_every_workerpool_command_in_the_docs_exists() -> None:
@@ -210,8 +220,11 @@ def test_every_test_the_docs_name_exists() -> None:
     for page in PAGES:
         for file_name, test_name in TEST_REFERENCE.findall(page.read_text()):
             paths = files.get(file_name, [])
-            defined = any(re.search(rf"^(async )?def {test_name}\b", p.read_text(), re.M)
-                          for p in paths) if test_name else paths
+            defined = (
+                any(re.search(rf"^(async )?def {test_name}\b", p.read_text(), re.M) for p in paths)
+                if test_name
+                else paths
+            )
             if not defined:
                 missing.append(f"{page.name}: {file_name}{'::' + test_name if test_name else ''}")
     assert not missing, "named in the docs, not in tests/:\n" + "\n".join(sorted(set(missing)))
@@ -244,7 +257,7 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci
     # as a new user runs it: the embedded PostgreSQL, no test URL set before it
-    before = "\n".join(ci[:ci.index(tests)])
+    before = "\n".join(ci[: ci.index(tests)])
     assert not re.search(r"^\s*(export\s+)?WORKERPOOL_(TEST_)?DATABASE_URL=", before, re.M), before
     assert "unset WORKERPOOL_TEST_DATABASE_URL WORKERPOOL_DATABASE_URL" in before
 

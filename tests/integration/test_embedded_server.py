@@ -45,10 +45,23 @@ def test_the_test_command_stops_the_embedded_server_it_started(own_embedded_dir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
     env[settings.EMBEDDED_DIR_ENV] = str(own_embedded_dir)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-         "tests/integration/test_claim.py::test_claim_counts_the_attempt_and_takes_the_lease",
-         "tests/integration/test_claim.py::test_claim_never_returns_more_rows_than_asked"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "tests/integration/test_claim.py::test_claim_counts_the_attempt_and_takes_the_lease",
+            "tests/integration/test_claim.py::test_claim_never_returns_more_rows_than_asked",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (own_embedded_dir / "PG_VERSION").exists(), "the run used the embedded server"
@@ -59,8 +72,13 @@ def test_workerpool_embedded_status_and_stop(own_embedded_dir):
     def cli(*args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
         env[settings.EMBEDDED_DIR_ENV] = str(own_embedded_dir)
-        return subprocess.run([sys.executable, "-m", "workerpool", "embedded", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "workerpool", "embedded", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     db.embedded_url(own_embedded_dir)
     assert cli("status").returncode == 0

@@ -131,8 +131,9 @@ def test_delay_and_run_at_use_the_database_clock(app, sql):
 
 
 @pytest.mark.parametrize(("args", "options", "error", "message"), BAD_INPUTS)
-def test_bad_input_is_refused_by_name_and_nothing_is_written(app, sql, args, options, error,
-                                                              message):
+def test_bad_input_is_refused_by_name_and_nothing_is_written(
+    app, sql, args, options, error, message
+):
     with pytest.raises(error, match=message):
         app.enqueue(*args, **options)
     with pytest.raises(error):
@@ -157,8 +158,9 @@ def test_database_refuses_rows_that_bypass_the_client(sql):
     with pytest.raises(psycopg.errors.CheckViolation):
         sql("INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 't', '[1]')")
     with pytest.raises(psycopg.errors.CheckViolation):
-        sql("INSERT INTO workerpool_jobs (queue, task, attempts, max_attempts)"
-            " VALUES ('q','t',6,5)")
+        sql(
+            "INSERT INTO workerpool_jobs (queue, task, attempts, max_attempts) VALUES ('q','t',6,5)"
+        )
     with pytest.raises(psycopg.errors.CheckViolation):
         sql("INSERT INTO workerpool_jobs (queue, task, state) VALUES ('q', 't', 'running')")
 
@@ -171,7 +173,7 @@ def test_timedelta_delay(app, sql):
 
 
 def test_text_round_trips_exactly_through_the_bulk_insert(app, sql):
-    odd = "clé-ü-😀-\\u0041-\"q\"-\n-\t-'"
+    odd = 'clé-ü-😀-\\u0041-"q"-\n-\t-\''
     ids = app.enqueue_many([("send", {"s": odd, odd: [odd]}, {"key": odd}), ("send", {"n": 1})])
     row = sql("SELECT key, payload FROM workerpool_jobs WHERE id = %s", ids[0])[0]
     assert row == (odd, {"s": odd, odd: [odd]})

@@ -37,8 +37,9 @@ def test_committed_with_the_business_write(app, sql):
 
     job_id = on_own_async_engine(app, body)
     assert sql("SELECT count(*) FROM users") == [(1,)]
-    assert sql("SELECT id, task, payload, payload_version, max_attempts FROM workerpool_jobs") \
-        == [(job_id, "send", {"user_id": 1}, 2, 3)]
+    assert sql("SELECT id, task, payload, payload_version, max_attempts FROM workerpool_jobs") == [
+        (job_id, "send", {"user_id": 1}, 2, 3)
+    ]
 
 
 def test_rolled_back_leaves_no_job(app, sql):
@@ -58,16 +59,17 @@ def test_keys_return_the_existing_job_and_conflicts_raise(app, sql):
     async def body(engine):
         first = await app.enqueue_async("send", {"u": 1}, key="welcome:1")
         again = await app.enqueue_async("send", {"u": 1}, key="welcome:1")
-        many = await app.enqueue_many_async([("send", {"n": 1}), ("send", {"u": 1},
-                                                                  {"key": "welcome:1"})])
+        many = await app.enqueue_many_async(
+            [("send", {"n": 1}), ("send", {"u": 1}, {"key": "welcome:1"})]
+        )
         assert again == first and many[1] == first
         with pytest.raises(IdempotencyConflict, match="welcome:1"):
             await app.enqueue_async("send", {"u": 2}, key="welcome:1")
         with pytest.raises(IdempotencyConflict):
             async with engine.begin() as conn:
-                await app.enqueue_many_async([("send", {"n": 9}), ("send", {"u": 2},
-                                                                   {"key": "welcome:1"})],
-                                             conn=conn)
+                await app.enqueue_many_async(
+                    [("send", {"n": 9}), ("send", {"u": 2}, {"key": "welcome:1"})], conn=conn
+                )
         return first
 
     on_own_async_engine(app, body)
@@ -82,8 +84,7 @@ def test_bad_input_is_refused_before_any_write(app, sql, args, options, error, m
             with pytest.raises(error, match=message):
                 await app.enqueue_async(*args, conn=conn, **options)
             with pytest.raises(error):
-                await app.enqueue_many_async([("send", {"ok": True}), (*args, options)],
-                                             conn=conn)
+                await app.enqueue_many_async([("send", {"ok": True}), (*args, options)], conn=conn)
             assert (await conn.execute(text("SELECT count(*) FROM workerpool_jobs"))).scalar() == 0
 
     on_own_async_engine(app, body)
@@ -99,8 +100,11 @@ def test_the_wrong_kind_of_connection_is_refused_by_name(app, sql):
 
     async def body(engine):
         async with engine.begin() as conn:
-            with pytest.raises(InvalidJob, match=r"for an AsyncConnection use the call's _async"
-                                                 r" twin \(enqueue_async"):
+            with pytest.raises(
+                InvalidJob,
+                match=r"for an AsyncConnection use the call's _async"
+                r" twin \(enqueue_async",
+            ):
                 app.enqueue("send", {}, conn=conn)
 
     on_own_async_engine(app, body)

@@ -36,8 +36,9 @@ PATHS = ["copy", "insert"]
 
 
 def chunked(count: int, bad_at: int | None = None, path: str = "copy") -> list[tuple]:
-    items: list[tuple] = [("work", {"n": n} if n != bad_at else {"n": {1, 2}})
-                          for n in range(count)]
+    items: list[tuple] = [
+        ("work", {"n": n} if n != bad_at else {"n": {1, 2}}) for n in range(count)
+    ]
     if path == "insert":
         items[0] = (*items[0], {"key": "first"})
     return items
@@ -138,14 +139,18 @@ def test_concurrent_batches_each_get_their_own_ids_in_order(app, sql, path):
 
 def test_a_copied_batch_stores_every_option_in_its_column(app, sql):
     at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
-    ids = app.enqueue_many([
-        ("work", {"n": 0}),
-        ("work", {"n": 1}, {"delay": 90.5, "priority": 7, "max_attempts": 2}),
-        ("sync", {"n": 2}, {"run_at": at, "concurrency_key": "acct:2"}),
-    ])
-    rows = sql("SELECT id, queue, task, payload_version, priority, max_attempts, concurrency_key,"
-               " key, key_scope, state, run_at - created_at, run_at FROM workerpool_jobs"
-               " ORDER BY id")
+    ids = app.enqueue_many(
+        [
+            ("work", {"n": 0}),
+            ("work", {"n": 1}, {"delay": 90.5, "priority": 7, "max_attempts": 2}),
+            ("sync", {"n": 2}, {"run_at": at, "concurrency_key": "acct:2"}),
+        ]
+    )
+    rows = sql(
+        "SELECT id, queue, task, payload_version, priority, max_attempts, concurrency_key,"
+        " key, key_scope, state, run_at - created_at, run_at FROM workerpool_jobs"
+        " ORDER BY id"
+    )
     assert [row[0] for row in rows] == ids
     assert [row[1:10] for row in rows] == [
         ("bulk", "work", 1, 0, 5, None, None, None, "pending"),
@@ -163,8 +168,9 @@ AWKWARD = ["tab\there", "line\nbreak", "back\\slash", "\\N", 'quote"s', "é ☃ 
 
 def test_a_copied_batch_keeps_text_that_copy_would_otherwise_read_as_syntax(app, sql):
     ids = app.enqueue_many([("sync", {"s": t, t: [t]}, {"concurrency_key": t}) for t in AWKWARD])
-    stored = {row[0]: row[1:] for row in sql(
-        "SELECT id, payload, concurrency_key FROM workerpool_jobs")}
+    stored = {
+        row[0]: row[1:] for row in sql("SELECT id, payload, concurrency_key FROM workerpool_jobs")
+    }
     assert [stored[job_id] for job_id in ids] == [({"s": t, t: [t]}, t) for t in AWKWARD]
 
 
@@ -174,13 +180,19 @@ def test_a_copied_batch_stores_its_callers_trace_context_on_every_row(app, sql, 
 
     from workerpool.sql import writes as enqueue
 
-    context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-               "tracestate": "vendor=a\\b\tc"}
-    monkeypatch.setattr(enqueue.tracing, "enqueue_span", lambda *args: contextlib.nullcontext(
-        json.dumps(context, separators=(",", ":"))))
+    context = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "vendor=a\\b\tc",
+    }
+    monkeypatch.setattr(
+        enqueue.tracing,
+        "enqueue_span",
+        lambda *args: contextlib.nullcontext(json.dumps(context, separators=(",", ":"))),
+    )
     ids = app.enqueue_many([("work", {"n": n}) for n in range(3)])
     assert sql("SELECT id, trace_context FROM workerpool_jobs ORDER BY id") == [
-        (job_id, context) for job_id in ids]
+        (job_id, context) for job_id in ids
+    ]
 
 
 def test_a_copied_batch_in_the_callers_transaction_goes_with_its_rollback(app, sql):
@@ -203,12 +215,15 @@ def test_a_copied_batch_commits_with_the_callers_transaction(app, sql):
 
 @pytest.mark.parametrize("bad_at", [0, 499, 999])
 def test_a_bad_item_anywhere_in_a_copied_batch_writes_nothing_and_frees_the_connection(
-        app, sql, bad_at):
+    app, sql, bad_at
+):
     with pytest.raises(PayloadError):
         app.enqueue_many(chunked(1000, bad_at=bad_at))
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
-    assert sql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-               " AND state <> 'idle' AND pid <> pg_backend_pid()") == [(0,)]
+    assert sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state <> 'idle' AND pid <> pg_backend_pid()"
+    ) == [(0,)]
     ids = app.enqueue_many(chunked(10))  # the same pooled connection, back to usable
     assert len(ids) == 10
 
@@ -230,6 +245,7 @@ def test_copied_batches_notify_once_per_commit_and_never_for_a_rolled_back_one(a
 
 
 # -- batches larger than one chunk ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_bad_item_in_a_late_chunk_writes_nothing(app, sql, path):

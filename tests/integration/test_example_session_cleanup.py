@@ -12,13 +12,19 @@ def test_hourly_sweep_deletes_only_what_expired(pool: WorkerPool, sql):
     session_cleanup.register(pool)
     assert pool.crons["session_cleanup"].expression == "0 * * * *"
     session_cleanup.create_tables(pool.engine)
-    sql("INSERT INTO example_sessions (user_id, expires_at) SELECT n, now() - interval '1 minute'"
-        " FROM generate_series(1, 1500) AS n")  # more than one batch
+    sql(
+        "INSERT INTO example_sessions (user_id, expires_at) SELECT n, now() - interval '1 minute'"
+        " FROM generate_series(1, 1500) AS n"
+    )  # more than one batch
     sql("INSERT INTO example_sessions (user_id, expires_at) VALUES (1, now() + interval '1 day')")
-    sql("INSERT INTO example_api_tokens (user_id, token_hash, expires_at) VALUES"
-        " (1, 'old', now() - interval '1 second'), (2, 'live', now() + interval '1 hour')")
-    sql("INSERT INTO example_audit_log (at, event) VALUES"
-        " (now() - interval '91 days', 'login'), (now() - interval '89 days', 'login')")
+    sql(
+        "INSERT INTO example_api_tokens (user_id, token_hash, expires_at) VALUES"
+        " (1, 'old', now() - interval '1 second'), (2, 'live', now() + interval '1 hour')"
+    )
+    sql(
+        "INSERT INTO example_audit_log (at, event) VALUES"
+        " (now() - interval '91 days', 'login'), (now() - interval '89 days', 'login')"
+    )
 
     maintenance = Maintenance(pool.registry, pool.engine, worker_id="m")
     maintenance.run_pass()  # first sight: scheduled for the next full hour

@@ -27,8 +27,10 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def counts(sql) -> dict[str, int]:
-    rows = sql("SELECT task, count(*) FROM workerpool_jobs GROUP BY task"
-               " UNION ALL SELECT task, count(*) FROM workerpool_jobs_history GROUP BY task")
+    rows = sql(
+        "SELECT task, count(*) FROM workerpool_jobs GROUP BY task"
+        " UNION ALL SELECT task, count(*) FROM workerpool_jobs_history GROUP BY task"
+    )
     total: dict[str, int] = {}
     for task, n in rows:
         total[task] = total.get(task, 0) + n
@@ -36,8 +38,9 @@ def counts(sql) -> dict[str, int]:
 
 
 def charge_then_receipt(app: WorkerPool, **options) -> list[int]:
-    return app.chain([("charge", {"order": 42}, {"key": "order-42"}),
-                      ("receipt", {"order": 42})], **options)
+    return app.chain(
+        [("charge", {"order": 42}, {"key": "order-42"}), ("receipt", {"order": 42})], **options
+    )
 
 
 def test_the_same_keyed_chain_twice_is_one_chain(app, sql):
@@ -51,13 +54,24 @@ def test_a_keyed_chain_run_again_after_it_finished_reopens_nothing(app, sql):
     first = charge_then_receipt(app)
     ran = testing.drain(app)
     assert [r.state for r in ran] == ["done", "done"]
-    attempts = sql("SELECT id, state, attempts FROM workerpool_jobs WHERE id = ANY(%s)"
-                   " UNION ALL SELECT id, state, attempts FROM workerpool_jobs_history"
-                   " WHERE id = ANY(%s) ORDER BY id", first, first)
+    attempts = sql(
+        "SELECT id, state, attempts FROM workerpool_jobs WHERE id = ANY(%s)"
+        " UNION ALL SELECT id, state, attempts FROM workerpool_jobs_history"
+        " WHERE id = ANY(%s) ORDER BY id",
+        first,
+        first,
+    )
     assert charge_then_receipt(app) == first
-    assert sql("SELECT id, state, attempts FROM workerpool_jobs WHERE id = ANY(%s)"
-               " UNION ALL SELECT id, state, attempts FROM workerpool_jobs_history"
-               " WHERE id = ANY(%s) ORDER BY id", first, first) == attempts
+    assert (
+        sql(
+            "SELECT id, state, attempts FROM workerpool_jobs WHERE id = ANY(%s)"
+            " UNION ALL SELECT id, state, attempts FROM workerpool_jobs_history"
+            " WHERE id = ANY(%s) ORDER BY id",
+            first,
+            first,
+        )
+        == attempts
+    )
     assert [state for _, state, _ in attempts] == ["done", "done"]
     assert testing.drain(app) == []  # nothing due again: the done charge was not reopened
 
@@ -74,8 +88,12 @@ def test_the_key_is_checked_as_enqueue_checks_it(app, sql):
     with pytest.raises(IdempotencyConflict, match="different payload"):
         app.chain([("charge", {"order": 43}, {"key": "order-42"}), ("receipt", {})])
     with pytest.raises(DuplicateJob):
-        app.chain([("charge", {"order": 42}, {"key": "order-42", "on_conflict": "error"}),
-                   ("receipt", {"order": 42})])
+        app.chain(
+            [
+                ("charge", {"order": 42}, {"key": "order-42", "on_conflict": "error"}),
+                ("receipt", {"order": 42}),
+            ]
+        )
     app.enqueue("charge", {"order": 9}, key="lonely")
     with pytest.raises(IdempotencyConflict, match="heads no chain"):
         app.chain([("charge", {"order": 9}, {"key": "lonely"}), ("receipt", {})])
@@ -89,8 +107,9 @@ def test_keys_on_a_later_step_are_refused_with_nothing_written(app, sql):
     with pytest.raises(InvalidDependency, match="give one"):
         app.chain([("charge", {"order": 1}, {"key": "a"}), ("receipt", {})], key="b")
     with pytest.raises(InvalidDependency, match="replace"):
-        app.chain([("charge", {"order": 1}, {"key": "a", "on_conflict": "replace"}),
-                   ("receipt", {})])
+        app.chain(
+            [("charge", {"order": 1}, {"key": "a", "on_conflict": "replace"}), ("receipt", {})]
+        )
     assert counts(sql) == {}
 
 

@@ -62,14 +62,20 @@ def maintenance(app: WorkerPool, **settings) -> Maintenance:
 
 def where(sql, job_id: int) -> tuple[int, int]:
     """(rows with this id in the jobs table, in the history)."""
-    return (sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", job_id)[0][0],
-            sql("SELECT count(*) FROM workerpool_jobs_history WHERE id = %s", job_id)[0][0])
+    return (
+        sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", job_id)[0][0],
+        sql("SELECT count(*) FROM workerpool_jobs_history WHERE id = %s", job_id)[0][0],
+    )
 
 
 def partition_names(sql) -> list[str]:
-    return [name for (name,) in sql(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        " WHERE i.inhparent = 'workerpool_jobs_history'::regclass ORDER BY 1")]
+    return [
+        name
+        for (name,) in sql(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'workerpool_jobs_history'::regclass ORDER BY 1"
+        )
+    ]
 
 
 def test_done_and_cancelled_rows_move_and_every_reader_still_finds_them(app, sql):
@@ -113,8 +119,10 @@ def test_partitions_are_created_ahead_and_dropped_whole_at_the_retention(app, sq
     today = sql("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")[0][0]
     assert len(names) == 6 and f"{PARTITION_PREFIX}{today}" in names  # 2 back, today, 3 ahead
     assert names.index(f"{PARTITION_PREFIX}{today}") == 2
-    old = sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at) VALUES"
-              " ('q', 'add', 'done', now() - interval '36 hours') RETURNING id")[0][0]
+    old = sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at) VALUES"
+        " ('q', 'add', 'done', now() - interval '36 hours') RETURNING id"
+    )[0][0]
     assert maintenance(app, retention=2 * 86400).keep_history() == 1
     assert where(sql, old) == (0, 1)
 
@@ -127,13 +135,17 @@ def test_partitions_are_created_ahead_and_dropped_whole_at_the_retention(app, sq
 
 
 def test_no_default_partition_a_row_older_than_every_partition_stays_for_the_pruning(app, sql):
-    ancient = sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at) VALUES"
-                  " ('q', 'add', 'done', now() - interval '30 days') RETURNING id")[0][0]
+    ancient = sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at) VALUES"
+        " ('q', 'add', 'done', now() - interval '30 days') RETURNING id"
+    )[0][0]
     m = maintenance(app, retention=86400)
     assert m.keep_history() == 0 and where(sql, ancient) == (1, 0)
-    assert sql("SELECT count(*) FROM pg_partitioned_table p JOIN pg_class c"
-               " ON c.oid = p.partrelid WHERE c.relname = 'workerpool_jobs_history'"
-               " AND p.partdefid <> 0") == [(0,)]
+    assert sql(
+        "SELECT count(*) FROM pg_partitioned_table p JOIN pg_class c"
+        " ON c.oid = p.partrelid WHERE c.relname = 'workerpool_jobs_history'"
+        " AND p.partdefid <> 0"
+    ) == [(0,)]
     m.prune_finished()
     assert where(sql, ancient) == (0, 0)
 
@@ -154,8 +166,10 @@ def test_concurrent_enqueuers_of_held_keys_during_moves_always_get_the_holder(ap
     testing.drain(app, "q")
     # Finished after the holders: the moves take the oldest first, so the holders' turn comes
     # while the enqueuers run, and they keep running through forty more batches.
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " SELECT 'q', 'add', 'done', now() FROM generate_series(1, 20000)")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " SELECT 'q', 'add', 'done', now() FROM generate_series(1, 20000)"
+    )
     m = maintenance(app, history_batch=500)
     seen: dict[str, set[int]] = {key: set() for key in holders}
     errors: list[BaseException] = []
@@ -205,10 +219,12 @@ def test_a_moved_parent_is_done_for_a_new_dependent_and_its_result_is_read(app, 
 def test_a_cancelled_dependent_stays_so_that_a_replayed_parent_can_reopen_it(app, sql):
     parent = app.enqueue("add", {"a": 1, "b": 1})
     child = app.enqueue("add", {"a": 1, "b": 1}, after=[parent])
-    sql("UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
-        " finished_at = now() WHERE id = %s", parent)
-    sql("UPDATE workerpool_jobs SET state = 'cancelled', finished_at = now() WHERE id = %s",
-        child)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
+        " finished_at = now() WHERE id = %s",
+        parent,
+    )
+    sql("UPDATE workerpool_jobs SET state = 'cancelled', finished_at = now() WHERE id = %s", child)
     maintenance(app).keep_history()
     assert where(sql, child) == (1, 0)
 
@@ -243,7 +259,8 @@ def test_status_shows_the_history_as_a_labelled_estimate(app, sql):
     shown = status.collect(app.engine)["history"]
     assert shown["rows_estimate"] == 50 and shown["partitions"] == 11
     assert "~50 finished jobs (estimated) in 11 partitions" in status.render(
-        status.collect(app.engine))
+        status.collect(app.engine)
+    )
 
 
 def test_status_counts_the_moved_jobs_before_any_analyze(app, sql):
@@ -263,8 +280,10 @@ def test_status_counts_the_moved_jobs_before_any_analyze(app, sql):
 
 def test_the_dashboard_shows_a_moved_job_and_counts_it_in_the_overview(app_pool, http, sql):
     app_pool.maintenance(history_delay=0)
-    job = sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"
-              " VALUES ('default', 'noop', 'done', now(), '\"answer-42\"') RETURNING id")[0][0]
+    job = sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"
+        " VALUES ('default', 'noop', 'done', now(), '\"answer-42\"') RETURNING id"
+    )[0][0]
     Maintenance(app_pool.registry, app_pool.engine, worker_id="m").keep_history()
     assert where(sql, job) == (0, 1)
     page = http.get(f"/jobs/{job}")
@@ -275,22 +294,29 @@ def test_the_dashboard_shows_a_moved_job_and_counts_it_in_the_overview(app_pool,
 
 
 def test_moved_jobs_are_counted_by_the_minute_and_the_chart_reads_the_counts(app, sql):
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " SELECT 'q', 'add', 'done', date_trunc('minute', now()) FROM generate_series(1, 30)")
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at, dead_reason)"
-        " SELECT 'q', 'add', 'dead', now(), 'exhausted' FROM generate_series(1, 3)")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " SELECT 'q', 'add', 'done', date_trunc('minute', now()) FROM generate_series(1, 30)"
+    )
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at, dead_reason)"
+        " SELECT 'q', 'add', 'dead', now(), 'exhausted' FROM generate_series(1, 3)"
+    )
     assert maintenance(app).keep_history() == 30
-    assert sql("SELECT queue, state, count FROM workerpool_finished_minutes") == [
-        ("q", "done", 30)]
+    assert sql("SELECT queue, state, count FROM workerpool_finished_minutes") == [("q", "done", 30)]
     sql("TRUNCATE workerpool_jobs_history")  # the chart counts moved jobs without their rows
     with app.engine.connect() as conn:
         rows = dashboard.finished_per_minute(conn, 60, cap=2)
-    assert sorted((r.state, r.count, r.moved) for r in rows) == [("dead", 2, False),
-                                                                 ("done", 30, True)]
+    assert sorted((r.state, r.count, r.moved) for r in rows) == [
+        ("dead", 2, False),
+        ("done", 30, True),
+    ]
 
     # A second move into the same minute adds to its count; the retention prunes the counts.
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-        " VALUES ('q', 'add', 'done', date_trunc('minute', now()))")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+        " VALUES ('q', 'add', 'done', date_trunc('minute', now()))"
+    )
     assert maintenance(app).keep_history() == 1
     assert sql("SELECT count FROM workerpool_finished_minutes") == [(31,)]
     sql("UPDATE workerpool_finished_minutes SET minute = minute - interval '8 days'")
@@ -298,10 +324,17 @@ def test_moved_jobs_are_counted_by_the_minute_and_the_chart_reads_the_counts(app
     assert sql("SELECT count(*) FROM workerpool_finished_minutes") == [(0,)]
 
 
-@pytest.mark.parametrize("setting", [
-    {"history_partition_days": 0}, {"history_ahead": 400}, {"history_batch": "5"},
-    {"history_delay": -1}, {"history_delay": float("inf")}, {"history": "yes"},
-])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"history_partition_days": 0},
+        {"history_ahead": 400},
+        {"history_batch": "5"},
+        {"history_delay": -1},
+        {"history_delay": float("inf")},
+        {"history": "yes"},
+    ],
+)
 def test_bad_history_settings_are_refused_by_name(pool, setting):
     [name] = setting
     with pytest.raises(ConfigError, match=f"maintenance: {name} must be"):
@@ -315,23 +348,30 @@ ROWS = 200_000
 
 
 def load_done(sql, count: int = ROWS) -> None:
-    sql("INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, finished_at, result)"
         " SELECT 'q', 'add', 'done', now() - interval '1 minute', to_jsonb(n)"
-        " FROM generate_series(1, %s) AS n", count)
+        " FROM generate_series(1, %s) AS n",
+        count,
+    )
 
 
 def intact(sql, count: int = ROWS) -> None:
     """Every row in exactly one of the two tables."""
     hot = sql("SELECT count(*) FROM workerpool_jobs")[0][0]
     moved = sql("SELECT count(*) FROM workerpool_jobs_history")[0][0]
-    both = sql("SELECT count(*) FROM workerpool_jobs j JOIN workerpool_jobs_history h"
-               " USING (id)")[0][0]
+    both = sql("SELECT count(*) FROM workerpool_jobs j JOIN workerpool_jobs_history h USING (id)")[
+        0
+    ][0]
     assert (hot + moved, both) == (count, 0)
 
 
 def moving_backend(sql) -> int | None:
-    rows = sql("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-               " AND state = 'active' AND query LIKE %s", f"%{MOVE_SQL}%")
+    rows = sql(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state = 'active' AND query LIKE %s",
+        f"%{MOVE_SQL}%",
+    )
     return rows[0][0] if rows else None
 
 
@@ -349,8 +389,12 @@ def test_a_backend_terminated_mid_move_loses_and_duplicates_nothing(app, sql):
 
     thread = threading.Thread(target=mover)
     thread.start()
-    pid = wait_until(lambda: moving_backend(sql), timeout=20, interval=0.005,
-                     message="the move statement running")
+    pid = wait_until(
+        lambda: moving_backend(sql),
+        timeout=20,
+        interval=0.005,
+        message="the move statement running",
+    )
     sql("SELECT pg_terminate_backend(%s)", pid)
     thread.join()
     assert failure, "the move finished before it was cut: nothing was tested"
@@ -375,17 +419,25 @@ def test_a_maintenance_process_killed_mid_move_loses_and_duplicates_nothing(app,
     load_done(sql)
     maintenance(app).history.keep_partitions()
     url = db_url.render_as_string(hide_password=False)
-    child = subprocess.Popen([sys.executable, "-c", MOVER_SCRIPT, url],
-                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    child = subprocess.Popen(
+        [sys.executable, "-c", MOVER_SCRIPT, url], env={**os.environ, "PYTHONPATH": os.getcwd()}
+    )
     try:
-        pid = wait_until(lambda: moving_backend(sql), timeout=30, interval=0.005,
-                         message="the child's move statement running")
+        pid = wait_until(
+            lambda: moving_backend(sql),
+            timeout=30,
+            interval=0.005,
+            message="the child's move statement running",
+        )
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.wait(timeout=10)
     assert child.returncode == -signal.SIGKILL
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
-               timeout=30, message="the killed client's backend gone")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+        timeout=30,
+        message="the killed client's backend gone",
+    )
     intact(sql)
     m = maintenance(app, history_batch=100_000)
     while m.keep_history():
@@ -445,8 +497,11 @@ def test_moved_jobs_stay_in_the_jobs_list_its_tabs_and_the_overview(app_pool, ht
     first = http.get("/jobs?state=done&limit=2").text  # keyset paging across the history
     older = re.search(r'href="([^"]+)" id="page-older"', first)[1].replace("&amp;", "&")
     assert listed("/jobs?state=done&limit=2") == done[:0:-1] and listed(older) == done[:1]
-    tabs = dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">(\d+)</span>',
-                           http.get("/jobs").text))
+    tabs = dict(
+        re.findall(
+            r'id="tab-(\w+)"[^>]*>\w+ <span class="count">(\d+)</span>', http.get("/jobs").text
+        )
+    )
     assert (tabs["all"], tabs["done"], tabs["cancelled"], tabs["pending"]) == ("5", "3", "1", "1")
     overview = http.get("/").text
     row = re.search(r'<tr id="queue-email">(.*?)</tr>', overview, re.S)[1]

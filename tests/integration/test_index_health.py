@@ -25,8 +25,10 @@ SMALL = MaintenanceSpec(reindex_min_bytes=0)  # the test's table is small
 def drain_backlog(pool, sql, jobs: int):
     """A backlog of ``jobs`` jobs that ran, and a few due ones: the due index keeps its pages."""
     sql("ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)")
-    sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, %s)",
-        jobs)
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, %s)",
+        jobs,
+    )
     sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now()")
     sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 100)")
 
@@ -73,10 +75,17 @@ def test_a_rebuild_takes_its_turn_before_a_due_analyze(drained_backlog, monkeypa
     monkeypatch.setattr(health, "ANALYZE_MIN_GAP", 0.0)
     pool = drained_backlog
     with pool.engine.begin() as conn:  # rows the due index does not hold: its bloat stays
-        conn.execute(text("INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
-                          " SELECT 'q', 't', 'done', now() FROM generate_series(1, 20000)"))
-    wait_until(lambda: overdue(table_health(pool.engine)) == sql.ANALYZE, timeout=30,
-               message="the statistics views show the inserts")
+        conn.execute(
+            text(
+                "INSERT INTO workerpool_jobs (queue, task, state, finished_at)"
+                " SELECT 'q', 't', 'done', now() FROM generate_series(1, 20000)"
+            )
+        )
+    wait_until(
+        lambda: overdue(table_health(pool.engine)) == sql.ANALYZE,
+        timeout=30,
+        message="the statistics views show the inserts",
+    )
     keeper = TableKeeper(pool.engine, settings=SMALL)
     assert keeper.check() == f'REINDEX INDEX CONCURRENTLY "{DUE}"'
     keeper.wait(60)
@@ -115,8 +124,10 @@ def test_on_a_small_hot_table_the_size_floor_counts_its_indexes_together(pool, s
     keeper.wait(60)
     assert due_index(pool).bloat < 2
     sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 99000)")
-    sql("DELETE FROM workerpool_jobs WHERE id > (SELECT min(id) + 100 FROM workerpool_jobs"
-        " WHERE state = 'pending')")
+    sql(
+        "DELETE FROM workerpool_jobs WHERE id > (SELECT min(id) + 100 FROM workerpool_jobs"
+        " WHERE state = 'pending')"
+    )
     sql("VACUUM workerpool_jobs")
     assert due_index(pool).bloat >= MaintenanceSpec().reindex_bloat  # bloated again, at once
     assert keeper.check() != f'REINDEX INDEX CONCURRENTLY "{DUE}"'
@@ -135,10 +146,17 @@ def test_a_leftover_of_an_interrupted_rebuild_is_dropped_first(pool, sql):
     keeper.close()
 
 
-@pytest.mark.parametrize("settings", [
-    {"busy_hours": ("8am", "8pm")}, {"busy_hours": ("08:00",)}, {"busy_hours": "08:00-20:00"},
-    {"busy_hours": ("08:00", "08:00")}, {"reindex_bloat": 1}, {"reindex_min_bytes": -1},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"busy_hours": ("8am", "8pm")},
+        {"busy_hours": ("08:00",)},
+        {"busy_hours": "08:00-20:00"},
+        {"busy_hours": ("08:00", "08:00")},
+        {"reindex_bloat": 1},
+        {"reindex_min_bytes": -1},
+    ],
+)
 def test_bad_settings_are_refused_by_name(pool, settings):
     with pytest.raises(ConfigError, match=r"maintenance: (busy_hours|reindex_)"):
         pool.maintenance(**settings)

@@ -17,11 +17,19 @@ def test_job_info_has_the_payload_priority_and_latest_claim(db_url):
         job_id = app.enqueue(echo, {"n": 7}, priority=-42)
         before = app.job(job_id)
         assert (before.payload, before.priority, before.claimed_by, before.claimed_at) == (
-            {"n": 7}, -42, None, None)
+            {"n": 7},
+            -42,
+            None,
+            None,
+        )
         testing.drain(app)
         after = app.job(job_id)
-        assert (after.state, after.result, after.payload, after.priority) == ("done", 7, {"n": 7},
-                                                                            -42)
+        assert (after.state, after.result, after.payload, after.priority) == (
+            "done",
+            7,
+            {"n": 7},
+            -42,
+        )
         assert after.claimed_by  # the worker that ran it
         assert before.created_at <= after.claimed_at <= after.finished_at
     finally:

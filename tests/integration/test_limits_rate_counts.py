@@ -20,10 +20,19 @@ def at_a_slice_start(sql, window_s: int) -> None:
     """Wait until the database clock has just entered a new slice of ``window_s``'s ring, so
     that the claims of a test that needs one slice all fall in it (a slice of a minute's window
     is 6 s; crossing into the next mid-test would put them in two)."""
-    wait_until(lambda: sql("SELECT (extract(epoch FROM statement_timestamp()) * %s / %s) %% 1",
-                           RATE_SLICES, window_s)[0][0] < 0.15,
-               timeout=window_s / RATE_SLICES * 2 + 5, interval=0.01,
-               message="the start of a rate slice")
+    wait_until(
+        lambda: (
+            sql(
+                "SELECT (extract(epoch FROM statement_timestamp()) * %s / %s) %% 1",
+                RATE_SLICES,
+                window_s,
+            )[0][0]
+            < 0.15
+        ),
+        timeout=window_s / RATE_SLICES * 2 + 5,
+        interval=0.01,
+        message="the start of a rate slice",
+    )
 
 
 def ring(sql) -> list[tuple]:
@@ -101,8 +110,14 @@ def test_status_and_the_why_line_read_the_ring(pool):
 
 def test_a_rate_limit_and_per_key_limits_hold_together(pool, sql):
     pool.queue("q", stale_after=300, rate_limit="5/m")
-    pool.task(lambda job: None, queue="q", name="sync", concurrency_limit=1,
-              key_rate_limit="100/h", concurrency_key=lambda payload: f"k{payload['n'] % 3}")
+    pool.task(
+        lambda job: None,
+        queue="q",
+        name="sync",
+        concurrency_limit=1,
+        key_rate_limit="100/h",
+        concurrency_key=lambda payload: f"k{payload['n'] % 3}",
+    )
     pool.enqueue_many([("sync", {"n": n}) for n in range(12)])
     rows = claim(pool, "w1")
     assert sorted(row.concurrency_key for row in rows) == ["k0", "k1", "k2"]
@@ -123,10 +138,13 @@ def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
     [(now, _)] = ring(sql)
     slice_s = 60 / RATE_SLICES
     # an hourly window last used two hours ago, and a slot of this window past the margin
-    sql("INSERT INTO workerpool_rate_counts (queue, window_s, slot, slice, claims) VALUES"
+    sql(
+        "INSERT INTO workerpool_rate_counts (queue, window_s, slot, slice, claims) VALUES"
         " ('q', 3600, 0, floor(extract(epoch FROM now()) / 360)::bigint - 20, 4),"
-        " ('q', 60, %s, %s, 2)", (now + 1) % (RATE_SLICES + 1),
-        now - int((60 + PRUNE_AFTER) / slice_s) - 2)
+        " ('q', 60, %s, %s, 2)",
+        (now + 1) % (RATE_SLICES + 1),
+        now - int((60 + PRUNE_AFTER) / slice_s) - 2,
+    )
     assert Maintenance(app.registry, app.engine, worker_id="m").prune_rate_counts() == 2
     assert ring(sql) == [(now, 3)]
     assert len(claim(app, "w2")) == 2  # the count in use is untouched

@@ -15,8 +15,13 @@ def limited(pool: WorkerPool) -> WorkerPool:
     pool.queue("capped", global_concurrency=1)
     pool.queue("keyed")
     pool.task(lambda job: None, queue="capped", name="work")
-    pool.task(lambda job: None, queue="keyed", name="sync", concurrency_limit=1,
-              concurrency_key=lambda payload: f"account:{payload['account']}")
+    pool.task(
+        lambda job: None,
+        queue="keyed",
+        name="sync",
+        concurrency_limit=1,
+        concurrency_key=lambda payload: f"account:{payload['account']}",
+    )
     return pool
 
 
@@ -24,9 +29,15 @@ def publish_and_claim(pool: WorkerPool, queue: str, limit: int) -> list:
     limits = claim_limits(pool.queue_spec(queue), pool.tasks)
     with pool.engine.begin() as conn:
         queries.publish_limits(conn, queue, limits.as_json())
-        return queries.claim(conn, queue=queue, worker="w", limit=limit,
-                             task_versions=pool.task_versions(queue), stale_after=300,
-                             limits=limits)
+        return queries.claim(
+            conn,
+            queue=queue,
+            worker="w",
+            limit=limit,
+            task_versions=pool.task_versions(queue),
+            stale_after=300,
+            limits=limits,
+        )
 
 
 def test_status_names_the_limits_and_what_they_hold(pool):
@@ -39,8 +50,12 @@ def test_status_names_the_limits_and_what_they_hold(pool):
     data = status.collect(app.engine)
     capped, keyed = data["queues"]["capped"]["limits"], data["queues"]["keyed"]["limits"]
     assert capped["global_concurrency"] == {"limit": 1, "running": 1, "held": 2}
-    assert keyed["tasks"]["sync"] == {"concurrency_limit": 1, "key_rate_limit": None,
-                                      "held_by_concurrency_limit": 3, "held_by_key_rate_limit": 0}
+    assert keyed["tasks"]["sync"] == {
+        "concurrency_limit": 1,
+        "key_rate_limit": None,
+        "held_by_concurrency_limit": 3,
+        "held_by_key_rate_limit": 0,
+    }
     text = status.render(data)
     assert "LIMITS" in text and "global_concurrency" in text and "concurrency_limit (sync" in text
 
@@ -62,8 +77,7 @@ def test_a_jobs_why_line_names_the_limit_that_holds_it(pool):
     assert claimed == held
     assert "held by global_concurrency of queue capped (1 of 1 running)" in why_line(app, second)
     assert "it is running" in why_line(app, first)  # every reason, not only limits
-    assert "held by concurrency_limit of key 'account:7' (1 of 1 running)" in why_line(
-        app, waiting)
+    assert "held by concurrency_limit of key 'account:7' (1 of 1 running)" in why_line(app, waiting)
     assert why_line(app, free) == f"job {free} (sync): no live worker serves queue keyed"
 
 

@@ -10,8 +10,12 @@ def limited(pool: WorkerPool) -> WorkerPool:
     pool.seen = []
     pool.queue("mail", rate_limit="1/h", global_concurrency=1)
 
-    @pool.task(queue="mail", concurrency_limit=1, key_rate_limit="1/h",
-               concurrency_key=lambda payload: payload["to"])
+    @pool.task(
+        queue="mail",
+        concurrency_limit=1,
+        key_rate_limit="1/h",
+        concurrency_key=lambda payload: payload["to"],
+    )
     def send(job):
         pool.seen.append(job.payload["n"])
 

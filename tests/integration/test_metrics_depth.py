@@ -14,13 +14,27 @@ from workerpool.model import metrics
 from workerpool.runtime.maintenance import Maintenance
 
 
-def insert(sql, queue: str, state: str, count: int, *, priority: int = 0, run_at: str = "now()",
-           crashes: int = 0) -> None:
+def insert(
+    sql,
+    queue: str,
+    state: str,
+    count: int,
+    *,
+    priority: int = 0,
+    run_at: str = "now()",
+    crashes: int = 0,
+) -> None:
     claimed = "'w'" if state == "processing" else "NULL"
-    sql(f"INSERT INTO workerpool_jobs (queue, task, state, priority, run_at, crashes, claimed_by,"
+    sql(
+        f"INSERT INTO workerpool_jobs (queue, task, state, priority, run_at, crashes, claimed_by,"
         f" claimed_at) SELECT %s, 't', %s, %s, {run_at}, %s, {claimed},"
         f" CASE WHEN {claimed} IS NULL THEN NULL ELSE now() END FROM generate_series(1, %s)",
-        queue, state, priority, crashes, count)
+        queue,
+        state,
+        priority,
+        crashes,
+        count,
+    )
 
 
 def test_counts_states_suspects_and_the_oldest_due_across_priorities(pool, sql):
@@ -36,8 +50,14 @@ def test_counts_states_suspects_and_the_oldest_due_across_priorities(pool, sql):
     a = depths["a"]
     assert (a["waiting"], a["processing"], a["suspects"], a["blocked"]) == (10, 4, 3, 6)
     assert 3590 < a["oldest_due"] < 3700  # the low-priority failed row, an hour old
-    assert depths["b"] == {"waiting": 2, "processing": 0, "blocked": 0, "suspects": 0,
-                           "oldest_due": 0.0, "cap": queries.operations.DEPTH_CAP}
+    assert depths["b"] == {
+        "waiting": 2,
+        "processing": 0,
+        "blocked": 0,
+        "suspects": 0,
+        "oldest_due": 0.0,
+        "cap": queries.operations.DEPTH_CAP,
+    }
     assert depths["empty"]["waiting"] == 0 and depths["empty"]["oldest_due"] == 0.0
 
 

@@ -78,15 +78,19 @@ def seq_scans(plan: Any) -> list[str]:
 
 
 def assert_no_table_scan(dsn: str, sent: list[tuple[str, Any]]) -> None:
-    on_jobs = [(s, p) for s, p in sent
-               if "workerpool_jobs" in s and not s.lstrip().upper().startswith("EXPLAIN")]
+    on_jobs = [
+        (s, p)
+        for s, p in sent
+        if "workerpool_jobs" in s and not s.lstrip().upper().startswith("EXPLAIN")
+    ]
     assert on_jobs, "the path sent no statement on workerpool_jobs"
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement, params in on_jobs:
             plan = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()[0]
             plan = json.loads(plan) if isinstance(plan, str) else plan
             assert "workerpool_jobs" not in seq_scans(plan), (
-                f"sequential scan of workerpool_jobs in:\n{statement}\n{json.dumps(plan)[:2000]}")
+                f"sequential scan of workerpool_jobs in:\n{statement}\n{json.dumps(plan)[:2000]}"
+            )
 
 
 def run(engine, dsn: str, call: Callable[[], Any]) -> Any:
@@ -111,11 +115,14 @@ def test_status_with_the_app_plans_no_scan(history, dsn):
     run(history.engine, dsn, lambda: status.collect(history.engine, {"a": {"t": 1}, "b": {}}))
 
 
-@pytest.mark.parametrize("filters", [
-    None,
-    DeadFilter(queue="a"),
-    DeadFilter(queue="a", task="t", reason="exhausted", since=timedelta(hours=1)),
-])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        None,
+        DeadFilter(queue="a"),
+        DeadFilter(queue="a", task="t", reason="exhausted", since=timedelta(hours=1)),
+    ],
+)
 def test_dead_list_plans_no_scan(history, dsn, filters):
     page = run(history.engine, dsn, lambda: dead.list_dead(history, filters, limit=5))
     assert len(page.jobs) == 5 and page.total == 20

@@ -15,8 +15,11 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def row(sql, job_id):
-    return sql("SELECT state, dead_reason, attempts, errors, checkpoint FROM workerpool_jobs"
-               " WHERE id = %s", job_id)[0]
+    return sql(
+        "SELECT state, dead_reason, attempts, errors, checkpoint FROM workerpool_jobs"
+        " WHERE id = %s",
+        job_id,
+    )[0]
 
 
 def test_return_means_done(app, sql):
@@ -42,7 +45,9 @@ def test_raise_retries_with_backoff_then_dead_exhausted(app, sql):
     state, reason, attempts, errors, _ = row(sql, job_id)
     assert (state, reason, attempts) == ("dead", "exhausted", 2)
     assert [e["message"] for e in errors] == [
-        "provider 503 on attempt 1", "provider 503 on attempt 2"]
+        "provider 503 on attempt 1",
+        "provider 503 on attempt 2",
+    ]
     assert errors[0]["type"] == "ConnectionError" and "Traceback" in errors[0]["traceback"]
 
 
@@ -55,7 +60,11 @@ def test_permanent_is_dead_at_once(app, sql):
     testing.drain(app, "q")
     state, reason, attempts, errors, _ = row(sql, job_id)
     assert (state, reason, attempts, errors[0]["message"]) == (
-        "dead", "permanent", 1, "422: invalid address")
+        "dead",
+        "permanent",
+        1,
+        "422: invalid address",
+    )
 
 
 def test_retry_later_snoozes_without_spending_an_attempt(app, sql):
@@ -66,7 +75,8 @@ def test_retry_later_snoozes_without_spending_an_attempt(app, sql):
     job_id = app.enqueue("rate_limited", {})
     assert testing.drain(app, "q") == [(job_id, "pending")]
     assert sql("SELECT state, attempts, run_at > now() + interval '25 s' FROM workerpool_jobs") == [
-        ("pending", 0, True)]
+        ("pending", 0, True)
+    ]
 
 
 def test_checkpoint_survives_into_the_next_attempt(app, sql):
@@ -100,7 +110,8 @@ def test_checkpoint_with_a_lost_lease_raises(app, sql):
     assert testing.drain(app, "q") == [(job_id, None)]  # the completion is fenced out too
     assert len(raised) == 1
     assert sql("SELECT checkpoint, state FROM workerpool_jobs WHERE id = %s", job_id) == [
-        (None, "processing")]
+        (None, "processing")
+    ]
 
 
 def test_async_handlers_run(app, sql):

@@ -27,8 +27,11 @@ def test_a_paused_queue_claims_nothing_keeps_ticking_and_resumes(pool, sql):
     ticks, release = ticking(pool)
     running_job = pool.enqueue("block", {})
     with running(pool, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1)) as worker:
-        wait_until(lambda: job_row(sql, running_job)["state"] == "processing", 10,
-                   message="the first job runs")
+        wait_until(
+            lambda: job_row(sql, running_job)["state"] == "processing",
+            10,
+            message="the first job runs",
+        )
         pool.pause("q", by="ops")
         wait_until(lambda: worker.pause.paused, 5, message="the worker sees the pause")
         waiting = pool.enqueue("noop", {})  # enqueue still works
@@ -36,15 +39,24 @@ def test_a_paused_queue_claims_nothing_keeps_ticking_and_resumes(pool, sql):
         wait_until(lambda: ticks[0] >= seen + 5, 10, message="ticks go on while paused")
         assert job_row(sql, waiting)["state"] == "pending"
         release.set()  # the running job finishes while paused
-        wait_until(lambda: job_row(sql, running_job)["state"] == "done", 10,
-                   message="the running job finishes")
+        wait_until(
+            lambda: job_row(sql, running_job)["state"] == "done",
+            10,
+            message="the running job finishes",
+        )
         data = status.collect(pool.engine)["queues"]["q"]
         assert data["paused"] and data["paused_by"] == "ops"
-        assert re.search(r"^PAUSED .*\n.*\n  q\s+\S+ \S+\s+ops$",
-                         status.render(status.collect(pool.engine)), re.MULTILINE)
+        assert re.search(
+            r"^PAUSED .*\n.*\n  q\s+\S+ \S+\s+ops$",
+            status.render(status.collect(pool.engine)),
+            re.MULTILINE,
+        )
         pool.resume("q")
-        wait_until(lambda: job_row(sql, waiting)["state"] == "done", 10,
-                   message="the resumed queue runs the waiting job")
+        wait_until(
+            lambda: job_row(sql, waiting)["state"] == "done",
+            10,
+            message="the resumed queue runs the waiting job",
+        )
     assert status.collect(pool.engine)["queues"]["q"]["paused"] is False
 
 

@@ -29,9 +29,17 @@ from workerpool.model.limits import ClaimLimits, KeyLimit
 def per_key_claim_plan(url: URL, planning: str) -> dict:
     """The explained plan of a per-key claim (limit 1 per key) on a worker's connection."""
     limits = ClaimLimits(keys=(KeyLimit("work", 1, None),))
-    sql, params = compiled(lambda c: queries.claim(
-        c, queue="q", worker="me", limit=LIMIT, task_versions={"work": 1}, stale_after=300,
-        limits=limits))
+    sql, params = compiled(
+        lambda c: queries.claim(
+            c,
+            queue="q",
+            worker="me",
+            limit=LIMIT,
+            task_versions={"work": 1},
+            stale_after=300,
+            limits=limits,
+        )
+    )
     engine = worker_engine(url)
     try:
         with rolled_back(engine, lambda conn: None) as raw:
@@ -49,21 +57,26 @@ RUNNING = 300  # the jobs two busy workers hold; the statistics saw none of them
 def idle_analyzed_url(server_url: URL, template_db: str) -> Iterator[URL]:
     """A backlog analyzed before any of it ran, then ``RUNNING`` of it claimed. Its keys are
     as long as a tenant's id, so the key index is the larger of the two."""
-    with loaded(server_url, template_db, [
-        "ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)",
-        f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+    with loaded(
+        server_url,
+        template_db,
+        [
+            "ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)",
+            f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
             SELECT 'q', 'work', '{{}}', 'tenant:' || md5((g % {KEYS})::text)
             FROM generate_series(1, 100000) g""",
-        "VACUUM ANALYZE workerpool_jobs",
-        "UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
-        f" claimed_at = now() WHERE id <= {RUNNING}",
-    ]) as url:
+            "VACUUM ANALYZE workerpool_jobs",
+            "UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
+            f" claimed_at = now() WHERE id <= {RUNNING}",
+        ],
+    ) as url:
         yield url
 
 
 @pytest.mark.parametrize("planning", list(EXPLAIN))
 def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
-        idle_analyzed_url, planning):
+    idle_analyzed_url, planning
+):
     """Both ``ix_workerpool_jobs_running_key`` and ``_leased`` hold the running rows; the
     statistics rate them alike, and ``_leased`` would read every running row of the queue for
     each candidate of the claim (150 x 40 us)."""
@@ -71,7 +84,6 @@ def test_per_key_probe_reads_only_its_key_when_statistics_saw_nothing_running(
     probes = {node["Index Name"] for node in nodes(plan) if node.get("Alias") == "held"}
     assert probes == {"ix_workerpool_jobs_running_key"}, probes
     assert plan["Actual Rows"] == LIMIT
-
 
 
 # -- the claims' generic plans, on a table that is nearly all backlog ------------------------------
@@ -82,18 +94,21 @@ BACKLOG_ONLY = 120_000
 @pytest.fixture(scope="module")
 def backlog_url(server_url: URL, template_db: str) -> Iterator[URL]:
     """Nothing but a backlog, analyzed: a burst of enqueues on a young or pruned table."""
-    with loaded(server_url, template_db, [
-        f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+    with loaded(
+        server_url,
+        template_db,
+        [
+            f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
             SELECT 'q', 'work', jsonb_build_object('n', g), 'k' || (g % {KEYS})
             FROM generate_series(1, {BACKLOG_ONLY}) g""",
-        "VACUUM ANALYZE workerpool_jobs",
-    ]) as url:
+            "VACUUM ANALYZE workerpool_jobs",
+        ],
+    ) as url:
         yield url
 
 
 @pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited", "claim per key"])
-def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(
-        backlog_url, statement):
+def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(backlog_url, statement):
     """The worker keeps each statement's generic plan; priced with ``LIMIT $n`` unknown, a join
     of the update to its picked rows could hash a scan of the whole table (53 ms a claim)."""
     sql, params = statements(backlog_url, leases=False)[statement]
@@ -112,14 +127,18 @@ def test_a_claims_generic_plan_finds_its_rows_by_key_on_a_table_of_backlog(
 @pytest.fixture(scope="module")
 def young_url(server_url: URL, template_db: str) -> Iterator[URL]:
     """Analyzed while empty (just migrated), then a backlog arrived and some of it ran."""
-    with loaded(server_url, template_db, [
-        "ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)",
-        "VACUUM ANALYZE workerpool_jobs",
-        f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
+    with loaded(
+        server_url,
+        template_db,
+        [
+            "ALTER TABLE workerpool_jobs SET (autovacuum_enabled = off)",
+            "VACUUM ANALYZE workerpool_jobs",
+            f"""INSERT INTO workerpool_jobs (queue, task, payload, concurrency_key)
             SELECT 'q', 'work', '{{}}', 'k' || (g % {KEYS}) FROM generate_series(1, 50000) g""",
-        "UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
-        f" claimed_at = now() WHERE id <= {RUNNING}",
-    ]) as url:
+            "UPDATE workerpool_jobs SET state = 'processing', claimed_by = 'other',"
+            f" claimed_at = now() WHERE id <= {RUNNING}",
+        ],
+    ) as url:
         yield url
 
 
@@ -128,7 +147,10 @@ def test_the_per_key_walk_counts_its_candidates_once(young_url, planning):
     """The statistics say the walk finds one candidate; a join of the candidates to their
     per-key counts was then a nested loop that rebuilt the counts for every candidate."""
     plan = per_key_claim_plan(young_url, planning)
-    counted = [node for node in nodes(plan) if node["Node Type"] == "Aggregate"
-               and node.get("Strategy") == "Hashed"]
+    counted = [
+        node
+        for node in nodes(plan)
+        if node["Node Type"] == "Aggregate" and node.get("Strategy") == "Hashed"
+    ]
     assert counted and all(node["Actual Loops"] == 1 for node in counted), counted
     assert plan["Actual Rows"] == LIMIT

@@ -39,10 +39,12 @@ from workerpool.sql.recovery import RECOVER_BATCH
 def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:
     with loaded(server_url, template_db, LOAD) as url:
         with psycopg.connect(libpq(url), autocommit=True) as conn:
-            stats = conn.execute("SELECT count(*) FROM pg_stats"
-                                 " WHERE tablename = 'workerpool_jobs'").fetchone()[0]
-            rows = conn.execute("SELECT reltuples FROM pg_class"
-                                " WHERE relname = 'workerpool_jobs'").fetchone()[0]
+            stats = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE tablename = 'workerpool_jobs'"
+            ).fetchone()[0]
+            rows = conn.execute(
+                "SELECT reltuples FROM pg_class WHERE relname = 'workerpool_jobs'"
+            ).fetchone()[0]
         assert stats == 0, "the premise: no column statistics"
         assert rows > PENDING / 2, "the premise: VACUUM refreshed the row count"
         yield url
@@ -68,16 +70,33 @@ def hot_statements(loaded_url: URL) -> dict[str, tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("session", list(SESSIONS))
 @pytest.mark.parametrize("planning", list(EXPLAIN))
-@pytest.mark.parametrize("statement", ["claim", "claim alone", "claim limited",
-                                       "claim limited shared", "claim per key",
-                                       "claim per key alone", "complete",
-                                       "complete settling", "complete settling with results",
-                                       "settle batches (lock)", "settle batches (finish)", "renew",
-                                       "return_unstarted", "return_unheld", "give_back",
-                                       "reclaim_from_dead_worker",
-                                       "sweep_abandoned", "recover_stale", "prune_finished"])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "claim",
+        "claim alone",
+        "claim limited",
+        "claim limited shared",
+        "claim per key",
+        "claim per key alone",
+        "complete",
+        "complete settling",
+        "complete settling with results",
+        "settle batches (lock)",
+        "settle batches (finish)",
+        "renew",
+        "return_unstarted",
+        "return_unheld",
+        "give_back",
+        "reclaim_from_dead_worker",
+        "sweep_abandoned",
+        "recover_stale",
+        "prune_finished",
+    ],
+)
 def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(
-        loaded_url, hot_statements, session, planning, statement):
+    loaded_url, hot_statements, session, planning, statement
+):
     make_engine, opening = SESSIONS[session]
     sql, params = hot_statements[statement]
     engine = make_engine(loaded_url)
@@ -92,9 +111,11 @@ def test_hot_statement_stops_at_its_limit_under_stale_or_fresh_statistics(
         assert ARM_INDEXES[statement] <= set(scans), scans
         # each arm stops at the limit instead of reading the backlog or every stale lease
         bound = RECOVER_BATCH if statement == "recover_stale" else LIMIT
-        for index in ARM_INDEXES[statement] & {"ix_workerpool_jobs_due",
-                                               "ix_workerpool_jobs_suspects",
-                                               "ix_workerpool_jobs_leased"}:
+        for index in ARM_INDEXES[statement] & {
+            "ix_workerpool_jobs_due",
+            "ix_workerpool_jobs_suspects",
+            "ix_workerpool_jobs_leased",
+        }:
             if index != "ix_workerpool_jobs_leased" or statement == "recover_stale":
                 assert scans[index] <= bound, scans
         if statement.startswith("claim"):

@@ -35,8 +35,15 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 def claim(app: WorkerPool, worker: str, limit: int = 10, *, alone: bool = False):
     with app.engine.begin() as conn:
-        return queries.claim(conn, queue="q", worker=worker, limit=limit,
-                             task_versions=app.task_versions("q"), stale_after=300, alone=alone)
+        return queries.claim(
+            conn,
+            queue="q",
+            worker=worker,
+            limit=limit,
+            task_versions=app.task_versions("q"),
+            stale_after=300,
+            alone=alone,
+        )
 
 
 def reclaim(app: WorkerPool, worker: str):
@@ -45,11 +52,15 @@ def reclaim(app: WorkerPool, worker: str):
 
 
 def rows(sql) -> dict[int, tuple]:
-    return {r[0]: r[1:] for r in sql(
-        "SELECT id, state, attempts, crashes, dead_reason,"
-        # held back: run_at later than the recovery that wrote the last entry (not now(): the
-        # hold is one second, and a loaded machine may take that long to look)
-        " coalesce(run_at > (errors->-1->>'at')::timestamptz, false) FROM workerpool_jobs")}
+    return {
+        r[0]: r[1:]
+        for r in sql(
+            "SELECT id, state, attempts, crashes, dead_reason,"
+            # held back: run_at later than the recovery that wrote the last entry (not now(): the
+            # hold is one second, and a loaded machine may take that long to look)
+            " coalesce(run_at > (errors->-1->>'at')::timestamptz, false) FROM workerpool_jobs"
+        )
+    }
 
 
 def lost_entry(sql, job_id: int) -> dict:
@@ -64,7 +75,11 @@ def test_a_death_holding_several_jobs_refunds_each_and_makes_them_suspects(app, 
     assert all(rows(sql)[i] == ("pending", 0, 1, None, False) for i in ids), rows(sql)
     entry = lost_entry(sql, ids[0])
     assert (entry["type"], entry["worker"], entry["alone"], entry["attempt"]) == (
-        "WorkerLost", "crashed", False, 1)
+        "WorkerLost",
+        "crashed",
+        False,
+        1,
+    )
     assert sorted(entry["with"]) == ids[1:]
     assert "the attempt does not count" in entry["message"]
 
@@ -81,8 +96,11 @@ def test_a_death_holding_one_job_charges_it_and_holds_it_back(app, sql):
 
 def test_a_job_that_dies_alone_on_its_last_attempt_is_dead_abandoned_and_says_why(app, sql):
     job = app.enqueue("work", {})
-    sql("UPDATE workerpool_jobs SET attempts = 2, crashes = 2, errors ="
-        " '[{\"type\": \"WorkerLost\", \"alone\": true}]' WHERE id = %s", job)
+    sql(
+        "UPDATE workerpool_jobs SET attempts = 2, crashes = 2, errors ="
+        ' \'[{"type": "WorkerLost", "alone": true}]\' WHERE id = %s',
+        job,
+    )
     [row] = claim(app, "crashed", alone=True)
     assert row.attempts == 3
     [changed] = reclaim(app, "crashed")
@@ -122,8 +140,7 @@ def test_an_ordinary_outcome_clears_the_suspicion(app, sql):
     claimed = {r.id: r for r in claim(app, "w", alone=True)}
     claimed |= {r.id: r for r in claim(app, "w", alone=True)}
     with app.engine.begin() as conn:
-        queries.fail(conn, queries.Lease(failing, claimed[failing].attempts, "w"),
-                     {"type": "X"}, 0)
+        queries.fail(conn, queries.Lease(failing, claimed[failing].attempts, "w"), {"type": "X"}, 0)
         queries.snooze(conn, queries.Lease(snoozed, claimed[snoozed].attempts, "w"), 0)
     assert sql("SELECT crashes FROM workerpool_jobs ORDER BY id") == [(0,), (0,)]
 
@@ -152,8 +169,11 @@ def test_the_sweep_refunds_an_exhausted_bystander_and_buries_a_lone_culprit(app,
     sql("UPDATE workerpool_jobs SET attempts = 3, claimed_at = now() - interval '10 minutes'")
     with app.engine.begin() as conn:
         swept = queries.sweep_abandoned(conn, "q", 300).rows
-    assert {r.id: r.state for r in swept} == {bystander: "pending", neighbour: "pending",
-                                             culprit: "dead"}
+    assert {r.id: r.state for r in swept} == {
+        bystander: "pending",
+        neighbour: "pending",
+        culprit: "dead",
+    }
     assert rows(sql)[bystander][:3] == ("pending", 2, 1)
     assert rows(sql)[culprit][:4] == ("dead", 3, 1, "abandoned")
 
@@ -173,21 +193,30 @@ def test_a_worker_that_claims_a_suspect_claims_nothing_else_until_it_finishes(ap
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", suspect)
-                   == [("processing",)], 15, message="the suspect claimed")
+        wait_until(
+            lambda: (
+                sql("SELECT state FROM workerpool_jobs WHERE id = %s", suspect) == [("processing",)]
+            ),
+            15,
+            message="the suspect claimed",
+        )
         seen: list[int] = []
         passes = len(ticks) + 10  # ten more passes of the loop while the suspect runs
 
         def sampled() -> bool:
-            seen.append(sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")
-                        [0][0])
+            seen.append(
+                sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")[0][0]
+            )
             return len(ticks) >= passes
 
         wait_until(sampled, 15, message="ten passes of the worker's loop")
         assert set(seen) == {1}
         release.set()
-        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
-                   == [(21,)], 30, message="every job done")
+        wait_until(
+            lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'") == [(21,)],
+            30,
+            message="every job done",
+        )
     finally:
         release.set()
         worker.stop()
@@ -207,8 +236,13 @@ def test_suspects_run_one_after_another_without_waiting_for_the_poll_interval(po
     ids = pool.enqueue_many([("work", {"n": n}) for n in range(5)])
     sql("UPDATE workerpool_jobs SET crashes = 1")
     with running(pool, "q"):
-        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
-                   == [(len(ids),)], 20, message="every suspect done")
+        wait_until(
+            lambda: (
+                sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'") == [(len(ids),)]
+            ),
+            20,
+            message="every suspect done",
+        )
     claimers = sql("SELECT count(DISTINCT claimed_at) FROM workerpool_jobs")
     assert claimers == [(len(ids),)], "each suspect was claimed alone"
 
@@ -238,8 +272,9 @@ class LostClaimReply:
                 self.dropped.set()
                 self.go.wait(30)
                 session._drop_main_connection()
-                raise psycopg.OperationalError("server closed the connection unexpectedly"
-                                               " (planted, after the commit)")
+                raise psycopg.OperationalError(
+                    "server closed the connection unexpectedly (planted, after the commit)"
+                )
             real_contacted()
 
         claims._claim, session._contacted = claim, contacted
@@ -288,11 +323,24 @@ def test_a_claim_whose_reply_was_lost_is_given_back_so_the_poison_bound_holds(po
         assert not thread.is_alive()
         entry = lost_entry(sql, culprit)
         assert entry["alone"] is True, entry  # the death is the suspect's own
-        sql("UPDATE workerpool_jobs SET run_at = now() + interval '1 hour'"
-            " WHERE id = %s AND state = 'pending'", culprit)
-    assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs WHERE id = %s",
-               culprit) == [("dead", "abandoned", 3)]
+        sql(
+            "UPDATE workerpool_jobs SET run_at = now() + interval '1 hour'"
+            " WHERE id = %s AND state = 'pending'",
+            culprit,
+        )
+    assert sql(
+        "SELECT state, dead_reason, attempts FROM workerpool_jobs WHERE id = %s", culprit
+    ) == [("dead", "abandoned", 3)]
     with running(pool, "q"):
-        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'ordinary'"
-                               " AND state <> 'done'") == [(0,)], 20, message="ordinary done")
+        wait_until(
+            lambda: (
+                sql(
+                    "SELECT count(*) FROM workerpool_jobs WHERE task = 'ordinary'"
+                    " AND state <> 'done'"
+                )
+                == [(0,)]
+            ),
+            20,
+            message="ordinary done",
+        )
     assert sql("SELECT DISTINCT attempts FROM workerpool_jobs WHERE task = 'ordinary'") == [(1,)]

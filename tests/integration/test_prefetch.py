@@ -82,8 +82,11 @@ def test_a_drain_gives_unstarted_jobs_back_at_once(pool, sql):
         worker.stop()
         buffered = [i for i in ids if i not in runs]
         # well before the 30 s drain timeout, while the running job is still running:
-        wait_until(lambda: all(job_row(sql, i)["state"] == "pending" for i in buffered), 5,
-                   message="buffered jobs given back")
+        wait_until(
+            lambda: all(job_row(sql, i)["state"] == "pending" for i in buffered),
+            5,
+            message="buffered jobs given back",
+        )
         assert job_row(sql, runs[0])["state"] == "processing"
     finally:
         release.set()
@@ -113,9 +116,13 @@ def test_renewal_covers_buffered_jobs(pool, sql):
         claimed = dict(sql("SELECT id, claimed_at FROM workerpool_jobs"))
         with running(pool, "q") as second:  # polls every 50 ms for stale rows
             wait_until(
-                lambda: sql("SELECT bool_and(claimed_at > %s + interval '1.5 s')"
-                            " FROM workerpool_jobs", min(claimed.values()))[0][0],
-                15, message="leases renewed well past stale_after")
+                lambda: sql(
+                    "SELECT bool_and(claimed_at > %s + interval '1.5 s') FROM workerpool_jobs",
+                    min(claimed.values()),
+                )[0][0],
+                15,
+                message="leases renewed well past stale_after",
+            )
             assert second.counters.claimed == 0
             release.set()
             wait_until(lambda: states(sql) == {"done": 3}, 10, message="3 jobs done")

@@ -34,8 +34,10 @@ def row(sql, job_id: int) -> tuple:
 
 
 def logs(sql, job_id: int) -> list[tuple]:
-    return sql("SELECT attempt, records, dropped FROM workerpool_job_logs WHERE job_id = %s"
-               " ORDER BY id", job_id)
+    return sql(
+        "SELECT attempt, records, dropped FROM workerpool_job_logs WHERE job_id = %s ORDER BY id",
+        job_id,
+    )
 
 
 def done(sql, job_id: int) -> bool:
@@ -68,8 +70,10 @@ def test_progress_is_throttled_and_the_last_value_lands(pool, sql):
     assert state == "done" and progress["value"] == {"done": 10, "of": 10}
 
 
-@pytest.mark.parametrize("value", [1.5, -0.1, float("nan"), True, None, "half", [1],
-                                   {"blob": "x" * 5000}, {"bad": {1, 2}}])
+@pytest.mark.parametrize(
+    "value",
+    [1.5, -0.1, float("nan"), True, None, "half", [1], {"blob": "x" * 5000}, {"bad": {1, 2}}],
+)
 def test_bad_progress_is_refused_by_name_and_nothing_is_written(pool, sql, value):
     pool.queue("p")
     raised: list = []
@@ -231,8 +235,9 @@ def test_a_nul_or_a_lone_surrogate_logged_is_stored_and_fails_no_outcome(pool, s
     odd_ids = pool.enqueue_many([("odd", {"fail": n % 2 == 1}) for n in range(3)])
     fine = pool.enqueue_many([("healthy", {})] * 3)
     with without_pytest_log_capture(), running(pool, "l"):
-        wait_until(lambda: all(done(sql, i) for i in odd_ids + fine), 20,
-                   message="every job finished")
+        wait_until(
+            lambda: all(done(sql, i) for i in odd_ids + fine), 20, message="every job finished"
+        )
     assert [row(sql, i)[0] for i in odd_ids + fine] == ["done", "dead", "done"] + ["done"] * 3
     [(_, records, _)] = logs(sql, odd_ids[0])
     assert [r["message"] for r in records[:2]] == ["nul \\x00 here", "surrogate ? here"]

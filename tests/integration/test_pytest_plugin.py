@@ -9,7 +9,7 @@ from workerpool.testing.plugin import server_url
 
 pytest_plugins = ["pytester"]
 
-USER_APP = '''
+USER_APP = """
 from workerpool import WorkerPool
 
 pool = WorkerPool()
@@ -18,9 +18,9 @@ pool = WorkerPool()
 def send_welcome(job):
     if job.payload.get("fail"):
         raise RuntimeError("smtp down")
-'''
+"""
 
-USER_TESTS = '''
+USER_TESTS = """
 import os
 from workerpool import WorkerPool, testing
 import myjobs
@@ -44,11 +44,10 @@ def test_each_test_has_a_fresh_database(workerpool_pool):
 
 def test_a_failing_assertion_fails_the_users_test(workerpool_pool):
     testing.assert_enqueued(workerpool_pool, "send_welcome")
-'''
+"""
 
 
-def test_a_users_suite_gets_a_migrated_throwaway_database_per_test(pytester, tmp_path,
-                                                                   monkeypatch):
+def test_a_users_suite_gets_a_migrated_throwaway_database_per_test(pytester, tmp_path, monkeypatch):
     pytester.makepyfile(myjobs=USER_APP, test_user=USER_TESTS)
     pytester.makeini("[pytest]\nworkerpool_app = myjobs:pool\n")
     note = tmp_path / "databases.txt"
@@ -60,13 +59,15 @@ def test_a_users_suite_gets_a_migrated_throwaway_database_per_test(pytester, tmp
     assert len(set(names)) == 2 and all(n.startswith("workerpool_test_") for n in names)
     server = server_url().set(drivername="postgresql")
     with psycopg.connect(server.render_as_string(hide_password=False)) as conn:
-        left = conn.execute("SELECT datname FROM pg_database WHERE datname = ANY(%s)",
-                            (names,)).fetchall()
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)
+        ).fetchall()
     assert left == []  # dropped after each test
 
 
 def test_without_an_app_the_fixture_is_an_empty_pool(pytester):
-    pytester.makepyfile(test_empty='''
+    pytester.makepyfile(
+        test_empty="""
 from workerpool import WorkerPool
 from sqlalchemy import text
 
@@ -75,6 +76,7 @@ def test_empty(workerpool_pool, workerpool_database_url):
     assert workerpool_pool.url == workerpool_database_url
     with workerpool_pool.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM workerpool_jobs")).scalar() == 0
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

@@ -10,7 +10,8 @@ from workerpool.sql.schema import JOBS_AUTOVACUUM
 def reloptions(engine) -> dict[str, str]:
     with engine.connect() as conn:
         options = conn.exec_driver_sql(
-            "SELECT reloptions FROM pg_class WHERE relname = 'workerpool_jobs'").scalar()
+            "SELECT reloptions FROM pg_class WHERE relname = 'workerpool_jobs'"
+        ).scalar()
     return dict(option.split("=", 1) for option in options or [])
 
 
@@ -33,10 +34,17 @@ def test_drift_check_sees_a_changed_storage_parameter(db_url):
     engine = db.create(db_url)
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("ALTER TABLE workerpool_jobs SET"
-                                 " (autovacuum_vacuum_scale_factor = 0.2, fillfactor = 70)")
+            conn.exec_driver_sql(
+                "ALTER TABLE workerpool_jobs SET"
+                " (autovacuum_vacuum_scale_factor = 0.2, fillfactor = 70)"
+            )
         with engine.connect() as conn:
-            assert drift(conn) == [("modify_storage", "workerpool_jobs", {
-                "autovacuum_vacuum_scale_factor": ("0.02", "0.2"), "fillfactor": (None, "70")})]
+            assert drift(conn) == [
+                (
+                    "modify_storage",
+                    "workerpool_jobs",
+                    {"autovacuum_vacuum_scale_factor": ("0.02", "0.2"), "fillfactor": (None, "70")},
+                )
+            ]
     finally:
         engine.dispose()

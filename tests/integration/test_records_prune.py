@@ -28,8 +28,10 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def edges(sql) -> list[int]:
-    return [job_id for (job_id,) in sql(
-        "SELECT job_id FROM workerpool_job_dependencies ORDER BY job_id")]
+    return [
+        job_id
+        for (job_id,) in sql("SELECT job_id FROM workerpool_job_dependencies ORDER BY job_id")
+    ]
 
 
 def maintenance(app: WorkerPool) -> Maintenance:

@@ -138,8 +138,7 @@ def test_a_job_dead_after_its_attempts_raises_job_failed_with_its_history(app):
     with pytest.raises(JobFailed) as failed:
         app.result(job_id, timeout=5)
     assert failed.value.job_id == job_id and failed.value.reason == "exhausted"
-    assert [e["message"] for e in failed.value.errors] == ["down on attempt 1",
-                                                           "down on attempt 2"]
+    assert [e["message"] for e in failed.value.errors] == ["down on attempt 1", "down on attempt 2"]
     assert "ConnectionError: down on attempt 2" in str(failed.value)
 
 
@@ -257,11 +256,15 @@ def test_drain_and_the_inline_mode_return_results(app):
 
 def _complete_by_hand(pool: WorkerPool, sql, job_id: int, result: str) -> None:
     """Claim the job as a worker would and write its outcome through the worker's code."""
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-        " claimed_at = now() WHERE id = %s", job_id)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+        " claimed_at = now() WHERE id = %s",
+        job_id,
+    )
     with pool.engine.begin() as conn:
-        record_many(conn, "w", [(queries.Lease(job_id, 1, "w"),
-                                 Outcome(OutcomeKind.DONE, result=result))])
+        record_many(
+            conn, "w", [(queries.Lease(job_id, 1, "w"), Outcome(OutcomeKind.DONE, result=result))]
+        )
 
 
 def _wait_in_thread(pool: WorkerPool, job_id: int) -> tuple[threading.Thread, list]:
@@ -277,8 +280,11 @@ def test_a_waiter_is_woken_by_the_notification_of_the_outcome(app, sql, monkeypa
     monkeypatch.setattr(waiting, "POLL_CAP_LISTENING", 60.0)
     job_id = app.enqueue("add", {"a": 1, "b": 1})
     thread, got = _wait_in_thread(app, job_id)
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_waiters WHERE job_id = %s",
-                           job_id) == [(1,)], 20, message="the waiter listed")
+    wait_until(
+        lambda: sql("SELECT count(*) FROM workerpool_waiters WHERE job_id = %s", job_id) == [(1,)],
+        20,
+        message="the waiter listed",
+    )
     # and its listener connected (connecting wakes every waiter once: not the wake-up tested)
     wait_until(lambda: waiting._LISTENERS[app].connected.is_set(), 20, message="listening")
     _complete_by_hand(app, sql, job_id, "41")
@@ -291,8 +297,11 @@ def test_a_lost_notification_costs_latency_never_the_answer(app, sql, monkeypatc
     monkeypatch.setattr(results_sql, "RESULTS_CHANNEL", "workerpool_nobody_listens")
     job_id = app.enqueue("add", {"a": 1, "b": 1})
     thread, got = _wait_in_thread(app, job_id)
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_waiters") == [(1,)], 20,
-               message="the waiter listed")
+    wait_until(
+        lambda: sql("SELECT count(*) FROM workerpool_waiters") == [(1,)],
+        20,
+        message="the waiter listed",
+    )
     _complete_by_hand(app, sql, job_id, "5")
     thread.join(20)
     assert got == [5]
@@ -340,18 +349,27 @@ def _statements(pool: WorkerPool, run) -> list[str]:
 
 def _flush(pool: WorkerPool, sql, results_by_id: dict[int, str | None]) -> None:
     for job_id in results_by_id:
-        sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-            " claimed_at = now() WHERE id = %s", job_id)
+        sql(
+            "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+            " claimed_at = now() WHERE id = %s",
+            job_id,
+        )
     with pool.engine.begin() as conn:
-        record_many(conn, "w", [(queries.Lease(job_id, 1, "w"),
-                                 Outcome(OutcomeKind.DONE, result=result))
-                                for job_id, result in results_by_id.items()])
+        record_many(
+            conn,
+            "w",
+            [
+                (queries.Lease(job_id, 1, "w"), Outcome(OutcomeKind.DONE, result=result))
+                for job_id, result in results_by_id.items()
+            ],
+        )
 
 
 def test_a_flush_of_plain_jobs_is_one_statement_with_or_without_results(app, sql):
     plain = [app.enqueue("add", {"a": i, "b": 0}) for i in range(3)]
-    seen = _statements(app, lambda: _flush(app, sql, {plain[0]: None, plain[1]: "1",
-                                                      plain[2]: None}))
+    seen = _statements(
+        app, lambda: _flush(app, sql, {plain[0]: None, plain[1]: "1", plain[2]: None})
+    )
     assert len(seen) == 1 and seen[0].startswith("WITH done AS (UPDATE workerpool_jobs")
     assert [app.job(i).result for i in plain] == [None, 1, None]
 
@@ -369,8 +387,11 @@ def test_a_flush_that_ends_an_awaited_job_adds_one_notify(app, sql):
 
 @pytest.mark.parametrize("job_id", ["1", True, 0, -3, 1.0, None])
 def test_a_bad_job_id_is_refused_by_name(app, sql, job_id):
-    for call in (lambda: app.result(job_id, timeout=0), lambda: app.job(job_id),
-                 lambda: asyncio.run(app.result_async(job_id, timeout=0))):
+    for call in (
+        lambda: app.result(job_id, timeout=0),
+        lambda: app.job(job_id),
+        lambda: asyncio.run(app.result_async(job_id, timeout=0)),
+    ):
         with pytest.raises(InvalidJob, match="job id must be a positive int"):
             call()
     assert sql("SELECT count(*) FROM workerpool_waiters") == [(0,)]

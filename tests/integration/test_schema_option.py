@@ -47,14 +47,17 @@ def run(url: URL, statement: str, *params: object) -> list[tuple]:
 
 
 def tables_in(url: URL, schema: str) -> set[str]:
-    return {name for (name,) in run(url, "SELECT tablename FROM pg_tables WHERE schemaname = %s",
-                                    schema)}
+    return {
+        name
+        for (name,) in run(url, "SELECT tablename FROM pg_tables WHERE schemaname = %s", schema)
+    }
 
 
 def jobs(url: URL, schema: str, task: str) -> list[tuple]:
     """(state, result) of every job of ``task`` in ``schema``'s table."""
-    return run(url, f"SELECT state, result FROM {schema}.workerpool_jobs WHERE task = %s"
-                    " ORDER BY id", task)
+    return run(
+        url, f"SELECT state, result FROM {schema}.workerpool_jobs WHERE task = %s ORDER BY id", task
+    )
 
 
 def app_pool(url: URL, schema: str) -> WorkerPool:
@@ -71,8 +74,7 @@ def two_schemas(empty_db_url: URL, tmp_path: Path) -> URL:
     first = run_cli("migrate", "--schema", A, url=empty_db_url, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert f"in schema {A}" in first.stdout
-    second = run_cli("migrate", url=empty_db_url, cwd=tmp_path,
-                     extra_env={settings.SCHEMA_ENV: B})
+    second = run_cli("migrate", url=empty_db_url, cwd=tmp_path, extra_env={settings.SCHEMA_ENV: B})
     assert second.returncode == 0, second.stderr
     return empty_db_url
 
@@ -113,10 +115,14 @@ def test_two_pools_run_their_own_jobs_and_crons_only(two_schemas, launch, tmp_pa
     assert only_a == only_b == 1  # each schema's own sequence: the same id, two jobs
 
     launch(B).wait_running("q", "@maintenance")
-    wait_until(lambda: jobs(two_schemas, B, "where") == [("done", B)], 30,
-               message="B's job done in B")
-    wait_until(lambda: len([r for r in jobs(two_schemas, B, "tick") if r[0] == "done"]) >= 2,
-               30, message="B's cron ticks")
+    wait_until(
+        lambda: jobs(two_schemas, B, "where") == [("done", B)], 30, message="B's job done in B"
+    )
+    wait_until(
+        lambda: len([r for r in jobs(two_schemas, B, "tick") if r[0] == "done"]) >= 2,
+        30,
+        message="B's cron ticks",
+    )
     assert {result for _, result in jobs(two_schemas, B, "tick") if result} == {B}
     # B's workers were woken by A's enqueue too (one channel): they claimed nothing of A's
     assert jobs(two_schemas, A, "where") == [("pending", None)]
@@ -124,16 +130,25 @@ def test_two_pools_run_their_own_jobs_and_crons_only(two_schemas, launch, tmp_pa
     assert run(two_schemas, f"SELECT count(*) FROM {A}.workerpool_workers")[0][0] == 0
 
     launch(A).wait_running("q", "@maintenance")
-    wait_until(lambda: jobs(two_schemas, A, "where") == [("done", A)], 30,
-               message="A's job done in A")
-    wait_until(lambda: any(state == "done" for state, _ in jobs(two_schemas, A, "tick")), 30,
-               message="A's cron ticks")
+    wait_until(
+        lambda: jobs(two_schemas, A, "where") == [("done", A)], 30, message="A's job done in A"
+    )
+    wait_until(
+        lambda: any(state == "done" for state, _ in jobs(two_schemas, A, "tick")),
+        30,
+        message="A's cron ticks",
+    )
     assert {result for _, result in jobs(two_schemas, A, "tick") if result} == {A}
     assert jobs(two_schemas, B, "where") == [("done", B)]
 
     for schema in (A, B):
-        shown = run_cli("status", "--json", url=two_schemas, cwd=tmp_path,
-                        extra_env={settings.SCHEMA_ENV: schema})
+        shown = run_cli(
+            "status",
+            "--json",
+            url=two_schemas,
+            cwd=tmp_path,
+            extra_env={settings.SCHEMA_ENV: schema},
+        )
         assert shown.returncode == 0, shown.stderr
         data = json.loads(shown.stdout)
         workers = run(two_schemas, f"SELECT id FROM {schema}.workerpool_workers")
@@ -151,8 +166,9 @@ def test_a_callers_connection_enqueues_into_the_schema_and_keeps_its_own_path(tw
         many = pool.enqueue_many([("where", {}), ("where", {})], conn=conn)
         assert conn.execute(text("SHOW search_path")).scalar() == before
         assert conn.execute(text("SELECT current_schema()")).scalar() == "public"
-    assert [row[0] for row in run(two_schemas, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id")
-            ] == [job_id, *many]
+    assert [
+        row[0] for row in run(two_schemas, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id")
+    ] == [job_id, *many]
     assert run(two_schemas, f"SELECT count(*) FROM {B}.workerpool_jobs")[0][0] == 0
 
     with app.connect() as conn, conn.begin() as txn:
@@ -162,8 +178,10 @@ def test_a_callers_connection_enqueues_into_the_schema_and_keeps_its_own_path(tw
         result = pool.cancel([job_id], conn=conn)
         assert conn.execute(text("SHOW search_path")).scalar() == before
     assert result.verdicts[job_id] == "cancelled"
-    assert run(two_schemas, f"SELECT count(*), count(*) FILTER (WHERE state = 'cancelled')"
-                            f" FROM {A}.workerpool_jobs") == [(3, 1)]
+    assert run(
+        two_schemas,
+        f"SELECT count(*), count(*) FILTER (WHERE state = 'cancelled') FROM {A}.workerpool_jobs",
+    ) == [(3, 1)]
     with app.begin() as conn, pytest.raises(ConfigError, match=r"batch.*not supported"):
         pool.batch(conn=conn)
     app.dispose()
@@ -176,20 +194,24 @@ def test_an_async_callers_connection_enqueues_into_the_schema(two_schemas):
     pool = app_pool(two_schemas, A)
 
     async def enqueue() -> tuple[str, str, list[int]]:
-        app = create_async_engine(db.normalise(two_schemas).set(
-            drivername="postgresql+psycopg_async"))
+        app = create_async_engine(
+            db.normalise(two_schemas).set(drivername="postgresql+psycopg_async")
+        )
         async with app.begin() as conn:
             before = (await conn.execute(text("SHOW search_path"))).scalar()
-            ids = [await pool.enqueue_async("where", {}, conn=conn),
-                   *await pool.enqueue_many_async([("where", {})], conn=conn)]
+            ids = [
+                await pool.enqueue_async("where", {}, conn=conn),
+                *await pool.enqueue_many_async([("where", {})], conn=conn),
+            ]
             after = (await conn.execute(text("SHOW search_path"))).scalar()
         await app.dispose()
         return before, after, ids
 
     before, after, ids = asyncio.run(enqueue())
     assert after == before
-    assert [row[0] for row in run(two_schemas, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id")
-            ] == ids
+    assert [
+        row[0] for row in run(two_schemas, f"SELECT id FROM {A}.workerpool_jobs ORDER BY id")
+    ] == ids
     pool.dispose()
 
 
@@ -233,10 +255,13 @@ def test_each_schema_keeps_its_own_history_partitions(two_schemas):
         assert Maintenance(pool.registry, pool.engine, worker_id="m").keep_history() == 0
     finally:
         pool.dispose()
-    parts = run(two_schemas, "SELECT n.nspname, count(*) FROM pg_inherits AS i"
-                             " JOIN pg_class AS c ON c.oid = i.inhrelid"
-                             " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-                             " GROUP BY 1")
+    parts = run(
+        two_schemas,
+        "SELECT n.nspname, count(*) FROM pg_inherits AS i"
+        " JOIN pg_class AS c ON c.oid = i.inhrelid"
+        " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+        " GROUP BY 1",
+    )
     assert dict(parts).keys() == {A}, parts
 
 
@@ -253,8 +278,10 @@ def test_downgrade_of_one_schema_leaves_the_other(two_schemas):
         pool.dispose()
 
 
-@pytest.mark.parametrize("bad", ["Jobs", "1jobs", "pg_jobs", "information_schema", "jobs;drop",
-                                 "jobs a", "a" * 64, "", 5])
+@pytest.mark.parametrize(
+    "bad",
+    ["Jobs", "1jobs", "pg_jobs", "information_schema", "jobs;drop", "jobs a", "a" * 64, "", 5],
+)
 def test_a_bad_schema_name_is_refused_by_name(bad):
     with pytest.raises(InvalidSchema, match=r"schema .* is invalid"):
         WorkerPool("postgresql://nobody@127.0.0.1:1/none", schema=bad)
@@ -265,13 +292,18 @@ def test_bad_names_are_refused_before_anything_is_written(empty_db_url, tmp_path
     with pytest.raises(InvalidSchema):
         WorkerPool(empty_db_url)
     namespaces = run(empty_db_url, "SELECT count(*) FROM pg_namespace")
-    for args, env in ((("migrate", "--schema", "x;drop"), {}), (("migrate",), {"Bad": 1}),
-                      (("status",), {"Bad": 1}), (("roles", "--print-sql", "--schema", "x y"), {})):
+    for args, env in (
+        (("migrate", "--schema", "x;drop"), {}),
+        (("migrate",), {"Bad": 1}),
+        (("status",), {"Bad": 1}),
+        (("roles", "--print-sql", "--schema", "x y"), {}),
+    ):
         extra = {settings.SCHEMA_ENV: "Bad-Name"} if env else {}
         done = run_cli(*args, url=empty_db_url, cwd=tmp_path, extra_env=extra)
         assert done.returncode != 0, args
-        assert "is invalid" in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+        assert "is invalid" in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
             done.stderr
+        )
     assert run(empty_db_url, "SELECT count(*) FROM pg_namespace") == namespaces
     assert tables_in(empty_db_url, "public") == set()
 
@@ -297,8 +329,9 @@ def test_the_default_schema_changes_nothing(db_url):
 
 
 def psql(url: URL, script: str) -> None:
-    done = subprocess.run(["psql", "-X", "-q", libpq(url)], input=script, text=True,
-                          capture_output=True, timeout=60)
+    done = subprocess.run(
+        ["psql", "-X", "-q", libpq(url)], input=script, text=True, capture_output=True, timeout=60
+    )
     assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
 
 
@@ -327,16 +360,18 @@ def test_roles_are_granted_on_the_schema(empty_db_url, tmp_path):
         migrated = run_cli("migrate", "--schema", schema, url=owner, cwd=tmp_path)
         assert migrated.returncode == 0, migrated.stderr
         psql(empty_db_url, print_sql(prefix, schema))  # after: the grants on the tables
-        owners = run(empty_db_url, "SELECT DISTINCT tableowner FROM pg_tables"
-                                   " WHERE schemaname = %s", schema)
+        owners = run(
+            empty_db_url, "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = %s", schema
+        )
         assert owners == [(f"{prefix}_owner",)]
 
         worker = app_pool(empty_db_url.set(username=f"{prefix}_app"), schema)
         job_id = worker.enqueue("where", {})
         worker.dispose()
         reader = empty_db_url.set(username=f"{prefix}_ro")
-        shown = run_cli("status", "--json", url=reader, cwd=tmp_path,
-                        extra_env={settings.SCHEMA_ENV: schema})
+        shown = run_cli(
+            "status", "--json", url=reader, cwd=tmp_path, extra_env={settings.SCHEMA_ENV: schema}
+        )
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["queues"]["q"]["counts"]["pending"] == 1
         read_only = WorkerPool(reader, schema=schema)
@@ -344,8 +379,10 @@ def test_roles_are_granted_on_the_schema(empty_db_url, tmp_path):
             c.execute(text("DELETE FROM workerpool_jobs WHERE id = :id"), {"id": job_id})
         read_only.dispose()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            run(empty_db_url.set(username=f"{prefix}_app"),
-                f"CREATE TABLE {schema}.intruder (id int)")
+            run(
+                empty_db_url.set(username=f"{prefix}_app"),
+                f"CREATE TABLE {schema}.intruder (id int)",
+            )
 
 
 # -- PgBouncer ------------------------------------------------------------------------------------
@@ -368,8 +405,10 @@ def test_behind_pgbouncer_the_server_sets_the_schema(two_schemas, bouncer, monke
     run(two_schemas, f'CREATE DATABASE "{configured.database}"')
     try:
         WorkerPool(configured, schema=A).migrate()
-        run(configured, f'ALTER ROLE postgres IN DATABASE "{configured.database}"'
-                        f" SET search_path = {A}")
+        run(
+            configured,
+            f'ALTER ROLE postgres IN DATABASE "{configured.database}" SET search_path = {A}',
+        )
         pool = app_pool(bouncer.url(configured), A)
         ids = pool.enqueue_many([("where", {}), ("where", {"n": 2}, {"key": "k"})])
         assert pool.job(ids[0]).state == "pending"

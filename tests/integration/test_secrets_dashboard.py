@@ -16,8 +16,14 @@ def test_no_dashboard_page_shows_the_password(db_url):
     try:
         ids = dead_jobs(pool, 2)
         with client(pool) as http:
-            for path in ("/", "/jobs", f"/jobs/{ids[0]}", "/dead", "/jobs/999999999",
-                         "/jobs?state=nonsense"):
+            for path in (
+                "/",
+                "/jobs",
+                f"/jobs/{ids[0]}",
+                "/dead",
+                "/jobs/999999999",
+                "/jobs?state=nonsense",
+            ):
                 page = http.get(path)
                 assert page.status_code < 500, (path, page.status_code)
                 assert SENTINEL not in page.text, path
@@ -42,8 +48,10 @@ def test_a_read_replica_down_is_named_with_its_secrets_masked(db_url, monkeypatc
     page names the replica without either, and so does the command line's one line."""
     from tests.helpers.cli import run_cli
 
-    replica = (f"postgresql://bob@127.0.0.1:1/nowhere?password={SENTINEL}"
-               f"&sslpassword={SENTINEL}2&application_name=reader")
+    replica = (
+        f"postgresql://bob@127.0.0.1:1/nowhere?password={SENTINEL}"
+        f"&sslpassword={SENTINEL}2&application_name=reader"
+    )
     pool = web.build(db_url)
     monkeypatch.setenv("WORKERPOOL_READ_URL", replica)
     reading = web.build(db_url)
@@ -56,7 +64,6 @@ def test_a_read_replica_down_is_named_with_its_secrets_masked(db_url, monkeypatc
     finally:
         reading.dispose()
         pool.dispose()
-    shown = run_cli("status", url=db_url, cwd=tmp_path,
-                    extra_env={"WORKERPOOL_READ_URL": replica})
+    shown = run_cli("status", url=db_url, cwd=tmp_path, extra_env={"WORKERPOOL_READ_URL": replica})
     assert shown.returncode != 0 and "the read replica" in shown.stderr
     assert SENTINEL not in shown.stderr + shown.stdout

@@ -119,8 +119,11 @@ def test_a_replayed_job_waits_for_its_line_instead_of_running_beside_it(app, sql
     second = app.enqueue("apply", {}, sequence="s")
     testing.drain(app, max_jobs=1)
     assert states(sql, first, second) == ["dead", "pending"]
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-        " claimed_at = now() WHERE id = %s", second)  # the line runs it now
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+        " claimed_at = now() WHERE id = %s",
+        second,
+    )  # the line runs it now
     retry(app, [first])
     assert states(sql, first) == ["waiting"]
     third = app.enqueue("apply", {}, sequence="s")
@@ -170,8 +173,10 @@ def test_concurrent_enqueuers_of_one_sequence_build_one_line(app, sql):
         thread.join(60)
     assert errors == []
     ids = [row[0] for row in sql("SELECT id FROM workerpool_jobs ORDER BY id")]
-    edges = sql("SELECT job_id, parent_id FROM workerpool_job_dependencies"
-                " WHERE kind = 'sequence' ORDER BY job_id")
+    edges = sql(
+        "SELECT job_id, parent_id FROM workerpool_job_dependencies"
+        " WHERE kind = 'sequence' ORDER BY job_id"
+    )
     assert edges == list(zip(ids[1:], ids[:-1], strict=True))  # each after the one before
 
 
@@ -201,8 +206,9 @@ def test_the_plain_claim_statement_knows_nothing_of_sequences_or_dependencies():
     from workerpool.sql.claim import claim_statement
 
     for alone in (False, True):
-        stmt = claim_statement(queue="q", worker="w", limit=10, task_versions={"a": 1},
-                               stale_after=300, alone=alone)
+        stmt = claim_statement(
+            queue="q", worker="w", limit=10, task_versions={"a": 1}, stale_after=300, alone=alone
+        )
         compiled = str(stmt.compile(dialect=postgresql.psycopg.dialect()))
         for word in ("sequence", "dependencies", "waiting", "workflow"):
             assert word not in compiled

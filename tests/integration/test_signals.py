@@ -30,8 +30,9 @@ def app(pool: WorkerPool) -> WorkerPool:
     @pool.task(queue="q", max_attempts=2)
     def approval(job):
         try:
-            approved = job.wait_for(f"approved:{job.payload['order']}",
-                                    timeout=job.payload.get("timeout", 600))
+            approved = job.wait_for(
+                f"approved:{job.payload['order']}", timeout=job.payload.get("timeout", 600)
+            )
         except TimeoutError as exc:
             seen.append(("timeout", str(exc)))
             return "timed out"
@@ -42,8 +43,9 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 
 def row(sql, job_id: int) -> tuple:
-    return sql("SELECT state, attempts, signal, claimed_by FROM workerpool_jobs WHERE id = %s",
-               job_id)[0]
+    return sql(
+        "SELECT state, attempts, signal, claimed_by FROM workerpool_jobs WHERE id = %s", job_id
+    )[0]
 
 
 def test_a_signal_sent_before_the_wait_is_kept_and_returned(app, sql):
@@ -64,11 +66,13 @@ def test_a_signal_sent_after_the_wait_wakes_the_job(app, sql):
     sent_at = app.signal("approved:8", {"by": "grace"})
     assert sent_at is not None
     assert sql("SELECT state, signal, run_at <= now() FROM workerpool_jobs") == [
-        ("pending", None, True)]
+        ("pending", None, True)
+    ]
     assert testing.drain(app, "q") == [(job_id, "done")]
     assert app.seen == [("approved", {"by": "grace"})]
     assert sql("SELECT attempts, result FROM workerpool_jobs") == [
-        (1, {"approved": {"by": "grace"}})]
+        (1, {"approved": {"by": "grace"}})
+    ]
     step = sql("SELECT steps->'approved:8' FROM workerpool_jobs")[0][0]
     assert step["started_at"] < step["finished_at"] and step["value"] == {"by": "grace"}
 
@@ -110,8 +114,11 @@ def test_a_timeout_raises_in_the_handler_once_the_sweep_makes_the_job_due(app, s
     assert testing.drain(app, "q") == [(job_id, "waiting")]
     assert sql("SELECT run_at > now() FROM workerpool_jobs") == [(True,)]
     maintenance = Maintenance(app.registry, app.engine, worker_id="m")
-    wait_until(lambda: maintenance.sweep_signals() or row(sql, job_id)[0] == "pending", 10,
-               message="the deadline passed and the sweep made the job due")
+    wait_until(
+        lambda: maintenance.sweep_signals() or row(sql, job_id)[0] == "pending",
+        10,
+        message="the deadline passed and the sweep made the job due",
+    )
     assert testing.drain(app, "q") == [(job_id, "done")]
     assert app.seen == [("timeout", "wait for signal 'approved:4' timed out")]
     step = sql("SELECT steps->'approved:4' FROM workerpool_jobs")[0][0]
@@ -137,8 +144,9 @@ def test_a_signal_sent_while_the_wait_is_being_written_is_seen(app, sql):
     job due at once instead of waiting for a signal that already came."""
     job_id = app.enqueue("approval", {"order": 6})
     with app.engine.begin() as conn:
-        claimed = queries.claim(conn, queue="q", worker="w1", limit=1,
-                                task_versions={"approval": 1}, stale_after=300)
+        claimed = queries.claim(
+            conn, queue="q", worker="w1", limit=1, task_versions={"approval": 1}, stale_after=300
+        )
     assert [r.id for r in claimed] == [job_id]
     app.signal("approved:6", "meanwhile")
     with app.engine.begin() as conn:

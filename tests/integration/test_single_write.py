@@ -56,8 +56,10 @@ def backend_of(app: WorkerPool) -> int:
 
 def kept_backends(app: WorkerPool) -> list[int]:
     """The server processes of the connections kept between single writes."""
-    return [conn.connection.driver_connection.info.backend_pid
-            for conn, _ in single_write._kept(app.engine).idle]
+    return [
+        conn.connection.driver_connection.info.backend_pid
+        for conn, _ in single_write._kept(app.engine).idle
+    ]
 
 
 def test_enqueue_sends_no_ping(app, sql, counted_pings):
@@ -79,8 +81,11 @@ def test_single_writes_keep_one_connection_checked_out_of_the_pool(app, sql):
     assert kept_backends(app) == [backend] and rows(sql) == 20
     assert app.engine.pool.checkedout() == 1  # within the pool's own limit
     app.dispose()
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
-               timeout=10, message="dispose to close the kept connection")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+        timeout=10,
+        message="dispose to close the kept connection",
+    )
 
 
 def test_a_pool_dropped_without_dispose_takes_its_kept_connection_with_it(db_url, sql):
@@ -90,8 +95,11 @@ def test_a_pool_dropped_without_dispose_takes_its_kept_connection_with_it(db_url
     [backend] = kept_backends(pool)
     del pool
     gc.collect()
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
-               timeout=10, message="the dropped pool's kept connection to be closed")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+        timeout=10,
+        message="the dropped pool's kept connection to be closed",
+    )
 
 
 def test_an_engine_disposed_and_made_again_is_not_held_by_its_pool(app, sql):
@@ -142,8 +150,11 @@ def test_a_transaction_left_open_never_holds_the_next_write(app, sql):
     assert rows(sql) == 2  # committed, seen from another session
     single_write.write(app.engine, lambda conn: conn.connection.driver_connection.execute("BEGIN"))
     assert kept_backends(app) == [] and app.engine.pool.checkedout() == 0  # discarded
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
-               timeout=10, message="the connection left in a transaction to be closed")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+        timeout=10,
+        message="the connection left in a transaction to be closed",
+    )
     app.enqueue("work", {"i": 2})
     assert rows(sql) == 3
 
@@ -162,8 +173,11 @@ def test_a_terminated_kept_connection_is_replaced_before_anything_is_sent(app, s
     app.enqueue("work", {"i": 0})
     [pid] = kept_backends(app)
     sql("SELECT pg_terminate_backend(%s)", pid)
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
-               timeout=10, message="the backend to exit")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+        timeout=10,
+        message="the backend to exit",
+    )
     job_id = app.enqueue("work", {"i": 1})
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE id = %s", job_id) == [(1,)]
     assert rows(sql) == 2 and kept_backends(app) not in ([], [pid])
@@ -188,7 +202,8 @@ def test_a_forked_child_leaves_the_parents_kept_connection_alone(app, sql):
 
 
 def test_a_statement_that_could_not_be_sent_is_retried_once_on_a_pinged_connection(
-        app, counted_pings):
+    app, counted_pings
+):
     calls = []
 
     def statement(conn):
@@ -222,16 +237,22 @@ def test_a_failure_after_the_statement_was_sent_is_never_retried(app, sql):
 
 def test_database_errors_are_sqlalchemy_errors_as_before(app):
     with pytest.raises(sa_exc.IntegrityError):  # the database's own bound on the payload
-        single_write.write(app.engine, lambda conn: conn.exec_driver_sql(
-            "INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 'work', '[]')"))
+        single_write.write(
+            app.engine,
+            lambda conn: conn.exec_driver_sql(
+                "INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 'work', '[]')"
+            ),
+        )
 
 
-def test_every_other_checkout_pings_and_replaces_a_terminated_connection(app, sql,
-                                                                         counted_pings):
+def test_every_other_checkout_pings_and_replaces_a_terminated_connection(app, sql, counted_pings):
     pid = backend_of(app)
     sql("SELECT pg_terminate_backend(%s)", pid)
-    wait_until(lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
-               timeout=10, message="the backend to exit")
+    wait_until(
+        lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid),
+        timeout=10,
+        message="the backend to exit",
+    )
     with app.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT 1").scalar() == 1
         assert conn.connection.driver_connection.info.backend_pid != pid

@@ -93,12 +93,15 @@ def test_a_step_name_used_twice_in_one_run_is_refused(app, sql):
     assert steps_of(sql, job_id)["a"]["value"] == 1
 
 
-@pytest.mark.parametrize(("value", "error"), [
-    ({1, 2}, PayloadError),
-    ((1, 2), PayloadError),
-    (float("nan"), PayloadError),
-    ("x" * (70 * 1024), PayloadTooLarge),
-])
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({1, 2}, PayloadError),
+        ((1, 2), PayloadError),
+        (float("nan"), PayloadError),
+        ("x" * (70 * 1024), PayloadTooLarge),
+    ],
+)
 def test_a_step_result_that_is_not_json_is_refused_and_nothing_recorded(app, sql, value, error):
     raised: list[BaseException] = []
 
@@ -157,8 +160,9 @@ def test_a_stale_owner_cannot_record_a_step(app, sql):
     with running(app, "slow", renew_leases=False):
         assert first_run.wait(10)
         with running(app, "slow"):  # the new owner: it holds nothing, so it takes the suspect
-            wait_until(lambda: len(runs) >= 2, 30,
-                       message="the job reclaimed after its lease ran out")
+            wait_until(
+                lambda: len(runs) >= 2, 30, message="the job reclaimed after its lease ran out"
+            )
             wait_until(lambda: sql("SELECT state FROM workerpool_jobs")[0][0] == "done", 10)
         resume.set()
         wait_until(lambda: raised, 10, message="the stale owner's step refused")
@@ -226,13 +230,15 @@ def test_a_sleep_snoozes_without_an_attempt_and_is_a_finished_step_after(app, sq
 
     job_id = app.enqueue("nap", {})
     assert testing.drain(app, "q") == [(job_id, "pending")]
-    assert sql("SELECT state, attempts, run_at > now() + interval '3500 s',"
-               " run_at < now() + interval '3700 s' FROM workerpool_jobs") == [
-        ("pending", 0, True, True)]
+    assert sql(
+        "SELECT state, attempts, run_at > now() + interval '3500 s',"
+        " run_at < now() + interval '3700 s' FROM workerpool_jobs"
+    ) == [("pending", 0, True, True)]
     steps = steps_of(sql, job_id)
     assert steps["cool_off"]["kind"] == "sleep"
-    assert sql("SELECT (steps->'cool_off'->>'finished_at')::timestamptz = run_at"
-               " FROM workerpool_jobs") == [(True,)]
+    assert sql(
+        "SELECT (steps->'cool_off'->>'finished_at')::timestamptz = run_at FROM workerpool_jobs"
+    ) == [(True,)]
     sql("UPDATE workerpool_jobs SET run_at = now()")  # the hour has passed
     assert testing.drain(app, "q") == [(job_id, "done")]
     assert seen == ["b", "b", "after"]
@@ -268,17 +274,34 @@ def test_a_sleeping_job_holds_no_slot(app, sql):
 
     sleeper_id = app.enqueue("sleeper", {})
     with running(app, "one"):
-        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s",
-                               sleeper_id)[0][0] == "pending" and order, 10,
-                   message="the sleeper asleep")
+        wait_until(
+            lambda: (
+                sql("SELECT state FROM workerpool_jobs WHERE id = %s", sleeper_id)[0][0]
+                == "pending"
+                and order
+            ),
+            10,
+            message="the sleeper asleep",
+        )
         app.enqueue_many([("other", {"n": n}) for n in range(3)])
-        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'"
-                               " AND task = 'other'")[0][0] == 3, 10,
-                   message="the other jobs ran while it slept")
-        assert sql("SELECT state FROM workerpool_jobs WHERE id = %s", sleeper_id)[0][0] \
-            == "pending"
-        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s",
-                               sleeper_id)[0][0] == "done", 20, message="the sleeper woke")
+        wait_until(
+            lambda: (
+                sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done' AND task = 'other'")[
+                    0
+                ][0]
+                == 3
+            ),
+            10,
+            message="the other jobs ran while it slept",
+        )
+        assert sql("SELECT state FROM workerpool_jobs WHERE id = %s", sleeper_id)[0][0] == "pending"
+        wait_until(
+            lambda: (
+                sql("SELECT state FROM workerpool_jobs WHERE id = %s", sleeper_id)[0][0] == "done"
+            ),
+            20,
+            message="the sleeper woke",
+        )
     assert order[:4] == ["sleeper", "other 0", "other 1", "other 2"]
     assert order[-2:] == ["sleeper", "sleeper woke"]
     assert sql("SELECT attempts FROM workerpool_jobs WHERE id = %s", sleeper_id) == [(1,)]

@@ -35,7 +35,10 @@ def test_the_job_page_lists_each_step_and_the_signal_it_waits_for(flows, http):
     table = re.search(r'<table class="steps" id="steps">(.*?)</table>', page.text, re.S)[1]
     rows = re.findall(r'<tr class="step ([\w-]+)">(.*?)</tr>', table, re.S)
     assert [(status, re.search(r"<code>(.*?)</code>", row)[1]) for status, row in rows] == [
-        ("done", "account"), ("done", "welcome"), ("waiting", "verified:7")]
+        ("done", "account"),
+        ("done", "welcome"),
+        ("waiting", "verified:7"),
+    ]
     assert "&lt;b&gt;bold&lt;/b&gt;" in table and "<b>bold" not in table  # escaped
     assert "waits for signal <code>verified:7</code> until" in table
     why = re.search(r'<section class="why" id="why">(.*?)</section>', page.text, re.S)[1]
@@ -53,10 +56,12 @@ def test_a_sleep_step_shows_until_when_and_a_step_that_returned_nothing_null(app
 
     job_id = app_pool.enqueue("napper", {})
     drain(app_pool, "naps")
-    table = re.search(r'<table class="steps" id="steps">(.*?)</table>', http.get(
-        f"/jobs/{job_id}").text, re.S)[1]
-    rows = dict(re.findall(r'<tr class="step [\w-]+"><td><code>(\w+)</code>(.*?)</tr>', table,
-                           re.S))
+    table = re.search(
+        r'<table class="steps" id="steps">(.*?)</table>', http.get(f"/jobs/{job_id}").text, re.S
+    )[1]
+    rows = dict(
+        re.findall(r'<tr class="step [\w-]+"><td><code>(\w+)</code>(.*?)</tr>', table, re.S)
+    )
     assert "None" not in table
     assert "<pre>null</pre>" in rows["nothing"]
     assert re.search(r"sleeps until \d{4}-\d\d-\d\d", rows["nap"]), rows["nap"]
@@ -74,8 +79,7 @@ def test_status_job_prints_the_steps_and_the_signal(flows, db_url, tmp_path):
     out = status(db_url, tmp_path, job_id)
     assert f"job {job_id} (onboarding): it waits for signal 'verified:7'" in out
     lines = out.split("STEPS\n")[1].splitlines()
-    assert lines[0].split() == ["STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "FINISHED",
-                                "VALUE"]
+    assert lines[0].split() == ["STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "FINISHED", "VALUE"]
     assert lines[1].split()[:4] == ["account", "step", "done", "1"]
     assert json.loads(lines[1].split("  ")[-1]) == {"account": 7, "note": "<b>bold</b>"}
     assert lines[2].split()[:3] == ["welcome", "step", "done"] and lines[2].endswith('"sent"')
@@ -101,5 +105,6 @@ def test_a_sleeping_step_shows_as_sleeping(flows, db_url, tmp_path):
     drain(flows, "flows")
     data = json.loads(status(db_url, tmp_path, job_id, "--json"))
     assert [(s["name"], s["kind"], s["status"]) for s in data["steps"]] == [
-        ("nap", "sleep", "sleeping")]
+        ("nap", "sleep", "sleeping")
+    ]
     assert data["reasons"][0]["code"] == "scheduled"

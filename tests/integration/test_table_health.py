@@ -54,23 +54,26 @@ def settle_counters(pool: WorkerPool, predicate):
 
 
 def test_analyze_runs_when_the_statistics_are_behind(pool, quiet_table):
-    quiet_table(f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't'"
-                f" FROM generate_series(1, {ROWS})")
+    quiet_table(
+        f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, {ROWS})"
+    )
     settle_counters(pool, lambda row: row.modified >= ROWS)
     keeper = TableKeeper(pool.engine)
     assert keeper.check() == sql.ANALYZE
     keeper.wait(60)
     row = settle_counters(pool, lambda row: row.analyze_age is not None and row.modified == 0)
     assert row.estimated_rows == ROWS
-    assert quiet_table("SELECT count(*) FROM pg_stats WHERE tablename = 'workerpool_jobs'"
-                       " AND attname = 'run_at'") == [(1,)]
+    assert quiet_table(
+        "SELECT count(*) FROM pg_stats WHERE tablename = 'workerpool_jobs' AND attname = 'run_at'"
+    ) == [(1,)]
     assert keeper.check() is None  # nothing is overdue any more
     keeper.close()
 
 
 def test_vacuum_with_analyze_runs_when_dead_rows_pile_up(pool, quiet_table):
-    quiet_table(f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't'"
-                f" FROM generate_series(1, {ROWS})")
+    quiet_table(
+        f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, {ROWS})"
+    )
     quiet_table("DELETE FROM workerpool_jobs")
     settle_counters(pool, lambda row: row.dead >= ROWS)
     keeper = TableKeeper(pool.engine)
@@ -86,8 +89,9 @@ def test_health_is_read_at_a_bounded_cadence_from_the_maintenance_pass(pool, mon
     maintenance = Maintenance(pool.registry, pool.engine, worker_id=new_worker_id())
     maintenance.table = TableKeeper(pool.engine, clock=lambda: now[0])
     reads = []
-    monkeypatch.setattr(health_module, "read",
-                        lambda conn, real=health_module.read: reads.append(1) or real(conn))
+    monkeypatch.setattr(
+        health_module, "read", lambda conn, real=health_module.read: reads.append(1) or real(conn)
+    )
     maintenance.run_pass()
     maintenance.run_pass()
     assert len(reads) == 1
@@ -99,10 +103,19 @@ def test_health_is_read_at_a_bounded_cadence_from_the_maintenance_pass(pool, mon
 
 def test_overdue_is_relative_to_the_table_and_waits_between_vacuums():
     def health(**fields):
-        base = {"live": 1_000_000, "dead": 0, "modified": 0, "estimated_rows": 1_000_000,
-                "table_bytes": 0, "index_bytes": 0, "vacuum_age_s": None,
-                "autovacuum_age_s": None, "analyze_age_s": None, "autoanalyze_age_s": None,
-                "holder": None}
+        base = {
+            "live": 1_000_000,
+            "dead": 0,
+            "modified": 0,
+            "estimated_rows": 1_000_000,
+            "table_bytes": 0,
+            "index_bytes": 0,
+            "vacuum_age_s": None,
+            "autovacuum_age_s": None,
+            "analyze_age_s": None,
+            "autoanalyze_age_s": None,
+            "holder": None,
+        }
         return health_module.TableHealth(**(base | fields))
 
     assert overdue(health(dead=50_000, modified=50_000)) is None  # 5 % of a 1M-row table
@@ -129,9 +142,11 @@ def dml_role(db_url: URL, sql) -> Iterator[URL]:
 
 
 def test_a_role_that_does_not_own_the_table_says_once_what_it_cannot_do(
-        dml_role, quiet_table, caplog):
-    quiet_table(f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't'"
-                f" FROM generate_series(1, {ROWS})")
+    dml_role, quiet_table, caplog
+):
+    quiet_table(
+        f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, {ROWS})"
+    )
     pool = WorkerPool(dml_role)
     try:
         settle_counters(pool, lambda row: row.modified >= ROWS)
@@ -158,8 +173,7 @@ def test_the_horizon_holder_is_named_and_shown_by_status(pool, db_url):
         with pool.engine.connect() as conn:
             found = read(conn).holder
         assert found is not None
-        assert (found.kind, found.name, found.application) == ("session", str(pid),
-                                                               "report-export")
+        assert (found.kind, found.name, found.application) == ("session", str(pid), "report-export")
         assert found.state == "idle in transaction" and found.age_s >= 0
         report = status.collect(pool.engine)
         assert report["table_health"]["holder"]["name"] == str(pid)

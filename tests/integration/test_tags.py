@@ -29,7 +29,7 @@ def tags_of(sql, job_id: int) -> list[str] | None:
     return sql("SELECT tags FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
 
 
-ODD = ['tenant:7', 'with "quote"', "back\\slash", "semi;colon space", "{brace},comma", "ünï"]
+ODD = ["tenant:7", 'with "quote"', "back\\slash", "semi;colon space", "{brace},comma", "ünï"]
 
 
 def test_every_enqueue_path_stores_the_tags(app, sql):
@@ -50,8 +50,21 @@ def test_repeated_tags_are_kept_once(app, sql):
     assert tags_of(sql, job_id) == ["a", "b"]
 
 
-@pytest.mark.parametrize("tags", ["tenant:7", [""], ["  "], [7], [None], ["x" * 101],
-                                  ["a\nb"], [f"t{i}" for i in range(21)], [], {"a": 1}])
+@pytest.mark.parametrize(
+    "tags",
+    [
+        "tenant:7",
+        [""],
+        ["  "],
+        [7],
+        [None],
+        ["x" * 101],
+        ["a\nb"],
+        [f"t{i}" for i in range(21)],
+        [],
+        {"a": 1},
+    ],
+)
 def test_bad_tags_are_refused_by_name_and_nothing_is_written(app, sql, tags):
     with pytest.raises(InvalidJob, match="tag"):
         app.enqueue("work", {}, tags=tags)
@@ -87,14 +100,14 @@ def test_dead_list_retry_and_purge_filter_by_tag(app, sql):
     other = app.enqueue("work", {"fail": True}, tags=["import", "tenant:8"])
     testing.drain(app, "q")
     page = dead.list_dead(app, DeadFilter(tags=("tenant:7",)))
-    assert [row.id for row in page.jobs] == [doomed] and page.jobs[0].tags == ["import",
-                                                                                "tenant:7"]
+    assert [row.id for row in page.jobs] == [doomed] and page.jobs[0].tags == ["import", "tenant:7"]
     retried = dead.retry(app, all_matching=True, filters=DeadFilter(tags=("tenant:7",)))
     assert retried.ids == [doomed]
     assert sql("SELECT id, state FROM workerpool_jobs ORDER BY id") == [
-        (doomed, "pending"), (other, "dead")]
-    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '40 days' WHERE id = %s",
-        other)
+        (doomed, "pending"),
+        (other, "dead"),
+    ]
+    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '40 days' WHERE id = %s", other)
     purged = dead.purge(app, dead.parse_duration("30d"), DeadFilter(tags=("tenant:7",)))
     assert purged.count == 0
     purged = dead.purge(app, dead.parse_duration("30d"), DeadFilter(tags=("tenant:8",)))
@@ -106,23 +119,36 @@ def test_status_counts_the_tagged_jobs_by_queue_and_state(app, sql):
         app.enqueue("work", {}, tags=["import"])
     app.enqueue("work", {"fail": True}, tags=["import"])
     app.enqueue("work", {}, tags=["other"])
-    sql("UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'exhausted',"
-        " finished_at = now(), attempts = 1 WHERE payload ? 'fail'")
+    sql(
+        "UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'exhausted',"
+        " finished_at = now(), attempts = 1 WHERE payload ? 'fail'"
+    )
     with app.engine.connect() as conn:
         data = job_view.tagged(conn, ["import"])
-    assert data == {"tags": ["import"], "queues": {"q": {"dead": 1, "pending": 3}},
-                    "lower_bound": False}
+    assert data == {
+        "tags": ["import"],
+        "queues": {"q": {"dead": 1, "pending": 3}},
+        "lower_bound": False,
+    }
 
 
 def test_the_tag_filter_is_served_by_the_gin_index(app, sql):
     """50 000 untagged rows and a handful tagged: the plan reads the tags index with the
     containment as its condition (not merely the partial index's predicate, then a filter)."""
-    sql("INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 'work'"
-        " FROM generate_series(1, 50000)")
-    sql("INSERT INTO workerpool_jobs (queue, task, tags) SELECT 'q', 'work',"
-        " ARRAY['tenant:' || (g % 500)] FROM generate_series(1, 5000) g")
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 'work'"
+        " FROM generate_series(1, 50000)"
+    )
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, tags) SELECT 'q', 'work',"
+        " ARRAY['tenant:' || (g % 500)] FROM generate_series(1, 5000) g"
+    )
     sql("ANALYZE workerpool_jobs")
-    plan = "\n".join(row[0] for row in sql(
-        "EXPLAIN SELECT id FROM workerpool_jobs WHERE tags @> %s::text[]", ["tenant:7"]))
+    plan = "\n".join(
+        row[0]
+        for row in sql(
+            "EXPLAIN SELECT id FROM workerpool_jobs WHERE tags @> %s::text[]", ["tenant:7"]
+        )
+    )
     assert "Index Scan on ix_workerpool_jobs_tags" in plan, plan
     assert "Index Cond: (tags @> '{tenant:7}'::text[])" in plan, plan

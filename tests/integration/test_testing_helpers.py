@@ -94,8 +94,11 @@ def test_drain_runs_every_queue_and_says_how_each_ended(app):
 def test_drain_can_run_retries_at_once_until_dead(app):
     failing = app.enqueue("send", {"fail": True})
     ran = testing.drain(app, "email", retries="now")
-    assert [(r.job_id, r.state) for r in ran] == [(failing, "failed"), (failing, "failed"),
-                                                  (failing, "dead")]
+    assert [(r.job_id, r.state) for r in ran] == [
+        (failing, "failed"),
+        (failing, "failed"),
+        (failing, "dead"),
+    ]
     testing.assert_enqueued(app, "send", state="dead", attempts=3)
 
 

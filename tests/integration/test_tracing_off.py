@@ -38,7 +38,11 @@ print(tracing.ENABLED, stored, "opentelemetry.sdk" in sys.modules,
 def run(db_url, mode: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, db_url.render_as_string(hide_password=False), mode],
-        capture_output=True, text=True, timeout=60, cwd=ROOT)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 

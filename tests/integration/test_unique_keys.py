@@ -28,8 +28,12 @@ def app(pool: WorkerPool) -> WorkerPool:
 
 def finish(sql, job_id: int, state: str = "done") -> None:
     reason = "'exhausted'" if state == "dead" else "NULL"
-    sql(f"UPDATE workerpool_jobs SET state = %s, dead_reason = {reason}, finished_at = now()"
-        " WHERE id = %s", state, job_id)
+    sql(
+        f"UPDATE workerpool_jobs SET state = %s, dead_reason = {reason}, finished_at = now()"
+        " WHERE id = %s",
+        state,
+        job_id,
+    )
 
 
 def test_a_forever_key_keeps_todays_meaning(app, sql):
@@ -71,13 +75,16 @@ def test_two_threads_enqueueing_one_live_key_at_once_make_one_job(app, sql):
 def test_replace_gives_a_pending_holder_the_new_payload_and_run_at(app, sql):
     soon = datetime.now(UTC) + timedelta(seconds=5)
     later = datetime.now(UTC) + timedelta(seconds=60)
-    first = app.enqueue("reindex", {"v": 1}, key="reindex:7", unique="live", run_at=soon,
-                        on_conflict="replace")
-    again = app.enqueue("reindex", {"v": 2}, key="reindex:7", unique="live", run_at=later,
-                        on_conflict="replace")
+    first = app.enqueue(
+        "reindex", {"v": 1}, key="reindex:7", unique="live", run_at=soon, on_conflict="replace"
+    )
+    again = app.enqueue(
+        "reindex", {"v": 2}, key="reindex:7", unique="live", run_at=later, on_conflict="replace"
+    )
     assert again == first
     [(payload, run_at, count)] = sql(
-        "SELECT payload, run_at, (SELECT count(*) FROM workerpool_jobs) FROM workerpool_jobs")
+        "SELECT payload, run_at, (SELECT count(*) FROM workerpool_jobs) FROM workerpool_jobs"
+    )
     assert (payload, count) == ({"v": 2}, 1)
     assert abs((run_at - later).total_seconds()) < 0.01  # debounce: moved to the new time
 
@@ -88,21 +95,25 @@ SCOPES = {"forever": {}, "live": {"unique": "live"}, "for a period": {"unique_fo
 @pytest.mark.parametrize("holder_state", ["pending", "processing"])
 @pytest.mark.parametrize("on_conflict", ["keep", "replace", "error"])
 @pytest.mark.parametrize("scope", list(SCOPES))
-def test_every_scope_and_on_conflict_with_a_held_key(app, sql, scope, on_conflict,
-                                                      holder_state):
+def test_every_scope_and_on_conflict_with_a_held_key(app, sql, scope, on_conflict, holder_state):
     """A second enqueue of a held key, with another payload and a later run_at: "replace"
     gives a pending holder both in every scope; "keep" leaves the holder as it is (a key held
     forever names one job, so another payload is a conflict); "error" names the holder. Only a
     replace of a pending holder writes anything."""
     options = SCOPES[scope]
-    first = app.enqueue("sync", {"v": 1}, key="d1", delay=600, on_conflict=on_conflict,
-                        **options)
+    first = app.enqueue("sync", {"v": 1}, key="d1", delay=600, on_conflict=on_conflict, **options)
     if holder_state == "processing":
-        sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-            " claimed_at = now()")
+        sql(
+            "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+            " claimed_at = now()"
+        )
     before = sql("SELECT payload, run_at FROM workerpool_jobs")
-    second = lambda: app.enqueue("sync", {"v": 2}, key="d1", delay=1200,  # noqa: E731
-                                 on_conflict=on_conflict, **options)
+
+    def second():
+        return app.enqueue(
+            "sync", {"v": 2}, key="d1", delay=1200, on_conflict=on_conflict, **options
+        )
+
     if on_conflict == "error":
         with pytest.raises(DuplicateJob):
             second()
@@ -121,8 +132,10 @@ def test_every_scope_and_on_conflict_with_a_held_key(app, sql, scope, on_conflic
 
 def test_replace_leaves_a_started_holder_alone(app, sql):
     first = app.enqueue("sync", {"v": 1}, key="k", unique="live", on_conflict="replace")
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
-        " claimed_at = now()")
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'w',"
+        " claimed_at = now()"
+    )
     assert app.enqueue("sync", {"v": 2}, key="k", unique="live", on_conflict="replace") == first
     assert sql("SELECT payload FROM workerpool_jobs") == [({"v": 1},)]
 
@@ -144,25 +157,41 @@ def test_unique_for_holds_the_key_for_its_period_then_frees_it(app, sql):
     assert app.enqueue("sync", {"v": 2}, key="k", unique_for=0.5) == first
     second = wait_until(
         lambda: (got := app.enqueue("sync", {"v": 3}, key="k", unique_for=0.5)) != first and got,
-        timeout=10, message="the key free after its period")
+        timeout=10,
+        message="the key free after its period",
+    )
     assert sql("SELECT id, key_scope FROM workerpool_jobs ORDER BY id") == [
-        (first, "expired"), (second, "for")]
+        (first, "expired"),
+        (second, "for"),
+    ]
 
 
 def test_concurrency_key_from_the_task_function_and_the_option(app, sql):
-    app.task(lambda job: None, queue="q", name="per_account", concurrency_limit=1,
-             concurrency_key=lambda payload: f"account:{payload['account']}")
+    app.task(
+        lambda job: None,
+        queue="q",
+        name="per_account",
+        concurrency_limit=1,
+        concurrency_key=lambda payload: f"account:{payload['account']}",
+    )
     app.enqueue("per_account", {"account": 42})
     app.enqueue("per_account", {"account": 42}, concurrency_key="override")
     app.enqueue("reindex", {})
     assert sql("SELECT task, concurrency_key FROM workerpool_jobs ORDER BY id") == [
-        ("per_account", "account:42"), ("per_account", "override"), ("reindex", "reindex")]
+        ("per_account", "account:42"),
+        ("per_account", "override"),
+        ("reindex", "reindex"),
+    ]
 
 
 def test_live_keys_in_a_batch_keep_the_live_holder(app, sql):
     first = app.enqueue("sync", {"v": 1}, key="k", unique="live")
-    ids = app.enqueue_many([("sync", {"v": 2}, {"key": "k", "unique": "live"}),
-                            ("reindex", {"v": 3}, {"key": "r", "unique": "live"})])
+    ids = app.enqueue_many(
+        [
+            ("sync", {"v": 2}, {"key": "k", "unique": "live"}),
+            ("reindex", {"v": 3}, {"key": "r", "unique": "live"}),
+        ]
+    )
     assert ids[0] == first
     finish(sql, first)
     again = app.enqueue_many([("sync", {"v": 4}, {"key": "k", "unique": "live"})])
@@ -170,26 +199,34 @@ def test_live_keys_in_a_batch_keep_the_live_holder(app, sql):
     assert sql("SELECT concurrency_key FROM workerpool_jobs WHERE key = 'r'") == [("reindex",)]
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"unique": "live"}, "need a key"),
-    ({"on_conflict": "replace"}, "need a key"),
-    ({"key": "k", "unique": "sometimes"}, "unique must be one of"),
-    ({"key": "k", "on_conflict": "overwrite"}, "on_conflict must be one of"),
-    ({"key": "k", "unique": "live", "unique_for": 5}, "not both"),
-    ({"key": "k", "unique_for": 0}, "unique_for"),
-    ({"key": "k", "unique_for": float("nan")}, "unique_for"),
-    ({"key": "k", "unique_for": "5s"}, "unique_for"),
-    ({"concurrency_key": "a"}, "limit nothing"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"unique": "live"}, "need a key"),
+        ({"on_conflict": "replace"}, "need a key"),
+        ({"key": "k", "unique": "sometimes"}, "unique must be one of"),
+        ({"key": "k", "on_conflict": "overwrite"}, "on_conflict must be one of"),
+        ({"key": "k", "unique": "live", "unique_for": 5}, "not both"),
+        ({"key": "k", "unique_for": 0}, "unique_for"),
+        ({"key": "k", "unique_for": float("nan")}, "unique_for"),
+        ({"key": "k", "unique_for": "5s"}, "unique_for"),
+        ({"concurrency_key": "a"}, "limit nothing"),
+    ],
+)
 def test_bad_key_options_are_refused_before_anything_is_written(app, sql, options, message):
     with pytest.raises(InvalidJob, match=message):
         app.enqueue("sync", {}, **options)
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
 
 
-@pytest.mark.parametrize("options", [{"key": "k", "unique_for": 5},
-                                     {"key": "k", "on_conflict": "replace"},
-                                     {"key": "k", "on_conflict": "error"}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"key": "k", "unique_for": 5},
+        {"key": "k", "on_conflict": "replace"},
+        {"key": "k", "on_conflict": "error"},
+    ],
+)
 def test_a_batch_refuses_what_only_a_single_enqueue_can_do(app, sql, options):
     with pytest.raises(InvalidJob, match="enqueue_many"):
         app.enqueue_many([("sync", {}), ("sync", {"v": 1}, options)])
@@ -199,8 +236,13 @@ def test_a_batch_refuses_what_only_a_single_enqueue_can_do(app, sql, options):
 def test_bad_concurrency_keys_are_refused_by_name(app, sql):
     with pytest.raises(InvalidJob, match="concurrency_key must be"):
         app.enqueue("reindex", {}, concurrency_key="")
-    app.task(lambda job: None, queue="q", name="broken", concurrency_limit=1,
-             concurrency_key=lambda payload: payload["missing"])
+    app.task(
+        lambda job: None,
+        queue="q",
+        name="broken",
+        concurrency_limit=1,
+        concurrency_key=lambda payload: payload["missing"],
+    )
     with pytest.raises(InvalidJob, match="concurrency_key function raised KeyError"):
         app.enqueue("broken", {})
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
@@ -217,4 +259,7 @@ def test_a_dead_job_whose_live_key_a_newer_job_holds_is_not_replayed(app, sql):
     result = retry(app, [old, other], by="test")  # no unique violation: the old one is skipped
     assert result.ids == [other]
     assert sql("SELECT id, state FROM workerpool_jobs ORDER BY id") == [
-        (old, "dead"), (newer, "pending"), (other, "pending")]
+        (old, "dead"),
+        (newer, "pending"),
+        (other, "pending"),
+    ]

@@ -32,8 +32,14 @@ def hold(sql, job_id: int) -> None:
 
 def claim(app: WorkerPool):
     with app.engine.begin() as conn:
-        return queries.claim(conn, queue="q", worker="w", limit=10,
-                             task_versions=app.task_versions("q"), stale_after=300)
+        return queries.claim(
+            conn,
+            queue="q",
+            worker="w",
+            limit=10,
+            task_versions=app.task_versions("q"),
+            stale_after=300,
+        )
 
 
 def test_a_waiting_job_is_never_claimed_and_spends_no_attempt(app, sql):
@@ -41,7 +47,8 @@ def test_a_waiting_job_is_never_claimed_and_spends_no_attempt(app, sql):
     hold(sql, job_id)
     assert claim(app) == []
     assert sql("SELECT state, attempts FROM workerpool_jobs WHERE id = %s", job_id) == [
-        ("waiting", 0)]
+        ("waiting", 0)
+    ]
 
 
 def test_a_waiting_job_holds_its_live_key(app, sql):
@@ -55,8 +62,9 @@ def test_cancelling_a_waiting_job_ends_it_at_once(app, sql):
     job_id = app.enqueue("work", {})
     hold(sql, job_id)
     app.cancel([job_id], reason="not needed")
-    assert sql("SELECT state, finished_at IS NOT NULL FROM workerpool_jobs WHERE id = %s",
-               job_id) == [("cancelled", True)]
+    assert sql(
+        "SELECT state, finished_at IS NOT NULL FROM workerpool_jobs WHERE id = %s", job_id
+    ) == [("cancelled", True)]
 
 
 def test_status_depths_and_the_dashboard_count_waiting_jobs(app, sql):
@@ -77,17 +85,20 @@ def test_the_migration_adds_waiting_to_the_check_and_the_key_index(empty_db_url)
     engine = db.create(empty_db_url)
     with engine.connect() as conn:
         index = conn.exec_driver_sql(
-            "SELECT pg_get_indexdef('uq_workerpool_jobs_key'::regclass)").scalar()
+            "SELECT pg_get_indexdef('uq_workerpool_jobs_key'::regclass)"
+        ).scalar()
         check = conn.exec_driver_sql(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conname = 'ck_workerpool_jobs_state'").scalar()
+            " WHERE conname = 'ck_workerpool_jobs_state'"
+        ).scalar()
     engine.dispose()
     assert "'waiting'" in index and "'waiting'" in check
     downgrade(empty_db_url, "0010")
     engine = db.create(empty_db_url)
     with engine.connect() as conn:
         index = conn.exec_driver_sql(
-            "SELECT pg_get_indexdef('uq_workerpool_jobs_key'::regclass)").scalar()
+            "SELECT pg_get_indexdef('uq_workerpool_jobs_key'::regclass)"
+        ).scalar()
     engine.dispose()
     assert "'waiting'" not in index
     upgrade(empty_db_url)

@@ -93,25 +93,41 @@ def test_pause_and_resume_a_queue(app_pool, http, sql):
 def _forms(page: str) -> dict[str, dict[str, str]]:
     """The dead-letter page's bulk forms as a browser would send them: each form's fields."""
     forms = {}
-    for form_id, body in re.findall(r'<form method="post" action="[^"]*" id="(bulk-\w+)">(.*?)'
-                                    r"</form>", page, re.S):
+    for form_id, body in re.findall(
+        r'<form method="post" action="[^"]*" id="(bulk-\w+)">(.*?)'
+        r"</form>",
+        page,
+        re.S,
+    ):
         fields = re.findall(r'<input(?: type="hidden")? name="(\w+)" value="([^"]*)"', body)
         forms[form_id] = {name: html.unescape(value) for name, value in fields}
     return forms
 
 
-@pytest.mark.parametrize("query", [
-    {"queue": "reports"}, {"task": "boom"}, {"reason": "permanent"}, {"key": "k-1"},
-    {"tag": "vip"}, {"since": "1d"}, {"queue": "email", "tag": "vip", "since": "1d"},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"queue": "reports"},
+        {"task": "boom"},
+        {"reason": "permanent"},
+        {"key": "k-1"},
+        {"tag": "vip"},
+        {"since": "1d"},
+        {"queue": "email", "tag": "vip", "since": "1d"},
+    ],
+)
 def test_the_bulk_forms_act_on_exactly_what_the_dead_list_shows(app_pool, http, sql, query):
-    ids = [app_pool.enqueue("boom", {"n": n}, key=f"k-{n}", tags=["vip"] if n % 2 else None)
-           for n in range(4)]
+    ids = [
+        app_pool.enqueue("boom", {"n": n}, key=f"k-{n}", tags=["vip"] if n % 2 else None)
+        for n in range(4)
+    ]
     ids += [app_pool.enqueue("monthly", {"n": n}) for n in range(2)]
     drain(app_pool, "email")
     drain(app_pool, "reports")
-    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '3 days' WHERE id = ANY(%s)",
-        ids[::3])
+    sql(
+        "UPDATE workerpool_jobs SET finished_at = now() - interval '3 days' WHERE id = ANY(%s)",
+        ids[::3],
+    )
     sql("UPDATE workerpool_jobs SET dead_reason = 'permanent' WHERE id = %s", ids[1])
     page = http.get("/dead", params=query).text
     shown = sorted(int(i) for i in re.findall(r'<tr class="job" data-id="(\d+)"', page))
@@ -119,8 +135,9 @@ def test_the_bulk_forms_act_on_exactly_what_the_dead_list_shows(app_pool, http, 
     forms = _forms(page)
     retry = http.post("/dead/retry", data=forms["bulk-retry"], follow_redirects=False)
     assert f"Dry run: replay {len(shown)} dead jobs" in retry.text, retry.text
-    purge = http.post("/dead/purge", data={**forms["bulk-purge"], "older_than": "0s"},
-                      follow_redirects=False)
+    purge = http.post(
+        "/dead/purge", data={**forms["bulk-purge"], "older_than": "0s"}, follow_redirects=False
+    )
     assert f"Dry run: purge {len(shown)} dead jobs" in purge.text, purge.text
     confirmed = _confirm(purge.text)
     assert http.post("/dead/purge", data=confirmed, follow_redirects=False).status_code == 303
@@ -129,14 +146,16 @@ def test_the_bulk_forms_act_on_exactly_what_the_dead_list_shows(app_pool, http, 
 
 
 def _confirm(page: str) -> dict[str, str]:
-    body = re.search(r'<form method="post" action="[^"]*" id="confirm">(.*?)</form>', page,
-                     re.S)[1]
-    return {name: html.unescape(value) for name, value in
-            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+    body = re.search(r'<form method="post" action="[^"]*" id="confirm">(.*?)</form>', page, re.S)[1]
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)
+    }
 
 
 def test_the_job_actions_refuse_what_they_cannot_do_with_one_line_and_change_nothing(
-        app_pool, http, sql):
+    app_pool, http, sql
+):
     due = app_pool.enqueue("ok", {})
     refused = post(http, f"/jobs/{due}/run-now")
     assert refused.status_code == 409 and f"job {due} is not scheduled for later" in refused.text
@@ -156,8 +175,11 @@ def test_the_job_actions_refuse_what_they_cannot_do_with_one_line_and_change_not
 
 def test_cancelling_a_running_job_asks_first_and_a_queued_one_does_not(app_pool, http, sql):
     running = app_pool.enqueue("ok", {})
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
-        " claimed_at = now() WHERE id = %s", running)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
+        " claimed_at = now() WHERE id = %s",
+        running,
+    )
     page = post(http, f"/jobs/{running}/cancel", {"reason": "wrong"})
     assert page.status_code == 200 and "That process runs no other job now." in page.text
     assert "10.0 s later is cancelled without it" in page.text  # the queue's cancel_grace
@@ -185,10 +207,15 @@ def test_retry_a_cancelled_job_even_from_the_history(app_pool, http, sql):
         assert job_state(sql, job_id) == "pending"
     assert sql("SELECT count(*) FROM workerpool_jobs_history") == [(0,)]
     assert sql("SELECT coalesce(sum(count), 0) FROM workerpool_finished_minutes") == [(0,)]
-    replays, attempts, request = sql("SELECT replays, attempts, cancel_request FROM"
-                                     " workerpool_jobs WHERE id = %s", moved)[0]
+    replays, attempts, request = sql(
+        "SELECT replays, attempts, cancel_request FROM workerpool_jobs WHERE id = %s", moved
+    )[0]
     assert (replays[0]["cancelled"], replays[0]["by"], attempts, request) == (
-        True, "web@testclient", 0, None)
+        True,
+        "web@testclient",
+        0,
+        None,
+    )
     assert "after it was cancelled" in http.get(f"/jobs/{moved}").text
     audit = sql("SELECT action, target FROM workerpool_audit WHERE action = 'retry'")
     assert audit == [("retry", f"job {kept}"), ("retry", f"job {moved}")]
@@ -201,8 +228,11 @@ def test_a_cancelled_job_that_cannot_be_retried_is_refused_whole(app_pool, http,
     with app_pool.batch() as batch:
         member = batch.enqueue("ok", {}, delay=600)
     app_pool.cancel([child, member])
-    cases = {pending: f"job {pending} is pending: only a cancelled job is retried here",
-             child: "depends on other jobs", member: f"belongs to batch {batch.id}"}
+    cases = {
+        pending: f"job {pending} is pending: only a cancelled job is retried here",
+        child: "depends on other jobs",
+        member: f"belongs to batch {batch.id}",
+    }
     for job_id, line in cases.items():
         answer = post(http, f"/jobs/{job_id}/retry", {"cancelled": "1"})
         assert answer.status_code == 409 and line in answer.text, answer.text

@@ -12,8 +12,9 @@ from workerpool.web import batch_pages
 
 def batch_of(app_pool, members: int, *, dead: int = 0, key: str | None = None) -> int:
     with app_pool.batch(on_complete="ok", key=key) as batch:
-        batch.enqueue_many([("ok", {"n": n}) for n in range(members)]
-                           + [("boom", {"n": n}) for n in range(dead)])
+        batch.enqueue_many(
+            [("ok", {"n": n}) for n in range(members)] + [("boom", {"n": n}) for n in range(dead)]
+        )
     return batch.id  # type: ignore[return-value]
 
 
@@ -23,8 +24,9 @@ def test_the_list_shows_open_batches_with_a_progress_bar_and_finished_ones(app_p
     opened = batch_of(app_pool, 3)
     page = http.get("/batches")
     assert page.status_code == 200 and 'id="nav-batches"' in page.text
-    open_rows = re.search(r'<table class="batches" id="open-batches">(.*?)</table>', page.text,
-                          re.S)[1]
+    open_rows = re.search(
+        r'<table class="batches" id="open-batches">(.*?)</table>', page.text, re.S
+    )[1]
     assert f'href="/batches/{opened}"' in open_rows and f'/batches/{finished}"' not in open_rows
     assert '<svg class="progress"' in open_rows and "0 of 3 ended" in open_rows
     done_rows = re.search(r'id="finished-batches">(.*?)</table>', page.text, re.S)[1]
@@ -33,7 +35,8 @@ def test_the_list_shows_open_batches_with_a_progress_bar_and_finished_ones(app_p
 
 
 def test_a_batch_page_shows_progress_callbacks_and_members_by_keyset_pages(
-        app_pool, http, monkeypatch):
+    app_pool, http, monkeypatch
+):
     monkeypatch.setattr(batch_pages, "MEMBERS_PAGE", 2)
     batch_id = batch_of(app_pool, 3, dead=1)
     page = http.get(f"/batches/{batch_id}")
@@ -44,12 +47,13 @@ def test_a_batch_page_shows_progress_callbacks_and_members_by_keyset_pages(
     page = http.get(f"/batches/{batch_id}")
     assert ">failure</span> (fired by outcome)" in page.text
     assert '<rect x="0.00" y="0" width="450.00" height="12" class="done">' in page.text
-    callback = re.search(r'<li>job <a href="/jobs/(\d+)">\d+</a> <span class="state done">',
-                         page.text)
+    callback = re.search(
+        r'<li>job <a href="/jobs/(\d+)">\d+</a> <span class="state done">', page.text
+    )
     assert callback, page.text
     members = re.findall(r'<tr><td><a href="/jobs/(\d+)">', page.text)
     assert len(members) == 2 and 'id="next-members"' in page.text
-    after = re.search(r'state=done&amp;after=(\d+)', page.text)[1]
+    after = re.search(r"state=done&amp;after=(\d+)", page.text)[1]
     rest = http.get(f"/batches/{batch_id}?state=done&after={after}")
     assert re.findall(r'<tr><td><a href="/jobs/(\d+)">', rest.text) != members
     assert 'id="next-members"' not in rest.text
@@ -81,16 +85,26 @@ def test_every_live_member_of_a_batch_is_cancelled_after_a_dry_run(app_pool, htt
         members = [batch.enqueue("ok", {"n": n}) for n in range(3)]
     lone = app_pool.enqueue("ok", {})
     page = http.get(f"/batches/{batch.id}").text
-    body = re.search(r'<form method="post" action="/jobs/bulk-all" id="act-on-all"[^>]*>(.*?)'
-                     r"</form>", page, re.S)[1]
-    form = {n: html.unescape(v) for n, v in re.findall(
-        r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+    body = re.search(
+        r'<form method="post" action="/jobs/bulk-all" id="act-on-all"[^>]*>(.*?)'
+        r"</form>",
+        page,
+        re.S,
+    )[1]
+    form = {
+        n: html.unescape(v)
+        for n, v in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)
+    }
     assert form["q"] == f"batch:{batch.id}"
     dry = http.post("/jobs/bulk-all", data={**form, "action": "cancel"})
     assert "Dry run: cancel 3 jobs matching the filter" in dry.text
-    confirm = {n: html.unescape(v) for n, v in re.findall(
-        r'<input type="hidden" name="(\w+)" value="([^"]*)"',
-        re.search(r'id="confirm">(.*?)</form>', dry.text, re.S)[1])}
+    confirm = {
+        n: html.unescape(v)
+        for n, v in re.findall(
+            r'<input type="hidden" name="(\w+)" value="([^"]*)"',
+            re.search(r'id="confirm">(.*?)</form>', dry.text, re.S)[1],
+        )
+    }
     http.post("/jobs/bulk-all", data=confirm)
     states = dict(sql("SELECT id, state FROM workerpool_jobs"))
     assert [states[i] for i in members] == ["cancelled"] * 3 and states[lone] == "pending"
@@ -99,11 +113,14 @@ def test_every_live_member_of_a_batch_is_cancelled_after_a_dry_run(app_pool, htt
 
 
 def test_the_batches_and_audit_pages_read_times_relative_with_the_exact_one_on_hover(
-        app_pool, http):
+    app_pool, http
+):
     with app_pool.batch() as batch:
         batch.enqueue("ok", {})
     app_pool.pause("email", by="ops")
-    when = (r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
-            r'\+00:00">\d+ s ago</time>')
+    when = (
+        r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d'
+        r'\+00:00">\d+ s ago</time>'
+    )
     assert re.search(rf'<tr id="batch-{batch.id}">.*?{when}', http.get("/batches").text, re.S)
     assert re.search(when, http.get("/audit").text)

@@ -15,8 +15,12 @@ from workerpool.ops.bulk import MAX_BULK
 
 
 def bulk(http, action: str, ids, **form):
-    data = {"csrf_token": csrf(http, "/jobs"), "action": action, "id": [str(i) for i in ids],
-            **form}
+    data = {
+        "csrf_token": csrf(http, "/jobs"),
+        "action": action,
+        "id": [str(i) for i in ids],
+        **form,
+    }
     return http.post("/jobs/bulk", data=data, follow_redirects=False)
 
 
@@ -64,10 +68,13 @@ def test_the_tag_filter_on_the_jobs_list_and_the_dead_letters(app_pool, http):
 
 def test_the_job_page_shows_tags_progress_and_logs(app_pool, http, sql):
     job_id = app_pool.enqueue("ok", {}, tags=["tenant:7"])
-    sql("UPDATE workerpool_jobs SET progress = '{\"value\": 0.4, \"attempt\": 1, \"at\": \"x\"}'")
-    sql("INSERT INTO workerpool_job_logs (job_id, attempt, records, dropped) VALUES"
-        " (%s, 1, '[{\"at\": \"t\", \"level\": \"INFO\", \"logger\": \"app\","
-        " \"message\": \"<b>copied</b> 4\"}]', 2)", job_id)
+    sql('UPDATE workerpool_jobs SET progress = \'{"value": 0.4, "attempt": 1, "at": "x"}\'')
+    sql(
+        "INSERT INTO workerpool_job_logs (job_id, attempt, records, dropped) VALUES"
+        ' (%s, 1, \'[{"at": "t", "level": "INFO", "logger": "app",'
+        ' "message": "<b>copied</b> 4"}]\', 2)',
+        job_id,
+    )
     page = http.get(f"/jobs/{job_id}").text
     assert '<a class="tag" href="/jobs?tag=tenant%3A7">tenant:7</a>' in page
     assert '<progress max="1" value="0.4"></progress> 40% (attempt 1' in page
@@ -110,16 +117,21 @@ def test_bad_bulk_input_is_refused_with_one_line_and_nothing_changes(app_pool, h
     ]
     for answer, status, line in cases:
         assert answer.status_code == status, answer.text
-        assert re.search(r'<p class="error" id="error">([^<]*)</p>', answer.text)[1].count(
-            line.replace("'", "&#39;")) == 1
+        assert (
+            re.search(r'<p class="error" id="error">([^<]*)</p>', answer.text)[1].count(
+                line.replace("'", "&#39;")
+            )
+            == 1
+        )
     assert states(sql) == before
-    no_token = http.post("/jobs/bulk", data={"action": "cancel", "id": [str(live)],
-                                             "confirm": "1"})
+    no_token = http.post("/jobs/bulk", data={"action": "cancel", "id": [str(live)], "confirm": "1"})
     assert no_token.status_code == 403 and states(sql) == before
 
 
-@pytest.mark.parametrize(("query", "where"), [("42", "/jobs/42"), (" 42 ", "/jobs/42"),
-                                              ("invoice-7", "/jobs?key=invoice-7")])
+@pytest.mark.parametrize(
+    ("query", "where"),
+    [("42", "/jobs/42"), (" 42 ", "/jobs/42"), ("invoice-7", "/jobs?key=invoice-7")],
+)
 def test_the_search_box_opens_a_job_or_lists_a_key(http, query, where):
     answer = http.get("/search", params={"q": query}, follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"] == where
@@ -137,8 +149,9 @@ def test_a_read_only_dashboard_has_no_bulk_actions(app_pool, sql):
     job_id = app_pool.enqueue("ok", {}, delay=600)
     with client(app_pool, read_only=True) as http:
         assert 'id="bulk"' not in http.get("/jobs").text
-        assert http.post("/jobs/bulk", data={"action": "cancel", "id": [str(job_id)]}
-                         ).status_code in (404, 405)
+        assert http.post(
+            "/jobs/bulk", data={"action": "cancel", "id": [str(job_id)]}
+        ).status_code in (404, 405)
     assert job_state(sql, job_id) == "pending"
 
 
@@ -146,8 +159,7 @@ HTMX = {"HX-Request": "true", "HX-Target": "job-table"}
 
 
 def tab_counts(text: str) -> dict[str, str]:
-    return dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">([\d,+~]+)</span>',
-                           text))
+    return dict(re.findall(r'id="tab-(\w+)"[^>]*>\w+ <span class="count">([\d,+~]+)</span>', text))
 
 
 def test_filtering_swaps_the_tabs_too_and_they_keep_the_filter(app_pool, http):
@@ -208,26 +220,32 @@ def test_the_query_box_filters_by_payload_and_qualifiers_and_the_tabs_follow(app
 def page_form(text: str, form_id: str) -> dict[str, str]:
     import html
 
-    body = re.search(rf'<form method="post" action="[^"]*" id="{form_id}"[^>]*>(.*?)</form>',
-                     text, re.S)[1]
-    return {name: html.unescape(value) for name, value in
-            re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)}
+    body = re.search(
+        rf'<form method="post" action="[^"]*" id="{form_id}"[^>]*>(.*?)</form>', text, re.S
+    )[1]
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)
+    }
 
 
 def test_every_match_of_the_filter_after_a_dry_run_and_none_that_came_later(
-        app_pool, http, sql, monkeypatch):
+    app_pool, http, sql, monkeypatch
+):
     tagged = [app_pool.enqueue("ok", {"n": n}, delay=600, tags=["vip"]) for n in range(3)]
     other = app_pool.enqueue("ok", {}, delay=600)
     page = http.get("/jobs", params={"tag": "vip", "queue": ""}).text
     form = {**page_form(page, "bulk-all"), "action": "cancel", "note": "wrong"}
     assert {k: v for k, v in form.items() if k != "csrf_token"} == {
-        "tag": "vip", "action": "cancel", "note": "wrong"}
+        "tag": "vip",
+        "action": "cancel",
+        "note": "wrong",
+    }
     dry = http.post("/jobs/bulk-all", data=form)
     assert "Dry run: cancel 3 jobs matching the filter" in dry.text, dry.text
     assert [job_state(sql, i) for i in tagged] == ["pending"] * 3
     late = app_pool.enqueue("ok", {}, delay=600, tags=["vip"])  # after the dry run
-    done = http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"),
-                     follow_redirects=False)
+    done = http.post("/jobs/bulk-all", data=page_form(dry.text, "confirm"), follow_redirects=False)
     assert done.status_code == 303 and done.headers["location"] == "/jobs?tag=vip"
     assert [job_state(sql, i) for i in tagged] == ["cancelled"] * 3
     assert (job_state(sql, late), job_state(sql, other)) == ("pending", "pending")
@@ -241,7 +259,9 @@ def test_every_match_of_the_filter_after_a_dry_run_and_none_that_came_later(
     assert [job_state(sql, i) for i in dead] == ["pending", "pending", "dead"]
 
     monkeypatch.setattr("workerpool.ops.bulk.MAX_MATCHES", 2)
-    refused = http.post("/jobs/bulk-all", data={"csrf_token": csrf(http, "/jobs"),
-                                                "action": "cancel"})
-    assert refused.status_code == 400 and "more than 2 jobs match: narrow the filter" in \
-        refused.text
+    refused = http.post(
+        "/jobs/bulk-all", data={"csrf_token": csrf(http, "/jobs"), "action": "cancel"}
+    )
+    assert (
+        refused.status_code == 400 and "more than 2 jobs match: narrow the filter" in refused.text
+    )

@@ -50,8 +50,13 @@ def test_a_big_table_shows_estimates_labelled_as_such(app_pool, http, sql, monke
 
 def test_the_hosts_table_counts_each_queues_processes(http, sql):
     for pid, queue in ((11, "email"), (12, "render"), (13, "render"), (14, "render")):
-        sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-            " VALUES (%s, 'box', %s, %s, '{}')", f"box:{pid}:x", pid, queue)
+        sql(
+            "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+            " VALUES (%s, 'box', %s, %s, '{}')",
+            f"box:{pid}:x",
+            pid,
+            queue,
+        )
     page = http.get("/")
     row = re.search(r'<table class="hosts">.*?<tr><td>box</td>(.*?)</tr>', page.text, re.S)[1]
     assert re.findall(r"<td>(.*?)</td>", row) == ["4", "email, render &times;3"]
@@ -67,10 +72,11 @@ def test_jobs_list_filters_by_every_field(app_pool, http, sql):
     dead_ids = dead_jobs(app_pool, 2)
     keyed = app_pool.enqueue("ok", {}, key="invoice:7", delay=600)
     report = dead_jobs(app_pool, 1, task="monthly")[0]
-    sql("UPDATE workerpool_jobs SET created_at = now() - interval '3 hours' WHERE id = %s",
-        dead_ids[0])
-    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '2 days' WHERE id = %s",
-        report)
+    sql(
+        "UPDATE workerpool_jobs SET created_at = now() - interval '3 hours' WHERE id = %s",
+        dead_ids[0],
+    )
+    sql("UPDATE workerpool_jobs SET finished_at = now() - interval '2 days' WHERE id = %s", report)
     cases = {
         "/jobs": {*dead_ids, keyed, report},
         "/jobs?queue=reports": {report},
@@ -103,8 +109,9 @@ def test_jobs_list_pages_by_keyset_never_offset(app_pool, http):
     assert f"before={ids[4]}" in older and "offset" not in older
     second = http.get(older)
     assert listed_ids(second) == ids[::-1][3:6]
-    third = http.get(re.search(r'href="([^"]+)" id="page-older"', second.text)[1]
-                     .replace("&amp;", "&"))
+    third = http.get(
+        re.search(r'href="([^"]+)" id="page-older"', second.text)[1].replace("&amp;", "&")
+    )
     assert listed_ids(third) == [ids[0]]
     assert 'id="page-older"' not in third.text and 'id="page-newest"' in third.text
 
@@ -131,11 +138,16 @@ def test_job_page_shows_payload_errors_traceback_and_replays(app_pool, http):
 
 def test_job_page_names_the_lease_holder_and_the_checkpoint(app_pool, http, sql):
     job_id = app_pool.enqueue("ok", {})
-    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-        " VALUES ('web-host:42:abc', 'web-host', 42, 'email', '{\"ok\": 1}')")
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
+    sql(
+        "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('web-host:42:abc', 'web-host', 42, 'email', '{\"ok\": 1}')"
+    )
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
         " claimed_by = 'web-host:42:abc', claimed_at = now() - interval '90 seconds',"
-        " checkpoint = '{\"step\": 3}' WHERE id = %s", job_id)
+        " checkpoint = '{\"step\": 3}' WHERE id = %s",
+        job_id,
+    )
     page = http.get(f"/jobs/{job_id}")
     lease = re.search(r'<td id="lease">(.*?)</td>', page.text, re.S)[1]
     assert "web-host:42:abc" in lease and "last renewed 90.0s ago" in lease and "pid 42" in lease
@@ -147,12 +159,14 @@ def cell(page, name: str) -> str:
     return re.search(rf'<td id="{name}">(.*?)</td>', page.text, re.S)[1]
 
 
-def test_a_running_job_reads_since_its_attempt_started_not_its_last_renewal(app_pool, http,
-                                                                            sql):
+def test_a_running_job_reads_since_its_attempt_started_not_its_last_renewal(app_pool, http, sql):
     job_id = app_pool.enqueue("ok", {})
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
         " run_at = now() - interval '8 minutes', started_at = now() - interval '6 minutes',"
-        " claimed_at = now() - interval '0.4 seconds' WHERE id = %s", job_id)
+        " claimed_at = now() - interval '0.4 seconds' WHERE id = %s",
+        job_id,
+    )
     page = http.get(f"/jobs/{job_id}")
     assert "(6.0m ago), last renewed 0.4s ago" in cell(page, "lease")
     assert cell(page, "waited") == "2.0m from due to its start"
@@ -161,27 +175,35 @@ def test_a_running_job_reads_since_its_attempt_started_not_its_last_renewal(app_
 
 
 def test_every_claim_records_when_its_attempt_started_and_the_page_shows_waited_and_ran(
-        app_pool, http, sql):
+    app_pool, http, sql
+):
     job_id = app_pool.enqueue("ok", {})
     waiting = http.get(f"/jobs/{job_id}")
     assert cell(waiting, "ran") == "-" and "so far (due since" in cell(waiting, "waited")
     drain(app_pool, "email")
-    started, finished = sql("SELECT started_at, finished_at FROM workerpool_jobs WHERE id = %s",
-                            job_id)[0]
+    started, finished = sql(
+        "SELECT started_at, finished_at FROM workerpool_jobs WHERE id = %s", job_id
+    )[0]
     assert started is not None and started <= finished  # the plain claim stamped it
-    sql("UPDATE workerpool_jobs SET run_at = started_at - interval '90 seconds',"
-        " finished_at = started_at + interval '5 seconds' WHERE id = %s", job_id)
+    sql(
+        "UPDATE workerpool_jobs SET run_at = started_at - interval '90 seconds',"
+        " finished_at = started_at + interval '5 seconds' WHERE id = %s",
+        job_id,
+    )
     page = http.get(f"/jobs/{job_id}")
     assert (cell(page, "waited"), cell(page, "ran")) == ("90.0s from due to its start", "5.0s")
     for name in ("created", "started", "finished"):  # relative, the exact time on hover
-        assert re.fullmatch(r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d'
-                            r' \d\d:\d\d:\d\d\+00:00">(\d+ s ago|in \d+ s)</time>',
-                            cell(page, name)), cell(page, name)
+        assert re.fullmatch(
+            r'<time class="when" datetime="[^"]+" title="\d{4}-\d\d-\d\d'
+            r' \d\d:\d\d:\d\d\+00:00">(\d+ s ago|in \d+ s)</time>',
+            cell(page, name),
+        ), cell(page, name)
 
 
 def why(http, job_id) -> str:
-    return re.search(r'<section class="why" id="why">(.*?)</section>', http.get(
-        f"/jobs/{job_id}").text, re.S)[1]
+    return re.search(
+        r'<section class="why" id="why">(.*?)</section>', http.get(f"/jobs/{job_id}").text, re.S
+    )[1]
 
 
 def test_why_a_due_job_is_not_running(app_pool, http, sql):
@@ -194,8 +216,10 @@ def test_why_a_due_job_is_not_running(app_pool, http, sql):
     app_pool.resume("email")
     # given the app, the page still says when nothing serves the queue (not "waits for a slot")
     assert "no live worker serves queue email" in why(http, due)
-    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-        " VALUES ('h:1:a', 'h', 1, 'email', '{\"ok\": 1}')")
+    sql(
+        "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('h:1:a', 'h', 1, 'email', '{\"ok\": 1}')"
+    )
     assert "Nothing holds it back" in why(http, due)
     sql("UPDATE workerpool_jobs SET payload_version = 3 WHERE id = %s", due)
     assert "payload version 3 is newer than any worker knows (up to 1)" in why(http, due)
@@ -211,8 +235,10 @@ def test_why_reads_live_workers_without_an_app(db_url, sql):
     due = app_pool.enqueue("ok", {})
     with client(bare) as http:
         assert "no live worker serves queue email" in why(http, due)
-        sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-            " VALUES ('h:1:a', 'h', 1, 'email', '{\"boom\": 1}')")
+        sql(
+            "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+            " VALUES ('h:1:a', 'h', 1, 'email', '{\"boom\": 1}')"
+        )
         assert "no live worker of queue email knows task ok" in why(http, due)
         sql("UPDATE workerpool_workers SET tasks = '{\"ok\": 1}'")
         assert "Nothing holds it back" in why(http, due)
@@ -220,19 +246,22 @@ def test_why_reads_live_workers_without_an_app(db_url, sql):
     app_pool.dispose()
 
 
-@pytest.mark.parametrize(("path", "status", "line"), [
-    ("/jobs?state=bogus", 400, "state must be one of pending"),
-    ("/jobs?reason=tired", 400, "reason must be one of exhausted"),
-    ("/jobs?queue=no%20spaces", 400, "queue name &#39;no spaces&#39; is invalid"),
-    ("/jobs?limit=0", 400, "limit must be a positive whole number"),
-    ("/jobs?limit=100000", 400, "limit must be at most 500"),
-    ("/jobs?before=-3", 400, "before must be a positive whole number"),
-    ("/jobs?since=yesterday", 400, "since must be a duration back from now"),
-    ("/jobs?until=2024-01-01T00:00:00", 400, "until must be a duration back from now"),
-    ("/jobs/abc", 400, "a job id is a positive whole number"),
-    ("/jobs/99999999", 404, "no job has id 99999999"),
-    ("/nowhere", 404, "Not Found"),
-])
+@pytest.mark.parametrize(
+    ("path", "status", "line"),
+    [
+        ("/jobs?state=bogus", 400, "state must be one of pending"),
+        ("/jobs?reason=tired", 400, "reason must be one of exhausted"),
+        ("/jobs?queue=no%20spaces", 400, "queue name &#39;no spaces&#39; is invalid"),
+        ("/jobs?limit=0", 400, "limit must be a positive whole number"),
+        ("/jobs?limit=100000", 400, "limit must be at most 500"),
+        ("/jobs?before=-3", 400, "before must be a positive whole number"),
+        ("/jobs?since=yesterday", 400, "since must be a duration back from now"),
+        ("/jobs?until=2024-01-01T00:00:00", 400, "until must be a duration back from now"),
+        ("/jobs/abc", 400, "a job id is a positive whole number"),
+        ("/jobs/99999999", 404, "no job has id 99999999"),
+        ("/nowhere", 404, "Not Found"),
+    ],
+)
 def test_bad_input_is_one_readable_line(http, path, status, line):
     page = http.get(path)
     assert page.status_code == status
@@ -242,8 +271,12 @@ def test_bad_input_is_one_readable_line(http, path, status, line):
 def test_dead_letters_page_by_keyset_most_recent_death_first(app_pool, http, sql):
     first, second, third = dead_jobs(app_pool, 3)
     for job_id, minutes in ((first, 1), (second, 30), (third, 10)):
-        sql("UPDATE workerpool_jobs SET finished_at = now() - make_interval(mins => %s)"
-            " WHERE id = %s", minutes, job_id)
+        sql(
+            "UPDATE workerpool_jobs SET finished_at = now() - make_interval(mins => %s)"
+            " WHERE id = %s",
+            minutes,
+            job_id,
+        )
     seen, path = [], "/dead?limit=1"
     while path:
         page = http.get(path)

@@ -22,8 +22,14 @@ from workerpool.web.security import check_bind
 
 SENTINEL = "sentinel-pw-3f9c2a"
 TOKEN = "s3cret-token-for-tests-0123456789"
-ACTIONS = ["/jobs/1/retry", "/jobs/1/cancel", "/dead/retry", "/dead/purge",
-           "/queues/email/pause", "/queues/email/resume"]
+ACTIONS = [
+    "/jobs/1/retry",
+    "/jobs/1/cancel",
+    "/dead/retry",
+    "/dead/purge",
+    "/queues/email/pause",
+    "/queues/email/resume",
+]
 
 
 @pytest.fixture
@@ -39,8 +45,11 @@ def test_a_post_without_a_valid_csrf_token_is_refused(app_pool, http, sql):
     refused = [
         http.post(f"/jobs/{job_id}/cancel", data={}, follow_redirects=False),
         http.post(f"/jobs/{job_id}/cancel", data={"csrf_token": "0" * 64}),
-        http.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf(http)},
-                  headers={"Origin": "http://evil.example"}),
+        http.post(
+            f"/jobs/{job_id}/cancel",
+            data={"csrf_token": csrf(http)},
+            headers={"Origin": "http://evil.example"},
+        ),
     ]
     with client(app_pool) as other:  # a token signed by another process's secret
         refused.append(http.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf(other)}))
@@ -67,7 +76,7 @@ def test_read_only_serves_no_action(app_pool, sql):
         job = http.get(f"/jobs/{job_id}").text
         overview = http.get("/").text
         dead = http.get("/dead").text
-    assert "<form method=\"post\"" not in job + overview + dead
+    assert '<form method="post"' not in job + overview + dead
     assert "read-only" in overview
     assert job_state(sql, job_id) == "dead"
 
@@ -96,12 +105,18 @@ def test_the_token_comes_from_the_environment(app_pool, monkeypatch):
 
 def test_markup_in_any_value_is_shown_as_text(app_pool, http, sql):
     job_id = dead_jobs(app_pool, 1, html=web.SCRIPT)[0]
-    sql("INSERT INTO workerpool_jobs (queue, task, key) VALUES"
-        " ('<script>q()</script>', '<img src=x onerror=t()>', '<b>key</b>')")
-    sql("INSERT INTO workerpool_queues (queue, paused, paused_by) VALUES"
-        " ('<script>q()</script>', true, '<i>ops</i>')")
-    pages = [http.get(path).text for path in
-             ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/jobs?key=<b>key</b>")]
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, key) VALUES"
+        " ('<script>q()</script>', '<img src=x onerror=t()>', '<b>key</b>')"
+    )
+    sql(
+        "INSERT INTO workerpool_queues (queue, paused, paused_by) VALUES"
+        " ('<script>q()</script>', true, '<i>ops</i>')"
+    )
+    pages = [
+        http.get(path).text
+        for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/jobs?key=<b>key</b>")
+    ]
     for page in pages:
         assert "<script>alert" not in page and "<script>q()" not in page
         assert "<img src=x" not in page and "<b>key</b>" not in page and "<i>ops" not in page
@@ -113,8 +128,10 @@ def test_markup_in_any_value_is_shown_as_text(app_pool, http, sql):
 
 def test_the_database_password_never_reaches_a_page(app_pool, http, db_url):
     job_id = dead_jobs(app_pool, 1)[0]
-    bodies = [http.get(path).text for path in
-              ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/jobs?state=bogus", "/nowhere")]
+    bodies = [
+        http.get(path).text
+        for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/jobs?state=bogus", "/nowhere")
+    ]
     bodies.append(post(http, "/dead/retry", {}).text)
     broken = web.build(db_url.set(database="wp_no_such_db", password=SENTINEL))
     with client(broken) as failing:
@@ -154,8 +171,9 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_it(app_pool, sql):
         assert "workerpool_csrf" in page.headers["set-cookie"]
         assert "Path=/ops/jobs" in page.headers["set-cookie"]
         token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page.text)[1]
-        answer = http.post(f"/ops/jobs/jobs/{job_id}/retry", data={"csrf_token": token},
-                           follow_redirects=False)
+        answer = http.post(
+            f"/ops/jobs/jobs/{job_id}/retry", data={"csrf_token": token}, follow_redirects=False
+        )
         assert answer.status_code == 303 and answer.headers["location"] == "/ops/jobs/dead"
     assert job_state(sql, job_id) == "pending"
 
@@ -177,7 +195,8 @@ def test_the_command_refuses_an_open_bind_before_listening(db_url, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "workerpool web: refusing to bind '0.0.0.0' (not a loopback address) without "
-        "authentication: set WORKERPOOL_WEB_TOKEN, or bind 127.0.0.1"]
+        "authentication: set WORKERPOOL_WEB_TOKEN, or bind 127.0.0.1"
+    ]
     bad_port = run_cli("web", "--port", "70000", url=db_url, cwd=ROOT)
     assert bad_port.returncode == 1 and "--port must be within 1..65535" in bad_port.stderr
 
@@ -192,9 +211,11 @@ def test_a_foreign_host_is_refused_before_anything_is_read_or_written(app_pool, 
             page = http.get(f"/jobs/{job_id}", headers={"Host": host})
             assert page.status_code == 400 and "payload-9d1e" not in page.text, host
             assert "loopback names only" in page.text
-        paused = http.post("/queues/email/pause", data={"csrf_token": token},
-                           headers={"Host": "evil.example:8080",
-                                    "Origin": "http://evil.example:8080"})
+        paused = http.post(
+            "/queues/email/pause",
+            data={"csrf_token": token},
+            headers={"Host": "evil.example:8080", "Origin": "http://evil.example:8080"},
+        )
         assert paused.status_code == 400
         for host in ("localhost:8080", "127.0.0.1", "[::1]:80", "dash.localhost", "127.0.0.2"):
             assert http.get("/", headers={"Host": host}).status_code == 200, host
@@ -208,8 +229,10 @@ def test_hosts_names_the_ones_served_and_a_token_or_user_serves_any(app_pool):
         assert http.get("/", headers={"Host": "evil.example"}).status_code == 400
     with TestClient(app(app_pool, token=TOKEN), base_url="http://jobs.example.com") as http:
         assert http.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
-    with TestClient(app(app_pool, token=None, user=lambda request: ("ann", "admin")),
-                    base_url="http://jobs.example.com") as http:
+    with TestClient(
+        app(app_pool, token=None, user=lambda request: ("ann", "admin")),
+        base_url="http://jobs.example.com",
+    ) as http:
         assert http.get("/").status_code == 200
     with TestClient(app(app_pool, token=None, hosts=None), base_url="http://any.example") as http:
         assert http.get("/").status_code == 200
@@ -232,11 +255,20 @@ def test_a_notice_cookie_set_by_another_page_shows_nothing(app_pool):
 BIG = "9" * 30
 
 
-@pytest.mark.parametrize("path", [
-    f"/audit?before={BIG}", f"/jobs?before={BIG}", f"/batches/1?after={BIG}",
-    "/jobs?since=99999999999d", "/jobs?until=9999999999999999w", "/dead?since=99999999999d",
-    "/jobs?key=a%00b", "/search?q=a%00b", "/audit?actor=a%00b",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/audit?before={BIG}",
+        f"/jobs?before={BIG}",
+        f"/batches/1?after={BIG}",
+        "/jobs?since=99999999999d",
+        "/jobs?until=9999999999999999w",
+        "/dead?since=99999999999d",
+        "/jobs?key=a%00b",
+        "/search?q=a%00b",
+        "/audit?actor=a%00b",
+    ],
+)
 def test_out_of_range_numbers_and_nul_are_refused_with_one_line(app_pool, http, path):
     page = http.get(path)
     assert page.status_code == 400, (path, page.status_code)
@@ -245,10 +277,12 @@ def test_out_of_range_numbers_and_nul_are_refused_with_one_line(app_pool, http, 
 
 def test_bad_action_fields_are_refused_before_anything_is_written(app_pool, http, sql):
     job_id = app_pool.enqueue("ok", {}, delay=600)
-    for path, form in ((f"/jobs/{job_id}/cancel", {"reason": "x" * 1_000_000}),
-                       (f"/jobs/{job_id}/cancel", {"reason": "a\x00b"}),
-                       ("/dead/purge", {"older_than": "99999999999d"}),
-                       ("/dead/retry", {"since": "99999999999d"})):
+    for path, form in (
+        (f"/jobs/{job_id}/cancel", {"reason": "x" * 1_000_000}),
+        (f"/jobs/{job_id}/cancel", {"reason": "a\x00b"}),
+        ("/dead/purge", {"older_than": "99999999999d"}),
+        ("/dead/retry", {"since": "99999999999d"}),
+    ):
         answer = post(http, path, form)
         assert answer.status_code == 400 and "internal error" not in answer.text, path
     assert job_state(sql, job_id) == "pending"
@@ -257,20 +291,27 @@ def test_bad_action_fields_are_refused_before_anything_is_written(app_pool, http
 
 def test_an_inconsistent_cron_row_leaves_the_cron_page_working(app_pool, http, sql):
     """A row edited by hand (or by an older version): paused with no time, changed with none."""
-    sql("INSERT INTO workerpool_cron (name, queue, expression, paused, changed_by)"
-        " VALUES ('odd', 'email', '* * * * *', true, 'someone')")
+    sql(
+        "INSERT INTO workerpool_cron (name, queue, expression, paused, changed_by)"
+        " VALUES ('odd', 'email', '* * * * *', true, 'someone')"
+    )
     page = http.get("/cron")
     assert page.status_code == 200 and 'id="cron-odd"' in page.text
     assert "paused</span> by ? at ?" in page.text and "someone at ?" in page.text
 
 
 def test_the_cron_page_reads_its_times_relative_with_the_exact_one_on_hover(app_pool, http, sql):
-    sql("INSERT INTO workerpool_cron (name, queue, expression, next_tick, paused, paused_at,"
+    sql(
+        "INSERT INTO workerpool_cron (name, queue, expression, next_tick, paused, paused_at,"
         " paused_by) VALUES ('nightly', 'email', '0 3 * * *', now() + interval '2 hours',"
-        " true, now() - interval '5 minutes', 'op')")
+        " true, now() - interval '5 minutes', 'op')"
+    )
     [(tick,)] = sql("SELECT next_tick FROM workerpool_cron")
     row = http.get("/cron").text.split('id="cron-nightly"')[1].split("</tr>")[0]
-    assert re.search(r'<td class="next"><time class="when" [^>]*title="'
-                     + re.escape(tick.isoformat(sep=" ", timespec="seconds")) + r'">in 2 h</time>',
-                     row), row
+    assert re.search(
+        r'<td class="next"><time class="when" [^>]*title="'
+        + re.escape(tick.isoformat(sep=" ", timespec="seconds"))
+        + r'">in 2 h</time>',
+        row,
+    ), row
     assert re.search(r'by op <time class="when" [^>]*>5 min ago</time>', row), row

@@ -53,8 +53,9 @@ def test_concurrency_overlaps_jobs_and_claims_only_free_slots(pool, sql):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        processing.append(sql("SELECT count(*) FROM workerpool_jobs"
-                              " WHERE state = 'processing'")[0][0])
+        processing.append(
+            sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'")[0][0]
+        )
         gate.wait()  # only passes when four handlers run at the same time
         with lock:
             active[0] -= 1
@@ -95,8 +96,11 @@ def test_notification_wakes_an_idle_worker_long_before_the_poll(pool, sql):
     started: list[float] = []
     pool.task(queue="q", name="ping")(lambda job: started.append(time.monotonic()))
     with running(pool, "q") as worker:
-        wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10,
-                   message="listener connected")
+        wait_until(
+            lambda: worker.listener and worker.listener.connected.is_set(),
+            10,
+            message="listener connected",
+        )
         wait_until(lambda: worker.counters.claimed == 0 and not worker._wake.is_set(), 5)
         sent = time.monotonic()
         pool.enqueue("ping", {})
@@ -123,12 +127,17 @@ def test_the_listener_subscribes_again_after_its_connection_is_killed(pool, sql)
     pool.task(queue="q", name="ping")(lambda job: started.append(time.monotonic()))
     with running(pool, "q") as worker:
         wait_until(lambda: worker.listener and worker.listener.connected.is_set(), 10)
-        killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE datname = current_database()"
-                     " AND application_name = 'workerpool-listen:q'")
+        killed = sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+            " AND application_name = 'workerpool-listen:q'"
+        )
         assert killed == [(True,)]
-        wait_until(lambda: worker.listener.reconnects == 1 and worker.listener.connected.is_set(),
-                   10, message="listener reconnected")
+        wait_until(
+            lambda: worker.listener.reconnects == 1 and worker.listener.connected.is_set(),
+            10,
+            message="listener reconnected",
+        )
         wait_until(lambda: not worker._wake.is_set(), 5)
         sent = time.monotonic()
         pool.enqueue("ping", {})
@@ -158,9 +167,7 @@ def test_a_job_running_three_times_stale_after_is_never_reclaimed(pool, sql):
     assert runs == [1] and second.counters.claimed == 0 and first.counters.lost == 0
 
 
-def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_rejected(
-    pool, sql
-):
+def test_without_renewal_the_second_owner_wins_and_the_late_completion_is_rejected(pool, sql):
     # prefetch=0: with buffer room the first worker could re-claim its own stale job itself
     pool.queue("q", concurrency=1, prefetch=0, poll_interval=0.05, stale_after=0.5)
     runs: list[int] = []
@@ -217,13 +224,16 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
     def weird(job):
         raise Unprintable()
 
-    ids = {name: pool.enqueue(name, {}) for name in ("ok", "flaky", "last", "perm", "later",
-                                                      "weird")}
+    ids = {
+        name: pool.enqueue(name, {}) for name in ("ok", "flaky", "last", "perm", "later", "weird")
+    }
     with running(pool, "q") as worker:
         wait_until(lambda: worker.counters.finished == 6, 10, message="6 outcomes")
     rows = {name: job_row(sql, job_id) for name, job_id in ids.items()}
-    summary = {name: (r["state"], r["dead_reason"], r["attempts"], r["finished"], len(r["errors"]))
-               for name, r in rows.items()}
+    summary = {
+        name: (r["state"], r["dead_reason"], r["attempts"], r["finished"], len(r["errors"]))
+        for name, r in rows.items()
+    }
     assert summary == {
         "ok": ("done", None, 1, True, 0),
         "flaky": ("failed", None, 1, False, 1),
@@ -243,7 +253,8 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
     assert rows["flaky"]["errors"][0]["message"] == "boom on attempt 1"
     assert rows["last"]["errors"][0]["message"].endswith("… [8000 more characters]")
     assert rows["weird"]["errors"][0]["message"] == (
-        "<unprintable Unprintable: str() raised RuntimeError>")
+        "<unprintable Unprintable: str() raised RuntimeError>"
+    )
     assert worker.counters.states == {"done": 1, "failed": 1, "dead": 3, "pending": 1}
 
 
@@ -288,12 +299,18 @@ def test_an_async_handler_past_its_timeout_is_cancelled_and_frees_its_slot(pool,
     slow_id = pool.enqueue("sleepy", {})
     after_id = pool.enqueue("after", {}, priority=-1)
     with running(pool, "q") as worker:  # exits 0: no recycle needed
-        wait_until(lambda: job_row(sql, after_id)["state"] == "done", 10,
-                   message="the next job ran in the freed slot")
+        wait_until(
+            lambda: job_row(sql, after_id)["state"] == "done",
+            10,
+            message="the next job ran in the freed slot",
+        )
     assert cancelled.is_set()
     row = job_row(sql, slow_id)
     assert (row["state"], row["dead_reason"], row["errors"][0]["type"]) == (
-        "dead", "exhausted", "TimeoutError")
+        "dead",
+        "exhausted",
+        "TimeoutError",
+    )
     assert worker.counters.timeouts == 1
 
 
@@ -376,16 +393,25 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
         wait_until(holding.is_set, 10, message="main loop held")
         drain_deadline = time.monotonic() + 3.0  # drain_timeout, counted from here
         worker.stop()
-        wait_until(lambda: time.monotonic() > drain_deadline + 0.2, 10,
-                   message="the drain deadline passed while the loop is held")
+        wait_until(
+            lambda: time.monotonic() > drain_deadline + 0.2,
+            10,
+            message="the drain deadline passed while the loop is held",
+        )
         resumed = time.monotonic()
         resume.set()
-        wait_until(lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
-                   10, message="drain started")
+        wait_until(
+            lambda: any(getattr(r, "event", "") == "drain_started" for r in caplog.records),
+            10,
+            message="drain started",
+        )
         # a drain that still had time left would wait for the job (a new drain_timeout): this
         # one gives it back at once, while the handler still runs
-        wait_until(lambda: job_row(sql, job_id)["state"] == "pending", 10,
-                   message="the running job given back")
+        wait_until(
+            lambda: job_row(sql, job_id)["state"] == "pending",
+            10,
+            message="the running job given back",
+        )
         assert time.monotonic() - resumed < 3.0, "the drain waited a new drain_timeout"
         finish.set()  # too late now: its lease is gone
         thread.join(10)
@@ -408,8 +434,16 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
 
     def thief() -> bool:
         with pool.engine.begin() as conn:
-            stolen.extend(queries.claim(conn, queue="q", worker="thief", limit=1,
-                                        task_versions=pool.task_versions("q"), stale_after=1.0))
+            stolen.extend(
+                queries.claim(
+                    conn,
+                    queue="q",
+                    worker="thief",
+                    limit=1,
+                    task_versions=pool.task_versions("q"),
+                    stale_after=1.0,
+                )
+            )
         return bool(stolen)
 
     worker = Worker(pool.registry, pool.url, "q")
@@ -435,14 +469,17 @@ def test_worker_releases_its_predecessors_claims_at_boot(pool, sql):
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok", max_attempts=1)(lambda job: None)
     pool.task(queue="q", name="ok2", max_attempts=3)(lambda job: None)
-    sql("INSERT INTO workerpool_jobs (queue, task, state, attempts, max_attempts, claimed_by,"
+    sql(
+        "INSERT INTO workerpool_jobs (queue, task, state, attempts, max_attempts, claimed_by,"
         " claimed_at) VALUES ('q','ok','processing',1,1,'dead:1:x', now()),"
-        " ('q','ok2','processing',1,3,'dead:1:x', now())")
+        " ('q','ok2','processing',1,3,'dead:1:x', now())"
+    )
     with running(pool, "q", orphans=("dead:1:x",)):
         wait_until(lambda: states(sql) == {"done": 2}, 10)
     # it held two jobs: neither is charged, each ran again alone as a suspect
-    assert sql("SELECT task, attempts, crashes, errors->0->>'type' FROM workerpool_jobs"
-               " ORDER BY task") == [("ok", 1, 1, "WorkerLost"), ("ok2", 1, 1, "WorkerLost")]
+    assert sql(
+        "SELECT task, attempts, crashes, errors->0->>'type' FROM workerpool_jobs ORDER BY task"
+    ) == [("ok", 1, 1, "WorkerLost"), ("ok2", 1, 1, "WorkerLost")]
 
 
 # -- payload versions --------------------------------------------------------------------------
@@ -485,12 +522,21 @@ def test_an_upcaster_that_raises_fails_the_attempt_and_the_worker_carries_on(poo
     bad = old.enqueue("greet", {"nom": "Ada"})
     old.dispose()
     pool.queue("q", poll_interval=0.05)
-    pool.task(queue="q", name="greet", version=2, max_attempts=2,
-              upcasters={1: lambda p: {"first_name": p["name"]}})(lambda job: None)
+    pool.task(
+        queue="q",
+        name="greet",
+        version=2,
+        max_attempts=2,
+        upcasters={1: lambda p: {"first_name": p["name"]}},
+    )(lambda job: None)
     good = pool.enqueue("greet", {"first_name": "Grace"})
     with running(pool, "q"):
-        wait_until(lambda: job_row(sql, good)["state"] == "done"
-                   and job_row(sql, bad)["state"] == "failed", 10)
+        wait_until(
+            lambda: (
+                job_row(sql, good)["state"] == "done" and job_row(sql, bad)["state"] == "failed"
+            ),
+            10,
+        )
     entry = job_row(sql, bad)["errors"][0]
     assert entry["type"] == "UpcastError"
     assert entry["message"] == "task greet: upcaster 1->2 raised KeyError: 'name'"
@@ -512,12 +558,14 @@ def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one
         return conn
 
     if kind == "sync":
+
         @pool.task(queue="q", name="hold")
         def hold(job):
             with own_transaction():
                 inside.set()
                 release.wait(20)
     else:
+
         @pool.task(queue="q", name="hold")
         async def hold(job):
             with own_transaction():
@@ -529,10 +577,14 @@ def test_a_handler_holding_its_own_transaction_does_not_make_the_worker_hold_one
     samples: list[list[tuple]] = []
 
     def sample() -> bool:
-        samples.append(sql(
-            "SELECT application_name, state, clock_timestamp() - xact_start > interval '300 ms'"
-            " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND xact_start IS NOT NULL"))
+        samples.append(
+            sql(
+                "SELECT application_name, state, clock_timestamp() - xact_start > interval '300 ms'"
+                " FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()"
+                " AND xact_start IS NOT NULL"
+            )
+        )
         return len(samples) >= 20
 
     with running(pool, "q"):
@@ -576,8 +628,10 @@ def test_worker_connections_start_with_the_limits_and_keep_the_urls_options(
     engine = db.create(url, session_settings=session_limits(), pooled=pooled)
     try:
         with engine.connect() as conn:
-            shown = [conn.exec_driver_sql(f"SHOW {name}").scalar()
-                     for name in ("statement_timeout", "lock_timeout", "work_mem")]
+            shown = [
+                conn.exec_driver_sql(f"SHOW {name}").scalar()
+                for name in ("statement_timeout", "lock_timeout", "work_mem")
+            ]
     finally:
         engine.dispose()
     assert shown == (["0", "0", "7MB"] if pooled else ["15s", "3s", "7MB"])
@@ -592,8 +646,9 @@ def test_a_black_holed_database_errors_out_instead_of_hanging(monkeypatch):
     pool.queue("q", poll_interval=0.05)
     pool.task(queue="q", name="ok")(lambda job: None)
     ticks = [0]
-    worker = Worker(pool.registry, pool.url, "q",
-                    on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1))
+    worker = Worker(
+        pool.registry, pool.url, "q", on_tick=lambda: ticks.__setitem__(0, ticks[0] + 1)
+    )
     thread = threading.Thread(target=worker.run, daemon=True)
     try:
         thread.start()

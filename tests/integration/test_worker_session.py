@@ -43,14 +43,22 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
     try:
         for _ in range(12):
             with session.transaction() as conn:
-                queries.claim(conn, queue="q", worker="me", limit=10, task_versions={"t": 1},
-                              stale_after=30, limits=limits)
+                queries.claim(
+                    conn,
+                    queue="q",
+                    worker="me",
+                    limit=10,
+                    task_versions={"t": 1},
+                    stale_after=30,
+                    limits=limits,
+                )
             with session.transaction() as conn:
                 assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar() == "auto"
         with session.transaction() as conn:
             plans = conn.exec_driver_sql(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-                " WHERE strpos(statement, 'UPDATE workerpool_jobs SET state') > 0").all()
+                " WHERE strpos(statement, 'UPDATE workerpool_jobs SET state') > 0"
+            ).all()
         assert len(plans) == 1 and plans[0][1] == 0 and plans[0][0] >= 5, plans
     finally:
         session.close()
@@ -68,9 +76,14 @@ def test_every_transaction_is_bounded_and_sets_its_limits_only_behind_pgbouncer(
     try:
         for main_loop in (True, False):
             with session.transaction(main_loop=main_loop) as conn:
-                shown = [conn.exec_driver_sql(f"SHOW {name}").scalar() for name in
-                         ("statement_timeout", "lock_timeout",
-                          "idle_in_transaction_session_timeout")]
+                shown = [
+                    conn.exec_driver_sql(f"SHOW {name}").scalar()
+                    for name in (
+                        "statement_timeout",
+                        "lock_timeout",
+                        "idle_in_transaction_session_timeout",
+                    )
+                ]
             assert shown == ["15s", "3s", "15s"], (main_loop, shown)
         assert sum("set_config" in statement for statement in sent) == (2 if pooled else 0)
     finally:

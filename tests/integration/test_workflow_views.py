@@ -37,7 +37,8 @@ def test_why_names_the_parent_or_the_sequence_head(app_pool):
     assert f"parent job {parent} (ok, pending) is not done" in why.line(by_parent)
     assert [r.code for r in by_sequence.reasons] == ["sequence"]
     assert f"job {head} (ok, pending) is ahead of it in sequence 'customer:42'" in why.line(
-        by_sequence)
+        by_sequence
+    )
 
 
 def test_why_names_a_dead_head_that_blocks_its_sequence(app_pool, sql):
@@ -45,8 +46,11 @@ def test_why_names_a_dead_head_that_blocks_its_sequence(app_pool, sql):
     behind = app_pool.enqueue("ok", {}, sequence="s")
     # the head's task blocks its sequence (on_failure="block"), and it died
     sql("UPDATE workerpool_job_dependencies SET if_failed = 'hold' WHERE job_id = %s", behind)
-    sql("UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
-        " finished_at = now() WHERE id = %s", head)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'dead', dead_reason = 'permanent',"
+        " finished_at = now() WHERE id = %s",
+        head,
+    )
     with app_pool.engine.connect() as conn:
         answer = why.line(why.explain(conn, behind))
     assert f"job {head} (ok), ahead of it in sequence 's', is dead" in answer
@@ -65,11 +69,18 @@ def test_the_workflow_page_draws_the_graph_coloured_by_state(app_pool, http):
     assert f'href="/workflows/{ids["fetch"]}"' in job_page.text
     page = http.get(f"/workflows/{ids['fetch']}")
     assert page.status_code == 200 and '<svg class="workflow"' in page.text
-    for name, state in (("fetch", "done"), ("parse", "done"), ("fail", "dead"),
-                        ("store", "cancelled")):
-        node = re.search(rf'<a href="/jobs/{ids[name]}" id="node-{ids[name]}"><rect [^>]*'
-                         rf'class="node (\w+)"><title>{ids[name]} {name} \((ok|boom)\):'
-                         rf'.*?<text [^>]*>{ids[name]} {name}</text>', page.text)
+    for name, state in (
+        ("fetch", "done"),
+        ("parse", "done"),
+        ("fail", "dead"),
+        ("store", "cancelled"),
+    ):
+        node = re.search(
+            rf'<a href="/jobs/{ids[name]}" id="node-{ids[name]}"><rect [^>]*'
+            rf'class="node (\w+)"><title>{ids[name]} {name} \((ok|boom)\):'
+            rf".*?<text [^>]*>{ids[name]} {name}</text>",
+            page.text,
+        )
         assert node and node[1] == state, (name, page.text)  # labelled by its step's name
     assert page.text.count('class="edge after"') == 4
     chain = app_pool.chain([("ok", {}), ("ok", {})])
@@ -98,8 +109,9 @@ def test_the_sequence_page_shows_its_line_head_first_linked_from_its_jobs(app_po
     assert http.get("/sequences/%20").status_code == 400
 
 
-def test_the_workflows_list_shows_each_with_its_progress_newest_first(app_pool, http, sql,
-                                                                      monkeypatch):
+def test_the_workflows_list_shows_each_with_its_progress_newest_first(
+    app_pool, http, sql, monkeypatch
+):
     from workerpool.runtime.maintenance import Maintenance
 
     def flow() -> dict:

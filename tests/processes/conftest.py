@@ -28,25 +28,44 @@ def start(db_url, tmp_path) -> Iterator:
     faults injected (tests/apps/boot_failure.py)."""
     running: list[Supervisor] = []
 
-    def launch(*args: str, env: dict[str, str] | None = None,
-               command: tuple[str, ...] = ("-m", "workerpool")) -> Supervisor:
+    def launch(
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: tuple[str, ...] = ("-m", "workerpool"),
+    ) -> Supervisor:
         heartbeat_dir = tmp_path / "heartbeats"
         heartbeat_dir.mkdir(mode=0o700, exist_ok=True)
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        full_env.update({
-            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-            "WORKER_CLAIM_STALE_MS": STALE_MS,
-            "PYTHONPATH": str(ROOT),
-            **(env or {}),
-        })
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+        }
+        full_env.update(
+            {
+                "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+                "WORKER_CLAIM_STALE_MS": STALE_MS,
+                "PYTHONPATH": str(ROOT),
+                **(env or {}),
+            }
+        )
         log_path = tmp_path / f"supervisor-{len(running)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, *command, "run", "tests.apps.basic:pool",
-                 "--heartbeat-dir", str(heartbeat_dir), *args],
-                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, cwd=ROOT,
+                [
+                    sys.executable,
+                    *command,
+                    "run",
+                    "tests.apps.basic:pool",
+                    "--heartbeat-dir",
+                    str(heartbeat_dir),
+                    *args,
+                ],
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                cwd=ROOT,
             )
         sup = Supervisor(proc, log_path, heartbeat_dir, full_env)
         running.append(sup)

@@ -17,8 +17,9 @@ def test_a_retried_failure_is_a_warning_with_its_error_and_next_run(start, app):
     sup.wait_running("fast")
     job_id = app.enqueue("flaky", {"fail": 1})
     assert app.result(job_id, timeout=60) == "ok"
-    wait_until(lambda: sup.events("job_finished", logger="worker", state="done"), 15,
-               message=sup.log())
+    wait_until(
+        lambda: sup.events("job_finished", logger="worker", state="done"), 15, message=sup.log()
+    )
 
     retried = lines_of(sup, "job_retry_scheduled")
     assert len(retried) == 1, sup.log()
@@ -34,8 +35,10 @@ def test_a_retried_failure_is_a_warning_with_its_error_and_next_run(start, app):
     assert [e.fields["attempt"] for e in started] == ["1", "2"]
     assert all(" DEBUG workerpool.worker[" in line for line in lines_of(sup, "job_started"))
     finished = sup.events("job_finished", logger="worker")
-    assert [(e.fields["state"], e.fields["attempt"]) for e in finished] == [("failed", "1"),
-                                                                         ("done", "2")]
+    assert [(e.fields["state"], e.fields["attempt"]) for e in finished] == [
+        ("failed", "1"),
+        ("done", "2"),
+    ]
 
 
 def test_at_info_only_the_retry_is_logged(start, app):

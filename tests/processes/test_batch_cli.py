@@ -34,18 +34,23 @@ def test_batch_show_prints_progress_outcome_and_callbacks(db_url, tmp_path):
     assert "success (fired by outcome)" in lines[0]
     assert lines[1] == f"  members 3  [{'#' * 30}] 100% ended"
     assert "callback jobs: " in lines[-1] and "(done)" in lines[-1]
-    data = json.loads(run_cli("batch", "show", str(still_open), "--json", url=db_url,
-                              cwd=tmp_path).stdout)
+    data = json.loads(
+        run_cli("batch", "show", str(still_open), "--json", url=db_url, cwd=tmp_path).stdout
+    )
     assert (data["total"], data["pending"], data["finished"], data["callbacks"]) == (
-        4, 4, False, [])
+        4,
+        4,
+        False,
+        [],
+    )
 
 
 def test_batch_show_refuses_an_unknown_batch_in_one_line(db_url, tmp_path):
     shown = run_cli("batch", "show", "999", url=db_url, cwd=tmp_path)
     assert shown.returncode != 0
     assert shown.stderr.strip().splitlines() == [
-        "workerpool batch: no batch 999 (never opened, rolled back, or pruned after the"
-        " retention)"]
+        "workerpool batch: no batch 999 (never opened, rolled back, or pruned after the retention)"
+    ]
 
 
 def test_status_lists_the_open_batches(db_url, tmp_path):

@@ -46,7 +46,7 @@ def test_the_per_count_table_has_a_row_per_count(fleet_run):
     tables = [line for line in fleet_run.stdout.splitlines() if line.startswith("|")]
     heading = next(line for line in tables if line.split("|")[1].strip() == "supervisors")
     start = tables.index(heading)
-    rows = tables[start + 2:start + 2 + len(COUNTS)]
+    rows = tables[start + 2 : start + 2 + len(COUNTS)]
     assert [row.split("|")[1].strip() for row in rows] == [str(c) for c in COUNTS]
     assert len(heading.split("|")) == len(FIGURES) + 3  # the count, each figure, two edges
 

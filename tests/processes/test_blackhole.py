@@ -35,25 +35,39 @@ def proxy(db_url: URL) -> Iterator[BlackholeProxy]:
     running.close()
 
 
-def test_a_connection_silent_mid_query_costs_a_child_never_the_job(
-        start, app, sql, db_url, proxy):
-    through_proxy = URL.create("postgresql+psycopg", username=db_url.username,
-                               password=db_url.password, host="127.0.0.1", port=proxy.port,
-                               database=db_url.database)
-    sup = start(env={"WORKERPOOL_DATABASE_URL":
-                     through_proxy.render_as_string(hide_password=False)})
+def test_a_connection_silent_mid_query_costs_a_child_never_the_job(start, app, sql, db_url, proxy):
+    through_proxy = URL.create(
+        "postgresql+psycopg",
+        username=db_url.username,
+        password=db_url.password,
+        host="127.0.0.1",
+        port=proxy.port,
+        database=db_url.database,
+    )
+    sup = start(
+        env={"WORKERPOOL_DATABASE_URL": through_proxy.render_as_string(hide_password=False)}
+    )
     sup.wait_running("slow")
     victim = sup.child_pid("slow")
     job = app.enqueue("steps", {"n": 20, "step": 0.1})  # enqueued directly, not through it
-    wait_until(lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 2, 15,
-               message="job running through the proxy")
+    wait_until(
+        lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 2,
+        15,
+        message="job running through the proxy",
+    )
 
     assert proxy.silence() >= 2  # at least the slow child's loop and its listener
 
-    wait_until(lambda: sup.events("hang_detected", worker="slow", pid=str(victim)), 20,
-               message=f"the silenced slow child detected as hung\n{sup.log()[-3000:]}")
-    wait_until(lambda: job_row(sql, job)["state"] == "done", 30,
-               message=f"job done by a replacement\n{sup.log()[-3000:]}")
+    wait_until(
+        lambda: sup.events("hang_detected", worker="slow", pid=str(victim)),
+        20,
+        message=f"the silenced slow child detected as hung\n{sup.log()[-3000:]}",
+    )
+    wait_until(
+        lambda: job_row(sql, job)["state"] == "done",
+        30,
+        message=f"job done by a replacement\n{sup.log()[-3000:]}",
+    )
     row = job_row(sql, job)
     assert row["attempts"] == 2, row
     assert [e["type"] for e in row["errors"]] == ["WorkerLost"], row["errors"]

@@ -34,16 +34,35 @@ def launch(db_url, tmp_path) -> Iterator:
     def start(**env: str) -> Supervisor:
         heartbeat_dir = tmp_path / f"heartbeats{len(running)}"
         heartbeat_dir.mkdir(mode=0o700)
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-        full_env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-                        PYTHONPATH=str(ROOT), **env)
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+        }
+        full_env.update(
+            WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+            PYTHONPATH=str(ROOT),
+            **env,
+        )
         log_path = tmp_path / f"supervisor{len(running)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", APP, "--heartbeat-dir",
-                 str(heartbeat_dir)], env=full_env, stdin=subprocess.DEVNULL, stdout=log_file,
-                stderr=log_file, start_new_session=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    APP,
+                    "--heartbeat-dir",
+                    str(heartbeat_dir),
+                ],
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                cwd=ROOT,
+            )
         running.append(Supervisor(proc, log_path, heartbeat_dir, full_env))
         return running[-1]
 
@@ -66,16 +85,24 @@ def state(sql, job_id: int) -> str:
 
 
 def wait_state(sql, job_id: int, wanted: str, timeout: float = 20, sup=None) -> None:
-    wait_until(lambda: state(sql, job_id) == wanted, timeout,
-               message=f"job {job_id} {wanted}\n{sup.log()[-3000:] if sup else ''}")
+    wait_until(
+        lambda: state(sql, job_id) == wanted,
+        timeout,
+        message=f"job {job_id} {wanted}\n{sup.log()[-3000:] if sup else ''}",
+    )
 
 
 def cancel_latency(sql, app, tmp_path, task: str, sup) -> float:
     path = tmp_path / f"{task}.stamp"
     job_id = app.enqueue(task, {"stamp": str(path)})
     wait_state(sql, job_id, "processing", sup=sup)
-    wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE application_name ="
-                           " 'workerpool-listen:ctl'")[0][0], 10, message="the listener")
+    wait_until(
+        lambda: sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'workerpool-listen:ctl'"
+        )[0][0],
+        10,
+        message="the listener",
+    )
     asked = time.time()
     result = app.cancel([job_id], reason="test")
     assert result.stopping == [job_id]
@@ -84,8 +111,7 @@ def cancel_latency(sql, app, tmp_path, task: str, sup) -> float:
     return float(path.read_text()) - asked
 
 
-def test_running_cooperative_and_async_jobs_stop_within_about_a_second(launch, app, sql,
-                                                                        tmp_path):
+def test_running_cooperative_and_async_jobs_stop_within_about_a_second(launch, app, sql, tmp_path):
     sup = launch()
     sup.wait_running("ctl")
     for task in ("waits", "sleeps"):
@@ -105,8 +131,11 @@ def test_a_handler_that_ignores_its_cancel_is_cancelled_and_its_child_recycled(l
     wait_state(sql, neighbour, "processing", sup=sup)
     app.cancel([stubborn])
     wait_state(sql, stubborn, "cancelled", 10, sup)
-    wait_until(lambda: sup.events("child_exited", worker="ctl", status="exit:75"), 30,
-               message=f"the child exits for recycling\n{sup.log()[-3000:]}")
+    wait_until(
+        lambda: sup.events("child_exited", worker="ctl", status="exit:75"),
+        30,
+        message=f"the child exits for recycling\n{sup.log()[-3000:]}",
+    )
     assert state(sql, neighbour) == "done"  # the neighbour finished before the recycle
     wait_until(lambda: sup.child_pid("ctl") != first, 15, message="a replacement child")
     after = app.enqueue("quick", {})
@@ -131,12 +160,16 @@ def test_the_recycle_after_an_ignored_cancel_waits_for_a_long_neighbour(launch, 
     wait_state(sql, neighbour, "done", 30, sup)
     row = job_row(sql, neighbour)
     assert (row["attempts"], row["errors"]) == (1, []), row  # never interrupted, never re-run
-    wait_until(lambda: sup.events("child_exited", worker="ctl", status="exit:75"), 30,
-               message=f"the child exits for recycling\n{sup.log()[-3000:]}")
+    wait_until(
+        lambda: sup.events("child_exited", worker="ctl", status="exit:75"),
+        30,
+        message=f"the child exits for recycling\n{sup.log()[-3000:]}",
+    )
     wait_until(lambda: sup.child_pid("ctl") != first, 15, message="a replacement child")
     line = sup.events("job_cancelled", logger="cancel")
     assert [(e.fields["id"], e.fields["by"], e.fields["reason"]) for e in line] == [
-        (str(stubborn), "ops", "wrong-file")], sup.log()[-3000:]
+        (str(stubborn), "ops", "wrong-file")
+    ], sup.log()[-3000:]
 
 
 def test_pause_on_two_supervisors_then_resume_restarts_both(launch, app, sql):
@@ -145,14 +178,20 @@ def test_pause_on_two_supervisors_then_resume_restarts_both(launch, app, sql):
         sup.wait_running("ctl")
     app.pause("ctl", by="ops")
     for sup in sups:
-        wait_until(lambda s=sup: s.events("worker_paused", logger="worker"), 10,
-                   message=f"the pause reaches each supervisor\n{sup.log()[-2000:]}")
+        wait_until(
+            lambda s=sup: s.events("worker_paused", logger="worker"),
+            10,
+            message=f"the pause reaches each supervisor\n{sup.log()[-2000:]}",
+        )
     ids = [app.enqueue("quick", {"seconds": 0.01}) for _ in range(6)]
     other = app.enqueue("elsewhere", {"seconds": 0.01})
     wait_state(sql, other, "done")  # another queue runs; ticks go on
     beats = {s.pid: s.heartbeat_mtime("ctl") for s in sups}
-    wait_until(lambda: all(s.heartbeat_mtime("ctl") > beats[s.pid] for s in sups), 10,
-               message="paused workers keep their heartbeats fresh")
+    wait_until(
+        lambda: all(s.heartbeat_mtime("ctl") > beats[s.pid] for s in sups),
+        10,
+        message="paused workers keep their heartbeats fresh",
+    )
     assert all(s.healthcheck().returncode == 0 for s in sups)
     assert {state(sql, i) for i in ids} == {"pending"}
     app.resume("ctl")
@@ -169,16 +208,20 @@ def test_cli_cancel_reports_each_id_and_refuses_unknown_ones(app, db_url, sql, t
     sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = %s", done)
     refused = run_cli("cancel", str(queued), "424242", url=db_url, cwd=tmp_path)
     assert refused.returncode != 0
-    assert refused.stderr.strip() == ("workerpool cancel: unknown job id(s): 424242; nothing was"
-                                      " changed")
+    assert refused.stderr.strip() == (
+        "workerpool cancel: unknown job id(s): 424242; nothing was changed"
+    )
     dry = run_cli("cancel", str(queued), str(done), "--dry-run", url=db_url, cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"job {queued}: dry run: would be cancelled" in dry.stdout
     assert state(sql, queued) == "pending"
-    real = run_cli("cancel", str(queued), str(done), "--reason", "not needed", url=db_url,
-                   cwd=tmp_path)
-    assert real.stdout.splitlines() == [f"job {queued}: cancelled",
-                                        f"job {done}: already finished (done)"]
+    real = run_cli(
+        "cancel", str(queued), str(done), "--reason", "not needed", url=db_url, cwd=tmp_path
+    )
+    assert real.stdout.splitlines() == [
+        f"job {queued}: cancelled",
+        f"job {done}: already finished (done)",
+    ]
     entry = job_row(sql, queued)["errors"][-1]
     assert entry["type"] == "Cancelled" and entry["message"] == "not needed" and entry["by"]
 
@@ -186,11 +229,13 @@ def test_cli_cancel_reports_each_id_and_refuses_unknown_ones(app, db_url, sql, t
 def test_cli_cancel_by_queue_with_filters_and_json(app, db_url, sql, tmp_path):
     a = app.enqueue("quick", {})
     b = app.enqueue("stubborn", {})
-    out = run_cli("cancel", "--queue", "ctl", "--task", "stubborn", "--json", url=db_url,
-                  cwd=tmp_path)
+    out = run_cli(
+        "cancel", "--queue", "ctl", "--task", "stubborn", "--json", url=db_url, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["jobs"] == [{"id": b, "verdict": "cancelled",
-                                               "state": "cancelled"}]
+    assert json.loads(out.stdout)["jobs"] == [
+        {"id": b, "verdict": "cancelled", "state": "cancelled"}
+    ]
     assert state(sql, a) == "pending"
     bad = run_cli("cancel", "--queue", "ctl", "--state", "done", url=db_url, cwd=tmp_path)
     assert bad.returncode != 0 and "state must be one of pending, processing, failed" in bad.stderr
@@ -201,10 +246,12 @@ def test_cli_cancel_by_queue_with_filters_and_json(app, db_url, sql, tmp_path):
 def test_cli_pause_resume_and_status(app, db_url, sql, tmp_path):
     unknown = run_cli("pause", "ctlx", "--app", APP, url=db_url, cwd=tmp_path)
     assert unknown.returncode != 0
-    assert unknown.stderr.strip() == ("workerpool pause: unknown queue 'ctlx'; known queues:"
-                                      " ctl, other")
+    assert unknown.stderr.strip() == (
+        "workerpool pause: unknown queue 'ctlx'; known queues: ctl, other"
+    )
     assert run_cli("pause", "ctl", "--app", APP, url=db_url, cwd=tmp_path).stdout == (
-        "queue ctl paused\n")
+        "queue ctl paused\n"
+    )
     data = json.loads(run_cli("status", "--json", url=db_url, cwd=tmp_path).stdout)
     assert data["queues"]["ctl"]["paused"] is True and data["queues"]["ctl"]["paused_by"]
     assert "PAUSED (claiming nothing)" in run_cli("status", url=db_url, cwd=tmp_path).stdout

@@ -16,8 +16,19 @@ from collections import Counter
 from tests.helpers.paths import ROOT
 
 SEED = "20261201"
-COMMAND = [sys.executable, "-m", "workerpool.chaos", "--own-cluster", "--failover",
-           "--seed", SEED, "--duration", "35", "--settle-timeout", "30"]
+COMMAND = [
+    sys.executable,
+    "-m",
+    "workerpool.chaos",
+    "--own-cluster",
+    "--failover",
+    "--seed",
+    SEED,
+    "--duration",
+    "35",
+    "--settle-timeout",
+    "30",
+]
 
 
 def run(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -25,8 +36,9 @@ def run(*args: str, cwd) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = str(ROOT)
     # a liveness bound only: ~50 s alone, but two initdbs, a base backup and the run's own
     # processes share two cores with the rest of the suite under CI (85 s was once too few)
-    return subprocess.run([*COMMAND, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+        [*COMMAND, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
+    )
 
 
 def test_a_seeded_run_passes_every_check(tmp_path):
@@ -38,8 +50,15 @@ def test_a_seeded_run_passes_every_check(tmp_path):
     assert result["ok"] and not result["violations"]
     landed = Counter(f["kind"] for f in result["faults"] if not f["error"])
     assert landed["failover"] == 1, result["faults"]
-    for kind in ("kill_child", "stop_child", "kill_supervisor", "term_supervisor",
-                 "terminate_backends", "blackhole", "exhaust_connections"):
+    for kind in (
+        "kill_child",
+        "stop_child",
+        "kill_supervisor",
+        "term_supervisor",
+        "terminate_backends",
+        "blackhole",
+        "exhaust_connections",
+    ):
         assert landed[kind] >= 1, (kind, landed)
     assert landed["pg_restart_fast"] + landed["pg_restart_immediate"] >= 1, landed
     outcomes = result["outcomes"]

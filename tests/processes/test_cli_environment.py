@@ -10,8 +10,7 @@ from tests.helpers.cli import run_cli
 
 @pytest.mark.parametrize("variable", ["WORKERPOOL_DATABASE_URL", "WORKERPOOL_READ_URL"])
 @pytest.mark.parametrize("blank", ["", "  "])
-def test_a_blank_url_variable_is_refused_before_anything_starts(db_url, tmp_path, variable,
-                                                                blank):
+def test_a_blank_url_variable_is_refused_before_anything_starts(db_url, tmp_path, variable, blank):
     result = run_cli("status", url=db_url, cwd=tmp_path, extra_env={variable: blank})
     assert result.returncode != 0
     line = result.stderr.strip()
@@ -30,10 +29,20 @@ def on_a_terminal(db_url, tmp_path, *args: str) -> bytes:
 
     controller, terminal = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                "PYTHONPATH": str(ROOT)})
-    proc = subprocess.Popen([sys.executable, "-m", "workerpool", *args], cwd=tmp_path, env=env,
-                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    env.update(
+        {
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workerpool", *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    )
     os.close(terminal)
     output = b""
     while True:

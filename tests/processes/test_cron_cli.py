@@ -38,25 +38,37 @@ def cli(db_url, *args):
 
 
 def beat_jobs_since(sql, moment):
-    return sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'beat' AND created_at > %s",
-               moment)[0][0]
+    return sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE task = 'beat' AND created_at > %s", moment
+    )[0][0]
 
 
 def handled_ticks_after(sql, moment, count):
     """Wait until the schedulers moved beat's last tick ``count`` seconds past ``moment``."""
-    wait_until(lambda: sql("SELECT last_tick > %s + make_interval(secs => %s) FROM"
-                           " workerpool_cron WHERE name = 'beat'", moment, count)[0][0],
-               timeout=30, message=f"ticks handled {count} s after {moment}")
+    wait_until(
+        lambda: sql(
+            "SELECT last_tick > %s + make_interval(secs => %s) FROM"
+            " workerpool_cron WHERE name = 'beat'",
+            moment,
+            count,
+        )[0][0],
+        timeout=30,
+        message=f"ticks handled {count} s after {moment}",
+    )
 
 
-def test_a_pause_from_the_cli_holds_on_every_replica_and_across_a_restart(
-        replicas, db_url, sql):
+def test_a_pause_from_the_cli_holds_on_every_replica_and_across_a_restart(replicas, db_url, sql):
     first = replicas()
     first.start()
     first.start()
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'beat'"
-                           " AND state = 'done'")[0][0] >= 2, timeout=40,
-               message="the replicas running beat")
+    wait_until(
+        lambda: (
+            sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'beat' AND state = 'done'")[0][0]
+            >= 2
+        ),
+        timeout=40,
+        message="the replicas running beat",
+    )
 
     paused = cli(db_url, "cron", "pause", "beat", "--as", "alice")
     assert paused.returncode == 0, paused.stderr
@@ -64,15 +76,30 @@ def test_a_pause_from_the_cli_holds_on_every_replica_and_across_a_restart(
     handled_ticks_after(sql, paused_at, 3)
     # a pass that held the row when the pause came may still enqueue its tick: within a second
     grace = "1 second"
-    assert sql(f"SELECT count(*) FROM workerpool_jobs WHERE task = 'beat'"
-               f" AND created_at > %s::timestamptz + interval '{grace}'", paused_at)[0][0] == 0
+    assert (
+        sql(
+            f"SELECT count(*) FROM workerpool_jobs WHERE task = 'beat'"
+            f" AND created_at > %s::timestamptz + interval '{grace}'",
+            paused_at,
+        )[0][0]
+        == 0
+    )
 
     first.stop()
     [(restarted_at,)] = sql("SELECT now()")
     replicas().start()
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = '@maintenance'"
-                           " AND started_at > %s", restarted_at)[0][0] >= 1, timeout=30,
-               message="a new scheduler registered")
+    wait_until(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM workerpool_workers WHERE queue = '@maintenance'"
+                " AND started_at > %s",
+                restarted_at,
+            )[0][0]
+            >= 1
+        ),
+        timeout=30,
+        message="a new scheduler registered",
+    )
     handled_ticks_after(sql, restarted_at, 3)
     assert beat_jobs_since(sql, restarted_at) == 0
 
@@ -86,12 +113,15 @@ def test_a_pause_from_the_cli_holds_on_every_replica_and_across_a_restart(
     resumed = cli(db_url, "cron", "resume", "beat", "--as", "bob")
     assert resumed.returncode == 0, resumed.stderr
     [(resumed_at,)] = sql("SELECT changed_at FROM workerpool_cron WHERE name = 'beat'")
-    wait_until(lambda: beat_jobs_since(sql, resumed_at) >= 1, timeout=30,
-               message="a job after the resume")
+    wait_until(
+        lambda: beat_jobs_since(sql, resumed_at) >= 1, timeout=30, message="a job after the resume"
+    )
 
     trail = json.loads(cli(db_url, "audit", "--json").stdout)["entries"]
     assert [(e["actor"], e["source"], e["action"], e["target"]) for e in trail] == [
-        ("bob", "cli", "cron_resume", "cron:beat"), ("alice", "cli", "cron_pause", "cron:beat")]
+        ("bob", "cli", "cron_resume", "cron:beat"),
+        ("alice", "cli", "cron_pause", "cron:beat"),
+    ]
 
 
 def test_cron_run_from_the_cli_is_one_job_per_request(db_url, sql):
@@ -103,17 +133,20 @@ def test_cron_run_from_the_cli_is_one_job_per_request(db_url, sql):
     assert "cron_run" in cli(db_url, "audit").stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("cron", "pause", "nope", "--app", APP), "unknown cron 'nope'"),
-    (("cron", "resume", "nope"), "unknown cron 'nope'"),
-    (("cron", "run", "nightly"), "cron run needs --app APP:POOL"),
-    (("cron", "run", "nope", "--app", APP), "unknown cron 'nope'"),
-    (("cron", "run", "nightly", "--app", APP, "--request", "a b"), "request must be"),
-    (("cron", "pause", "nightly", "--app", APP, "--as", ""), "actor must be"),
-    (("pause", "cron", "--app", APP, "--as", "tab\there"), "actor must be"),
-    (("audit", "--action", "drop"), "action must be one of"),
-    (("audit", "--limit", "0"), "limit must be an int within"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("cron", "pause", "nope", "--app", APP), "unknown cron 'nope'"),
+        (("cron", "resume", "nope"), "unknown cron 'nope'"),
+        (("cron", "run", "nightly"), "cron run needs --app APP:POOL"),
+        (("cron", "run", "nope", "--app", APP), "unknown cron 'nope'"),
+        (("cron", "run", "nightly", "--app", APP, "--request", "a b"), "request must be"),
+        (("cron", "pause", "nightly", "--app", APP, "--as", ""), "actor must be"),
+        (("pause", "cron", "--app", APP, "--as", "tab\there"), "actor must be"),
+        (("audit", "--action", "drop"), "action must be one of"),
+        (("audit", "--limit", "0"), "limit must be an int within"),
+    ],
+)
 def test_bad_input_exits_non_zero_with_one_line_and_writes_nothing(db_url, sql, args, message):
     result = cli(db_url, *args)
     assert result.returncode != 0

@@ -49,22 +49,40 @@ def slow_tick(job):
 
 @pytest.fixture
 def replicas(db_url, tmp_path: Path, sql) -> Iterator[list[subprocess.Popen]]:
-    sql("CREATE TABLE cron_ledger (id serial PRIMARY KEY, tick text, job_id bigint, pid int,"
-        " attempt int, started_at timestamptz, ended_at timestamptz)")
+    sql(
+        "CREATE TABLE cron_ledger (id serial PRIMARY KEY, tick text, job_id bigint, pid int,"
+        " attempt int, started_at timestamptz, ended_at timestamptz)"
+    )
     (tmp_path / "cronapp.py").write_text(APP)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_"))}
-    env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-               PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    env.update(
+        WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+        PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+    )
     logs, procs = [], []
     for n in range(3):
         heartbeats = tmp_path / f"heartbeats{n}"
         heartbeats.mkdir(mode=0o700)
         logs.append(open(tmp_path / f"replica{n}.log", "w"))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "workerpool", "run", "cronapp:pool",
-             "--heartbeat-dir", str(heartbeats)],
-            cwd=tmp_path, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=logs[-1], stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    "cronapp:pool",
+                    "--heartbeat-dir",
+                    str(heartbeats),
+                ],
+                cwd=tmp_path,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
+            )
+        )
     yield procs
     stop_all(procs)
     for proc, log in zip(procs, logs, strict=True):
@@ -73,8 +91,10 @@ def replicas(db_url, tmp_path: Path, sql) -> Iterator[list[subprocess.Popen]]:
 
 
 def ledger(sql):
-    return sql("SELECT tick, job_id, pid, attempt, started_at, ended_at FROM cron_ledger"
-               " ORDER BY started_at")
+    return sql(
+        "SELECT tick, job_id, pid, attempt, started_at, ended_at FROM cron_ledger"
+        " ORDER BY started_at"
+    )
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
@@ -85,8 +105,13 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
 
 
 def test_three_replicas_run_each_tick_at_most_once_and_never_overlap(replicas, sql):
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_workers WHERE queue = '@maintenance'")
-               [0][0] == 3, timeout=30, message="three schedulers registered")
+    wait_until(
+        lambda: (
+            sql("SELECT count(*) FROM workerpool_workers WHERE queue = '@maintenance'")[0][0] == 3
+        ),
+        timeout=30,
+        message="three schedulers registered",
+    )
     completed = "SELECT count(*) FROM cron_ledger WHERE ended_at IS NOT NULL"
     wait_until(lambda: sql(completed)[0][0] >= 3, timeout=40, message="three completed runs")
     stop_all(replicas)
@@ -99,12 +124,14 @@ def test_three_replicas_run_each_tick_at_most_once_and_never_overlap(replicas, s
 
     jobs = sql("SELECT key, payload->>'tick' FROM workerpool_jobs WHERE task = 'slow_tick'")
     assert sorted(tick for _, tick in jobs) == sorted(set(tick for _, tick in jobs))
-    assert {run[1] for run in runs} <= {int(x) for (x,) in sql(
-        "SELECT id FROM workerpool_jobs WHERE task = 'slow_tick'")}
+    assert {run[1] for run in runs} <= {
+        int(x) for (x,) in sql("SELECT id FROM workerpool_jobs WHERE task = 'slow_tick'")
+    }
     [(skipped, span)] = sql(
         "SELECT c.skipped, extract(epoch FROM c.last_tick - min((j.payload->>'tick')::timestamptz))"
         " FROM workerpool_cron c, workerpool_jobs j WHERE j.task = c.name GROUP BY c.skipped,"
-        " c.last_tick")
+        " c.last_tick"
+    )
     assert skipped >= 1, "a 1.5 s handler on a 1 s schedule must skip ticks"
     # every tick from the first job's to the last handled one became one job or one skip, at most
     assert len(jobs) + skipped <= int(span) + 1
@@ -113,7 +140,9 @@ def test_three_replicas_run_each_tick_at_most_once_and_never_overlap(replicas, s
 def test_kill_9_of_the_replica_running_the_cron_does_not_stop_the_schedule(replicas, sql):
     running = wait_until(
         lambda: sql("SELECT pid, tick, clock_timestamp() FROM cron_ledger WHERE ended_at IS NULL"),
-        timeout=40, message="a cron run in progress")
+        timeout=40,
+        message="a cron run in progress",
+    )
     pid, killed_tick, killed_at = running[0]  # pid: the queue child running the handler
     victim = next(proc for proc in replicas if proc.pid == os.getpgid(pid))
     stop_all([victim])  # the whole replica: its supervisor, its worker, its scheduler
@@ -121,10 +150,17 @@ def test_kill_9_of_the_replica_running_the_cron_does_not_stop_the_schedule(repli
     # the lost run's lease goes stale; its tick is re-run or the schedule moves on — either way a
     # later tick completes on a surviving replica, within stale_after + a few periods
     later = wait_until(
-        lambda: sql("SELECT tick, pid FROM cron_ledger WHERE ended_at IS NOT NULL"
-                    " AND started_at > %s AND tick > %s", killed_at, killed_tick),
-        timeout=STALE_AFTER + 25, message="a later tick completed after the kill -9")
+        lambda: sql(
+            "SELECT tick, pid FROM cron_ledger WHERE ended_at IS NOT NULL"
+            " AND started_at > %s AND tick > %s",
+            killed_at,
+            killed_tick,
+        ),
+        timeout=STALE_AFTER + 25,
+        message="a later tick completed after the kill -9",
+    )
     assert all(run_pid != pid for _, run_pid in later)
-    state, attempts = sql("SELECT state, attempts FROM workerpool_jobs WHERE payload->>'tick' = %s",
-                          killed_tick)[0]
+    state, attempts = sql(
+        "SELECT state, attempts FROM workerpool_jobs WHERE payload->>'tick' = %s", killed_tick
+    )[0]
     assert (state, attempts) == ("done", 2)  # the stale lease was taken over and the run redone

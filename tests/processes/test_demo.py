@@ -57,7 +57,11 @@ def demo(server_url: URL, tmp_path: Path) -> Iterator[Callable[..., tuple[Any, C
         env.update(WORKERPOOL_DATABASE_URL=libpq(server_url), PYTHONPATH=str(ROOT))
         result = subprocess.run(
             [sys.executable, "-m", "workerpool", "demo", "--database", name, *args],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEMO_BOUND,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEMO_BOUND,
         )
 
         def sql(statement: str) -> list[tuple]:
@@ -83,34 +87,45 @@ def assert_passed(result: subprocess.CompletedProcess) -> None:
 def assert_database_agrees(sql: Callable[[str], list[tuple]]) -> None:
     states = Counter(state for (state,) in sql("SELECT state FROM workerpool_jobs"))
     assert states["processing"] == 0
-    dead = sql("SELECT task, dead_reason, attempts, max_attempts FROM workerpool_jobs "
-               "WHERE state = 'dead'")
+    dead = sql(
+        "SELECT task, dead_reason, attempts, max_attempts FROM workerpool_jobs WHERE state = 'dead'"
+    )
     assert {task for task, *_ in dead} == {"send_welcome"}, dead
     abandoned = [row for row in dead if row[1] == "abandoned"]
     assert len(abandoned) == 1, f"only the poison message is abandoned: {dead}"
     assert abandoned[0][2] == abandoned[0][3], "the poison ran exactly max_attempts times"
     assert all(reason in ("permanent", "abandoned") for _, reason, *_ in dead)
-    left = sql("SELECT task, state FROM workerpool_jobs "
-               "WHERE state NOT IN ('done', 'dead') AND task <> 'session_cleanup'")
+    left = sql(
+        "SELECT task, state FROM workerpool_jobs "
+        "WHERE state NOT IN ('done', 'dead') AND task <> 'session_cleanup'"
+    )
     assert left == [], left
     twice = sql("SELECT idempotency_key FROM demo_inbox GROUP BY 1 HAVING count(*) > 1")
     assert twice == []
-    undelivered = sql("SELECT key FROM workerpool_jobs WHERE queue = 'email' AND state = 'done' "
-                      "AND key NOT IN (SELECT idempotency_key FROM demo_inbox)")
+    undelivered = sql(
+        "SELECT key FROM workerpool_jobs WHERE queue = 'email' AND state = 'done' "
+        "AND key NOT IN (SELECT idempotency_key FROM demo_inbox)"
+    )
     assert undelivered == []
     deleted = sql("SELECT substr(key, 8)::bigint FROM workerpool_jobs WHERE task = 'delete_user'")
     assert deleted, "the scenario deletes users"
     for (user_id,) in deleted:
         assert sql(f"SELECT count(*) FROM demo_users WHERE id = {user_id}") == [(0,)]
         assert sql(f"SELECT count(*) FROM demo_uploads WHERE user_id = {user_id}") == [(0,)]
-    exports = sql("SELECT j.id, count(e.job_id) FROM workerpool_jobs j LEFT JOIN demo_exports e"
-                  " ON e.job_id = j.id WHERE j.task = 'export_data' GROUP BY j.id")
+    exports = sql(
+        "SELECT j.id, count(e.job_id) FROM workerpool_jobs j LEFT JOIN demo_exports e"
+        " ON e.job_id = j.id WHERE j.task = 'export_data' GROUP BY j.id"
+    )
     assert exports and all(delivered == 1 for _, delivered in exports), exports
-    waits = sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'export_data'"
-                " AND steps ? 'cool_off' AND steps ? 'collect' AND steps ? 'deliver'")
+    waits = sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE task = 'export_data'"
+        " AND steps ? 'cool_off' AND steps ? 'collect' AND steps ? 'deliver'"
+    )
     assert waits == [(len(exports),)]
-    runs = sql("SELECT claimed_at, finished_at FROM workerpool_jobs "
-               "WHERE task = 'session_cleanup' AND state = 'done' ORDER BY claimed_at")
+    runs = sql(
+        "SELECT claimed_at, finished_at FROM workerpool_jobs "
+        "WHERE task = 'session_cleanup' AND state = 'done' ORDER BY claimed_at"
+    )
     assert runs, "the cron job ran"
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(runs)), runs
 
@@ -124,19 +139,23 @@ def test_demo_runs_end_to_end_and_checks_itself(demo) -> None:
 
 @pytest.mark.timeout(DEMO_BOUND + 30)
 def test_demo_with_chaos_loses_nothing(demo) -> None:
-    result, sql = demo("--duration", "6", "--users", "40", "--seed", "11", "--chaos",
-                       "--chaos-every", "1")
+    result, sql = demo(
+        "--duration", "6", "--users", "40", "--seed", "11", "--chaos", "--chaos-every", "1"
+    )
     assert_passed(result)
     killed = re.search(r"chaos: (\d+) worker processes killed with SIGKILL", result.stdout)
     assert killed and int(killed.group(1)) >= 2, result.stdout
     assert_database_agrees(sql)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--users", "3"), "--users must be within"),
-    (("--database", "Robert'); DROP"), "--database"),
-    (("--duration", "0"), "--duration must be within"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--users", "3"), "--users must be within"),
+        (("--database", "Robert'); DROP"), "--database"),
+        (("--duration", "0"), "--duration must be within"),
+    ],
+)
 def test_bad_options_are_refused_before_anything_is_written(demo, args, message) -> None:
     result, sql = demo(*args)
     assert result.returncode == 1
@@ -151,8 +170,11 @@ def test_the_wheel_lists_every_package() -> None:
     checkout but is missing from the wheel, where `workerpool demo` must run too."""
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setup["packages"])
-    sources = {"workerpool": "workerpool", "workerpool_demo": "workerpool_demo",
-               **setup.get("package-dir", {})}
+    sources = {
+        "workerpool": "workerpool",
+        "workerpool_demo": "workerpool_demo",
+        **setup.get("package-dir", {}),
+    }
     needed = set()
     for package, directory in sources.items():
         for path in (ROOT / directory).rglob("*.py"):

@@ -82,19 +82,21 @@ def configure(directory: Path, db_url) -> Path:
     parser = shipped()
     program = parser[PROGRAM]
     # the shipped arguments after APP:POOL (--processes default=auto), on this app's queue
-    shipped_args = [arg.replace("default=", "work=")
-                    for arg in shlex.split(program["command"])[3:]]
-    program["command"] = literal(f"{sys.executable} -m workerpool run supervised_app:pool "
-                                 f"{shlex.join(shipped_args)}")
+    shipped_args = [arg.replace("default=", "work=") for arg in shlex.split(program["command"])[3:]]
+    program["command"] = literal(
+        f"{sys.executable} -m workerpool run supervised_app:pool {shlex.join(shipped_args)}"
+    )
     program["directory"] = literal(str(directory))
     program.pop("user", None)  # run as whoever runs the test
     env = dict_of_key_value_pairs(program["environment"])
-    env.update({
-        "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-        "WORKERPOOL_DRAIN_TIMEOUT": str(DRAIN),
-        "WORKERPOOL_HEARTBEAT_DIR": str(directory / "heartbeat"),
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{directory}",
-    })
+    env.update(
+        {
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "WORKERPOOL_DRAIN_TIMEOUT": str(DRAIN),
+            "WORKERPOOL_HEARTBEAT_DIR": str(directory / "heartbeat"),
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{directory}",
+        }
+    )
     program["environment"] = ",".join(f'{k}="{literal(v)}"' for k, v in env.items())
     program["stdout_logfile"] = str(directory / "workerpool.log")
     socket = directory / "supervisor.sock"
@@ -123,7 +125,9 @@ def literal(value: str) -> str:
 def ctl(conf: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "supervisor.supervisorctl", "-c", str(conf), *args],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -134,12 +138,17 @@ def supervisord(short_dir: Path, db_url) -> Iterator[Path]:
     output = (short_dir / "supervisord.out").open("w")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)],
-        stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         try:
-            wait_until(lambda: "RUNNING" in ctl(conf, "status", "workerpool").stdout,
-                       timeout=30, message="supervisord to report workerpool RUNNING")
+            wait_until(
+                lambda: "RUNNING" in ctl(conf, "status", "workerpool").stdout,
+                timeout=30,
+                message="supervisord to report workerpool RUNNING",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{logs(short_dir)}") from None
         yield conf
@@ -169,9 +178,17 @@ def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, 
     short = pool.enqueue_many([("nap", {"seconds": 0.1}) for _ in range(6)])
     finishing = pool.enqueue_many([("nap", {"seconds": 1.0}) for _ in range(2)])  # < drain
     too_long = pool.enqueue("nap", {"seconds": 60})  # > drain: must be released, not lost
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing' "
-                           "AND id = ANY(%s)", [*finishing, too_long])[0][0] == 3,
-               timeout=30, message="the 1 s and 60 s jobs to be running")
+    wait_until(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM workerpool_jobs WHERE state = 'processing' AND id = ANY(%s)",
+                [*finishing, too_long],
+            )[0][0]
+            == 3
+        ),
+        timeout=30,
+        message="the 1 s and 60 s jobs to be running",
+    )
     supervisor_pid = int(ctl(conf, "pid", "workerpool").stdout.strip())
     children = child_pids(supervisor_pid)
     # --processes work=auto: one work child per usable core, and the maintenance child
@@ -187,8 +204,9 @@ def test_supervisorctl_stop_mid_job_drains_and_loses_nothing(supervisord: Path, 
     assert len(states) == 9, "nothing lost"
     assert all(states[i] == "done" for i in short + finishing), states
     assert states[too_long] == "pending"
-    attempts, errors = sql("SELECT attempts, errors FROM workerpool_jobs WHERE id = %s",
-                           too_long)[0]
+    attempts, errors = sql("SELECT attempts, errors FROM workerpool_jobs WHERE id = %s", too_long)[
+        0
+    ]
     assert attempts == 0, "a drain release refunds the attempt"
     assert [e["type"] for e in errors] == ["Interrupted"]
     assert not [pid for pid in [supervisor_pid, *children] if alive(pid)], "no process left"
@@ -203,7 +221,12 @@ def assert_probe_healthy(heartbeat_dir: Path) -> None:
     argv[argv.index("--dir") + 1] = str(heartbeat_dir)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     wait_until(
-        lambda: subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True,
-                               timeout=30).returncode == 0,
-        timeout=15, message="the liveness probe to pass",
+        lambda: (
+            subprocess.run(
+                [sys.executable, "-m", *argv], env=env, capture_output=True, timeout=30
+            ).returncode
+            == 0
+        ),
+        timeout=15,
+        message="the liveness probe to pass",
     )

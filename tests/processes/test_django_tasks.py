@@ -23,8 +23,13 @@ PROJECT_TESTS = 10
 def run_project_tests(url: str, *labels: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "django", "test", *labels, "--noinput", "-v", "2"],
-        env=recipe_env(url, DJANGO_SETTINGS_MODULE=SETTINGS), cwd=ROOT, capture_output=True,
-        text=True, timeout=170, stdin=subprocess.DEVNULL)
+        env=recipe_env(url, DJANGO_SETTINGS_MODULE=SETTINGS),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_the_django_project_s_own_tests_pass_on_a_real_worker(db_url):
@@ -39,8 +44,13 @@ def test_the_django_project_s_own_tests_pass_on_a_real_worker(db_url):
 def run_worker_target(url: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "workerpool", "run", "workerpool.contrib.django.worker:pool"],
-        env=recipe_env(url, **env), cwd=ROOT, capture_output=True, text=True, timeout=60,
-        stdin=subprocess.DEVNULL)
+        env=recipe_env(url, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_the_worker_target_refuses_a_project_it_cannot_serve_in_one_line(db_url, sql):

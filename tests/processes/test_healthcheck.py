@@ -24,8 +24,13 @@ def stamp(directory: Path, worker: str, age: float) -> None:
 def healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
     full_env.update({"PYTHONPATH": str(ROOT), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "workerpool", "healthcheck", *args],
-                          env=full_env, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "workerpool", "healthcheck", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.fixture
@@ -79,8 +84,9 @@ def test_cli_exit_codes_and_one_line_messages(hb):
     stale = healthcheck("--dir", str(hb), "--max-age", "10")
     assert stale.returncode == 1 and stale.stdout == ""
     # the age is read when the command runs: its start-up on a loaded machine adds to the 40 s
-    age = re.fullmatch(r"workerpool healthcheck: sms: heartbeat is ([\d.]+)s old \(max 10s\)\n",
-                       stale.stderr)
+    age = re.fullmatch(
+        r"workerpool healthcheck: sms: heartbeat is ([\d.]+)s old \(max 10s\)\n", stale.stderr
+    )
     assert age and 40 <= float(age[1]) < 70, stale.stderr
     assert len(stale.stderr.splitlines()) == 1
 
@@ -100,14 +106,21 @@ def test_cli_reads_the_directory_from_the_environment(hb):
 
 def test_the_probe_imports_nothing_heavy(hb):
     stamp(hb, "email", 0)
-    code = ("import sys\n"
-            "from workerpool.cli import main\n"
-            f"rc = main(['healthcheck', '--dir', {str(hb)!r}])\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('sqlalchemy', 'psycopg', 'alembic', 'croniter'))\n"
-            "print(rc, heavy)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=30)
+    code = (
+        "import sys\n"
+        "from workerpool.cli import main\n"
+        f"rc = main(['healthcheck', '--dir', {str(hb)!r}])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('sqlalchemy', 'psycopg', 'alembic', 'croniter'))\n"
+        "print(rc, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=30,
+    )
     assert done.stdout.strip().endswith("0 []"), done.stdout + done.stderr
 
 
@@ -151,9 +164,15 @@ def test_a_child_that_never_reaches_the_database_goes_stale(start):
     # a supervisor needs no database, its children never get one: none of them ever ticks
     sup = start(env={"WORKERPOOL_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
     sup.child_pid("fast")
-    stale = wait_until(lambda: (lambda r: r.returncode == 1 and r)(
-        sup.healthcheck("--max-age", "1.5")), 15, message=f"a child's file stale\n{sup.log()}")
-    assert re.fullmatch(r"workerpool healthcheck: (fast|slow|@maintenance): heartbeat is "
-                        r"[\d.]+s old \(max 1\.5s\)\n", stale.stderr), stale.stderr
+    stale = wait_until(
+        lambda: (lambda r: r.returncode == 1 and r)(sup.healthcheck("--max-age", "1.5")),
+        15,
+        message=f"a child's file stale\n{sup.log()}",
+    )
+    assert re.fullmatch(
+        r"workerpool healthcheck: (fast|slow|@maintenance): heartbeat is "
+        r"[\d.]+s old \(max 1\.5s\)\n",
+        stale.stderr,
+    ), stale.stderr
     assert not sup.events("child_running")
     assert sup.healthcheck("--max-age", "1.5", "supervisor").returncode == 0

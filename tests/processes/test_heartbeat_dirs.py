@@ -25,19 +25,31 @@ def host(db_url, tmp_path):
     ``$XDG_RUNTIME_DIR`` as the supervisors of one user on one host do."""
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-    env.update({"WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
-                "WORKER_CLAIM_STALE_MS": "3600000", "PYTHONPATH": str(ROOT),
-                "XDG_RUNTIME_DIR": str(runtime)})
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+    }
+    env.update(
+        {
+            "WORKERPOOL_DATABASE_URL": db_url.render_as_string(hide_password=False),
+            "WORKER_CLAIM_STALE_MS": "3600000",
+            "PYTHONPATH": str(ROOT),
+            "XDG_RUNTIME_DIR": str(runtime),
+        }
+    )
     running: list[Supervisor] = []
 
     def launch(app: str, *args: str) -> Supervisor:
         log_path = tmp_path / f"supervisor-{len(running)}.log"
         with log_path.open("wb") as log_file:
-            proc = subprocess.Popen([sys.executable, "-m", "workerpool", "run", app, *args],
-                                    env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-                                    stderr=log_file, start_new_session=True, cwd=ROOT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workerpool", "run", app, *args],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                cwd=ROOT,
+            )
         sup = Supervisor(proc, log_path, Path(), env)
         running.append(sup)
         return sup
@@ -49,14 +61,20 @@ def host(db_url, tmp_path):
 
 
 def started_dir(sup: Supervisor) -> Path:
-    event = wait_until(lambda: sup.events("supervisor_started"), 30,
-                       message=f"supervisor started\n{sup.log()}")[0]
+    event = wait_until(
+        lambda: sup.events("supervisor_started"), 30, message=f"supervisor started\n{sup.log()}"
+    )[0]
     return Path(event.fields["heartbeat_dir"])
 
 
 def healthcheck(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workerpool", "healthcheck", *args], env=env,
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "workerpool", "healthcheck", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def files(directory: Path) -> set[str]:

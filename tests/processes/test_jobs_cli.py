@@ -67,11 +67,11 @@ def test_status_job_shows_tags_progress_and_each_attempts_logs(seeded, tmp_path)
 
 
 def test_status_tag_counts_the_jobs_carrying_every_tag(seeded, tmp_path):
-    data = json.loads(ok(run_cli("status", "--tag", "tenant:7", "--json", url=seeded,
-                                 cwd=tmp_path)))
+    data = json.loads(
+        ok(run_cli("status", "--tag", "tenant:7", "--json", url=seeded, cwd=tmp_path))
+    )
     assert data["queues"] == {"email": {"dead": 1, "done": 1, "pending": 1}}
-    text = ok(run_cli("status", "--tag", "tenant:7", "--tag", "import", url=seeded,
-                      cwd=tmp_path))
+    text = ok(run_cli("status", "--tag", "tenant:7", "--tag", "import", url=seeded, cwd=tmp_path))
     assert "JOBS TAGGED tenant:7 + import" in text
     assert [line.split() for line in text.splitlines()[2:]] == [["email", "pending", "1"]]
 
@@ -85,25 +85,41 @@ def test_cancel_by_tag_dry_run_first_then_for_real(seeded, sql, tmp_path):
 
 
 def test_dead_list_and_retry_filter_by_tag(seeded, sql, tmp_path):
-    listed = json.loads(ok(run_cli("dead", "list", "--tag", "tenant:7", "--json", url=seeded,
-                                   cwd=tmp_path)))
+    listed = json.loads(
+        ok(run_cli("dead", "list", "--tag", "tenant:7", "--json", url=seeded, cwd=tmp_path))
+    )
     assert [job["id"] for job in listed["jobs"]] == [5] and listed["jobs"][0]["tags"] == [
-        "tenant:7"]
-    text = ok(run_cli("dead", "retry", "--all", "--tag", "tenant:8", "--app", "tagsapp:pool",
-                      url=seeded, cwd=tmp_path))
+        "tenant:7"
+    ]
+    text = ok(
+        run_cli(
+            "dead",
+            "retry",
+            "--all",
+            "--tag",
+            "tenant:8",
+            "--app",
+            "tagsapp:pool",
+            url=seeded,
+            cwd=tmp_path,
+        )
+    )
     assert "replayed 1 dead job" in text
     assert sql("SELECT id FROM workerpool_jobs WHERE state = 'dead'") == [(5,)]
 
 
-@pytest.mark.parametrize("args", [
-    ("status", "--tag", ""),
-    ("status", "--tag", "x" * 101),
-    ("status", "--job", "3", "--tag", "a"),
-    ("cancel", "--tag", " "),
-    ("dead", "list", "--tag", ""),
-    ("dead", "retry", "--all", "--tag", "a\tb"),
-    ("dead", "purge", "--older-than", "1d", "--tag", ""),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "--tag", ""),
+        ("status", "--tag", "x" * 101),
+        ("status", "--job", "3", "--tag", "a"),
+        ("cancel", "--tag", " "),
+        ("dead", "list", "--tag", ""),
+        ("dead", "retry", "--all", "--tag", "a\tb"),
+        ("dead", "purge", "--older-than", "1d", "--tag", ""),
+    ],
+)
 def test_a_bad_tag_is_refused_with_one_line_and_nothing_changes(seeded, sql, tmp_path, args):
     before = sql("SELECT id, state FROM workerpool_jobs ORDER BY id")
     out = run_cli(*args, url=seeded, cwd=tmp_path)

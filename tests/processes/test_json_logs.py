@@ -28,8 +28,11 @@ def by_event(parsed: list[dict], event: str) -> list[dict]:
 def test_every_line_is_json_with_the_events_and_their_fields(start, app, sql):
     sup = start("--log-format", "json")
     job_id = app.enqueue("quick", {"seconds": 0})
-    wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
-               == [("done",)], 30, message="the job ran")
+    wait_until(
+        lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id) == [("done",)],
+        30,
+        message="the job ran",
+    )
     wait_until(lambda: by_event(records(sup), "child_running"), 15, message=sup.log())
     sup.proc.send_signal(signal.SIGTERM)
     assert sup.wait_exit(30) == 0

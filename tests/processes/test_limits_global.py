@@ -16,8 +16,11 @@ def test_global_concurrency_holds_across_three_replicas(replicas, sql):
     app.enqueue_many([("hold", {"seconds": SECONDS, "n": n}) for n in range(JOBS)])
 
     with processing_samples(sql) as samples:
-        wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
-                   [0][0] == JOBS, timeout=60, message="every job done")
+        wait_until(
+            lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")[0][0] == JOBS,
+            timeout=60,
+            message="every job done",
+        )
     app.dispose()
 
     runs = sql("SELECT started_at, ended_at, pid FROM limits_ledger")
@@ -29,5 +32,6 @@ def test_global_concurrency_holds_across_three_replicas(replicas, sql):
     assert len(runs) == JOBS
     assert len({pid for _, _, pid in runs}) >= 2  # several replicas took part
     # what the workers enforce is published for `workerpool status`
-    assert sql("SELECT limits->'global_concurrency' FROM workerpool_queues"
-               " WHERE queue = 'capped'") == [(2,)]
+    assert sql(
+        "SELECT limits->'global_concurrency' FROM workerpool_queues WHERE queue = 'capped'"
+    ) == [(2,)]

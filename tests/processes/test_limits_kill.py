@@ -16,19 +16,38 @@ def test_a_killed_child_frees_its_slot(replicas, sql):
     start_registered(replicas, sql, "capped", 3)
     app.enqueue_many([("hold", {"seconds": 60, "n": n}) for n in range(3)])
     app.dispose()
-    holders = wait_until(lambda: (rows := sql(
-        "SELECT DISTINCT pid FROM limits_ledger WHERE ended_at IS NULL")) and len(rows) == 2
-        and rows, timeout=30, message="both slots held by running handlers")
-    [(victim_worker,)] = sql("SELECT claimed_by FROM workerpool_jobs WHERE state = 'processing'"
-                             " AND claimed_by LIKE %s", f"%:{holders[0][0]}:%")
+    holders = wait_until(
+        lambda: (
+            (rows := sql("SELECT DISTINCT pid FROM limits_ledger WHERE ended_at IS NULL"))
+            and len(rows) == 2
+            and rows
+        ),
+        timeout=30,
+        message="both slots held by running handlers",
+    )
+    [(victim_worker,)] = sql(
+        "SELECT claimed_by FROM workerpool_jobs WHERE state = 'processing' AND claimed_by LIKE %s",
+        f"%:{holders[0][0]}:%",
+    )
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'pending'") == [(1,)]
 
     os.kill(holders[0][0], signal.SIGKILL)
 
     # the dead child's row leaves `processing` and its slot is taken again, by a live process
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'"
-                           " AND claimed_by <> %s", victim_worker) == [(2,)],
-               timeout=30, message="the freed slot claimed by a live process")
+    wait_until(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'"
+                " AND claimed_by <> %s",
+                victim_worker,
+            )
+            == [(2,)]
+        ),
+        timeout=30,
+        message="the freed slot claimed by a live process",
+    )
     assert sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'processing'") == [(2,)]
-    assert sql("SELECT count(*) FROM workerpool_jobs WHERE claimed_by = %s"
-               " AND state = 'processing'", victim_worker) == [(0,)]
+    assert sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE claimed_by = %s AND state = 'processing'",
+        victim_worker,
+    ) == [(0,)]

@@ -15,13 +15,19 @@ PER_KEY = 50
 def test_each_key_runs_serially_while_keys_run_in_parallel(replicas, sql):
     app = limits.build(replicas.env["WORKERPOOL_DATABASE_URL"])
     # key by key: a claim in plain claim order would meet one key's 50 rows first
-    app.enqueue_many([("serial", {"account": key, "n": n})
-                      for key in range(KEYS) for n in range(PER_KEY)])
+    app.enqueue_many(
+        [("serial", {"account": key, "n": n}) for key in range(KEYS) for n in range(PER_KEY)]
+    )
     app.dispose()
     for _ in range(2):
         replicas.start("--queue", "keyed")
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")
-               [0][0] == KEYS * PER_KEY, timeout=90, message="every job done")
+    wait_until(
+        lambda: (
+            sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")[0][0] == KEYS * PER_KEY
+        ),
+        timeout=90,
+        message="every job done",
+    )
 
     runs = sql("SELECT key, started_at, ended_at FROM limits_ledger ORDER BY started_at")
     assert len(runs) == KEYS * PER_KEY

@@ -72,7 +72,8 @@ def test_an_older_revision_is_named_with_both_revisions(older_db_url):
             pool.check_migrated()
         assert str(raised.value) == (
             f"the database's workerpool tables in schema 'public' are at revision {OLDER}, "
-            f"this code needs {HEAD}: run `workerpool migrate`")
+            f"this code needs {HEAD}: run `workerpool migrate`"
+        )
     finally:
         pool.dispose()
 
@@ -88,24 +89,39 @@ def test_a_migrated_database_passes(db_url):
 def test_the_commands_say_migrate_in_one_line(empty_db_url, tmp_path):
     status = one_line(run_cli("status", url=empty_db_url, cwd=tmp_path))
     assert NO_TABLES in status and "ProgrammingError" not in status
-    enqueue = one_line(run_cli("enqueue", "tests.apps.basic:pool", "quick",
-                               url=empty_db_url, cwd=tmp_path))
+    enqueue = one_line(
+        run_cli("enqueue", "tests.apps.basic:pool", "quick", url=empty_db_url, cwd=tmp_path)
+    )
     assert NO_TABLES in enqueue
     web = one_line(run_cli("web", "--port", "1", url=empty_db_url, cwd=tmp_path))
     assert web.startswith("workerpool web: ") and NO_TABLES in web
 
 
 def test_run_refuses_to_start_on_a_database_never_migrated(empty_db_url, tmp_path):
-    done = run_cli("run", "tests.apps.basic:pool", "--heartbeat-dir", str(tmp_path / "hb"),
-                   url=empty_db_url, cwd=tmp_path)
+    done = run_cli(
+        "run",
+        "tests.apps.basic:pool",
+        "--heartbeat-dir",
+        str(tmp_path / "hb"),
+        url=empty_db_url,
+        cwd=tmp_path,
+    )
     line = one_line(done)
     assert line == f"workerpool run: {NO_TABLES} (revision {HEAD})"
     assert "supervisor started" not in done.stderr
 
 
 def test_run_refuses_an_older_revision(older_db_url, tmp_path):
-    line = one_line(run_cli("run", "tests.apps.basic:pool", "--heartbeat-dir",
-                            str(tmp_path / "hb"), url=older_db_url, cwd=tmp_path))
+    line = one_line(
+        run_cli(
+            "run",
+            "tests.apps.basic:pool",
+            "--heartbeat-dir",
+            str(tmp_path / "hb"),
+            url=older_db_url,
+            cwd=tmp_path,
+        )
+    )
     assert f"at revision {OLDER}, this code needs {HEAD}" in line
 
 

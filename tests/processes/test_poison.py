@@ -56,14 +56,17 @@ def runs(ledger: Path) -> Counter:
 
 
 def settled(sql) -> bool:
-    return sql("SELECT count(*) FROM workerpool_jobs WHERE state IN"
-               " ('pending', 'processing', 'failed')") == [(0,)]
+    return sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE state IN ('pending', 'processing', 'failed')"
+    ) == [(0,)]
 
 
 def unsettled(sql) -> list:
     """What is left, for a failure's message: state, suspect or not, attempts, how many."""
-    return sql("SELECT state, crashes > 0, attempts, count(*) FROM workerpool_jobs"
-               " WHERE state <> 'done' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+    return sql(
+        "SELECT state, crashes > 0, attempts, count(*) FROM workerpool_jobs"
+        " WHERE state <> 'done' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    )
 
 
 def restart_delays(sup: Supervisor) -> list[float]:
@@ -81,14 +84,20 @@ def test_two_poison_jobs_among_300_cost_their_neighbours_nothing(app, run_poison
     wait_until(lambda: settled(sql), SETTLE, interval=0.2, message=f"settled\n{sup.log()}")
     settle = time.monotonic() - started
     ran = runs(ledger)
-    print(f"\n300 + 2 poison: settled in {settle:.1f}s; poison runs "
-          f"{[ran[p] for p in poison]}; restarts {len(restart_delays(sup))}, "
-          f"longest restart delay {max(restart_delays(sup), default=0):.2f}s")
-    ordinary = sql("SELECT state, attempts, count(*) FROM workerpool_jobs"
-                   " WHERE task = 'ordinary' GROUP BY state, attempts")
+    print(
+        f"\n300 + 2 poison: settled in {settle:.1f}s; poison runs "
+        f"{[ran[p] for p in poison]}; restarts {len(restart_delays(sup))}, "
+        f"longest restart delay {max(restart_delays(sup), default=0):.2f}s"
+    )
+    ordinary = sql(
+        "SELECT state, attempts, count(*) FROM workerpool_jobs"
+        " WHERE task = 'ordinary' GROUP BY state, attempts"
+    )
     assert ordinary == [("done", 1, 300)]
-    assert sql("SELECT state, dead_reason, attempts FROM workerpool_jobs"
-               " WHERE task = 'poison'") == [("dead", "abandoned", 5)] * 2
+    assert (
+        sql("SELECT state, dead_reason, attempts FROM workerpool_jobs WHERE task = 'poison'")
+        == [("dead", "abandoned", 5)] * 2
+    )
     assert all(ran[p] <= 5 + 1 for p in poison), ran
     assert max(restart_delays(sup), default=0) == 0.0  # no back-off: every child ran jobs
     message = sql("SELECT errors->-1->>'message' FROM workerpool_jobs WHERE id = %s", poison[0])
@@ -104,17 +113,19 @@ def test_a_job_that_crashes_only_on_its_second_attempt_ends_done(app, run_poison
     sup = run_poison()
     wait_until(lambda: settled(sql), SETTLE, interval=0.2, message=f"settled\n{sup.log()}")
     [(state, attempts, errors)] = sql(
-        "SELECT state, attempts, errors FROM workerpool_jobs WHERE id = %s", job)
+        "SELECT state, attempts, errors FROM workerpool_jobs WHERE id = %s", job
+    )
     assert state == "done"
     lost = [e for e in errors if e["type"] == "WorkerLost"]
     assert [e["alone"] for e in lost][-1] is True  # charged once it ran alone
     assert attempts == 3  # attempt 1 failed, attempt 2 crashed (charged), attempt 3 succeeded
-    assert sql("SELECT count(*) FROM workerpool_jobs WHERE task = 'ordinary'"
-               " AND (state <> 'done' OR attempts <> 1)") == [(0,)]
+    assert sql(
+        "SELECT count(*) FROM workerpool_jobs WHERE task = 'ordinary'"
+        " AND (state <> 'done' OR attempts <> 1)"
+    ) == [(0,)]
 
 
-def test_a_burst_of_kill_9_loses_nothing_and_the_queue_keeps_working(
-        app, run_poison, ledger, sql):
+def test_a_burst_of_kill_9_loses_nothing_and_the_queue_keeps_working(app, run_poison, ledger, sql):
     total = 4000
     app.enqueue_many([("ordinary", {"seconds": 0.02}) for _ in range(total)])
     sup = run_poison()
@@ -133,14 +144,23 @@ def test_a_burst_of_kill_9_loses_nothing_and_the_queue_keeps_working(
             except ProcessLookupError:
                 pass
         time.sleep(0.2)  # the burst's cadence
-    wait_until(lambda: running_child(sup) not in (None, killed), 30,
-               message=f"a child running after the burst\n{sup.log()}")
+    wait_until(
+        lambda: running_child(sup) not in (None, killed),
+        30,
+        message=f"a child running after the burst\n{sup.log()}",
+    )
     after = rate(done, 5.0)
-    print(f"\nkill -9 burst: {kills} kills; rate before {before:.0f}/s, after {after:.0f}/s,"
-          f" ratio {after / before:.2f}")
+    print(
+        f"\nkill -9 burst: {kills} kills; rate before {before:.0f}/s, after {after:.0f}/s,"
+        f" ratio {after / before:.2f}"
+    )
     # how long the rest takes depends on the suite's load: only a stall fails
-    wait_while_progressing(lambda: settled(sql), done, STALL,
-                           message=lambda: f"settled; left: {unsettled(sql)}\n{sup.log()}")
+    wait_while_progressing(
+        lambda: settled(sql),
+        done,
+        STALL,
+        message=lambda: f"settled; left: {unsettled(sql)}\n{sup.log()}",
+    )
     assert sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state") == [("done", total)]
     assert kills >= 10  # it was a burst
     assert after > 0  # back to work after the burst; how fast is the bench's (`--only burst`)

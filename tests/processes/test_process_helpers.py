@@ -12,8 +12,10 @@ from tests.helpers.processes import group_alive, kill_group
 from tests.helpers.waiting import wait_until
 
 #: A leader that starts a sleeper in its own process group, then exits.
-LEAVES_A_SLEEPER = ("import subprocess, sys; "
-                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])")
+LEAVES_A_SLEEPER = (
+    "import subprocess, sys; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])"
+)
 
 
 def test_a_reaped_leader_whose_group_is_gone_is_not_signalled(monkeypatch):

@@ -21,7 +21,8 @@ SETTINGS = "examples.django_shop.settings"
 
 
 def test_a_committed_order_is_confirmed_and_a_rolled_back_one_never_enqueued(
-        db_url, sql, tmp_path, monkeypatch):
+    db_url, sql, tmp_path, monkeypatch
+):
     url = db_url.render_as_string(hide_password=False)
     monkeypatch.setenv("WORKERPOOL_DATABASE_URL", url)
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", SETTINGS)
@@ -31,19 +32,27 @@ def test_a_committed_order_is_confirmed_and_a_rolled_back_one_never_enqueued(
     try:
         call_command("migrate", run_syncdb=True, verbosity=0)  # the app's table
         client = Client()
-        with workerpool_run("examples.django_shop.jobs:pool", url, tmp_path,
-                            DJANGO_SETTINGS_MODULE=SETTINGS) as sup:
-            created = client.post("/orders", {"email": "ada@example.com"},
-                                  content_type="application/json")
+        with workerpool_run(
+            "examples.django_shop.jobs:pool", url, tmp_path, DJANGO_SETTINGS_MODULE=SETTINGS
+        ) as sup:
+            created = client.post(
+                "/orders", {"email": "ada@example.com"}, content_type="application/json"
+            )
             assert created.status_code == 201, created.content
             order_id, job_id = created.json()["id"], created.json()["job_id"]
 
-            refused = client.post("/orders", {"email": "bob@example.invalid"},
-                                  content_type="application/json")
+            refused = client.post(
+                "/orders", {"email": "bob@example.invalid"}, content_type="application/json"
+            )
             assert refused.status_code == 422
 
-            wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
-                       == [("done",)], 60, message=f"the confirmation job ran\n{sup.log()}")
+            wait_until(
+                lambda: (
+                    sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id) == [("done",)]
+                ),
+                60,
+                message=f"the confirmation job ran\n{sup.log()}",
+            )
             assert sql("SELECT id, confirmed FROM django_shop_order") == [(order_id, True)]
             assert sql("SELECT key FROM workerpool_jobs") == [(f"order:{order_id}",)]
             sup.proc.send_signal(signal.SIGTERM)
@@ -83,8 +92,9 @@ def assert_sharing_django_transaction_loses_the_order():
         connection.ensure_connection()
         return connection.connection
 
-    engine = create_engine(pool.url, creator=django_connection, poolclass=BorrowedPool,
-                           pool_reset_on_return=None)
+    engine = create_engine(
+        pool.url, creator=django_connection, poolclass=BorrowedPool, pool_reset_on_return=None
+    )
     with transaction.atomic():
         order = Order.objects.create(email="shared@example.com")
         with engine.connect() as conn:  # what enqueue(conn=...) needs

@@ -26,8 +26,13 @@ def test_the_job_commits_with_the_orm_session(db_url, sql, tmp_path, monkeypatch
             refused = client.post("/invoices", json={"customer": "bob@example.invalid"})
             assert refused.status_code == 422
 
-            wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
-                       == [("done",)], 60, message=f"the invoice job ran\n{sup.log()}")
+            wait_until(
+                lambda: (
+                    sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id) == [("done",)]
+                ),
+                60,
+                message=f"the invoice job ran\n{sup.log()}",
+            )
             assert sql("SELECT id, sent FROM invoices") == [(invoice_id, True)]
             assert sql("SELECT id FROM workerpool_jobs") == [(job_id,)]
             sup.proc.send_signal(signal.SIGTERM)

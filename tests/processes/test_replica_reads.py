@@ -90,28 +90,40 @@ def fresh(servers: Servers) -> Iterator[Servers]:
 
 def caught_up(servers: Servers) -> None:
     target = run(servers.write_url, "SELECT pg_current_wal_lsn()::text")[0][0]
-    wait_until(lambda: run(servers.read_url, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
-                           target)[0][0], 30, message="the standby caught up")
+    wait_until(
+        lambda: run(servers.read_url, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", target)[0][
+            0
+        ],
+        30,
+        message="the standby caught up",
+    )
 
 
 def paused(servers: Servers) -> None:
     """Replay paused: what the primary writes from now on is not on the standby."""
     run(servers.read_url, "SELECT pg_wal_replay_pause()")
-    wait_until(lambda: run(servers.read_url, "SELECT pg_get_wal_replay_pause_state()")[0][0]
-               == "paused", 10, message="replay paused")
+    wait_until(
+        lambda: run(servers.read_url, "SELECT pg_get_wal_replay_pause_state()")[0][0] == "paused",
+        10,
+        message="replay paused",
+    )
 
 
 def reading_app(servers: Servers, monkeypatch) -> WorkerPool:
     """The dashboard's application with ``$WORKERPOOL_READ_URL`` on the standby."""
-    monkeypatch.setenv(settings.READ_URL_ENV,
-                       servers.read_url.render_as_string(hide_password=False))
+    monkeypatch.setenv(
+        settings.READ_URL_ENV, servers.read_url.render_as_string(hide_password=False)
+    )
     return web.build(servers.write_url)
 
 
 def cli(servers: Servers, tmp_path: Path, *args: str):
-    return run_cli(*args, url=servers.write_url, cwd=tmp_path,
-                   extra_env={settings.READ_URL_ENV: servers.read_url.render_as_string(
-                       hide_password=False)})
+    return run_cli(
+        *args,
+        url=servers.write_url,
+        cwd=tmp_path,
+        extra_env={settings.READ_URL_ENV: servers.read_url.render_as_string(hide_password=False)},
+    )
 
 
 def test_status_reads_the_standby_and_shows_its_lag(fresh, tmp_path):
@@ -154,8 +166,9 @@ def test_writes_and_actions_go_to_the_primary_only(fresh, tmp_path):
     assert "cancelled" in cancelled.stdout
     assert cli(fresh, tmp_path, "pause", "email").returncode == 0
     assert count(fresh.write_url, "cancelled") == 1
-    assert run(fresh.write_url, "SELECT paused FROM workerpool_queues WHERE queue = 'email'") \
-        == [(True,)]
+    assert run(fresh.write_url, "SELECT paused FROM workerpool_queues WHERE queue = 'email'") == [
+        (True,)
+    ]
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
         run(fresh.read_url, "UPDATE workerpool_queues SET paused = false")
     with pool.read_engine.connect() as conn:
@@ -232,8 +245,9 @@ def test_a_standby_that_is_down_is_named_and_writes_go_on(fresh, tmp_path, monke
         enabled = True
 
     monkeypatch.setattr(metrics, "record", Capture())
-    maintenance = Maintenance(pool.registry, pool.engine, worker_id="m",
-                              read_engine=reading.read_engine)
+    maintenance = Maintenance(
+        pool.registry, pool.engine, worker_id="m", read_engine=reading.read_engine
+    )
     with caplog.at_level(logging.WARNING, logger="workerpool.maintenance"):
         maintenance.run_pass()  # the duties on the primary go on
     assert any(getattr(r, "event", None) == "replica_sample_failed" for r in caplog.records)

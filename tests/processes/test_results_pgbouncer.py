@@ -11,8 +11,7 @@ from workerpool import WorkerPool
 from workerpool.process import settings
 
 
-def test_results_and_a_batch_through_pgbouncer(through_bouncer, bouncer, db_url, sql,
-                                               monkeypatch):
+def test_results_and_a_batch_through_pgbouncer(through_bouncer, bouncer, db_url, sql, monkeypatch):
     # the test's own pool too: no LISTEN, no prepare
     monkeypatch.setenv(settings.PGBOUNCER_ENV, "1")
     sql(app.LEDGER)
@@ -26,8 +25,11 @@ def test_results_and_a_batch_through_pgbouncer(through_bouncer, bouncer, db_url,
         assert pool.result(job_id, timeout=30) == 42
         with pool.batch(on_complete="double", payload={"n": 50}) as batch:
             batch.enqueue_many([("double", {"n": n}) for n in range(5)])
-        wait_until(lambda: pool.batch_status(batch.id).finished, 30,
-                   message=f"the batch finished\n{sup.log()[-2000:]}")
+        wait_until(
+            lambda: pool.batch_status(batch.id).finished,
+            30,
+            message=f"the batch finished\n{sup.log()[-2000:]}",
+        )
         status = pool.batch_status(batch.id)
         assert (status.done, status.fired_by) == (5, "outcome")
         assert pool.result(status.callback_ids[0], timeout=30) == 100

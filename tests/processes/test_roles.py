@@ -38,8 +38,9 @@ class Logins:
 
 
 def psql(url: URL, script: str) -> None:
-    done = subprocess.run(["psql", "-X", "-q", libpq(url)], input=script, text=True,
-                          capture_output=True, timeout=60)
+    done = subprocess.run(
+        ["psql", "-X", "-q", libpq(url)], input=script, text=True, capture_output=True, timeout=60
+    )
     assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
 
 
@@ -61,8 +62,12 @@ def logins(server_url: URL, tmp_path) -> Iterator[Logins]:
         migrated = run_cli("migrate", url=owner, cwd=tmp_path)
         assert migrated.returncode == 0, migrated.stderr
         psql(database, print_sql(prefix))  # after it: the grants on the tables
-        yield Logins(database, owner, database.set(username=f"{prefix}_app"),
-                     database.set(username=f"{prefix}_ro"))
+        yield Logins(
+            database,
+            owner,
+            database.set(username=f"{prefix}_app"),
+            database.set(username=f"{prefix}_ro"),
+        )
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         for role in made:
@@ -87,8 +92,11 @@ def refused(url: URL, statement: str) -> bool:
 
 def test_the_tables_belong_to_the_owner_group(logins):
     with psycopg.connect(libpq(logins.admin)) as conn:
-        owners = set(conn.execute(
-            "SELECT tableowner FROM pg_tables WHERE tablename LIKE 'workerpool%'").fetchall())
+        owners = set(
+            conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE tablename LIKE 'workerpool%'"
+            ).fetchall()
+        )
     assert owners == {(logins.owner.username.replace("_mig", "_owner"),)}
 
 
@@ -97,9 +105,11 @@ def test_the_worker_role_runs_the_supervisor_and_the_cli(logins, start, tmp_path
     sup.wait_running("fast", "slow")
     pool = basic.build(logins.worker)
     try:
-        ids = [pool.enqueue("quick", {"seconds": 0.05}),
-               *pool.enqueue_many([("quick", {"seconds": 0.01})] * 5),
-               pool.enqueue("steps", {"n": 3, "step": 0.05})]
+        ids = [
+            pool.enqueue("quick", {"seconds": 0.05}),
+            *pool.enqueue_many([("quick", {"seconds": 0.01})] * 5),
+            pool.enqueue("steps", {"n": 3, "step": 0.05}),
+        ]
         later = pool.enqueue("quick", {}, delay=3600)
     finally:
         pool.dispose()
@@ -113,24 +123,26 @@ def test_the_worker_role_runs_the_supervisor_and_the_cli(logins, start, tmp_path
     assert sup.wait_exit(30) == 0, sup.log()
     assert "permission denied" not in sup.log().lower(), sup.log()
     with psycopg.connect(libpq(logins.admin)) as conn:
-        state = conn.execute("SELECT state FROM workerpool_jobs WHERE id = %s",
-                             (later,)).fetchone()
+        state = conn.execute("SELECT state FROM workerpool_jobs WHERE id = %s", (later,)).fetchone()
     assert state == ("cancelled",)
 
 
 def done_count(logins: Logins, ids: list[int]) -> int:
     with psycopg.connect(libpq(logins.admin)) as conn:
-        return conn.execute("SELECT count(*) FROM workerpool_jobs WHERE id = ANY(%s) AND "
-                            "state = 'done'", (ids,)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM workerpool_jobs WHERE id = ANY(%s) AND state = 'done'", (ids,)
+        ).fetchone()[0]
 
 
 def test_the_worker_role_cannot_alter_drop_or_truncate(logins):
-    for statement in ("ALTER TABLE workerpool_jobs ADD COLUMN x int",
-                      "DROP TABLE workerpool_jobs",
-                      "TRUNCATE workerpool_jobs",
-                      "CREATE TABLE not_ours (x int)",
-                      "UPDATE workerpool_alembic_version SET version_num = 'x'",
-                      "CREATE INDEX ON workerpool_jobs (task)"):
+    for statement in (
+        "ALTER TABLE workerpool_jobs ADD COLUMN x int",
+        "DROP TABLE workerpool_jobs",
+        "TRUNCATE workerpool_jobs",
+        "CREATE TABLE not_ours (x int)",
+        "UPDATE workerpool_alembic_version SET version_num = 'x'",
+        "CREATE INDEX ON workerpool_jobs (task)",
+    ):
         assert refused(logins.worker, statement), statement
 
 
@@ -140,13 +152,16 @@ def test_the_reader_reads_status_and_writes_nothing(logins, tmp_path):
     assert isinstance(json.loads(status.stdout), dict)
     listed = run_cli("dead", "list", url=logins.reader, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    for statement in ("INSERT INTO workerpool_jobs (queue, task) VALUES ('fast', 'quick')",
-                      "UPDATE workerpool_jobs SET priority = 1",
-                      "DELETE FROM workerpool_workers",
-                      "INSERT INTO workerpool_queues (queue, paused) VALUES ('fast', true)"):
+    for statement in (
+        "INSERT INTO workerpool_jobs (queue, task) VALUES ('fast', 'quick')",
+        "UPDATE workerpool_jobs SET priority = 1",
+        "DELETE FROM workerpool_workers",
+        "INSERT INTO workerpool_queues (queue, paused) VALUES ('fast', true)",
+    ):
         assert refused(logins.reader, statement), statement
-    paused = run_cli("pause", "fast", "--app", "tests.apps.basic:pool", url=logins.reader,
-                     cwd=tmp_path)
+    paused = run_cli(
+        "pause", "fast", "--app", "tests.apps.basic:pool", url=logins.reader, cwd=tmp_path
+    )
     assert paused.returncode != 0 and "permission denied" in paused.stderr, paused.stderr
 
 
@@ -158,8 +173,10 @@ def test_the_worker_role_prunes_but_leaves_vacuum_to_autovacuum(logins):
     from workerpool.sql import health as health_queries
 
     with psycopg.connect(libpq(logins.admin)) as conn:
-        conn.execute("INSERT INTO workerpool_jobs (queue, task, state, finished_at) "
-                     "VALUES ('fast', 'quick', 'done', now() - interval '30 days')")
+        conn.execute(
+            "INSERT INTO workerpool_jobs (queue, task, state, finished_at) "
+            "VALUES ('fast', 'quick', 'done', now() - interval '30 days')"
+        )
     engine = db.create(logins.worker)
     try:
         with engine.begin() as conn:
@@ -211,24 +228,37 @@ def test_the_worker_role_runs_every_maintenance_duty_across_a_day_boundary(login
                                        AT TIME ZONE 'UTC' - interval '1 second'),
               ('cron', 'beat', 'done', now() - interval '2 minutes'),
               ('cron', 'beat', 'done', now() - interval '20 days')""")
-        conn.execute("INSERT INTO workerpool_audit (at, actor, source, action, target)"
-                     " VALUES (now() - interval '100 days', 'old', 'cli', 'pause', 'cron')")
-        conn.execute("INSERT INTO workerpool_workers (id, host, pid, queue, last_seen)"
-                     " VALUES ('gone', 'h', 1, 'cron', now() - interval '1 hour')")
+        conn.execute(
+            "INSERT INTO workerpool_audit (at, actor, source, action, target)"
+            " VALUES (now() - interval '100 days', 'old', 'cli', 'pause', 'cron')"
+        )
+        conn.execute(
+            "INSERT INTO workerpool_workers (id, host, pid, queue, last_seen)"
+            " VALUES ('gone', 'h', 1, 'cron', now() - interval '1 hour')"
+        )
     sup = start_supervisor("tests.apps.cron_runtime:pool", logins.worker, tmp_path)
     try:
+
         def done() -> bool:
-            parts = {row[0] for row in admin_rows(logins, """
+            parts = {
+                row[0]
+                for row in admin_rows(
+                    logins,
+                    """
                 SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-                WHERE i.inhparent = 'workerpool_jobs_history'::regclass""")}
-            return (len(parts) >= 5  # yesterday, today, and three days ahead: none 30 days old
-                    and min(parts) > f"workerpool_jobs_history_p{before(8):%Y%m%d}"
-                    and count(logins, "workerpool_jobs_history") == 2
-                    and count(logins, "workerpool_jobs WHERE finished_at < now() - interval"
-                                      " '10 days'") == 0
-                    and count(logins, "workerpool_audit") == 0
-                    and count(logins, "workerpool_workers WHERE id = 'gone'") == 0
-                    and count(logins, "workerpool_cron WHERE last_job_id IS NOT NULL") > 0)
+                WHERE i.inhparent = 'workerpool_jobs_history'::regclass""",
+                )
+            }
+            return (
+                len(parts) >= 5  # yesterday, today, and three days ahead: none 30 days old
+                and min(parts) > f"workerpool_jobs_history_p{before(8):%Y%m%d}"
+                and count(logins, "workerpool_jobs_history") == 2
+                and count(logins, "workerpool_jobs WHERE finished_at < now() - interval '10 days'")
+                == 0
+                and count(logins, "workerpool_audit") == 0
+                and count(logins, "workerpool_workers WHERE id = 'gone'") == 0
+                and count(logins, "workerpool_cron WHERE last_job_id IS NOT NULL") > 0
+            )
 
         wait_until(done, 60, message=f"every duty done as the worker role\n{sup.log()}")
         assert sup.proc.poll() is None, sup.log()
@@ -249,15 +279,19 @@ def count(logins: Logins, relation: str) -> int:
 
 
 def test_the_audit_trail_is_append_only_to_the_worker(logins):
-    for statement in ("UPDATE workerpool_audit SET actor = 'someone else'",
-                      "DELETE FROM workerpool_audit",
-                      "INSERT INTO workerpool_audit (at, actor, source, action, target)"
-                      " VALUES (now() - interval '1 year', 'x', 'cli', 'pause', 'q')"):
+    for statement in (
+        "UPDATE workerpool_audit SET actor = 'someone else'",
+        "DELETE FROM workerpool_audit",
+        "INSERT INTO workerpool_audit (at, actor, source, action, target)"
+        " VALUES (now() - interval '1 year', 'x', 'cli', 'pause', 'q')",
+    ):
         assert refused(logins.worker, statement), statement
     assert refused(logins.reader, "SELECT workerpool_prune_audit(7200, 10)")
     with psycopg.connect(libpq(logins.worker), autocommit=True) as conn:
-        conn.execute("INSERT INTO workerpool_audit (actor, source, action, target)"
-                     " VALUES ('app', 'cli', 'pause', 'q')")
+        conn.execute(
+            "INSERT INTO workerpool_audit (actor, source, action, target)"
+            " VALUES ('app', 'cli', 'pause', 'q')"
+        )
         assert conn.execute("SELECT workerpool_prune_audit(0, 10)").fetchone() == (0,)
 
 

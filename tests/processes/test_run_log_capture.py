@@ -24,8 +24,11 @@ def run_one(db_url, sql, tmp_path, *args: str) -> tuple[list[tuple[str, str]], s
         pool.engines = Engines(db_url)
         job_id = pool.enqueue("load", {"file": "a.csv"})
         pool.dispose()
-        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id)
-                   == [("done",)], 30, message=f"the job ran\n{sup.log()}")
+        wait_until(
+            lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", job_id) == [("done",)],
+            30,
+            message=f"the job ran\n{sup.log()}",
+        )
         sup.proc.send_signal(signal.SIGTERM)
         assert sup.wait_exit(30) == 0
         return kept(sql, job_id), sup.log()

@@ -48,19 +48,30 @@ def argv_of_group(pgid: int) -> list[bytes]:
 def test_a_working_supervisor_leaks_the_password_nowhere(start, db_url, sql, tmp_path):
     secret_url = with_sentinel(db_url)
     port = free_port()
-    sup = start("--metrics-port", str(port),
-                env={"WORKERPOOL_DATABASE_URL": secret_url.render_as_string(hide_password=False)})
+    sup = start(
+        "--metrics-port",
+        str(port),
+        env={"WORKERPOOL_DATABASE_URL": secret_url.render_as_string(hide_password=False)},
+    )
     sup.wait_running("fast", "slow")
     pool = basic.build(secret_url)
     ids = [pool.enqueue("quick", {"seconds": 0.05}), pool.enqueue("steps", {"step": 0.05})]
     pool.dispose()  # "steps" without "n" fails: an error with a traceback is stored and logged
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE attempts > 0")[0][0] == 2,
-               30, message=f"both claimed\n{sup.log()}")
+    wait_until(
+        lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE attempts > 0")[0][0] == 2,
+        30,
+        message=f"both claimed\n{sup.log()}",
+    )
     with psycopg.connect(libpq(db_url), autocommit=True) as admin:  # connection errors, logged
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE datname = current_database() AND application_name LIKE 'workerpool%'")
-    wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", ids[0])
-               == [("done",)], 30, message=f"done\n{sup.log()}")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'workerpool%'"
+        )
+    wait_until(
+        lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", ids[0]) == [("done",)],
+        30,
+        message=f"done\n{sup.log()}",
+    )
     argv = argv_of_group(sup.pid)
     assert len(argv) >= 3, argv  # the supervisor and its children, with their process titles
     assert not [a for a in argv if SENTINEL.encode() in a], argv
@@ -95,11 +106,19 @@ MALFORMED = [
 def test_a_malformed_url_is_never_quoted(url, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
     env["WORKERPOOL_DATABASE_URL"] = url
-    for args in (("status", "--json"), ("migrate",), ("run", "tests.apps.basic:pool",
-                                                       "--boot-retries", "1")):
-        done = subprocess.run([sys.executable, "-m", "workerpool", *args], cwd=tmp_path,
-                              env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                              text=True, timeout=60)
+    for args in (
+        ("status", "--json"),
+        ("migrate",),
+        ("run", "tests.apps.basic:pool", "--boot-retries", "1"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "workerpool", *args],
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode != 0, (args, done.stdout, done.stderr)
         assert SENTINEL not in done.stdout + done.stderr, (args, done.stderr)
     try:
@@ -111,4 +130,3 @@ def test_a_malformed_url_is_never_quoted(url, tmp_path):
         assert SENTINEL not in traceback.format_exc() and SENTINEL not in repr(exc)
     else:
         pytest.fail(f"{url!r} was accepted")
-

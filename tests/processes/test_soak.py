@@ -33,19 +33,41 @@ def test_backlog_does_not_grow_under_a_steady_load(server_url: URL, tmp_path):
     env["PYTHONPATH"] = str(ROOT)
     admin = server_url.set(drivername="postgresql").render_as_string(hide_password=False)
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--url", admin, "--soak", str(MINUTES), "--rate",
-         str(RATE), "--interval", str(INTERVAL), "--out", str(tmp_path), "--label", "ci"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_BOUND)
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--url",
+            admin,
+            "--soak",
+            str(MINUTES),
+            "--rate",
+            str(RATE),
+            "--interval",
+            str(INTERVAL),
+            "--out",
+            str(tmp_path),
+            "--label",
+            "ci",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_BOUND,
+    )
     print(result.stdout)
     assert result.returncode == 0, result.stderr[-3000:]
     with (tmp_path / "ci.csv").open() as rows:
-        samples = [{k: float(v) if v else None for k, v in row.items()} for row in csv.DictReader(
-            rows)]
+        samples = [
+            {k: float(v) if v else None for k, v in row.items()} for row in csv.DictReader(rows)
+        ]
     assert len(samples) >= MINUTES * 60 / INTERVAL - 2, samples
     end = samples[-1]
     before = min(samples, key=lambda s: abs(s["t"] - (end["t"] - LAST)))
     growth = end["backlog"] - before["backlog"]
     assert growth <= RATE * SLACK_SECONDS, (
         f"backlog grew by {growth:.0f} jobs over the last {end['t'] - before['t']:.0f} s"
-        f" at {RATE}/s offered:\n{result.stdout}")
+        f" at {RATE}/s offered:\n{result.stdout}"
+    )
     assert end["done"] > RATE * LAST  # it really ran

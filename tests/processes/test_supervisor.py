@@ -67,7 +67,9 @@ def test_term_while_short_jobs_run_lets_them_all_finish(start, app, sql):
     assert sup.wait_exit(15) == 0
     took = time.monotonic() - sent
     assert [job_row(sql, i)["state"] for i in ids] == ["done"] * 2, (
-        [job_row(sql, i) for i in ids], sup.log())
+        [job_row(sql, i) for i in ids],
+        sup.log(),
+    )
     assert took < 8, f"exit took {took:.1f}s: the drain waited for nothing"
     assert len(sup.events("drain_started")) == 1 and sup.events("drain_finished")
     assert not sup.events("killed_at_deadline")
@@ -77,8 +79,11 @@ def test_term_past_the_drain_releases_the_job_and_a_new_supervisor_resumes_it(st
     sup = start()
     sup.wait_running("slow")
     job = app.enqueue("steps", {"n": 30, "step": 0.1})
-    wait_until(lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 3, 15,
-               message="three steps checkpointed")
+    wait_until(
+        lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 3,
+        15,
+        message="three steps checkpointed",
+    )
     sent = time.monotonic()
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait_exit(15) == 0
@@ -152,8 +157,9 @@ def test_a_child_that_cannot_drain_is_killed_at_the_deadline(start, app, sql):
     assert row["state"] == "dead", row
     assert sql("SELECT dead_reason FROM workerpool_jobs WHERE id = %s", job) == [("abandoned",)]
     lost = [e for e in row["errors"] if e["type"] == "WorkerLost"]
-    assert len(lost) == 1 and lost[0]["worker"] == sup.events("releaser_started")[0].fields[
-        "workers"], row["errors"]
+    assert (
+        len(lost) == 1 and lost[0]["worker"] == sup.events("releaser_started")[0].fields["workers"]
+    ), row["errors"]
     [released] = sup.events("orphans_released_at_exit")
     assert released.fields["count"] == "1" and not sup.events("release_failed")
     assert len(sup.events("releaser_started")) == 1
@@ -162,15 +168,19 @@ def test_a_child_that_cannot_drain_is_killed_at_the_deadline(start, app, sql):
 
 
 def test_a_child_crashing_mid_drain_has_its_job_released_before_the_supervisor_exits(
-        start, app, sql):
+    start, app, sql
+):
     sup = start(env={"TEST_DRAIN": "20"})
     sup.wait_running("fast", "slow")
     job = app.enqueue("steps", {"n": 300, "step": 0.1})
     wait_until(lambda: begun(sql, job), 15, message="job running")
     victim = sup.child_pid("slow")
     os.kill(sup.pid, signal.SIGTERM)
-    wait_until(lambda: sup.events("child_stopping", logger="child", worker="slow"), 15,
-               message="slow child draining")
+    wait_until(
+        lambda: sup.events("child_stopping", logger="child", worker="slow"),
+        15,
+        message="slow child draining",
+    )
     sent = time.monotonic()
     os.kill(victim, signal.SIGKILL)  # dies mid-drain without releasing its claim
     assert sup.wait_exit(15) == 0
@@ -189,15 +199,19 @@ def test_kill_9_of_a_child_reruns_its_job_within_seconds(start, app, sql):
     sup = start()
     sup.wait_running("slow")
     job = app.enqueue("steps", {"n": 15, "step": 0.1})
-    wait_until(lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 2, 15,
-               message="job running")
+    wait_until(
+        lambda: (job_row(sql, job)["checkpoint"] or {}).get("done", 0) >= 2,
+        15,
+        message="job running",
+    )
     victim = sup.child_pid("slow")
     killed_wall, killed = time.time(), time.monotonic()
     os.kill(victim, signal.SIGKILL)
 
     wait_until(lambda: sup.child_pid("slow") != victim, 15, message="a new slow child")
-    wait_until(lambda: sup.heartbeat_mtime("slow") > killed_wall, 15,
-               message="the new child's heartbeat")
+    wait_until(
+        lambda: sup.heartbeat_mtime("slow") > killed_wall, 15, message="the new child's heartbeat"
+    )
     fresh = time.monotonic() - killed
     wait_until(lambda: job_row(sql, job)["attempts"] == 2, 15, message="job claimed again")
     rerun = time.monotonic() - killed
@@ -210,31 +224,45 @@ def test_kill_9_of_a_child_reruns_its_job_within_seconds(start, app, sql):
     exited = sup.events("child_exited", worker="slow", pid=str(victim))
     assert exited and exited[0].fields["status"] == "signal:SIGKILL"
     assert rerun < 10, f"job ran again only after {rerun:.1f}s"  # stale_after is one hour
-    record("kill9_child_recovery_seconds", job_rerun=round(rerun, 2),
-           heartbeat_fresh=round(fresh, 2))
+    record(
+        "kill9_child_recovery_seconds", job_rerun=round(rerun, 2), heartbeat_fresh=round(fresh, 2)
+    )
 
 
 def test_a_stopped_child_goes_stale_then_is_killed_and_replaced(start, app, sql):
     sup = start(env={"TEST_HANG": "5"})
     sup.wait_running("fast", "slow")
-    wait_until(lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15,
-               message="healthy at start")
+    wait_until(
+        lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15, message="healthy at start"
+    )
     victim = sup.child_pid("fast")
     os.kill(victim, signal.SIGSTOP)
     try:
-        stale = wait_until(lambda: (lambda r: r.returncode == 1 and r)(
-            sup.healthcheck("--max-age", "1.5", "fast")), 15, message="fast heartbeat stale")
-        assert re.fullmatch(r"workerpool healthcheck: fast: heartbeat is [\d.]+s old "
-                            r"\(max 1\.5s\)\n", stale.stderr), stale.stderr
-        wait_until(lambda: sup.events("hang_detected", worker="fast", pid=str(victim)), 15,
-                   message="hang detected")
+        stale = wait_until(
+            lambda: (lambda r: r.returncode == 1 and r)(
+                sup.healthcheck("--max-age", "1.5", "fast")
+            ),
+            15,
+            message="fast heartbeat stale",
+        )
+        assert re.fullmatch(
+            r"workerpool healthcheck: fast: heartbeat is [\d.]+s old "
+            r"\(max 1\.5s\)\n",
+            stale.stderr,
+        ), stale.stderr
+        wait_until(
+            lambda: sup.events("hang_detected", worker="fast", pid=str(victim)),
+            15,
+            message="hang detected",
+        )
         wait_until(lambda: sup.child_pid("fast") != victim, 15, message="replacement child")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGCONT)
     assert sup.events("child_exited", pid=str(victim))[0].fields["status"] == "signal:SIGKILL"
-    wait_until(lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15,
-               message="healthy again")
+    wait_until(
+        lambda: sup.healthcheck("--max-age", "1.5").returncode == 0, 15, message="healthy again"
+    )
     assert not alive(victim)
 
 
@@ -243,15 +271,21 @@ def test_a_child_starved_in_c_code_has_its_stack_dumped_then_is_replaced(start, 
     sup.wait_running("fast")
     victim = sup.child_pid("fast")
     job = app.enqueue("hog", {})
-    wait_until(lambda: sup.events("hang_detected", worker="fast", pid=str(victim)), 15,
-               message="hang detected")
+    wait_until(
+        lambda: sup.events("hang_detected", worker="fast", pid=str(victim)),
+        15,
+        message="hang detected",
+    )
     wait_until(lambda: sup.child_pid("fast") != victim, 15, message="replacement child")
     # faulthandler's dump, written by the starved child itself: every thread, the hog's frame
     assert "Current thread" in sup.log() or "Thread 0x" in sup.log()
-    assert 'in hog' in sup.log()
+    assert "in hog" in sup.log()
     assert sup.events("child_exited", pid=str(victim))[0].fields["status"] == "signal:SIGKILL"
-    wait_until(lambda: job_row(sql, job)["state"] == "dead", 15,
-               message="its only attempt released as dead/abandoned by the replacement")
+    wait_until(
+        lambda: job_row(sql, job)["state"] == "dead",
+        15,
+        message="its only attempt released as dead/abandoned by the replacement",
+    )
     assert sql("SELECT dead_reason FROM workerpool_jobs WHERE id = %s", job) == [("abandoned",)]
 
 
@@ -263,8 +297,11 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
     children = [sup.child_pid("fast"), sup.child_pid("slow")]
     killed = time.monotonic()
     os.kill(sup.pid, signal.SIGKILL)
-    wait_until(lambda: not [p for p in children if alive(p)], basic.DRAIN + DRAIN_MARGIN + 1,
-               message="children gone after the parent died")
+    wait_until(
+        lambda: not [p for p in children if alive(p)],
+        basic.DRAIN + DRAIN_MARGIN + 1,
+        message="children gone after the parent died",
+    )
     gone = time.monotonic() - killed
     row = job_row(sql, job)
     assert row["state"] == "pending" and row["attempts"] == 0  # drained and released
@@ -274,11 +311,17 @@ def test_kill_9_of_the_parent_leaves_no_child_behind(start, app, sql):
 def test_a_worker_type_failing_at_boot_backs_off_then_the_supervisor_gives_up(start, app, sql):
     job = app.enqueue("quick", {"seconds": 0})
     # restart delays long enough for the fast child to boot and claim its job meanwhile
-    sup = start("--restart-delay", "1", "--boot-retries", "4",
-                command=("-m", "tests.apps.boot_failure", "slow"))
+    sup = start(
+        "--restart-delay",
+        "1",
+        "--boot-retries",
+        "4",
+        command=("-m", "tests.apps.boot_failure", "slow"),
+    )
     assert sup.wait_exit(30) == 3
-    delays = [float(e.fields["delay"].rstrip("s"))
-              for e in sup.events("restart_scheduled", worker="slow")]
+    delays = [
+        float(e.fields["delay"].rstrip("s")) for e in sup.events("restart_scheduled", worker="slow")
+    ]
     assert delays == [0.0, 1.0, 2.0]
     starts = [e.at for e in sup.events("child_started", worker="slow")]
     exits = [e.at for e in sup.events("child_exited", worker="slow")]
@@ -295,14 +338,24 @@ def test_a_worker_type_failing_at_boot_backs_off_then_the_supervisor_gives_up(st
 
 
 def run_refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))}
-    full_env.update({"PYTHONPATH": str(ROOT),
-                     "WORKERPOOL_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-                     **(env or {})})
-    return subprocess.run([sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool",
-                           *args], env=full_env, capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_"))
+    }
+    full_env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "WORKERPOOL_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+            **(env or {}),
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "workerpool", "run", "tests.apps.basic:pool", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 def test_bad_configurations_are_refused_with_one_line(tmp_path):
@@ -316,14 +369,15 @@ def test_bad_configurations_are_refused_with_one_line(tmp_path):
     cases = [
         (["--heartbeat-dir", str(good), "--queue", "nope"], {}, "unknown queue 'nope'"),
         (["--heartbeat-dir", str(good), "--grace", "3"], {}, "orchestrator grace period (3s)"),
-        (["--heartbeat-dir", str(good)], {"WORKERPOOL_GRACE_PERIOD": "30",
-                                          "WORKERPOOL_DRAIN_TIMEOUT": "29"},
-         "drain_timeout of fast (29s)"),
+        (
+            ["--heartbeat-dir", str(good)],
+            {"WORKERPOOL_GRACE_PERIOD": "30", "WORKERPOOL_DRAIN_TIMEOUT": "29"},
+            "drain_timeout of fast (29s)",
+        ),
         (["--heartbeat-dir", str(open_dir)], {}, "group- or world-writable (mode 0777)"),
         (["--heartbeat-dir", str(link)], {}, "is a symlink"),
         (["--heartbeat-dir", str(good)], {"TEST_HANG": "0.1"}, "hang_timeout (0.1s) must be"),
-        (["--heartbeat-dir", str(good)], {"WORKER_CLAIM_STALE_MS": "500"},
-         "stale_after is 0.5s"),
+        (["--heartbeat-dir", str(good)], {"WORKER_CLAIM_STALE_MS": "500"}, "stale_after is 0.5s"),
     ]
     for args, env, message in cases:
         done = run_refused(tmp_path, *args, env=env)
@@ -337,8 +391,11 @@ def test_term_right_after_the_forks_still_drains_cleanly(start):
     """TERM to the group while children may still be between fork and their own handlers."""
     sup = start()
     children = {"fast", "slow", "@maintenance"}  # one per queue, plus the maintenance child
-    wait_until(lambda: {e.fields["worker"] for e in sup.events("child_started")} == children, 15,
-               message="all forked")
+    wait_until(
+        lambda: {e.fields["worker"] for e in sup.events("child_started")} == children,
+        15,
+        message="all forked",
+    )
     os.killpg(sup.pid, signal.SIGTERM)
     assert sup.wait_exit(basic.DRAIN + DRAIN_MARGIN + 5) == 0
     assert wait_until(lambda: not group_alive(sup.pid), 5, message="the group is empty")
@@ -349,11 +406,17 @@ def test_term_right_after_the_forks_still_drains_cleanly(start):
 def test_the_database_password_appears_in_no_log_line_and_no_argv(start):
     """DESIGN §8: a sentinel password on an unreachable server, where every child logs errors."""
     sentinel = "S3cretSentinelPw"
-    sup = start("--boot-retries", "50", env={
-        "WORKERPOOL_DATABASE_URL": f"postgresql://bob:{sentinel}@127.0.0.1:1/nowhere"})
+    sup = start(
+        "--boot-retries",
+        "50",
+        env={"WORKERPOOL_DATABASE_URL": f"postgresql://bob:{sentinel}@127.0.0.1:1/nowhere"},
+    )
     wait_until(lambda: sup.log().count("database") >= 3, 30, message="database errors logged")
-    argv = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in group_alive(sup.pid)
-            if Path(f"/proc/{pid}/cmdline").exists()]
+    argv = [
+        Path(f"/proc/{pid}/cmdline").read_bytes()
+        for pid in group_alive(sup.pid)
+        if Path(f"/proc/{pid}/cmdline").exists()
+    ]
     assert argv, "no process of the supervisor's group found"
     assert not [a for a in argv if sentinel.encode() in a]
     os.kill(sup.pid, signal.SIGTERM)
@@ -367,10 +430,14 @@ def test_a_kill_9_of_a_busy_child_is_named_on_its_restart_line(start, app, sql):
     sup = start("--queue", "slow")
     sup.wait_running("slow")
     job = app.enqueue("steps", {"n": 50, "step": 0.1})
-    wait_until(lambda: sql("SELECT checkpoint FROM workerpool_jobs WHERE id = %s", job)[0][0],
-               20, message=f"the job has begun\n{sup.log()}")
+    wait_until(
+        lambda: sql("SELECT checkpoint FROM workerpool_jobs WHERE id = %s", job)[0][0],
+        20,
+        message=f"the job has begun\n{sup.log()}",
+    )
     os.kill(sup.child_pid("slow"), signal.SIGKILL)
-    restarted = wait_until(lambda: sup.events("restart_scheduled", worker="slow"), 15,
-                           message=sup.log())[0]
+    restarted = wait_until(
+        lambda: sup.events("restart_scheduled", worker="slow"), 15, message=sup.log()
+    )[0]
     assert (restarted.fields["cause"], restarted.fields["status"]) == ("signal", "signal:SIGKILL")
     assert restarted.fields["fast_exits"] == "0"  # it had claimed a job: no back-off

@@ -51,17 +51,35 @@ def traced_run(db_url, tmp_path):
     def launch() -> tuple[Supervisor, Path]:
         heartbeats = tmp_path / "heartbeats"
         heartbeats.mkdir(mode=0o700)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_", "OTEL_"))}
-        env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-                   TEST_SPANS_FILE=str(spans_file), PYTHONPATH=str(ROOT))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "TEST_", "OTEL_"))
+        }
+        env.update(
+            WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
+            TEST_SPANS_FILE=str(spans_file),
+            PYTHONPATH=str(ROOT),
+        )
         log_path = tmp_path / "supervisor.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.traced:pool",
-                 "--heartbeat-dir", str(heartbeats)],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    "tests.apps.traced:pool",
+                    "--heartbeat-dir",
+                    str(heartbeats),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                cwd=ROOT,
+            )
         running.append(Supervisor(proc, log_path, heartbeats, env))
         return running[-1], spans_file
 
@@ -76,7 +94,8 @@ def exported(path: Path) -> list[dict]:
 
 
 def test_the_enqueuing_trace_continues_in_the_worker_with_outcome_and_exception(
-        memory_spans, traced_run, db_url, sql):
+    memory_spans, traced_run, db_url, sql
+):
     app = traced.build(db_url)
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("request") as request:
@@ -91,17 +110,21 @@ def test_the_enqueuing_trace_continues_in_the_worker_with_outcome_and_exception(
 
     sup, spans_file = traced_run()
     ids = (ok_id, async_id, flaky_id, untraced_id)
-    wait_until(lambda: sorted(sql("SELECT state FROM workerpool_jobs WHERE id = ANY(%s)",
-                                  list(ids))) == [("dead",), ("done",), ("done",), ("done",)],
-               60, message=f"the jobs ran\n{sup.log()}")
+    wait_until(
+        lambda: (
+            sorted(sql("SELECT state FROM workerpool_jobs WHERE id = ANY(%s)", list(ids)))
+            == [("dead",), ("done",), ("done",), ("done",)]
+        ),
+        60,
+        message=f"the jobs ran\n{sup.log()}",
+    )
     assert exported(spans_file) == []  # still buffered in the children's batch processors
     sup.proc.send_signal(signal.SIGTERM)
     assert sup.wait_exit(30) == 0  # each child flushes its spans as it exits
 
     local = {s.name: s for s in memory_spans.get_finished_spans()}
     assert local["workerpool.enqueue"].kind is trace.SpanKind.PRODUCER
-    enqueue_spans = [s for s in memory_spans.get_finished_spans()
-                     if s.name == "workerpool.enqueue"]
+    enqueue_spans = [s for s in memory_spans.get_finished_spans() if s.name == "workerpool.enqueue"]
     assert len(enqueue_spans) == 4
     assert enqueue_spans[3].parent is None
     by_task = {s.attributes["workerpool.task"]: s for s in enqueue_spans[:3]}
@@ -128,17 +151,22 @@ def test_the_enqueuing_trace_continues_in_the_worker_with_outcome_and_exception(
         assert run["attributes"]["workerpool.outcome"] == "done"
         assert run["attributes"]["workerpool.attempt"] == 1
         assert run["status"] == "UNSET" and run["events"] == []
-        work = [s for s in spans
-                if s["name"] == "handler.work" and s["parent_id"] == run["span_id"]]
+        work = [
+            s for s in spans if s["name"] == "handler.work" and s["parent_id"] == run["span_id"]
+        ]
         assert len(work) == 1 and work[0]["trace_id"] == trace_id  # current inside the handler
 
     first, second = sorted(run_of[flaky_id], key=lambda s: s["attributes"]["workerpool.attempt"])
-    assert (first["attributes"]["workerpool.attempt"], second["attributes"]["workerpool.attempt"]
-            ) == (1, 2)
+    assert (
+        first["attributes"]["workerpool.attempt"],
+        second["attributes"]["workerpool.attempt"],
+    ) == (1, 2)
     assert first["attributes"]["workerpool.outcome"] == "fail"
     assert second["attributes"]["workerpool.outcome"] == "permanent"
-    for run, kind, message in ((first, "ValueError", "boom on attempt 1"),
-                               (second, "Permanent", "no point retrying")):
+    for run, kind, message in (
+        (first, "ValueError", "boom on attempt 1"),
+        (second, "Permanent", "no point retrying"),
+    ):
         assert run["status"] == "ERROR"
         (event,) = run["events"]
         assert event["name"] == "exception"

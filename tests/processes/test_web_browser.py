@@ -12,7 +12,8 @@ from workerpool.testing import drain
 
 
 def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
-        db_url, dashboard, browser, artifacts):
+    db_url, dashboard, browser, artifacts
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -35,8 +36,11 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
     browser.execute_script("window.sameDocument = true")
     Select(browser.find_element(By.ID, "filter-state")).select_by_value("dead")
     browser.find_element(By.ID, "filter-apply").click()
-    wait.until(lambda d: "state=dead" in d.current_url and len(
-        d.find_elements(By.CSS_SELECTOR, "tr.job")) == 2)
+    wait.until(
+        lambda d: (
+            "state=dead" in d.current_url and len(d.find_elements(By.CSS_SELECTOR, "tr.job")) == 2
+        )
+    )
     assert browser.execute_script("return window.sameDocument") is True  # htmx swapped the table
     states = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.job .state")}
     assert states == {"dead"}
@@ -52,8 +56,7 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
     browser.find_element(By.ID, "retry").click()
     wait.until(lambda d: d.find_elements(By.ID, "notice"))
     assert f"replayed job {dead_id}" in browser.find_element(By.ID, "notice").text
-    listed = {e.get_attribute("data-id") for e in browser.find_elements(By.CSS_SELECTOR,
-                                                                         "tr.job")}
+    listed = {e.get_attribute("data-id") for e in browser.find_elements(By.CSS_SELECTOR, "tr.job")}
     assert str(dead_id) not in listed and str(other_id) in listed
     browser.save_screenshot(str(artifacts / "web-after-retry.png"))
 
@@ -67,7 +70,8 @@ def test_an_operator_finds_a_dead_job_retries_it_and_pauses_a_queue(
 
 
 def test_an_operator_follows_a_job_to_its_workflow_graph_and_back(
-        db_url, dashboard, browser, artifacts):
+    db_url, dashboard, browser, artifacts
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -89,8 +93,10 @@ def test_an_operator_follows_a_job_to_its_workflow_graph_and_back(
     assert svg.size["width"] > 300 and svg.size["height"] > 40  # drawn, not collapsed
     store = browser.find_element(By.CSS_SELECTOR, f"#node-{ids['store']} rect")
     assert "cancelled" in store.get_attribute("class")
-    colours = {browser.execute_script("return getComputedStyle(arguments[0]).fill", rect)
-               for rect in browser.find_elements(By.CSS_SELECTOR, "svg.workflow rect.node")}
+    colours = {
+        browser.execute_script("return getComputedStyle(arguments[0]).fill", rect)
+        for rect in browser.find_elements(By.CSS_SELECTOR, "svg.workflow rect.node")
+    }
     assert len(colours) == 3  # done, dead and cancelled nodes each have their colour
     browser.save_screenshot(str(artifacts / "web-workflow.png"))
     browser.find_element(By.CSS_SELECTOR, f"#node-{ids['fail']}").click()

@@ -16,22 +16,34 @@ from tests.helpers.web import dead_jobs
 def seed(db_url, sql) -> dict:
     pool = web.build(db_url)
     running, neighbour = (pool.enqueue("ok", {"n": n}) for n in range(2))
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:7:a',"
-        " claimed_at = now(), started_at = now() WHERE id IN (%s, %s)", running, neighbour)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:7:a',"
+        " claimed_at = now(), started_at = now() WHERE id IN (%s, %s)",
+        running,
+        neighbour,
+    )
     later = pool.enqueue("ok", {"n": 3}, delay=3600)
     waiting = pool.enqueue("ok", {"n": 4})
-    sql("UPDATE workerpool_jobs SET state = 'waiting', signal = 'approved:7' WHERE id = %s",
-        waiting)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'waiting', signal = 'approved:7' WHERE id = %s", waiting
+    )
     dead = dead_jobs(pool, 1)[0]
     cancelled = pool.enqueue("ok", {"n": 5}, delay=3600)
     pool.cancel([cancelled])
     pool.dispose()
-    return {"running": running, "neighbour": neighbour, "later": later, "waiting": waiting,
-            "dead": dead, "cancelled": cancelled}
+    return {
+        "running": running,
+        "neighbour": neighbour,
+        "later": later,
+        "waiting": waiting,
+        "dead": dead,
+        "cancelled": cancelled,
+    }
 
 
 def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
-        db_url, sql, dashboard, browser, artifacts):
+    db_url, sql, dashboard, browser, artifacts
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -52,14 +64,16 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     browser.save_screenshot(str(artifacts / "web-cancel-running-confirm.png"))
     browser.find_element(By.ID, "confirm-cancel").click()
     assert f"job {seeded['running']}: asked to stop" in notice()
-    assert sql("SELECT cancel_request IS NOT NULL FROM workerpool_jobs WHERE id = %s",
-               seeded["running"]) == [(True,)]
+    assert sql(
+        "SELECT cancel_request IS NOT NULL FROM workerpool_jobs WHERE id = %s", seeded["running"]
+    ) == [(True,)]
 
     browser.get(f"{dashboard}/jobs/{seeded['later']}")
     browser.find_element(By.ID, "run-now").click()
     assert f"job {seeded['later']} is due now (it was scheduled for" in notice()
-    assert sql("SELECT run_at <= now() FROM workerpool_jobs WHERE id = %s",
-               seeded["later"]) == [(True,)]
+    assert sql("SELECT run_at <= now() FROM workerpool_jobs WHERE id = %s", seeded["later"]) == [
+        (True,)
+    ]
     assert not browser.find_elements(By.ID, "run-now")  # due now: nothing to bring forward
 
     browser.get(f"{dashboard}/jobs/{seeded['waiting']}")
@@ -68,7 +82,8 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     assert "signal 'approved:7' sent" in notice()
     assert job_state(sql, seeded["waiting"]) == "pending"  # woken
     assert sql("SELECT payload FROM workerpool_signals WHERE name = 'approved:7'") == [
-        ({"by": "ops"},)]
+        ({"by": "ops"},)
+    ]
 
     browser.get(f"{dashboard}/jobs/{seeded['dead']}")
     browser.find_element(By.ID, "purge").click()
@@ -94,8 +109,9 @@ def test_an_operator_cancels_runs_now_signals_and_purges_from_a_job_page(
     browser.get(f"{dashboard}/workflows/{flow['fetch']}")
     browser.find_element(By.ID, "act-on-all-submit").click()  # cancel, the default
     wait.until(lambda d: d.find_elements(By.ID, "bulk-all-plan"))
-    assert "Dry run: cancel 2 jobs matching the filter" in browser.find_element(
-        By.TAG_NAME, "h1").text
+    assert (
+        "Dry run: cancel 2 jobs matching the filter" in browser.find_element(By.TAG_NAME, "h1").text
+    )
     browser.find_element(By.ID, "confirm-bulk-all").click()
     assert "2 jobs cancelled" in notice()
     assert [job_state(sql, i) for i in flow.values()] == ["cancelled", "cancelled"]

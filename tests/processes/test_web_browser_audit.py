@@ -23,16 +23,34 @@ def dashboard(db_url, tmp_path) -> Iterator[str]:
     """``uvicorn tests.apps.cron_runtime:dashboard`` on a free port; its base URL."""
     port, log_path = free_port(), tmp_path / "web.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
-    env.update(WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False),
-               PYTHONPATH=str(ROOT))
+    env.update(
+        WORKERPOOL_DATABASE_URL=db_url.render_as_string(hide_password=False), PYTHONPATH=str(ROOT)
+    )
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.apps.cron_runtime:dashboard", "--host",
-             "127.0.0.1", "--port", str(port)], env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=log, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.apps.cron_runtime:dashboard",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     try:
-        wait_until(lambda: _listening(port) or proc.poll() is not None, 30,
-                   message="the dashboard listening")
+        wait_until(
+            lambda: _listening(port) or proc.poll() is not None,
+            30,
+            message="the dashboard listening",
+        )
         assert proc.poll() is None, log_path.read_text()
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -48,7 +66,8 @@ def sign_in(browser, base: str, name: str) -> None:
 
 
 def test_an_admin_pauses_a_cron_and_finds_it_on_the_audit_page_a_reader_cannot(
-        db_url, dashboard, browser, artifacts, sql):
+    db_url, dashboard, browser, artifacts, sql
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -64,7 +83,8 @@ def test_an_admin_pauses_a_cron_and_finds_it_on_the_audit_page_a_reader_cannot(
     assert "cron beat paused" in browser.find_element(By.ID, "notice").text
     assert "by alice" in browser.find_element(By.CSS_SELECTOR, "#cron-beat .state").text
     assert sql("SELECT paused, paused_by FROM workerpool_cron WHERE name = 'beat'") == [
-        (True, "alice")]
+        (True, "alice")
+    ]
     browser.save_screenshot(str(artifacts / "web-cron-paused.png"))
 
     browser.find_element(By.ID, "nav-audit").click()
@@ -73,8 +93,9 @@ def test_an_admin_pauses_a_cron_and_finds_it_on_the_audit_page_a_reader_cannot(
     wait.until(lambda d: "action=cron_pause" in d.current_url)
     rows = browser.find_elements(By.CSS_SELECTOR, "table.audit tbody tr")
     assert len(rows) == 1
-    assert [rows[0].find_element(By.CSS_SELECTOR, f".{c}").text
-            for c in ("actor", "action", "target")] == ["alice", "cron_pause", "cron:beat"]
+    assert [
+        rows[0].find_element(By.CSS_SELECTOR, f".{c}").text for c in ("actor", "action", "target")
+    ] == ["alice", "cron_pause", "cron:beat"]
     browser.save_screenshot(str(artifacts / "web-audit.png"))
 
     sign_in(browser, dashboard, "bob")
@@ -87,12 +108,18 @@ def test_an_admin_pauses_a_cron_and_finds_it_on_the_audit_page_a_reader_cannot(
     forged = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "fetch('/cron/beat/resume', {method: 'POST', body: new URLSearchParams({x: '1'})})"
-        ".then(r => r.text().then(t => done([r.status, t])));")
+        ".then(r => r.text().then(t => done([r.status, t])));"
+    )
     assert forged == [403, "forbidden: bob has read-only access\n"]
     assert sql("SELECT paused FROM workerpool_cron WHERE name = 'beat'") == [(True,)]
     assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 1
     # the forged POST's refusal is logged as an error, and so is the favicon of the stylesheet
     # opened to set the cookie on (a page has its icon inline)
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"
-              and "403" not in e["message"] and "favicon.ico" not in e["message"]]
+    errors = [
+        e
+        for e in browser.get_log("browser")
+        if e["level"] == "SEVERE"
+        and "403" not in e["message"]
+        and "favicon.ico" not in e["message"]
+    ]
     assert errors == []

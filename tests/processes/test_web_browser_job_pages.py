@@ -16,30 +16,45 @@ from workerpool.testing import drain
 def seed(db_url, sql) -> dict:
     pool = web.build(db_url)
     stuck = pool.enqueue("ok", {})
-    sql("UPDATE workerpool_jobs SET queue = 'legacy', run_at = now() - interval '5 minutes'"
-        " WHERE id = %s", stuck)
+    sql(
+        "UPDATE workerpool_jobs SET queue = 'legacy', run_at = now() - interval '5 minutes'"
+        " WHERE id = %s",
+        stuck,
+    )
     running = pool.enqueue("ok", {})
-    sql("INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
-        " VALUES ('web-host:42:abc', 'web-host', 42, 'email', '{\"ok\": 1}')")
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
+    sql(
+        "INSERT INTO workerpool_workers (id, host, pid, queue, tasks)"
+        " VALUES ('web-host:42:abc', 'web-host', 42, 'email', '{\"ok\": 1}')"
+    )
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1,"
         " claimed_by = 'web-host:42:abc', run_at = now() - interval '8 minutes',"
         " started_at = now() - interval '6 minutes', claimed_at = now() - interval '1 second'"
-        " WHERE id = %s", running)
+        " WHERE id = %s",
+        running,
+    )
     finished = pool.enqueue("ok", {})
     drain(pool, "email")
-    sql("UPDATE workerpool_jobs SET run_at = started_at - interval '90 seconds',"
-        " finished_at = started_at + interval '5 seconds' WHERE id = %s", finished)
+    sql(
+        "UPDATE workerpool_jobs SET run_at = started_at - interval '90 seconds',"
+        " finished_at = started_at + interval '5 seconds' WHERE id = %s",
+        finished,
+    )
     waiting = pool.enqueue("ok", {})
-    sql("UPDATE workerpool_jobs SET state = 'waiting', signal = 'approved:7', steps ="
+    sql(
+        "UPDATE workerpool_jobs SET state = 'waiting', signal = 'approved:7', steps ="
         " jsonb_build_object('approved:7', jsonb_build_object('kind', 'wait', 'attempt', 1,"
         " 'started_at', now() - interval '2 minutes', 'signal', 'approved:7'))"
-        " WHERE id = %s", waiting)
+        " WHERE id = %s",
+        waiting,
+    )
     pool.dispose()
     return {"stuck": stuck, "running": running, "finished": finished, "waiting": waiting}
 
 
 def test_what_a_job_page_shows_stuck_running_finished_and_waiting(
-        db_url, sql, dashboard, browser, artifacts):
+    db_url, sql, dashboard, browser, artifacts
+):
     from selenium.webdriver.common.by import By
 
     seeded = seed(db_url, sql)
@@ -47,12 +62,16 @@ def test_what_a_job_page_shows_stuck_running_finished_and_waiting(
     def page(name: str) -> dict[str, str]:
         browser.get(f"{dashboard}/jobs/{seeded[name]}")
         browser.save_screenshot(str(artifacts / f"web-job-{name}.png"))
-        seen = {key: browser.find_element(By.ID, key).text
-                for key in ("job-state", "why", "started", "waited", "ran", "lease")}
-        seen["live"] = "live" in (browser.find_element(By.ID, "job-live").get_attribute("class")
-                                  or "")
-        seen["buttons"] = " ".join(b.text for b in browser.find_elements(
-            By.CSS_SELECTOR, ".actions button"))
+        seen = {
+            key: browser.find_element(By.ID, key).text
+            for key in ("job-state", "why", "started", "waited", "ran", "lease")
+        }
+        seen["live"] = "live" in (
+            browser.find_element(By.ID, "job-live").get_attribute("class") or ""
+        )
+        seen["buttons"] = " ".join(
+            b.text for b in browser.find_elements(By.CSS_SELECTOR, ".actions button")
+        )
         return seen
 
     stuck = page("stuck")
@@ -64,13 +83,18 @@ def test_what_a_job_page_shows_stuck_running_finished_and_waiting(
 
     running = page("running")
     assert running["job-state"] == "processing"
-    assert re.search(r"it is running: the lease is held by worker web-host:42:abc since 6\.0m"
-                     r" ago \(attempt 1 of \d+\)", running["why"]), running["why"]
+    assert re.search(
+        r"it is running: the lease is held by worker web-host:42:abc since 6\.0m"
+        r" ago \(attempt 1 of \d+\)",
+        running["why"],
+    ), running["why"]
     assert running["started"] == "6 min ago"
-    assert (running["waited"], running["ran"]) == ("2.0m from due to its start",
-                                                  "for 6.0m so far")
-    assert re.search(r"since .+ \(6\.0m ago\), last renewed \d\.\ds ago; that worker \(host"
-                     r" web-host, pid 42\) was last seen", running["lease"]), running["lease"]
+    assert (running["waited"], running["ran"]) == ("2.0m from due to its start", "for 6.0m so far")
+    assert re.search(
+        r"since .+ \(6\.0m ago\), last renewed \d\.\ds ago; that worker \(host"
+        r" web-host, pid 42\) was last seen",
+        running["lease"],
+    ), running["lease"]
     assert running["live"] and running["buttons"] == "Cancel…"
 
     finished = page("finished")

@@ -33,8 +33,9 @@ def seed(db_url) -> dict:
 
     seeded = {"import": pool.enqueue("load", {"rows": 40}, tags=["tenant:7", "import"])}
     drain(pool, "imports")
-    seeded["later"] = [pool.enqueue("ok", {"n": n}, delay=3600, tags=["tenant:8"])
-                       for n in range(3)]
+    seeded["later"] = [
+        pool.enqueue("ok", {"n": n}, delay=3600, tags=["tenant:8"]) for n in range(3)
+    ]
     seeded["dead"] = dead_jobs(pool, 2)
     seeded["keyed"] = pool.enqueue("ok", {}, delay=3600, key="invoice-2026-7")
     pool.dispose()
@@ -44,7 +45,8 @@ def seed(db_url) -> dict:
 def rows(driver) -> list[str]:
     # one script: read between two htmx swaps, never from a row a swap just replaced
     return driver.execute_script(
-        "return Array.from(document.querySelectorAll('tr.job')).map(e => e.dataset.id)")
+        "return Array.from(document.querySelectorAll('tr.job')).map(e => e.dataset.id)"
+    )
 
 
 def tab_count(driver, state: str) -> str:
@@ -54,7 +56,8 @@ def tab_count(driver, state: str) -> str:
 
 
 def test_an_operator_filters_ticks_cancels_replays_and_searches(
-        db_url, sql, dashboard, browser, artifacts):
+    db_url, sql, dashboard, browser, artifacts
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -64,8 +67,12 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
 
     browser.get(dashboard + "/jobs")
     wait.until(lambda d: d.execute_script("return typeof htmx") == "object")
-    assert (tab_count(browser, "all"), tab_count(browser, "pending"),
-            tab_count(browser, "dead"), tab_count(browser, "done")) == ("7", "4", "2", "1")
+    assert (
+        tab_count(browser, "all"),
+        tab_count(browser, "pending"),
+        tab_count(browser, "dead"),
+        tab_count(browser, "done"),
+    ) == ("7", "4", "2", "1")
     run_at, created = browser.find_elements(By.CSS_SELECTOR, "tr.job time.when")[:2]
     assert re.fullmatch(r"in (59|60) min", run_at.text)  # the newest row, due in an hour
     assert re.fullmatch(r"\d+ s ago", created.text), created.text
@@ -86,8 +93,11 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
     # the tabs were swapped with the table: counted and linked under the filter; the address
     # carries the one field set, not every empty one
     assert browser.current_url.endswith("/jobs?tag=tenant%3A8"), browser.current_url
-    assert (tab_count(browser, "all"), tab_count(browser, "pending"),
-            tab_count(browser, "dead")) == ("3", "3", "0")
+    assert (
+        tab_count(browser, "all"),
+        tab_count(browser, "pending"),
+        tab_count(browser, "dead"),
+    ) == ("3", "3", "0")
     assert "tag=tenant%3A8" in browser.find_element(By.ID, "tab-pending").get_attribute("href")
     browser.find_element(By.ID, "select-all").click()
     assert all(box.is_selected() for box in browser.find_elements(By.CSS_SELECTOR, "input.pick"))
@@ -135,7 +145,8 @@ def test_an_operator_filters_ticks_cancels_replays_and_searches(
 
 
 def test_the_query_box_filters_the_list_its_tabs_and_the_action_on_every_match(
-        db_url, sql, dashboard, browser):
+    db_url, sql, dashboard, browser
+):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -153,8 +164,9 @@ def test_the_query_box_filters_the_list_its_tabs_and_the_action_on_every_match(
     # the action on every match follows the filter the table was swapped for
     browser.find_element(By.ID, "bulk-all-submit").click()
     wait.until(lambda d: d.find_elements(By.ID, "bulk-all-plan"))
-    assert "Dry run: cancel 1 job matching the filter" in browser.find_element(
-        By.TAG_NAME, "h1").text
+    assert (
+        "Dry run: cancel 1 job matching the filter" in browser.find_element(By.TAG_NAME, "h1").text
+    )
     assert "q=args.n:1 tag:tenant:8" in browser.find_element(By.ID, "bulk-all-filter").text
     browser.find_element(By.ID, "confirm-bulk-all").click()
     wait.until(lambda d: d.find_elements(By.ID, "notice"))

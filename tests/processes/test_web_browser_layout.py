@@ -17,8 +17,13 @@ LIGHT, DARK = "rgb(246, 247, 249)", "rgb(17, 24, 39)"
 def seed(db_url) -> dict:
     pool = web.build(db_url)
     dead = dead_jobs(pool, 2)
-    keyed = pool.enqueue("ok", {"text": "x" * 300}, delay=3600,
-                         key="a-rather-long-invoice-key-" + "7" * 60, tags=["tenant:8"])
+    keyed = pool.enqueue(
+        "ok",
+        {"text": "x" * 300},
+        delay=3600,
+        key="a-rather-long-invoice-key-" + "7" * 60,
+        tags=["tenant:8"],
+    )
     pool.dispose()
     return {"dead": dead, "keyed": keyed}
 
@@ -26,11 +31,13 @@ def seed(db_url) -> dict:
 def sideways(driver) -> int:
     """How many pixels the page is wider than the window (0: it fits)."""
     return driver.execute_script(
-        "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
 
 
 def test_every_page_fits_400_px_and_wide_tables_scroll_in_themselves(
-        db_url, dashboard, browser, artifacts):
+    db_url, dashboard, browser, artifacts
+):
     seeded = seed(db_url)
     browser.set_window_size(400, 900)
     try:
@@ -39,7 +46,8 @@ def test_every_page_fits_400_px_and_wide_tables_scroll_in_themselves(
             assert sideways(browser) <= 0, f"{path} scrolls sideways by {sideways(browser)} px"
         browser.get(dashboard + "/jobs")
         table = browser.execute_script(
-            "return getComputedStyle(document.querySelector('table.jobs')).overflowX")
+            "return getComputedStyle(document.querySelector('table.jobs')).overflowX"
+        )
         assert table == "auto"  # were it wider than the screen, it would scroll in itself
         browser.save_screenshot(str(artifacts / "web-jobs-400px.png"))
     finally:
@@ -52,8 +60,10 @@ def test_the_dark_palette_follows_the_system(dashboard, browser, artifacts):
 
     browser.get(dashboard + "/jobs")
     assert background() == LIGHT
-    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
-        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+    )
     try:
         browser.get(dashboard + "/jobs")
         assert background() == DARK
@@ -73,7 +83,8 @@ def test_slash_puts_the_cursor_in_the_search_box(db_url, dashboard, browser):
     seeded = seed(db_url)
     browser.get(dashboard + "/jobs")
     WebDriverWait(browser, 15).until(
-        lambda d: d.execute_script("return document.readyState") == "complete")
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
     ActionChains(browser).send_keys("/").perform()
     assert browser.switch_to.active_element.get_attribute("id") == "search-q"
     assert browser.find_element(By.ID, "search-q").get_attribute("value") == ""  # no "/" typed

@@ -11,8 +11,7 @@ from tests.apps import web
 from workerpool.testing import drain
 
 
-def test_job_batch_and_workflow_pages_follow_their_jobs_live(
-        db_url, sql, dashboard, browser):
+def test_job_batch_and_workflow_pages_follow_their_jobs_live(db_url, sql, dashboard, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -30,12 +29,18 @@ def test_job_batch_and_workflow_pages_follow_their_jobs_live(
     browser.execute_script("window.sameDocument = true")
     reason = browser.find_element(By.NAME, "reason")
     reason.send_keys("half typed")
-    sql("UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
-        " claimed_at = now(), started_at = now() WHERE id = %s", job_id)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'processing', attempts = 1, claimed_by = 'h:1:a',"
+        " claimed_at = now(), started_at = now() WHERE id = %s",
+        job_id,
+    )
     wait.until(lambda d: text("job-state") == "processing")
     assert "it is running" in text("why")  # the head follows too
-    sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now(), claimed_by = NULL"
-        " WHERE id = %s", job_id)
+    sql(
+        "UPDATE workerpool_jobs SET state = 'done', finished_at = now(), claimed_by = NULL"
+        " WHERE id = %s",
+        job_id,
+    )
     wait.until(lambda d: text("job-state") == "done")
     assert browser.execute_script("return window.sameDocument") is True  # swapped, not loaded
     assert reason.get_attribute("value") == "half typed"  # the actions were left alone
@@ -59,8 +64,10 @@ def test_job_batch_and_workflow_pages_follow_their_jobs_live(
     WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.ID, "workflow-live"))
     browser.execute_script("window.sameDocument = true")
     assert "pending" in text("workflow-counts")
-    sql("UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = ANY(%s)",
-        list(flow.values()))
+    sql(
+        "UPDATE workerpool_jobs SET state = 'done', finished_at = now() WHERE id = ANY(%s)",
+        list(flow.values()),
+    )
     wait.until(lambda d: text("workflow-counts").split() == ["done", "2"])
     assert browser.execute_script("return window.sameDocument") is True
     assert not browser.find_element(By.ID, "workflow-live").get_attribute("hx-trigger")

@@ -30,8 +30,9 @@ class CookieSetter(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.send_response(200)
-        self.send_header("Set-Cookie", "workerpool_notice=" + FORGED.replace(" ", "%20")
-                         + "; Path=/")
+        self.send_header(
+            "Set-Cookie", "workerpool_notice=" + FORGED.replace(" ", "%20") + "; Path=/"
+        )
         self.send_header("Content-Type", "text/html")
         self.end_headers()
         self.wfile.write(b"<p>hello</p>")
@@ -52,8 +53,9 @@ def other_port() -> Iterator[str]:
         server.server_close()
 
 
-def test_a_rebound_name_reads_no_payload_and_pauses_no_queue(db_url, sql, dashboard,
-                                                            rebinding_browser):
+def test_a_rebound_name_reads_no_payload_and_pauses_no_queue(
+    db_url, sql, dashboard, rebinding_browser
+):
     from selenium.webdriver.common.by import By
 
     pool = web.build(db_url)
@@ -68,7 +70,8 @@ def test_a_rebound_name_reads_no_payload_and_pauses_no_queue(db_url, sql, dashbo
     # the attacker's page posts the pause form to its own (rebound) origin
     status = rebinding_browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "fetch('/queues/email/pause', {method: 'POST'}).then(r => done(r.status))")
+        "fetch('/queues/email/pause', {method: 'POST'}).then(r => done(r.status))"
+    )
     assert status == 400
     assert sql("SELECT count(*) FROM workerpool_audit")[0][0] == 0
     assert sql("SELECT count(*) FROM workerpool_queues WHERE paused")[0][0] == 0

@@ -11,8 +11,9 @@ TOKEN = "process-test-token-0123456789"
 
 
 def fetch(url: str, *, method: str = "GET", headers: dict[str, str] | None = None):
-    request = urllib.request.Request(url, method=method, headers=headers or {},
-                                     data=b"" if method == "POST" else None)
+    request = urllib.request.Request(
+        url, method=method, headers=headers or {}, data=b"" if method == "POST" else None
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read().decode()

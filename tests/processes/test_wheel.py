@@ -25,7 +25,7 @@ from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
 from tests.processes.wheel import build_wheel, fresh_venv, user_env
 
-APP = '''
+APP = """
 from workerpool import WorkerPool
 
 pool = WorkerPool()
@@ -35,17 +35,26 @@ pool.queue("w", poll_interval=0.1, drain_timeout=1)
 @pool.task(queue="w")
 def touch(job):
     pass
-'''
+"""
+
+
 def check_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     versions = {Path(n).name for n in names if n.startswith("workerpool/_alembic/versions/")}
     shipped = {p.name for p in (ROOT / "alembic" / "versions").glob("*.py")}
     assert shipped and shipped <= versions, sorted(shipped - versions)
-    assert {"workerpool/_alembic/env.py", "workerpool/_alembic/script.py.mako",
-            "workerpool/py.typed", "workerpool_demo/__init__.py"} <= names
+    assert {
+        "workerpool/_alembic/env.py",
+        "workerpool/_alembic/script.py.mako",
+        "workerpool/py.typed",
+        "workerpool_demo/__init__.py",
+    } <= names
     for folder in ("static", "templates"):  # the dashboard's vendored htmx, CSS and pages
-        files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "workerpool" / "web" / folder)
-                 .iterdir() if p.is_file()}
+        files = {
+            p.relative_to(ROOT).as_posix()
+            for p in (ROOT / "workerpool" / "web" / folder).iterdir()
+            if p.is_file()
+        }
         assert files and files <= names, sorted(files - names)
     assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
     info = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -53,9 +62,13 @@ def check_contents(wheel: Path) -> None:
     extras = set(metadata.get_all("Provides-Extra"))
     assert {"embedded", "metrics", "otel", "asyncio", "web"} <= extras
     requires = metadata.get_all("Requires-Dist")
-    for extra, package in (("embedded", "pgserver"), ("metrics", "prometheus_client"),
-                           ("otel", "opentelemetry-api"), ("asyncio", "SQLAlchemy[asyncio]"),
-                           ("web", "starlette")):
+    for extra, package in (
+        ("embedded", "pgserver"),
+        ("metrics", "prometheus_client"),
+        ("otel", "opentelemetry-api"),
+        ("asyncio", "SQLAlchemy[asyncio]"),
+        ("web", "starlette"),
+    ):
         assert any(r.startswith(package) and f'extra == "{extra}"' in r for r in requires), extra
     points = zipfile.ZipFile(wheel).read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "workerpool = workerpool.cli:main" in points
@@ -73,8 +86,9 @@ def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_
     env = user_env(WORKERPOOL_DATABASE_URL=url, PYTHONPATH=str(app_dir))
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+        )
 
     where = run(str(venv / "bin" / "python"), "-c", "import workerpool; print(workerpool.__file__)")
     assert where.stdout.startswith(str(venv)), where  # the installed copy, not the checkout
@@ -83,8 +97,11 @@ def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_
     assert helped.returncode == 0 and "migrate" in helped.stdout and "healthcheck" in helped.stdout
     migrated = run(command, "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    enqueued = run(str(venv / "bin" / "python"), "-c",
-                   "from wheelapp import pool; print(pool.enqueue('touch', {}))")
+    enqueued = run(
+        str(venv / "bin" / "python"),
+        "-c",
+        "from wheelapp import pool; print(pool.enqueue('touch', {}))",
+    )
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = int(enqueued.stdout)
     run_and_probe(command, env, tmp_path, empty_db_url, job_id)
@@ -94,15 +111,33 @@ def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_
 def run_and_probe(command: str, env: dict, tmp: Path, db_url, job_id: int) -> None:
     heartbeats = tmp / "heartbeats"
     log = (tmp / "run.log").open("wb")
-    proc = subprocess.Popen([command, "run", "wheelapp:pool", "--heartbeat-dir", heartbeats],
-                            env=env, cwd=tmp, stdout=log, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(
+        [command, "run", "wheelapp:pool", "--heartbeat-dir", heartbeats],
+        env=env,
+        cwd=tmp,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
         with psycopg.connect(libpq(db_url), autocommit=True) as conn:
-            wait_until(lambda: conn.execute("SELECT state FROM workerpool_jobs WHERE id = %s",
-                                            (job_id,)).fetchall() == [("done",)], 30,
-                       message=f"the job ran\n{(tmp / 'run.log').read_text()}")
-        probe = subprocess.run([command, "healthcheck", "--dir", heartbeats], env=env,
-                               capture_output=True, text=True, timeout=30)
+            wait_until(
+                lambda: (
+                    conn.execute(
+                        "SELECT state FROM workerpool_jobs WHERE id = %s", (job_id,)
+                    ).fetchall()
+                    == [("done",)]
+                ),
+                30,
+                message=f"the job ran\n{(tmp / 'run.log').read_text()}",
+            )
+        probe = subprocess.run(
+            [command, "healthcheck", "--dir", heartbeats],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert probe.returncode == 0, probe
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp / "run.log").read_text()
@@ -116,12 +151,16 @@ def run_and_probe(command: str, env: dict, tmp: Path, db_url, job_id: int) -> No
 def run_demo(command: str, env: dict, tmp: Path, server_url) -> None:
     """The demo ships in the wheel; on a server named by the URL it needs no [embedded]."""
     name = f"wp_wheel_demo_{secrets.token_hex(4)}"
-    demo_env = {**env, "WORKERPOOL_DATABASE_URL": server_url.render_as_string(
-        hide_password=False)}
+    demo_env = {**env, "WORKERPOOL_DATABASE_URL": server_url.render_as_string(hide_password=False)}
     try:
-        demo = subprocess.run([command, "demo", "--duration", "1", "--users", "10",
-                               "--database", name], env=demo_env, cwd=tmp,
-                              capture_output=True, text=True, timeout=120)
+        demo = subprocess.run(
+            [command, "demo", "--duration", "1", "--users", "10", "--database", name],
+            env=demo_env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     finally:
         with psycopg.connect(libpq(server_url.set(database="postgres")), autocommit=True) as c:

@@ -18,9 +18,14 @@ def test_the_embedded_extra_runs_the_demo_without_a_database(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     try:
-        demo = subprocess.run([venv / "bin" / "workerpool", "demo", "--duration", "1",
-                               "--users", "10"], env=user_env(), cwd=home,
-                              capture_output=True, text=True, timeout=150)
+        demo = subprocess.run(
+            [venv / "bin" / "workerpool", "demo", "--duration", "1", "--users", "10"],
+            env=user_env(),
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert "result: PASS" in demo.stdout
         assert (home / ".workerpool" / "pgdata" / "PG_VERSION").exists()  # its own server

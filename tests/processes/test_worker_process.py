@@ -35,12 +35,26 @@ class WorkerProcess:
     """``python -m tests.apps.worker_runner``; its stdout lines are stamped as they arrive."""
 
     def __init__(self, url: URL, *orphans: str, **env: str) -> None:
-        environ = {**os.environ, "PYTHONPATH": str(ROOT),
-                   "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False), **env}
+        environ = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False),
+            **env,
+        }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.apps.worker_runner", "tests.apps.runtime:pool", "work",
-             *orphans],
-            cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.apps.worker_runner",
+                "tests.apps.runtime:pool",
+                "work",
+                *orphans,
+            ],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: list[tuple[float, str]] = []
         self.stderr: list[str] = []
@@ -112,15 +126,15 @@ class PrivateCluster:
     def pg_ctl(self, *args: str) -> None:
         from pgserver._commands import pg_ctl
 
-        pg_ctl(["-w", *args], pgdata=self.server.pgdata, user=self.server.system_user,
-               timeout=30)
+        pg_ctl(["-w", *args], pgdata=self.server.pgdata, user=self.server.system_user, timeout=30)
 
     def stop(self, mode: str = "immediate") -> None:
         self.pg_ctl("-m", mode, "stop")
 
     def start(self) -> None:
-        self.pg_ctl("-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log),
-                    "start")
+        self.pg_ctl(
+            "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start"
+        )
 
     def close(self) -> None:
         # pgserver's cleanup() does not stop a postmaster that pg_ctl (re)started: stop it here.
@@ -165,8 +179,11 @@ def test_a_postgres_restart_loses_nothing_and_the_worker_rides_it_out(cluster, s
         cluster.stop("immediate")
         down = time.monotonic()
         # The outage outlasts stale_after (1 s): leases of in-flight jobs go stale meanwhile.
-        wait_until(lambda: worker.logged("database call failed")
-                   and time.monotonic() - down > 1.5, 15, message="outage noticed")
+        wait_until(
+            lambda: worker.logged("database call failed") and time.monotonic() - down > 1.5,
+            15,
+            message="outage noticed",
+        )
         assert worker.ticks(since=down + 0.5) == []  # no heartbeat while the database is gone
         assert worker.proc.poll() is None
         cluster.start()
@@ -215,11 +232,11 @@ def test_a_checkpoint_survives_a_crash(db_url, sql, spawn):
     second = spawn(db_url, first.id)  # the replacement releases the dead one's claims at boot
     wait_until(lambda: states(sql) == {"done": 1}, 20, message="job resumed and done")
     attempts, checkpoint, errors = sql(
-        "SELECT attempts, checkpoint, errors FROM workerpool_jobs WHERE id = %s", job_id)[0]
+        "SELECT attempts, checkpoint, errors FROM workerpool_jobs WHERE id = %s", job_id
+    )[0]
     assert attempts == 2
     assert checkpoint == {"step": 2, "resumed_from": {"step": 1}, "attempt": 2}
-    assert [(e["type"], e["worker"], e["attempt"]) for e in errors] == [
-        ("WorkerLost", first.id, 1)]
+    assert [(e["type"], e["worker"], e["attempt"]) for e in errors] == [("WorkerLost", first.id, 1)]
     assert second.stop() == 0
 
 
@@ -233,21 +250,46 @@ class Supervised:
         heartbeats = tmp / "heartbeats"
         heartbeats.mkdir(mode=0o700, parents=True)
         self.log_path = tmp / "supervisor.log"
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("WORKERPOOL_", "WORKER_", "RUNTIME_"))}
-        environ.update({"PYTHONPATH": str(ROOT), **env,
-                        "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False)})
+        environ = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("WORKERPOOL_", "WORKER_", "RUNTIME_"))
+        }
+        environ.update(
+            {
+                "PYTHONPATH": str(ROOT),
+                **env,
+                "WORKERPOOL_DATABASE_URL": url.render_as_string(hide_password=False),
+            }
+        )
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", "tests.apps.runtime:pool",
-                 "--queue", "work", "--heartbeat-dir", str(heartbeats)],
-                env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    "tests.apps.runtime:pool",
+                    "--queue",
+                    "work",
+                    "--heartbeat-dir",
+                    str(heartbeats),
+                ],
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                cwd=ROOT,
+            )
 
     def lines(self, event: str, *fields: str) -> list[str]:
         text = self.log_path.read_text(errors="replace")
-        return [line for line in text.splitlines()
-                if f" {event}: " in line and all(f in line for f in fields)]
+        return [
+            line
+            for line in text.splitlines()
+            if f" {event}: " in line and all(f in line for f in fields)
+        ]
 
     def close(self) -> None:
         kill_group(self.proc)
@@ -280,21 +322,39 @@ def test_under_workerpool_run_terminating_every_backend_restarts_no_child(db_url
             # prefetched jobs run on during the outage, so one write may finish several rounds'
             # worth of jobs: kill only once the child has reconnected (a backend started after
             # the last kill; a killed one may still be listed while it exits)
-            wait_until(lambda since=last_kill: sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'workerpool:work' AND backend_start > %s",
-                since)[0][0] >= 1, 30, message="the child reconnected")
+            wait_until(
+                lambda since=last_kill: (
+                    sql(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND application_name = 'workerpool:work' AND backend_start > %s",
+                        since,
+                    )[0][0]
+                    >= 1
+                ),
+                30,
+                message="the child reconnected",
+            )
             last_kill = sql("SELECT clock_timestamp()")[0][0]
-            killed = sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                         " AND application_name LIKE 'workerpool%%'")
+            killed = sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name LIKE 'workerpool%%'"
+            )
             assert killed[0][0] >= 1
         wait_until(lambda: states(sql) == {"done": 60}, 30, message="every job done")
         assert sql("SELECT max(attempts) FROM workerpool_jobs") == [(1,)]  # nothing re-run
-        wait_until(lambda: sql("SELECT count(*) FROM pg_stat_activity"
-                               " WHERE datname = current_database()"
-                               " AND application_name = 'workerpool-listen:work'") == [(1,)],
-                   10, message="the listener subscribed again")
+        wait_until(
+            lambda: (
+                sql(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database()"
+                    " AND application_name = 'workerpool-listen:work'"
+                )
+                == [(1,)]
+            ),
+            10,
+            message="the listener subscribed again",
+        )
         assert run.lines("listener_reconnect")
         assert run.lines("child_exited") == []  # no child crashed, none was restarted
         assert len(run.lines("child_started", "worker=work")) == 1
@@ -312,15 +372,23 @@ def test_under_workerpool_run_a_stuck_handler_recycles_its_child_and_work_goes_o
     try:
         stuck_id = pool.enqueue("stuck", {})
         run = supervise(db_url, RUNTIME_RECYCLE_GRACE="0.5")
-        wait_until(lambda: run.lines("child_exited", "worker=work", "status=exit:75"), 30,
-                   message="the child exits for recycling")
-        wait_until(lambda: len(run.lines("child_started", "worker=work")) == 2, 15,
-                   message="the supervisor starts a replacement")
+        wait_until(
+            lambda: run.lines("child_exited", "worker=work", "status=exit:75"),
+            30,
+            message="the child exits for recycling",
+        )
+        wait_until(
+            lambda: len(run.lines("child_started", "worker=work")) == 2,
+            15,
+            message="the supervisor starts a replacement",
+        )
         nap_id = pool.enqueue("nap", {"seconds": 0})
-        wait_until(lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", nap_id)
-                   == [("done",)], 15, message="the replacement runs new work")
-        state, errors = sql("SELECT state, errors FROM workerpool_jobs WHERE id = %s",
-                            stuck_id)[0]
+        wait_until(
+            lambda: sql("SELECT state FROM workerpool_jobs WHERE id = %s", nap_id) == [("done",)],
+            15,
+            message="the replacement runs new work",
+        )
+        state, errors = sql("SELECT state, errors FROM workerpool_jobs WHERE id = %s", stuck_id)[0]
         assert state == "failed" and [e["type"] for e in errors] == ["TimeoutError"]
         assert run.proc.poll() is None
     finally:

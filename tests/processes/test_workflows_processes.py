@@ -41,23 +41,28 @@ def ran(sql, job_id: int) -> bool:
 
 @pytest.mark.timeout(600)
 def test_a_chain_whose_child_is_killed_as_each_parent_completes_runs_each_after_its_parent(
-        app, sql, supervise):
+    app, sql, supervise
+):
     sql(app_module.LEDGER)
     ids = app.chain([("step", {"n": n}) for n in range(LENGTH)])
     sup = supervise()
     sup.wait_running("flow")
     for job_id in ids[:-1]:
         # the handler has written its ledger row and is returning: kill its child now
-        wait_until(lambda j=job_id: ran(sql, j), SETTLE, message=f"job {job_id} ran\n"
-                   f"{sup.log()[-3000:]}")
+        wait_until(
+            lambda j=job_id: ran(sql, j), SETTLE, message=f"job {job_id} ran\n{sup.log()[-3000:]}"
+        )
         # the pid the supervisor shows may be of a child already gone (its restart not yet
         # shown): the one killed must be running
         wait_until(lambda: alive(sup.child_pid("flow")), 30, message="a running child")
         pid = sup.child_pid("flow")
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda p=pid: not alive(p), 30, message="the killed child reaped")
-    wait_until(lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")[0][0]
-               == LENGTH, SETTLE, message=f"the chain done\n{sup.log()[-3000:]}")
+    wait_until(
+        lambda: sql("SELECT count(*) FROM workerpool_jobs WHERE state = 'done'")[0][0] == LENGTH,
+        SETTLE,
+        message=f"the chain done\n{sup.log()[-3000:]}",
+    )
     rows = sql("SELECT id, finished_at FROM workerpool_jobs ORDER BY id")
     finished = dict(rows)
     for parent, child in itertools.pairwise(ids):

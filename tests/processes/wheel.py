@@ -17,12 +17,17 @@ IGNORED = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "di
 def build_wheel(tmp: Path) -> Path:
     source = tmp / "source"
     shutil.copytree(ROOT, source, ignore=IGNORED)  # the build writes build/ into its source
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w",
-                            tmp / "dist", source], check=True, capture_output=True, text=True,
-                           timeout=120)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", tmp / "dist", source],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # every importable package is declared: setuptools warns of one it would ship undeclared
-    assert "absent from the `packages` configuration" not in built.stdout + built.stderr, (
-        [line for line in built.stdout.splitlines() if "absent from" in line])
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr, [
+        line for line in built.stdout.splitlines() if "absent from" in line
+    ]
     (wheel,) = (tmp / "dist").glob("workerpool-*.whl")
     return wheel
 
@@ -32,14 +37,30 @@ def fresh_venv(tmp: Path, requirement: str) -> Path:
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
     # This venv's pip installs into the new one (--python): no ensurepip, same index settings.
-    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
-                    "-q", requirement], check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            venv / "bin" / "python",
+            "install",
+            "-q",
+            requirement,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     return venv
 
 
 def user_env(**extra: str) -> dict[str, str]:
     """The environment of a user's shell: no workerpool settings, no checkout on PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKERPOOL_", "WORKER_", "PYTHON"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WORKERPOOL_", "WORKER_", "PYTHON"))
+    }
     env.update(extra)
     return env

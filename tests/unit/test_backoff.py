@@ -51,8 +51,16 @@ def test_jitter_spreads_failures_that_happened_together():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"base": -1}, {"factor": 0.5}, {"cap": 1, "base": 10}, {"jitter": 2}, {"base": math.nan},
-     {"cap": math.inf}, {"base": "30"}, {"cap": 1e18}],
+    [
+        {"base": -1},
+        {"factor": 0.5},
+        {"cap": 1, "base": 10},
+        {"jitter": 2},
+        {"base": math.nan},
+        {"cap": math.inf},
+        {"base": "30"},
+        {"cap": 1e18},
+    ],
 )
 def test_bad_policies_are_refused(kwargs):
     with pytest.raises(ConfigError):

@@ -11,20 +11,34 @@ def test_finished_batches_are_counted_by_outcome_and_finisher_at_the_flush(metri
     rec, directory = metrics_recorder
     rec.batches_finished([Fired(1, "success", [10]), Fired(2, "failure", [11, 12])], "outcome")
     rec.batches_finished([Fired(3, "success", [13])], "sweep")
-    assert ("workerpool_batches_finished_total",
-            (("fired_by", "outcome"), ("outcome", "success"))) not in scraped(directory)
+    assert (
+        "workerpool_batches_finished_total",
+        (("fired_by", "outcome"), ("outcome", "success")),
+    ) not in scraped(directory)
     rec.flush()
     rec.batches_open(4)
     rec.batches_opened(3)
     rec.batches_opened(0)
     rec.batches_opened(2)
     found = scraped(directory)
-    assert found[("workerpool_batches_finished_total",
-                  (("fired_by", "outcome"), ("outcome", "success")))] == 1
-    assert found[("workerpool_batches_finished_total",
-                  (("fired_by", "outcome"), ("outcome", "failure")))] == 1
-    assert found[("workerpool_batches_finished_total",
-                  (("fired_by", "sweep"), ("outcome", "success")))] == 1
+    assert (
+        found[
+            ("workerpool_batches_finished_total", (("fired_by", "outcome"), ("outcome", "success")))
+        ]
+        == 1
+    )
+    assert (
+        found[
+            ("workerpool_batches_finished_total", (("fired_by", "outcome"), ("outcome", "failure")))
+        ]
+        == 1
+    )
+    assert (
+        found[
+            ("workerpool_batches_finished_total", (("fired_by", "sweep"), ("outcome", "success")))
+        ]
+        == 1
+    )
     assert found[("workerpool_batches_open", ())] == 4
     assert found[("workerpool_batches_opened_total", ())] == 5
 

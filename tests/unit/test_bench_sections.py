@@ -33,15 +33,26 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
     assert "fleet" not in DEFAULT_SECTIONS and "limits" not in DEFAULT_SECTIONS
     assert "burst" not in DEFAULT_SECTIONS  # kills processes, and its windows take time
     assert "steps" not in DEFAULT_SECTIONS  # three supervisors per repeat
-    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {"fleet", "limits", "burst", "steps",
-                                                     "workflows", "processes", "logs", "history"}
+    assert set(SECTIONS) - set(DEFAULT_SECTIONS) == {
+        "fleet",
+        "limits",
+        "burst",
+        "steps",
+        "workflows",
+        "processes",
+        "logs",
+        "history",
+    }
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():
     chosen = plan("--only", "burst")
     assert chosen.sections == ("burst",)
     assert (chosen.kills, chosen.burst_window_s, chosen.burst_concurrency) == (
-        QUICK["kills"], QUICK["burst_window_s"], QUICK["burst_concurrency"])
+        QUICK["kills"],
+        QUICK["burst_window_s"],
+        QUICK["burst_concurrency"],
+    )
     assert QUICK["kills"] < FULL["kills"] and QUICK["burst_window_s"] < FULL["burst_window_s"]
     assert plan("--only", "burst", "--kills", "5").kills == 5
     with pytest.raises(UsageError, match="--kills must be >= 1"):

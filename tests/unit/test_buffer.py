@@ -25,12 +25,15 @@ def test_unknown_until_a_run_time_and_a_round_trip_are_known():
     assert buffer.size == buffer.most == MOST_PER_SLOT * 10
 
 
-@pytest.mark.parametrize(("run", "trip", "size"), [
-    (0.00002, 0.001, 10 * MOST_PER_SLOT),  # no-op handlers: the bound
-    (0.004, 0.002, min(5, 10 * MOST_PER_SLOT)),  # 10 slots free 5 times per round trip
-    (0.02, 0.002, 1),  # one slot frees during a round trip
-    (0.05, 0.002, 0),  # slow handlers: none
-])
+@pytest.mark.parametrize(
+    ("run", "trip", "size"),
+    [
+        (0.00002, 0.001, 10 * MOST_PER_SLOT),  # no-op handlers: the bound
+        (0.004, 0.002, min(5, 10 * MOST_PER_SLOT)),  # 10 slots free 5 times per round trip
+        (0.02, 0.002, 1),  # one slot frees during a round trip
+        (0.05, 0.002, 0),  # slow handlers: none
+    ],
+)
 def test_what_the_handlers_finish_during_one_round_trip(run, trip, size):
     assert sized(10, run, trip).size == size
 

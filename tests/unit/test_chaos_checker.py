@@ -15,31 +15,73 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def job(job_id, key, state="done", attempts=1, task="plain", errors=(), dead_reason=None,
-        batch_id=None, finished=1.0, payload=None):
-    result = ({"key": key} if task == "plain" else {"key": key, "n": (payload or {}).get("n")}
-              if task == "member" else None)
-    return {"id": job_id, "key": key, "task": task, "state": state, "dead_reason": dead_reason,
-            "attempts": attempts, "max_attempts": 5, "errors": list(errors),
-            "payload": payload or {}, "result": result if state == "done" else None,
-            "batch_id": batch_id, "finished_at": at(finished) if state in TERMINAL else None}
+def job(
+    job_id,
+    key,
+    state="done",
+    attempts=1,
+    task="plain",
+    errors=(),
+    dead_reason=None,
+    batch_id=None,
+    finished=1.0,
+    payload=None,
+):
+    result = (
+        {"key": key}
+        if task == "plain"
+        else {"key": key, "n": (payload or {}).get("n")}
+        if task == "member"
+        else None
+    )
+    return {
+        "id": job_id,
+        "key": key,
+        "task": task,
+        "state": state,
+        "dead_reason": dead_reason,
+        "attempts": attempts,
+        "max_attempts": 5,
+        "errors": list(errors),
+        "payload": payload or {},
+        "result": result if state == "done" else None,
+        "batch_id": batch_id,
+        "finished_at": at(finished) if state in TERMINAL else None,
+    }
 
 
 def run(exec_id, job_id, attempt=1, outcome="ok", kind="plain", tick=None):
-    return {"exec_id": exec_id, "job_id": job_id, "kind": kind, "attempt": attempt,
-            "outcome": outcome, "tick": tick, "worker": "w", "started_at": at(0),
-            "finished_at": at(1)}
+    return {
+        "exec_id": exec_id,
+        "job_id": job_id,
+        "kind": kind,
+        "attempt": attempt,
+        "outcome": outcome,
+        "tick": tick,
+        "worker": "w",
+        "started_at": at(0),
+        "finished_at": at(1),
+    }
 
 
 def clean() -> History:
     return History(
-        enqueued=[{"key": "k1", "task": "plain", "mode": "single", "status": "ok", "job_id": 1},
-                  {"key": "rb", "task": "plain", "mode": "rollback", "status": "rolled_back",
-                   "job_id": 9}],
+        enqueued=[
+            {"key": "k1", "task": "plain", "mode": "single", "status": "ok", "job_id": 1},
+            {
+                "key": "rb",
+                "task": "plain",
+                "mode": "rollback",
+                "status": "rolled_back",
+                "job_id": 9,
+            },
+        ],
         jobs={1: job(1, "k1", attempts=2)},
         execs=[run("a", 1, attempt=1, outcome=None), run("b", 1, attempt=2)],
-        probes={"a": [(at(0), True), (at(3), True), (at(5), False)],
-                "b": [(at(4), True), (at(6), True)]},
+        probes={
+            "a": [(at(0), True), (at(3), True), (at(5), False)],
+            "b": [(at(4), True), (at(6), True)],
+        },
         effects={"k1": {"key": "k1"}},
     )
 
@@ -58,8 +100,9 @@ def test_two_valid_leases_at_once_is_a_fencing_violation():
 
 def test_lost_unexpected_and_rolled_back_runs_are_found():
     history = clean()
-    history.enqueued.append({"key": "k2", "task": "plain", "mode": "bulk", "status": "ok",
-                             "job_id": 2})
+    history.enqueued.append(
+        {"key": "k2", "task": "plain", "mode": "bulk", "status": "ok", "job_id": 2}
+    )
     history.jobs[9] = job(9, "rb")  # the rolled-back job was committed after all, and ran
     history.execs.append(run("c", 9))
     history.execs.append(run("d", 8))  # a run of a job nobody enqueued
@@ -89,10 +132,14 @@ def test_cron_ticks_enqueued_twice_or_overlapping_are_found():
     history.jobs[5] = job(5, "cron:tick:a", task="tick")
     history.jobs[6] = job(6, "cron:tick:b", task="tick")
     history.jobs[7] = job(7, "cron:tick:b2", task="tick")
-    history.execs += [run("t5", 5, kind="tick", tick="a"), run("t6", 6, kind="tick", tick="b"),
-                      run("t7", 7, kind="tick", tick="b")]
-    history.probes.update({"t5": [(at(10), True), (at(12), True)],
-                           "t6": [(at(11), True)], "t7": [(at(20), True)]})
+    history.execs += [
+        run("t5", 5, kind="tick", tick="a"),
+        run("t6", 6, kind="tick", tick="b"),
+        run("t7", 7, kind="tick", tick="b"),
+    ]
+    history.probes.update(
+        {"t5": [(at(10), True), (at(12), True)], "t6": [(at(11), True)], "t7": [(at(20), True)]}
+    )
     found = check(history).violations
     assert found["cron_tick_twice"] == [{"tick": "b", "jobs": [6, 7]}]
     assert [v["jobs"] for v in found["cron_overlap"]] == [[5, 6]]
@@ -113,23 +160,35 @@ def test_one_seed_is_one_schedule_covering_every_kind():
 # -- batches and results ------------------------------------------------------------------------
 
 
-def with_batch(finished_at=5.0, fired_by="outcome", callbacks=(20,), member_states=("done",) * 2
-               ) -> History:
+def with_batch(
+    finished_at=5.0, fired_by="outcome", callbacks=(20,), member_states=("done",) * 2
+) -> History:
     """A clean history plus batch 1: its members (ids 10, 11...) and its callback job(s)."""
     history = clean()
     for offset, state in enumerate(member_states):
-        history.jobs[10 + offset] = job(10 + offset, f"m{offset}", state=state, task="member",
-                                        batch_id=1, finished=2.0 + offset,
-                                        payload={"n": offset})
+        history.jobs[10 + offset] = job(
+            10 + offset,
+            f"m{offset}",
+            state=state,
+            task="member",
+            batch_id=1,
+            finished=2.0 + offset,
+            payload={"n": offset},
+        )
         history.execs.append(run(f"x{10 + offset}", 10 + offset, kind="member"))
         history.effects[f"m{offset}"] = {"key": f"m{offset}"}
     for callback in callbacks:
         history.jobs[callback] = job(callback, None, task="batch_done", batch_id=1, finished=9)
         history.execs.append(run(f"x{callback}", callback, kind="callback"))
         history.effects[f"job:{callback}"] = {"key": f"job:{callback}"}
-    history.batches[1] = {"id": 1, "key": "b", "outcome": "success", "fired_by": fired_by,
-                          "finished_at": at(finished_at) if finished_at is not None else None,
-                          "callback_ids": list(callbacks) if finished_at is not None else None}
+    history.batches[1] = {
+        "id": 1,
+        "key": "b",
+        "outcome": "success",
+        "fired_by": fired_by,
+        "finished_at": at(finished_at) if finished_at is not None else None,
+        "callback_ids": list(callbacks) if finished_at is not None else None,
+    }
     history.callbacks.append({"batch_id": 1, "live": 0})
     return history
 
@@ -160,12 +219,15 @@ def test_a_batch_fired_early_or_by_the_sweep_is_found():
 def test_a_wrong_stored_or_read_result_is_found():
     history = with_batch()
     history.jobs[10]["result"] = {"key": "m0", "n": 99}
-    history.reads.append({"key": "k1", "task": "plain", "job_id": 1, "value": {"key": "other"},
-                          "error": None})
-    history.reads.append({"key": "k1", "task": "plain", "job_id": 1, "value": None,
-                          "error": "ResultTimeout"})
-    history.reads.append({"key": "k3", "task": "flaky", "job_id": 3, "value": None,
-                          "error": None})  # flaky returns nothing
+    history.reads.append(
+        {"key": "k1", "task": "plain", "job_id": 1, "value": {"key": "other"}, "error": None}
+    )
+    history.reads.append(
+        {"key": "k1", "task": "plain", "job_id": 1, "value": None, "error": "ResultTimeout"}
+    )
+    history.reads.append(
+        {"key": "k3", "task": "flaky", "job_id": 3, "value": None, "error": None}
+    )  # flaky returns nothing
     found = check(history).violations
     assert found["wrong_result"] == [{"job": 10, "stored": {"key": "m0", "n": 99}}]
     assert [r["value"] for r in found["wrong_result_read"]] == [{"key": "other"}]
@@ -181,12 +243,19 @@ def workflow_history() -> History:
         row = job(job_id, None, task="node", finished=start + 1)
         row["sequence"] = sequence
         history.jobs[job_id] = row
-        history.execs.append({**run(f"e{job_id}", job_id, kind="node"),
-                              "started_at": at(start), "finished_at": at(start + 1)})
+        history.execs.append(
+            {
+                **run(f"e{job_id}", job_id, kind="node"),
+                "started_at": at(start),
+                "finished_at": at(start + 1),
+            }
+        )
         history.probes[f"e{job_id}"] = [(at(start), True), (at(start + 0.9), True)]
         history.effects[f"job:{job_id}"] = {"key": f"job:{job_id}"}
-    history.edges = [{"job_id": 2, "parent_id": 1, "kind": "after", "if_failed": "cancel"},
-                     {"job_id": 4, "parent_id": 3, "kind": "sequence", "if_failed": "run"}]
+    history.edges = [
+        {"job_id": 2, "parent_id": 1, "kind": "after", "if_failed": "cancel"},
+        {"job_id": 4, "parent_id": 3, "kind": "sequence", "if_failed": "run"},
+    ]
     return history
 
 
@@ -219,21 +288,33 @@ def test_a_job_the_sweep_released_is_a_violation():
     history = workflow_history()
     history.jobs[2]["errors"] = [{"type": "DependencySweep"}]
     assert "dependency_swept" in check(history).violations
+
+
 def stepped_history() -> History:
     """A stepped job that died after its first step and finished on its second attempt: the
     first step's work ran once, the second's twice (its first run was never recorded)."""
     history = clean()
-    steps = {name: {"kind": "step", "attempt": attempt, "started_at": at(start).isoformat(),
-                    "finished_at": at(start + 0.1).isoformat(), "value": f"{name} ok"}
-             for name, attempt, start in (("reserve", 1, 1), ("charge", 2, 5), ("notify", 2, 6))}
+    steps = {
+        name: {
+            "kind": "step",
+            "attempt": attempt,
+            "started_at": at(start).isoformat(),
+            "finished_at": at(start + 0.1).isoformat(),
+            "value": f"{name} ok",
+        }
+        for name, attempt, start in (("reserve", 1, 1), ("charge", 2, 5), ("notify", 2, 6))
+    }
     row = job(3, "k3", attempts=2, task="stepped")
     row.update(steps=steps, result=["reserve ok", "charge ok", "notify ok"])
     history.jobs[3] = row
-    history.enqueued.append({"key": "k3", "task": "stepped", "mode": "single", "status": "ok",
-                             "job_id": 3})
+    history.enqueued.append(
+        {"key": "k3", "task": "stepped", "mode": "single", "status": "ok", "job_id": 3}
+    )
     history.effects["k3"] = {"key": "k3"}
-    history.execs += [run("s1", 3, attempt=1, outcome=None, kind="stepped"),
-                      run("s2", 3, attempt=2, kind="stepped")]
+    history.execs += [
+        run("s1", 3, attempt=1, outcome=None, kind="stepped"),
+        run("s2", 3, attempt=2, kind="stepped"),
+    ]
     history.step_runs = [
         {"job_id": 3, "step": "reserve", "exec_id": "s1", "at": at(1.05)},
         {"job_id": 3, "step": "charge", "exec_id": "s1", "at": at(2)},  # killed before recording

@@ -12,8 +12,12 @@ from workerpool.cli.helptext import EXAMPLES
 
 
 def help_of(*command: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "workerpool", *command, "--help"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "workerpool", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 

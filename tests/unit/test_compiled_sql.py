@@ -19,8 +19,9 @@ def test_a_required_parameter_is_left_for_the_caller():
 
 
 def test_the_values_a_statement_carries_come_with_it():
-    statement = claim_statement(queue="q", worker="w", limit=7, task_versions={"t": 1},
-                                stale_after=300)
+    statement = claim_statement(
+        queue="q", worker="w", limit=7, task_versions={"t": 1}, stale_after=300
+    )
     _, params = driver_sql(DIALECT, statement)
     assert params[CLAIM_LIMIT] == 7
     assert "w" in params.values() and ["t"] in params.values()

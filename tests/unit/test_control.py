@@ -15,20 +15,28 @@ def listener() -> tuple[Listener, list, threading.Event]:
     seen: list = []
     wake = threading.Event()
     pool = WorkerPool("postgresql://unused/x")
-    made = Listener(pool.url, "email", wake, worker_id="host:1:ab",
-                    on_cancel=lambda ids: seen.append(("cancel", ids)),
-                    on_pause=lambda: seen.append(("pause",)))
+    made = Listener(
+        pool.url,
+        "email",
+        wake,
+        worker_id="host:1:ab",
+        on_cancel=lambda ids: seen.append(("cancel", ids)),
+        on_pause=lambda: seen.append(("pause",)),
+    )
     return made, seen, wake
 
 
-@pytest.mark.parametrize("payload, expected, woken", [
-    ("cancel host:1:ab 4,5", [("cancel", [4, 5])], True),
-    ("cancel host:2:cd 4", [], False),  # another worker's job
-    ("pause email", [("pause",)], True),
-    ("resume email", [("pause",)], True),
-    ("pause sms", [], False),
-    ("bogus", [], False),
-])
+@pytest.mark.parametrize(
+    "payload, expected, woken",
+    [
+        ("cancel host:1:ab 4,5", [("cancel", [4, 5])], True),
+        ("cancel host:2:cd 4", [], False),  # another worker's job
+        ("pause email", [("pause",)], True),
+        ("resume email", [("pause",)], True),
+        ("pause sms", [], False),
+        ("bogus", [], False),
+    ],
+)
 def test_control_payloads_reach_only_their_worker(payload, expected, woken):
     made, seen, wake = listener()
     made._control(payload)
@@ -36,8 +44,7 @@ def test_control_payloads_reach_only_their_worker(payload, expected, woken):
 
 
 def job() -> Job:
-    return Job(id=1, queue="q", task="t", payload={}, payload_version=1, attempt=1,
-               max_attempts=1)
+    return Job(id=1, queue="q", task="t", payload={}, payload_version=1, attempt=1, max_attempts=1)
 
 
 def test_job_cancelled_is_an_event_and_a_bool_and_checkpoint_raises_once_set():

@@ -115,7 +115,8 @@ def test_heartbeat_dir_is_a_private_path_on_a_memory_emptydir(deployment, worker
     assert heartbeat_dir.is_absolute(), f"{DIR_ENV} must be set to an absolute path"
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     mounts = [
-        m for m in worker["volumeMounts"]
+        m
+        for m in worker["volumeMounts"]
         if heartbeat_dir == PurePosixPath(m["mountPath"])
         or PurePosixPath(m["mountPath"]) in heartbeat_dir.parents
     ]
@@ -146,8 +147,9 @@ def test_database_url_comes_from_a_secret_never_a_literal() -> None:
             assert "postgres" not in argv, "a database URL in argv is visible in /proc/*/cmdline"
 
 
-def test_the_metrics_port_the_supervisor_serves_is_the_one_the_pod_exposes(deployment,
-                                                                         worker) -> None:
+def test_the_metrics_port_the_supervisor_serves_is_the_one_the_pod_exposes(
+    deployment, worker
+) -> None:
     served = int(env_value(worker, "WORKERPOOL_METRICS_PORT"))
     assert env_value(worker, "WORKERPOOL_METRICS_BIND") == "0.0.0.0"  # reachable at the pod IP
     exposed = {port["name"]: port["containerPort"] for port in worker.get("ports", [])}

@@ -24,8 +24,11 @@ def _name(requirement: str) -> str:
 
 def declared() -> tuple[set[str], dict[str, set[str]]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = {extra: {_name(r) for r in reqs}
-              for extra, reqs in project["optional-dependencies"].items() if extra != "dev"}
+    extras = {
+        extra: {_name(r) for r in reqs}
+        for extra, reqs in project["optional-dependencies"].items()
+        if extra != "dev"
+    }
     return {_name(r) for r in project["dependencies"]}, extras
 
 

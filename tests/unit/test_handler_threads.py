@@ -75,5 +75,6 @@ def test_shutdown_ends_every_thread():
     threads = started(3)
     threads.submit(lambda: None)
     threads.shutdown()
-    wait_until(lambda: not any(t.is_alive() for t in threads._threads), 10,
-               message="every thread ended")
+    wait_until(
+        lambda: not any(t.is_alive() for t in threads._threads), 10, message="every thread ended"
+    )

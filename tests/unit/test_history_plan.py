@@ -18,7 +18,12 @@ def days(parts) -> list[str]:
 def test_a_first_run_covers_the_retention_to_the_days_ahead_one_day_each():
     first = plan([], NOW, retention=WEEK, width=1, ahead=3)
     assert days(first.create) == [f"202611{d}" for d in range(25, 31)] + [
-        "20261201", "20261202", "20261203", "20261204", "20261205"]
+        "20261201",
+        "20261202",
+        "20261203",
+        "20261204",
+        "20261205",
+    ]
     assert all(p.upper - p.lower == DAY for p in first.create)
     assert first.drop == [] and first.floor == datetime(2026, 11, 25, tzinfo=UTC)
 

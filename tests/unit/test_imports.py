@@ -57,7 +57,8 @@ def module_files(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_nodes(tree: ast.AST, typing: bool) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -84,8 +85,9 @@ def _owning_module(name: str, modules: Mapping[str, Path]) -> str | None:
     return None
 
 
-def imports_of(module: str, path: Path, modules: Mapping[str, Path], *,
-               typing: bool = False) -> set[str]:
+def imports_of(
+    module: str, path: Path, modules: Mapping[str, Path], *, typing: bool = False
+) -> set[str]:
     """The package's modules that ``module`` imports."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
@@ -101,8 +103,10 @@ def imports_of(module: str, path: Path, modules: Mapping[str, Path], *,
             else:
                 source = node.module or ""
             # `from a import b`: the submodule a.b when there is one, else the module a
-            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules
-                       else source for alias in node.names]
+            targets = [
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+                for alias in node.names
+            ]
         for target in targets:
             owner = _owning_module(target, modules)
             if owner is not None and owner != module:
@@ -110,11 +114,11 @@ def imports_of(module: str, path: Path, modules: Mapping[str, Path], *,
     return found
 
 
-def import_graph(root: Path = ROOT, package: str = PACKAGE, *,
-                 typing: bool = False) -> dict[str, set[str]]:
+def import_graph(
+    root: Path = ROOT, package: str = PACKAGE, *, typing: bool = False
+) -> dict[str, set[str]]:
     modules = module_files(root, package)
-    return {name: imports_of(name, path, modules, typing=typing)
-            for name, path in modules.items()}
+    return {name: imports_of(name, path, modules, typing=typing) for name, path in modules.items()}
 
 
 def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
@@ -170,31 +174,39 @@ def _cycle_within(component: list[str], graph: Mapping[str, set[str]]) -> list[s
     raise AssertionError(f"no cycle through {start}")  # pragma: no cover - Tarjan found one
 
 
-def layer_of(module: str, package: str = PACKAGE,
-             layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS) -> str:
+def layer_of(
+    module: str, package: str = PACKAGE, layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS
+) -> str:
     """The layer holding ``module``: the one with the longest matching prefix."""
-    rest = module[len(package) + 1:] if module != package else ""
+    rest = module[len(package) + 1 :] if module != package else ""
     best, length = None, -1
     for name, prefixes in layers:
         for prefix in prefixes:
-            if (rest == prefix or rest.startswith(prefix + ".") or prefix == "") \
-                    and len(prefix) > length:
+            if (rest == prefix or rest.startswith(prefix + ".") or prefix == "") and len(
+                prefix
+            ) > length:
                 best, length = name, len(prefix)
     assert best is not None, f"{module} is in no layer"
     return best
 
 
-def allowed(layer: str, layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
-            narrow: Mapping[str, set[str]] = NARROW) -> set[str]:
+def allowed(
+    layer: str,
+    layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
+    narrow: Mapping[str, set[str]] = NARROW,
+) -> set[str]:
     """The layers ``layer`` may import: itself and those before it (or fewer: NARROW)."""
     names = [name for name, _ in layers]
     before = set(names[: names.index(layer)])
     return {layer} | (narrow[layer] & before if layer in narrow else before)
 
 
-def layer_violations(graph: Mapping[str, set[str]], package: str = PACKAGE,
-                     layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
-                     narrow: Mapping[str, set[str]] = NARROW) -> list[str]:
+def layer_violations(
+    graph: Mapping[str, set[str]],
+    package: str = PACKAGE,
+    layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
+    narrow: Mapping[str, set[str]] = NARROW,
+) -> list[str]:
     """``a (layer) -> b (layer)`` for each import that goes against the layer order."""
     found = []
     for module in sorted(graph):
@@ -206,14 +218,16 @@ def layer_violations(graph: Mapping[str, set[str]], package: str = PACKAGE,
     return found
 
 
-def check(root: Path = ROOT, package: str = PACKAGE,
-          layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
-          narrow: Mapping[str, set[str]] = NARROW) -> list[str]:
+def check(
+    root: Path = ROOT,
+    package: str = PACKAGE,
+    layers: Sequence[tuple[str, tuple[str, ...]]] = LAYERS,
+    narrow: Mapping[str, set[str]] = NARROW,
+) -> list[str]:
     """Every problem of the package at ``root``: import cycles, then imports against the
     layers. Empty when it is sound."""
     problems = [" -> ".join(cycle) for cycle in cycles(import_graph(root, package))]
-    problems += layer_violations(import_graph(root, package, typing=True), package, layers,
-                                 narrow)
+    problems += layer_violations(import_graph(root, package, typing=True), package, layers, narrow)
     return problems
 
 
@@ -250,16 +264,19 @@ def _plant(root: Path, files: Mapping[str, str]) -> Path:
 
 
 def test_the_walk_sees_every_kind_of_import(tmp_path):
-    pkg = _plant(tmp_path / "pkg", {
-        "__init__.py": "from typing import TYPE_CHECKING\n"
-                       "if TYPE_CHECKING:\n    from .a import A\n",
-        "a.py": "import os\nfrom . import b\n",
-        "b.py": "from .sub.c import name\n",
-        "sub/__init__.py": "from .c import name\nfrom .. import d\n",
-        "sub/c.py": "def f():\n    import pkg.e.attr\n    from ..a import x\n",
-        "d.py": "",
-        "e.py": "",
-    })
+    pkg = _plant(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from .a import A\n",
+            "a.py": "import os\nfrom . import b\n",
+            "b.py": "from .sub.c import name\n",
+            "sub/__init__.py": "from .c import name\nfrom .. import d\n",
+            "sub/c.py": "def f():\n    import pkg.e.attr\n    from ..a import x\n",
+            "d.py": "",
+            "e.py": "",
+        },
+    )
     assert import_graph(pkg, "pkg") == {
         "pkg": set(),  # TYPE_CHECKING imports never run
         "pkg.a": {"pkg.b"},  # `from . import b`: the submodule, not the package
@@ -279,20 +296,23 @@ def test_a_cycle_is_found_and_named():
 
 
 def test_the_checker_reports_a_planted_cycle_and_upward_imports(tmp_path):
-    pkg = _plant(tmp_path / "pkg", {
-        "__init__.py": "",
-        "model/__init__.py": "",
-        "model/spec.py": "def late():\n    from ..sql import reads\n",  # upward, in a function
-        "sql/__init__.py": "",
-        "sql/reads.py": "from . import writes\n",
-        "sql/writes.py": "from .reads import x\n",  # a cycle with reads
-        "process/__init__.py": "",
-        "process/parent.py": "from ..sql import writes\n",  # the process layer: model only
-        "runtime/__init__.py": "",
-        "runtime/loop.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                           "    from ..client import Pool\n",  # upward, in annotations only
-        "client.py": "from .sql import reads\nfrom .model import spec\n",  # downward: fine
-    })
+    pkg = _plant(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "model/__init__.py": "",
+            "model/spec.py": "def late():\n    from ..sql import reads\n",  # upward, in a function
+            "sql/__init__.py": "",
+            "sql/reads.py": "from . import writes\n",
+            "sql/writes.py": "from .reads import x\n",  # a cycle with reads
+            "process/__init__.py": "",
+            "process/parent.py": "from ..sql import writes\n",  # the process layer: model only
+            "runtime/__init__.py": "",
+            "runtime/loop.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from ..client import Pool\n",  # upward, in annotations only
+            "client.py": "from .sql import reads\nfrom .model import spec\n",  # downward: fine
+        },
+    )
     problems = check(pkg, "pkg")
     assert problems == [
         "pkg.sql.reads -> pkg.sql.writes -> pkg.sql.reads",
@@ -303,13 +323,16 @@ def test_the_checker_reports_a_planted_cycle_and_upward_imports(tmp_path):
 
 
 def test_a_sound_planted_tree_passes(tmp_path):
-    pkg = _plant(tmp_path / "pkg", {
-        "__init__.py": "",
-        "model/__init__.py": "",
-        "model/spec.py": "import json\n",
-        "sql/__init__.py": "from ..model import spec\n",
-        "process/__init__.py": "from ..model.spec import x\n",
-        "ops/__init__.py": "from ..client import Pool\nfrom ..sql import y\n",
-        "client.py": "from .process import z\nfrom .sql import y\n",
-    })
+    pkg = _plant(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "model/__init__.py": "",
+            "model/spec.py": "import json\n",
+            "sql/__init__.py": "from ..model import spec\n",
+            "process/__init__.py": "from ..model.spec import x\n",
+            "ops/__init__.py": "from ..client import Pool\nfrom ..sql import y\n",
+            "client.py": "from .process import z\nfrom .sql import y\n",
+        },
+    )
     assert check(pkg, "pkg") == []

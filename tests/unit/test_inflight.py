@@ -29,16 +29,19 @@ def walk(*steps: Step) -> InFlight:
     return job
 
 
-@pytest.mark.parametrize(("steps", "end"), [
-    ((Step.BEGIN, Step.RETURN, Step.RECORD), S.RETIRED),  # ran, outcome written
-    ((Step.WITHDRAW, Step.RECORD), S.RETIRED),  # drained unstarted
-    ((Step.LOSE,), S.RETIRED),  # lost in the buffer: dropped, nothing to write
-    ((Step.BEGIN, Step.TIME_OUT, Step.RECORD, Step.RETURN), S.RETIRED),  # ignored its timeout
-    ((Step.BEGIN, Step.TIME_OUT, Step.RETURN, Step.RECORD), S.RETIRED),
-    ((Step.BEGIN, Step.LOSE, Step.RETURN, Step.RECORD), S.RETIRED),  # fenced out
-    ((Step.BEGIN, Step.RECORD, Step.RETURN), S.RETIRED),  # released at the drain deadline
-    ((Step.WITHDRAW, Step.LOSE, Step.RECORD), S.RETIRED),
-])
+@pytest.mark.parametrize(
+    ("steps", "end"),
+    [
+        ((Step.BEGIN, Step.RETURN, Step.RECORD), S.RETIRED),  # ran, outcome written
+        ((Step.WITHDRAW, Step.RECORD), S.RETIRED),  # drained unstarted
+        ((Step.LOSE,), S.RETIRED),  # lost in the buffer: dropped, nothing to write
+        ((Step.BEGIN, Step.TIME_OUT, Step.RECORD, Step.RETURN), S.RETIRED),  # ignored its timeout
+        ((Step.BEGIN, Step.TIME_OUT, Step.RETURN, Step.RECORD), S.RETIRED),
+        ((Step.BEGIN, Step.LOSE, Step.RETURN, Step.RECORD), S.RETIRED),  # fenced out
+        ((Step.BEGIN, Step.RECORD, Step.RETURN), S.RETIRED),  # released at the drain deadline
+        ((Step.WITHDRAW, Step.LOSE, Step.RECORD), S.RETIRED),
+    ],
+)
 def test_every_path_the_worker_takes_ends_retired(steps, end):
     assert walk(*steps).state is end
 
@@ -54,25 +57,31 @@ def test_the_flags_the_main_loop_reads_follow_the_state():
     assert (finished.holds_lease, finished.returned) == (True, True)
 
 
-@pytest.mark.parametrize(("state", "step"), [
-    (S.RUNNING, Step.WITHDRAW),  # the handler thread began it first
-    (S.WITHDRAWN, Step.BEGIN),  # the drain took it back first
-    (S.RETIRED, Step.BEGIN),  # lost in the buffer before a thread took it
-    (S.FINISHED, Step.TIME_OUT),  # the handler returned just before its deadline
-])
+@pytest.mark.parametrize(
+    ("state", "step"),
+    [
+        (S.RUNNING, Step.WITHDRAW),  # the handler thread began it first
+        (S.WITHDRAWN, Step.BEGIN),  # the drain took it back first
+        (S.RETIRED, Step.BEGIN),  # lost in the buffer before a thread took it
+        (S.FINISHED, Step.TIME_OUT),  # the handler returned just before its deadline
+    ],
+)
 def test_a_step_that_lost_a_race_changes_nothing(state, step):
     job = flight(state)
     assert job.transition(step) is state and job.state is state
 
 
-@pytest.mark.parametrize(("state", "step"), [
-    (S.BUFFERED, Step.RETURN),
-    (S.BUFFERED, Step.RECORD),
-    (S.RETIRED, Step.RECORD),
-    (S.RUNNING, Step.BEGIN),
-    (S.TIMED_OUT, Step.LOSE),
-    (S.ABANDONED, Step.TIME_OUT),
-])
+@pytest.mark.parametrize(
+    ("state", "step"),
+    [
+        (S.BUFFERED, Step.RETURN),
+        (S.BUFFERED, Step.RECORD),
+        (S.RETIRED, Step.RECORD),
+        (S.RUNNING, Step.BEGIN),
+        (S.TIMED_OUT, Step.LOSE),
+        (S.ABANDONED, Step.TIME_OUT),
+    ],
+)
 def test_an_illegal_step_raises(state, step):
     job = flight(state)
     with pytest.raises(IllegalTransition, match=f"cannot {step.value} when {state.value}"):

@@ -37,20 +37,24 @@ def test_every_path_the_code_map_names_exists():
 
 
 def test_every_module_file_it_names_exists_somewhere():
-    files = {q.split("/")[-1] for q in _quoted(PAGE.read_text())
-             if re.fullmatch(r"[\w/]+\.py", q)}
+    files = {q.split("/")[-1] for q in _quoted(PAGE.read_text()) if re.fullmatch(r"[\w/]+\.py", q)}
     present = {path.name for folder in SEARCHED for path in (ROOT / folder).rglob("*.py")}
-    assert not files - present, f"docs/internals.md names files that do not exist: " \
-                                f"{sorted(files - present)}"
+    assert not files - present, (
+        f"docs/internals.md names files that do not exist: {sorted(files - present)}"
+    )
 
 
 def test_every_dotted_name_it_gives_starts_with_a_module():
     modules = _modules()
-    dotted = [q.split("(")[0] for q in _quoted(PAGE.read_text())
-              if re.fullmatch(r"workerpool(\.\w+)+(\(\))?", q)]
+    dotted = [
+        q.split("(")[0]
+        for q in _quoted(PAGE.read_text())
+        if re.fullmatch(r"workerpool(\.\w+)+(\(\))?", q)
+    ]
     known = modules - {"workerpool"}
-    unknown = [name for name in dotted
-               if not any(name == m or name.startswith(m + ".") for m in known)]
+    unknown = [
+        name for name in dotted if not any(name == m or name.startswith(m + ".") for m in known)
+    ]
     assert not unknown, f"docs/internals.md names modules that do not exist: {unknown}"
 
 
@@ -58,8 +62,10 @@ def test_every_module_a_docstring_links_exists():
     """``:mod:`workerpool.x``` in the package's own docstrings links a module of today's
     layout (a module that moved leaves its old name behind in the texts that cite it)."""
     modules = _modules()
-    cited = {(path.relative_to(ROOT).as_posix(), name)
-             for path in (ROOT / "workerpool").rglob("*.py")
-             for name in re.findall(r":mod:`(workerpool(?:\.\w+)+)`", path.read_text())}
+    cited = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for path in (ROOT / "workerpool").rglob("*.py")
+        for name in re.findall(r":mod:`(workerpool(?:\.\w+)+)`", path.read_text())
+    }
     stale = sorted((path, name) for path, name in cited if name not in modules)
     assert len(cited) > 5 and not stale, f"docstrings link modules that do not exist: {stale}"

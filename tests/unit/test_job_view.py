@@ -15,18 +15,42 @@ RUN_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def _row(**changes):
-    row = dict(id=7, queue="q", task="t", payload={"n": 1}, payload_version=2, attempts=3,
-               max_attempts=5, key="k", priority=4, run_at=RUN_AT, checkpoint={"at": 9},
-               batch_id=11, steps={"charge": {"value": 1}})
+    row = dict(
+        id=7,
+        queue="q",
+        task="t",
+        payload={"n": 1},
+        payload_version=2,
+        attempts=3,
+        max_attempts=5,
+        key="k",
+        priority=4,
+        run_at=RUN_AT,
+        checkpoint={"at": 9},
+        batch_id=11,
+        steps={"charge": {"value": 1}},
+    )
     return SimpleNamespace(**{**row, **changes})
 
 
 def test_from_row_sets_every_field_as_the_constructor_would():
     job = Job.from_row(_row(), worker="w")
     assert set(job.__dict__) == {field.name for field in dataclasses.fields(Job)}
-    assert job == Job(id=7, queue="q", task="t", payload={"n": 1}, payload_version=2, attempt=3,
-                      max_attempts=5, key="k", priority=4, run_at=RUN_AT,
-                      checkpoint_data={"at": 9}, worker="w", batch_id=11)
+    assert job == Job(
+        id=7,
+        queue="q",
+        task="t",
+        payload={"n": 1},
+        payload_version=2,
+        attempt=3,
+        max_attempts=5,
+        key="k",
+        priority=4,
+        run_at=RUN_AT,
+        checkpoint_data={"at": 9},
+        worker="w",
+        batch_id=11,
+    )
     assert job.steps_data == {"charge": {"value": 1}}
 
 

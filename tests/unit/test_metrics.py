@@ -23,12 +23,19 @@ def test_flushed_observations_equal_one_observe_each(metrics_recorder):
         rec.jobs_finished.labels("q", "direct", "done").inc()
     rec.flush()
     found = scraped(directory)
-    batched = {(n, tuple((k, v if v != "batched" else "direct") for k, v in labels)): value
-               for (n, labels), value in found.items() if ("task", "batched") in labels}
+    batched = {
+        (n, tuple((k, v if v != "batched" else "direct") for k, v in labels)): value
+        for (n, labels), value in found.items()
+        if ("task", "batched") in labels
+    }
     direct = {key: value for key, value in found.items() if ("task", "direct") in key[1]}
     assert batched == direct
-    assert found[("workerpool_jobs_finished_total",
-                  (("outcome", "done"), ("queue", "q"), ("task", "batched")))] == len(durations)
+    assert found[
+        (
+            "workerpool_jobs_finished_total",
+            (("outcome", "done"), ("queue", "q"), ("task", "batched")),
+        )
+    ] == len(durations)
 
 
 def test_nothing_reaches_the_files_before_a_flush_and_nothing_twice_after(metrics_recorder):
@@ -74,19 +81,22 @@ def test_restart_causes_are_a_bounded_set():
     assert set(metrics.CAUSES) == {"hang", "recycle", "boot_failure", "signal", "exit"}
 
 
-@pytest.mark.parametrize(("kind", "state", "label"), [
-    (OutcomeKind.DONE, JobState.DONE, "done"),
-    (OutcomeKind.FAIL, JobState.FAILED, "retried"),  # raised, a retry is scheduled
-    (OutcomeKind.FAIL, JobState.DEAD, "dead"),
-    (OutcomeKind.PERMANENT, JobState.DEAD, "dead"),
-    (OutcomeKind.FAIL, JobState.CANCELLED, "cancelled"),
-    (OutcomeKind.SNOOZE, JobState.PENDING, "snoozed"),
-    (OutcomeKind.SNOOZE, JobState.CANCELLED, "cancelled"),
-    (OutcomeKind.INTERRUPTED, JobState.PENDING, "released"),
-    (OutcomeKind.WAIT, JobState.WAITING, "waiting"),  # job.wait_for: waits for its signal
-    (OutcomeKind.WAIT, JobState.PENDING, "waiting"),  # the signal came while it was written
-    (OutcomeKind.DONE, None, "lost"),
-])
+@pytest.mark.parametrize(
+    ("kind", "state", "label"),
+    [
+        (OutcomeKind.DONE, JobState.DONE, "done"),
+        (OutcomeKind.FAIL, JobState.FAILED, "retried"),  # raised, a retry is scheduled
+        (OutcomeKind.FAIL, JobState.DEAD, "dead"),
+        (OutcomeKind.PERMANENT, JobState.DEAD, "dead"),
+        (OutcomeKind.FAIL, JobState.CANCELLED, "cancelled"),
+        (OutcomeKind.SNOOZE, JobState.PENDING, "snoozed"),
+        (OutcomeKind.SNOOZE, JobState.CANCELLED, "cancelled"),
+        (OutcomeKind.INTERRUPTED, JobState.PENDING, "released"),
+        (OutcomeKind.WAIT, JobState.WAITING, "waiting"),  # job.wait_for: waits for its signal
+        (OutcomeKind.WAIT, JobState.PENDING, "waiting"),  # the signal came while it was written
+        (OutcomeKind.DONE, None, "lost"),
+    ],
+)
 def test_each_written_outcome_has_one_label_of_the_bounded_set(kind, state, label):
     assert _outcome_label(Outcome(kind), state) == label
     assert label in metrics.OUTCOMES

@@ -12,15 +12,35 @@ from workerpool import PayloadError, PayloadTooLarge
 from workerpool.model import payload as checks
 
 ODD_SCALARS = [
-    "\x00", "a\\u0000", "\ud800", "[[[[", "{" * 70, "9" * 4100, 10**4005, 10**3990, -(10**4100),
-    (1, 2), math.nan, -math.inf, b"x", {1, 2},
+    "\x00",
+    "a\\u0000",
+    "\ud800",
+    "[[[[",
+    "{" * 70,
+    "9" * 4100,
+    10**4005,
+    10**3990,
+    -(10**4100),
+    (1, 2),
+    math.nan,
+    -math.inf,
+    b"x",
+    {1, 2},
 ]
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=8),
     st.sampled_from(ODD_SCALARS),
 )
 KEYS = st.one_of(
-    st.text(max_size=4), st.integers(), st.booleans(), st.none(), st.floats(),
+    st.text(max_size=4),
+    st.integers(),
+    st.booleans(),
+    st.none(),
+    st.floats(),
     st.sampled_from(["\ud800", "\x00", "1", "true"]),
 )
 VALUES = st.recursive(

@@ -27,11 +27,12 @@ def test_each_sample_is_an_excerpt_of_the_tested_example(page: Path):
     links = [page.parent / target for target in LINK.findall(text) if "://" not in target]
     for link in links:
         assert link.resolve().exists(), f"{page.name}: broken link {link}"
-    examples = [link.resolve() for link in links
-                if {"examples", "apps"} & set(link.resolve().parts)]  # tests/apps: a project
+    examples = [
+        link.resolve() for link in links if {"examples", "apps"} & set(link.resolve().parts)
+    ]  # tests/apps: a project
     assert examples, f"{page.name} links to no example"
     folder = examples[0].parent if examples[0].name == "__init__.py" else None
-    sources = (list(folder.glob("*.py")) if folder else [examples[0]])
+    sources = list(folder.glob("*.py")) if folder else [examples[0]]
     code = "\n".join(source.read_text() for source in sources)
     blocks = BLOCK.findall(text)
     assert blocks, f"{page.name} shows no code"

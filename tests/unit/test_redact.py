@@ -10,8 +10,9 @@ from workerpool_demo.database import shown_url
 
 
 def test_redact_masks_the_password_wherever_the_url_carries_it():
-    shown = redact("postgresql://u:pw1@h/db?password=pw2&sslpassword=pw3&sslmode=require"
-                   "&PassWord=pw4")
+    shown = redact(
+        "postgresql://u:pw1@h/db?password=pw2&sslpassword=pw3&sslmode=require&PassWord=pw4"
+    )
     assert not any(secret in shown for secret in ("pw1", "pw2", "pw3", "pw4")), shown
     assert "u:***@h" in shown and "sslmode=require" in shown and "sslpassword=***" in shown
 

@@ -104,8 +104,11 @@ class FakeOS:
         self.pipes[pid + 10_000] = self.pipes.get(pid + 10_000, b"") + text.encode()
 
     def pids_of(self, name: str) -> list[int]:
-        return [pid for pid, child in self.spawned
-                if isinstance(child, FakeChild) and child.worker.name == name]
+        return [
+            pid
+            for pid, child in self.spawned
+            if isinstance(child, FakeChild) and child.worker.name == name
+        ]
 
     def releasers(self) -> list[tuple[int, FakeReleaser]]:
         return [(pid, child) for pid, child in self.spawned if isinstance(child, FakeReleaser)]
@@ -124,10 +127,12 @@ def fake() -> FakeOS:
 
 
 def make(fake: FakeOS, tmp_path: Path, *workers: WorkerType, **options) -> Supervisor:
-    settings = RunSettings(workers=workers or (worker("email"), worker("sms")),
-                           heartbeat_dir=tmp_path, **options)
-    sup = Supervisor(settings, os_layer=fake, child_factory=FakeChild,
-                     releaser_factory=FakeReleaser)
+    settings = RunSettings(
+        workers=workers or (worker("email"), worker("sms")), heartbeat_dir=tmp_path, **options
+    )
+    sup = Supervisor(
+        settings, os_layer=fake, child_factory=FakeChild, releaser_factory=FakeReleaser
+    )
     sup.start()
     assert sup.step() is None  # spawns everything
     return sup
@@ -382,8 +387,11 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops():
     from workerpool.runtime.maintenance import MaintenanceLoop
 
     ticks: list[int] = []
-    loop = MaintenanceLoop(StandInMaintenance(None, worker_id="w"),
-                           on_tick=lambda: ticks.append(1), parent_alive=lambda: True)
+    loop = MaintenanceLoop(
+        StandInMaintenance(None, worker_id="w"),
+        on_tick=lambda: ticks.append(1),
+        parent_alive=lambda: True,
+    )
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(loop.run()))
     thread.start()
@@ -393,8 +401,9 @@ def test_maintenance_loop_ticks_after_each_pass_and_stops():
     assert result == [0] and loop.maintenance.passes >= len(ticks) >= 3
     assert loop.maintenance.closed  # left the workers registry on a clean stop
 
-    orphaned = MaintenanceLoop(StandInMaintenance(None, worker_id="w"), on_tick=lambda: None,
-                               parent_alive=lambda: False)
+    orphaned = MaintenanceLoop(
+        StandInMaintenance(None, worker_id="w"), on_tick=lambda: None, parent_alive=lambda: False
+    )
     assert orphaned.run() == 0 and orphaned.maintenance.passes == 1  # parent gone: stops
 
 
@@ -424,7 +433,8 @@ def test_drain_timeout_from_the_environment_overrides_every_queue(tmp_path, monk
     assert [w.drain_timeout for w in settings.workers] == [4.5, 4.5]
     # what each child's Worker runs with: the queue as declared, the override applied
     assert [w.spec for w in settings.workers] == [
-        dataclasses.replace(pool.queues[name], drain_timeout=4.5) for name in ("email", "sms")]
+        dataclasses.replace(pool.queues[name], drain_timeout=4.5) for name in ("email", "sms")
+    ]
     assert pool.queues["email"].drain_timeout == 7  # the pool is left as declared
 
 
@@ -436,16 +446,25 @@ def test_a_queue_named_maintenance_does_not_collide_with_the_maintenance_child(t
     pool.queue("maintenance")  # DESIGN §6's own cron example uses this queue name
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb", maintenance_interval=1.0)
     assert [(w.name, w.kind) for w in settings.workers] == [
-        ("maintenance", "queue"), ("@maintenance", "maintenance")]
+        ("maintenance", "queue"),
+        ("@maintenance", "maintenance"),
+    ]
 
 
 # -- the releaser at exit ---------------------------------------------------------------------
 
 
 def test_claims_of_children_dead_in_shutdown_go_to_one_releaser_killed_at_its_deadline(
-        fake, tmp_path, caplog):
-    sup = make(fake, tmp_path, worker("email", drain=5.0), worker("sms", drain=5.0),
-               drain_margin=2.0, release_margin=3.0)
+    fake, tmp_path, caplog
+):
+    sup = make(
+        fake,
+        tmp_path,
+        worker("email", drain=5.0),
+        worker("sms", drain=5.0),
+        drain_margin=2.0,
+        release_margin=3.0,
+    )
     email, sms = fake.pids_of("email")[0], fake.pids_of("sms")[0]
     tick(fake, sup, email, worker_id="e1")
     tick(fake, sup, sms, worker_id="s1")
@@ -492,8 +511,9 @@ def test_a_releaser_that_reports_and_exits_lets_the_parent_exit_at_once(fake, tm
     fake.exits = [(releaser_pid, exited(0))]
     assert sup.step() == exitcodes.OK
     assert fake.signals_to(releaser_pid) == []
-    [released] = [r for r in caplog.records
-                  if getattr(r, "event", "") == "orphans_released_at_exit"]
+    [released] = [
+        r for r in caplog.records if getattr(r, "event", "") == "orphans_released_at_exit"
+    ]
     assert released.count == 2
 
 
@@ -518,6 +538,9 @@ def test_the_grace_period_must_cover_drain_plus_both_margins(tmp_path):
     pool.queue("email", drain_timeout=26)
     settings = config.load(pool, heartbeat_dir=tmp_path / "hb", grace=31.5)  # 26 + 2 + 3 < 31.5
     assert settings.shutdown_budget == 26 + config.DRAIN_MARGIN + config.RELEASE_MARGIN == 31
-    with pytest.raises(ConfigError, match=r"plus the 5s shutdown margin is not below the "
-                                          r"orchestrator grace period \(30s\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"plus the 5s shutdown margin is not below the "
+        r"orchestrator grace period \(30s\)",
+    ):
         config.load(pool, heartbeat_dir=tmp_path / "hb", grace=30)  # 26 + 2 < 30 fit before

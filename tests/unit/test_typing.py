@@ -13,7 +13,7 @@ import workerpool
 
 ROOT = Path(workerpool.__file__).resolve().parent
 
-USER_CODE = '''
+USER_CODE = """
 from __future__ import annotations
 
 from workerpool import Backoff, Job, Permanent, WorkerPool
@@ -35,7 +35,7 @@ def signup(email: str) -> int:
 async def signup_async(email: str) -> list[int]:
     first = await pool.enqueue_async("send", {"to": email})
     return [first, *await pool.enqueue_many_async([("send", {"to": email})])]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,21 @@ def mypy(tmp_path_factory):
     cache = tmp_path_factory.mktemp("mypy-cache")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir",
-                               str(cache), "--follow-imports=silent", *args],
-                              capture_output=True, text=True, timeout=500)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--strict",
+                "--cache-dir",
+                str(cache),
+                "--follow-imports=silent",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=500,
+        )
 
     return run
 

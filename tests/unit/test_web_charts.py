@@ -8,8 +8,14 @@ from workerpool.web.charts import HEIGHT, MARGIN_BOTTOM, MARGIN_TOP, Bar, bar_ch
 
 
 def test_bars_scale_to_the_largest_and_text_is_escaped():
-    svg = str(bar_chart("<b>done</b>", [Bar("<i>12:00</i>", 2), Bar("12:01", 4),
-                                         Bar("12:02", 0)], "done\"x", note="a&b"))
+    svg = str(
+        bar_chart(
+            "<b>done</b>",
+            [Bar("<i>12:00</i>", 2), Bar("12:01", 4), Bar("12:02", 0)],
+            'done"x',
+            note="a&b",
+        )
+    )
     heights = [float(h) for h in re.findall(r'<rect [^>]*height="([\d.]+)"', svg)]
     full = HEIGHT - MARGIN_BOTTOM - MARGIN_TOP
     assert heights == [full / 2, full, 0.0]

@@ -11,9 +11,19 @@ NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def job(**fields):
-    row = {"id": 1, "queue": "email", "task": "send", "state": "pending", "dead_reason": None,
-           "run_at": NOW, "attempts": 0, "max_attempts": 5, "payload_version": 1,
-           "claimed_by": None, "claimed_at": None}
+    row = {
+        "id": 1,
+        "queue": "email",
+        "task": "send",
+        "state": "pending",
+        "dead_reason": None,
+        "run_at": NOW,
+        "attempts": 0,
+        "max_attempts": 5,
+        "payload_version": 1,
+        "claimed_by": None,
+        "claimed_at": None,
+    }
     return SimpleNamespace(**{**row, **fields})
 
 
@@ -33,7 +43,8 @@ def test_each_cause_is_named():
     live = [worker({"send": 1})]
     paused = SimpleNamespace(paused=True, paused_at=NOW, paused_by="ops")
     assert codes(why.Facts(job(run_at=NOW + timedelta(hours=1)), NOW, workers=live)) == [
-        "scheduled"]
+        "scheduled"
+    ]
     assert codes(why.Facts(job(), NOW, paused, live)) == ["paused"]
     assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1}, age=600)])) == ["no_worker"]
     assert codes(why.Facts(job(), NOW, workers=[worker({"other": 1})])) == ["unknown_task"]
@@ -42,8 +53,9 @@ def test_each_cause_is_named():
     running = job(state="processing", claimed_by="h:1:a", claimed_at=NOW - timedelta(seconds=5))
     holder = SimpleNamespace(id="h:1:a", queue="email", tasks={"send": 1}, age=2.0)
     reasons = why.reasons(why.Facts(running, NOW, workers=[holder]))
-    assert [r.code for r in reasons] == ["running"] and "worker h:1:a since 5.0s ago" in \
-        reasons[0].text
+    assert [r.code for r in reasons] == ["running"] and "worker h:1:a since 5.0s ago" in reasons[
+        0
+    ].text
     assert codes(why.Facts(running, NOW, workers=live)) == ["running", "orphaned"]
     silent = SimpleNamespace(id="h:1:a", queue="email", tasks={}, age=300.0)
     orphaned = why.reasons(why.Facts(running, NOW, workers=[silent]))[1]
@@ -55,8 +67,9 @@ def test_with_the_app_known_a_queue_no_live_worker_serves_is_still_named():
     """The app says which tasks exist; only the live workers say whether anything runs them."""
     known = {"send": 1}
     assert codes(why.Facts(job(), NOW, known=known)) == ["no_worker"]
-    assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1}, age=600)],
-                           known=known)) == ["no_worker"]
+    assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1}, age=600)], known=known)) == [
+        "no_worker"
+    ]
     assert codes(why.Facts(job(), NOW, workers=[worker({"send": 1})], known=known)) == []
 
 

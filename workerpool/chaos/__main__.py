@@ -20,34 +20,69 @@ from ..sql import db
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workerpool.chaos", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m workerpool.chaos",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seed", type=int, default=1, help="same seed, same fault schedule")
-    parser.add_argument("--duration", type=float, default=60.0,
-                        help="seconds of workload and faults (default 60), then the drain")
-    parser.add_argument("--database-url", default=None,
-                        help="a server to run on (default: $WORKERPOOL_DATABASE_URL, else a "
-                             "throwaway cluster made here)")
-    parser.add_argument("--own-cluster", action="store_true",
-                        help="ignore $WORKERPOOL_DATABASE_URL: always make a throwaway cluster")
-    parser.add_argument("--failover", nargs="?", const="sync", choices=["sync", "async"],
-                        default=None,
-                        help="with a throwaway cluster: add a standby (synchronous unless "
-                             "'async') and fail over to it once; async shows what it loses")
-    parser.add_argument("--rate", type=float, default=40.0,
-                        help="enqueue operations a second, all producers (default 40)")
-    parser.add_argument("--mean-gap", type=float, default=2.0,
-                        help="mean seconds between two faults (default 2)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        help="seconds of workload and faults (default 60), then the drain",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="a server to run on (default: $WORKERPOOL_DATABASE_URL, else a "
+        "throwaway cluster made here)",
+    )
+    parser.add_argument(
+        "--own-cluster",
+        action="store_true",
+        help="ignore $WORKERPOOL_DATABASE_URL: always make a throwaway cluster",
+    )
+    parser.add_argument(
+        "--failover",
+        nargs="?",
+        const="sync",
+        choices=["sync", "async"],
+        default=None,
+        help="with a throwaway cluster: add a standby (synchronous unless "
+        "'async') and fail over to it once; async shows what it loses",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=40.0,
+        help="enqueue operations a second, all producers (default 40)",
+    )
+    parser.add_argument(
+        "--mean-gap", type=float, default=2.0, help="mean seconds between two faults (default 2)"
+    )
     parser.add_argument("--supervisors", type=int, default=2, help="supervisors kept up")
-    parser.add_argument("--settle-timeout", type=float, default=30.0,
-                        help="the drain gives up after this many seconds in which no job "
-                             "finished (default 30)")
-    parser.add_argument("--json", default="chaos-result.json", metavar="PATH",
-                        help="where the result goes as JSON (default %(default)s)")
-    parser.add_argument("--logs", default=None, metavar="DIR",
-                        help="keep the supervisors' logs in DIR (default: removed)")
-    parser.add_argument("--schedule-only", action="store_true",
-                        help="print the seed's fault schedule and exit")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=30.0,
+        help="the drain gives up after this many seconds in which no job finished (default 30)",
+    )
+    parser.add_argument(
+        "--json",
+        default="chaos-result.json",
+        metavar="PATH",
+        help="where the result goes as JSON (default %(default)s)",
+    )
+    parser.add_argument(
+        "--logs",
+        default=None,
+        metavar="DIR",
+        help="keep the supervisors' logs in DIR (default: removed)",
+    )
+    parser.add_argument(
+        "--schedule-only", action="store_true", help="print the seed's fault schedule and exit"
+    )
     return parser
 
 
@@ -72,12 +107,20 @@ def options_from(args: argparse.Namespace):  # -> runner.Options
         except Exception:
             raise ConfigError("--database-url is not a valid URL (value hidden)") from None
     if args.failover and server is not None:
-        raise ConfigError("--failover needs a throwaway cluster: drop --database-url "
-                          "(or pass --own-cluster)")
-    return Options(seed=args.seed, duration=args.duration, server=server,
-                   failover=args.failover, supervisors=args.supervisors, rate=args.rate,
-                   mean_gap=args.mean_gap, settle_timeout=args.settle_timeout,
-                   logs=Path(args.logs).resolve() if args.logs else None)
+        raise ConfigError(
+            "--failover needs a throwaway cluster: drop --database-url (or pass --own-cluster)"
+        )
+    return Options(
+        seed=args.seed,
+        duration=args.duration,
+        server=server,
+        failover=args.failover,
+        supervisors=args.supervisors,
+        rate=args.rate,
+        mean_gap=args.mean_gap,
+        settle_timeout=args.settle_timeout,
+        logs=Path(args.logs).resolve() if args.logs else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = options_from(args)
         if args.schedule_only:
-            print(report.schedule_text(plan(options.seed, options.duration, options.mean_gap,
-                                            kinds(options), options.failover is not None)))
+            print(
+                report.schedule_text(
+                    plan(
+                        options.seed,
+                        options.duration,
+                        options.mean_gap,
+                        kinds(options),
+                        options.failover is not None,
+                    )
+                )
+            )
             return 0
         result = run(options, on_schedule=lambda s: print(report.schedule_text(s), flush=True))
     except WorkerpoolError as exc:

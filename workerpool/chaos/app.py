@@ -28,8 +28,12 @@ from workerpool import Backoff, Job, Permanent, WorkerPool
 from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, STEP, Ledger
 
 STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
-SETTINGS = {"stale_after": STALE_AFTER, "drain_timeout": 2.0, "hang_timeout": 3.0,
-            "poll_interval": 0.2}
+SETTINGS = {
+    "stale_after": STALE_AFTER,
+    "drain_timeout": 2.0,
+    "hang_timeout": 3.0,
+    "poll_interval": 0.2,
+}
 FAST_RETRY = Backoff(base=0.2, factor=2.0, cap=2.0)
 PROBE_EVERY = 0.5  # seconds between lease samples while a slow job runs
 CRON = "* * * * * */2"  # croniter's sixth field: seconds
@@ -62,10 +66,18 @@ class Execution:
         self.ledger = ledger()
 
     def __enter__(self) -> Execution:
-        self.ledger.execute(START, {
-            "exec": self.id, "job": self.job.id, "kind": self.kind, "attempt": self.job.attempt,
-            "worker": self.job.worker, "pid": os.getpid(),
-            "tick": str(self.job.payload.get("tick")) if self.kind == "tick" else None})
+        self.ledger.execute(
+            START,
+            {
+                "exec": self.id,
+                "job": self.job.id,
+                "kind": self.kind,
+                "attempt": self.job.attempt,
+                "worker": self.job.worker,
+                "pid": os.getpid(),
+                "tick": str(self.job.payload.get("tick")) if self.kind == "tick" else None,
+            },
+        )
         self.probe()
         return self
 
@@ -73,9 +85,16 @@ class Execution:
         self.finish("ok" if exc is None else f"raised:{type(exc).__name__}")
 
     def probe(self) -> bool:
-        row = self.ledger.execute(PROBE, {
-            "exec": self.id, "job": self.job.id, "worker": self.job.worker,
-            "attempt": self.job.attempt, "stale": STALE_AFTER})
+        row = self.ledger.execute(
+            PROBE,
+            {
+                "exec": self.id,
+                "job": self.job.id,
+                "worker": self.job.worker,
+                "attempt": self.job.attempt,
+                "stale": STALE_AFTER,
+            },
+        )
         return bool(row and row[0])
 
     def finish(self, outcome: str) -> None:
@@ -191,8 +210,15 @@ def poison(job: Job) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pool.cron(CRON, queue="cron", name="tick", overlap="skip", missed="run_once", max_attempts=5,
-           backoff=FAST_RETRY)
+@pool.cron(
+    CRON,
+    queue="cron",
+    name="tick",
+    overlap="skip",
+    missed="run_once",
+    max_attempts=5,
+    backoff=FAST_RETRY,
+)
 def tick(job: Job) -> None:
     with Execution(job, "tick") as run:
         # one tick in four outlasts the period: the next tick must be skipped, not overlapped

@@ -102,8 +102,9 @@ def _enqueues(history: History, by_key: dict, execs_by_job: dict, verdict: Verdi
             verdict.notes["enqueue outcome unknown, found (recovered)"] += 1
 
 
-def _job(row: dict[str, Any], runs: list[dict[str, Any]], history: History,
-         verdict: Verdict) -> None:
+def _job(
+    row: dict[str, Any], runs: list[dict[str, Any]], history: History, verdict: Verdict
+) -> None:
     job_id = row["id"]
     if row["state"] == "processing":
         verdict.add("left_processing", job_id)
@@ -141,8 +142,11 @@ def lease_interval(history: History, exec_id: str) -> tuple[datetime, datetime] 
 
 
 def _overlaps(runs: list[dict[str, Any]], history: History) -> list[tuple[str, str]]:
-    spans = sorted((span, run["exec_id"]) for run in runs
-                   if (span := lease_interval(history, run["exec_id"])) is not None)
+    spans = sorted(
+        (span, run["exec_id"])
+        for run in runs
+        if (span := lease_interval(history, run["exec_id"])) is not None
+    )
     found = []
     latest: tuple[datetime, str] | None = None  # the span reaching furthest so far, and whose
     for (start, end), exec_id in spans:
@@ -171,7 +175,8 @@ def _cron(history: History, verdict: Verdict) -> None:
             verdict.add("cron_tick_twice", {"tick": tick, "jobs": sorted(jobs)})
     verdict.notes["cron ticks run"] = len(ticks)
     verdict.notes["cron ticks completed more than once (re-run after a lost ack)"] = sum(
-        1 for n in ok_runs.values() if n > 1)
+        1 for n in ok_runs.values() if n > 1
+    )
     for a, b in _overlaps(cron_runs, history):
         job_a = next(r["job_id"] for r in cron_runs if r["exec_id"] == a)
         job_b = next(r["job_id"] for r in cron_runs if r["exec_id"] == b)
@@ -199,21 +204,28 @@ def _batches(history: History, verdict: Verdict) -> None:
                 verdict.add("callback_before_finish", batch_id)
             continue
         if not ended:
-            verdict.add("batch_fired_early", {"batch": batch_id, "live": [
-                row["id"] for row in own if row["state"] not in TERMINAL]})
+            verdict.add(
+                "batch_fired_early",
+                {
+                    "batch": batch_id,
+                    "live": [row["id"] for row in own if row["state"] not in TERMINAL],
+                },
+            )
         last = max((row["finished_at"] for row in own if row["finished_at"]), default=None)
         if last is not None and batch["finished_at"] < last:
             verdict.add("batch_fired_early", {"batch": batch_id, "finished": str(last)})
         if len(fired) != 1 or {row["id"] for row in fired} != callbacks:
-            verdict.add("callback_count",
-                        {"batch": batch_id, "jobs": sorted(row["id"] for row in fired)})
+            verdict.add(
+                "callback_count", {"batch": batch_id, "jobs": sorted(row["id"] for row in fired)}
+            )
         if batch["fired_by"] == "sweep":
             verdict.add("batch_swept", batch_id)
         verdict.notes[f"batch members per finished batch: {_size(len(own))}"] += 1
     for seen in history.callbacks:
         if seen["live"]:
-            verdict.add("callback_saw_live_members", {"batch": seen["batch_id"],
-                                                      "live": seen["live"]})
+            verdict.add(
+                "callback_saw_live_members", {"batch": seen["batch_id"], "live": seen["live"]}
+            )
 
 
 def _size(count: int) -> str:
@@ -232,38 +244,47 @@ def _results(history: History, verdict: Verdict) -> None:
             verdict.add("wrong_result", {"job": row["id"], "stored": row.get("result")})
     for read in history.reads:
         verdict.notes[f"results read: {read['error'] or 'value'}"] += 1
-        if read["error"] is None and read["value"] != expected_result(read["task"], read["key"],
-                                                                      {}):
+        if read["error"] is None and read["value"] != expected_result(
+            read["task"], read["key"], {}
+        ):
             verdict.add("wrong_result_read", read)
 
 
 def _workflows(history: History, execs_by_job: dict, verdict: Verdict) -> None:
     jobs = history.jobs
-    first_start = {job_id: min(run["started_at"] for run in runs)
-                   for job_id, runs in execs_by_job.items() if runs}
+    first_start = {
+        job_id: min(run["started_at"] for run in runs)
+        for job_id, runs in execs_by_job.items()
+        if runs
+    }
     for edge in history.edges:
         job, parent = jobs.get(edge["job_id"]), jobs.get(edge["parent_id"])
         verdict.notes[f"dependency edges: {edge['kind']}"] += 1
         if job is None or parent is None:
             continue
         started = first_start.get(job["id"])
-        if started is not None and (parent["finished_at"] is None
-                                    or started < parent["finished_at"]):
+        if started is not None and (
+            parent["finished_at"] is None or started < parent["finished_at"]
+        ):
             verdict.add("ran_before_parent", {"job": job["id"], "parent": parent["id"]})
         failed = parent["state"] in ("dead", "cancelled")
         if edge["kind"] == "after" and failed:
             if edge["if_failed"] == "cancel":
                 verdict.notes["dependents of a failed parent: cancelled"] += 1
                 if job["state"] != "cancelled" or started is not None:
-                    verdict.add("dependent_not_cancelled",
-                                {"job": job["id"], "state": job["state"], "parent": parent["id"]})
+                    verdict.add(
+                        "dependent_not_cancelled",
+                        {"job": job["id"], "state": job["state"], "parent": parent["id"]},
+                    )
             elif job["state"] == "cancelled" and _cancelled_by_parent(job) == parent["id"]:
                 verdict.add("dependent_not_run", {"job": job["id"], "parent": parent["id"]})
             else:
                 verdict.notes["dependents of a failed parent: ran anyway"] += 1
     for row in jobs.values():
-        if any(entry.get("type") == "DependencySweep" or entry.get("swept")
-               for entry in row["errors"] or []):
+        if any(
+            entry.get("type") == "DependencySweep" or entry.get("swept")
+            for entry in row["errors"] or []
+        ):
             verdict.add("dependency_swept", row["id"])
         if row.get("sequence") and row["state"] not in TERMINAL:
             verdict.add("sequence_job_unfinished", row["id"])
@@ -275,8 +296,7 @@ def _cancelled_by_parent(row: dict[str, Any]) -> int | None:
     return last.get("parent") if last.get("type") == "DependencyFailed" else None
 
 
-def _sequences(history: History, execs_by_job: dict, first_start: dict,
-               verdict: Verdict) -> None:
+def _sequences(history: History, execs_by_job: dict, first_start: dict, verdict: Verdict) -> None:
     """Each sequence: a job starts only after the one enqueued before it ended, and no two of
     its jobs held a valid lease at once."""
     lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -288,15 +308,19 @@ def _sequences(history: History, execs_by_job: dict, first_start: dict,
         verdict.notes["sequenced jobs"] += len(rows)
         for before, after in itertools.pairwise(rows):
             started = first_start.get(after["id"])
-            if started is not None and (before["finished_at"] is None
-                                        or started < before["finished_at"]):
-                verdict.add("sequence_out_of_order", {"sequence": name, "jobs": [
-                    before["id"], after["id"]]})
+            if started is not None and (
+                before["finished_at"] is None or started < before["finished_at"]
+            ):
+                verdict.add(
+                    "sequence_out_of_order", {"sequence": name, "jobs": [before["id"], after["id"]]}
+                )
         runs = [run for row in rows for run in execs_by_job.get(row["id"], [])]
         owner = {run["exec_id"]: run["job_id"] for run in runs}
         for a, b in _overlaps(runs, history):
             if owner[a] != owner[b]:
                 verdict.add("sequence_overlap", {"sequence": name, "jobs": [owner[a], owner[b]]})
+
+
 def _steps(history: History, verdict: Verdict) -> None:
     """A finished step never runs again: no run of its work started after the job recorded it
     (both times on the database clock; the work is written before the step is recorded)."""
@@ -316,22 +340,24 @@ def _steps(history: History, verdict: Verdict) -> None:
             done_at = runs.get((row["id"], name), [])
             again = [at for at in done_at if at > finished]
             if again:
-                verdict.add("step_ran_twice", {"job": row["id"], "step": name,
-                                               "runs": len(done_at)})
+                verdict.add(
+                    "step_ran_twice", {"job": row["id"], "step": name, "runs": len(done_at)}
+                )
             if len(done_at) > 1:
                 verdict.notes["steps run again before they were recorded (a fault between)"] += 1
             verdict.notes["steps recorded"] += 1
 
 
-def recovery_times(landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]
-                   ) -> dict[str, list[float]]:
+def recovery_times(
+    landed: list[tuple[int, str, float]], runs: list[tuple[float, float]]
+) -> dict[str, list[float]]:
     """Per fault kind: seconds from each fault to the first completion of an execution that
     started after it (new work done, not a run that was already past the fault)."""
     runs = sorted(runs)  # (started, finished) of successful executions
     starts = [started for started, _ in runs]
     found: dict[str, list[float]] = defaultdict(list)
     for _, kind, at in landed:
-        after = runs[bisect.bisect_right(starts, at):]
+        after = runs[bisect.bisect_right(starts, at) :]
         if after:
             found[kind].append(min(finished for _, finished in after[:200]) - at)
     return dict(found)

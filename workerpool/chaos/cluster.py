@@ -77,12 +77,27 @@ class Cluster:
         return self.root / f"{self.name}.log"
 
     def url(self, database: str = "postgres") -> URL:
-        return URL.create("postgresql+psycopg", username="postgres", host="127.0.0.1",
-                          port=self.port, database=database)
+        return URL.create(
+            "postgresql+psycopg",
+            username="postgres",
+            host="127.0.0.1",
+            port=self.port,
+            database=database,
+        )
 
     def initdb(self, extra: dict[str, str] | None = None) -> None:
-        _run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-             "--no-sync", "--no-instructions")
+        _run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
         self.configure({**SETTINGS, **(extra or {})})
 
     def configure(self, settings: dict[str, str]) -> None:
@@ -121,15 +136,29 @@ class Cluster:
 
     def base_backup_into(self, standby: Cluster) -> None:
         """Make ``standby`` a streaming replica of this cluster (synchronous once named)."""
-        _run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1", "-p", str(self.port),
-             "-U", "postgres", "-X", "stream", "--no-sync", "-R",
-             "--checkpoint=fast")  # a spread checkpoint would take minutes of an idle server
-        conninfo = (f"host=127.0.0.1 port={self.port} user=postgres "
-                    f"application_name={STANDBY_NAME}")
+        _run(
+            "pg_basebackup",
+            "-D",
+            str(standby.data),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-X",
+            "stream",
+            "--no-sync",
+            "-R",
+            "--checkpoint=fast",
+        )  # a spread checkpoint would take minutes of an idle server
+        conninfo = f"host=127.0.0.1 port={self.port} user=postgres application_name={STANDBY_NAME}"
         with (standby.data / "postgresql.auto.conf").open("a") as conf:
             # once promoted it is alone: it must not wait for a synchronous standby of its own
-            conf.write(f"primary_conninfo = '{conninfo}'\nport = {standby.port}\n"
-                       "synchronous_standby_names = ''\n")
+            conf.write(
+                f"primary_conninfo = '{conninfo}'\nport = {standby.port}\n"
+                "synchronous_standby_names = ''\n"
+            )
 
 
 @contextlib.contextmanager
@@ -164,10 +193,12 @@ def _run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProce
     if owner is not None:
         command = ["runuser", "-u", owner.pw_name, "--", *command]
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, cwd="/")
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd="/"
+    )
     log.debug("%s took %.2fs", tool, time.monotonic() - started)
     if check and done.returncode != 0:
-        raise RuntimeError(f"{tool} failed ({done.returncode}): "
-                           f"{(done.stderr or done.stdout).strip()[-500:]}")
+        raise RuntimeError(
+            f"{tool} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
+        )
     return done

@@ -152,13 +152,22 @@ class Injector:
         for ``fault.seconds``: new connections fail with "too many clients" meanwhile."""
         server = self._primary()
         held: list[psycopg.Connection] = []
-        kwargs = {k: v for k, v in self.admin_kwargs.items()
-                  if k not in ("host", "port", "target_session_attrs")}
+        kwargs = {
+            k: v
+            for k, v in self.admin_kwargs.items()
+            if k not in ("host", "port", "target_session_attrs")
+        }
         try:
             while len(held) < MAX_HELD:
                 try:
-                    held.append(psycopg.connect(host="127.0.0.1", port=server.port,
-                                                application_name="chaos hog", **kwargs))
+                    held.append(
+                        psycopg.connect(
+                            host="127.0.0.1",
+                            port=server.port,
+                            application_name="chaos hog",
+                            **kwargs,
+                        )
+                    )
                 except psycopg.OperationalError:
                     break
             release = threading.Timer(fault.seconds, _close_all, (held,))
@@ -206,10 +215,14 @@ class Injector:
         acknowledged meanwhile never left it, which is what a lagging asynchronous standby
         loses. (Stopping the standby's receiver instead loses nothing: the WAL already sent
         waits in its socket buffer.)"""
-        kwargs = {k: v for k, v in self.admin_kwargs.items()
-                  if k not in ("host", "port", "target_session_attrs")}
-        with psycopg.connect(autocommit=True, host="127.0.0.1", port=primary.port,
-                             **kwargs) as conn:
+        kwargs = {
+            k: v
+            for k, v in self.admin_kwargs.items()
+            if k not in ("host", "port", "target_session_attrs")
+        }
+        with psycopg.connect(
+            autocommit=True, host="127.0.0.1", port=primary.port, **kwargs
+        ) as conn:
             senders = [row[0] for row in conn.execute("SELECT pid FROM pg_stat_replication")]
         for pid in senders:
             os.kill(pid, signal.SIGSTOP)

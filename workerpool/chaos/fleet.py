@@ -53,7 +53,7 @@ def group_members(pgid: int) -> list[int]:
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) == pgid and fields[0] != "Z":
                 found.append(int(entry.name))
     return found
@@ -81,10 +81,26 @@ class Fleet:
         beats.mkdir(mode=0o700)
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", APP, "--heartbeat-dir", str(beats),
-                 "--restart-delay", "0.2", "--boot-retries", "1000"],
-                env=self.env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, cwd=self.workdir)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    APP,
+                    "--heartbeat-dir",
+                    str(beats),
+                    "--restart-delay",
+                    "0.2",
+                    "--boot-retries",
+                    "1000",
+                ],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
         member = Member(process, log_path)
         with self._lock:
             self.members.append(member)
@@ -140,13 +156,15 @@ class Fleet:
     def orphans(self, now: float | None = None) -> list[tuple[int, list[int]]]:
         """Groups of gone supervisors with processes alive ``ORPHAN_WAIT`` after the end."""
         now = time.monotonic() if now is None else now
-        return [(pgid, alive) for pgid, when in self.gone
-                if now - when > ORPHAN_WAIT and (alive := group_members(pgid))]
+        return [
+            (pgid, alive)
+            for pgid, when in self.gone
+            if now - when > ORPHAN_WAIT and (alive := group_members(pgid))
+        ]
 
     def stop_all(self, timeout: float) -> None:
         for member in self.live():
             self.terminate(member, timeout)
-
 
     def kill_everything(self) -> None:
         for pgid in [m.pid for m in self.members] + [pgid for pgid, _ in self.gone]:

@@ -62,8 +62,9 @@ class Read:
 class Producers:
     """``threads`` producers at about ``rate`` operations a second in all, until stopped."""
 
-    def __init__(self, pool: WorkerPool, seed: int, rate: float, threads: int,
-                 poison_every: float) -> None:
+    def __init__(
+        self, pool: WorkerPool, seed: int, rate: float, threads: int, poison_every: float
+    ) -> None:
         self.pool, self.seed, self.rate, self.threads = pool, seed, rate, threads
         self.poison_every = poison_every
         self.log: list[Enqueued] = []
@@ -77,8 +78,9 @@ class Producers:
 
     def start(self) -> None:
         for index in range(self.threads):
-            thread = threading.Thread(target=self._run, args=(index,), daemon=True,
-                                      name=f"chaos-producer-{index}")
+            thread = threading.Thread(
+                target=self._run, args=(index,), daemon=True, name=f"chaos-producer-{index}"
+            )
             thread.start()
             self._workers.append(thread)
 
@@ -104,16 +106,18 @@ class Producers:
                 self._workflow(rng)
                 continue
             size = {"bulk": rng.randint(3, 10), "batch": rng.randint(0, 20)}.get(mode, 1)
-            batch = [self._job(rng, bulk=mode == "bulk", member=mode == "batch")
-                     for _ in range(size)]
+            batch = [
+                self._job(rng, bulk=mode == "bulk", member=mode == "batch") for _ in range(size)
+            ]
             try:
                 self._enqueue(mode, batch)
             except Exception as exc:  # gave up after RETRY_FOR: logged, checked as unknown
                 log.warning("enqueue gave up: %s", exc)
                 self._record(batch, mode, "gave_up")
 
-    def _job(self, rng: random.Random, bulk: bool, member: bool = False
-             ) -> tuple[str, dict[str, Any], str]:
+    def _job(
+        self, rng: random.Random, bulk: bool, member: bool = False
+    ) -> tuple[str, dict[str, Any], str]:
         with self._lock:
             self._count += 1
             key = f"chaos:{self.seed}:{self._count}"
@@ -125,8 +129,9 @@ class Producers:
         if poison:
             return "poison", {}, key
         # slow jobs hold a slot for seconds: few of them, never in bulk, or the backlog grows
-        task = rng.choices(("plain", "flaky", "slow", "stepped"),
-                           (85, 12, 0 if bulk else 3, 0 if bulk else 3))[0]
+        task = rng.choices(
+            ("plain", "flaky", "slow", "stepped"), (85, 12, 0 if bulk else 3, 0 if bulk else 3)
+        )[0]
         payload: dict[str, Any] = {
             "plain": lambda: {"seconds": round(rng.uniform(0.005, 0.05), 3)},
             "flaky": lambda: {"fail": rng.randint(1, 2)},
@@ -174,11 +179,13 @@ class Producers:
         with self._lock:
             self.reads.append(read)
 
-    def _write(self, mode: str, batch: list[tuple[str, dict[str, Any], str]],
-               batch_key: str | None = None) -> list[int]:
+    def _write(
+        self, mode: str, batch: list[tuple[str, dict[str, Any], str]], batch_key: str | None = None
+    ) -> list[int]:
         if mode == "batch":
-            with self.pool.batch(on_complete="batch_done", key=batch_key,
-                                 payload={"producer": batch_key}) as opened:
+            with self.pool.batch(
+                on_complete="batch_done", key=batch_key, payload={"producer": batch_key}
+            ) as opened:
                 return opened.enqueue_many([(t, p, {"key": k}) for t, p, k in batch])
         if mode in ("single", "result"):
             task, payload, key = batch[0]
@@ -200,9 +207,15 @@ class Producers:
         shape = rng.choice(SHAPES)
 
         def step(i: int, run: bool = False) -> tuple[str, dict[str, Any]]:
-            return ("node_run" if run else "node",
-                    {"wf": key, "i": i, "fail": rng.random() < STEP_FAILS,
-                     "seconds": round(rng.uniform(0.005, 0.03), 3)})
+            return (
+                "node_run" if run else "node",
+                {
+                    "wf": key,
+                    "i": i,
+                    "fail": rng.random() < STEP_FAILS,
+                    "seconds": round(rng.uniform(0.005, 0.03), 3),
+                },
+            )
 
         steps = [step(i, run=i > 0 and rng.random() < 0.2) for i in range(rng.randint(2, 5))]
         sequence = f"chaos-seq:{rng.randrange(SEQUENCES)}"
@@ -225,15 +238,18 @@ class Producers:
         with self._lock:
             self.workflows[f"{shape}: {status}"] += 1
 
-    def _write_workflow(self, conn: Any, shape: str, steps: list[tuple[str, dict[str, Any]]],
-                        sequence: str) -> None:
+    def _write_workflow(
+        self, conn: Any, shape: str, steps: list[tuple[str, dict[str, Any]]], sequence: str
+    ) -> None:
         if shape == "chain":
             self.pool.chain(steps, conn=conn)
         elif shape == "graph":  # a diamond: the first, the middle ones after it, the last
             graph = self.pool.workflow()
             first = graph.step("first", *steps[0])
-            middle = [graph.step(f"m{i}", task, payload, after=[first])
-                      for i, (task, payload) in enumerate(steps[1:-1])]
+            middle = [
+                graph.step(f"m{i}", task, payload, after=[first])
+                for i, (task, payload) in enumerate(steps[1:-1])
+            ]
             graph.step("last", *steps[-1], after=middle or [first])
             graph.run(conn)
         else:
@@ -243,8 +259,12 @@ class Producers:
     def _committed(self, key: str) -> bool:
         try:
             with self.pool.engine.connect() as conn:
-                return conn.execute(text("SELECT 1 FROM chaos_business WHERE key = :key"),
-                                    {"key": key}).first() is not None
+                return (
+                    conn.execute(
+                        text("SELECT 1 FROM chaos_business WHERE key = :key"), {"key": key}
+                    ).first()
+                    is not None
+                )
         except Exception:
             return False
 
@@ -261,9 +281,17 @@ class Producers:
         except Exception:  # failed before the rollback: nothing was committed either
             self._record(batch, "rollback", "rolled_back", [job_id])
 
-    def _record(self, batch: list[tuple[str, dict[str, Any], str]], mode: str, status: str,
-                ids: list[int | None] | None = None, batch_key: str | None = None) -> None:
+    def _record(
+        self,
+        batch: list[tuple[str, dict[str, Any], str]],
+        mode: str,
+        status: str,
+        ids: list[int | None] | None = None,
+        batch_key: str | None = None,
+    ) -> None:
         ids = ids or [None] * len(batch)
         with self._lock:
-            self.log += [Enqueued(key, task, mode, status, job_id, batch_key)
-                         for (task, _, key), job_id in zip(batch, ids, strict=True)]
+            self.log += [
+                Enqueued(key, task, mode, status, job_id, batch_key)
+                for (task, _, key), job_id in zip(batch, ids, strict=True)
+            ]

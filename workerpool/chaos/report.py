@@ -23,21 +23,25 @@ def schedule_text(schedule: list[Fault]) -> str:
 def spread(values: list[float]) -> str:
     if not values:
         return "-"
-    return (f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}")
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def table(options: Options, result: Result) -> str:
     verdict = result.verdict
     landed = Counter(item.fault.kind for item in result.injector.landed if not item.error)
     failed = Counter(item.fault.kind for item in result.injector.landed if item.error)
-    rows = [f"workerpool.chaos: seed {options.seed}, {options.duration:g}s of faults, "
-            f"{result.elapsed:.0f}s in all, on {result.target}",
-            "phases ended at: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items()),
-            "",
-            f"{'fault':<24}{'injected':>9}{'failed':>8}   recovery s (min / median / max)"]
+    rows = [
+        f"workerpool.chaos: seed {options.seed}, {options.duration:g}s of faults, "
+        f"{result.elapsed:.0f}s in all, on {result.target}",
+        "phases ended at: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items()),
+        "",
+        f"{'fault':<24}{'injected':>9}{'failed':>8}   recovery s (min / median / max)",
+    ]
     for kind in sorted(set(landed) | set(failed)):
-        rows.append(f"{kind:<24}{landed[kind]:>9}{failed[kind]:>8}   "
-                    f"{spread(result.recovery.get(kind, []))}")
+        rows.append(
+            f"{kind:<24}{landed[kind]:>9}{failed[kind]:>8}   "
+            f"{spread(result.recovery.get(kind, []))}"
+        )
     rows += ["", f"{'jobs by outcome':<40}{'count':>8}"]
     rows += [f"{name:<40}{count:>8}" for name, count in sorted(verdict.outcomes.items())]
     rows += ["", f"{'history':<64}{'count':>8}"]
@@ -49,21 +53,36 @@ def table(options: Options, result: Result) -> str:
             more = f" (+{len(found) - SHOWN_IDS} more)" if len(found) > SHOWN_IDS else ""
             rows.append(f"  {kind}: {len(found)}: {shown}{more}")
     if options.failover == "async":
-        rows.append("(asynchronous standby: the commits of its last 2 s of lag are lost on "
-                    "purpose, see docs/chaos.md)")
+        rows.append(
+            "(asynchronous standby: the commits of its last 2 s of lag are lost on "
+            "purpose, see docs/chaos.md)"
+        )
     rows.append("result: " + ("PASS" if verdict.ok else "FAIL"))
     return "\n".join(rows)
 
 
 def as_json(options: Options, result: Result) -> dict[str, Any]:
     return {
-        "seed": options.seed, "duration": options.duration, "target": result.target,
-        "elapsed": result.elapsed, "phases": result.phases, "failover": options.failover,
+        "seed": options.seed,
+        "duration": options.duration,
+        "target": result.target,
+        "elapsed": result.elapsed,
+        "phases": result.phases,
+        "failover": options.failover,
         "schedule": [vars(f) for f in result.schedule],
-        "faults": [{"seq": i.fault.seq, "kind": i.fault.kind, "at": i.at, "target": i.target,
-                    "error": i.error} for i in result.injector.landed],
+        "faults": [
+            {
+                "seq": i.fault.seq,
+                "kind": i.fault.kind,
+                "at": i.at,
+                "target": i.target,
+                "error": i.error,
+            }
+            for i in result.injector.landed
+        ],
         "recovery_seconds": result.recovery,
-        "outcomes": dict(result.verdict.outcomes), "history": dict(result.verdict.notes),
+        "outcomes": dict(result.verdict.outcomes),
+        "history": dict(result.verdict.notes),
         "violations": {k: v for k, v in result.verdict.violations.items() if v},
         "supervisor_exits": result.fleet.exit_codes,
         "ok": result.verdict.ok,

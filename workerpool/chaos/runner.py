@@ -71,8 +71,13 @@ def kinds(options: Options) -> tuple[str, ...]:
 
 
 def run(options: Options, on_schedule: Any = None) -> Result:
-    schedule = plan(options.seed, options.duration, options.mean_gap, kinds(options),
-                    failover=options.failover is not None)
+    schedule = plan(
+        options.seed,
+        options.duration,
+        options.mean_gap,
+        kinds(options),
+        failover=options.failover is not None,
+    )
     if on_schedule is not None:
         on_schedule(schedule)
     with contextlib.ExitStack() as stack:
@@ -91,8 +96,9 @@ def _database(options: Options, root: Path) -> Iterator[tuple[Servers, URL]]:
         if options.server is None:
             servers.primary = clusters.Cluster(root, "primary")
             synchronous = options.failover == "sync"
-            extra = {"synchronous_standby_names": f"'{clusters.STANDBY_NAME}'"} \
-                if synchronous else {}
+            extra = (
+                {"synchronous_standby_names": f"'{clusters.STANDBY_NAME}'"} if synchronous else {}
+            )
             servers.primary.initdb(extra)
             servers.primary.start()
             servers.asynchronous = options.failover == "async"
@@ -122,8 +128,15 @@ def _database(options: Options, root: Path) -> Iterator[tuple[Servers, URL]]:
 
 def _multi_host(url: URL, ports: list[int]) -> URL:
     hosts = tuple(f"{url.host}:{port}" for port in ports)
-    return URL.create(url.drivername, url.username, url.password, None, None, url.database,
-                      {"host": hosts, "target_session_attrs": "read-write"})
+    return URL.create(
+        url.drivername,
+        url.username,
+        url.password,
+        None,
+        None,
+        url.database,
+        {"host": hosts, "target_session_attrs": "read-write"},
+    )
 
 
 def _admin(server: URL, *statements: str) -> None:
@@ -134,8 +147,10 @@ def _admin(server: URL, *statements: str) -> None:
 
 def _drop_marked(server: URL, name: str) -> None:
     with psycopg.connect(autocommit=True, **db.connect_kwargs(server)) as conn:
-        row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database "
-                           "WHERE datname = %s", (name,)).fetchone()
+        row = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            (name,),
+        ).fetchone()
         if row is not None and row[0] == MARK:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[arg-type]
 
@@ -176,22 +191,36 @@ def _through(url: URL, proxies: list[BlackholeProxy]) -> URL:
         return url
     hosts = tuple(f"127.0.0.1:{proxy.port}" for proxy in proxies)
     query = {k: v for k, v in url.query.items() if k != "host"}
-    return URL.create(url.drivername, url.username, url.password, None, None, url.database,
-                      {**query, "host": hosts})
+    return URL.create(
+        url.drivername,
+        url.username,
+        url.password,
+        None,
+        None,
+        url.database,
+        {**query, "host": hosts},
+    )
 
 
-def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
-         workdir: Path) -> Result:
+def _run(
+    options: Options, schedule: list[Fault], servers: Servers, url: URL, workdir: Path
+) -> Result:
     started = time.monotonic()
     os.environ[settings.URL_ENV] = url.render_as_string(hide_password=False)
     from . import app
 
     proxies = _proxies(url)
     fleet = Fleet(_env(_through(url, proxies), url), workdir, options.supervisors)
-    injector = Injector(fleet, db.connect_kwargs(url), servers, DRAIN_WAIT, _clock_offset(url),
-                        proxies=proxies)
-    producers = Producers(app.pool, options.seed, options.rate, threads=3,
-                          poison_every=min(30.0, max(10.0, options.duration / 4)))
+    injector = Injector(
+        fleet, db.connect_kwargs(url), servers, DRAIN_WAIT, _clock_offset(url), proxies=proxies
+    )
+    producers = Producers(
+        app.pool,
+        options.seed,
+        options.rate,
+        threads=3,
+        poison_every=min(30.0, max(10.0, options.duration / 4)),
+    )
     try:
         fleet.fill()
         _wait_booted(fleet, expected=EXPECTED_CHILDREN)
@@ -218,11 +247,21 @@ def _run(options: Options, schedule: list[Fault], servers: Servers, url: URL,
     for shape, count in producers.workflows.items():
         verdict.notes[f"workflow enqueue {shape}"] = count
     landed = [(item.fault.seq, item.fault.kind, item.at) for item in injector.landed]
-    completions = [(run["started_at"].timestamp(), run["finished_at"].timestamp())
-                   for run in history.execs
-                   if run["outcome"] == "ok" and run["finished_at"] is not None]
-    return Result(schedule, injector, verdict, recovery_times(landed, completions), fleet,
-                  time.monotonic() - started, db.redact(url), phases)
+    completions = [
+        (run["started_at"].timestamp(), run["finished_at"].timestamp())
+        for run in history.execs
+        if run["outcome"] == "ok" and run["finished_at"] is not None
+    ]
+    return Result(
+        schedule,
+        injector,
+        verdict,
+        recovery_times(landed, completions),
+        fleet,
+        time.monotonic() - started,
+        db.redact(url),
+        phases,
+    )
 
 
 def judge(history: History, fleet: Fleet) -> Verdict:
@@ -249,8 +288,9 @@ def _wait_booted(fleet: Fleet, expected: int, timeout: float = 60.0) -> None:
         if live and all(len(m.children()) >= expected for m in live):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"supervisors did not start their children within {timeout:g}s; "
-                       f"see {fleet.workdir}")
+    raise RuntimeError(
+        f"supervisors did not start their children within {timeout:g}s; see {fleet.workdir}"
+    )
 
 
 def _play(schedule: list[Fault], injector: Injector, started: float, duration: float) -> None:
@@ -288,8 +328,9 @@ def _settle(url: URL, timeout: float) -> None:
             if left is None or (count is not None and count < left):
                 deadline, left = time.monotonic() + timeout, count  # progress: wait on
         time.sleep(0.5)
-    log.warning("%s jobs still unfinished after the workload ended (no progress for %gs)",
-                left, timeout)
+    log.warning(
+        "%s jobs still unfinished after the workload ended (no progress for %gs)", left, timeout
+    )
 
 
 def _wait_orphans(fleet: Fleet) -> None:
@@ -300,19 +341,32 @@ def _wait_orphans(fleet: Fleet) -> None:
             time.sleep(0.2)
 
 
-def read_history(url: URL, enqueued: list[dict[str, Any]],
-                 reads: list[dict[str, Any]] | None = None) -> History:
-    with psycopg.connect(autocommit=True, row_factory=psycopg.rows.dict_row,
-                         **db.connect_kwargs(url)) as conn:
+def read_history(
+    url: URL, enqueued: list[dict[str, Any]], reads: list[dict[str, Any]] | None = None
+) -> History:
+    with psycopg.connect(
+        autocommit=True, row_factory=psycopg.rows.dict_row, **db.connect_kwargs(url)
+    ) as conn:
         # both tables: the maintenance child moves finished jobs to the history during the run
-        jobs = {row["id"]: row for row in conn.execute(
-            "SELECT * FROM " + sql_history.union(
-                "id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
-                " payload, result, batch_id, finished_at, sequence, steps", "true")
-            + " AS jobs")}
-        batches = {row["id"]: row for row in conn.execute(
-            "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
-            " FROM workerpool_batches")}
+        jobs = {
+            row["id"]: row
+            for row in conn.execute(
+                "SELECT * FROM "
+                + sql_history.union(
+                    "id, key, task, state, dead_reason, attempts, max_attempts, crashes, errors,"
+                    " payload, result, batch_id, finished_at, sequence, steps",
+                    "true",
+                )
+                + " AS jobs"
+            )
+        }
+        batches = {
+            row["id"]: row
+            for row in conn.execute(
+                "SELECT id, key, finished_at, outcome, fired_by, callback_ids"
+                " FROM workerpool_batches"
+            )
+        }
         callbacks = list(conn.execute("SELECT * FROM chaos_callback"))
         execs = list(conn.execute("SELECT * FROM chaos_exec ORDER BY started_at"))
         probes: dict[str, list] = {}
@@ -321,8 +375,9 @@ def read_history(url: URL, enqueued: list[dict[str, Any]],
         effects = {row["key"]: row for row in conn.execute("SELECT * FROM chaos_effect")}
         edges = list(conn.execute("SELECT * FROM workerpool_job_dependencies"))
         step_runs = list(conn.execute("SELECT * FROM chaos_step ORDER BY at"))
-    return History(enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [],
-                   edges, step_runs)
+    return History(
+        enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [], edges, step_runs
+    )
 
 
 __all__ = ["FAILOVER", "Options", "Result", "run"]

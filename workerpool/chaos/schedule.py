@@ -11,14 +11,28 @@ import random
 from dataclasses import asdict, dataclass
 
 #: Faults any run may inject (against any PostgreSQL server).
-PROCESS_FAULTS = ("kill_child", "stop_child", "kill_supervisor", "term_supervisor",
-                  "terminate_backends", "blackhole")
+PROCESS_FAULTS = (
+    "kill_child",
+    "stop_child",
+    "kill_supervisor",
+    "term_supervisor",
+    "terminate_backends",
+    "blackhole",
+)
 #: Faults that stop or replace the database server: only against a cluster the run created.
 SERVER_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "exhaust_connections")
 FAILOVER = "failover"
-WEIGHTS = {"kill_child": 5, "stop_child": 3, "kill_supervisor": 2, "term_supervisor": 2,
-           "terminate_backends": 3, "blackhole": 1, "pg_restart_fast": 1, "pg_restart_immediate": 1,
-           "exhaust_connections": 1}
+WEIGHTS = {
+    "kill_child": 5,
+    "stop_child": 3,
+    "kill_supervisor": 2,
+    "term_supervisor": 2,
+    "terminate_backends": 3,
+    "blackhole": 1,
+    "pg_restart_fast": 1,
+    "pg_restart_immediate": 1,
+    "exhaust_connections": 1,
+}
 #: Quiet seconds at the start (everything boots) and before the end of the fault window.
 WARMUP = 3.0
 COOLDOWN = 3.0
@@ -38,8 +52,9 @@ class Fault:
         return f"#{self.seq:<3} t={self.at:6.1f}s  {self.kind}{extra}"
 
 
-def plan(seed: int, duration: float, mean_gap: float, kinds: tuple[str, ...],
-         failover: bool = False) -> list[Fault]:
+def plan(
+    seed: int, duration: float, mean_gap: float, kinds: tuple[str, ...], failover: bool = False
+) -> list[Fault]:
     """Faults at exponential gaps (mean ``mean_gap``) within ``duration``: first every kind
     once (in a seeded order, so even a short run covers them all), then kinds by weight.
 
@@ -55,8 +70,9 @@ def plan(seed: int, duration: float, mean_gap: float, kinds: tuple[str, ...],
         if at >= end:
             break
         kind = first.pop() if first else rng.choices(kinds, weights)[0]
-        faults.append(Fault(0, round(at, 2), kind, rng.randrange(1 << 16),
-                            round(rng.uniform(0.5, 5.0), 1)))
+        faults.append(
+            Fault(0, round(at, 2), kind, rng.randrange(1 << 16), round(rng.uniform(0.5, 5.0), 1))
+        )
     if failover and end > WARMUP:
         at = round(rng.uniform(max(WARMUP, duration / 2), end), 2)
         faults.append(Fault(0, at, FAILOVER, 0, 0.0))

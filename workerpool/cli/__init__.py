@@ -41,8 +41,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "workerpool_demo":
             raise
-        raise CliError("the demo (package workerpool_demo) is not installed: "
-                       "pip install 'workerpool[embedded]', or run it from a checkout") from None
+        raise CliError(
+            "the demo (package workerpool_demo) is not installed: "
+            "pip install 'workerpool[embedded]', or run it from a checkout"
+        ) from None
 
     given = {name: value for name, value in vars(args).items() if name in DEMO_OPTIONS}
     return main(Options(**given))
@@ -59,8 +61,11 @@ def cmd_embedded(args: argparse.Namespace) -> int:
     data_dir = settings.embedded_dir()
     if args.action == "stop":
         stopped = db.stop_embedded(data_dir)
-        print(f"stopped the embedded PostgreSQL in {data_dir}" if stopped
-              else f"no embedded PostgreSQL is running in {data_dir}")
+        print(
+            f"stopped the embedded PostgreSQL in {data_dir}"
+            if stopped
+            else f"no embedded PostgreSQL is running in {data_dir}"
+        )
         return exitcodes.OK
     running = db.embedded_running(data_dir)
     print(f"the embedded PostgreSQL in {data_dir} is {'running' if running else 'not running'}")
@@ -84,10 +89,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             logs = job_view.attempt_logs(conn, args.job)
         text = why.line(answer)
         steps = status.steps_json(answer.job.steps, answer.facts.now)
-        print(json.dumps({"job": args.job, "why": text,
-                          "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
-                          "steps": steps} | job_view.job_json(answer.job, logs), default=str)
-              if args.json else text)
+        print(
+            json.dumps(
+                {
+                    "job": args.job,
+                    "why": text,
+                    "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
+                    "steps": steps,
+                }
+                | job_view.job_json(answer.job, logs),
+                default=str,
+            )
+            if args.json
+            else text
+        )
         if steps and not args.json:
             print("STEPS\n" + status.render_steps(steps))
         extra = job_view.render_job(answer.job, logs)
@@ -97,8 +112,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if tags:
         with pool.engine.connect() as conn:
             tagged = job_view.tagged(conn, tags)
-        print(json.dumps(tagged, indent=2) if args.json else job_view.render_tagged(tagged),
-              end="\n" if args.json else "")
+        print(
+            json.dumps(tagged, indent=2) if args.json else job_view.render_tagged(tagged),
+            end="\n" if args.json else "",
+        )
         return exitcodes.OK
     known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
     with pool.engines.replica_errors():
@@ -114,8 +131,14 @@ def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> 
     from ..ops.dead import DeadFilter, parse_since
 
     since = parse_since(args.since) if getattr(args, "since", None) else None
-    return DeadFilter(queue=args.queue, task=args.task, reason=args.reason, since=since,
-                      ids=tuple(ids) if ids else None, tags=args.tag)
+    return DeadFilter(
+        queue=args.queue,
+        task=args.task,
+        reason=args.reason,
+        since=since,
+        ids=tuple(ids) if ids else None,
+        tags=args.tag,
+    )
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
@@ -133,9 +156,18 @@ def dead_list(args: argparse.Namespace) -> int:
         return exitcodes.OK
     from ..ops.status import table
 
-    rows = [[j.id, j.queue, j.task, j.reason, f"{j.attempts}/{j.max_attempts}",
-             j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
-             _error_line(j.last_error)] for j in page.jobs]
+    rows = [
+        [
+            j.id,
+            j.queue,
+            j.task,
+            j.reason,
+            f"{j.attempts}/{j.max_attempts}",
+            j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
+            _error_line(j.last_error),
+        ]
+        for j in page.jobs
+    ]
     headers = ["ID", "QUEUE", "TASK", "REASON", "ATTEMPTS", "DIED", "LAST ERROR"]
     print(table(headers, rows, empty="(no dead jobs match)"))
     print(f"{len(page.jobs)} of {page.total} matching dead jobs shown")
@@ -158,16 +190,35 @@ def dead_retry(args: argparse.Namespace) -> int:
         raise CliError("give job IDS or --all (with optional filters), not both and not neither")
     bar = ProgressBar("replaying")
     try:
-        result = dead.retry(pool_for(args), args.ids or None, all_matching=args.all,
-                            filters=_dead_filter(args), dry_run=args.dry_run, progress=bar)
+        result = dead.retry(
+            pool_for(args),
+            args.ids or None,
+            all_matching=args.all,
+            filters=_dead_filter(args),
+            dry_run=args.dry_run,
+            progress=bar,
+        )
     finally:
         bar.close()
     if result.not_dead:
-        print(f"workerpool dead retry: {len(result.not_dead)} id(s) are not dead jobs, left alone: "
-              f"{_ids_text(result.not_dead)}", file=sys.stderr)
+        print(
+            f"workerpool dead retry: {len(result.not_dead)} id(s) are not dead jobs, left alone: "
+            f"{_ids_text(result.not_dead)}",
+            file=sys.stderr,
+        )
     if args.json:
-        print(json.dumps({"dry_run": result.dry_run, "count": len(result.ids), "ids": result.ids,
-                          "by_task": result.by_task, "not_dead": result.not_dead}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "dry_run": result.dry_run,
+                    "count": len(result.ids),
+                    "ids": result.ids,
+                    "by_task": result.by_task,
+                    "not_dead": result.not_dead,
+                },
+                indent=2,
+            )
+        )
         return exitcodes.OK
     verb = "dry run: would replay" if result.dry_run else "replayed"
     tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
@@ -193,8 +244,9 @@ def dead_purge(args: argparse.Namespace) -> int:
     older_than = dead.parse_duration(args.older_than)
     bar = ProgressBar("purging")
     try:
-        result = dead.purge(pool_for(args), older_than, _dead_filter(args),
-                            dry_run=args.dry_run, progress=bar)
+        result = dead.purge(
+            pool_for(args), older_than, _dead_filter(args), dry_run=args.dry_run, progress=bar
+        )
     finally:
         bar.close()
     if args.json:
@@ -221,8 +273,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
         raise CliError(f"--max-age must be > 0, got {args.max_age:g}")
     given = Path(args.dir) if args.dir else settings.heartbeat_directory()
     found = [given] if given is not None else find(settings.heartbeat_bases(), args.app)
-    verdict = found if isinstance(found, Verdict) else check_all(found, args.max_age,
-                                                                 args.workers)
+    verdict = found if isinstance(found, Verdict) else check_all(found, args.max_age, args.workers)
     if not verdict.healthy:
         raise CliError(verdict.message)
     print(f"workerpool healthcheck: {verdict.message}")
@@ -233,8 +284,9 @@ def cmd_web(args: argparse.Namespace) -> int:
     try:
         from ..web.server import serve
     except ModuleNotFoundError as exc:
-        raise CliError(f"the dashboard needs its extra ({exc.name} is missing): "
-                       "pip install 'workerpool[web]'") from None
+        raise CliError(
+            f"the dashboard needs its extra ({exc.name} is missing): pip install 'workerpool[web]'"
+        ) from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be within 1..65535, got {args.port}")
     pool = pool_for(args)
@@ -250,8 +302,11 @@ def cmd_signal(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--payload is not valid JSON: {exc}") from None
     sent_at = pool_for(args).signal(args.name, payload)
-    print(json.dumps({"signal": args.name, "sent_at": sent_at.isoformat()}) if args.json
-          else f"signal {args.name!r} sent at {sent_at.isoformat(timespec='seconds')}")
+    print(
+        json.dumps({"signal": args.name, "sent_at": sent_at.isoformat()})
+        if args.json
+        else f"signal {args.name!r} sent at {sent_at.isoformat(timespec='seconds')}"
+    )
     return exitcodes.OK
 
 
@@ -281,16 +336,22 @@ def build_parser() -> argparse.ArgumentParser:
     from ..process import heartbeat
     from ..process import settings as config
 
-    parser = argparse.ArgumentParser(prog="workerpool", description=cli_help.DESCRIPTION,
-                                     epilog=cli_help.EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="workerpool",
+        description=cli_help.DESCRIPTION,
+        epilog=cli_help.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     migrate = add_command(sub, "migrate", help="apply workerpool's migrations (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
-    migrate.add_argument("--schema", default=None,
-                         help="the schema of workerpool's tables, created if missing (default: "
-                              "$WORKERPOOL_SCHEMA, else public)")
+    migrate.add_argument(
+        "--schema",
+        default=None,
+        help="the schema of workerpool's tables, created if missing (default: "
+        "$WORKERPOOL_SCHEMA, else public)",
+    )
 
     cli_enqueue.add_parser(sub)
 
@@ -301,86 +362,179 @@ def build_parser() -> argparse.ArgumentParser:
     add_signal_parser(sub)
     live.add_parsers(sub)
     cli_crons.add_parsers(sub)
-    run = add_command(sub, "run",
-                      help="the supervisor: fork each queue's children and keep them up")
+    run = add_command(
+        sub, "run", help="the supervisor: fork each queue's children and keep them up"
+    )
     run.add_argument("app", metavar="APP:POOL")
-    run.add_argument("--queue", action="append", default=None, metavar="Q",
-                     help="run only this queue (repeatable; default: every declared queue)")
-    run.add_argument("--processes", action="append", default=None, metavar="QUEUE=N",
-                     help="fork N children of QUEUE (an int, or 'auto': one per core), replacing "
-                          "its declared processes= (repeatable)")
-    run.add_argument("--heartbeat-dir", default=None, metavar="DIR",
-                     help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
-                          "else one of this app and database's own under "
-                          "$XDG_RUNTIME_DIR/workerpool or /dev/shm/workerpool-<uid>)")
-    run.add_argument("--grace", default=None, metavar="SECONDS",
-                     help="the orchestrator's stop grace period (default: "
-                          "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it")
-    run.add_argument("--restart-delay", type=float, default=config.RESTART_DELAY, metavar="SECONDS",
-                     help="base of the restart backoff after repeated fast crashes (default 1)")
-    run.add_argument("--boot-retries", type=int, default=config.BOOT_RETRIES, metavar="N",
-                     help="exit non-zero after a worker type fails to start N times in a row")
-    run.add_argument("--metrics-port", default=None, metavar="PORT",
-                     help="serve Prometheus metrics on GET /metrics at this port (default: "
-                          "$WORKERPOOL_METRICS_PORT, else off); needs workerpool[metrics]")
-    run.add_argument("--metrics-bind", default=None, metavar="ADDR",
-                     help="address the metrics port listens on (default: "
-                          "$WORKERPOOL_METRICS_BIND, else 127.0.0.1)")
-    run.add_argument("--log-level", default="INFO",
-                     choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    run.add_argument("--log-format", default=None, choices=["text", "json", "auto"],
-                     help="text (default), json (one object a line), or auto (json unless "
-                          "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text")
+    run.add_argument(
+        "--queue",
+        action="append",
+        default=None,
+        metavar="Q",
+        help="run only this queue (repeatable; default: every declared queue)",
+    )
+    run.add_argument(
+        "--processes",
+        action="append",
+        default=None,
+        metavar="QUEUE=N",
+        help="fork N children of QUEUE (an int, or 'auto': one per core), replacing "
+        "its declared processes= (repeatable)",
+    )
+    run.add_argument(
+        "--heartbeat-dir",
+        default=None,
+        metavar="DIR",
+        help="where <worker>.heartbeat files go (default: $WORKERPOOL_HEARTBEAT_DIR, "
+        "else one of this app and database's own under "
+        "$XDG_RUNTIME_DIR/workerpool or /dev/shm/workerpool-<uid>)",
+    )
+    run.add_argument(
+        "--grace",
+        default=None,
+        metavar="SECONDS",
+        help="the orchestrator's stop grace period (default: "
+        "$WORKERPOOL_GRACE_PERIOD); drain_timeout + margin must be below it",
+    )
+    run.add_argument(
+        "--restart-delay",
+        type=float,
+        default=config.RESTART_DELAY,
+        metavar="SECONDS",
+        help="base of the restart backoff after repeated fast crashes (default 1)",
+    )
+    run.add_argument(
+        "--boot-retries",
+        type=int,
+        default=config.BOOT_RETRIES,
+        metavar="N",
+        help="exit non-zero after a worker type fails to start N times in a row",
+    )
+    run.add_argument(
+        "--metrics-port",
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on GET /metrics at this port (default: "
+        "$WORKERPOOL_METRICS_PORT, else off); needs workerpool[metrics]",
+    )
+    run.add_argument(
+        "--metrics-bind",
+        default=None,
+        metavar="ADDR",
+        help="address the metrics port listens on (default: "
+        "$WORKERPOOL_METRICS_BIND, else 127.0.0.1)",
+    )
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--log-format",
+        default=None,
+        choices=["text", "json", "auto"],
+        help="text (default), json (one object a line), or auto (json unless "
+        "stderr is a terminal); default: $WORKERPOOL_LOG_FORMAT, else text",
+    )
 
     web = add_command(sub, "web", help="the web dashboard: queues, jobs, dead letters, actions")
-    web.add_argument("app", nargs="?", metavar="APP:POOL", default=None,
-                     help="the app (its tasks decide what a retry may replay; default: what"
-                          " live workers registered)")
-    web.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
-                     help="address to listen on (default 127.0.0.1; any other needs"
-                          " $WORKERPOOL_WEB_TOKEN)")
+    web.add_argument(
+        "app",
+        nargs="?",
+        metavar="APP:POOL",
+        default=None,
+        help="the app (its tasks decide what a retry may replay; default: what"
+        " live workers registered)",
+    )
+    web.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default 127.0.0.1; any other needs $WORKERPOOL_WEB_TOKEN)",
+    )
     web.add_argument("--port", type=int, default=8080, help="default %(default)s")
-    web.add_argument("--read-only", action="store_true",
-                     help="serve no action at all (no retry, purge, cancel, pause)")
-    web.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                     help="a Host name to serve besides the loopback ones (repeatable; a"
-                          " reverse proxy's name). Without a token no other is served")
+    web.add_argument(
+        "--read-only",
+        action="store_true",
+        help="serve no action at all (no retry, purge, cancel, pause)",
+    )
+    web.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to serve besides the loopback ones (repeatable; a"
+        " reverse proxy's name). Without a token no other is served",
+    )
 
     health = add_command(sub, "healthcheck", help="exit 0 iff every heartbeat file is fresh")
-    health.add_argument("workers", nargs="*", metavar="WORKER",
-                        help="heartbeat names to check (default: every file in the directory)")
-    health.add_argument("--dir", default=None,
-                        help="heartbeat directory (default: $WORKERPOOL_HEARTBEAT_DIR, else the "
-                             "one the live supervisor on this host holds)")
-    health.add_argument("--app", default=None, metavar="APP:POOL",
-                        help="without --dir: the supervisor of this app, when several run here"
-                             " (the target as given to `workerpool run`; not imported)")
-    health.add_argument("--max-age", type=float, default=heartbeat.DEFAULT_MAX_AGE,
-                        metavar="SECONDS", help="older than this is stale (default %(default)g)")
+    health.add_argument(
+        "workers",
+        nargs="*",
+        metavar="WORKER",
+        help="heartbeat names to check (default: every file in the directory)",
+    )
+    health.add_argument(
+        "--dir",
+        default=None,
+        help="heartbeat directory (default: $WORKERPOOL_HEARTBEAT_DIR, else the "
+        "one the live supervisor on this host holds)",
+    )
+    health.add_argument(
+        "--app",
+        default=None,
+        metavar="APP:POOL",
+        help="without --dir: the supervisor of this app, when several run here"
+        " (the target as given to `workerpool run`; not imported)",
+    )
+    health.add_argument(
+        "--max-age",
+        type=float,
+        default=heartbeat.DEFAULT_MAX_AGE,
+        metavar="SECONDS",
+        help="older than this is stale (default %(default)g)",
+    )
     demo = add_command(
-        sub, "demo",
+        sub,
+        "demo",
         help="the quick start: an example backend's jobs under a real supervisor, with a verdict",
         description="Runs workerpool_demo.app under `workerpool run` on a fresh database "
         "(the embedded PostgreSQL unless WORKERPOOL_DATABASE_URL names a server), plays a burst "
         "of web requests, shows each queue live, drains, and checks that nothing was lost.",
     )
     keep = argparse.SUPPRESS  # unset options take the defaults of workerpool_demo.Options
-    demo.add_argument("--duration", type=float, default=keep,
-                      help="seconds during which requests arrive (default 15), then it settles")
+    demo.add_argument(
+        "--duration",
+        type=float,
+        default=keep,
+        help="seconds during which requests arrive (default 15), then it settles",
+    )
     demo.add_argument("--users", type=int, default=keep, help="signups in the burst (default 150)")
-    demo.add_argument("--chaos", action="store_true", default=keep,
-                      help="SIGKILL a random worker process every few seconds meanwhile")
-    demo.add_argument("--chaos-every", type=float, default=keep, metavar="SECONDS",
-                      help="seconds between two kills with --chaos (default 3)")
-    demo.add_argument("--settle-timeout", type=float, default=keep, metavar="SECONDS",
-                      help="give up if the work has not settled this long after the requests "
-                      "(default 90)")
-    demo.add_argument("--database", default=keep,
-                      help="name of the demo's own database, re-created on each run "
-                      "(default workerpool_demo)")
+    demo.add_argument(
+        "--chaos",
+        action="store_true",
+        default=keep,
+        help="SIGKILL a random worker process every few seconds meanwhile",
+    )
+    demo.add_argument(
+        "--chaos-every",
+        type=float,
+        default=keep,
+        metavar="SECONDS",
+        help="seconds between two kills with --chaos (default 3)",
+    )
+    demo.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=keep,
+        metavar="SECONDS",
+        help="give up if the work has not settled this long after the requests (default 90)",
+    )
+    demo.add_argument(
+        "--database",
+        default=keep,
+        help="name of the demo's own database, re-created on each run (default workerpool_demo)",
+    )
     demo.add_argument("--seed", type=int, default=keep, help="seed the scenario's randomness")
-    embedded = add_command(sub, "embedded",
-                           help="the embedded PostgreSQL of this directory: status, stop")
+    embedded = add_command(
+        sub, "embedded", help="the embedded PostgreSQL of this directory: status, stop"
+    )
     embedded.add_argument("action", choices=["status", "stop"])
     return parser
 
@@ -388,23 +542,44 @@ def build_parser() -> argparse.ArgumentParser:
 def add_status_parser(sub: Any) -> None:
     status = add_command(sub, "status", help="queues (counts, oldest due, dead), crons, workers")
     status.add_argument("--json", action="store_true", help="stable JSON for scripts")
-    status.add_argument("--app", metavar="APP:POOL", default=None,
-                        help="judge runnable rows by this app's tasks instead of live workers'")
-    status.add_argument("--job", type=int, default=None, metavar="ID",
-                        help="one line: why this job is not running (a limit, a pause, no"
-                             " worker, ...); then its steps, tags, progress and logs")
-    status.add_argument("--tag", action="append", default=None, metavar="TAG",
-                        help="count the jobs carrying this tag by queue and state (repeatable:"
-                             " every one of them)")
+    status.add_argument(
+        "--app",
+        metavar="APP:POOL",
+        default=None,
+        help="judge runnable rows by this app's tasks instead of live workers'",
+    )
+    status.add_argument(
+        "--job",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="one line: why this job is not running (a limit, a pause, no"
+        " worker, ...); then its steps, tags, progress and logs",
+    )
+    status.add_argument(
+        "--tag",
+        action="append",
+        default=None,
+        metavar="TAG",
+        help="count the jobs carrying this tag by queue and state (repeatable: every one of them)",
+    )
 
 
 def add_signal_parser(sub: Any) -> None:
-    signal = add_command(sub, "signal", help="send a signal: wake the jobs waiting for it in"
-                         " job.wait_for (the first signal of a name stands)")
+    signal = add_command(
+        sub,
+        "signal",
+        help="send a signal: wake the jobs waiting for it in"
+        " job.wait_for (the first signal of a name stands)",
+    )
     signal.add_argument("name", metavar="NAME")
     signal.add_argument("--payload", default="null", help="a JSON value (default null)")
-    signal.add_argument("--app", metavar="APP:POOL", default=None,
-                        help="use this app's payload limit (default: the default limit)")
+    signal.add_argument(
+        "--app",
+        metavar="APP:POOL",
+        default=None,
+        help="use this app's payload limit (default: the default limit)",
+    )
     signal.add_argument("--json", action="store_true")
 
 
@@ -422,8 +597,12 @@ def add_dead_parser(sub: Any) -> None:
     retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
     _add_filters(retry)
     retry.add_argument("--dry-run", action="store_true", help="show what would be replayed")
-    retry.add_argument("--app", metavar="APP:POOL", default=None,
-                       help="check tasks against this app (default: what live workers run)")
+    retry.add_argument(
+        "--app",
+        metavar="APP:POOL",
+        default=None,
+        help="check tasks against this app (default: what live workers run)",
+    )
     retry.add_argument("--json", action="store_true")
     cli_crons.add_as(retry)
 
@@ -439,11 +618,19 @@ def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
     parser.add_argument("--queue", default=None)
     parser.add_argument("--task", default=None)
     parser.add_argument("--reason", default=None, help="exhausted, permanent or abandoned")
-    parser.add_argument("--tag", action="append", default=None, metavar="TAG",
-                        help="only jobs carrying this tag (repeatable: every one of them)")
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=None,
+        metavar="TAG",
+        help="only jobs carrying this tag (repeatable: every one of them)",
+    )
     if since:
-        parser.add_argument("--since", default=None,
-                            help="died within this duration (2h, 7d) or after this ISO time")
+        parser.add_argument(
+            "--since",
+            default=None,
+            help="died within this duration (2h, 7d) or after this ISO time",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -481,6 +668,3 @@ def _not_migrated(args: argparse.Namespace, exc: Exception) -> str | None:
         return str(pool_for(args).not_migrated(exc))
     except Exception:
         return None
-
-
-

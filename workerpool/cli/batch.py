@@ -22,8 +22,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
             data = batches.show(conn, status)
     finally:
         pool.dispose()
-    print(json.dumps(data, indent=2) if args.json else batches.render(data), end=""
-          if not args.json else "\n")
+    print(
+        json.dumps(data, indent=2) if args.json else batches.render(data),
+        end="" if not args.json else "\n",
+    )
     return exitcodes.OK
 
 

@@ -48,10 +48,23 @@ def cron_list(args: argparse.Namespace) -> int:
 def render_list(views: list[Any], table: Any) -> str:
     """The schedules as a table: each next tick in the schedule's own timezone (with its UTC
     offset), beside that timezone's name."""
-    rows = [[v.name, v.expression, v.queue, v.timezone, _time(v.next_tick, v.timezone),
-             _last_job(v), _paused(v)] for v in views]
-    return table(["NAME", "EXPRESSION", "QUEUE", "TIMEZONE", "NEXT TICK", "LAST JOB", "PAUSED"],
-                 rows, empty="(no cron schedules: none declared or seen by a scheduler)")
+    rows = [
+        [
+            v.name,
+            v.expression,
+            v.queue,
+            v.timezone,
+            _time(v.next_tick, v.timezone),
+            _last_job(v),
+            _paused(v),
+        ]
+        for v in views
+    ]
+    return table(
+        ["NAME", "EXPRESSION", "QUEUE", "TIMEZONE", "NEXT TICK", "LAST JOB", "PAUSED"],
+        rows,
+        empty="(no cron schedules: none declared or seen by a scheduler)",
+    )
 
 
 def _time(moment: Any, timezone: str | None = None) -> str | None:
@@ -93,8 +106,11 @@ def cron_run(args: argparse.Namespace) -> int:
     if not args.app:
         raise CliError("cron run needs --app APP:POOL (the app declares the cron's task)")
     job_id = pool_for(args).cron_run(args.name, request=args.request)
-    print(json.dumps({"cron": args.name, "job_id": job_id}) if args.json
-          else f"cron {args.name}: job {job_id} enqueued")
+    print(
+        json.dumps({"cron": args.name, "job_id": job_id})
+        if args.json
+        else f"cron {args.name}: job {job_id} enqueued"
+    )
     return exitcodes.OK
 
 
@@ -102,57 +118,102 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..ops.audit import list_audit
     from ..ops.status import table
 
-    page = list_audit(pool_for(args), actor=args.actor, action=args.action,
-                      before=args.before, limit=args.limit)
+    page = list_audit(
+        pool_for(args), actor=args.actor, action=args.action, before=args.before, limit=args.limit
+    )
     if args.json:
-        print(json.dumps({"entries": [e.to_json() for e in page.entries],
-                          "before": page.before}, indent=2))
+        print(
+            json.dumps(
+                {"entries": [e.to_json() for e in page.entries], "before": page.before}, indent=2
+            )
+        )
         return exitcodes.OK
     rows = [[e.id, _time(e.at), e.actor, e.source, e.action, e.target] for e in page.entries]
-    print(table(["ID", "AT", "ACTOR", "SOURCE", "ACTION", "TARGET"], rows,
-                empty="(no audit entries match)"))
+    print(
+        table(
+            ["ID", "AT", "ACTOR", "SOURCE", "ACTION", "TARGET"],
+            rows,
+            empty="(no audit entries match)",
+        )
+    )
     if page.before is not None:
         print(f"older entries: --before {page.before}")
     return exitcodes.OK
 
 
 def add_as(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--as", dest="as_name", default=None, metavar="NAME",
-                        help="who acts, for the audit trail (default: user@host)")
+    parser.add_argument(
+        "--as",
+        dest="as_name",
+        default=None,
+        metavar="NAME",
+        help="who acts, for the audit trail (default: user@host)",
+    )
 
 
 def add_parsers(sub: Any) -> None:
     def command(parent: Any, name: str, epilog: str | None, **options: Any) -> Any:
-        return parent.add_parser(name, epilog=epilog,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, **options)
+        return parent.add_parser(
+            name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **options
+        )
 
-    cron = command(sub, "cron", CRON_EXAMPLE,
-                   help="cron schedules at run time: list, pause, resume, run now")
+    cron = command(
+        sub, "cron", CRON_EXAMPLE, help="cron schedules at run time: list, pause, resume, run now"
+    )
     verbs = cron.add_subparsers(dest="cron_command", required=True)
-    listing = command(verbs, "list", CRON_EXAMPLE,
-                      help="name, expression, next tick, last job, paused (by whom, when)")
-    listing.add_argument("--app", metavar="APP:POOL", default=None,
-                         help="show this app's declared crons too (before a scheduler saw them)")
+    listing = command(
+        verbs,
+        "list",
+        CRON_EXAMPLE,
+        help="name, expression, next tick, last job, paused (by whom, when)",
+    )
+    listing.add_argument(
+        "--app",
+        metavar="APP:POOL",
+        default=None,
+        help="show this app's declared crons too (before a scheduler saw them)",
+    )
     listing.add_argument("--json", action="store_true")
-    for verb, text in (("pause", "pause a schedule on every replica (kept across restarts)"),
-                       ("resume", "resume a paused schedule from its next tick"),
-                       ("run", "enqueue one job of the schedule now")):
+    for verb, text in (
+        ("pause", "pause a schedule on every replica (kept across restarts)"),
+        ("resume", "resume a paused schedule from its next tick"),
+        ("run", "enqueue one job of the schedule now"),
+    ):
         parser = command(verbs, verb, CRON_EXAMPLE, help=text)
         parser.add_argument("name", metavar="NAME")
-        parser.add_argument("--app", metavar="APP:POOL", default=None,
-                            help="the app declaring the cron (required by run)")
+        parser.add_argument(
+            "--app",
+            metavar="APP:POOL",
+            default=None,
+            help="the app declaring the cron (required by run)",
+        )
         add_as(parser)
         if verb == "run":
-            parser.add_argument("--request", default=None, metavar="ID",
-                                help="an id of this request: the same id twice is one job")
+            parser.add_argument(
+                "--request",
+                default=None,
+                metavar="ID",
+                help="an id of this request: the same id twice is one job",
+            )
             parser.add_argument("--json", action="store_true")
-    audit = command(sub, "audit", AUDIT_EXAMPLE,
-                    help="who did what, when: cancel, retry, purge, pause, cron changes")
+    audit = command(
+        sub,
+        "audit",
+        AUDIT_EXAMPLE,
+        help="who did what, when: cancel, retry, purge, pause, cron changes",
+    )
     audit.add_argument("--actor", default=None)
-    audit.add_argument("--action", default=None,
-                       help="cancel, retry, purge, pause, resume, cron_pause, cron_resume,"
-                            " cron_run")
-    audit.add_argument("--before", type=int, default=None, metavar="ID",
-                       help="entries older than this id (the next page)")
+    audit.add_argument(
+        "--action",
+        default=None,
+        help="cancel, retry, purge, pause, resume, cron_pause, cron_resume, cron_run",
+    )
+    audit.add_argument(
+        "--before",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="entries older than this id (the next page)",
+    )
     audit.add_argument("--limit", type=int, default=50, help="default %(default)s, at most 500")
     audit.add_argument("--json", action="store_true")

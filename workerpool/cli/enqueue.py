@@ -34,12 +34,17 @@ def _options(args: argparse.Namespace, error: type[Exception]) -> dict[str, Any]
     """The keyword arguments of ``pool.enqueue``; a bad value raises ``error`` naming its
     option."""
     options: dict[str, Any] = {"key": args.key, "delay": args.delay}
-    for name, value in (("priority", args.priority), ("max_attempts", args.max_attempts),
-                        ("concurrency_key", args.concurrency_key)):
+    for name, value in (
+        ("priority", args.priority),
+        ("max_attempts", args.max_attempts),
+        ("concurrency_key", args.concurrency_key),
+    ):
         if value is not None:
             options[name] = value
-    for flag, value, allowed in (("--unique", args.unique, UNIQUE_SCOPES),
-                                 ("--on-conflict", args.on_conflict, ON_CONFLICT)):
+    for flag, value, allowed in (
+        ("--unique", args.unique, UNIQUE_SCOPES),
+        ("--on-conflict", args.on_conflict, ON_CONFLICT),
+    ):
         if value is not None and value not in allowed:
             raise error(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
     if args.unique is not None:
@@ -80,15 +85,34 @@ def add_parser(sub: Any) -> None:
     enqueue.add_argument("--delay", type=float, default=None, help="seconds before it may run")
     enqueue.add_argument("--priority", type=int, default=None)
     enqueue.add_argument("--max-attempts", type=int, default=None)
-    enqueue.add_argument("--concurrency-key", default=None, metavar="KEY",
-                         help="the job's key for its task's per-key limits (docs/limits.md)")
-    enqueue.add_argument("--unique", default=None, metavar="SCOPE",
-                         help=f"how long --key is held: {' or '.join(UNIQUE_SCOPES)}"
-                              " (default forever)")
-    enqueue.add_argument("--unique-for", default=None, metavar="SECONDS",
-                         help="hold --key for this long after the enqueue")
-    enqueue.add_argument("--on-conflict", default=None, metavar="WHAT",
-                         help=f"when --key is held: {', '.join(ON_CONFLICT)} (default keep)")
-    enqueue.add_argument("--tag", action="append", default=None, metavar="TAG",
-                         help="a tag the job carries for life (repeat for several;"
-                              " `status --tag`, `cancel --tag`)")
+    enqueue.add_argument(
+        "--concurrency-key",
+        default=None,
+        metavar="KEY",
+        help="the job's key for its task's per-key limits (docs/limits.md)",
+    )
+    enqueue.add_argument(
+        "--unique",
+        default=None,
+        metavar="SCOPE",
+        help=f"how long --key is held: {' or '.join(UNIQUE_SCOPES)} (default forever)",
+    )
+    enqueue.add_argument(
+        "--unique-for",
+        default=None,
+        metavar="SECONDS",
+        help="hold --key for this long after the enqueue",
+    )
+    enqueue.add_argument(
+        "--on-conflict",
+        default=None,
+        metavar="WHAT",
+        help=f"when --key is held: {', '.join(ON_CONFLICT)} (default keep)",
+    )
+    enqueue.add_argument(
+        "--tag",
+        action="append",
+        default=None,
+        metavar="TAG",
+        help="a tag the job carries for life (repeat for several; `status --tag`, `cancel --tag`)",
+    )

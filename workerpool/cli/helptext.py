@@ -128,5 +128,9 @@ for the next one; `workerpool demo` and the test suite stop the one they started
 
 def add_command(sub: Any, name: str, **options: Any) -> argparse.ArgumentParser:
     """``sub.add_parser(name)`` with the command's example as its epilog, shown as written."""
-    return sub.add_parser(name.split()[-1], epilog=EXAMPLES.get(name),
-                          formatter_class=argparse.RawDescriptionHelpFormatter, **options)
+    return sub.add_parser(
+        name.split()[-1],
+        epilog=EXAMPLES.get(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **options,
+    )

@@ -15,11 +15,18 @@ from .target import CliError, pool_for
 def cmd_cancel(args: argparse.Namespace) -> int:
 
     if bool(args.ids) == bool(args.queue or args.tag):
-        raise CliError("give job IDs or --queue Q and/or --tag T (with optional --task,"
-                       " --state), not both")
-    result = pool_for(args).cancel(args.ids or None, queue=args.queue, task=args.task,
-                                    state=args.state, reason=args.reason, dry_run=args.dry_run,
-                                    tags=args.tag)
+        raise CliError(
+            "give job IDs or --queue Q and/or --tag T (with optional --task, --state), not both"
+        )
+    result = pool_for(args).cancel(
+        args.ids or None,
+        queue=args.queue,
+        task=args.task,
+        state=args.state,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        tags=args.tag,
+    )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return exitcodes.OK
@@ -60,34 +67,55 @@ def cmd_roles(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    cancel = sub.add_parser("cancel", help="cancel jobs: queued ones now, running ones asked to"
-                            " stop")
+    cancel = sub.add_parser(
+        "cancel", help="cancel jobs: queued ones now, running ones asked to stop"
+    )
     cancel.add_argument("ids", nargs="*", type=int, metavar="ID")
     cancel.add_argument("--queue", default=None, help="every live job of this queue")
-    cancel.add_argument("--tag", action="append", default=None, metavar="TAG",
-                        help="every live job carrying this tag (repeatable: every one of them)")
+    cancel.add_argument(
+        "--tag",
+        action="append",
+        default=None,
+        metavar="TAG",
+        help="every live job carrying this tag (repeatable: every one of them)",
+    )
     cancel.add_argument("--task", default=None, help="with --queue: only this task")
-    cancel.add_argument("--state", default=None, help="with --queue: pending, processing or"
-                        " failed")
+    cancel.add_argument("--state", default=None, help="with --queue: pending, processing or failed")
     cancel.add_argument("--reason", default=None, help="why (kept in each job's history)")
     cancel.add_argument("--dry-run", action="store_true", help="show what would happen")
     cancel.add_argument("--app", metavar="APP:POOL", default=None)
     cancel.add_argument("--json", action="store_true")
     add_as(cancel)
-    for verb, text in (("pause", "stop every replica claiming from QUEUE"),
-                       ("resume", "let every replica claim from QUEUE again")):
+    for verb, text in (
+        ("pause", "stop every replica claiming from QUEUE"),
+        ("resume", "let every replica claim from QUEUE again"),
+    ):
         parser = sub.add_parser(verb, help=text)
         parser.add_argument("queue", metavar="QUEUE")
-        parser.add_argument("--app", metavar="APP:POOL", default=None,
-                            help="known queues are this app's (default: queues with live"
-                                 " workers or rows)")
+        parser.add_argument(
+            "--app",
+            metavar="APP:POOL",
+            default=None,
+            help="known queues are this app's (default: queues with live workers or rows)",
+        )
         add_as(parser)
-    roles = sub.add_parser("roles", help="least-privilege group roles: owner (migrate), worker,"
-                           " reader (see docs/roles.md)")
-    roles.add_argument("--print-sql", action="store_true", required=True,
-                       help="print the idempotent SQL that creates the roles and their grants")
-    roles.add_argument("--prefix", default="workerpool",
-                       help="role names PREFIX_owner, PREFIX_worker, PREFIX_reader"
-                            " (default %(default)s)")
-    roles.add_argument("--schema", default=None, help="the schema of workerpool's tables"
-                       " (default: $WORKERPOOL_SCHEMA, else public)")
+    roles = sub.add_parser(
+        "roles",
+        help="least-privilege group roles: owner (migrate), worker, reader (see docs/roles.md)",
+    )
+    roles.add_argument(
+        "--print-sql",
+        action="store_true",
+        required=True,
+        help="print the idempotent SQL that creates the roles and their grants",
+    )
+    roles.add_argument(
+        "--prefix",
+        default="workerpool",
+        help="role names PREFIX_owner, PREFIX_worker, PREFIX_reader (default %(default)s)",
+    )
+    roles.add_argument(
+        "--schema",
+        default=None,
+        help="the schema of workerpool's tables (default: $WORKERPOOL_SCHEMA, else public)",
+    )

@@ -35,16 +35,21 @@ class OwnOrWarnings(logging.Filter):
     root logger passes more: an application's records at that level, for the attempt logs)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or record.name == "workerpool" or \
-            record.name.startswith("workerpool.")
+        return (
+            record.levelno >= logging.WARNING
+            or record.name == "workerpool"
+            or record.name.startswith("workerpool.")
+        )
 
 
 def resolve_format(given: str | None) -> str:
     """``text`` or ``json``: the option, else ``$WORKERPOOL_LOG_FORMAT``, else text."""
     chosen = (given or settings.log_format() or "text").lower()
     if chosen not in FORMATS:
-        raise ConfigError(f"log format must be one of {FORMATS} (--log-format or "
-                          f"${settings.LOG_FORMAT_ENV}), got {chosen!r}")
+        raise ConfigError(
+            f"log format must be one of {FORMATS} (--log-format or "
+            f"${settings.LOG_FORMAT_ENV}), got {chosen!r}"
+        )
     if chosen == "auto":
         return "text" if sys.stderr.isatty() else "json"
     return chosen
@@ -54,8 +59,7 @@ def formatter(kind: str) -> logging.Formatter:
     if kind == "json":
         from pythonjsonlogger.json import JsonFormatter
 
-        return JsonFormatter(JSON_FIELDS, style="{", rename_fields=JSON_NAMES,
-                             timestamp=False)
+        return JsonFormatter(JSON_FIELDS, style="{", rename_fields=JSON_NAMES, timestamp=False)
     return logging.Formatter(FORMAT)
 
 

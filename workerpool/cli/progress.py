@@ -33,8 +33,10 @@ class ProgressBar:
         fraction = min(1.0, done / total)
         filled = int(WIDTH * fraction)
         rate = done / max(time.monotonic() - self.started, 1e-6)
-        line = (f"{self.label} [{'#' * filled}{'.' * (WIDTH - filled)}] "
-                f"{done}/{total} ({fraction:.0%}, {rate:.0f} rows/s)")
+        line = (
+            f"{self.label} [{'#' * filled}{'.' * (WIDTH - filled)}] "
+            f"{done}/{total} ({fraction:.0%}, {rate:.0f} rows/s)"
+        )
         self.stream.write(("\r" + line) if self.in_place else line + "\n")
         self.stream.flush()
         self.drawn = True

@@ -32,8 +32,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def build_supervisor(args: argparse.Namespace) -> Supervisor:
     """The supervisor `workerpool run` starts, not yet running."""
     pool, settings = load(args)
-    return Supervisor(settings, child_factory=child_factory(pool, runner_factory(pool, settings)),
-                      releaser_factory=releaser_factory(pool, settings))
+    return Supervisor(
+        settings,
+        child_factory=child_factory(pool, runner_factory(pool, settings)),
+        releaser_factory=releaser_factory(pool, settings),
+    )
 
 
 def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings]:
@@ -41,11 +44,18 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
     configure_logging(args.log_level, args.log_format)
     pool = load_pool(args.app)
     settings = run_settings.load(
-        pool, args.queue, heartbeat_dir=args.heartbeat_dir, grace=args.grace,
-        restart_delay=args.restart_delay, boot_retries=args.boot_retries,
+        pool,
+        args.queue,
+        heartbeat_dir=args.heartbeat_dir,
+        grace=args.grace,
+        restart_delay=args.restart_delay,
+        boot_retries=args.boot_retries,
         maintenance_interval=pool.maintenance_settings.interval,
-        metrics_port=args.metrics_port, metrics_bind=args.metrics_bind,
-        processes=args.processes, app=args.app, database=pool.engines.identity(),
+        metrics_port=args.metrics_port,
+        metrics_bind=args.metrics_bind,
+        processes=args.processes,
+        app=args.app,
+        database=pool.engines.identity(),
     )
     pool.url  # resolved once here: the embedded PostgreSQL starts before any fork
     check_migrated(pool)  # refused here: children would retry UndefinedTable forever
@@ -57,8 +67,14 @@ def runner_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> Runn
     """What a child runs: the runtime's runner on the pool's registry and URL, with this run's
     queue settings."""
     read_url = pool.engines.read_url if pool.engines.replica else None
-    return functools.partial(build_runner, pool.registry, pool.url, queues=settings.queues,
-                             pooled=settings.pooled, read_url=read_url)
+    return functools.partial(
+        build_runner,
+        pool.registry,
+        pool.url,
+        queues=settings.queues,
+        pooled=settings.pooled,
+        read_url=read_url,
+    )
 
 
 def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:
@@ -69,5 +85,6 @@ def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:
 def releaser_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> Any:
     """``(worker_ids, *, parent_pid, close_fds) -> Releaser`` on the pool's URL and hooks."""
     release = functools.partial(release_dead_workers, pool.url, pooled=settings.pooled)
-    return functools.partial(Releaser, release=release, on_dead=pool.on_dead,
-                             after_fork=pool.forget_engine)
+    return functools.partial(
+        Releaser, release=release, on_dead=pool.on_dead, after_fork=pool.forget_engine
+    )

@@ -53,9 +53,11 @@ def existing_database(pool: WorkerPool, command: str) -> WorkerPool:
 
     if pool.engines.named or db.embedded_running(settings.embedded_dir()):
         return pool
-    raise CliError(f"no database to read: set $WORKERPOOL_DATABASE_URL (or give --app whose pool"
-                   f" names one); the embedded PostgreSQL of {settings.embedded_dir()} is not"
-                   f" running, and {command} does not start one")
+    raise CliError(
+        f"no database to read: set $WORKERPOOL_DATABASE_URL (or give --app whose pool"
+        f" names one); the embedded PostgreSQL of {settings.embedded_dir()} is not"
+        f" running, and {command} does not start one"
+    )
 
 
 def pool_for(args: Any) -> WorkerPool:

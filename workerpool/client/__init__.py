@@ -221,8 +221,17 @@ class WorkerPool(AsyncCalls):
 
         ``limits``: ``concurrency_key``, ``unique``, ``unique_for``, ``on_conflict``
         (docs/limits.md)."""
-        return build_job(self.registry, task, payload, key=key, run_at=run_at, delay=delay,
-                         priority=priority, max_attempts=max_attempts, **limits)
+        return build_job(
+            self.registry,
+            task,
+            payload,
+            key=key,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            **limits,
+        )
 
     @explained
     def enqueue(
@@ -269,8 +278,11 @@ class WorkerPool(AsyncCalls):
         sends the same chunks one after another.
         """
         items = jobs if isinstance(jobs, list) else None
-        if items is None and not isinstance(jobs, str | bytes | Mapping) and isinstance(
-                jobs, Iterable):
+        if (
+            items is None
+            and not isinstance(jobs, str | bytes | Mapping)
+            and isinstance(jobs, Iterable)
+        ):
             items = list(jobs)
         with borrowed(conn, self.schema):
             if items is not None and has_links(items):
@@ -296,7 +308,8 @@ class WorkerPool(AsyncCalls):
         async with borrowed_async(conn, self.schema):
             if is_linked(options):
                 job_id = await self._linked_async(
-                    conn, lambda sync: enqueue_linked(self, task, payload, sync, options))
+                    conn, lambda sync: enqueue_linked(self, task, payload, sync, options)
+                )
             else:
                 job_id = await enqueue_one_async(self, task, payload, conn, options)
         if self._inline is not None:
@@ -307,12 +320,16 @@ class WorkerPool(AsyncCalls):
     async def enqueue_many_async(self, jobs: Iterable[Any], *, conn: Any = None) -> list[int]:
         """:meth:`enqueue_many` for asyncio (``conn=`` an ``AsyncConnection``): the batch is
         checked whole, then written atomically in one statement with one NOTIFY."""
-        items = list(jobs) if not isinstance(jobs, str | bytes | Mapping) and isinstance(
-            jobs, Iterable) else jobs
+        items = (
+            list(jobs)
+            if not isinstance(jobs, str | bytes | Mapping) and isinstance(jobs, Iterable)
+            else jobs
+        )
         async with borrowed_async(conn, self.schema):
             if isinstance(items, list) and has_links(items):
                 ids = await self._linked_async(
-                    conn, lambda sync: enqueue_many_linked(self, items, sync))
+                    conn, lambda sync: enqueue_many_linked(self, items, sync)
+                )
             else:
                 ids = await enqueue_batch_async(self, items, conn)
         if self._inline is not None:
@@ -331,8 +348,9 @@ class WorkerPool(AsyncCalls):
         return result
 
     @explained
-    def chain(self, steps: Iterable[Any], *, conn: Connection | None = None,
-              key: str | None = None) -> list[int]:
+    def chain(
+        self, steps: Iterable[Any], *, conn: Connection | None = None, key: str | None = None
+    ) -> list[int]:
         """Enqueue ``steps`` (``(task, payload)`` or ``(task, payload, options)``) each after
         the previous one, in one transaction (``conn=``: the caller's); returns their ids. The
         first one's id is the chain's ``workflow_id``.
@@ -367,8 +385,9 @@ class WorkerPool(AsyncCalls):
         return self._restore_mode(previous)
 
     @contextmanager
-    def _restore_mode(self, previous: Callable[[Any, list[int]], None] | None
-                      ) -> Iterator[WorkerPool]:
+    def _restore_mode(
+        self, previous: Callable[[Any, list[int]], None] | None
+    ) -> Iterator[WorkerPool]:
         try:
             yield self
         finally:
@@ -400,8 +419,9 @@ class WorkerPool(AsyncCalls):
         claim); a running one's owner also reads requests back as it renews its leases, which
         is the path behind PgBouncer. ``tags``: the live jobs carrying every one of these
         (alone or with ``queue``)."""
-        selection = Selection(tuple(ids) if ids is not None else None, queue, task, state,
-                              cancelling.tag_list(tags))
+        selection = Selection(
+            tuple(ids) if ids is not None else None, queue, task, state, cancelling.tag_list(tags)
+        )
         reason = check_reason(reason)
         by = actor(by)
         with self._connection(conn) as db:
@@ -409,25 +429,45 @@ class WorkerPool(AsyncCalls):
             if dry_run or not before:
                 return CancelResult.planned(before, by)
             changed, dependents = sql.cancel(db, list(before), by, reason)
-            audit.record(db, by, "cancel", cancelling.target(selection), {
-                "count": len(before), "ids": sorted(before)[:audit.AUDIT_IDS], "reason": reason,
-                "task": selection.task, "state": selection.state,
-                "tags": list(selection.tags) if selection.tags else None})
+            audit.record(
+                db,
+                by,
+                "cancel",
+                cancelling.target(selection),
+                {
+                    "count": len(before),
+                    "ids": sorted(before)[: audit.AUDIT_IDS],
+                    "reason": reason,
+                    "task": selection.task,
+                    "state": selection.state,
+                    "tags": list(selection.tags) if selection.tags else None,
+                },
+            )
             sql.notify_owners(db, changed)
             states = {row.id: row.state for row in changed}
             rest = [job_id for job_id in before if job_id not in states]
             others = {job_id: before[job_id] for job_id in rest} | (
-                sql.job_states(db, rest) if rest else {})
-        notices = [CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
-                   for row in changed if row.state == JobState.CANCELLED] + dependents
+                sql.job_states(db, rest) if rest else {}
+            )
+        notices = [
+            CancelNotice(row.id, row.queue, row.task, row.attempts, by, reason or "")
+            for row in changed
+            if row.state == JobState.CANCELLED
+        ] + dependents
         if conn is None or not conn.in_transaction():
             report_cancelled(self.on_cancel, notices)
         else:
             cancelling.report_on_commit(conn, lambda: report_cancelled(self.on_cancel, notices))
         return CancelResult.done(before, states, others, by)
 
-    def pause(self, queue: str, *, by: str | None = None,
-              known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
+    def pause(
+        self,
+        queue: str,
+        *,
+        by: str | None = None,
+        known: Iterable[str] | None = None,
+        conn: Connection | None = None,
+    ) -> None:
         """Stop every replica claiming from ``queue`` (running jobs finish; enqueue works).
 
         Workers read their queue's row at most once per poll interval, and a notification
@@ -436,13 +476,25 @@ class WorkerPool(AsyncCalls):
         ``conn=``: in the caller's transaction."""
         self._set_paused(queue, True, by, known, conn)
 
-    def resume(self, queue: str, *, by: str | None = None,
-               known: Iterable[str] | None = None, conn: Connection | None = None) -> None:
+    def resume(
+        self,
+        queue: str,
+        *,
+        by: str | None = None,
+        known: Iterable[str] | None = None,
+        conn: Connection | None = None,
+    ) -> None:
         """Let every replica claim from ``queue`` again."""
         self._set_paused(queue, False, by, known, conn)
 
-    def _set_paused(self, queue: str, paused: bool, by: str | None,
-                    known: Iterable[str] | None, conn: Connection | None = None) -> None:
+    def _set_paused(
+        self,
+        queue: str,
+        paused: bool,
+        by: str | None,
+        known: Iterable[str] | None,
+        conn: Connection | None = None,
+    ) -> None:
         """An unknown queue raises UnknownQueue naming the known ones: ``known`` if given, else
         the declared queues, else the queues live workers serve or that have rows."""
         try:
@@ -451,16 +503,25 @@ class WorkerPool(AsyncCalls):
             raise UnknownQueue(str(exc)) from None
         by = actor(by)
         with self._connection(conn) as db:
-            names = set(known) if known is not None else (
-                set(self.queues) or sql.queue_names(db, LIVE_WORKER_WINDOW))
+            names = (
+                set(known)
+                if known is not None
+                else (set(self.queues) or sql.queue_names(db, LIVE_WORKER_WINDOW))
+            )
             if queue not in names:
-                raise UnknownQueue(f"unknown queue {queue!r}; known queues: "
-                                   f"{', '.join(sorted(names)) or '(none)'}")
+                raise UnknownQueue(
+                    f"unknown queue {queue!r}; known queues: {', '.join(sorted(names)) or '(none)'}"
+                )
             sql.set_paused(db, queue, paused, by)
             audit.record(db, by, "pause" if paused else "resume", f"queue:{queue}")
         verb = "paused" if paused else "resumed"
-        pause_log.info("queue %s %s by %s", queue, verb, by,
-                       extra={"event": f"queue_{verb}", "queue": queue, "by": by})
+        pause_log.info(
+            "queue %s %s by %s",
+            queue,
+            verb,
+            by,
+            extra={"event": f"queue_{verb}", "queue": queue, "by": by},
+        )
 
     # -- cron schedules at run time (workerpool.client.crons) ------------------------------------
 
@@ -485,8 +546,7 @@ class WorkerPool(AsyncCalls):
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
     @explained
-    def signal(self, name: str, payload: Any = None, *,
-               conn: Connection | None = None) -> datetime:
+    def signal(self, name: str, payload: Any = None, *, conn: Connection | None = None) -> datetime:
         """Send signal ``name`` with ``payload`` (any JSON value, checked like a payload): the
         jobs waiting for it in ``job.wait_for(name)`` are due again at once and get the
         payload; a job that starts waiting later gets it too (the signal is kept). Returns
@@ -496,8 +556,7 @@ class WorkerPool(AsyncCalls):
         payload) and writes nothing. With ``conn=`` it runs in the caller's transaction: the
         signal exists, and its waiters wake, iff that transaction commits."""
         check_step_name(name, "signal", InvalidSignal)
-        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}",
-                     object_only=False)
+        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}", object_only=False)
         with self._connection(conn) as db:
             sent_at, woken = signals.send(db, name, text)
             if sent_at is None:
@@ -532,37 +591,64 @@ class WorkerPool(AsyncCalls):
         pooling (``$WORKERPOOL_PGBOUNCER``), where a session's LISTEN is not its own."""
         return self.notify and not self.engines.pooled
 
-    def batch(self, *, on_complete: Any = None, on_success: Any = None, on_failure: Any = None,
-              payload: Mapping[str, Any] | None = None, conn: Connection | None = None,
-              key: str | None = None) -> Batch:
+    def batch(
+        self,
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        on_failure: Any = None,
+        payload: Mapping[str, Any] | None = None,
+        conn: Connection | None = None,
+        key: str | None = None,
+    ) -> Batch:
         """A batch to fill in a ``with`` block: ``batch.enqueue(...)`` adds members, all
         written in one transaction (``conn=``: the caller's). When the last member ends, its
         outcome's transaction enqueues the callbacks once (``on_complete`` always,
         ``on_success`` if every member is done, ``on_failure`` if any is dead or cancelled) with
         ``payload``. ``key=`` reopens the batch of that key (a coordinator run twice)."""
         self._own_schema_only(conn, "batch")
-        return Batch(self, on_complete=on_complete, on_success=on_success,
-                     on_failure=on_failure, payload=payload, conn=conn, key=key,
-                     inline=self._inline)
+        return Batch(
+            self,
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            payload=payload,
+            conn=conn,
+            key=key,
+            inline=self._inline,
+        )
 
-    def batch_async(self, *, on_complete: Any = None, on_success: Any = None,
-                    on_failure: Any = None, payload: Mapping[str, Any] | None = None,
-                    conn: Any = None, key: str | None = None) -> AsyncBatch:
+    def batch_async(
+        self,
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        on_failure: Any = None,
+        payload: Mapping[str, Any] | None = None,
+        conn: Any = None,
+        key: str | None = None,
+    ) -> AsyncBatch:
         """:meth:`batch` for asyncio: ``async with pool.batch_async(...) as batch: await
         batch.enqueue(...)``, on the pool's async engine or an ``AsyncConnection`` (``conn=``,
         the caller's transaction)."""
         self._own_schema_only(conn, "batch_async")
-        return AsyncBatch(self, on_complete=on_complete, on_success=on_success,
-                          on_failure=on_failure, payload=payload, conn=conn, key=key,
-                          inline=self._inline)
+        return AsyncBatch(
+            self,
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            payload=payload,
+            conn=conn,
+            key=key,
+            inline=self._inline,
+        )
 
     @explained
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
         return batching.status(self, batch_id)
 
-    def batch_results(self, batch_id: int, *, page_size: int = PAGE_SIZE
-                      ) -> Iterator[MemberResult]:
+    def batch_results(self, batch_id: int, *, page_size: int = PAGE_SIZE) -> Iterator[MemberResult]:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
         return batching.results(self, batch_id, page_size)
 
@@ -571,8 +657,10 @@ class WorkerPool(AsyncCalls):
         workflow) in a schema of its own: the connection would resolve workerpool's tables in
         the caller's search_path, which may hold another pool's."""
         if conn is not None and self.schema != DEFAULT_SCHEMA:
-            raise ConfigError(f"pool.{call}(conn=...) is not supported in schema {self.schema!r}:"
-                              " give no conn= (the pool's own transaction)")
+            raise ConfigError(
+                f"pool.{call}(conn=...) is not supported in schema {self.schema!r}:"
+                " give no conn= (the pool's own transaction)"
+            )
 
     @contextmanager
     def _connection(self, conn: Connection | None) -> Iterator[Connection]:

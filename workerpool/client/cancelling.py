@@ -17,16 +17,18 @@ from ..sql import history
 
 def target(selection: Selection) -> str:
     if selection.ids is not None:
-        return "jobs:" + ",".join(str(job_id) for job_id in selection.ids[:20]) + (
-            ",..." if len(selection.ids) > 20 else "")
+        return (
+            "jobs:"
+            + ",".join(str(job_id) for job_id in selection.ids[:20])
+            + (",..." if len(selection.ids) > 20 else "")
+        )
     return f"queue:{selection.queue}"
 
 
 def selected(conn: Connection, selection: Selection) -> dict[int, str]:
     """The selected jobs and their states; unknown ids are refused by name."""
     if selection.ids is None:
-        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state,
-                             selection.tags)
+        ids = sql.select_ids(conn, selection.queue, selection.task, selection.state, selection.tags)
         return sql.job_states(conn, ids) if ids else {}
     states = sql.job_states(conn, selection.ids)
     missing = [job_id for job_id in selection.ids if job_id not in states]

@@ -32,8 +32,9 @@ def set_paused(registry: Registry, conn: Connection, name: str, paused: bool, by
     audit.record(conn, by, "cron_pause" if paused else "cron_resume", f"cron:{name}")
 
 
-def run_now(registry: Registry, conn: Connection, name: str, by: str,
-            request: str | None = None) -> int:
+def run_now(
+    registry: Registry, conn: Connection, name: str, by: str, request: str | None = None
+) -> int:
     """Enqueue one job of ``name`` now; the same ``request`` id returns the same job."""
     check_name("cron", name)  # raises ConfigError, a WorkerpoolError
     if name not in registry.crons:
@@ -58,8 +59,10 @@ def _request_id(request: Any) -> str:
         return uuid.uuid4().hex
     ok = isinstance(request, str) and 0 < len(request) <= MAX_REQUEST and request.isascii()
     if not ok or not all(ch.isalnum() or ch in "_-.:" for ch in request):
-        raise InvalidJob(f"request must be 1 to {MAX_REQUEST} letters, digits, '_', '-', '.'"
-                         f" or ':'; got {request!r}")
+        raise InvalidJob(
+            f"request must be 1 to {MAX_REQUEST} letters, digits, '_', '-', '.'"
+            f" or ':'; got {request!r}"
+        )
     return request
 
 
@@ -71,5 +74,6 @@ def _check_known(registry: Registry, conn: Connection, name: str) -> None:
 
 def _unknown(name: str, registry: Registry, conn: Connection, what: str) -> str:
     names = set(registry.crons) | crons.cron_names(conn)
-    return (f"unknown cron {name!r}: cannot {what}; known crons: "
-            f"{', '.join(sorted(names)) or '(none)'}")
+    return (
+        f"unknown cron {name!r}: cannot {what}; known crons: {', '.join(sorted(names)) or '(none)'}"
+    )

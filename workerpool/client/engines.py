@@ -33,13 +33,18 @@ class Engines:
     ``read_url`` (else ``$WORKERPOOL_READ_URL``, else the primary) is what :attr:`read_engine`
     connects to."""
 
-    def __init__(self, url_arg: str | URL | None, schema: str | None = None,
-                 read_url: str | URL | None = None) -> None:
+    def __init__(
+        self,
+        url_arg: str | URL | None,
+        schema: str | None = None,
+        read_url: str | URL | None = None,
+    ) -> None:
         self._url_arg = url_arg
         #: Behind PgBouncer in transaction pooling mode (``$WORKERPOOL_PGBOUNCER``, read once).
         self.pooled = settings.transaction_pooling()
-        self.schema = check_schema(schema if schema is not None else
-                                   settings.schema() or DEFAULT_SCHEMA)
+        self.schema = check_schema(
+            schema if schema is not None else settings.schema() or DEFAULT_SCHEMA
+        )
         self._read_arg = read_url if read_url is not None else settings.read_url()
         self._url: URL | None = None
         self._read_url: URL | None = None
@@ -93,8 +98,12 @@ class Engines:
         """The replica's URL in the pool's schema, else the primary's."""
         if self._read_arg is None:
             return self.url
-        return self._once("_read_url", lambda: self._in_schema(
-            db.resolve_url(self._read_arg, embedded_dir=settings.embedded_dir())))
+        return self._once(
+            "_read_url",
+            lambda: self._in_schema(
+                db.resolve_url(self._read_arg, embedded_dir=settings.embedded_dir())
+            ),
+        )
 
     @property
     def read_engine(self) -> Engine:
@@ -102,8 +111,12 @@ class Engines:
         when there is one (it never writes), else the pool's own engine."""
         if self._read_arg is None:
             return self.engine
-        return self._once("_read_engine", lambda: db.create(
-            self.read_url, application_name="workerpool-read", pooled=self.pooled))
+        return self._once(
+            "_read_engine",
+            lambda: db.create(
+                self.read_url, application_name="workerpool-read", pooled=self.pooled
+            ),
+        )
 
     @contextmanager
     def replica_errors(self) -> Iterator[None]:
@@ -125,8 +138,7 @@ class Engines:
 
     @property
     def async_engine(self) -> Any:
-        return self._once("_async_engine",
-                          lambda: db.create_async(self.url, pooled=self.pooled))
+        return self._once("_async_engine", lambda: db.create_async(self.url, pooled=self.pooled))
 
     def _once(self, name: str, make: Callable[[], T]) -> T:
         """The attribute ``name``, made by ``make`` if it is still None (by one thread only)."""

@@ -22,6 +22,7 @@ def explained(method: F) -> F:
     without workerpool's tables, or with older ones, instead of the driver's UndefinedTable.
     Nothing is added before the statements: the check runs only once they have failed."""
     if inspect.iscoroutinefunction(method):
+
         @functools.wraps(method)
         async def explained_async(self: WorkerPool, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -30,6 +31,7 @@ def explained(method: F) -> F:
                 if not revision.is_missing(exc):
                     raise
                 raise self.not_migrated(exc) from None
+
         return explained_async  # type: ignore[return-value]
 
     @functools.wraps(method)
@@ -40,6 +42,7 @@ def explained(method: F) -> F:
             if not revision.is_missing(exc):
                 raise
             raise self.not_migrated(exc) from None
+
     return explained  # type: ignore[return-value]
 
 

@@ -34,9 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         pool = load_pool(args.app)
-        maintenance = Maintenance(pool.registry, pool.engine, worker_id=new_worker_id(),
-                                  interval=args.interval, queues=queue_settings(pool),
-                                  pooled=pool.engines.pooled)
+        maintenance = Maintenance(
+            pool.registry,
+            pool.engine,
+            worker_id=new_worker_id(),
+            interval=args.interval,
+            queues=queue_settings(pool),
+            pooled=pool.engines.pooled,
+        )
     except (AppLoadError, ConfigError) as exc:
         print(f"workerpool maintenance: {exc}", file=sys.stderr)
         return exitcodes.FAILURE

@@ -19,7 +19,6 @@ MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 8000
 
 
-
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one attempt, ready to be written."""
@@ -53,8 +52,11 @@ def storable(text: str) -> str:
 
 def error_entry(exc: BaseException | None, *, attempt: int, worker: str, kind: str = "") -> dict:
     """One entry of a job's ``errors`` history (``at`` is stamped by the database)."""
-    entry = {"attempt": attempt, "worker": worker,
-             "type": safe_text(kind or type(exc).__name__, MESSAGE_LIMIT)}
+    entry = {
+        "attempt": attempt,
+        "worker": worker,
+        "type": safe_text(kind or type(exc).__name__, MESSAGE_LIMIT),
+    }
     entry["message"] = safe_text(exc, MESSAGE_LIMIT) if exc is not None else ""
     if exc is not None and exc.__traceback__ is not None:
         entry["traceback"] = format_traceback(exc)
@@ -76,12 +78,18 @@ def format_traceback(exc: BaseException) -> str:
         return text
     head = chunks[0] if chunks and chunks[0].startswith("Traceback") else ""
     marker = "  [... earlier frames cut ...]\n"
-    return head + marker + text[-(TRACEBACK_LIMIT - len(head) - len(marker)):]
+    return head + marker + text[-(TRACEBACK_LIMIT - len(head) - len(marker)) :]
 
 
 def classify(
-    exc: BaseException | None, spec: TaskSpec, attempt: int, worker: str, rng=random, *,
-    result: Any = None, limit: int = DEFAULT_PAYLOAD_LIMIT,
+    exc: BaseException | None,
+    spec: TaskSpec,
+    attempt: int,
+    worker: str,
+    rng=random,
+    *,
+    result: Any = None,
+    limit: int = DEFAULT_PAYLOAD_LIMIT,
 ) -> Outcome:
     """The outcome of an attempt that returned ``result`` (``exc is None``) or raised ``exc``.
 
@@ -92,8 +100,10 @@ def classify(
         if result is None:
             return DONE
         try:
-            return Outcome(OutcomeKind.DONE, result=dumps(result, limit=limit, what="result",
-                                                          object_only=False))
+            return Outcome(
+                OutcomeKind.DONE,
+                result=dumps(result, limit=limit, what="result", object_only=False),
+            )
         except PayloadError as refused:
             exc = refused
     if isinstance(exc, RetryLater):
@@ -139,8 +149,9 @@ def upcast(spec: TaskSpec, payload: dict[str, Any], version: int) -> dict[str, A
         try:
             payload = upcaster(payload)
         except Exception as exc:
-            raise UpcastError(f"{where} raised {type(exc).__name__}: "
-                              f"{safe_text(exc, MESSAGE_LIMIT)}") from exc
+            raise UpcastError(
+                f"{where} raised {type(exc).__name__}: {safe_text(exc, MESSAGE_LIMIT)}"
+            ) from exc
         if not isinstance(payload, dict):
             raise UpcastError(f"{where} returned {type(payload).__name__}, not a dict")
     return payload

@@ -18,14 +18,17 @@ from .errors import InvalidActor
 SOURCES = ("cli", "web", "api")
 MAX_ACTOR = 200
 
-_acting: ContextVar[tuple[str | None, str]] = ContextVar("workerpool_acting",
-                                                         default=(None, "api"))
+_acting: ContextVar[tuple[str | None, str]] = ContextVar("workerpool_acting", default=(None, "api"))
 
 
 def check_actor(name: Any) -> str:
     """A name to record: 1 to 200 printable characters."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_ACTOR \
-            or not name.isprintable():
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > MAX_ACTOR
+        or not name.isprintable()
+    ):
         raise InvalidActor(f"actor must be 1 to {MAX_ACTOR} printable characters, got {name!r}")
     return name
 

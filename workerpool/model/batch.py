@@ -23,13 +23,19 @@ CALLBACKS = ("complete", "success", "failure")
 #: Members per page of ``pool.batch_results``.
 PAGE_SIZE = 500
 #: The order ``pool.batch_results`` yields members in: settled ones first.
-RESULT_ORDER = (JobState.DONE, JobState.DEAD, JobState.CANCELLED, JobState.FAILED,
-                JobState.PENDING, JobState.PROCESSING)
+RESULT_ORDER = (
+    JobState.DONE,
+    JobState.DEAD,
+    JobState.CANCELLED,
+    JobState.FAILED,
+    JobState.PENDING,
+    JobState.PROCESSING,
+)
 
 
-def callback_templates(registry: Registry, tasks: Mapping[str, Any],
-                       payload: Mapping[str, Any]) -> tuple[dict[str, str | None],
-                                                            list[dict[str, Any]]]:
+def callback_templates(
+    registry: Registry, tasks: Mapping[str, Any], payload: Mapping[str, Any]
+) -> tuple[dict[str, str | None], list[dict[str, Any]]]:
     """``tasks``: the task (a name or a handler, or None) of each callback in :data:`CALLBACKS`.
     Returns each callback's task name (None: not asked for) and the job templates the batch
     row keeps: what the settling transaction inserts, resolved from ``registry`` now (an
@@ -43,10 +49,17 @@ def callback_templates(registry: Registry, tasks: Mapping[str, Any],
             continue
         spec = registry.task_spec(task)
         names[on] = spec.name
-        templates.append({"on": on, "queue": spec.queue, "task": spec.name,
-                          "payload_version": spec.version, "priority": spec.priority,
-                          "max_attempts": spec.max_attempts,
-                          "concurrency_key": job_concurrency_key(spec, payload, None)})
+        templates.append(
+            {
+                "on": on,
+                "queue": spec.queue,
+                "task": spec.name,
+                "payload_version": spec.version,
+                "priority": spec.priority,
+                "max_attempts": spec.max_attempts,
+                "concurrency_key": job_concurrency_key(spec, payload, None),
+            }
+        )
     return names, templates
 
 
@@ -90,18 +103,30 @@ class BatchStatus:
 
 def status_of(row: Any, counts: Mapping[str, int]) -> BatchStatus:
     """A batch's status from its row and its members' counts by state."""
+
     def n(state: str) -> int:
         return counts.get(state, 0)
 
     return BatchStatus(
-        id=row.id, key=row.key, total=sum(counts.values()),
+        id=row.id,
+        key=row.key,
+        total=sum(counts.values()),
         pending=n(JobState.PENDING) + n(JobState.WAITING),
-        running=n(JobState.PROCESSING), failed=n(JobState.FAILED), done=n(JobState.DONE),
-        dead=n(JobState.DEAD), cancelled=n(JobState.CANCELLED),
-        finished=row.finished_at is not None, finished_at=row.finished_at, outcome=row.outcome,
-        created_at=row.created_at, on_complete=row.on_complete, on_success=row.on_success,
-        on_failure=row.on_failure, callback_ids=sorted(row.callback_ids or []),
-        fired_by=row.fired_by)
+        running=n(JobState.PROCESSING),
+        failed=n(JobState.FAILED),
+        done=n(JobState.DONE),
+        dead=n(JobState.DEAD),
+        cancelled=n(JobState.CANCELLED),
+        finished=row.finished_at is not None,
+        finished_at=row.finished_at,
+        outcome=row.outcome,
+        created_at=row.created_at,
+        on_complete=row.on_complete,
+        on_success=row.on_success,
+        on_failure=row.on_failure,
+        callback_ids=sorted(row.callback_ids or []),
+        fired_by=row.fired_by,
+    )
 
 
 @dataclass(frozen=True)
@@ -114,5 +139,12 @@ class MemberResult:
     key: str | None
 
 
-__all__ = ["CALLBACKS", "PAGE_SIZE", "RESULT_ORDER", "BatchStatus", "MemberResult",
-           "callback_templates", "status_of"]
+__all__ = [
+    "CALLBACKS",
+    "PAGE_SIZE",
+    "RESULT_ORDER",
+    "BatchStatus",
+    "MemberResult",
+    "callback_templates",
+    "status_of",
+]

@@ -59,8 +59,10 @@ class Selection:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tags", check_tag_filter(self.tags))
         if (self.ids is None) == (self.queue is None and self.tags is None):
-            raise InvalidFilter("give job ids or a queue and/or tags (with optional task and"
-                                " state), not both and not neither")
+            raise InvalidFilter(
+                "give job ids or a queue and/or tags (with optional task and"
+                " state), not both and not neither"
+            )
         if self.ids is not None:
             object.__setattr__(self, "ids", check_ids(self.ids))
         elif self.queue is not None:
@@ -68,11 +70,12 @@ class Selection:
         if self.ids is None and self.task is not None:
             check_filter("task", self.task)
         if self.ids is not None and (self.task or self.state):
-            raise InvalidFilter("task and state filters go with a queue or tags, not with job"
-                                " ids")
+            raise InvalidFilter("task and state filters go with a queue or tags, not with job ids")
         if self.state is not None and self.state not in LIVE_STATES:
-            raise InvalidFilter(f"state must be one of {', '.join(LIVE_STATES)} (the states a"
-                                f" job can be cancelled in); got {self.state!r}")
+            raise InvalidFilter(
+                f"state must be one of {', '.join(LIVE_STATES)} (the states a"
+                f" job can be cancelled in); got {self.state!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -87,17 +90,25 @@ class CancelResult:
     @classmethod
     def planned(cls, before: Mapping[int, str], by: str) -> CancelResult:
         """A dry run: what a cancel of jobs in these states would do."""
-        return cls({job_id: verdict(state) for job_id, state in before.items()}, dict(before),
-                   True, by)
+        return cls(
+            {job_id: verdict(state) for job_id, state in before.items()}, dict(before), True, by
+        )
 
     @classmethod
-    def done(cls, before: Mapping[int, str], changed: Mapping[int, str],
-             others: Mapping[int, str], by: str) -> CancelResult:
+    def done(
+        cls,
+        before: Mapping[int, str],
+        changed: Mapping[int, str],
+        others: Mapping[int, str],
+        by: str,
+    ) -> CancelResult:
         """After the cancel: ``changed``, the jobs it cancelled or asked to stop, and
         ``others``, those it left alone (finished meanwhile, or asked to stop before), each with
         its state after it."""
-        verdicts = {job_id: CANCELLED if state == JobState.CANCELLED else STOPPING
-                    for job_id, state in changed.items()}
+        verdicts = {
+            job_id: CANCELLED if state == JobState.CANCELLED else STOPPING
+            for job_id, state in changed.items()
+        }
         verdicts.update((job_id, verdict(state)) for job_id, state in others.items())
         states = {**changed, **others}
         return cls({i: verdicts[i] for i in before}, {i: states[i] for i in before}, False, by)
@@ -118,6 +129,11 @@ class CancelResult:
         return self.ids(FINISHED)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "by": self.by,
-                "jobs": [{"id": job_id, "verdict": verdict, "state": self.states.get(job_id)}
-                         for job_id, verdict in self.verdicts.items()]}
+        return {
+            "dry_run": self.dry_run,
+            "by": self.by,
+            "jobs": [
+                {"id": job_id, "verdict": verdict, "state": self.states.get(job_id)}
+                for job_id, verdict in self.verdicts.items()
+            ],
+        }

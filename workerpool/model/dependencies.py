@@ -55,7 +55,8 @@ def check_sequence(sequence: Any) -> str:
         raise InvalidDependency(f"sequence must be a non-empty string, got {sequence!r}")
     if len(sequence) > MAX_SEQUENCE_NAME or "\x00" in sequence:
         raise InvalidDependency(
-            f"sequence must be at most {MAX_SEQUENCE_NAME} characters, without NUL")
+            f"sequence must be at most {MAX_SEQUENCE_NAME} characters, without NUL"
+        )
     return sequence
 
 
@@ -84,8 +85,9 @@ def check_parents(wanted: Iterable[int], found: dict[int, str]) -> None:
     for job_id in wanted:
         state = found.get(job_id)
         if state is None:
-            raise InvalidDependency(f"after names job {job_id}, which does not exist"
-                                    " (or was pruned)")
+            raise InvalidDependency(
+                f"after names job {job_id}, which does not exist (or was pruned)"
+            )
         if state in (JobState.DEAD, JobState.CANCELLED):
             raise InvalidDependency(f"after names job {job_id}, which already ended {state}")
 
@@ -127,12 +129,36 @@ def verdict(edges: Iterable[Edge]) -> tuple[str, int | None]:
 
 def cancel_entry(parent_id: int, parent_state: str, at: str) -> dict[str, Any]:
     """The error entry of a job cancelled because its parent failed."""
-    return {"attempt": 0, "at": at, "type": DEPENDENCY_FAILED, "parent": parent_id,
-            "message": f"cancelled: parent job {parent_id} ended {parent_state}",
-            "traceback": None, "worker": None}
+    return {
+        "attempt": 0,
+        "at": at,
+        "type": DEPENDENCY_FAILED,
+        "parent": parent_id,
+        "message": f"cancelled: parent job {parent_id} ended {parent_state}",
+        "traceback": None,
+        "worker": None,
+    }
 
 
-__all__ = ["AFTER", "CANCEL", "DEPENDENCY_FAILED", "DEPENDENCY_FAILURE_POLICIES", "DUE",
-           "EDGE_KINDS", "HOLD", "IF_FAILED", "RUN", "SEQUENCE", "SEQUENCE_FAILURE_POLICIES",
-           "WAIT", "Edge", "after_policy", "cancel_entry", "check_after", "check_parents",
-           "check_sequence", "sequence_policy", "verdict"]
+__all__ = [
+    "AFTER",
+    "CANCEL",
+    "DEPENDENCY_FAILED",
+    "DEPENDENCY_FAILURE_POLICIES",
+    "DUE",
+    "EDGE_KINDS",
+    "HOLD",
+    "IF_FAILED",
+    "RUN",
+    "SEQUENCE",
+    "SEQUENCE_FAILURE_POLICIES",
+    "WAIT",
+    "Edge",
+    "after_policy",
+    "cancel_entry",
+    "check_after",
+    "check_parents",
+    "check_sequence",
+    "sequence_policy",
+    "verdict",
+]

@@ -139,8 +139,10 @@ class RetryLater(Exception):
     """Raised by a handler: run this job again after `delay` seconds without spending an attempt."""
 
     def __init__(self, delay: float = 60.0, reason: str = "") -> None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not (
-            0 <= delay <= MAX_DELAY
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not (0 <= delay <= MAX_DELAY)
         ):
             raise InvalidJob(
                 f"RetryLater delay must be a number of seconds within 0..{MAX_DELAY:.0f},"

@@ -41,8 +41,9 @@ def partition(lower: datetime, upper: datetime) -> Partition:
     return Partition(f"{PARTITION_PREFIX}{lower.astimezone(UTC):%Y%m%d}", lower, upper)
 
 
-def plan(existing: list[Partition], now: datetime, *, retention: float, width: int,
-         ahead: int) -> Plan:
+def plan(
+    existing: list[Partition], now: datetime, *, retention: float, width: int, ahead: int
+) -> Plan:
     """What to create and drop so that the partitions cover ``[now - retention, now + ahead
     widths)`` and nothing older (``existing``: the partitions there are, any order)."""
     oldest_kept = now - timedelta(seconds=retention)

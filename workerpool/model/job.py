@@ -40,22 +40,27 @@ class Job:
     _cancel: Callable[[], CancelFlag] | None = field(default=None, repr=False, compare=False)
     #: Reads the parents' results (``after=``) when first asked for: a job without parents
     #: pays nothing for them.
-    _parents: Callable[[int], dict[int, Any]] | None = field(default=None, repr=False,
-                                                             compare=False)
+    _parents: Callable[[int], dict[int, Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
     #: The steps earlier runs finished (name → entry: value, kind, started_at, finished_at).
     steps_data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _step_store: StepStore | None = field(default=None, repr=False, compare=False)
     _steps: Steps | None = field(default=None, repr=False, compare=False)
-    _progress: Callable[[Job, Any], None] | None = field(default=None, repr=False,
-                                                         compare=False)
+    _progress: Callable[[Job, Any], None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_row(cls, row: Any, worker: str = "", saver: Callable[[Job, Any], None] | None = None,
-                 payload: dict[str, Any] | None = None,
-                 cancel: Callable[[], CancelFlag] | None = None,
-                 parents: Callable[[int], dict[int, Any]] | None = None,
-                 steps: StepStore | None = None,
-                 progress: Callable[[Job, Any], None] | None = None) -> Job:
+    def from_row(
+        cls,
+        row: Any,
+        worker: str = "",
+        saver: Callable[[Job, Any], None] | None = None,
+        payload: dict[str, Any] | None = None,
+        cancel: Callable[[], CancelFlag] | None = None,
+        parents: Callable[[int], dict[int, Any]] | None = None,
+        steps: StepStore | None = None,
+        progress: Callable[[Job, Any], None] | None = None,
+    ) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
         ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
         reads the results of a job's parents; ``steps``: writes its steps and reads signals.

@@ -19,8 +19,16 @@ from typing import Any
 from .errors import MAX_DELAY, ConfigError, InvalidJob
 
 #: Window names a rate may use, in seconds.
-WINDOWS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
-           "h": 3600.0, "hour": 3600.0}
+WINDOWS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+}
 _RATE = re.compile(r"\s*(\d{1,7})\s*/\s*([a-z]+)\s*")
 MAX_LIMIT = 1_000_000
 UNIQUE_SCOPES = ("forever", "live")
@@ -45,8 +53,10 @@ def parse_rate(what: str, value: Any) -> Rate:
     ``what``. A regular expression of one line: no parser library is worth a dependency here."""
     match = _RATE.fullmatch(value) if isinstance(value, str) else None
     if match is None or match.group(2) not in WINDOWS or not 1 <= int(match.group(1)) <= MAX_LIMIT:
-        raise ConfigError(f"{what} must look like '100/s', '20/m' or '500/h' (1..{MAX_LIMIT} per"
-                          f" second, minute or hour), got {value!r}")
+        raise ConfigError(
+            f"{what} must look like '100/s', '20/m' or '500/h' (1..{MAX_LIMIT} per"
+            f" second, minute or hour), got {value!r}"
+        )
     return Rate(int(match.group(1)), WINDOWS[match.group(2)])
 
 
@@ -59,18 +69,23 @@ def check_limit(what: str, value: Any) -> int | None:
     return value
 
 
-def check_task_limits(task: str, concurrency_limit: Any, concurrency_key: Any,
-                      key_rate_limit: Any) -> None:
+def check_task_limits(
+    task: str, concurrency_limit: Any, concurrency_key: Any, key_rate_limit: Any
+) -> None:
     """The per-key options of ``pool.task``, and their combination, checked by name."""
     check_limit(f"task {task}: concurrency_limit", concurrency_limit)
     if key_rate_limit is not None:
         parse_rate(f"task {task}: key_rate_limit", key_rate_limit)
     if concurrency_key is not None and not callable(concurrency_key):
-        raise ConfigError(f"task {task}: concurrency_key must be a function of the payload,"
-                          f" got {type(concurrency_key).__name__}")
+        raise ConfigError(
+            f"task {task}: concurrency_key must be a function of the payload,"
+            f" got {type(concurrency_key).__name__}"
+        )
     if concurrency_key is not None and concurrency_limit is None and key_rate_limit is None:
-        raise ConfigError(f"task {task}: concurrency_key limits nothing without"
-                          " concurrency_limit or key_rate_limit")
+        raise ConfigError(
+            f"task {task}: concurrency_key limits nothing without"
+            " concurrency_limit or key_rate_limit"
+        )
 
 
 # -- the limits a claim enforces ----------------------------------------------------------------
@@ -101,19 +116,27 @@ class ClaimLimits:
         return {
             "global_concurrency": self.global_concurrency,
             "rate_limit": None if self.rate is None else str(self.rate),
-            "tasks": {k.task: {"concurrency_limit": k.concurrency,
-                               "key_rate_limit": None if k.rate is None else str(k.rate)}
-                      for k in self.keys},
+            "tasks": {
+                k.task: {
+                    "concurrency_limit": k.concurrency,
+                    "key_rate_limit": None if k.rate is None else str(k.rate),
+                }
+                for k in self.keys
+            },
         }
 
 
 def claim_limits(queue: Any, tasks: Mapping[str, Any]) -> ClaimLimits:
     """The limits of ``queue`` (a QueueSpec) and its tasks (TaskSpecs by name)."""
     keys = tuple(
-        KeyLimit(spec.name, spec.concurrency_limit,
-                 None if spec.key_rate_limit is None else parse_rate("", spec.key_rate_limit))
+        KeyLimit(
+            spec.name,
+            spec.concurrency_limit,
+            None if spec.key_rate_limit is None else parse_rate("", spec.key_rate_limit),
+        )
         for spec in sorted(tasks.values(), key=lambda spec: spec.name)
-        if spec.queue == queue.name and (spec.concurrency_limit or spec.key_rate_limit))
+        if spec.queue == queue.name and (spec.concurrency_limit or spec.key_rate_limit)
+    )
     rate = None if queue.rate_limit is None else parse_rate("", queue.rate_limit)
     return ClaimLimits(queue.global_concurrency, rate, keys)
 
@@ -128,16 +151,20 @@ def job_concurrency_key(spec: Any, payload: Mapping[str, Any], given: Any) -> st
     limited = spec.concurrency_limit is not None or spec.key_rate_limit is not None
     if not limited:
         if given is not None:
-            raise InvalidJob(f"concurrency_key given, but task {spec.name!r} has no"
-                             " concurrency_limit or key_rate_limit: it would limit nothing")
+            raise InvalidJob(
+                f"concurrency_key given, but task {spec.name!r} has no"
+                " concurrency_limit or key_rate_limit: it would limit nothing"
+            )
         return None
     if given is None and spec.concurrency_key is not None:
         given = _key_of_payload(spec, payload)
     if given is None:
         return spec.name
     if not isinstance(given, str) or not given or len(given) > 255:
-        raise InvalidJob(f"concurrency_key must be a non-empty string of at most 255 characters,"
-                         f" got {given!r:.80}")
+        raise InvalidJob(
+            f"concurrency_key must be a non-empty string of at most 255 characters,"
+            f" got {given!r:.80}"
+        )
     return given
 
 
@@ -146,12 +173,14 @@ def _key_of_payload(spec: Any, payload: Mapping[str, Any]) -> Any:
     try:
         return key_of(payload)
     except Exception as exc:
-        raise InvalidJob(f"task {spec.name!r}: concurrency_key function raised"
-                         f" {type(exc).__name__}: {exc}") from None
+        raise InvalidJob(
+            f"task {spec.name!r}: concurrency_key function raised {type(exc).__name__}: {exc}"
+        ) from None
 
 
-def key_scope(key: str | None, unique: Any, unique_for: Any, on_conflict: Any
-              ) -> tuple[str | None, float | None, str]:
+def key_scope(
+    key: str | None, unique: Any, unique_for: Any, on_conflict: Any
+) -> tuple[str | None, float | None, str]:
     """``(key_scope, seconds, on_conflict)`` of a job's key options, refused by name when bad.
 
     ``key_scope``: None (the key is held forever), ``"live"`` or ``"for"`` (``seconds``).
@@ -163,15 +192,21 @@ def key_scope(key: str | None, unique: Any, unique_for: Any, on_conflict: Any
     if unique is not None and unique not in UNIQUE_SCOPES:
         raise InvalidJob(f"unique must be one of {', '.join(UNIQUE_SCOPES)}; got {unique!r}")
     if on_conflict is not None and on_conflict not in ON_CONFLICT:
-        raise InvalidJob(f"on_conflict must be one of {', '.join(ON_CONFLICT)}; got"
-                         f" {on_conflict!r}")
+        raise InvalidJob(
+            f"on_conflict must be one of {', '.join(ON_CONFLICT)}; got {on_conflict!r}"
+        )
     conflict = on_conflict or "keep"
     if isinstance(unique_for, timedelta):
         unique_for = unique_for.total_seconds()
     if unique_for is None:
         return ("live" if unique == "live" else None), None, conflict
-    if isinstance(unique_for, bool) or not isinstance(unique_for, int | float) or not (
-            math.isfinite(unique_for) and 0 < unique_for <= MAX_DELAY):
-        raise InvalidJob(f"unique_for must be a number of seconds within 0..{MAX_DELAY:.0f}"
-                         f" (above 0), got {unique_for!r}")
+    if (
+        isinstance(unique_for, bool)
+        or not isinstance(unique_for, int | float)
+        or not (math.isfinite(unique_for) and 0 < unique_for <= MAX_DELAY)
+    ):
+        raise InvalidJob(
+            f"unique_for must be a number of seconds within 0..{MAX_DELAY:.0f}"
+            f" (above 0), got {unique_for!r}"
+        )
     return "for", float(unique_for), conflict

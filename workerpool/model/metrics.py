@@ -71,60 +71,120 @@ class Recorder(Null):
         from prometheus_client import Counter, Gauge, Histogram
 
         self.jobs_finished = Counter(
-            "workerpool_jobs_finished", "Attempts whose outcome a worker wrote, by outcome",
-            ["queue", "task", "outcome"], registry=None)
+            "workerpool_jobs_finished",
+            "Attempts whose outcome a worker wrote, by outcome",
+            ["queue", "task", "outcome"],
+            registry=None,
+        )
         self.handler_seconds = Histogram(
-            "workerpool_handler_duration_seconds", "Time a handler ran (one attempt)",
-            ["queue", "task"], buckets=DURATION_BUCKETS, registry=None)
+            "workerpool_handler_duration_seconds",
+            "Time a handler ran (one attempt)",
+            ["queue", "task"],
+            buckets=DURATION_BUCKETS,
+            registry=None,
+        )
         self.pickup_seconds = Histogram(
-            "workerpool_pickup_delay_seconds", "claimed_at - run_at of each claimed job",
-            ["queue"], buckets=DELAY_BUCKETS, registry=None)
+            "workerpool_pickup_delay_seconds",
+            "claimed_at - run_at of each claimed job",
+            ["queue"],
+            buckets=DELAY_BUCKETS,
+            registry=None,
+        )
         self.jobs_in_flight = Gauge(
-            "workerpool_jobs_in_flight", "Jobs a worker process holds (running or buffered)",
-            ["queue"], multiprocess_mode="livesum", registry=None)
-        self.claims = Counter("workerpool_claims", "Claim statements a worker ran", ["queue"],
-                              registry=None)
+            "workerpool_jobs_in_flight",
+            "Jobs a worker process holds (running or buffered)",
+            ["queue"],
+            multiprocess_mode="livesum",
+            registry=None,
+        )
+        self.claims = Counter(
+            "workerpool_claims", "Claim statements a worker ran", ["queue"], registry=None
+        )
         self.claim_batch = Histogram(
-            "workerpool_claim_batch_size", "Rows one claim statement returned", ["queue"],
-            buckets=BATCH_BUCKETS, registry=None)
+            "workerpool_claim_batch_size",
+            "Rows one claim statement returned",
+            ["queue"],
+            buckets=BATCH_BUCKETS,
+            registry=None,
+        )
         self.wakeups = Counter(
-            "workerpool_wakeups", "Times an idle claim loop woke: a notification, or its poll",
-            ["queue", "source"], registry=None)
+            "workerpool_wakeups",
+            "Times an idle claim loop woke: a notification, or its poll",
+            ["queue", "source"],
+            registry=None,
+        )
         self.restarts = Counter(
-            "workerpool_child_restarts", "Children the supervisor restarted, by cause",
-            ["worker", "cause"], registry=None)
+            "workerpool_child_restarts",
+            "Children the supervisor restarted, by cause",
+            ["worker", "cause"],
+            registry=None,
+        )
         self.depth_gauge = Gauge(
-            "workerpool_queue_depth", "Jobs per queue waiting (pending or failed) or processing, "
+            "workerpool_queue_depth",
+            "Jobs per queue waiting (pending or failed) or processing, "
             "sampled by maintenance (a capped count: at most workerpool_queue_depth_cap)",
-            ["queue", "state"], multiprocess_mode="livemostrecent", registry=None)
+            ["queue", "state"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.depth_cap = Gauge(
-            "workerpool_queue_depth_cap", "The cap of the queue depth count", [],
-            multiprocess_mode="livemostrecent", registry=None)
+            "workerpool_queue_depth_cap",
+            "The cap of the queue depth count",
+            [],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.oldest_due = Gauge(
-            "workerpool_oldest_due_age_seconds", "How long the oldest due job has waited",
-            ["queue"], multiprocess_mode="livemostrecent", registry=None)
+            "workerpool_oldest_due_age_seconds",
+            "How long the oldest due job has waited",
+            ["queue"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.blocked = Gauge(
-            "workerpool_blocked_jobs", "Jobs in the state waiting (for their parents or their"
+            "workerpool_blocked_jobs",
+            "Jobs in the state waiting (for their parents or their"
             " sequence), sampled by maintenance (a capped count)",
-            ["queue"], multiprocess_mode="livemostrecent", registry=None)
+            ["queue"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.suspects = Gauge(
-            "workerpool_suspects", "Due jobs held by a process that died (they run alone)",
-            ["queue"], multiprocess_mode="livemostrecent", registry=None)
+            "workerpool_suspects",
+            "Due jobs held by a process that died (they run alone)",
+            ["queue"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.batches_done = Counter(
-            "workerpool_batches_finished", "Batches finished (their callbacks enqueued), by"
+            "workerpool_batches_finished",
+            "Batches finished (their callbacks enqueued), by"
             " outcome and by who finished them: a member's outcome, or the sweep (never, unless"
-            " the outcome path missed one)", ["outcome", "fired_by"], registry=None)
+            " the outcome path missed one)",
+            ["outcome", "fired_by"],
+            registry=None,
+        )
         self.batches_open_gauge = Gauge(
-            "workerpool_batches_open", "Batches opened and not finished yet, sampled by"
-            " maintenance", [], multiprocess_mode="livemostrecent", registry=None)
+            "workerpool_batches_open",
+            "Batches opened and not finished yet, sampled by maintenance",
+            [],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
         self.batches_opened_total = Counter(
-            "workerpool_batches_opened", "Batches opened (committed), counted by maintenance as"
-            " it samples: from the newest batch it saw at its first sample on", [],
-            registry=None)
+            "workerpool_batches_opened",
+            "Batches opened (committed), counted by maintenance as"
+            " it samples: from the newest batch it saw at its first sample on",
+            [],
+            registry=None,
+        )
         self.index_rebuilds = Counter(
-            "workerpool_index_rebuilds", "Indexes of the jobs table the maintenance child"
+            "workerpool_index_rebuilds",
+            "Indexes of the jobs table the maintenance child"
             " rebuilt (REINDEX CONCURRENTLY) because they were far above their packed size",
-            ["index"], registry=None)
+            ["index"],
+            registry=None,
+        )
         self._children: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = {}  # (metric, *labels) -> increments not written
         self._observed: dict[tuple, list] = {}  # (metric, *labels) -> [per-bucket counts, sum]

@@ -66,21 +66,26 @@ def build_job(
     """Validate one job. Raises a named error for any bad input; touches no database."""
     spec = registry.task_spec(task)
     payload = {} if payload is None else payload
-    scope = _NO_SCOPE if key is None and unique is None and unique_for is None and (
-        on_conflict is None) else key_scope(key, unique, unique_for, on_conflict)
+    scope = (
+        _NO_SCOPE
+        if key is None and unique is None and unique_for is None and (on_conflict is None)
+        else key_scope(key, unique, unique_for, on_conflict)
+    )
     return NewJob(  # positional, and option checks only when given: this is per row
         spec.queue,
         spec.name,
         dumps(payload, limit=registry.payload_limit),
         spec.version,
         spec.priority if priority is None else check_priority(priority),
-        spec.max_attempts if max_attempts is None
-        else check_max_attempts(max_attempts, InvalidJob),
+        spec.max_attempts if max_attempts is None else check_max_attempts(max_attempts, InvalidJob),
         None if key is None else check_key(key),
         None if run_at is None else check_run_at(run_at),
         None if delay is None else check_delay(delay, run_at),
-        None if concurrency_key is None and spec.concurrency_limit is None and (
-            spec.key_rate_limit is None) else job_concurrency_key(spec, payload, concurrency_key),
+        None
+        if concurrency_key is None
+        and spec.concurrency_limit is None
+        and (spec.key_rate_limit is None)
+        else job_concurrency_key(spec, payload, concurrency_key),
         *scope,
         None if tags is None else check_tags(tags),
     )
@@ -95,8 +100,7 @@ def build_batch(registry: Registry, jobs: Any) -> list[NewJob]:
     return build_rows(registry, job_items(jobs), {})
 
 
-def build_rows(registry: Registry, items: list[Any], seen: dict[str, NewJob]
-               ) -> list[NewJob]:
+def build_rows(registry: Registry, items: list[Any], seen: dict[str, NewJob]) -> list[NewJob]:
     """Items of a batch (or of one chunk of it), checked; ``seen``: the keys of its earlier
     chunks."""
     return check_batch_keys([build_item(registry, item) for item in items], seen)
@@ -108,9 +112,7 @@ def build_item(registry: Registry, item: Any) -> NewJob:
         return build_job(registry, item[0], item[1])
     if isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping):
         return build_job(registry, item[0], item[1], **item[2])
-    raise InvalidJob(
-        f"each job is (task, payload) or (task, payload, options), got {item!r:.80}"
-    )
+    raise InvalidJob(f"each job is (task, payload) or (task, payload, options), got {item!r:.80}")
 
 
 def job_items(jobs: Any) -> list[Any]:
@@ -123,16 +125,17 @@ def job_items(jobs: Any) -> list[Any]:
     return list(jobs)
 
 
-def check_batch_keys(rows: list[NewJob], seen: dict[str, NewJob]
-                     ) -> list[NewJob]:
+def check_batch_keys(rows: list[NewJob], seen: dict[str, NewJob]) -> list[NewJob]:
     """Two rows of one batch with the same key must be the same job, else IdempotencyConflict.
     ``seen`` carries the keys of the batch's earlier chunks."""
     for row in rows:
         if row.key is None:
             continue
         if row.key_scope == "for" or row.on_conflict != "keep":
-            raise InvalidJob("enqueue_many takes keys held forever or unique='live';"
-                             " unique_for and on_conflict='replace' or 'error' are for enqueue()")
+            raise InvalidJob(
+                "enqueue_many takes keys held forever or unique='live';"
+                " unique_for and on_conflict='replace' or 'error' are for enqueue()"
+            )
         first = seen.setdefault(row.key, row)
         if (first.task, first.payload_json) != (row.task, row.payload_json):
             raise IdempotencyConflict(

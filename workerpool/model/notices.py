@@ -77,10 +77,20 @@ def report_dead(
     for notice in notices:
         dead_log.error(
             "job dead: queue=%s id=%s task=%s attempts=%s reason=%s last_error=%s",
-            notice.queue, notice.id, notice.task, notice.attempts, notice.reason,
+            notice.queue,
+            notice.id,
+            notice.task,
+            notice.attempts,
+            notice.reason,
             notice.last_error,
-            extra={"event": "job_dead", "job_id": notice.id, "queue": notice.queue,
-                   "task": notice.task, "attempts": notice.attempts, "reason": notice.reason},
+            extra={
+                "event": "job_dead",
+                "job_id": notice.id,
+                "queue": notice.queue,
+                "task": notice.task,
+                "attempts": notice.attempts,
+                "reason": notice.reason,
+            },
         )
         for hook in list(hooks):
             call_hook(hook, notice)
@@ -91,8 +101,12 @@ def call_hook(hook: Hook, notice: DeadNotice) -> None:
     try:
         hook(notice)
     except Exception:
-        dead_log.exception("on_dead hook %s failed for job %s", getattr(hook, "__name__", hook),
-                           notice.id, extra={"event": "on_dead_hook_failed", "job_id": notice.id})
+        dead_log.exception(
+            "on_dead hook %s failed for job %s",
+            getattr(hook, "__name__", hook),
+            notice.id,
+            extra={"event": "on_dead_hook_failed", "job_id": notice.id},
+        )
 
 
 @dataclass(frozen=True)
@@ -110,15 +124,27 @@ class CancelNotice:
 def report_cancelled(hooks: Iterable[Hook], notices: Iterable[CancelNotice]) -> None:
     """Log one line per cancelled job and call each ``on_cancel`` hook (never raises)."""
     for notice in notices:
-        cancel_log.info("job cancelled: queue=%s id=%s task=%s by=%s reason=%s", notice.queue,
-                        notice.id, notice.task, notice.by, notice.reason or "-",
-                        extra={"event": "job_cancelled", "job_id": notice.id,
-                               "queue": notice.queue, "task": notice.task})
+        cancel_log.info(
+            "job cancelled: queue=%s id=%s task=%s by=%s reason=%s",
+            notice.queue,
+            notice.id,
+            notice.task,
+            notice.by,
+            notice.reason or "-",
+            extra={
+                "event": "job_cancelled",
+                "job_id": notice.id,
+                "queue": notice.queue,
+                "task": notice.task,
+            },
+        )
         for hook in list(hooks):
             try:
                 hook(notice)
             except Exception:
-                cancel_log.exception("on_cancel hook %s failed for job %s",
-                                     getattr(hook, "__name__", hook), notice.id,
-                                     extra={"event": "on_cancel_hook_failed",
-                                            "job_id": notice.id})
+                cancel_log.exception(
+                    "on_cancel hook %s failed for job %s",
+                    getattr(hook, "__name__", hook),
+                    notice.id,
+                    extra={"event": "on_cancel_hook_failed", "job_id": notice.id},
+                )

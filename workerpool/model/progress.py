@@ -32,8 +32,9 @@ def progress_json(value: Any) -> str:
             raise InvalidProgress(f"a progress fraction is within 0..1, got {value!r}")
         return repr(float(value))
     if not isinstance(value, dict):
-        raise InvalidProgress("progress is a fraction within 0..1 or a JSON object, got"
-                              f" {type(value).__name__}")
+        raise InvalidProgress(
+            f"progress is a fraction within 0..1 or a JSON object, got {type(value).__name__}"
+        )
     try:
         return dumps(value, limit=PROGRESS_LIMIT, what="progress")
     except PayloadError as exc:

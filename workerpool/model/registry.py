@@ -106,10 +106,13 @@ class Registry:
                 key_rate_limit=key_rate_limit,
                 result_ttl=check_positive("result_ttl", _seconds(result_ttl), allow_none=True),
                 on_dependency_failure=check_choice(
-                    f"task {task_name}: on_dependency_failure", on_dependency_failure,
-                    DEPENDENCY_FAILURE_POLICIES),
-                on_failure=check_choice(f"task {task_name}: on_failure", on_failure,
-                                        SEQUENCE_FAILURE_POLICIES),
+                    f"task {task_name}: on_dependency_failure",
+                    on_dependency_failure,
+                    DEPENDENCY_FAILURE_POLICIES,
+                ),
+                on_failure=check_choice(
+                    f"task {task_name}: on_failure", on_failure, SEQUENCE_FAILURE_POLICIES
+                ),
             )
             self._check_new_task(spec)
             self._add_task(spec)

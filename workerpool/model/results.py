@@ -49,12 +49,26 @@ class JobInfo:
 
     @classmethod
     def of(cls, row: Any) -> JobInfo:
-        return cls(id=row.id, queue=row.queue, task=row.task, state=row.state, result=row.result,
-                   attempts=row.attempts, max_attempts=row.max_attempts, errors=row.errors,
-                   dead_reason=row.dead_reason, key=row.key, batch_id=row.batch_id,
-                   created_at=row.created_at, run_at=row.run_at, finished_at=row.finished_at,
-                   payload=row.payload, priority=row.priority, claimed_by=row.claimed_by,
-                   claimed_at=row.claimed_at)
+        return cls(
+            id=row.id,
+            queue=row.queue,
+            task=row.task,
+            state=row.state,
+            result=row.result,
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            errors=row.errors,
+            dead_reason=row.dead_reason,
+            key=row.key,
+            batch_id=row.batch_id,
+            created_at=row.created_at,
+            run_at=row.run_at,
+            finished_at=row.finished_at,
+            payload=row.payload,
+            priority=row.priority,
+            claimed_by=row.claimed_by,
+            claimed_at=row.claimed_at,
+        )
 
     def outcome(self) -> Any:
         """The result of a finished job, or its failure raised."""
@@ -76,10 +90,13 @@ def check_timeout(value: Any) -> float | None:
     """Seconds to wait: a finite number >= 0, or None to wait for as long as it takes."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value < 0:
-        raise InvalidJob(f"timeout must be a finite number of seconds >= 0 or None,"
-                         f" got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidJob(f"timeout must be a finite number of seconds >= 0 or None, got {value!r}")
     return float(value)
 
 

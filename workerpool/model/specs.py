@@ -89,13 +89,20 @@ class QueueSpec:
         check_positive(f"queue {self.name}: hang_timeout", self.hang_timeout, minimum=0)
         check_positive(f"queue {self.name}: poll_interval", self.poll_interval, minimum=0)
         if not isinstance(self.capture_logs, bool):
-            raise ConfigError(f"queue {self.name}: capture_logs must be True or False,"
-                              f" got {self.capture_logs!r}")
+            raise ConfigError(
+                f"queue {self.name}: capture_logs must be True or False, got {self.capture_logs!r}"
+            )
         grace = self.cancel_grace
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0 or (
-                grace == float("inf")):
-            raise ConfigError(f"queue {self.name}: cancel_grace must be a finite number of"
-                              f" seconds >= 0, got {grace!r}")
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not grace >= 0
+            or (grace == float("inf"))
+        ):
+            raise ConfigError(
+                f"queue {self.name}: cancel_grace must be a finite number of"
+                f" seconds >= 0, got {grace!r}"
+            )
 
     def _check_prefetch(self) -> None:
         if self.prefetch is None:  # sized at run time
@@ -111,8 +118,9 @@ def check_processes(what: str, value: Any) -> int | str:
     if isinstance(value, str) and value == AUTO_PROCESSES:
         return value
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PROCESSES:
-        raise ConfigError(f"{what} must be an int within 1..{MAX_PROCESSES} or "
-                          f"{AUTO_PROCESSES!r}, got {value!r}")
+        raise ConfigError(
+            f"{what} must be an int within 1..{MAX_PROCESSES} or {AUTO_PROCESSES!r}, got {value!r}"
+        )
     return value
 
 
@@ -223,21 +231,34 @@ class MaintenanceSpec:
         check_positive("maintenance: audit_retention", self.audit_retention)
         if not isinstance(self.history, bool):
             raise ConfigError(f"maintenance: history must be True or False, got {self.history!r}")
-        for name, top in (("history_partition_days", 366), ("history_ahead", 366),
-                          ("history_batch", 100_000)):
+        for name, top in (
+            ("history_partition_days", 366),
+            ("history_ahead", 366),
+            ("history_batch", 100_000),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-                raise ConfigError(f"maintenance: {name} must be an int within 1..{top}, got"
-                                  f" {value!r}")
-        if isinstance(self.history_delay, bool) or not isinstance(self.history_delay, int | float) \
-                or not 0 <= self.history_delay < float("inf"):
-            raise ConfigError("maintenance: history_delay must be seconds >= 0, got"
-                              f" {self.history_delay!r}")
+                raise ConfigError(
+                    f"maintenance: {name} must be an int within 1..{top}, got {value!r}"
+                )
+        if (
+            isinstance(self.history_delay, bool)
+            or not isinstance(self.history_delay, int | float)
+            or not 0 <= self.history_delay < float("inf")
+        ):
+            raise ConfigError(
+                f"maintenance: history_delay must be seconds >= 0, got {self.history_delay!r}"
+            )
         check_positive("maintenance: reindex_bloat", self.reindex_bloat, minimum=1.0)
-        if isinstance(self.reindex_min_bytes, bool) or not isinstance(self.reindex_min_bytes, int) \
-                or self.reindex_min_bytes < 0:
-            raise ConfigError("maintenance: reindex_min_bytes must be an int >= 0, got"
-                              f" {self.reindex_min_bytes!r}")
+        if (
+            isinstance(self.reindex_min_bytes, bool)
+            or not isinstance(self.reindex_min_bytes, int)
+            or self.reindex_min_bytes < 0
+        ):
+            raise ConfigError(
+                "maintenance: reindex_min_bytes must be an int >= 0, got"
+                f" {self.reindex_min_bytes!r}"
+            )
         busy_window(self.busy_hours)
         check_positive("maintenance: worker_ttl", self.worker_ttl)
         check_positive("maintenance: interval", self.interval)
@@ -255,8 +276,9 @@ def busy_window(hours: Any) -> tuple[time, time] | None:
         start, end = hours
         window = (time.fromisoformat(start), time.fromisoformat(end))
     except (TypeError, ValueError):
-        raise ConfigError(f'maintenance: busy_hours must be ("HH:MM", "HH:MM") in UTC, got'
-                          f" {hours!r}") from None
+        raise ConfigError(
+            f'maintenance: busy_hours must be ("HH:MM", "HH:MM") in UTC, got {hours!r}'
+        ) from None
     if window[0] == window[1]:
         raise ConfigError(f"maintenance: busy_hours {hours!r} is an empty window")
     return window

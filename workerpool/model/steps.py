@@ -37,10 +37,17 @@ STEP, SLEEP, WAIT = "step", "sleep", "wait"
 def check_name(name: Any, what: str = "step", error: type[Exception] = InvalidStep) -> str:
     """A step or signal name: a non-empty string of at most NAME_LIMIT characters, no NUL and
     no lone surrogate (PostgreSQL stores neither)."""
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT or "\x00" in name \
-            or not _utf8(name):
-        raise error(f"{what} name must be a non-empty string of at most {NAME_LIMIT}"
-                    f" characters, got {name!r}")
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > NAME_LIMIT
+        or "\x00" in name
+        or not _utf8(name)
+    ):
+        raise error(
+            f"{what} name must be a non-empty string of at most {NAME_LIMIT}"
+            f" characters, got {name!r}"
+        )
     return name
 
 
@@ -54,10 +61,14 @@ def _utf8(text: str) -> bool:
 
 def check_seconds(value: Any, what: str) -> float:
     """A sleep's seconds or a wait's timeout: a finite number within 0..MAX_DELAY."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            math.isfinite(value) and 0 <= value <= MAX_DELAY):
-        raise InvalidStep(f"{what} must be a number of seconds within 0..{MAX_DELAY:.0f},"
-                          f" got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and 0 <= value <= MAX_DELAY)
+    ):
+        raise InvalidStep(
+            f"{what} must be a number of seconds within 0..{MAX_DELAY:.0f}, got {value!r}"
+        )
     return float(value)
 
 
@@ -79,8 +90,9 @@ class SignalRead:
 class StepStore(Protocol):
     """The runtime's side of steps (one per worker or inline runner)."""
 
-    def record(self, job: Any, name: str, kind: str, value: str, elapsed: float,
-               timed_out: bool = False) -> dict[str, Any] | None:
+    def record(
+        self, job: Any, name: str, kind: str, value: str, elapsed: float, timed_out: bool = False
+    ) -> dict[str, Any] | None:
         """Write step ``name`` with ``value`` (JSON text), fenced on the job's lease; the
         entry written, or None when the lease was lost (nothing written). ``elapsed``: how
         long it ran; a wait keeps the start its job began waiting at."""
@@ -125,8 +137,10 @@ class Steps:
         check_name(name)
         with self._lock:
             if name in self.used:
-                raise StepNameReused(f"job {self.job.id}: step {name!r} was already used in"
-                                     " this run; give each step its own name")
+                raise StepNameReused(
+                    f"job {self.job.id}: step {name!r} was already used in"
+                    " this run; give each step its own name"
+                )
             self.used.add(name)
             return self.stored.get(name)
 
@@ -149,10 +163,12 @@ class Steps:
         elapsed = time.monotonic() - started
         # the fenced write is a blocking round trip: off the event loop other handlers share
         return await asyncio.get_running_loop().run_in_executor(
-            None, self.record, name, STEP, value, elapsed)
+            None, self.record, name, STEP, value, elapsed
+        )
 
-    def record(self, name: str, kind: str, value: Any, elapsed: float,
-               timed_out: bool = False) -> Any:
+    def record(
+        self, name: str, kind: str, value: Any, elapsed: float, timed_out: bool = False
+    ) -> Any:
         """Write a finished step; returns its value as a replay will return it (decoded JSON)."""
         store = self._store()
         text = dumps(value, limit=store.limit(), what=f"step {name!r}", object_only=False)

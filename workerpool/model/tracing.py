@@ -64,8 +64,9 @@ def _recording() -> bool:
 # -- the enqueue side ----------------------------------------------------------------------------
 
 
-def enqueue_span(queue: str | None, task: str | None, count: int = 1
-                 ) -> contextlib.AbstractContextManager[str | None]:
+def enqueue_span(
+    queue: str | None, task: str | None, count: int = 1
+) -> contextlib.AbstractContextManager[str | None]:
     """A ``workerpool.enqueue`` span around a write; yields the trace context to store (JSON
     text for the ``trace_context`` column), or None when there is no trace to continue."""
     if not ENABLED:
@@ -77,14 +78,18 @@ def enqueue_span(queue: str | None, task: str | None, count: int = 1
 
 @contextlib.contextmanager
 def _enqueue_span(queue: str | None, task: str | None, count: int) -> Iterator[str | None]:
-    attributes: dict[str, Any] = {"messaging.system": SYSTEM,
-                                  "messaging.operation.type": "send", COUNT: count}
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        COUNT: count,
+    }
     if queue is not None:
         attributes.update({QUEUE: queue, "messaging.destination.name": queue})
     if task is not None:
         attributes[TASK] = task
-    with _tracer().start_as_current_span("workerpool.enqueue", kind=SpanKind.PRODUCER,
-                                         attributes=attributes):
+    with _tracer().start_as_current_span(
+        "workerpool.enqueue", kind=SpanKind.PRODUCER, attributes=attributes
+    ):
         yield current_context()
 
 
@@ -112,12 +117,18 @@ class RunSpan:
     def __init__(self, row: Any) -> None:
         parent = _extract(getattr(row, "trace_context", None))
         attributes = {
-            "messaging.system": SYSTEM, "messaging.operation.type": "process",
-            "messaging.destination.name": row.queue, "messaging.message.id": str(row.id),
-            QUEUE: row.queue, TASK: row.task, JOB_ID: row.id, ATTEMPT: row.attempts,
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "process",
+            "messaging.destination.name": row.queue,
+            "messaging.message.id": str(row.id),
+            QUEUE: row.queue,
+            TASK: row.task,
+            JOB_ID: row.id,
+            ATTEMPT: row.attempts,
         }
-        self._span = _tracer().start_span("workerpool.run", context=parent,
-                                          kind=SpanKind.CONSUMER, attributes=attributes)
+        self._span = _tracer().start_span(
+            "workerpool.run", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        )
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
 
     def finish(self, outcome: str, exc: BaseException | None) -> None:
@@ -129,8 +140,11 @@ class RunSpan:
             if outcome in FAILED_OUTCOMES:
                 span.set_status(Status(StatusCode.ERROR, _describe(exc, outcome)))
         except Exception:  # e.g. an exception whose __str__ raises: the outcome matters more
-            logger.warning("could not record the outcome on the run span", exc_info=True,
-                           extra={"event": "trace_record_failed"})
+            logger.warning(
+                "could not record the outcome on the run span",
+                exc_info=True,
+                extra={"event": "trace_record_failed"},
+            )
         finally:
             otel_context.detach(self._token)
             span.end()
@@ -156,8 +170,11 @@ def flush(timeout_millis: int = FLUSH_TIMEOUT_MS) -> None:
     try:
         force_flush(timeout_millis)
     except Exception:  # an exporter's failure must not change how the child exits
-        logger.warning("could not flush the spans at exit", exc_info=True,
-                       extra={"event": "trace_flush_failed"})
+        logger.warning(
+            "could not flush the spans at exit",
+            exc_info=True,
+            extra={"event": "trace_flush_failed"},
+        )
 
 
 def _describe(exc: BaseException | None, outcome: str) -> str:

@@ -37,15 +37,20 @@ SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 def check_schema(name: Any) -> str:
     """A schema name that needs no quoting anywhere (SQL, libpq ``options``, Alembic): lower-case
     letters, digits and ``_``, not PostgreSQL's own (``pg_*``, ``information_schema``)."""
-    if (isinstance(name, str) and SCHEMA_PATTERN.match(name) and not name.startswith("pg_")
-            and name != "information_schema"):
+    if (
+        isinstance(name, str)
+        and SCHEMA_PATTERN.match(name)
+        and not name.startswith("pg_")
+        and name != "information_schema"
+    ):
         return name
-    raise InvalidSchema(f"schema {name!r} is invalid: use lower-case letters, digits and '_' "
-                        "(1 to 63, not starting with a digit or pg_)")
+    raise InvalidSchema(
+        f"schema {name!r} is invalid: use lower-case letters, digits and '_' "
+        "(1 to 63, not starting with a digit or pg_)"
+    )
 
 
-def check_positive(name: str, value: Any, *, minimum: float = 0.0,
-                   allow_none: bool = False) -> Any:
+def check_positive(name: str, value: Any, *, minimum: float = 0.0, allow_none: bool = False) -> Any:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -182,8 +187,9 @@ def check_timezone(name: str, timezone: Any) -> str:
     try:
         ZoneInfo(timezone)
     except Exception:
-        raise ConfigError(f"cron {name}: unknown timezone {timezone!r} (use an IANA name)") \
-            from None
+        raise ConfigError(
+            f"cron {name}: unknown timezone {timezone!r} (use an IANA name)"
+        ) from None
     return timezone
 
 
@@ -192,7 +198,8 @@ def check_cron_task_options(name: str, options: dict[str, Any]) -> dict[str, Any
     unknown = sorted(set(options) - CRON_TASK_OPTIONS)
     if unknown:
         raise ConfigError(
-            f"cron {name}: unknown option(s) {unknown}; allowed: {sorted(CRON_TASK_OPTIONS)}")
+            f"cron {name}: unknown option(s) {unknown}; allowed: {sorted(CRON_TASK_OPTIONS)}"
+        )
     try:
         return _checked_task_options(options)
     except ValueError as exc:

@@ -12,8 +12,18 @@ from ..model.errors import InvalidFilter
 from ..sql import audit
 
 #: The actions operations record (``action`` of an entry).
-ACTIONS = ("cancel", "retry", "purge", "run_now", "signal", "pause", "resume", "cron_pause",
-           "cron_resume", "cron_run")
+ACTIONS = (
+    "cancel",
+    "retry",
+    "purge",
+    "run_now",
+    "signal",
+    "pause",
+    "resume",
+    "cron_pause",
+    "cron_resume",
+    "cron_run",
+)
 MAX_LIMIT = 500
 
 
@@ -37,15 +47,21 @@ class AuditPage:
     before: int | None  # pass as ``before`` for the next (older) page; None: no more
 
 
-def list_audit(pool: WorkerPool, *, actor: str | None = None, action: str | None = None,
-               before: int | None = None, limit: int = 50) -> AuditPage:
+def list_audit(
+    pool: WorkerPool,
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> AuditPage:
     """Entries newest first. InvalidFilter for an unknown action, a bad cursor or limit."""
     _check(actor, action, before, limit)
     with pool.engine.connect() as conn:
-        rows = audit.list_entries(conn, actor=actor, action=action, before=before,
-                                  limit=limit + 1)
-    entries = [Entry(r.id, r.at, r.actor, r.source, r.action, r.target, r.detail)
-               for r in rows[:limit]]
+        rows = audit.list_entries(conn, actor=actor, action=action, before=before, limit=limit + 1)
+    entries = [
+        Entry(r.id, r.at, r.actor, r.source, r.action, r.target, r.detail) for r in rows[:limit]
+    ]
     return AuditPage(entries, entries[-1].id if len(rows) > limit else None)
 
 
@@ -54,8 +70,9 @@ def _check(actor: Any, action: Any, before: Any, limit: Any) -> None:
         raise InvalidFilter(f"actor must be 1 to 200 characters, got {actor!r}")
     if action is not None and action not in ACTIONS:
         raise InvalidFilter(f"action must be one of {', '.join(ACTIONS)}; got {action!r}")
-    if before is not None and (isinstance(before, bool) or not isinstance(before, int)
-                               or before < 1):
+    if before is not None and (
+        isinstance(before, bool) or not isinstance(before, int) or before < 1
+    ):
         raise InvalidFilter(f"before must be a positive entry id, got {before!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidFilter(f"limit must be an int within 1..{MAX_LIMIT}, got {limit!r}")

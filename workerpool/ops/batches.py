@@ -32,8 +32,9 @@ def show(conn: Connection, status: BatchStatus) -> dict[str, Any]:
     """One batch as ``workerpool batch show --json`` prints it."""
     data = status.as_dict()
     states = sql.callback_states(conn, status.callback_ids)
-    data["callbacks"] = [{"id": job_id, "state": states.get(job_id, "pruned")}
-                         for job_id in status.callback_ids]
+    data["callbacks"] = [
+        {"id": job_id, "state": states.get(job_id, "pruned")} for job_id in status.callback_ids
+    ]
     return data
 
 
@@ -52,8 +53,10 @@ def render(data: Mapping[str, Any]) -> str:
     settled = done + data["dead"] + data["cancelled"]
     head = f"batch {data['id']}" + (f" (key {data['key']})" if data["key"] else "")
     if data["finished"]:
-        state = (f"finished {data['finished_at'][:19].replace('T', ' ')}, {data['outcome']}"
-                 f" (fired by {data['fired_by']})")
+        state = (
+            f"finished {data['finished_at'][:19].replace('T', ' ')}, {data['outcome']}"
+            f" (fired by {data['fired_by']})"
+        )
     else:
         state = "open"
     share = f"{100 * settled // total}%" if total else "-"
@@ -62,13 +65,20 @@ def render(data: Mapping[str, Any]) -> str:
         f"  members {total}  {bar(done, settled, total)} {share} ended",
         f"  done {done} · running {data['running']} · pending {data['pending']}"
         f" · retrying {data['failed']} · dead {data['dead']} · cancelled {data['cancelled']}",
-        "  callbacks: " + (", ".join(f"on_{on}={data[f'on_{on}']}"
-                                     for on in ("complete", "success", "failure")
-                                     if data[f"on_{on}"]) or "none"),
+        "  callbacks: "
+        + (
+            ", ".join(
+                f"on_{on}={data[f'on_{on}']}"
+                for on in ("complete", "success", "failure")
+                if data[f"on_{on}"]
+            )
+            or "none"
+        ),
     ]
     if data.get("callbacks"):
-        lines.append("  callback jobs: " + ", ".join(f"{c['id']} ({c['state']})"
-                                                     for c in data["callbacks"]))
+        lines.append(
+            "  callback jobs: " + ", ".join(f"{c['id']} ({c['state']})" for c in data["callbacks"])
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -80,10 +90,11 @@ def render_open(section: Mapping[str, Any]) -> str:
     for data in section["oldest"]:
         total, done = data["total"], data["done"]
         settled = done + data["dead"] + data["cancelled"]
-        lines.append(f"  {data['id']:<8} {bar(done, settled, total, 20)} {settled}/{total} ended"
-                     f"  (dead {data['dead']}, cancelled {data['cancelled']},"
-                     f" running {data['running']})"
-                     + (f"  key {data['key']}" if data["key"] else ""))
+        lines.append(
+            f"  {data['id']:<8} {bar(done, settled, total, 20)} {settled}/{total} ended"
+            f"  (dead {data['dead']}, cancelled {data['cancelled']},"
+            f" running {data['running']})" + (f"  key {data['key']}" if data["key"] else "")
+        )
     if section["open"] > len(section["oldest"]):
         lines.append(f"  ... and {section['open'] - len(section['oldest'])} more")
     return "\n".join(lines)

@@ -53,8 +53,9 @@ def plan(pool: WorkerPool, action: str, ids: Sequence[int]) -> BulkPlan:
     return BulkPlan(action, states)
 
 
-def apply(pool: WorkerPool, action: str, ids: Sequence[int], *, by: str,
-          reason: str | None = None) -> BulkPlan:
+def apply(
+    pool: WorkerPool, action: str, ids: Sequence[int], *, by: str, reason: str | None = None
+) -> BulkPlan:
     """Check as :func:`plan` does, then cancel or replay every one of ``ids``."""
     checked = plan(pool, action, ids)
     if action == "cancel":
@@ -62,8 +63,9 @@ def apply(pool: WorkerPool, action: str, ids: Sequence[int], *, by: str,
     else:
         result = dead.retry(pool, list(checked.states), by=by)
         if result.not_dead:  # replayed or purged by someone else since the check
-            raise WrongState(f"job(s) {result.not_dead} are no longer dead; the others were"
-                             " replayed")
+            raise WrongState(
+                f"job(s) {result.not_dead} are no longer dead; the others were replayed"
+            )
     return BulkPlan(action, checked.states, applied=True)
 
 
@@ -87,8 +89,7 @@ class MatchPlan:
     upto: int | None
 
 
-def plan_matching(pool: WorkerPool, action: str, where: Any,
-                  upto: int | None = None) -> MatchPlan:
+def plan_matching(pool: WorkerPool, action: str, where: Any, upto: int | None = None) -> MatchPlan:
     """The dry run of :func:`apply_matching`: what ``where`` matches among live jobs (cancel)
     or dead ones (replay), up to job ``upto``; nothing written."""
     if action not in ACTIONS:
@@ -107,8 +108,15 @@ def plan_matching(pool: WorkerPool, action: str, where: Any,
     return MatchPlan(action, ids, by_state, by_task, ids[-1] if ids else upto)
 
 
-def apply_matching(pool: WorkerPool, action: str, where: Any, upto: int | None, *, by: str,
-                   reason: str | None = None) -> int:
+def apply_matching(
+    pool: WorkerPool,
+    action: str,
+    where: Any,
+    upto: int | None,
+    *,
+    by: str,
+    reason: str | None = None,
+) -> int:
     """Cancel or replay every job ``where`` matches now, up to job ``upto`` (the dry run's
     newest: a job that came later is left alone), :data:`CHUNK` a transaction, each through
     the single operation (logged, audited, hooks called). Returns how many it changed; jobs
@@ -116,16 +124,26 @@ def apply_matching(pool: WorkerPool, action: str, where: Any, upto: int | None, 
     planned = plan_matching(pool, action, where, upto)
     changed = 0
     for start in range(0, len(planned.ids), CHUNK):
-        chunk = list(planned.ids[start:start + CHUNK])
+        chunk = list(planned.ids[start : start + CHUNK])
         if action == "cancel":
             result = pool.cancel(chunk, reason=reason, by=by)
-            changed += sum(1 for verdict in result.verdicts.values()
-                           if verdict in (CANCELLED, STOPPING))
+            changed += sum(
+                1 for verdict in result.verdicts.values() if verdict in (CANCELLED, STOPPING)
+            )
         else:
             result = dead.retry(pool, chunk, by=by)
             changed += len(result.ids)
     return changed
 
 
-__all__ = ["ACTIONS", "MAX_BULK", "MAX_MATCHES", "BulkPlan", "MatchPlan", "apply",
-           "apply_matching", "plan", "plan_matching"]
+__all__ = [
+    "ACTIONS",
+    "MAX_BULK",
+    "MAX_MATCHES",
+    "BulkPlan",
+    "MatchPlan",
+    "apply",
+    "apply_matching",
+    "plan",
+    "plan_matching",
+]

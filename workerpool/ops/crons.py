@@ -30,8 +30,9 @@ class CronView:
     changed_at: datetime | None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v.isoformat() if isinstance(v, datetime) else v
-                for k, v in self.__dict__.items()}
+        return {
+            k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()
+        }
 
 
 def list_crons(pool: WorkerPool) -> list[CronView]:
@@ -47,8 +48,37 @@ def _view(name: str, row: Any, pool: WorkerPool) -> CronView:
     declared = spec.expression if spec is not None else None
     if row is None:
         assert spec is not None
-        return CronView(name, spec.expression, spec.queue, spec.timezone, declared, None, None,
-                        None, None, 0, False, None, None, None, None)
-    return CronView(name, row.expression, row.queue, row.timezone, declared, row.next_tick,
-                    row.last_tick, row.last_job_id, row.last_job_state, row.skipped, row.paused,
-                    row.paused_by, row.paused_at, row.changed_by, row.changed_at)
+        return CronView(
+            name,
+            spec.expression,
+            spec.queue,
+            spec.timezone,
+            declared,
+            None,
+            None,
+            None,
+            None,
+            0,
+            False,
+            None,
+            None,
+            None,
+            None,
+        )
+    return CronView(
+        name,
+        row.expression,
+        row.queue,
+        row.timezone,
+        declared,
+        row.next_tick,
+        row.last_tick,
+        row.last_job_id,
+        row.last_job_state,
+        row.skipped,
+        row.paused,
+        row.paused_by,
+        row.paused_at,
+        row.changed_by,
+        row.changed_at,
+    )

@@ -60,7 +60,8 @@ class DeadFilter:
                 check_filter(kind, getattr(self, kind))
         if self.reason is not None and self.reason not in DEAD_REASONS:
             raise InvalidFilter(
-                f"reason must be one of {', '.join(DEAD_REASONS)}; got {self.reason!r}")
+                f"reason must be one of {', '.join(DEAD_REASONS)}; got {self.reason!r}"
+            )
         if isinstance(self.since, datetime) and self.since.utcoffset() is None:
             raise InvalidFilter("since must be timezone-aware (e.g. 2024-05-01T10:00:00+00:00)")
         if self.since is not None and not isinstance(self.since, datetime | timedelta):
@@ -71,15 +72,28 @@ class DeadFilter:
     def target(self) -> str:
         """What the filter names, for the audit trail: ``dead`` and its set fields."""
         since = self.since.isoformat() if isinstance(self.since, datetime) else self.since
-        fields = {"queue": self.queue, "task": self.task, "reason": self.reason,
-                  "since": since, "key": self.key, "tags": ",".join(self.tags or ()) or None,
-                  "ids": ",".join(map(str, self.ids or ())) or None}
+        fields = {
+            "queue": self.queue,
+            "task": self.task,
+            "reason": self.reason,
+            "since": since,
+            "key": self.key,
+            "tags": ",".join(self.tags or ()) or None,
+            "ids": ",".join(map(str, self.ids or ())) or None,
+        }
         return " ".join(["dead", *(f"{k}={v}" for k, v in fields.items() if v is not None)])
 
     def where(self, older_than: timedelta | None = None):
-        return sql.dead_where(queue=self.queue, task=self.task, reason=self.reason,
-                                  since=self.since, ids=self.ids, older_than=older_than,
-                                  tags=self.tags, key=self.key)
+        return sql.dead_where(
+            queue=self.queue,
+            task=self.task,
+            reason=self.reason,
+            since=self.since,
+            ids=self.ids,
+            older_than=older_than,
+            tags=self.tags,
+            key=self.key,
+        )
 
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -137,12 +151,23 @@ class DeadRow:
 
     @classmethod
     def from_row(cls, row: Any) -> DeadRow:
-        return cls(id=row.id, queue=row.queue, task=row.task, reason=row.dead_reason,
-                   attempts=row.attempts, max_attempts=row.max_attempts,
-                   created_at=row.created_at, finished_at=row.finished_at, key=row.key,
-                   payload=row.payload, payload_version=row.payload_version,
-                   error_count=row.error_count, last_error=row.last_error,
-                   replays=list(row.replays or []), tags=row.tags)
+        return cls(
+            id=row.id,
+            queue=row.queue,
+            task=row.task,
+            reason=row.dead_reason,
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            created_at=row.created_at,
+            finished_at=row.finished_at,
+            key=row.key,
+            payload=row.payload,
+            payload_version=row.payload_version,
+            error_count=row.error_count,
+            last_error=row.last_error,
+            replays=list(row.replays or []),
+            tags=row.tags,
+        )
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -157,8 +182,9 @@ class DeadPage:
     total: int  # how many dead rows match, beyond the limit
 
 
-def list_dead(pool: WorkerPool, filters: DeadFilter | None = None,
-              *, limit: int | None = DEFAULT_LIST_LIMIT) -> DeadPage:
+def list_dead(
+    pool: WorkerPool, filters: DeadFilter | None = None, *, limit: int | None = DEFAULT_LIST_LIMIT
+) -> DeadPage:
     """Dead jobs matching ``filters``, most recently dead first (``limit=None``: all)."""
     filters = filters or DeadFilter()
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -208,8 +234,9 @@ def retry(
     not_dead = sorted(set(filters.ids or ()) - set(todo))
     if dry_run or not todo:
         return ReplayResult(todo, by_task, dry_run, not_dead)
-    replayed = _in_batches(pool, todo, batch, progress,
-                           lambda conn, chunk: _replay(pool, conn, chunk, by, filters))
+    replayed = _in_batches(
+        pool, todo, batch, progress, lambda conn, chunk: _replay(pool, conn, chunk, by, filters)
+    )
     log.info("replayed %d dead jobs", len(replayed), extra={"event": "dead_replayed", "by": by})
     return ReplayResult(sorted(replayed), by_task, False, not_dead)
 
@@ -224,16 +251,18 @@ def _with_ids(filters: DeadFilter, ids: Iterable[int] | None, all_matching: bool
     return dataclasses.replace(filters, ids=tuple(ids))
 
 
-def _replay(pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str,
-            filters: DeadFilter) -> list[int]:
+def _replay(
+    pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str, filters: DeadFilter
+) -> list[int]:
     rows = sql.replay_dead(conn, ids, by)
     if rows and pool.notify:
         sql.notify(conn, (row.queue for row in rows))
     replayed = [row.id for row in rows]
     for row in rows:  # one at a time, in its line: never beside the job its sequence runs
         if row.sequence is not None:
-            sequences.wait_in_line(conn, row.id, row.sequence,
-                                      lambda task: line_policy(pool.registry, task))
+            sequences.wait_in_line(
+                conn, row.id, row.sequence, lambda task: line_policy(pool.registry, task)
+            )
     # what the failure cancelled runs once the replayed job is done (docs/workflows.md)
     dependencies.reopen_dependents(conn, replayed)
     if replayed:
@@ -250,8 +279,9 @@ def _purge(conn: Connection, ids: Sequence[int], by: str, target: str) -> list[i
     return purged
 
 
-def _known_task_names(pool: WorkerPool, conn: Connection,
-                      known_tasks: Iterable[str] | None) -> set[str]:
+def _known_task_names(
+    pool: WorkerPool, conn: Connection, known_tasks: Iterable[str] | None
+) -> set[str]:
     if known_tasks is not None:
         return set(known_tasks)
     if pool.tasks:
@@ -308,26 +338,33 @@ def purge(
     if dry_run or not todo:
         return PurgeResult(len(todo), dry_run)
     target = f"{filters.target()} older_than={age}"
-    done = _in_batches(pool, todo, batch, progress,
-                       lambda conn, chunk: _purge(conn, chunk, by, target))
+    done = _in_batches(
+        pool, todo, batch, progress, lambda conn, chunk: _purge(conn, chunk, by, target)
+    )
     log.info("purged %d dead jobs", len(done), extra={"event": "dead_purged"})
     return PurgeResult(len(done), False)
 
 
 def _seconds(value: Any) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidFilter(f"older_than must be a timedelta or a finite number of seconds,"
-                            f" got {value!r}")
+        raise InvalidFilter(
+            f"older_than must be a timedelta or a finite number of seconds, got {value!r}"
+        )
     return timedelta(seconds=value)
 
 
-def _in_batches(pool: WorkerPool, ids: Sequence[int], batch: int, progress: Progress | None,
-                step: Callable[[Connection, Sequence[int]], list[Any]]) -> list[Any]:
+def _in_batches(
+    pool: WorkerPool,
+    ids: Sequence[int],
+    batch: int,
+    progress: Progress | None,
+    step: Callable[[Connection, Sequence[int]], list[Any]],
+) -> list[Any]:
     """Run ``step`` over ``ids`` in chunks, one short transaction each, reporting progress."""
     done: list[Any] = []
     for start in range(0, len(ids), batch):
         with pool.engine.begin() as conn:
-            done.extend(step(conn, ids[start:start + batch]))
+            done.extend(step(conn, ids[start : start + batch]))
         if progress is not None:
             progress(min(start + batch, len(ids)), len(ids))
     return done

@@ -33,8 +33,9 @@ def run_now(pool: WorkerPool, job_id: int, *, by: str | None = None) -> datetime
                 raise UnknownJob(f"no job has id {job_id}")
             raise NotScheduled(f"job {job_id} is not scheduled for later: nothing changed")
         sql.notify(conn, [row.queue])
-        audit.record(conn, by, "run_now", f"job {job_id}",
-                     {"run_at": row.was.isoformat(), "task": row.task})
+        audit.record(
+            conn, by, "run_now", f"job {job_id}", {"run_at": row.was.isoformat(), "task": row.task}
+        )
     return row.was
 
 
@@ -65,8 +66,9 @@ def purge_one(pool: WorkerPool, job_id: int, *, by: str | None = None) -> None:
         raise WrongState(f"job {job_id} is not dead: only a dead job is purged; nothing changed")
 
 
-def send_signal(pool: WorkerPool, name: str, payload: Any = None, *,
-                by: str | None = None) -> datetime:
+def send_signal(
+    pool: WorkerPool, name: str, payload: Any = None, *, by: str | None = None
+) -> datetime:
     """``pool.signal`` with its audit entry, in one transaction (SignalExists: nothing
     written)."""
     by = actor(by)

@@ -27,11 +27,21 @@ def story(conn: Connection, job_id: int) -> dict[str, Any]:
     if row is None:
         raise UnknownJob(f"no job {job_id} (never enqueued, or pruned after the retention)")
     return {
-        "id": row.id, "queue": row.queue, "task": row.task, "state": row.state,
-        "dead_reason": row.dead_reason, "attempts": row.attempts,
-        "max_attempts": row.max_attempts, "key": row.key, "priority": row.priority,
-        "batch_id": row.batch_id, "workflow_id": row.workflow_id, "tags": list(row.tags or []),
-        "payload": row.payload, "result": row.result, "progress": row.progress,
+        "id": row.id,
+        "queue": row.queue,
+        "task": row.task,
+        "state": row.state,
+        "dead_reason": row.dead_reason,
+        "attempts": row.attempts,
+        "max_attempts": row.max_attempts,
+        "key": row.key,
+        "priority": row.priority,
+        "batch_id": row.batch_id,
+        "workflow_id": row.workflow_id,
+        "tags": list(row.tags or []),
+        "payload": row.payload,
+        "result": row.result,
+        "progress": row.progress,
         "errors": [_error(entry) for entry in row.errors or []],
         "steps": steps_json(row.steps),
         "times": times(row),
@@ -41,9 +51,14 @@ def story(conn: Connection, job_id: int) -> dict[str, Any]:
 
 def _error(entry: Any) -> dict[str, Any]:
     entry = entry if isinstance(entry, dict) else {"message": str(entry)}
-    return {"attempt": entry.get("attempt"), "at": entry.get("at"),
-            "worker": entry.get("worker"), "type": entry.get("type"),
-            "message": entry.get("message"), "traceback": entry.get("traceback")}
+    return {
+        "attempt": entry.get("attempt"),
+        "at": entry.get("at"),
+        "worker": entry.get("worker"),
+        "type": entry.get("type"),
+        "message": entry.get("message"),
+        "traceback": entry.get("traceback"),
+    }
 
 
 def times(row: Any) -> dict[str, Any]:
@@ -51,10 +66,12 @@ def times(row: Any) -> dict[str, Any]:
     waited (enqueued to started) and ran (started to finished)."""
     started = row.started_at or row.claimed_at
     return {
-        "enqueued": _iso(row.created_at), "started": _iso(started),
+        "enqueued": _iso(row.created_at),
+        "started": _iso(started),
         "finished": _iso(row.finished_at),
         "next_run": _iso(row.run_at) if row.finished_at is None else None,
-        "waited": _seconds(row.created_at, started), "ran": _seconds(started, row.finished_at),
+        "waited": _seconds(row.created_at, started),
+        "ran": _seconds(started, row.finished_at),
     }
 
 
@@ -71,24 +88,51 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 def render(data: dict[str, Any]) -> str:
     """The story as text: a header, TIMES, ERRORS, RESULT, STEPS, then tags, progress, logs."""
     state = data["state"] + (f" ({data['dead_reason']})" if data["dead_reason"] else "")
-    lines = [f"JOB {data['id']} {data['task']} on {data['queue']}: {state}, attempt "
-             f"{data['attempts']} of {data['max_attempts']}"]
-    extras = [f"{name}={data[name]}" for name in ("key", "batch_id", "workflow_id", "priority")
-              if data[name] not in (None, 0)]
+    lines = [
+        f"JOB {data['id']} {data['task']} on {data['queue']}: {state}, attempt "
+        f"{data['attempts']} of {data['max_attempts']}"
+    ]
+    extras = [
+        f"{name}={data[name]}"
+        for name in ("key", "batch_id", "workflow_id", "priority")
+        if data[name] not in (None, 0)
+    ]
     if extras:
         lines.append("  " + " ".join(extras))
     lines.append("PAYLOAD " + _short(data["payload"]))
-    lines.append("TIMES\n" + table(["ENQUEUED", "STARTED", "FINISHED", "WAITED", "RAN"], [[
-        _when(data["times"]["enqueued"]), _when(data["times"]["started"]),
-        _when(data["times"]["finished"]), _took(data["times"]["waited"]),
-        _took(data["times"]["ran"])]]).rstrip())
+    lines.append(
+        "TIMES\n"
+        + table(
+            ["ENQUEUED", "STARTED", "FINISHED", "WAITED", "RAN"],
+            [
+                [
+                    _when(data["times"]["enqueued"]),
+                    _when(data["times"]["started"]),
+                    _when(data["times"]["finished"]),
+                    _took(data["times"]["waited"]),
+                    _took(data["times"]["ran"]),
+                ]
+            ],
+        ).rstrip()
+    )
     if data["times"]["next_run"] and data["state"] != "running":
         lines.append(f"NEXT RUN {_when(data['times']['next_run'])}")
     if data["errors"]:
-        lines.append("ERRORS\n" + table(["ATTEMPT", "AT", "WORKER", "ERROR"], [
-            [e["attempt"], _when(e["at"]), e["worker"] or "-",
-             f"{e['type']}: {e['message']}" if e["type"] else e["message"]]
-            for e in data["errors"]]).rstrip())
+        lines.append(
+            "ERRORS\n"
+            + table(
+                ["ATTEMPT", "AT", "WORKER", "ERROR"],
+                [
+                    [
+                        e["attempt"],
+                        _when(e["at"]),
+                        e["worker"] or "-",
+                        f"{e['type']}: {e['message']}" if e["type"] else e["message"],
+                    ]
+                    for e in data["errors"]
+                ],
+            ).rstrip()
+        )
     if data["state"] == "done":
         lines.append("RESULT " + _short(data["result"]))
     if data["steps"]:

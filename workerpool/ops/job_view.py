@@ -31,9 +31,15 @@ def _compact(value: Any) -> str:
 def attempt_logs(conn: Connection, job_id: int) -> list[dict[str, Any]]:
     """Each attempt's captured records, oldest attempt first: attempt, written_at, records,
     dropped (records the bound left out)."""
-    return [{"attempt": row.attempt, "written_at": row.written_at.isoformat(),
-             "records": row.records, "dropped": row.dropped}
-            for row in job_logs_of(conn, job_id)]
+    return [
+        {
+            "attempt": row.attempt,
+            "written_at": row.written_at.isoformat(),
+            "records": row.records,
+            "dropped": row.dropped,
+        }
+        for row in job_logs_of(conn, job_id)
+    ]
 
 
 def job_json(row: Any, logs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -50,8 +56,9 @@ def render_job(row: Any, logs: list[dict[str, Any]]) -> str:
         lines.append("PROGRESS " + shown)
     for attempt in logs:
         lines.append(f"LOGS of attempt {attempt['attempt']} (written {attempt['written_at']})")
-        lines += [f"  {r['at']} {r['level']} {r['logger']}: {r['message']}"
-                  for r in attempt["records"]]
+        lines += [
+            f"  {r['at']} {r['level']} {r['logger']}: {r['message']}" for r in attempt["records"]
+        ]
         if attempt["dropped"]:
             lines.append(f"  ... truncated: {attempt['dropped']} more record(s) not kept")
     return "\n".join(lines)
@@ -69,9 +76,15 @@ def tagged(conn: Connection, tags: Sequence[str]) -> dict[str, Any]:
 def render_tagged(data: Mapping[str, Any]) -> str:
     from .status import table
 
-    rows = [[queue, state, count] for queue, states in data["queues"].items()
-            for state, count in states.items()]
+    rows = [
+        [queue, state, count]
+        for queue, states in data["queues"].items()
+        for state, count in states.items()
+    ]
     note = "\n  (a lower bound: more rows match than were counted)" if data["lower_bound"] else ""
-    return (f"JOBS TAGGED {' + '.join(data['tags'])}\n"
-            + table(["QUEUE", "STATE", "JOBS"], rows, empty="(no job carries these tags)")
-            + note + "\n")
+    return (
+        f"JOBS TAGGED {' + '.join(data['tags'])}\n"
+        + table(["QUEUE", "STATE", "JOBS"], rows, empty="(no job carries these tags)")
+        + note
+        + "\n"
+    )

@@ -69,8 +69,10 @@ class TableGrant:
 
 def table_grants() -> list[TableGrant]:
     """Every workerpool table and what the worker role may do to it, from the schema."""
-    grants = [TableGrant(t.name, _worker_privileges(t), _sequence_columns(t))
-              for t in metadata.sorted_tables]
+    grants = [
+        TableGrant(t.name, _worker_privileges(t), _sequence_columns(t))
+        for t in metadata.sorted_tables
+    ]
     # The runtime reads the migration revision; only the owner moves it.
     grants.append(TableGrant(VERSION_TABLE, "SELECT", ()))
     return grants
@@ -81,8 +83,9 @@ def _worker_privileges(table: Table) -> str:
 
 
 def _sequence_columns(table: Table) -> tuple[str, ...]:
-    return tuple(c.name for c in table.columns
-                 if isinstance(c.identity, Identity) or c.autoincrement is True)
+    return tuple(
+        c.name for c in table.columns if isinstance(c.identity, Identity) or c.autoincrement is True
+    )
 
 
 def print_sql(prefix: str = PREFIX, schema: str = SCHEMA) -> str:
@@ -110,46 +113,63 @@ def _header(roles: Roles) -> str:
 
 
 def _create_role(role: str) -> str:
-    return (f"DO $$ BEGIN\n  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN\n"
-            f"    CREATE ROLE {role} NOLOGIN;\n  END IF;\nEND $$;")
+    return (
+        f"DO $$ BEGIN\n  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN\n"
+        f"    CREATE ROLE {role} NOLOGIN;\n  END IF;\nEND $$;"
+    )
 
 
 def _schema_sql(roles: Roles, schema: str) -> str:
     # a schema of its own may not exist before the first migration: the owner group gets it
-    made = (f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {roles.owner};\n"
-            if schema != "public" else "")
-    return (f"{made}GRANT USAGE, CREATE ON SCHEMA {schema} TO {roles.owner};\n"
-            f"GRANT USAGE ON SCHEMA {schema} TO {roles.worker}, {roles.reader};\n"
-            f"REVOKE CREATE ON SCHEMA {schema} FROM {roles.worker}, {roles.reader};\n"
-            # PostgreSQL 13 and 14 let every role create in public: the worker and the reader
-            # would then create tables through PUBLIC whatever was revoked from them
-            f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC;")
+    made = (
+        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {roles.owner};\n"
+        if schema != "public"
+        else ""
+    )
+    return (
+        f"{made}GRANT USAGE, CREATE ON SCHEMA {schema} TO {roles.owner};\n"
+        f"GRANT USAGE ON SCHEMA {schema} TO {roles.worker}, {roles.reader};\n"
+        f"REVOKE CREATE ON SCHEMA {schema} FROM {roles.worker}, {roles.reader};\n"
+        # PostgreSQL 13 and 14 let every role create in public: the worker and the reader
+        # would then create tables through PUBLIC whatever was revoked from them
+        f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC;"
+    )
 
 
 def _table_sql(grant: TableGrant, roles: Roles, schema: str) -> str:
     qualified = f"{schema}.{grant.table}"
     worker = roles.worker
-    body = [f"    ALTER TABLE {qualified} OWNER TO {roles.owner};",
-            f"    REVOKE ALL ON {qualified} FROM {worker}, {roles.reader};",
-            f"    GRANT SELECT ON {qualified} TO {roles.reader};"]
+    body = [
+        f"    ALTER TABLE {qualified} OWNER TO {roles.owner};",
+        f"    REVOKE ALL ON {qualified} FROM {worker}, {roles.reader};",
+        f"    GRANT SELECT ON {qualified} TO {roles.reader};",
+    ]
     if grant.worker:
         body.append(f"    GRANT {grant.worker} ON {qualified} TO {worker};")
     for column in grant.sequences:
-        body.append(f"    EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE %s TO {worker}',"
-                    f" pg_get_serial_sequence('{qualified}', '{column}'));")
+        body.append(
+            f"    EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE %s TO {worker}',"
+            f" pg_get_serial_sequence('{qualified}', '{column}'));"
+        )
     if "DELETE" in grant.worker:
         # PostgreSQL 17's MAINTAIN privilege lets the maintenance child ANALYZE and VACUUM
-        body.append("    IF current_setting('server_version_num')::int >= 170000 THEN\n"
-                    f"      EXECUTE 'GRANT MAINTAIN ON {qualified} TO {worker}';\n    END IF;")
+        body.append(
+            "    IF current_setting('server_version_num')::int >= 170000 THEN\n"
+            f"      EXECUTE 'GRANT MAINTAIN ON {qualified} TO {worker}';\n    END IF;"
+        )
     lines = "\n".join(body)
-    return (f"DO $$ BEGIN\n  IF to_regclass('{qualified}') IS NOT NULL THEN\n{lines}\n"
-            f"  END IF;\nEND $$;")
+    return (
+        f"DO $$ BEGIN\n  IF to_regclass('{qualified}') IS NOT NULL THEN\n{lines}\n"
+        f"  END IF;\nEND $$;"
+    )
 
 
 def _function_sql(function: str, roles: Roles, schema: str) -> str:
     """Only the worker group may call an owner's function (none exists before 0017)."""
     qualified = f"{schema}.{function}"
-    return (f"DO $$ BEGIN\n  IF to_regprocedure('{qualified}') IS NOT NULL THEN\n"
-            f"    REVOKE ALL ON FUNCTION {qualified} FROM PUBLIC, {roles.reader};\n"
-            f"    GRANT EXECUTE ON FUNCTION {qualified} TO {roles.worker};\n"
-            f"  END IF;\nEND $$;")
+    return (
+        f"DO $$ BEGIN\n  IF to_regprocedure('{qualified}') IS NOT NULL THEN\n"
+        f"    REVOKE ALL ON FUNCTION {qualified} FROM PUBLIC, {roles.reader};\n"
+        f"    GRANT EXECUTE ON FUNCTION {qualified} TO {roles.worker};\n"
+        f"  END IF;\nEND $$;"
+    )

@@ -42,11 +42,17 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         exact = count_sql.table_estimate(conn) < count_sql.EXACT_BELOW
         rows = sql.state_counts(conn) if exact else None
         mcv = None if exact else count_sql.mcv_estimates(conn)
-        found = ({row.queue for row in rows} if rows is not None
-                 else count_sql.status_queues(conn) | {q for q, _ in mcv or {}})
+        found = (
+            {row.queue for row in rows}
+            if rows is not None
+            else count_sql.status_queues(conn) | {q for q, _ in mcv or {}}
+        )
         queues = sorted(
-            found | set(runnable) | set(paused)
-            | {c["queue"] for c in crons} | {w["queue"] for w in workers if is_queue(w["queue"])}
+            found
+            | set(runnable)
+            | set(paused)
+            | {c["queue"] for c in crons}
+            | {w["queue"] for w in workers if is_queue(w["queue"])}
         )
         counts = exact_counts(rows, queues) if rows is not None else count_jobs(conn, queues, mcv)
         in_history = history_sql.moved_counts(conn)
@@ -64,10 +70,13 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         "version": SCHEMA_VERSION,
         "generated_at": now.isoformat(),
         "source": "app" if known is not None else "live workers",
-        "queues": {q: queue_json(q, counts[q], depths[q], workers, runnable, blocked)
-                   | pause_json(paused.get(q)) | {"limits": limits.get(q)}
-                   | {"waiting_for": waiting.get(q, {"parents": 0, "sequence": 0})}
-                   for q in queues},
+        "queues": {
+            q: queue_json(q, counts[q], depths[q], workers, runnable, blocked)
+            | pause_json(paused.get(q))
+            | {"limits": limits.get(q)}
+            | {"waiting_for": waiting.get(q, {"parents": 0, "sequence": 0})}
+            for q in queues
+        },
         "crons": crons,
         "workers": workers,
         "table_health": table,
@@ -88,16 +97,22 @@ def add_moved(counts: dict[str, dict[str, Any]], moved: Mapping[tuple[str, str],
 def history_json(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The history table at a glance: its partitions' span and an estimate of its rows (each
     partition's statistics, never a count: months of history are not read on every refresh)."""
-    return {"partitions": summary["partitions"], "rows_estimate": summary["rows_estimate"],
-            "oldest": iso(summary["oldest"]), "newest": iso(summary["newest"])}
+    return {
+        "partitions": summary["partitions"],
+        "rows_estimate": summary["rows_estimate"],
+        "oldest": iso(summary["oldest"]),
+        "newest": iso(summary["newest"]),
+    }
 
 
 def render_history(moved: Mapping[str, Any]) -> str:
     if not moved["partitions"]:
         return "History: no partition yet (the maintenance child creates them)"
-    return (f"History: ~{moved['rows_estimate']} finished jobs (estimated) in"
-            f" {moved['partitions']} partitions, {short(moved['oldest'])} to"
-            f" {short(moved['newest'])}")
+    return (
+        f"History: ~{moved['rows_estimate']} finished jobs (estimated) in"
+        f" {moved['partitions']} partitions, {short(moved['oldest'])} to"
+        f" {short(moved['newest'])}"
+    )
 
 
 def limits_in_use(conn: Connection, published: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,14 +120,23 @@ def limits_in_use(conn: Connection, published: Mapping[str, Any]) -> dict[str, A
 
     The limits come from the queue's row, where its workers published what they enforce, so
     this needs only the database, like the rest of ``workerpool status``."""
-    return {queue: limit_holds.queue_usage(conn, queue, limits)
-            for queue, limits in sorted(published.items()) if limits}
+    return {
+        queue: limit_holds.queue_usage(conn, queue, limits)
+        for queue, limits in sorted(published.items())
+        if limits
+    }
 
 
 def exact_counts(rows: list[Any], queues: list[str]) -> dict[str, dict[str, Any]]:
     """:func:`count_jobs` from a count of every row (a small table: it costs little)."""
-    out = {q: {"counts": dict.fromkeys(STATES, 0), "dead_by_reason": dict.fromkeys(DEAD_REASONS, 0),
-               "estimated": []} for q in queues}
+    out = {
+        q: {
+            "counts": dict.fromkeys(STATES, 0),
+            "dead_by_reason": dict.fromkeys(DEAD_REASONS, 0),
+            "estimated": [],
+        }
+        for q in queues
+    }
     for row in rows:
         counted = out[row.queue]
         counted["counts"][row.state] += row.count
@@ -121,14 +145,16 @@ def exact_counts(rows: list[Any], queues: list[str]) -> dict[str, dict[str, Any]
     return out
 
 
-def count_jobs(conn: Connection, queues: list[str], mcv: Mapping[tuple[str, str], int] | None
-               ) -> dict[str, dict[str, Any]]:
+def count_jobs(
+    conn: Connection, queues: list[str], mcv: Mapping[tuple[str, str], int] | None
+) -> dict[str, dict[str, Any]]:
     """Per queue: ``counts`` by state, ``dead_by_reason``, and which of them are ``estimated``.
 
     Pending, failed, processing, waiting and dead are exact up to their caps; done, cancelled
     and any count past its cap are estimates (an exact count would read the history): from the
     statistics on (queue, state) when ANALYZE gathered them (``mcv``), else from a plan.
     """
+
     def guess(queue: str, state: str) -> int:
         if mcv is not None:
             return mcv.get((queue, state), 0)
@@ -178,9 +204,14 @@ def live_task_versions(workers: list[dict[str, Any]]) -> dict[str, dict[str, int
     return known
 
 
-def queue_json(queue: str, counted: Mapping[str, Any], depth: Mapping[str, Any],
-               workers: list[dict[str, Any]], runnable: Mapping[str, Any],
-               blocked: list[Any]) -> dict[str, Any]:
+def queue_json(
+    queue: str,
+    counted: Mapping[str, Any],
+    depth: Mapping[str, Any],
+    workers: list[dict[str, Any]],
+    runnable: Mapping[str, Any],
+    blocked: list[Any],
+) -> dict[str, Any]:
     oldest = depth["oldest_due"]
     return {
         "counts": counted["counts"],
@@ -188,7 +219,8 @@ def queue_json(queue: str, counted: Mapping[str, Any], depth: Mapping[str, Any],
         "oldest_pending_age_s": round(oldest, 3) if oldest > 0 else None,
         "dead_by_reason": counted["dead_by_reason"],
         "unrunnable": [unrunnable_json(row) for row in blocked if row.queue == queue]
-        if queue in runnable else None,
+        if queue in runnable
+        else None,
         "live_workers": sum(1 for w in workers if w["queue"] == queue and w["live"]),
         "suspects": depth["suspects"],
     }
@@ -206,8 +238,12 @@ def unrunnable_json(row: Any) -> dict[str, Any]:
         reason = "unknown task"
     else:
         reason = f"payload version {row.payload_version} is newer than {row.known_version}"
-    return {"task": row.task, "payload_version": row.payload_version, "count": row.count,
-            "reason": reason}
+    return {
+        "task": row.task,
+        "payload_version": row.payload_version,
+        "count": row.count,
+        "reason": reason,
+    }
 
 
 def worker_json(row: Any) -> dict[str, Any]:
@@ -247,11 +283,12 @@ def iso(value: datetime | None) -> str | None:
 
 def render(status: Mapping[str, Any]) -> str:
     """The status as plain-text tables."""
-    parts = [f"workerpool status at {status['generated_at']}{replica_note(status)}",
-             render_queues(status["queues"])]
+    parts = [
+        f"workerpool status at {status['generated_at']}{replica_note(status)}",
+        render_queues(status["queues"]),
+    ]
     paused = render_paused(status["queues"])
-    held = render_limits({q: v["limits"] for q, v in status["queues"].items()
-                          if v.get("limits")})
+    held = render_limits({q: v["limits"] for q, v in status["queues"].items() if v.get("limits")})
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
     batches = batch_report.render_open(status.get("batches") or {})
@@ -280,8 +317,9 @@ def table(headers: list[str], rows: list[list[Any]], empty: str = "(none)") -> s
         return "  " + empty
     cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in cells]
+    lines = [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    ]
     return "\n".join(lines)
 
 
@@ -291,19 +329,41 @@ def render_limits(limits: Mapping[str, Any]) -> str:
     for queue, usage in limits.items():
         if usage["global_concurrency"]:
             cap = usage["global_concurrency"]
-            rows.append([queue, "global_concurrency", cap["limit"], f"{cap['running']} running",
-                         cap["held"]])
+            rows.append(
+                [
+                    queue,
+                    "global_concurrency",
+                    cap["limit"],
+                    f"{cap['running']} running",
+                    cap["held"],
+                ]
+            )
         if usage["rate_limit"]:
             rate = usage["rate_limit"]
-            rows.append([queue, "rate_limit", rate["limit"], f"{rate['started']} started",
-                         rate["held"]])
+            rows.append(
+                [queue, "rate_limit", rate["limit"], f"{rate['started']} started", rate["held"]]
+            )
         for task, held in usage["tasks"].items():
             if held.get("concurrency_limit"):
-                rows.append([queue, f"concurrency_limit ({task}, per key)",
-                             held["concurrency_limit"], "-", held["held_by_concurrency_limit"]])
+                rows.append(
+                    [
+                        queue,
+                        f"concurrency_limit ({task}, per key)",
+                        held["concurrency_limit"],
+                        "-",
+                        held["held_by_concurrency_limit"],
+                    ]
+                )
             if held.get("key_rate_limit"):
-                rows.append([queue, f"key_rate_limit ({task}, per key)", held["key_rate_limit"],
-                             "-", held["held_by_key_rate_limit"]])
+                rows.append(
+                    [
+                        queue,
+                        f"key_rate_limit ({task}, per key)",
+                        held["key_rate_limit"],
+                        "-",
+                        held["held_by_key_rate_limit"],
+                    ]
+                )
     if not rows:
         return ""
     return "LIMITS\n" + table(["QUEUE", "LIMIT", "SETTING", "IN USE", "HOLDING"], rows)
@@ -311,12 +371,22 @@ def render_limits(limits: Mapping[str, Any]) -> str:
 
 def render_queues(queues: Mapping[str, Any]) -> str:
     headers = ["QUEUE", *(s.upper() for s in STATES), "SUSPECTS", "OLDEST DUE", "WORKERS"]
-    rows = [[name, *(count_cell(q, s) for s in STATES), q["suspects"],
-             age(q["oldest_pending_age_s"]), q["live_workers"]] for name, q in queues.items()]
+    rows = [
+        [
+            name,
+            *(count_cell(q, s) for s in STATES),
+            q["suspects"],
+            age(q["oldest_pending_age_s"]),
+            q["live_workers"],
+        ]
+        for name, q in queues.items()
+    ]
     note = ""
     if any(q.get("estimated") for q in queues.values()):
-        note = ("\n  ~ estimated from the planner's statistics (an exact count would read the"
-                " whole history)")
+        note = (
+            "\n  ~ estimated from the planner's statistics (an exact count would read the"
+            " whole history)"
+        )
     return "QUEUES\n" + table(headers, rows) + note
 
 
@@ -328,35 +398,49 @@ def count_cell(queue: Mapping[str, Any], state: str) -> str:
 
 def render_waiting(queues: Mapping[str, Any]) -> str:
     """Waiting jobs (state ``waiting``) by what holds them: parents, or a sequence ahead."""
-    rows = [[name, q["waiting_for"]["parents"], q["waiting_for"]["sequence"]]
-            for name, q in queues.items()
-            if sum((q.get("waiting_for") or {}).values())]
+    rows = [
+        [name, q["waiting_for"]["parents"], q["waiting_for"]["sequence"]]
+        for name, q in queues.items()
+        if sum((q.get("waiting_for") or {}).values())
+    ]
     if not rows:
         return ""
-    return ("WAITING JOBS BY WHAT THEY WAIT FOR\n"
-            + table(["QUEUE", "PARENTS", "SEQUENCE"], rows))
+    return "WAITING JOBS BY WHAT THEY WAIT FOR\n" + table(["QUEUE", "PARENTS", "SEQUENCE"], rows)
 
 
 def render_paused(queues: Mapping[str, Any]) -> str:
-    rows = [[name, short(q["paused_at"]), q["paused_by"]]
-            for name, q in queues.items() if q["paused"]]
+    rows = [
+        [name, short(q["paused_at"]), q["paused_by"]] for name, q in queues.items() if q["paused"]
+    ]
     if not rows:
         return ""
     return "PAUSED (claiming nothing)\n" + table(["QUEUE", "SINCE", "BY"], rows)
 
 
 def render_dead(queues: Mapping[str, Any]) -> str:
-    rows = [[name, *(("~" if "dead_by_reason" in q.get("estimated", ()) else "")
-                     + str(q["dead_by_reason"][r]) for r in DEAD_REASONS)]
-            for name, q in queues.items() if q["counts"][JobState.DEAD]]
+    rows = [
+        [
+            name,
+            *(
+                ("~" if "dead_by_reason" in q.get("estimated", ()) else "")
+                + str(q["dead_by_reason"][r])
+                for r in DEAD_REASONS
+            ),
+        ]
+        for name, q in queues.items()
+        if q["counts"][JobState.DEAD]
+    ]
     if not rows:
         return ""
     return "DEAD BY REASON\n" + table(["QUEUE", *(r.upper() for r in DEAD_REASONS)], rows)
 
 
 def render_unrunnable(queues: Mapping[str, Any], source: str) -> str:
-    rows = [[name, item["task"], item["payload_version"], item["count"], item["reason"]]
-            for name, q in queues.items() for item in (q["unrunnable"] or [])]
+    rows = [
+        [name, item["task"], item["payload_version"], item["count"], item["reason"]]
+        for name, q in queues.items()
+        for item in (q["unrunnable"] or [])
+    ]
     if not rows:
         return ""
     title = f"WAITING ROWS NO {'TASK OF THE APP' if source == 'app' else 'LIVE WORKER'} CAN RUN"
@@ -364,8 +448,19 @@ def render_unrunnable(queues: Mapping[str, Any], source: str) -> str:
 
 
 def render_crons(crons: list[Mapping[str, Any]]) -> str:
-    rows = [[c["name"], c["queue"], c["expression"], c["timezone"], short(c["last_tick"]),
-             short(c["next_tick"]), job_label(c), c["skipped"]] for c in crons]
+    rows = [
+        [
+            c["name"],
+            c["queue"],
+            c["expression"],
+            c["timezone"],
+            short(c["last_tick"]),
+            short(c["next_tick"]),
+            job_label(c),
+            c["skipped"],
+        ]
+        for c in crons
+    ]
     headers = ["CRON", "QUEUE", "EXPRESSION", "TZ", "LAST TICK", "NEXT TICK", "LAST JOB", "SKIPPED"]
     return "CRON\n" + table(headers, rows)
 
@@ -377,23 +472,32 @@ def job_label(cron: Mapping[str, Any]) -> str | None:
 
 
 def render_workers(workers: list[Mapping[str, Any]]) -> str:
-    rows = [[w["queue"], w["host"], w["pid"], short(w["started_at"]),
-             age(w["last_seen_age_s"]) + " ago", "live" if w["live"] else "stale", w["id"]]
-            for w in workers]
+    rows = [
+        [
+            w["queue"],
+            w["host"],
+            w["pid"],
+            short(w["started_at"]),
+            age(w["last_seen_age_s"]) + " ago",
+            "live" if w["live"] else "stale",
+            w["id"],
+        ]
+        for w in workers
+    ]
     headers = ["TYPE", "HOST", "PID", "STARTED", "LAST SEEN", "STATE", "ID"]
     return "WORKERS\n" + table(headers, rows)
 
 
 def render_table_health(table: Mapping[str, Any]) -> str:
     """Dead rows, changes since the last analyze, sizes, and who holds the xmin horizon."""
+
     def ago(seconds: float | None) -> str:
         return "never" if seconds is None else age(seconds) + " ago"
 
     lines = [
         f"rows: {table['live']} live, {table['dead']} dead,"
         f" {table['modified']} changed since the last analyze",
-        f"size: {megabytes(table['table_bytes'])} table, {megabytes(table['index_bytes'])}"
-        " indexes",
+        f"size: {megabytes(table['table_bytes'])} table, {megabytes(table['index_bytes'])} indexes",
         f"last vacuum: {ago(table['vacuum_age_s'])} (autovacuum {ago(table['autovacuum_age_s'])})",
         f"last analyze: {ago(table['analyze_age_s'])}"
         f" (autoanalyze {ago(table['autoanalyze_age_s'])})",
@@ -406,11 +510,16 @@ def holder_label(holder: Mapping[str, Any] | None) -> str:
     if holder is None:
         return "not held back"
     what = f"{holder['kind']} {holder['name']}"
-    details = ", ".join(str(v) for v in (holder["application"], holder["role"], holder["state"])
-                        if v)
+    details = ", ".join(
+        str(v) for v in (holder["application"], holder["role"], holder["state"]) if v
+    )
     held = f" for {age(holder['age_s'])}" if holder["age_s"] is not None else ""
-    return (f"held by {what}" + (f" ({details})" if details else "") + held
-            + f", {holder['xid_age']} transactions old")
+    return (
+        f"held by {what}"
+        + (f" ({details})" if details else "")
+        + held
+        + f", {holder['xid_age']} transactions old"
+    )
 
 
 def megabytes(count: int) -> str:
@@ -442,8 +551,9 @@ def age(seconds: float | None) -> str:
 STEP_VALUE_WIDTH = 60
 
 
-def steps_json(steps: Mapping[str, Any] | None, now: datetime | None = None
-               ) -> list[dict[str, Any]]:
+def steps_json(
+    steps: Mapping[str, Any] | None, now: datetime | None = None
+) -> list[dict[str, Any]]:
     """A job's durable steps in the order they started: name, kind (step, sleep, wait),
     status (done, sleeping, waiting, timed out), attempt, started_at, finished_at, value, and
     a wait's signal and deadline."""
@@ -461,9 +571,15 @@ def _step_json(name: str, entry: Mapping[str, Any], now: datetime | None) -> dic
         status = "sleeping"
     else:
         status = "done"
-    row = {"name": name, "kind": kind, "status": status, "attempt": entry.get("attempt"),
-           "started_at": entry.get("started_at"), "finished_at": finished_at,
-           "value": entry.get("value")}
+    row = {
+        "name": name,
+        "kind": kind,
+        "status": status,
+        "attempt": entry.get("attempt"),
+        "started_at": entry.get("started_at"),
+        "finished_at": finished_at,
+        "value": entry.get("value"),
+    }
     if kind == "wait":
         row.update(signal=entry.get("signal", name), deadline=entry.get("deadline"))
     return row
@@ -475,9 +591,22 @@ def _moment(text: str | None) -> datetime:
 
 def render_steps(rows: list[Mapping[str, Any]]) -> str:
     """The STEPS table of one job."""
-    return table(["STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "FINISHED", "VALUE"], [
-        [row["name"], row["kind"], row["status"], row["attempt"], short(row["started_at"]),
-         short(row["finished_at"]), step_value(row)] for row in rows], empty="(no steps)")
+    return table(
+        ["STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "FINISHED", "VALUE"],
+        [
+            [
+                row["name"],
+                row["kind"],
+                row["status"],
+                row["attempt"],
+                short(row["started_at"]),
+                short(row["finished_at"]),
+                step_value(row),
+            ]
+            for row in rows
+        ],
+        empty="(no steps)",
+    )
 
 
 def step_value(row: Mapping[str, Any], width: int = STEP_VALUE_WIDTH) -> str:
@@ -485,4 +614,4 @@ def step_value(row: Mapping[str, Any], width: int = STEP_VALUE_WIDTH) -> str:
     if row["status"] == "waiting":
         return f"waits for signal {row.get('signal')!r}"
     text = json.dumps(row["value"], separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"

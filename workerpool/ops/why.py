@@ -51,8 +51,11 @@ class Facts:
 
     @property
     def live_workers(self) -> list[Any]:
-        return [w for w in self.workers
-                if w.queue == self.job.queue and float(w.age) <= LIVE_WORKER_WINDOW]
+        return [
+            w
+            for w in self.workers
+            if w.queue == self.job.queue and float(w.age) <= LIVE_WORKER_WINDOW
+        ]
 
 
 def _age(seconds: float) -> str:
@@ -64,8 +67,9 @@ def finished(facts: Facts) -> Reason | None:
     if job.state in (JobState.PENDING, JobState.FAILED, JobState.PROCESSING, JobState.WAITING):
         return None
     if job.state == JobState.DEAD:
-        return Reason("finished", f"it is dead ({job.dead_reason}): it runs again only if it is"
-                                  " retried")
+        return Reason(
+            "finished", f"it is dead ({job.dead_reason}): it runs again only if it is retried"
+        )
     return Reason("finished", f"it is {job.state}: it will not run again")
 
 
@@ -75,8 +79,11 @@ def running(facts: Facts) -> Reason | None:
         return None
     began = getattr(job, "started_at", None) or job.claimed_at  # claimed_at: the last renewal
     since = _age((facts.now - began).total_seconds()) if began else "?"
-    return Reason("running", f"it is running: the lease is held by worker {job.claimed_by}"
-                             f" since {since} ago (attempt {job.attempts} of {job.max_attempts})")
+    return Reason(
+        "running",
+        f"it is running: the lease is held by worker {job.claimed_by}"
+        f" since {since} ago (attempt {job.attempts} of {job.max_attempts})",
+    )
 
 
 def orphaned(facts: Facts) -> Reason | None:
@@ -88,8 +95,11 @@ def orphaned(facts: Facts) -> Reason | None:
     if holder is not None and float(holder.age) <= LIVE_WORKER_WINDOW:
         return None
     seen = "is not registered" if holder is None else f"was last seen {_age(holder.age)} ago"
-    return Reason("orphaned", f"its worker {job.claimed_by} {seen}: the job is recovered when"
-                              " its lease goes stale (stale_after) or its supervisor reaps it")
+    return Reason(
+        "orphaned",
+        f"its worker {job.claimed_by} {seen}: the job is recovered when"
+        " its lease goes stale (stale_after) or its supervisor reaps it",
+    )
 
 
 def scheduled(facts: Facts) -> Reason | None:
@@ -98,8 +108,10 @@ def scheduled(facts: Facts) -> Reason | None:
         return None
     wait = _age((job.run_at - facts.now).total_seconds())
     why = "its retry after a failed attempt" if job.state == JobState.FAILED else "its run_at"
-    return Reason("scheduled", f"{why} is in the future: due in {wait}"
-                               f" ({job.run_at.isoformat(timespec='seconds')})")
+    return Reason(
+        "scheduled",
+        f"{why} is in the future: due in {wait} ({job.run_at.isoformat(timespec='seconds')})",
+    )
 
 
 def paused(facts: Facts) -> Reason | None:
@@ -108,8 +120,11 @@ def paused(facts: Facts) -> Reason | None:
         return None
     since = f" since {row.paused_at.isoformat(timespec='seconds')}" if row.paused_at else ""
     by = f" by {row.paused_by}" if row.paused_by else ""
-    return Reason("paused", f"queue {facts.job.queue} is paused{since}{by}: nothing of it is"
-                            " claimed until it is resumed")
+    return Reason(
+        "paused",
+        f"queue {facts.job.queue} is paused{since}{by}: nothing of it is"
+        " claimed until it is resumed",
+    )
 
 
 def no_worker(facts: Facts) -> Reason | None:
@@ -120,16 +135,28 @@ def no_worker(facts: Facts) -> Reason | None:
     live = facts.live_workers
     if not live:  # an app's tasks say what could run it, never that something will
         return Reason("no_worker", f"no live worker serves queue {job.queue}")
-    versions = [int(v) for v in ([facts.known.get(job.task)] if facts.known is not None
-                                 else [(w.tasks or {}).get(job.task) for w in live])
-                if v is not None]
+    versions = [
+        int(v)
+        for v in (
+            [facts.known.get(job.task)]
+            if facts.known is not None
+            else [(w.tasks or {}).get(job.task) for w in live]
+        )
+        if v is not None
+    ]
     if not versions:
-        text = (f"the app has no task {job.task}" if facts.known is not None
-                else f"no live worker of queue {job.queue} knows task {job.task}")
+        text = (
+            f"the app has no task {job.task}"
+            if facts.known is not None
+            else f"no live worker of queue {job.queue} knows task {job.task}"
+        )
         return Reason("unknown_task", text)
     if job.payload_version > max(versions):
-        return Reason("payload_version", f"its payload version {job.payload_version} is newer"
-                      f" than any worker knows (up to {max(versions)}): it waits for a deploy")
+        return Reason(
+            "payload_version",
+            f"its payload version {job.payload_version} is newer"
+            f" than any worker knows (up to {max(versions)}): it waits for a deploy",
+        )
     return None
 
 
@@ -143,8 +170,11 @@ def exhausted(facts: Facts) -> Reason | None:
 def limited(facts: Facts) -> Reason | None:
     if facts.job.state not in DUE_STATES or facts.limit is None:
         return None
-    return Reason("limit", f"it is held by the {facts.limit}: it starts when the limit lets it,"
-                           " without spending an attempt")
+    return Reason(
+        "limit",
+        f"it is held by the {facts.limit}: it starts when the limit lets it,"
+        " without spending an attempt",
+    )
 
 
 def waiting(facts: Facts) -> Reason | None:
@@ -156,20 +186,32 @@ def waiting(facts: Facts) -> Reason | None:
     holding = []
     for parent in facts.parents:
         if parent.state == JobState.DEAD and parent.if_failed == "hold":
-            holding.append(f"job {parent.parent_id} ({parent.task}), ahead of it in sequence"
-                           f" {job.sequence!r}, is dead and its task blocks the sequence:"
-                           " replay it or purge it")
-        elif parent.state in (JobState.PENDING, JobState.PROCESSING, JobState.FAILED,
-                              JobState.WAITING):
+            holding.append(
+                f"job {parent.parent_id} ({parent.task}), ahead of it in sequence"
+                f" {job.sequence!r}, is dead and its task blocks the sequence:"
+                " replay it or purge it"
+            )
+        elif parent.state in (
+            JobState.PENDING,
+            JobState.PROCESSING,
+            JobState.FAILED,
+            JobState.WAITING,
+        ):
             if parent.kind == "sequence":
-                holding.append(f"job {parent.parent_id} ({parent.task}, {parent.state}) is ahead"
-                               f" of it in sequence {job.sequence!r}")
+                holding.append(
+                    f"job {parent.parent_id} ({parent.task}, {parent.state}) is ahead"
+                    f" of it in sequence {job.sequence!r}"
+                )
             else:
-                holding.append(f"parent job {parent.parent_id} ({parent.task}, {parent.state})"
-                               " is not done")
+                holding.append(
+                    f"parent job {parent.parent_id} ({parent.task}, {parent.state}) is not done"
+                )
     if not holding:
-        return Reason("waiting", "it is waiting, and every parent has ended: the next release"
-                                 " (or the maintenance sweep) makes it due")
+        return Reason(
+            "waiting",
+            "it is waiting, and every parent has ended: the next release"
+            " (or the maintenance sweep) makes it due",
+        )
     code = "sequence" if all("sequence" in text for text in holding) else "parents"
     return Reason(code, "it waits: " + "; ".join(holding))
 
@@ -181,19 +223,37 @@ def signal(facts: Facts) -> Reason | None:
         return None
     entry = (job.steps or {}).get(job.signal) or {}
     since = entry.get("started_at")
-    waited = f" for {_age((facts.now - datetime.fromisoformat(since)).total_seconds())}" \
-        if since else ""
+    waited = (
+        f" for {_age((facts.now - datetime.fromisoformat(since)).total_seconds())}" if since else ""
+    )
     deadline = entry.get("deadline")
-    until = (f", until {datetime.fromisoformat(deadline).isoformat(timespec='seconds')} (then"
-             " wait_for raises TimeoutError)" if deadline else ", with no deadline")
-    return Reason("signal", f"it waits for signal {job.signal!r}{waited}{until}:"
-                            f" `workerpool signal {job.signal}` (or pool.signal) wakes it")
+    until = (
+        f", until {datetime.fromisoformat(deadline).isoformat(timespec='seconds')} (then"
+        " wait_for raises TimeoutError)"
+        if deadline
+        else ", with no deadline"
+    )
+    return Reason(
+        "signal",
+        f"it waits for signal {job.signal!r}{waited}{until}:"
+        f" `workerpool signal {job.signal}` (or pool.signal) wakes it",
+    )
 
 
 Check = Callable[[Facts], Reason | None]
 #: Every check, in the order their reasons are shown. Append to add a cause of waiting.
-CHECKS: list[Check] = [finished, signal, waiting, running, orphaned, paused, scheduled,
-                       no_worker, exhausted, limited]
+CHECKS: list[Check] = [
+    finished,
+    signal,
+    waiting,
+    running,
+    orphaned,
+    paused,
+    scheduled,
+    no_worker,
+    exhausted,
+    limited,
+]
 
 
 def reasons(facts: Facts, checks: Sequence[Check] | None = None) -> list[Reason]:
@@ -217,8 +277,9 @@ class Explanation:
         return self.facts.job
 
 
-def explain(conn: Connection, job_id: int,
-            known: Mapping[str, Mapping[str, int]] | None = None) -> Explanation:
+def explain(
+    conn: Connection, job_id: int, known: Mapping[str, Mapping[str, int]] | None = None
+) -> Explanation:
     """Why job ``job_id`` is not running. ``known``: the app's tasks and payload versions per
     queue (queue → task → version), when an app was given; else live workers' count."""
     row = dashboard.job_detail(conn, job_id)
@@ -227,8 +288,15 @@ def explain(conn: Connection, job_id: int,
     states = {r.queue: r for r in sql.list_queue_states(conn)}
     limit = holding_limit(conn, job_id, {q: r.limits for q, r in states.items()})
     parents = dependencies.parents_of(conn, job_id) if row.state == JobState.WAITING else ()
-    facts = Facts(row, row.now, states.get(row.queue), sql.list_workers(conn),
-                  None if known is None else dict(known.get(row.queue, {})), limit, parents)
+    facts = Facts(
+        row,
+        row.now,
+        states.get(row.queue),
+        sql.list_workers(conn),
+        None if known is None else dict(known.get(row.queue, {})),
+        limit,
+        parents,
+    )
     return Explanation(facts, reasons(facts))
 
 
@@ -248,8 +316,10 @@ def line(explanation: Explanation) -> str:
     head = f"job {job.id} ({job.task}): "
     if not explanation.reasons:
         return head + "due, no limit holds it (waiting for a free worker)"
-    return head + "; ".join(f"held by {explanation.facts.limit}" if reason.code == "limit"
-                            else reason.text for reason in explanation.reasons)
+    return head + "; ".join(
+        f"held by {explanation.facts.limit}" if reason.code == "limit" else reason.text
+        for reason in explanation.reasons
+    )
 
 
 def holding_limit(conn: Connection, job_id: int, published: Mapping[str, Any]) -> str | None:
@@ -278,15 +348,13 @@ def _key_hold(conn: Connection, row: Any, limits: Mapping[str, Any]) -> str | No
     task = (limits.get("tasks") or {}).get(row.task)
     if not task or row.concurrency_key is None:
         return None
-    rate = parse_rate("key_rate_limit", task["key_rate_limit"]) if task.get(
-        "key_rate_limit") else None
-    used = limit_holds.key_usage(conn, row.queue, row.concurrency_key,
-                                 rate.window if rate else 1.0)
+    rate = (
+        parse_rate("key_rate_limit", task["key_rate_limit"]) if task.get("key_rate_limit") else None
+    )
+    used = limit_holds.key_usage(conn, row.queue, row.concurrency_key, rate.window if rate else 1.0)
     cap = task.get("concurrency_limit")
     if cap and used.running >= cap:
-        return (f"concurrency_limit of key {row.concurrency_key!r} ({used.running} of {cap}"
-                " running)")
+        return f"concurrency_limit of key {row.concurrency_key!r} ({used.running} of {cap} running)"
     if rate and used.started >= rate.count:
-        return (f"key_rate_limit {rate} of key {row.concurrency_key!r} ({used.started}"
-                " started)")
+        return f"key_rate_limit {rate} of key {row.concurrency_key!r} ({used.started} started)"
     return None

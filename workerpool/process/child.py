@@ -54,9 +54,16 @@ RunnerFactory = Callable[..., Runner]
 class Child:
     """What the supervisor forks for one worker type."""
 
-    def __init__(self, worker: WorkerType, *, runner_factory: RunnerFactory, parent_pid: int,
-                 orphans: tuple[str, ...] = (), close_fds: tuple[int, ...] = (),
-                 after_fork: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        worker: WorkerType,
+        *,
+        runner_factory: RunnerFactory,
+        parent_pid: int,
+        orphans: tuple[str, ...] = (),
+        close_fds: tuple[int, ...] = (),
+        after_fork: Callable[[], None] = lambda: None,
+    ) -> None:
         self.worker = worker
         self.after_fork = after_fork
         self.parent_pid = parent_pid
@@ -79,15 +86,21 @@ class Child:
         try:
             runner = self._build_runner()
         except Exception:
-            log.exception("%s could not start", self.worker.name,
-                          extra={"event": "child_boot_failed", "worker": self.worker.name})
+            log.exception(
+                "%s could not start",
+                self.worker.name,
+                extra={"event": "child_boot_failed", "worker": self.worker.name},
+            )
             return exitcodes.BOOT_FAILED
         self._attach(runner)
         try:
             return runner.run()
         except Exception:
-            log.exception("%s crashed", self.worker.name,
-                          extra={"event": "child_crashed", "worker": self.worker.name})
+            log.exception(
+                "%s crashed",
+                self.worker.name,
+                extra={"event": "child_crashed", "worker": self.worker.name},
+            )
             return exitcodes.FAILURE
         finally:
             tracing.flush()  # the child ends in os._exit: no atexit hook exports buffered spans
@@ -109,8 +122,9 @@ class Child:
         for signum in STOP_SIGNALS + STOP_NOW_SIGNALS:
             signal.signal(signum, _note_signal)
         signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        threading.Thread(target=self._signal_watcher, args=(read_fd,), name="signals",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._signal_watcher, args=(read_fd,), name="signals", daemon=True
+        ).start()
 
     def _signal_watcher(self, read_fd: int) -> None:
         while True:
@@ -125,10 +139,13 @@ class Child:
                 self._requested = how
             runner = self.runner
         if signum is not None and (first or how == "now"):
-            log.info("signal received worker=%s signal=%s: %s", self.worker.name,
-                     oslayer.signal_name(signum),
-                     "stopping now" if how == "now" else "draining",
-                     extra={"event": "child_stopping", "worker": self.worker.name})
+            log.info(
+                "signal received worker=%s signal=%s: %s",
+                self.worker.name,
+                oslayer.signal_name(signum),
+                "stopping now" if how == "now" else "draining",
+                extra={"event": "child_stopping", "worker": self.worker.name},
+            )
         if runner is not None:
             _apply(runner, how)
 
@@ -142,9 +159,14 @@ class Child:
     def _build_runner(self) -> Runner:
         worker_id = new_worker_id()
         pipe.send(self._tick_fd, pipe.Started(worker_id))
-        return self.runner_factory(self.worker, worker_id=worker_id, on_tick=self.tick,
-                                   parent_alive=self.parent_alive, orphans=self.orphans,
-                                   on_claim=self.claimed)
+        return self.runner_factory(
+            self.worker,
+            worker_id=worker_id,
+            on_tick=self.tick,
+            parent_alive=self.parent_alive,
+            orphans=self.orphans,
+            on_claim=self.claimed,
+        )
 
     # -- reports to the parent ---------------------------------------------------------------
 

@@ -49,9 +49,11 @@ class HeartbeatAges:
 
         from prometheus_client.core import GaugeMetricFamily
 
-        family = GaugeMetricFamily("workerpool_heartbeat_age_seconds",
-                                   "Seconds since each heartbeat file was touched",
-                                   labels=["worker"])
+        family = GaugeMetricFamily(
+            "workerpool_heartbeat_age_seconds",
+            "Seconds since each heartbeat file was touched",
+            labels=["worker"],
+        )
         directory = Path(self.directory)
         for worker in heartbeat.list_workers(directory):
             try:
@@ -69,8 +71,9 @@ def serve(port: int, bind: str, directory: str, heartbeat_dir: str | None = None
     """
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(port, addr=bind,
-                                        registry=registry(directory, heartbeat_dir))
+    server, _thread = start_http_server(
+        port, addr=bind, registry=registry(directory, heartbeat_dir)
+    )
     return server
 
 
@@ -97,10 +100,15 @@ class Exporter:
         try:
             exporter.start()
         except OSError as exc:
-            raise ConfigError(f"--metrics-port {port}: cannot listen on {bind}:{port}: "
-                              f"{exc.strerror or exc}") from None
-        log.info("metrics on http://%s:%d/metrics", bind, port,
-                 extra={"event": "metrics_serving", "port": port})
+            raise ConfigError(
+                f"--metrics-port {port}: cannot listen on {bind}:{port}: {exc.strerror or exc}"
+            ) from None
+        log.info(
+            "metrics on http://%s:%d/metrics",
+            bind,
+            port,
+            extra={"event": "metrics_serving", "port": port},
+        )
         return exporter
 
     def start(self) -> None:

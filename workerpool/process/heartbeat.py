@@ -200,14 +200,16 @@ def claim(directory: Path, app: str | None = None, database: str | None = None) 
     try:
         fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise HeartbeatDirError(f"heartbeat dir {directory} is not writable ({exc.strerror})"
-                                ) from None
+        raise HeartbeatDirError(
+            f"heartbeat dir {directory} is not writable ({exc.strerror})"
+        ) from None
     if not _lock(fd, fcntl.LOCK_EX, CLAIM_PATIENCE):
         os.close(fd)
         holder = read_owner(directory)
         raise HeartbeatDirBusy(
             f"heartbeat dir {directory} is in use by a live supervisor "
-            f"({holder.describe()}); give each supervisor its own --heartbeat-dir")
+            f"({holder.describe()}); give each supervisor its own --heartbeat-dir"
+        )
     held = Claim(directory, fd)
     owner = {"pid": os.getpid(), "app": app, "database": database}
     _write_atomically(directory / OWNER, json.dumps(owner))
@@ -243,8 +245,11 @@ def live_owners(base: Path) -> list[Owner]:
         entries = sorted(base.iterdir())
     except OSError:
         return []
-    return [read_owner(entry) for entry in entries
-            if entry.is_dir() and not entry.is_symlink() and held(entry)]
+    return [
+        read_owner(entry)
+        for entry in entries
+        if entry.is_dir() and not entry.is_symlink() and held(entry)
+    ]
 
 
 def _lock(fd: int, mode: int, patience: float) -> bool:
@@ -261,8 +266,9 @@ def _lock(fd: int, mode: int, patience: float) -> bool:
 
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(
+        temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
     try:
         os.write(fd, text.encode())
     finally:

@@ -57,8 +57,9 @@ def set_parent_death_signal(signum: int) -> bool:
 def child_pids(pid: int) -> list[int]:
     """The processes ``pid`` forked that are still alive (Linux ``/proc``; [] if it is gone)."""
     with contextlib.suppress(OSError):
-        return [int(child) for child in
-                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
     return []
 
 
@@ -80,8 +81,10 @@ def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
 
 def _cgroup_quota(root: Path) -> float | None:
     """CPUs' worth of time the cgroup may use per period, or None without a quota."""
-    for quota_file, period_file in (("cpu.max", None),
-                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+    for quota_file, period_file in (
+        ("cpu.max", None),
+        ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
+    ):
         try:
             fields = (root / quota_file).read_text().split()
             if period_file is not None:
@@ -143,8 +146,9 @@ class RealOS:
 
     def restore_signals(self) -> None:
         for signum in HANDLED_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT
-                          else signal.default_int_handler)
+            signal.signal(
+                signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler
+            )
         signal.set_wakeup_fd(-1)
         for fd in (self._wakeup_r, self._wakeup_w):
             if fd >= 0:

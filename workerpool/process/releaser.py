@@ -36,9 +36,12 @@ log = logging.getLogger("workerpool.supervisor")
 
 def unreleased(slots: list[Slot]) -> tuple[str, ...]:
     """Worker ids whose claims nobody released: dead queue children and untaken orphans."""
-    ids = [worker_id for slot in slots
-           if slot.worker.kind == WorkerKind.QUEUE and slot.state not in LIVE
-           for worker_id in slot.orphans]
+    ids = [
+        worker_id
+        for slot in slots
+        if slot.worker.kind == WorkerKind.QUEUE and slot.state not in LIVE
+        for worker_id in slot.orphans
+    ]
     return tuple(dict.fromkeys(ids))
 
 
@@ -60,13 +63,21 @@ class ExitRelease:
             self.pid, self.fd = os_layer.spawn(releaser.start)
         except OSError as exc:
             self.done = True
-            log.error("release failed: cannot fork the releaser (%s); %d dead worker(s) left to "
-                      "the stale recovery", exc, len(self.worker_ids),
-                      extra={"event": "release_failed"})
+            log.error(
+                "release failed: cannot fork the releaser (%s); %d dead worker(s) left to "
+                "the stale recovery",
+                exc,
+                len(self.worker_ids),
+                extra={"event": "release_failed"},
+            )
             return False
         self.deadline = os_layer.monotonic() + margin
-        log.info("releaser started pid=%d workers=%s", self.pid, ",".join(self.worker_ids),
-                 extra={"event": "releaser_started", "pid": self.pid})
+        log.info(
+            "releaser started pid=%d workers=%s",
+            self.pid,
+            ",".join(self.worker_ids),
+            extra={"event": "releaser_started", "pid": self.pid},
+        )
         return True
 
     def read(self, os_layer: Any) -> None:
@@ -94,13 +105,21 @@ class ExitRelease:
     def _log(self, how: str) -> None:
         count = len(self.worker_ids)
         if self.rows is not None:
-            log.warning("orphans released at exit: count=%d workers=%d releaser=%s",
-                        self.rows, count, how,
-                        extra={"event": "orphans_released_at_exit", "count": self.rows})
+            log.warning(
+                "orphans released at exit: count=%d workers=%d releaser=%s",
+                self.rows,
+                count,
+                how,
+                extra={"event": "orphans_released_at_exit", "count": self.rows},
+            )
         else:
-            log.error("release failed: releaser %s; the jobs of %d dead worker(s) return after "
-                      "stale_after", how, count,
-                      extra={"event": "release_failed", "count": count})
+            log.error(
+                "release failed: releaser %s; the jobs of %d dead worker(s) return after "
+                "stale_after",
+                how,
+                count,
+                extra={"event": "release_failed", "count": count},
+            )
 
 
 #: The releaser's own log lines.
@@ -115,10 +134,16 @@ class Releaser:
     ``after_fork`` drops what the parent held (the application's engine) without closing it.
     """
 
-    def __init__(self, worker_ids: tuple[str, ...], *, release: Callable[[tuple[str, ...]], Any],
-                 on_dead: Iterable[Callable[..., Any]] = (),
-                 after_fork: Callable[[], None] = lambda: None, parent_pid: int,
-                 close_fds: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        worker_ids: tuple[str, ...],
+        *,
+        release: Callable[[tuple[str, ...]], Any],
+        on_dead: Iterable[Callable[..., Any]] = (),
+        after_fork: Callable[[], None] = lambda: None,
+        parent_pid: int,
+        close_fds: tuple[int, ...] = (),
+    ) -> None:
         self.worker_ids = worker_ids
         self.release = release
         self.on_dead = on_dead
@@ -132,9 +157,12 @@ class Releaser:
         try:
             released = self.release(self.worker_ids)
         except Exception as exc:  # database down, timeout: the stale recovery takes them later
-            releaser_log.warning("releaser could not release %d dead worker(s): %s",
-                                 len(self.worker_ids), first_line(exc),
-                                 extra={"event": "releaser_error"})
+            releaser_log.warning(
+                "releaser could not release %d dead worker(s): %s",
+                len(self.worker_ids),
+                first_line(exc),
+                extra={"event": "releaser_error"},
+            )
             return exitcodes.FAILURE
         pipe.send(report_fd, pipe.Released(released.rows))
         self._report_dead(released.dead)
@@ -151,5 +179,6 @@ class Releaser:
         try:
             report_dead(self.on_dead, dead)
         except Exception:
-            releaser_log.exception("reporting dead jobs failed",
-                                   extra={"event": "report_dead_failed"})
+            releaser_log.exception(
+                "reporting dead jobs failed", extra={"event": "report_dead_failed"}
+            )

@@ -54,12 +54,25 @@ TEST_URL_ENV = "WORKERPOOL_TEST_DATABASE_URL"
 SCHEMA_ENV = "WORKERPOOL_SCHEMA"
 READ_URL_ENV = "WORKERPOOL_READ_URL"
 #: Every variable workerpool reads (docs/configuration.md describes each).
-ENVIRONMENT = (URL_ENV, EMBEDDED_DIR_ENV, PGBOUNCER_ENV, STALE_ENV, HEARTBEAT_DIR_ENV, DRAIN_ENV,
-               GRACE_ENV, METRICS_PORT_ENV, METRICS_BIND_ENV, LOG_FORMAT_ENV, PROGRESS_ENV,
-               WEB_TOKEN_ENV, TEST_URL_ENV, SCHEMA_ENV, READ_URL_ENV)
+ENVIRONMENT = (
+    URL_ENV,
+    EMBEDDED_DIR_ENV,
+    PGBOUNCER_ENV,
+    STALE_ENV,
+    HEARTBEAT_DIR_ENV,
+    DRAIN_ENV,
+    GRACE_ENV,
+    METRICS_PORT_ENV,
+    METRICS_BIND_ENV,
+    LOG_FORMAT_ENV,
+    PROGRESS_ENV,
+    WEB_TOKEN_ENV,
+    TEST_URL_ENV,
+    SCHEMA_ENV,
+    READ_URL_ENV,
+)
 DEFAULT_METRICS_BIND = "127.0.0.1"
 DEFAULT_EMBEDDED_DIR = ".workerpool/pgdata"
-
 
 
 # -- the environment ----------------------------------------------------------------------------
@@ -260,13 +273,16 @@ def _queue_names(pool: Any, queues: list[str] | None) -> list[str]:
             declared = ", ".join(sorted(pool.queues))
             raise UnknownQueue(f"unknown queue {name!r}; declared: {declared}")
         if name in RESERVED_NAMES:
-            raise ConfigError(f"queue name {name!r} is reserved for the supervisor's own "
-                              f"processes ({', '.join(RESERVED_NAMES)}); rename the queue")
+            raise ConfigError(
+                f"queue name {name!r} is reserved for the supervisor's own "
+                f"processes ({', '.join(RESERVED_NAMES)}); rename the queue"
+            )
     return names
 
 
-def queue_settings(registry: Any,
-                   processes: Mapping[str, int | str] | None = None) -> dict[str, QueueSpec]:
+def queue_settings(
+    registry: Any, processes: Mapping[str, int | str] | None = None
+) -> dict[str, QueueSpec]:
     """Every declared queue's settings for this run: as declared, with the environment's
     overrides (``$WORKERPOOL_DRAIN_TIMEOUT``, ``$WORKER_CLAIM_STALE_MS``) and ``processes``
     (queue -> children, from ``--processes``) applied."""
@@ -277,20 +293,24 @@ def queue_settings(registry: Any,
     if stale_after is not None:
         overrides["stale_after"] = stale_after
     processes = processes or {}
-    return {name: _replaced(spec, overrides, processes.get(name))
-            for name, spec in registry.queues.items()}
+    return {
+        name: _replaced(spec, overrides, processes.get(name))
+        for name, spec in registry.queues.items()
+    }
 
 
-def _replaced(spec: QueueSpec, overrides: Mapping[str, float],
-              processes: int | str | None) -> QueueSpec:
+def _replaced(
+    spec: QueueSpec, overrides: Mapping[str, float], processes: int | str | None
+) -> QueueSpec:
     changes: dict[str, Any] = dict(overrides)
     if processes is not None:
         changes["processes"] = processes
     return dataclasses.replace(spec, **changes) if changes else spec
 
 
-def processes_overrides(given: list[str] | Mapping[str, int | str] | None,
-                        served: list[str]) -> dict[str, int | str]:
+def processes_overrides(
+    given: list[str] | Mapping[str, int | str] | None, served: list[str]
+) -> dict[str, int | str]:
     """``--processes QUEUE=N`` (repeatable; N an int or "auto") as queue -> children, each
     checked: a queue this run serves, a count within bounds. The last one for a queue wins."""
     if not given:
@@ -299,8 +319,10 @@ def processes_overrides(given: list[str] | Mapping[str, int | str] | None,
     overrides: dict[str, int | str] = {}
     for queue, value in pairs:
         if queue not in served:
-            raise ConfigError(f"--processes {queue}={value}: this run serves no queue {queue!r}"
-                              f" (serving: {', '.join(served)})")
+            raise ConfigError(
+                f"--processes {queue}={value}: this run serves no queue {queue!r}"
+                f" (serving: {', '.join(served)})"
+            )
         overrides[queue] = check_processes(f"--processes {queue}", value)
     return overrides
 
@@ -315,8 +337,9 @@ def _split_processes(text: str) -> tuple[str, int | str]:
     try:
         return queue.strip(), int(count)
     except ValueError:
-        raise ConfigError(f"--processes {queue.strip()}: N must be an int or 'auto', "
-                          f"got {count!r}") from None
+        raise ConfigError(
+            f"--processes {queue.strip()}: N must be an int or 'auto', got {count!r}"
+        ) from None
 
 
 def _drain_override() -> float | None:
@@ -344,8 +367,9 @@ def _queue_types(spec: QueueSpec, cpu_count: int | None) -> list[WorkerType]:
     count = resolve_processes(spec.processes, cpu_count)
     if count == 1:
         return [checked]
-    return [dataclasses.replace(checked, name=child_name(spec.name, index))
-            for index in range(count)]
+    return [
+        dataclasses.replace(checked, name=child_name(spec.name, index)) for index in range(count)
+    ]
 
 
 def child_name(queue: str, index: int) -> str:
@@ -359,21 +383,27 @@ def _check_child_names(workers: list[WorkerType]) -> None:
     seen: dict[str, str] = {}
     for worker in workers:
         if worker.name in seen:
-            raise ConfigError(f"child name {worker.name!r} is taken twice (queues "
-                              f"{seen[worker.name]!r} and {worker.queue!r}); rename a queue or "
-                              f"change its processes")
+            raise ConfigError(
+                f"child name {worker.name!r} is taken twice (queues "
+                f"{seen[worker.name]!r} and {worker.queue!r}); rename a queue or "
+                f"change its processes"
+            )
         seen[worker.name] = worker.queue
 
 
 def _queue_type(spec: QueueSpec) -> WorkerType:
     name, stale_after = spec.name, spec.stale_after
     if stale_after < MIN_STALE_AFTER:
-        raise ConfigError(f"queue {name}: stale_after is {stale_after:g}s; use at least "
-                          f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)")
+        raise ConfigError(
+            f"queue {name}: stale_after is {stale_after:g}s; use at least "
+            f"{MIN_STALE_AFTER:g}s (check WORKER_CLAIM_STALE_MS)"
+        )
     if spec.hang_timeout < 2 * spec.poll_interval:
-        raise ConfigError(f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
-                          f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "
-                          f"looks hung")
+        raise ConfigError(
+            f"queue {name}: hang_timeout ({spec.hang_timeout:g}s) must be at least "
+            f"twice poll_interval ({spec.poll_interval:g}s), or an idle child "
+            f"looks hung"
+        )
     return WorkerType(name, WorkerKind.QUEUE, spec.drain_timeout, spec.hang_timeout, spec)
 
 
@@ -423,8 +453,9 @@ def _metrics(port: int | str | None, bind: str | None) -> dict[str, Any]:
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
-        raise ConfigError(f"{name}: metrics need prometheus_client: "
-                          "pip install 'workerpool[metrics]'") from None
+        raise ConfigError(
+            f"{name}: metrics need prometheus_client: pip install 'workerpool[metrics]'"
+        ) from None
     return {"metrics_port": number, "metrics_bind": bind}
 
 
@@ -446,7 +477,8 @@ def _check_heartbeat_dir(directory: Path) -> None:
             holder = heartbeat.read_owner(directory)
             raise heartbeat.HeartbeatDirBusy(
                 f"heartbeat dir {directory} is in use by a live supervisor "
-                f"({holder.describe()}); give each supervisor its own --heartbeat-dir")
+                f"({holder.describe()}); give each supervisor its own --heartbeat-dir"
+            )
         if directory.parent == heartbeat_base():  # a default one: its parent's owner could
             heartbeat.check_dir(directory.parent)  # rename it away, so the parent is ours too
         heartbeat.prepare_dir(directory)

@@ -57,8 +57,14 @@ ChildFactory = Callable[..., Any]
 class Supervisor:
     """Keeps one child per worker type alive until told to stop."""
 
-    def __init__(self, settings: RunSettings, *, child_factory: ChildFactory,
-                 releaser_factory: ChildFactory, os_layer: Any = None) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        *,
+        child_factory: ChildFactory,
+        releaser_factory: ChildFactory,
+        os_layer: Any = None,
+    ) -> None:
         self.settings = settings
         self.os = os_layer or RealOS()
         #: ``child_factory(worker_type, *, parent_pid, orphans, close_fds)``: a
@@ -109,11 +115,15 @@ class Supervisor:
         removed = heartbeat.remove_all(self.settings.heartbeat_dir)
         self._touch_own_heartbeat()
         self._touch_every_child_file()
-        log.info("supervisor started pid=%d workers=%s heartbeat_dir=%s drain=%gs%s",
-                 self.os.getpid(), ",".join(s.name for s in self.slots),
-                 self.settings.heartbeat_dir, self.settings.drain_timeout,
-                 f" (removed old heartbeats: {','.join(removed)})" if removed else "",
-                 extra={"event": "supervisor_started"})
+        log.info(
+            "supervisor started pid=%d workers=%s heartbeat_dir=%s drain=%gs%s",
+            self.os.getpid(),
+            ",".join(s.name for s in self.slots),
+            self.settings.heartbeat_dir,
+            self.settings.drain_timeout,
+            f" (removed old heartbeats: {','.join(removed)})" if removed else "",
+            extra={"event": "supervisor_started"},
+        )
 
     def step(self) -> int | None:
         """One pass of the main loop. Returns the exit code once everything has stopped."""
@@ -165,16 +175,22 @@ class Supervisor:
         self.mood = SupervisorMood.DRAINING  # RUNNING -> DRAINING
         self.deadline = now + self.settings.drain_timeout + self.settings.drain_margin
         live = self._live_slots()
-        log.info("drain started (%s): SIGTERM to %d child(ren), deadline in %gs", reason,
-                 len(live), self.deadline - now, extra={"event": "drain_started"})
+        log.info(
+            "drain started (%s): SIGTERM to %d child(ren), deadline in %gs",
+            reason,
+            len(live),
+            self.deadline - now,
+            extra={"event": "drain_started"},
+        )
         self._stop_children(SERVING, signal.SIGTERM)
 
     def _stop_now(self, reason: str) -> None:
         now = self.os.monotonic()
         self.mood = SupervisorMood.STOPPING_NOW  # * -> STOPPING_NOW
         self.deadline = now + self.settings.drain_margin
-        log.warning("stopping now (%s): SIGQUIT to every child", reason,
-                    extra={"event": "stop_now"})
+        log.warning(
+            "stopping now (%s): SIGQUIT to every child", reason, extra={"event": "stop_now"}
+        )
         self._stop_children(LIVE, signal.SIGQUIT)
 
     def _stop_children(self, states: tuple[ChildState, ...], signum: int) -> None:
@@ -216,8 +232,12 @@ class Supervisor:
     def _ticked(self, slot: Slot) -> None:
         now = self.os.monotonic()
         if slot.tick(now):  # STARTING -> RUNNING
-            log.info("child running worker=%s pid=%d", slot.name, slot.pid,
-                     extra={"event": "child_running", "worker": slot.name, "pid": slot.pid})
+            log.info(
+                "child running worker=%s pid=%d",
+                slot.name,
+                slot.pid,
+                extra={"event": "child_running", "worker": slot.name, "pid": slot.pid},
+            )
         if slot.heartbeat_due(now):
             self._touch(heartbeat.path_for(self.settings.heartbeat_dir, slot.name))
 
@@ -230,8 +250,12 @@ class Supervisor:
                 continue
             slot = next((s for s in self.slots if s.pid == pid and s.state in LIVE), None)
             if slot is None:  # we may be PID 1: orphans of the container get reaped here too
-                log.debug("reaped unknown pid=%d status=%s", pid, describe_status(status),
-                          extra={"event": "unknown_child_reaped", "pid": pid})
+                log.debug(
+                    "reaped unknown pid=%d status=%s",
+                    pid,
+                    describe_status(status),
+                    extra={"event": "unknown_child_reaped", "pid": pid},
+                )
                 continue
             self._child_exited(slot, status)
 
@@ -241,13 +265,15 @@ class Supervisor:
         if self.exporter is not None:
             self.exporter.child_exited(slot.pid)
         cause = restart_cause(slot, status)
-        slot.reaped(drained=self.mood is not SupervisorMood.RUNNING
-                    and describe_status(status) == "exit:0")
+        slot.reaped(
+            drained=self.mood is not SupervisorMood.RUNNING and describe_status(status) == "exit:0"
+        )
         if self.mood is not SupervisorMood.RUNNING or slot.state is ChildState.STOPPING:
             slot.state = ChildState.EXITED  # STOPPING -> EXITED
             return
-        self._schedule_restart(slot, failed_boot=not slot.ticked, cause=cause,
-                               status=describe_status(status))
+        self._schedule_restart(
+            slot, failed_boot=not slot.ticked, cause=cause, status=describe_status(status)
+        )
         if slot.state is ChildState.BACKOFF:
             metrics.record.restarted(slot.name, cause)
 
@@ -256,20 +282,34 @@ class Supervisor:
         level = logging.INFO
         if slot.state is not ChildState.STOPPING:
             level = logging.ERROR if "SIGKILL" in text and not slot.killed else logging.WARNING
-        hint = " (not sent by the supervisor: possibly the OOM killer)" if (
-            "SIGKILL" in text and not slot.killed) else ""
-        log.log(level, "child exited worker=%s pid=%d status=%s%s", slot.name, slot.pid, text, hint,
-                extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid,
-                       "status": text})
+        hint = (
+            " (not sent by the supervisor: possibly the OOM killer)"
+            if ("SIGKILL" in text and not slot.killed)
+            else ""
+        )
+        log.log(
+            level,
+            "child exited worker=%s pid=%d status=%s%s",
+            slot.name,
+            slot.pid,
+            text,
+            hint,
+            extra={"event": "child_exited", "worker": slot.name, "pid": slot.pid, "status": text},
+        )
 
-    def _schedule_restart(self, slot: Slot, *, failed_boot: bool, cause: str = "exit",
-                          status: str = "") -> None:
+    def _schedule_restart(
+        self, slot: Slot, *, failed_boot: bool, cause: str = "exit", status: str = ""
+    ) -> None:
         now = self.os.monotonic()
         slot.count_exit(now, failed_boot=failed_boot)
         if slot.boot_failures >= self.settings.boot_retries:
             slot.state = ChildState.FATAL  # STARTING -> FATAL
-            log.error("worker=%s failed to start %d times in a row; giving up", slot.name,
-                      slot.boot_failures, extra={"event": "worker_fatal", "worker": slot.name})
+            log.error(
+                "worker=%s failed to start %d times in a row; giving up",
+                slot.name,
+                slot.boot_failures,
+                extra={"event": "worker_fatal", "worker": slot.name},
+            )
             self.exit_code = exitcodes.BOOT_FAILED
             self._begin_drain(f"{slot.name} cannot start")
             return
@@ -278,11 +318,22 @@ class Supervisor:
         # fast_exits: the exits in a row that back-off counts (a child that ran long enough, or
         # claimed jobs, starts it again), so a kill -9 of a busy child is 0 there: the line
         # names what happened by its cause and status instead
-        log.info("restart scheduled worker=%s cause=%s status=%s delay=%.2fs fast_exits=%d "
-                 "boot_failures=%d", slot.name, cause, status, delay, slot.crashes,
-                 slot.boot_failures,
-                 extra={"event": "restart_scheduled", "worker": slot.name, "delay": delay,
-                        "cause": cause})
+        log.info(
+            "restart scheduled worker=%s cause=%s status=%s delay=%.2fs fast_exits=%d "
+            "boot_failures=%d",
+            slot.name,
+            cause,
+            status,
+            delay,
+            slot.crashes,
+            slot.boot_failures,
+            extra={
+                "event": "restart_scheduled",
+                "worker": slot.name,
+                "delay": delay,
+                "cause": cause,
+            },
+        )
 
     # -- hung children -------------------------------------------------------------------------
 
@@ -300,16 +351,26 @@ class Supervisor:
                 self._dump_stack(slot, now)
 
     def _dump_stack(self, slot: Slot, now: float) -> None:
-        log.error("hang detected worker=%s pid=%d silent=%.1fs hang_timeout=%gs: "
-                  "dumping its stack, then SIGKILL", slot.name, slot.pid, now - slot.last_tick,
-                  slot.worker.hang_timeout,
-                  extra={"event": "hang_detected", "worker": slot.name, "pid": slot.pid})
+        log.error(
+            "hang detected worker=%s pid=%d silent=%.1fs hang_timeout=%gs: "
+            "dumping its stack, then SIGKILL",
+            slot.name,
+            slot.pid,
+            now - slot.last_tick,
+            slot.worker.hang_timeout,
+            extra={"event": "hang_detected", "worker": slot.name, "pid": slot.pid},
+        )
         self.os.kill(slot.pid, DUMP_SIGNAL)
         slot.kill_at = now + DUMP_GRACE
 
     def _kill(self, slot: Slot, event: str) -> None:
-        log.error("SIGKILL worker=%s pid=%d (%s)", slot.name, slot.pid, event.replace("_", " "),
-                  extra={"event": event, "worker": slot.name, "pid": slot.pid})
+        log.error(
+            "SIGKILL worker=%s pid=%d (%s)",
+            slot.name,
+            slot.pid,
+            event.replace("_", " "),
+            extra={"event": event, "worker": slot.name, "pid": slot.pid},
+        )
         slot.killed = True
         self.os.kill(slot.pid, signal.SIGKILL)
 
@@ -336,9 +397,12 @@ class Supervisor:
 
     def _spawn(self, slot: Slot, now: float) -> None:
         others = tuple(s.fd for s in self.slots if s.fd is not None)
-        child = self.child_factory(slot.worker, parent_pid=self.os.getpid(),
-                                   orphans=tuple(slot.orphans),
-                                   close_fds=others + self._own_fds())
+        child = self.child_factory(
+            slot.worker,
+            parent_pid=self.os.getpid(),
+            orphans=tuple(slot.orphans),
+            close_fds=others + self._own_fds(),
+        )
         try:
             pid, fd = self.os.spawn(child.start)
         except OSError as exc:
@@ -346,9 +410,13 @@ class Supervisor:
             slot.restart_at = now + max(1.0, self.settings.restart_delay)
             return
         slot.spawned(pid, fd, now)  # BACKOFF -> STARTING
-        log.info("child started worker=%s pid=%d%s", slot.name, pid,
-                 f" releasing {len(slot.given)} dead worker(s)" if slot.given else "",
-                 extra={"event": "child_started", "worker": slot.name, "pid": pid})
+        log.info(
+            "child started worker=%s pid=%d%s",
+            slot.name,
+            pid,
+            f" releasing {len(slot.given)} dead worker(s)" if slot.given else "",
+            extra={"event": "child_started", "worker": slot.name, "pid": pid},
+        )
 
     # -- heartbeat files -----------------------------------------------------------------------
 
@@ -356,8 +424,9 @@ class Supervisor:
         """Hold the directory for this process and its children before clearing it: a second
         supervisor given the same one is refused instead of deleting the files we touch."""
         try:
-            self._claim = heartbeat.claim(self.settings.heartbeat_dir, self.settings.app,
-                                          self.settings.database)
+            self._claim = heartbeat.claim(
+                self.settings.heartbeat_dir, self.settings.app, self.settings.database
+            )
         except heartbeat.HeartbeatDirError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -380,8 +449,9 @@ class Supervisor:
             now = self.os.monotonic()
             if now - self._touch_failed_at >= 60:
                 self._touch_failed_at = now
-                log.warning("cannot touch %s: %s", path, exc,
-                            extra={"event": "heartbeat_write_failed"})
+                log.warning(
+                    "cannot touch %s: %s", path, exc, extra={"event": "heartbeat_write_failed"}
+                )
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -390,8 +460,7 @@ class Supervisor:
         heartbeat directory's lock (orphans outliving a killed parent must not keep a new
         supervisor out of a directory nobody touches any more)."""
         claim = (self._claim.fd,) if self._claim is not None and self._claim.fd is not None else ()
-        return (tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ())
-                + claim)
+        return tuple(self.os.own_fds()) + (self.exporter.fds() if self.exporter else ()) + claim
 
     def _live_slots(self) -> list[Slot]:
         return [slot for slot in self.slots if slot.state in LIVE]
@@ -402,8 +471,11 @@ class Supervisor:
         moments += [s.restart_at for s in self.slots if s.state is ChildState.BACKOFF]
         moments += [s.kill_at for s in self.slots if s.kill_at is not None and not s.killed]
         if self.mood is SupervisorMood.RUNNING:
-            moments += [s.last_tick + s.worker.hang_timeout for s in self.slots
-                        if s.state in SERVING and s.kill_at is None]
+            moments += [
+                s.last_tick + s.worker.hang_timeout
+                for s in self.slots
+                if s.state in SERVING and s.kill_at is None
+            ]
         moments += [t for t in (self.deadline, self._forced_exit_at) if t is not None]
         if self.release is not None and not self.release.done:
             moments.append(self.release.deadline)
@@ -417,14 +489,20 @@ class Supervisor:
             return None
         if self.release is None:  # every child is gone (or unkillable): once
             for slot in live:
-                log.error("worker=%s pid=%d did not die after SIGKILL; leaving it", slot.name,
-                          slot.pid, extra={"event": "child_unkillable", "worker": slot.name,
-                                           "pid": slot.pid})
+                log.error(
+                    "worker=%s pid=%d did not die after SIGKILL; leaving it",
+                    slot.name,
+                    slot.pid,
+                    extra={"event": "child_unkillable", "worker": slot.name, "pid": slot.pid},
+                )
             self._start_releaser()
         if not self.release.finished(self.os):
             return None
-        log.info("drain finished: supervisor exiting with %d", self.exit_code,
-                 extra={"event": "drain_finished"})
+        log.info(
+            "drain finished: supervisor exiting with %d",
+            self.exit_code,
+            extra={"event": "drain_finished"},
+        )
         return self.exit_code
 
     # -- the releaser at exit ------------------------------------------------------------------
@@ -434,10 +512,11 @@ class Supervisor:
         if not release.worker_ids:
             release.done = True
             return
-        releaser = self.releaser_factory(release.worker_ids,
-                                         parent_pid=self.os.getpid(),
-                                         close_fds=tuple(self._watched_fds())
-                                         + self._own_fds())
+        releaser = self.releaser_factory(
+            release.worker_ids,
+            parent_pid=self.os.getpid(),
+            close_fds=tuple(self._watched_fds()) + self._own_fds(),
+        )
         if release.spawn(self.os, releaser, self.settings.release_margin):
             for slot in self.slots:
                 slot.orphans = []  # handed over

@@ -78,8 +78,10 @@ class Ran(tuple[int, "str | None"]):
         return self[1]
 
     def __repr__(self) -> str:
-        return f"Ran(job_id={self[0]}, task={self.task!r}, state={self[1]!r}, " \
-               f"outcome={self.outcome.kind!r})"
+        return (
+            f"Ran(job_id={self[0]}, task={self.task!r}, state={self[1]!r}, "
+            f"outcome={self.outcome.kind!r})"
+        )
 
 
 def call_handler(spec: TaskSpec, job: Job) -> BaseException | None:
@@ -121,8 +123,9 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
                 raise LeaseLost(f"job {job.id}: lease lost, progress not saved")
 
     steps = StepStore(worker, registry.payload_limit, engine.begin)
-    job = Job.from_row(row, worker=worker, saver=saver, parents=parents, steps=steps,
-                       progress=progress)
+    job = Job.from_row(
+        row, worker=worker, saver=saver, parents=parents, steps=steps, progress=progress
+    )
     return spec, Job(**{**job.__dict__, "payload": payload})
 
 
@@ -130,8 +133,9 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
 Fired = Callable[[list[int]], None]
 
 
-def run_claimed(registry: Registry, engine: Engine, row: Any, worker: str,
-                fired: Fired | None = None) -> tuple[Outcome, str | None]:
+def run_claimed(
+    registry: Registry, engine: Engine, row: Any, worker: str, fired: Fired | None = None
+) -> tuple[Outcome, str | None]:
     """Run one claimed row and record its outcome, with what follows a final one (waiters
     woken, its batch finished); returns (outcome, new state or None). ``fired`` is given the
     callback jobs the outcome enqueued (inline mode runs them like enqueued jobs)."""
@@ -142,8 +146,7 @@ def run_claimed(registry: Registry, engine: Engine, row: Any, worker: str,
         exc, result = call_handler_for_result(spec, job)
     finally:
         CURRENT.reset(captured)
-    outcome = classify(exc, spec, job.attempt, worker, result=result,
-                       limit=registry.payload_limit)
+    outcome = classify(exc, spec, job.attempt, worker, result=result, limit=registry.payload_limit)
     lease = Lease(row.id, row.attempts, worker)
     with engine.begin() as conn:
         states, followed = record_settling(conn, worker, [(lease, outcome)])
@@ -165,8 +168,7 @@ def _attempt_log(registry: Registry, spec: TaskSpec) -> AttemptLog | None:
     return AttemptLog()
 
 
-def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: int = 1
-          ) -> list[Any]:
+def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: int = 1) -> list[Any]:
     spec = registry.queue_spec(queue)
     with engine.begin() as conn:
         sql.recover_stale(conn, queue, spec.stale_after)  # as a worker's renewal beat does
@@ -181,9 +183,15 @@ def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: in
         )
 
 
-def drain(registry: Registry, engine: Engine, queue: str | None = None, *,
-          retries: str = "wait", max_jobs: int = 10_000, fired: Fired | None = None
-          ) -> list[Ran]:
+def drain(
+    registry: Registry,
+    engine: Engine,
+    queue: str | None = None,
+    *,
+    retries: str = "wait",
+    max_jobs: int = 10_000,
+    fired: Fired | None = None,
+) -> list[Ran]:
     """Run every due job of ``queue`` (default: every declared queue) inline, one at a time,
     until none is due; returns what ran, in run order. ``retries``: see :data:`RETRY_MODES`;
     ``fired``: see :func:`run_claimed`."""
@@ -195,15 +203,21 @@ def drain(registry: Registry, engine: Engine, queue: str | None = None, *,
     while len(ran) < max_jobs:
         before = len(ran)
         for name in queues:
-            ran += _drain_queue(registry, engine, name, worker, retries, max_jobs - len(ran),
-                                fired)
+            ran += _drain_queue(registry, engine, name, worker, retries, max_jobs - len(ran), fired)
         if len(ran) == before:
             return ran
     return ran
 
 
-def _drain_queue(registry: Registry, engine: Engine, queue: str, worker: str, retries: str,
-                 budget: int, fired: Fired | None) -> list[Ran]:
+def _drain_queue(
+    registry: Registry,
+    engine: Engine,
+    queue: str,
+    worker: str,
+    retries: str,
+    budget: int,
+    fired: Fired | None,
+) -> list[Ran]:
     ran: list[Ran] = []
     while len(ran) < budget:
         rows = claim(registry, engine, queue, worker, limit=1)

@@ -53,13 +53,17 @@ def release_orphans(conn: Connection, worker_ids: Iterable[str]) -> Released:
         rows = sql.reclaim_from_dead_worker(conn, worker)
         changed += rows
         if rows:
-            log.warning("released %d job(s) of dead worker %s", len(rows), worker,
-                        extra={"event": "orphans_released", "worker": worker,
-                               "count": len(rows)})
+            log.warning(
+                "released %d job(s) of dead worker %s",
+                len(rows),
+                worker,
+                extra={"event": "orphans_released", "worker": worker, "count": len(rows)},
+            )
         sql.unregister_worker(conn, worker)
         released.rows += len(rows)
-        released.dead += [DeadNotice.of(row, DeadReason.ABANDONED)
-                          for row in rows if row.state == JobState.DEAD]
+        released.dead += [
+            DeadNotice.of(row, DeadReason.ABANDONED) for row in rows if row.state == JobState.DEAD
+        ]
     # once, after every row: dead/abandoned (or cancelled) rows may end their batches
     released.cancelled = after_rows(conn, changed).cancelled
     return released
@@ -70,17 +74,25 @@ CONNECT_TIMEOUT = 2  # whole seconds (libpq)
 STATEMENT_TIMEOUT = 2.0
 
 
-def release_dead_workers(url: URL, worker_ids: Iterable[str], *, pooled: bool = False
-                         ) -> Released:
+def release_dead_workers(url: URL, worker_ids: Iterable[str], *, pooled: bool = False) -> Released:
     """:func:`release_orphans` in one bounded transaction on an engine of its own (2 s to
     connect, 2 s per statement and lock), for the releaser process. Raises on a database
     error: the stale recovery takes the rows later."""
-    engine = db.create(url, application_name="workerpool releaser", pool_size=1,
-                       connect_timeout=CONNECT_TIMEOUT, pooled=pooled)
+    engine = db.create(
+        url,
+        application_name="workerpool releaser",
+        pool_size=1,
+        connect_timeout=CONNECT_TIMEOUT,
+        pooled=pooled,
+    )
     try:
         with engine.begin() as conn:
-            sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
-                                  lock_timeout=STATEMENT_TIMEOUT, idle_timeout=STATEMENT_TIMEOUT)
+            sql.bound_transaction(
+                conn,
+                statement_timeout=STATEMENT_TIMEOUT,
+                lock_timeout=STATEMENT_TIMEOUT,
+                idle_timeout=STATEMENT_TIMEOUT,
+            )
             return release_orphans(conn, worker_ids)
     finally:
         engine.dispose()

@@ -27,11 +27,20 @@ class Runner(Protocol):
     def stop_now(self) -> None: ...
 
 
-def build_runner(registry: Registry, url: URL, worker: WorkerType, *, worker_id: str,
-                 on_tick: Callable[[], None], parent_alive: Callable[[], bool],
-                 orphans: tuple[str, ...], on_claim: Callable[[], None] | None = None,
-                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False,
-                 read_url: URL | None = None) -> Runner:
+def build_runner(
+    registry: Registry,
+    url: URL,
+    worker: WorkerType,
+    *,
+    worker_id: str,
+    on_tick: Callable[[], None],
+    parent_alive: Callable[[], bool],
+    orphans: tuple[str, ...],
+    on_claim: Callable[[], None] | None = None,
+    queues: Mapping[str, QueueSpec] | None = None,
+    pooled: bool = False,
+    read_url: URL | None = None,
+) -> Runner:
     """The maintenance loop, or a Worker on its queue with the settings loaded for it.
 
     ``queues``: every queue's settings for this run (what the maintenance sweep uses; default:
@@ -39,11 +48,29 @@ def build_runner(registry: Registry, url: URL, worker: WorkerType, *, worker_id:
     ``read_url``: a replica the maintenance child samples the queues' depth on.
     """
     if worker.kind == WorkerKind.MAINTENANCE:
-        reads = (db.create(read_url, application_name="workerpool-read", pool_size=1,
-                           pooled=pooled) if read_url is not None else None)
-        maintenance = Maintenance(registry, db.create(url, pooled=pooled), worker_id=worker_id,
-                                  queues=queues, pooled=pooled, read_engine=reads)
+        reads = (
+            db.create(read_url, application_name="workerpool-read", pool_size=1, pooled=pooled)
+            if read_url is not None
+            else None
+        )
+        maintenance = Maintenance(
+            registry,
+            db.create(url, pooled=pooled),
+            worker_id=worker_id,
+            queues=queues,
+            pooled=pooled,
+            read_engine=reads,
+        )
         return MaintenanceLoop(maintenance, on_tick=on_tick, parent_alive=parent_alive)
-    return Worker(registry, url, worker.queue, spec=worker.spec, worker_id=worker_id,
-                  on_tick=on_tick, parent_alive=parent_alive, orphans=orphans, on_claim=on_claim,
-                  pooled=pooled)
+    return Worker(
+        registry,
+        url,
+        worker.queue,
+        spec=worker.spec,
+        worker_id=worker_id,
+        on_tick=on_tick,
+        parent_alive=parent_alive,
+        orphans=orphans,
+        on_claim=on_claim,
+        pooled=pooled,
+    )

@@ -18,16 +18,20 @@ from ..sql import signals, steps
 class StepStore:
     """``transaction()``: a short transaction (the worker's bounded one off the main loop)."""
 
-    def __init__(self, worker: str, payload_limit: int,
-                 transaction: Callable[[], AbstractContextManager[Connection]]) -> None:
+    def __init__(
+        self,
+        worker: str,
+        payload_limit: int,
+        transaction: Callable[[], AbstractContextManager[Connection]],
+    ) -> None:
         self.worker, self.payload_limit, self.transaction = worker, payload_limit, transaction
 
-    def record(self, job: Any, name: str, kind: str, value: str, elapsed: float,
-               timed_out: bool = False) -> dict[str, Any] | None:
+    def record(
+        self, job: Any, name: str, kind: str, value: str, elapsed: float, timed_out: bool = False
+    ) -> dict[str, Any] | None:
         lease = Lease(job.id, job.attempt, self.worker)
         with self.transaction() as conn:
-            return steps.record_step(conn, lease, name, kind, value, elapsed,
-                                     timed_out=timed_out)
+            return steps.record_step(conn, lease, name, kind, value, elapsed, timed_out=timed_out)
 
     def signal(self, name: str, deadline: str | None) -> SignalRead:
         with self.transaction() as conn:

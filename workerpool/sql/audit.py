@@ -17,16 +17,30 @@ AUDIT_IDS = 1000
 
 
 # record: one action, in the caller's transaction. Index: pk_workerpool_audit.
-def record(conn: Connection, actor: str, action: str, target: str,
-           detail: Mapping[str, Any] | None = None) -> None:
+def record(
+    conn: Connection, actor: str, action: str, target: str, detail: Mapping[str, Any] | None = None
+) -> None:
     """``actor`` did ``action`` to ``target``; the source is the one :func:`acting` set."""
-    conn.execute(audit.insert().values(actor=actor, source=current_source(), action=action,
-                                       target=target, detail=dict(detail or {})))
+    conn.execute(
+        audit.insert().values(
+            actor=actor,
+            source=current_source(),
+            action=action,
+            target=target,
+            detail=dict(detail or {}),
+        )
+    )
 
 
 # list_entries: newest first, by keyset on id. Index: pk_workerpool_audit (backward scan).
-def list_entries(conn: Connection, *, actor: str | None = None, action: str | None = None,
-                 before: int | None = None, limit: int = 50) -> list[Any]:
+def list_entries(
+    conn: Connection,
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> list[Any]:
     stmt = select(audit).order_by(audit.c.id.desc()).limit(limit)
     if actor is not None:
         stmt = stmt.where(audit.c.actor == actor)

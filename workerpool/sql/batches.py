@@ -80,13 +80,26 @@ SELECT id, callbacks, payload, finished_at FROM {batches.name} WHERE key = :key 
 """)
 
 
-def open_batch(conn: Connection, *, key: str | None, on_complete: str | None,
-               on_success: str | None, on_failure: str | None, callbacks_json: str,
-               payload_json: str) -> Opened:
+def open_batch(
+    conn: Connection,
+    *,
+    key: str | None,
+    on_complete: str | None,
+    on_success: str | None,
+    on_failure: str | None,
+    callbacks_json: str,
+    payload_json: str,
+) -> Opened:
     """Insert a batch row; with a ``key`` already held, lock and return that batch instead
     (whoever inserts the key first wins on the unique index; the other waits and reopens it)."""
-    params = {"key": key, "on_complete": on_complete, "on_success": on_success,
-              "on_failure": on_failure, "callbacks": callbacks_json, "payload": payload_json}
+    params = {
+        "key": key,
+        "on_complete": on_complete,
+        "on_success": on_success,
+        "on_failure": on_failure,
+        "callbacks": callbacks_json,
+        "payload": payload_json,
+    }
     for _ in range(2):
         batch_id = conn.execute(_INSERT, params).scalar()
         if batch_id is not None:
@@ -266,8 +279,9 @@ GROUP BY state
 """)
 
 
-def member_counts(conn: Connection, batch_id: int, callback_ids: Sequence[int] = ()
-                  ) -> dict[str, int]:
+def member_counts(
+    conn: Connection, batch_id: int, callback_ids: Sequence[int] = ()
+) -> dict[str, int]:
     rows = conn.execute(_COUNTS, {"batch_id": batch_id, "callbacks": list(callback_ids)})
     return {row.state: row.n for row in rows}
 
@@ -282,24 +296,45 @@ ORDER BY id LIMIT :limit
 """)
 
 
-def member_page(conn: Connection, batch_id: int, state: str, after: int, limit: int,
-                callback_ids: Sequence[int] = ()) -> list[Any]:
-    return list(conn.execute(_PAGE, {"batch_id": batch_id, "state": state, "after": after,
-                                      "limit": limit, "callbacks": list(callback_ids)}))
+def member_page(
+    conn: Connection,
+    batch_id: int,
+    state: str,
+    after: int,
+    limit: int,
+    callback_ids: Sequence[int] = (),
+) -> list[Any]:
+    return list(
+        conn.execute(
+            _PAGE,
+            {
+                "batch_id": batch_id,
+                "state": state,
+                "after": after,
+                "limit": limit,
+                "callbacks": list(callback_ids),
+            },
+        )
+    )
 
 
 # open_batches: the oldest open batches (status, dashboard). Index: ix_workerpool_batches_open.
 def open_batches(conn: Connection, limit: int = 20) -> list[Any]:
-    stmt = (select(batches).where(batches.c.finished_at.is_(None))
-            .order_by(batches.c.id).limit(limit))
+    stmt = (
+        select(batches).where(batches.c.finished_at.is_(None)).order_by(batches.c.id).limit(limit)
+    )
     return list(conn.execute(stmt))
 
 
 # finished_batches: the latest finished batches (dashboard). Index:
 # ix_workerpool_batches_finished, read backwards.
 def finished_batches(conn: Connection, limit: int = 20) -> list[Any]:
-    stmt = (select(batches).where(batches.c.finished_at.isnot(None))
-            .order_by(batches.c.finished_at.desc()).limit(limit))
+    stmt = (
+        select(batches)
+        .where(batches.c.finished_at.isnot(None))
+        .order_by(batches.c.finished_at.desc())
+        .limit(limit)
+    )
     return list(conn.execute(stmt))
 
 
@@ -310,15 +345,17 @@ def opened_after(conn: Connection, last_seen: int | None) -> tuple[int, int | No
     ``last_seen`` yet, none are counted: the highest id is where counting starts."""
     if last_seen is None:
         return 0, conn.execute(select(func.max(batches.c.id))).scalar()
-    count, highest = conn.execute(select(func.count(), func.max(batches.c.id))
-                                  .where(batches.c.id > last_seen)).one()
+    count, highest = conn.execute(
+        select(func.count(), func.max(batches.c.id)).where(batches.c.id > last_seen)
+    ).one()
     return count, highest if highest is not None else last_seen
 
 
 # count_open: how many batches are open. Index: ix_workerpool_batches_open.
 def count_open(conn: Connection) -> int:
-    return conn.execute(select(func.count()).select_from(batches)
-                        .where(batches.c.finished_at.is_(None))).scalar_one()
+    return conn.execute(
+        select(func.count()).select_from(batches).where(batches.c.finished_at.is_(None))
+    ).scalar_one()
 
 
 # callback_states: the state of each callback job (``workerpool batch show``), moved ones

@@ -69,10 +69,18 @@ class Batch:
     """An open batch (see the module docstring). Made by ``pool.batch(...)``, which checks
     everything given before anything is written; used as a context manager."""
 
-    def __init__(self, pool: Target, *, on_complete: Any = None, on_success: Any = None,
-                 on_failure: Any = None, payload: Mapping[str, Any] | None = None,
-                 conn: Connection | None = None, key: str | None = None,
-                 inline: Callable[[Any, list[int]], None] | None = None) -> None:
+    def __init__(
+        self,
+        pool: Target,
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        on_failure: Any = None,
+        payload: Mapping[str, Any] | None = None,
+        conn: Connection | None = None,
+        key: str | None = None,
+        inline: Callable[[Any, list[int]], None] | None = None,
+    ) -> None:
         self.pool = pool
         #: Inline mode (``pool.testing_mode("inline")``): runs the members (and the callbacks
         #: of an empty batch) once the batch's transaction commits.
@@ -80,11 +88,12 @@ class Batch:
         self._conn_arg = caller_connection(conn) if conn is not None else None
         self.key = check_key(key)
         payload = {} if payload is None else payload
-        self.payload_json = dumps(payload, limit=pool.registry.payload_limit,
-                                  what="batch payload")
+        self.payload_json = dumps(payload, limit=pool.registry.payload_limit, what="batch payload")
         self.names, templates = callback_templates(
-            pool.registry, {"complete": on_complete, "success": on_success,
-                            "failure": on_failure}, payload)
+            pool.registry,
+            {"complete": on_complete, "success": on_success, "failure": on_failure},
+            payload,
+        )
         self.callbacks_json = json.dumps(templates, separators=(",", ":"))
         self.id: int | None = None
         #: Ids of jobs whose keys were held outside this batch: not members (module docstring).
@@ -122,17 +131,24 @@ class Batch:
 
     def _open(self) -> None:
         assert self._conn is not None
-        opened = sql.open_batch(self._conn, key=self.key, on_complete=self.names["complete"],
-                                on_success=self.names["success"],
-                                on_failure=self.names["failure"],
-                                callbacks_json=self.callbacks_json,
-                                payload_json=self.payload_json)
+        opened = sql.open_batch(
+            self._conn,
+            key=self.key,
+            on_complete=self.names["complete"],
+            on_success=self.names["success"],
+            on_failure=self.names["failure"],
+            callbacks_json=self.callbacks_json,
+            payload_json=self.payload_json,
+        )
         self.id, self.reopened, self._finished = opened.id, not opened.created, opened.finished
-        if self.reopened and (opened.callbacks != json.loads(self.callbacks_json)
-                              or opened.payload != json.loads(self.payload_json)):
+        if self.reopened and (
+            opened.callbacks != json.loads(self.callbacks_json)
+            or opened.payload != json.loads(self.payload_json)
+        ):
             raise IdempotencyConflict(
                 f"batch key {self.key!r} belongs to batch {opened.id} with other callbacks or"
-                " payload")
+                " payload"
+            )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._state != "open":
@@ -144,8 +160,11 @@ class Batch:
         try:
             if not self._new_members:  # nothing to wait for: it finishes now
                 conn, batch_id = self._usable()
-                fired = [job_id for batch in sql.settle(conn, [batch_id], "empty")
-                         for job_id in batch.callback_ids]
+                fired = [
+                    job_id
+                    for batch in sql.settle(conn, [batch_id], "empty")
+                    for job_id in batch.callback_ids
+                ]
         except BaseException:
             self._end(commit=False)
             raise
@@ -171,15 +190,20 @@ class Batch:
     def _usable(self) -> tuple[Connection, int]:
         """The batch's connection and id, while its block is open."""
         if self._state == "new":
-            raise BatchClosed("use the batch inside its with block: "
-                              "with pool.batch(...) as batch: batch.enqueue(...)")
+            raise BatchClosed(
+                "use the batch inside its with block: "
+                "with pool.batch(...) as batch: batch.enqueue(...)"
+            )
         if self._state == "closed" or self._conn is None or self.id is None:
-            raise BatchClosed(f"batch {self.id}: its with block is over; it takes no more"
-                              " members")
+            raise BatchClosed(f"batch {self.id}: its with block is over; it takes no more members")
         return self._conn, self.id
 
-    def enqueue(self, task: str | Callable[..., Any], payload: Mapping[str, Any] | None = None,
-                **options: Any) -> int:
+    def enqueue(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> int:
         """Enqueue one member (the options of ``pool.enqueue``, ``conn=`` excepted); returns
         its id (the holder's, when its key is held: see the module docstring)."""
         if "conn" in options:
@@ -187,18 +211,18 @@ class Batch:
         conn, batch_id = self._usable()
         if self._finished:
             return self._existing(conn, batch_id, [(task, payload, options)])[0]
-        job_id = enqueue_one_or_linked(self.pool, task, payload, conn, options,
-                                       batch_id=batch_id)
-        self._joined(conn, batch_id, [job_id],
-                     [job_id] if options.get("key") is not None else [])
+        job_id = enqueue_one_or_linked(self.pool, task, payload, conn, options, batch_id=batch_id)
+        self._joined(conn, batch_id, [job_id], [job_id] if options.get("key") is not None else [])
         return job_id
 
     def enqueue_many(self, jobs: Any) -> list[int]:
         """Enqueue many members at once (the items of ``pool.enqueue_many``); their ids."""
         conn, batch_id = self._usable()
         if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Iterable):
-            raise InvalidJob("enqueue_many takes an iterable of (task, payload) or (task,"
-                             f" payload, options), got {type(jobs).__name__}")
+            raise InvalidJob(
+                "enqueue_many takes an iterable of (task, payload) or (task,"
+                f" payload, options), got {type(jobs).__name__}"
+            )
         items = list(jobs)
         if self._finished:
             return self._existing(conn, batch_id, items)
@@ -206,13 +230,15 @@ class Batch:
             ids = enqueue_many_linked(self.pool, items, conn, batch_id=batch_id)
         else:
             ids = enqueue_batch(self.pool, items, conn, batch_id=batch_id)
-        keyed = [job_id for job_id, item in zip(ids, items, strict=True)
-                 if len(item) == 3 and item[2].get("key") is not None]
+        keyed = [
+            job_id
+            for job_id, item in zip(ids, items, strict=True)
+            if len(item) == 3 and item[2].get("key") is not None
+        ]
         self._joined(conn, batch_id, ids, keyed)
         return ids
 
-    def _joined(self, conn: Connection, batch_id: int, ids: list[int], keyed: list[int]
-                ) -> None:
+    def _joined(self, conn: Connection, batch_id: int, ids: list[int], keyed: list[int]) -> None:
         outside = sql.outside_batch(conn, batch_id, keyed) if keyed else set()
         self.outside += [job_id for job_id in ids if job_id in outside]
         members = [job_id for job_id in ids if job_id not in outside]
@@ -221,13 +247,17 @@ class Batch:
 
     def _existing(self, conn: Connection, batch_id: int, items: list[Any]) -> list[int]:
         """A finished batch takes no new member; a member it has (by key) answers its id."""
-        rows = [build_job(self.pool.registry, *item[:2], **(item[2] if len(item) == 3 else {}))
-                for item in items]
+        rows = [
+            build_job(self.pool.registry, *item[:2], **(item[2] if len(item) == 3 else {}))
+            for item in items
+        ]
         found = sql.members_by_key(conn, batch_id, [row.key for row in rows if row.key])
         missing = [row for row in rows if (row.key or "") not in found]
         if missing:
-            raise BatchFinished(f"batch {batch_id} has finished: it takes no new member"
-                                f" ({missing[0].task}, key {missing[0].key!r})")
+            raise BatchFinished(
+                f"batch {batch_id} has finished: it takes no new member"
+                f" ({missing[0].task}, key {missing[0].key!r})"
+            )
         ids = [found[row.key or ""] for row in rows]
         self.member_ids += ids
         return ids
@@ -295,8 +325,12 @@ class AsyncBatch:
         finally:
             await self._aconn.close()
 
-    async def enqueue(self, task: str | Callable[..., Any],
-                      payload: Mapping[str, Any] | None = None, **options: Any) -> int:
+    async def enqueue(
+        self,
+        task: str | Callable[..., Any],
+        payload: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> int:
         """:meth:`Batch.enqueue`."""
         job_id: int = await self._run(lambda batch: batch.enqueue(task, payload, **options))
         return job_id
@@ -308,8 +342,9 @@ class AsyncBatch:
 
     async def _run(self, step: Callable[[Batch], Any]) -> Any:
         if self._batch is None or self._aconn is None:
-            raise BatchClosed("use the batch inside its block: "
-                              "async with pool.batch_async(...) as batch: ...")
+            raise BatchClosed(
+                "use the batch inside its block: async with pool.batch_async(...) as batch: ..."
+            )
         batch = self._batch
         return await self._aconn.run_sync(lambda _: step(batch))
 
@@ -331,13 +366,13 @@ def status_on(conn: Connection, batch_id: int) -> BatchStatus:
     check_id(batch_id, "batch id")
     row = sql.read_batch(conn, batch_id)
     if row is None:
-        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned"
-                           " after the retention)")
+        raise UnknownBatch(
+            f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
+        )
     return status_of(row, sql.member_counts(conn, batch_id, row.callback_ids or []))
 
 
-def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
-            ) -> Iterator[MemberResult]:
+def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE) -> Iterator[MemberResult]:
     """``pool.batch_results``: every member, ``done`` ones first (then dead, cancelled and the
     live ones), by id within each state, read a keyset page at a time: the whole batch is never
     in memory. Checks the id and that the batch exists now; the pages are read as you iterate."""
@@ -347,13 +382,15 @@ def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
     with pool.engine.connect() as conn:
         row = sql.read_batch(conn, batch_id)
     if row is None:
-        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned after"
-                           " the retention)")
+        raise UnknownBatch(
+            f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
+        )
     return _pages(pool, batch_id, list(row.callback_ids or []), page_size)
 
 
-async def results_async(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
-                        ) -> AsyncIterator[MemberResult]:
+async def results_async(
+    pool: Target, batch_id: int, page_size: int = PAGE_SIZE
+) -> AsyncIterator[MemberResult]:
     """:func:`results` on the pool's async engine: the same order and pages."""
     check_id(batch_id, "batch id")
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
@@ -361,15 +398,17 @@ async def results_async(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
     async with pool.async_engine.connect() as conn:
         row = await conn.run_sync(sql.read_batch, batch_id)
     if row is None:
-        raise UnknownBatch(f"no batch {batch_id} (never opened, rolled back, or pruned after"
-                           " the retention)")
+        raise UnknownBatch(
+            f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
+        )
     callbacks = list(row.callback_ids or [])
     for state in RESULT_ORDER:
         after = 0
         while True:
             async with pool.async_engine.connect() as conn:
-                page = await conn.run_sync(sql.member_page, batch_id, state, after, page_size,
-                                           callbacks)
+                page = await conn.run_sync(
+                    sql.member_page, batch_id, state, after, page_size, callbacks
+                )
             for member in page:
                 yield MemberResult(member.id, member.state, member.result, member.key)
             if len(page) < page_size:
@@ -377,8 +416,7 @@ async def results_async(pool: Target, batch_id: int, page_size: int = PAGE_SIZE
             after = page[-1].id
 
 
-def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int
-           ) -> Iterator[MemberResult]:
+def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int) -> Iterator[MemberResult]:
     for state in RESULT_ORDER:
         after = 0
         while True:
@@ -391,5 +429,12 @@ def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int
             after = page[-1].id
 
 
-__all__ = ["Batch", "BatchStatus", "MemberResult", "results", "results_async", "status",
-           "status_on"]
+__all__ = [
+    "Batch",
+    "BatchStatus",
+    "MemberResult",
+    "results",
+    "results_async",
+    "status",
+    "status_on",
+]

@@ -24,8 +24,19 @@ from sqlalchemy import Connection
 from .enqueue import NOTIFY_CHANNEL, NewJob
 from .schema import jobs
 
-COPY_COLUMNS = ("id", "queue", "task", "payload", "payload_version", "priority", "max_attempts",
-                "run_at", "trace_context", "concurrency_key", "tags")
+COPY_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "payload_version",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "trace_context",
+    "concurrency_key",
+    "tags",
+)
 COPY_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
 #: A batch's members: the same rows and the batch's id (one value for every row).
 COPY_BATCH_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}, batch_id) FROM STDIN"
@@ -55,9 +66,16 @@ def can_copy(conn: Connection) -> bool:
     return isinstance(conn.connection.driver_connection, psycopg.Connection)
 
 
-def copy_jobs(driver: psycopg.Connection, rows: Iterable[NewJob], count: int, *,
-              notify: bool = False, trace_context: str | None = None,
-              own_transaction: bool = False, batch_id: int | None = None) -> list[int]:
+def copy_jobs(
+    driver: psycopg.Connection,
+    rows: Iterable[NewJob],
+    count: int,
+    *,
+    notify: bool = False,
+    trace_context: str | None = None,
+    own_transaction: bool = False,
+    batch_id: int | None = None,
+) -> list[int]:
     """COPY ``count`` rows (no keys), streamed from ``rows``; their ids in input order.
 
     ``own_transaction``: ``driver`` is in autocommit and this sends BEGIN and COMMIT (each with
@@ -90,8 +108,14 @@ def _reserve(cursor: psycopg.Cursor, begin: str, count: int) -> tuple[datetime, 
     return now, ids
 
 
-def _copy(cursor: psycopg.Cursor, rows: Iterable[NewJob], ids: list[int], now: datetime,
-          trace_context: str | None, batch_id: int | None = None) -> set[str]:
+def _copy(
+    cursor: psycopg.Cursor,
+    rows: Iterable[NewJob],
+    ids: list[int],
+    now: datetime,
+    trace_context: str | None,
+    batch_id: int | None = None,
+) -> set[str]:
     """Stream the rows, each with its id, :data:`LINES_PER_WRITE` at a time; their queues."""
     queues: set[str] = set()
     trace = _NULL if trace_context is None else _escape_json(trace_context)
@@ -115,11 +139,22 @@ def _line(job_id: int, row: NewJob, now: datetime, trace: str) -> str:
     """One row in COPY's text format (the columns of :data:`COPY_COLUMNS`)."""
     if row.key is not None:
         raise ValueError("copy_jobs takes jobs without a key")
-    concurrency_key = (_NULL if row.concurrency_key is None
-                       else row.concurrency_key.translate(_TEXT_ESCAPES))
-    return _LINE % (job_id, row.queue, row.task, _escape_json(row.payload_json),
-                    row.payload_version, row.priority, row.max_attempts, _run_at(row, now), trace,
-                    concurrency_key, _tags(row.tags))
+    concurrency_key = (
+        _NULL if row.concurrency_key is None else row.concurrency_key.translate(_TEXT_ESCAPES)
+    )
+    return _LINE % (
+        job_id,
+        row.queue,
+        row.task,
+        _escape_json(row.payload_json),
+        row.payload_version,
+        row.priority,
+        row.max_attempts,
+        _run_at(row, now),
+        trace,
+        concurrency_key,
+        _tags(row.tags),
+    )
 
 
 def _tags(tags: tuple[str, ...] | None) -> str:
@@ -150,8 +185,11 @@ def _finish(cursor: psycopg.Cursor, queues: set[str] | None, *, commit: bool) ->
     """The NOTIFY (delivered on commit) and the COMMIT, in one round trip."""
     parts = []
     if queues:
-        parts.append(sql.SQL("SELECT pg_notify({}, {})").format(
-            sql.Literal(NOTIFY_CHANNEL), sql.Literal(",".join(sorted(queues)))))
+        parts.append(
+            sql.SQL("SELECT pg_notify({}, {})").format(
+                sql.Literal(NOTIFY_CHANNEL), sql.Literal(",".join(sorted(queues)))
+            )
+        )
     if commit:
         parts.append(sql.SQL("COMMIT"))
     if parts:
@@ -170,4 +208,3 @@ def _rollback(driver: psycopg.Connection) -> None:
 
 
 __all__ = ["COPY_SQL", "can_copy", "copy_jobs"]
-

@@ -24,8 +24,9 @@ ASKED = jobs.c.cancel_request.isnot(None)
 
 def history(request: Any = jobs.c.cancel_request, errors: Any = jobs.c.errors) -> Any:
     """``errors`` plus the entry a cancel leaves: the request (by, message, at) and the attempt."""
-    stamped = (func.jsonb_build_object("attempt", jobs.c.attempts, "type", "Cancelled")
-               .op("||")(request))
+    stamped = func.jsonb_build_object("attempt", jobs.c.attempts, "type", "Cancelled").op("||")(
+        request
+    )
     return errors.op("||")(func.jsonb_build_array(stamped))
 
 
@@ -33,12 +34,15 @@ def or_cancelled(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` of a write that ends an attempt, unless a cancel was asked: then the row ends
     ``cancelled`` now, with what ``values`` adds to ``errors`` and the request after it, and no
     other column changes (the attempt is not refunded: it ran)."""
-    out = {name: case((ASKED, getattr(jobs.c, name)), else_=value)
-           for name, value in values.items()}
+    out = {
+        name: case((ASKED, getattr(jobs.c, name)), else_=value) for name, value in values.items()
+    }
     state = values["state"]
     # .value: a CASE types its parameters by their Python type; a plain str binds as text
-    out["state"] = case((ASKED, JobState.CANCELLED.value),
-                        else_=state.value if isinstance(state, JobState) else state)
+    out["state"] = case(
+        (ASKED, JobState.CANCELLED.value),
+        else_=state.value if isinstance(state, JobState) else state,
+    )
     out["finished_at"] = case((ASKED, func.now()), else_=values.get("finished_at"))
     errors = values.get("errors", jobs.c.errors)
     out["errors"] = case((ASKED, history(errors=errors)), else_=errors)

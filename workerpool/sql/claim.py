@@ -101,15 +101,22 @@ def claim_statement(
     known = _known(task_versions)
     if limits:
         return limited_claim_statement(
-            queue=queue, worker=worker, limit=limit, limits=limits, alone=alone, shared=shared,
+            queue=queue,
+            worker=worker,
+            limit=limit,
+            limits=limits,
+            alone=alone,
+            shared=shared,
             known=lambda table: _known(task_versions, table),
-            columns=(*CLAIM_COLUMNS, jobs.c.concurrency_key))
+            columns=(*CLAIM_COLUMNS, jobs.c.concurrency_key),
+        )
     size = bindparam(CLAIM_LIMIT, limit, type_=Integer)  # one statement for every size
     due = _due_arm(queue, known, size, suspects=False)
     if alone:
         suspect = _due_arm(queue, known, 1, suspects=True)
-        arms = union_all(select(suspect.c.id),
-                         select(due.c.id).where(~exists(select(suspect.c.id))))
+        arms = union_all(
+            select(suspect.c.id), select(due.c.id).where(~exists(select(suspect.c.id)))
+        )
         picked = arms.limit(size).cte("picked")
     else:
         picked = due
@@ -132,20 +139,27 @@ def _known(task_versions: Mapping[str, int], table: Any = jobs) -> Any:
     """Rows this worker can run: a task it knows, a payload version it knows, attempts left."""
     return and_(
         table.c.task == func.any(bindparam("tasks", list(task_versions), type_=ARRAY(Text))),
-        table.c.payload_version
-        <= case(dict(task_versions), value=table.c.task, else_=literal(0)),
+        table.c.payload_version <= case(dict(task_versions), value=table.c.task, else_=literal(0)),
         table.c.attempts < table.c.max_attempts,
     )
 
 
 def _due_arm(queue: str, known: Any, limit: Any, *, suspects: bool) -> Any:
     """Due rows in claim order: ordinary ones, or suspects (literals keep the partial index)."""
-    crashes = jobs.c.crashes > literal_column("0") if suspects else (
-        jobs.c.crashes == literal_column("0"))
+    crashes = (
+        jobs.c.crashes > literal_column("0")
+        if suspects
+        else (jobs.c.crashes == literal_column("0"))
+    )
     return (
         select(jobs.c.id)
-        .where(jobs.c.queue == queue, _state_in(*DUE_STATES), jobs.c.run_at <= func.now(),
-               crashes, known)
+        .where(
+            jobs.c.queue == queue,
+            _state_in(*DUE_STATES),
+            jobs.c.run_at <= func.now(),
+            crashes,
+            known,
+        )
         .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -184,8 +198,9 @@ def claim(
     # a limited claim's size shapes its statement (the key walk's length); the plain one's is
     # a parameter
     size = limit if limits is not None else 1
-    statement = _claim_statement_for(queue, worker, size, versions, stale_after, alone, limits,
-                                     shared)
+    statement = _claim_statement_for(
+        queue, worker, size, versions, stale_after, alone, limits, shared
+    )
     sql, params = driver_sql(conn.dialect, statement)
     if limits is None:
         params = {**params, CLAIM_LIMIT: limit}
@@ -197,16 +212,31 @@ def claim(
 
 
 @functools.lru_cache(maxsize=256)
-def _claim_statement_for(queue: str, worker: str, limit: int,
-                         versions: tuple[tuple[str, int], ...], stale_after: float, alone: bool,
-                         limits: ClaimLimits | None, shared: bool):
+def _claim_statement_for(
+    queue: str,
+    worker: str,
+    limit: int,
+    versions: tuple[tuple[str, int], ...],
+    stale_after: float,
+    alone: bool,
+    limits: ClaimLimits | None,
+    shared: bool,
+):
     """A worker claims with the same arguments on every pass: build the expression once.
 
     Building it costs about 0.5 ms of Python per call (most of a claim's client-side time);
     statements are immutable, so one object serves every thread of the process.
     """
-    return claim_statement(queue=queue, worker=worker, limit=limit, task_versions=dict(versions),
-                           stale_after=stale_after, alone=alone, limits=limits, shared=shared)
+    return claim_statement(
+        queue=queue,
+        worker=worker,
+        limit=limit,
+        task_versions=dict(versions),
+        stale_after=stale_after,
+        alone=alone,
+        limits=limits,
+        shared=shared,
+    )
 
 
 def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> set[int]:
@@ -214,8 +244,9 @@ def renew(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]) -> s
     return renew_reading_cancels(conn, worker, leases)[0]
 
 
-def renew_reading_cancels(conn: Connection, worker: str, leases: Sequence[tuple[int, int]]
-                          ) -> tuple[set[int], set[int]]:
+def renew_reading_cancels(
+    conn: Connection, worker: str, leases: Sequence[tuple[int, int]]
+) -> tuple[set[int], set[int]]:
     """Extend the leases still held; returns the ids renewed and those an operator cancelled.
 
     The renewal is how a cancel reaches a worker that gets no notifications (PgBouncer).

@@ -33,13 +33,15 @@ def bound_transaction(
     instead of hanging the worker. The planner settings come first in the same round trip, so
     every statement of the transaction is planned under them.
     """
-    limits = time_limits(statement_timeout=statement_timeout, lock_timeout=lock_timeout,
-                         idle_timeout=idle_timeout)
+    limits = time_limits(
+        statement_timeout=statement_timeout, lock_timeout=lock_timeout, idle_timeout=idle_timeout
+    )
     conn.execute(_BOUND_TRANSACTION, {**limits, **PLANNER_SETTINGS})
 
 
-def time_limits(*, statement_timeout: float, lock_timeout: float,
-                idle_timeout: float) -> dict[str, str]:
+def time_limits(
+    *, statement_timeout: float, lock_timeout: float, idle_timeout: float
+) -> dict[str, str]:
     """The three limits (seconds) as PostgreSQL settings: ``{name: "<n>ms"}``."""
     return {
         "statement_timeout": _milliseconds(statement_timeout),
@@ -52,10 +54,15 @@ def _milliseconds(value: float) -> str:
     return f"{max(1, round(value * 1000))}ms"
 
 
-_LOCAL_SETTINGS = (*PLANNER_SETTINGS, "statement_timeout", "lock_timeout",
-                   "idle_in_transaction_session_timeout")
+_LOCAL_SETTINGS = (
+    *PLANNER_SETTINGS,
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+)
 
 # bound_transaction: SET LOCAL the planner settings and the three time limits. Index: none.
 #: Built once: it opens every worker transaction.
 _BOUND_TRANSACTION = text(
-    "SELECT " + ", ".join(f"set_config('{name}', :{name}, true)" for name in _LOCAL_SETTINGS))
+    "SELECT " + ", ".join(f"set_config('{name}', :{name}, true)" for name in _LOCAL_SETTINGS)
+)

@@ -21,5 +21,6 @@ def driver_sql(dialect: Any, statement: Any) -> tuple[str, dict[str, Any]]:
     a NULL that would match no row."""
     compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
     required = {bind.key for bind in compiled.binds.values() if bind.required}
-    return str(compiled), {name: value for name, value in compiled.params.items()
-                           if name not in required}
+    return str(compiled), {
+        name: value for name, value in compiled.params.items() if name not in required
+    }

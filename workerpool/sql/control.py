@@ -56,16 +56,22 @@ def cancel_request(by: str, reason: str | None) -> Any:
 
 # job_states: the state of each of these ids (the ones that exist). Index: pk_workerpool_jobs.
 def job_states(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
-    rows = conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id == func.any(_IDS)),
-                        {"ids": list(ids)})
+    rows = conn.execute(
+        select(jobs.c.id, jobs.c.state).where(jobs.c.id == func.any(_IDS)), {"ids": list(ids)}
+    )
     return {row.id: row.state for row in rows}
 
 
 # select_ids: live rows of a queue and/or carrying tags (optionally one task and one state),
 # ascending. Index: ix_workerpool_jobs_due or ix_workerpool_jobs_leased (by state), else a
 # scan; with tags, ix_workerpool_jobs_tags.
-def select_ids(conn: Connection, queue: str | None, task: str | None, state: str | None,
-               tags: Sequence[str] | None = None) -> list[int]:
+def select_ids(
+    conn: Connection,
+    queue: str | None,
+    task: str | None,
+    state: str | None,
+    tags: Sequence[str] | None = None,
+) -> list[int]:
     clauses = [] if queue is None else [jobs.c.queue == queue]
     if tags:
         clauses.append(carries(tags))
@@ -77,26 +83,36 @@ def select_ids(conn: Connection, queue: str | None, task: str | None, state: str
 
 # cancel: queued rows (due or waiting) → cancelled now; processing rows → cancel requested
 # (first request kept). Index: pk_workerpool_jobs.
-def cancel(conn: Connection, ids: Sequence[int], by: str, reason: str | None
-           ) -> tuple[list[Any], list[CancelNotice]]:
+def cancel(
+    conn: Connection, ids: Sequence[int], by: str, reason: str | None
+) -> tuple[list[Any], list[CancelNotice]]:
     """Returns ``id, queue, task, attempts, state, claimed_by, batch_id`` of every row it
     changed, and the dependents their cancel cancelled in turn; waiters of the rows it
     cancelled are woken and their batches settled."""
-    queued = jobs.c.state.in_([literal_column(f"'{s}'")
-                               for s in (*DUE_STATES, JobState.WAITING)])
+    queued = jobs.c.state.in_([literal_column(f"'{s}'") for s in (*DUE_STATES, JobState.WAITING)])
     request = cancel_request(by, reason)
     stmt = (
         update(jobs)
-        .where(jobs.c.id == func.any(_IDS), jobs.c.state.in_(LIVE_STATES),
-               (jobs.c.state != JobState.PROCESSING) | jobs.c.cancel_request.is_(None))
+        .where(
+            jobs.c.id == func.any(_IDS),
+            jobs.c.state.in_(LIVE_STATES),
+            (jobs.c.state != JobState.PROCESSING) | jobs.c.cancel_request.is_(None),
+        )
         .values(
             state=case((queued, JobState.CANCELLED.value), else_=jobs.c.state),
             finished_at=case((queued, func.now()), else_=jobs.c.finished_at),
             errors=case((queued, history(request)), else_=jobs.c.errors),
             cancel_request=request,
         )
-        .returning(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.attempts, jobs.c.state,
-                   jobs.c.claimed_by, jobs.c.batch_id)
+        .returning(
+            jobs.c.id,
+            jobs.c.queue,
+            jobs.c.task,
+            jobs.c.attempts,
+            jobs.c.state,
+            jobs.c.claimed_by,
+            jobs.c.batch_id,
+        )
     )
     rows = list(conn.execute(stmt, {"ids": list(ids)}).all())
     followed = after_rows(conn, rows)  # queued rows cancelled now: waiters, batches, dependents
@@ -123,8 +139,10 @@ def notify_owners(conn: Connection, changed: Sequence[Any]) -> None:
 # Index: ix_workerpool_jobs_claimed_by.
 def requested_cancels(conn: Connection, worker: str) -> set[int]:
     stmt = select(jobs.c.id).where(
-        jobs.c.claimed_by == worker, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
-        jobs.c.cancel_request.isnot(None))
+        jobs.c.claimed_by == worker,
+        jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+        jobs.c.cancel_request.isnot(None),
+    )
     return set(conn.execute(stmt).scalars())
 
 
@@ -132,13 +150,22 @@ def requested_cancels(conn: Connection, worker: str) -> set[int]:
 def running_with(conn: Connection, job_id: int) -> tuple[Any, list[Any]] | None:
     """``(queue, task, claimed_by)`` of a running job and ``(id, task)`` of the other jobs its
     worker runs now; None when it is not running."""
-    row = conn.execute(select(jobs.c.queue, jobs.c.task, jobs.c.claimed_by).where(
-        jobs.c.id == job_id, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"))).first()
+    row = conn.execute(
+        select(jobs.c.queue, jobs.c.task, jobs.c.claimed_by).where(
+            jobs.c.id == job_id, jobs.c.state == literal_column(f"'{JobState.PROCESSING}'")
+        )
+    ).first()
     if row is None:
         return None
-    others = conn.execute(select(jobs.c.id, jobs.c.task).where(
-        jobs.c.claimed_by == row.claimed_by, jobs.c.id != job_id,
-        jobs.c.state == literal_column(f"'{JobState.PROCESSING}'")).order_by(jobs.c.id))
+    others = conn.execute(
+        select(jobs.c.id, jobs.c.task)
+        .where(
+            jobs.c.claimed_by == row.claimed_by,
+            jobs.c.id != job_id,
+            jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+        )
+        .order_by(jobs.c.id)
+    )
     return row, list(others)
 
 
@@ -147,11 +174,12 @@ def running_with(conn: Connection, job_id: int) -> tuple[Any, list[Any]] | None:
 def run_now(conn: Connection, job_id: int) -> Any | None:
     """``queue, task, was`` of the row made due, or None when it is not scheduled."""
     before = select(jobs.c.run_at).where(jobs.c.id == job_id).scalar_subquery()
-    stmt = (update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.state.in_(list(DUE_STATES)),
-                   jobs.c.run_at > func.now())
-            .values(run_at=func.now())
-            .returning(jobs.c.queue, jobs.c.task, before.label("was")))
+    stmt = (
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state.in_(list(DUE_STATES)), jobs.c.run_at > func.now())
+        .values(run_at=func.now())
+        .returning(jobs.c.queue, jobs.c.task, before.label("was"))
+    )
     return conn.execute(stmt).first()
 
 
@@ -165,38 +193,70 @@ _DEPENDS = exists(select(dependencies.c.job_id).where(dependencies.c.job_id == j
 def replay_cancelled(conn: Connection, job_id: int, by: str) -> Any | None:
     """``id, queue, task`` of the row put back in line, or None (see :func:`why_not_replayed`)."""
     holder = jobs.alias("holder")
-    key_taken = and_(jobs.c.key_scope == literal_column("'live'"), exists(
-        select(holder.c.id).where(holder.c.key == jobs.c.key, holder.c.id != jobs.c.id,
-                                  holds_its_key(holder))))
-    entry = func.jsonb_build_object("at", func.now(), "attempts", jobs.c.attempts,
-                                    "cancelled", true(), "finished_at", jobs.c.finished_at,
-                                    "by", literal(by, Text))
-    stmt = (update(jobs)
-            .where(jobs.c.id == job_id,
-                   jobs.c.state == literal_column(f"'{JobState.CANCELLED}'"),
-                   jobs.c.batch_id.is_(None), ~_DEPENDS, ~key_taken)
-            .values(state=JobState.PENDING, attempts=0, run_at=func.now(), finished_at=None,
-                    claimed_by=None, claimed_at=None, cancel_request=None,
-                    replays=jobs.c.replays.op("||")(func.jsonb_build_array(entry)))
-            .returning(jobs.c.id, jobs.c.queue, jobs.c.task))
+    key_taken = and_(
+        jobs.c.key_scope == literal_column("'live'"),
+        exists(
+            select(holder.c.id).where(
+                holder.c.key == jobs.c.key, holder.c.id != jobs.c.id, holds_its_key(holder)
+            )
+        ),
+    )
+    entry = func.jsonb_build_object(
+        "at",
+        func.now(),
+        "attempts",
+        jobs.c.attempts,
+        "cancelled",
+        true(),
+        "finished_at",
+        jobs.c.finished_at,
+        "by",
+        literal(by, Text),
+    )
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.id == job_id,
+            jobs.c.state == literal_column(f"'{JobState.CANCELLED}'"),
+            jobs.c.batch_id.is_(None),
+            ~_DEPENDS,
+            ~key_taken,
+        )
+        .values(
+            state=JobState.PENDING,
+            attempts=0,
+            run_at=func.now(),
+            finished_at=None,
+            claimed_by=None,
+            claimed_at=None,
+            cancel_request=None,
+            replays=jobs.c.replays.op("||")(func.jsonb_build_array(entry)),
+        )
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.task)
+    )
     return conn.execute(stmt).first()
 
 
 # why_not_replayed: what kept a job from replay_cancelled. Index: pk_workerpool_jobs.
 def why_not_replayed(conn: Connection, job_id: int) -> str | None:
     """A sentence, or None when no job has this id."""
-    row = conn.execute(select(jobs.c.state, jobs.c.batch_id, _DEPENDS.label("depends"))
-                       .where(jobs.c.id == job_id)).first()
+    row = conn.execute(
+        select(jobs.c.state, jobs.c.batch_id, _DEPENDS.label("depends")).where(jobs.c.id == job_id)
+    ).first()
     if row is None:
         return None
     if row.state != JobState.CANCELLED:
         return f"job {job_id} is {row.state}: only a cancelled job is retried here"
     if row.batch_id is not None:
-        return (f"job {job_id} belongs to batch {row.batch_id}, whose outcome is settled:"
-                " enqueue it anew")
+        return (
+            f"job {job_id} belongs to batch {row.batch_id}, whose outcome is settled:"
+            " enqueue it anew"
+        )
     if row.depends:
-        return (f"job {job_id} depends on other jobs (after= or a sequence): replay the job"
-                " it waited for, which reopens it")
+        return (
+            f"job {job_id} depends on other jobs (after= or a sequence): replay the job"
+            " it waited for, which reopens it"
+        )
     return f"job {job_id}'s key is held by a newer job"
 
 
@@ -224,8 +284,11 @@ def finish_cancelled(conn: Connection, lease: Lease) -> bool:
 
 # set_paused: pause or resume a queue, and tell its workers. Index: pk_workerpool_queues.
 def set_paused(conn: Connection, queue: str, paused: bool, by: str) -> None:
-    values = ({"paused": true(), "paused_at": func.now(), "paused_by": by} if paused
-              else {"paused": false(), "paused_at": None, "paused_by": None})
+    values = (
+        {"paused": true(), "paused_at": func.now(), "paused_by": by}
+        if paused
+        else {"paused": false(), "paused_at": None, "paused_by": None}
+    )
     stmt = insert(queues).values(queue=queue, **values)
     conn.execute(stmt.on_conflict_do_update(index_elements=[queues.c.queue], set_=values))
     verb = "pause" if paused else "resume"
@@ -254,7 +317,10 @@ def known_queues(conn: Connection) -> set[str]:
 def queue_names(conn: Connection, live_window: float) -> set[str]:
     """The queues an operator may name: those live workers serve (seen within ``live_window``
     seconds), those with a state row, and those with rows."""
-    live = {row.queue for row in list_workers(conn)
-            if row.age <= live_window and not row.queue.startswith("@")}
+    live = {
+        row.queue
+        for row in list_workers(conn)
+        if row.age <= live_window and not row.queue.startswith("@")
+    }
     states = {row.queue for row in list_queue_states(conn)}
     return live | states | known_queues(conn)

@@ -84,14 +84,19 @@ _LIVE = text(
 )
 
 
-def live_counts(conn: Connection, queues: Sequence[str], cap: int = COUNT_CAP
-                ) -> dict[str, tuple[dict[str, int], set[str]]]:
+def live_counts(
+    conn: Connection, queues: Sequence[str], cap: int = COUNT_CAP
+) -> dict[str, tuple[dict[str, int], set[str]]]:
     """queue → ({pending, failed, processing, waiting}, the states whose count reached ``cap``).
 
     Pending and failed are capped together; a capped count is a floor, not the count.
     """
-    counts = {q: dict.fromkeys((JobState.PENDING, JobState.FAILED, JobState.PROCESSING,
-                                JobState.WAITING), 0) for q in queues}
+    counts = {
+        q: dict.fromkeys(
+            (JobState.PENDING, JobState.FAILED, JobState.PROCESSING, JobState.WAITING), 0
+        )
+        for q in queues
+    }
     for queue, state, count in conn.execute(_LIVE, {"queues": list(queues), "cap": cap}):
         counts[queue][state] = int(count)
     out = {}
@@ -177,8 +182,7 @@ def estimates(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[tuple[
     """Rows per (queue, state): from the (queue, state) statistics when ANALYZE gathered them,
     else the planner's estimate of each pair. No table row is read."""
     mcv = mcv_estimates(conn)
-    return {pair: mcv.get(pair, 0) if mcv is not None else estimate(conn, *pair)
-            for pair in pairs}
+    return {pair: mcv.get(pair, 0) if mcv is not None else estimate(conn, *pair) for pair in pairs}
 
 
 def table_estimate(conn: Connection) -> int:
@@ -194,6 +198,14 @@ def _plan_rows(plan: Any) -> int:
     return 0 if rows <= 1 else rows
 
 
-__all__ = ["COUNT_CAP", "DEAD_CAP", "EXACT_BELOW", "dead_counts", "estimate", "live_counts",
-           "mcv_estimates", "status_queues", "table_estimate"]
-
+__all__ = [
+    "COUNT_CAP",
+    "DEAD_CAP",
+    "EXACT_BELOW",
+    "dead_counts",
+    "estimate",
+    "live_counts",
+    "mcv_estimates",
+    "status_queues",
+    "table_estimate",
+]

@@ -23,9 +23,13 @@ def cron_names(conn: Connection) -> set[str]:
 # set_cron_paused: pause or resume one schedule. Index: pk_workerpool_cron.
 def set_cron_paused(conn: Connection, name: str, paused: bool, by: str) -> bool:
     """Returns whether the row exists. The row lock waits for a scheduler pass holding it."""
-    values: dict[str, Any] = {"paused": paused, "changed_at": func.now(), "changed_by": by,
-                              "paused_at": func.now() if paused else None,
-                              "paused_by": by if paused else None}
+    values: dict[str, Any] = {
+        "paused": paused,
+        "changed_at": func.now(),
+        "changed_by": by,
+        "paused_at": func.now() if paused else None,
+        "paused_by": by if paused else None,
+    }
     stmt = update(cron).where(cron.c.name == name).values(**values)
     return conn.execute(stmt).rowcount == 1
 

@@ -56,22 +56,37 @@ class JobFilter:
     @property
     def reads_history(self) -> bool:
         """Whether matching rows may have moved to the history (done or cancelled ones)."""
-        return (not self.by_finished and self.dead_reason is None
-                and self.state in (None, *PRUNED_STATES))
+        return (
+            not self.by_finished
+            and self.dead_reason is None
+            and self.state in (None, *PRUNED_STATES)
+        )
 
     @property
     def narrows(self) -> bool:
         """Whether it filters on more than the queue (the state aside)."""
-        return any(getattr(self, name) is not None for name in (
-            "task", "dead_reason", "key", "created_after", "created_before", "tags",
-            "payload", "batch_id", "workflow_id"))
+        return any(
+            getattr(self, name) is not None
+            for name in (
+                "task",
+                "dead_reason",
+                "key",
+                "created_after",
+                "created_before",
+                "tags",
+                "payload",
+                "batch_id",
+                "workflow_id",
+            )
+        )
 
     def where(self, table: Any = jobs) -> Any:
         """The clause on ``table``: the jobs table, or the history (the same columns)."""
         clauses = [_carries(table, self.tags)] if self.tags else []
         if self.payload:
-            clauses.append(table.c.payload.op("@>")(
-                bindparam("filter_payload", self.payload, type_=JSONB)))
+            clauses.append(
+                table.c.payload.op("@>")(bindparam("filter_payload", self.payload, type_=JSONB))
+            )
         for name in ("queue", "task", "state", "dead_reason", "key", "batch_id", "workflow_id"):
             value = getattr(self, name)
             if value is not None:
@@ -85,8 +100,11 @@ class JobFilter:
 
 
 def _carries(table: Any, tags: tuple[str, ...]) -> Any:
-    return carries(tags) if table is jobs else table.c.tags.op("@>")(
-        bindparam("filter_tags", list(tags), type_=jobs.c.tags.type))
+    return (
+        carries(tags)
+        if table is jobs
+        else table.c.tags.op("@>")(bindparam("filter_tags", list(tags), type_=jobs.c.tags.type))
+    )
 
 
 def _moment(value: datetime | timedelta, name: str) -> Any:
@@ -98,9 +116,20 @@ def _moment(value: datetime | timedelta, name: str) -> Any:
 
 def list_columns(table: Any = jobs) -> tuple[Any, ...]:
     return (
-        table.c.id, table.c.queue, table.c.task, table.c.state, table.c.dead_reason,
-        table.c.priority, table.c.attempts, table.c.max_attempts, table.c.key, table.c.run_at,
-        table.c.created_at, table.c.finished_at, table.c.claimed_by, table.c.tags,
+        table.c.id,
+        table.c.queue,
+        table.c.task,
+        table.c.state,
+        table.c.dead_reason,
+        table.c.priority,
+        table.c.attempts,
+        table.c.max_attempts,
+        table.c.key,
+        table.c.run_at,
+        table.c.created_at,
+        table.c.finished_at,
+        table.c.claimed_by,
+        table.c.tags,
         table.c.progress,
         table.c.errors.op("->")(-1).op("->>")("type").label("last_error_type"),
         table.c.errors.op("->")(-1).op("->>")("message").label("last_error_message"),
@@ -115,8 +144,9 @@ LIST_COLUMNS = list_columns(jobs)
 # both. Index: pk_workerpool_jobs read backwards from the cursor; in the history, each
 # partition's ix_workerpool_jobs_history_id the same way, merged (Merge Append), each stopping
 # at the page size (a filter matching few rows reads further).
-def browse_all(conn: Connection, filters: JobFilter, before_id: int | None,
-               limit: int) -> list[Any]:
+def browse_all(
+    conn: Connection, filters: JobFilter, before_id: int | None, limit: int
+) -> list[Any]:
     """Up to ``limit`` rows matching ``filters`` with an id below ``before_id``, wherever
     they are (finished ones move to the history a minute after they end)."""
     if not filters.reads_history:
@@ -144,10 +174,10 @@ def count_all(conn: Connection, filters: JobFilter, cap: int = COUNT_CAP) -> int
 # matching_ids: the ids and states of the rows matching ``where`` in ``states`` (in the jobs
 # table: the history holds no live or dead row), up to job ``upto``, oldest first, reading at
 # most ``cap`` + 1. Index: pk_workerpool_jobs (or the filter's own, as browse_jobs).
-def matching_ids(conn: Connection, where: Any, states: Sequence[str], upto: int | None,
-                 cap: int) -> list[Any]:
-    stmt = select(jobs.c.id, jobs.c.state, jobs.c.task).where(where, jobs.c.state.in_(
-        list(states)))
+def matching_ids(
+    conn: Connection, where: Any, states: Sequence[str], upto: int | None, cap: int
+) -> list[Any]:
+    stmt = select(jobs.c.id, jobs.c.state, jobs.c.task).where(where, jobs.c.state.in_(list(states)))
     if upto is not None:
         stmt = stmt.where(jobs.c.id <= bindparam("upto", upto))
     return list(conn.execute(stmt.order_by(jobs.c.id).limit(cap + 1)))
@@ -158,8 +188,9 @@ def matching_ids(conn: Connection, where: Any, states: Sequence[str], upto: int 
 # Index: pk_workerpool_jobs read backwards from the cursor, stopping at the page size (a filter
 # matching few rows reads further); by_finished: ix_workerpool_jobs_finished the same way; a key
 # filter uses uq_workerpool_jobs_key.
-def browse_jobs(conn: Connection, where: Any, before_id: int | None, limit: int,
-                by_finished: bool = False) -> list[Any]:
+def browse_jobs(
+    conn: Connection, where: Any, before_id: int | None, limit: int, by_finished: bool = False
+) -> list[Any]:
     """Up to ``limit`` rows matching ``where`` that come after job ``before_id`` in the order."""
     stmt = select(*LIST_COLUMNS).where(where)
     if by_finished:
@@ -242,7 +273,8 @@ def finished_per_minute(conn: Connection, minutes: int, cap: int = FINISHED_CAP)
 # workerpool_finished_minutes: one row per minute, queue and state over the retention).
 _MOVED_COUNTS = text(
     "SELECT queue, state, sum(count)::bigint AS count FROM workerpool_finished_minutes"
-    " GROUP BY queue, state")
+    " GROUP BY queue, state"
+)
 
 
 def moved_counts(conn: Connection) -> dict[tuple[str, str], int]:
@@ -254,7 +286,8 @@ def moved_counts(conn: Connection) -> dict[tuple[str, str], int]:
 _COMMON_QUEUES = text(
     "SELECT unnest(most_common_vals::text::text[]) FROM pg_stats"
     " WHERE tablename = 'workerpool_jobs' AND attname = 'queue'"
-    " AND schemaname = current_schema()")
+    " AND schemaname = current_schema()"
+)
 
 
 def common_queues(conn: Connection) -> set[str]:
@@ -264,7 +297,8 @@ def common_queues(conn: Connection) -> set[str]:
 # last_analyzed: when the jobs table's statistics were last gathered. Index: none (catalog).
 _LAST_ANALYZED = text(
     "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
-    " WHERE relname = 'workerpool_jobs' AND schemaname = current_schema()")
+    " WHERE relname = 'workerpool_jobs' AND schemaname = current_schema()"
+)
 
 
 def last_analyzed(conn: Connection) -> datetime | None:

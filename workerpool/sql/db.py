@@ -169,13 +169,16 @@ def expect_schema(engine: Engine, schema: str) -> None:
             found = cursor.fetchone()[0]
         dbapi_connection.rollback()
         if found is None:
-            raise ConfigError(f"schema {schema!r} does not exist in this database: run"
-                              f" `workerpool migrate --schema {schema}`")
+            raise ConfigError(
+                f"schema {schema!r} does not exist in this database: run"
+                f" `workerpool migrate --schema {schema}`"
+            )
         if found != schema:
             raise ConfigError(
                 f"the server's search_path puts this session in schema {found!r}, not"
                 f" {schema!r}: behind PgBouncer set it on the server, e.g. ALTER ROLE <user> IN"
-                f" DATABASE <db> SET search_path = {schema} (docs/deployment.md)")
+                f" DATABASE <db> SET search_path = {schema} (docs/deployment.md)"
+            )
 
     event.listen(engine, "connect", check)
 
@@ -187,9 +190,15 @@ def startup_options(url: URL, settings: Mapping[str, str]) -> str:
     return f"{given} {ours}".strip()
 
 
-def engine_options(url: URL, *, application_name: str, pool_size: int,
-                   connect_timeout: int | None, session_settings: Mapping[str, str] | None,
-                   pooled: bool = False) -> dict[str, Any]:
+def engine_options(
+    url: URL,
+    *,
+    application_name: str,
+    pool_size: int,
+    connect_timeout: int | None,
+    session_settings: Mapping[str, str] | None,
+    pooled: bool = False,
+) -> dict[str, Any]:
     """The keyword arguments of ``create_engine`` (sync or async) for :func:`create`.
 
     ``pooled``: connections go through PgBouncer in transaction pooling mode, where a server
@@ -203,8 +212,13 @@ def engine_options(url: URL, *, application_name: str, pool_size: int,
         args["options"] = startup_options(url, session_settings)
     if on_unix_socket(url):
         args.pop("tcp_user_timeout")  # unix socket: no TCP
-    return {"connect_args": args, "pool_pre_ping": True, "pool_size": pool_size,
-            "max_overflow": pool_size, "pool_recycle": 3600}
+    return {
+        "connect_args": args,
+        "pool_pre_ping": True,
+        "pool_size": pool_size,
+        "max_overflow": pool_size,
+        "pool_recycle": 3600,
+    }
 
 
 def forget(engine: Engine) -> None:
@@ -234,8 +248,9 @@ def connect_kwargs(url: URL) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def create_async(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
-                 pooled: bool = False) -> Any:
+def create_async(
+    url: URL, *, application_name: str = "workerpool", pool_size: int = 5, pooled: bool = False
+) -> Any:
     """An ``AsyncEngine`` on psycopg's async driver, with the same connection settings as
     :func:`create` (for ``enqueue_async`` without ``conn=``). Needs greenlet, which
     ``SQLAlchemy[asyncio]`` installs."""
@@ -243,15 +258,27 @@ def create_async(url: URL, *, application_name: str = "workerpool", pool_size: i
 
     return create_async_engine(
         url.set(drivername="postgresql+psycopg_async"),
-        **engine_options(url, application_name=application_name, pool_size=pool_size,
-                         connect_timeout=None, session_settings=None, pooled=pooled),
+        **engine_options(
+            url,
+            application_name=application_name,
+            pool_size=pool_size,
+            connect_timeout=None,
+            session_settings=None,
+            pooled=pooled,
+        ),
     )
 
 
-def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5,
-           connect_timeout: int | None = None,
-           session_settings: Mapping[str, str] | None = None, pooled: bool = False,
-           check_schema: bool = True) -> Engine:
+def create(
+    url: URL,
+    *,
+    application_name: str = "workerpool",
+    pool_size: int = 5,
+    connect_timeout: int | None = None,
+    session_settings: Mapping[str, str] | None = None,
+    pooled: bool = False,
+    check_schema: bool = True,
+) -> Engine:
     """An engine for one process. Never share it across a fork: build a new one in the child.
 
     ``connect_timeout``: whole seconds (libpq's unit; it treats 1 as 2), default 5.
@@ -263,8 +290,12 @@ def create(url: URL, *, application_name: str = "workerpool", pool_size: int = 5
     which creates it.
     """
     options = engine_options(
-        url, application_name=application_name, pool_size=pool_size,
-        connect_timeout=connect_timeout, session_settings=session_settings, pooled=pooled,
+        url,
+        application_name=application_name,
+        pool_size=pool_size,
+        connect_timeout=connect_timeout,
+        session_settings=session_settings,
+        pooled=pooled,
     )
     from .single_write import ping_on_checkout  # psycopg-only module, loaded with the engine
 

@@ -127,12 +127,20 @@ def attach(conn: Connection, links: Sequence[Link]) -> None:
     if not links:
         return
     edges = [(x.job_id, *edge) for x in links for edge in x.edges]
-    conn.execute(_ATTACH, {"ids": [x.job_id for x in links], "waits": [x.wait for x in links],
-                           "sequences": [x.sequence for x in links],
-                           "workflows": [x.workflow_id for x in links],
-                           "steps": [x.step for x in links],
-                           "jobs": [e[0] for e in edges], "parents": [e[1] for e in edges],
-                           "kinds": [e[2] for e in edges], "policies": [e[3] for e in edges]})
+    conn.execute(
+        _ATTACH,
+        {
+            "ids": [x.job_id for x in links],
+            "waits": [x.wait for x in links],
+            "sequences": [x.sequence for x in links],
+            "workflows": [x.workflow_id for x in links],
+            "steps": [x.step for x in links],
+            "jobs": [e[0] for e in edges],
+            "parents": [e[1] for e in edges],
+            "kinds": [e[2] for e in edges],
+            "policies": [e[3] for e in edges],
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +213,7 @@ SELECT d.job_id, g.parent_id, '{SEQUENCE}', g.if_failed
 FROM unnest(CAST(:jobs AS bigint[]), CAST(:failed AS bigint[])) AS d(job_id, parent_id)
 JOIN {EDGES} AS g ON g.job_id = d.parent_id AND g.kind = '{SEQUENCE}'
 JOIN {JOBS} AS p ON p.id = g.parent_id
-WHERE p.state IN ({', '.join(f"'{s}'" for s in LIVE_STATES)})
+WHERE p.state IN ({", ".join(f"'{s}'" for s in LIVE_STATES)})
    OR (p.state = '{JobState.DEAD}' AND g.if_failed = '{HOLD}')
 ON CONFLICT DO NOTHING
 RETURNING parent_id
@@ -228,13 +236,21 @@ def _read_edges(conn: Connection, locked: Sequence[int]) -> dict[int, list[Edge]
 def _inherit(conn: Connection, edges: dict[int, list[Edge]]) -> bool:
     """Sequence edges to a job that failed and released the line: take over its own sequence
     parents that still hold it. Returns whether any edge was added."""
-    failed = [(e.job_id, e.parent_id) for found in edges.values() for e in found
-              if e.kind == SEQUENCE and e.if_failed != HOLD
-              and e.parent_state in (JobState.DEAD, JobState.CANCELLED)]
+    failed = [
+        (e.job_id, e.parent_id)
+        for found in edges.values()
+        for e in found
+        if e.kind == SEQUENCE
+        and e.if_failed != HOLD
+        and e.parent_state in (JobState.DEAD, JobState.CANCELLED)
+    ]
     if not failed:
         return False
-    parents = list(conn.execute(_INHERIT, {"jobs": [f[0] for f in failed],
-                                           "failed": [f[1] for f in failed]}).scalars())
+    parents = list(
+        conn.execute(
+            _INHERIT, {"jobs": [f[0] for f in failed], "failed": [f[1] for f in failed]}
+        ).scalars()
+    )
     if parents:
         conn.execute(_MARK, {"ids": sorted(set(parents))})
     return bool(parents)
@@ -249,8 +265,9 @@ WHERE id = ANY(CAST(:ids AS bigint[])) AND state = '{JobState.PENDING}'
 """)
 
 
-def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True,
-            swept: bool = False) -> Released:
+def resolve(
+    conn: Connection, locked: Sequence[int], *, notify: bool = True, swept: bool = False
+) -> Released:
     """Decide for waiting jobs this transaction has locked (a fresh read of their edges).
     ``swept``: the maintenance sweep decides, and says so in each job's history."""
     edges = _read_edges(conn, locked)
@@ -272,10 +289,17 @@ def resolve(conn: Connection, locked: Sequence[int], *, notify: bool = True,
             conn.execute(_SWEPT, {"ids": due})
     cancelled: list[Any] = []
     if cancel:
-        cancelled = list(conn.execute(_CANCEL, {"ids": [c[0] for c in cancel],
-                                                "parents": [c[1] for c in cancel],
-                                                "states": [c[2] for c in cancel],
-                                                "swept": swept}))
+        cancelled = list(
+            conn.execute(
+                _CANCEL,
+                {
+                    "ids": [c[0] for c in cancel],
+                    "parents": [c[1] for c in cancel],
+                    "states": [c[2] for c in cancel],
+                    "swept": swept,
+                },
+            )
+        )
         _audit_cancels(conn, cancelled)
     return Released(made_due, cancelled)
 
@@ -290,15 +314,30 @@ def _audit_cancels(conn: Connection, cancelled: Sequence[Any]) -> None:
     for row in cancelled:
         by_parent.setdefault((row.parent, row.parent_state), []).append(row.id)
     for (parent, state), ids in sorted(by_parent.items()):
-        audit.record(conn, SYSTEM_ACTOR, "cancel", f"job:{parent}:dependents", {
-            "reason": f"parent job {parent} ended {state}", "parent": parent,
-            "count": len(ids), "ids": sorted(ids)[:audit.AUDIT_IDS]})
+        audit.record(
+            conn,
+            SYSTEM_ACTOR,
+            "cancel",
+            f"job:{parent}:dependents",
+            {
+                "reason": f"parent job {parent} ended {state}",
+                "parent": parent,
+                "count": len(ids),
+                "ids": sorted(ids)[: audit.AUDIT_IDS],
+            },
+        )
 
 
 def cancel_notice(row: Any) -> CancelNotice:
     """What the ``on_cancel`` hooks get for a dependent :func:`resolve` cancelled."""
-    return CancelNotice(row.id, row.queue, row.task, row.attempts, SYSTEM_ACTOR,
-                        f"parent job {row.parent} ended {row.parent_state}")
+    return CancelNotice(
+        row.id,
+        row.queue,
+        row.task,
+        row.attempts,
+        SYSTEM_ACTOR,
+        f"parent job {row.parent} ended {row.parent_state}",
+    )
 
 
 # with_dependents: which of these rows are marked as someone's parent. Index: pk_workerpool_jobs.
@@ -436,8 +475,12 @@ def parents_of(conn: Connection, job_id: int) -> list[Any]:
 
 
 _WORKFLOW = text(f"""
-SELECT * FROM {union("id, task, queue, state, sequence, workflow_step, created_at, finished_at",
-                     "workflow_id = :id")} AS w
+SELECT * FROM {
+    union(
+        "id, task, queue, state, sequence, workflow_step, created_at, finished_at",
+        "workflow_id = :id",
+    )
+} AS w
 ORDER BY id LIMIT :limit
 """)
 _WORKFLOW_EDGES = text(f"""
@@ -446,8 +489,7 @@ WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, parent_id
 """)
 
 
-def workflow(conn: Connection, workflow_id: int, limit: int = 500
-             ) -> tuple[list[Any], list[Any]]:
+def workflow(conn: Connection, workflow_id: int, limit: int = 500) -> tuple[list[Any], list[Any]]:
     """A workflow's jobs (at most ``limit``, in id order) and the edges among them."""
     nodes = list(conn.execute(_WORKFLOW, {"id": workflow_id, "limit": limit}))
     ids = [row.id for row in nodes]
@@ -481,8 +523,9 @@ ORDER BY 1 DESC
 
 def list_workflows(conn: Connection, before: int | None, limit: int, cap: int) -> list[Any]:
     """``(id, state, count, created_at)`` rows of up to ``limit`` workflows below ``before``."""
-    return list(conn.execute(_LIST_WORKFLOWS, {"before": before or 2**63 - 1, "limit": limit,
-                                                "cap": cap}))
+    return list(
+        conn.execute(_LIST_WORKFLOWS, {"before": before or 2**63 - 1, "limit": limit, "cap": cap})
+    )
 
 
 # sequence_line: a sequence's jobs still in its line (live, or dead and holding it), head first.
@@ -515,8 +558,9 @@ GROUP BY q.queue
 """)
 
 
-def waiting_counts(conn: Connection, queues: Sequence[str], cap: int = 10_000
-                   ) -> dict[str, dict[str, int]]:
+def waiting_counts(
+    conn: Connection, queues: Sequence[str], cap: int = 10_000
+) -> dict[str, dict[str, int]]:
     """queue → {"parents": n, "sequence": n}: waiting jobs by what holds them (capped)."""
     out = {q: {"parents": 0, "sequence": 0} for q in queues}
     for row in conn.execute(_WAITING_COUNTS, {"queues": list(queues), "cap": cap}):
@@ -524,7 +568,21 @@ def waiting_counts(conn: Connection, queues: Sequence[str], cap: int = 10_000
     return out
 
 
-__all__ = ["SYSTEM_ACTOR", "Link", "Parent", "Released", "attach", "cancel_notice",
-           "lock_parents", "parent_results",
-           "parents_of", "release", "reopen_dependents", "resolve", "sweep",
-           "waiting_counts", "with_dependents", "workflow"]
+__all__ = [
+    "SYSTEM_ACTOR",
+    "Link",
+    "Parent",
+    "Released",
+    "attach",
+    "cancel_notice",
+    "lock_parents",
+    "parent_results",
+    "parents_of",
+    "release",
+    "reopen_dependents",
+    "resolve",
+    "sweep",
+    "waiting_counts",
+    "with_dependents",
+    "workflow",
+]

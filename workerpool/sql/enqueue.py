@@ -48,8 +48,21 @@ from .schema import KEY_HELD, jobs
 NOTIFY_CHANNEL = "workerpool_jobs"
 
 #: Every column an enqueue writes, in the order both statements list them.
-_COLUMNS = ("queue", "task", "payload", "payload_version", "priority", "max_attempts", "key",
-            "run_at", "trace_context", "batch_id", "concurrency_key", "key_scope", "tags")
+_COLUMNS = (
+    "queue",
+    "task",
+    "payload",
+    "payload_version",
+    "priority",
+    "max_attempts",
+    "key",
+    "run_at",
+    "trace_context",
+    "batch_id",
+    "concurrency_key",
+    "key_scope",
+    "tags",
+)
 
 
 def _param(name: str) -> Any:
@@ -75,10 +88,12 @@ def _with_notify(inserted: Any, returned: Sequence[str]) -> Any:
     when the transaction commits and only if a row was inserted: the NOTIFY is a materialized
     CTE joined to the inserted rows, so the planner evaluates it only when there is one."""
     rows = inserted.cte("inserted")
-    notified = select(func.pg_notify(_param("channel"), _param("queues"))
-                      .label("sent")).cte("notified").prefix_with("MATERIALIZED")
-    return select(*(rows.c[name] for name in returned)).select_from(
-        rows.join(notified, true()))
+    notified = (
+        select(func.pg_notify(_param("channel"), _param("queues")).label("sent"))
+        .cte("notified")
+        .prefix_with("MATERIALIZED")
+    )
+    return select(*(rows.c[name] for name in returned)).select_from(rows.join(notified, true()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,11 +124,19 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
     RETURNING uses. A keyed batch returns each inserted row's key so skipped rows can be told
     apart. Index: uq_workerpool_jobs_key (ON CONFLICT, keyed batches only).
     """
-    source = select(
-        *map(_row, _COLUMNS[:7]), _run_at(_row("run_at"), _row("delay")),
-        cast(_param("trace_context"), JSONB), cast(_param("batch_id"), jobs.c.batch_id.type),
-        _row("concurrency_key"), _row("key_scope"), _row("tags"),
-    ).select_from(_BATCH_ROWS).order_by(_row("ord"))
+    source = (
+        select(
+            *map(_row, _COLUMNS[:7]),
+            _run_at(_row("run_at"), _row("delay")),
+            cast(_param("trace_context"), JSONB),
+            cast(_param("batch_id"), jobs.c.batch_id.type),
+            _row("concurrency_key"),
+            _row("key_scope"),
+            _row("tags"),
+        )
+        .select_from(_BATCH_ROWS)
+        .order_by(_row("ord"))
+    )
     statement = insert(jobs).from_select(list(_COLUMNS), source)
     returned = ("id", "key") if keyed else ("id",)
     if keyed:
@@ -122,12 +145,21 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
     return _with_notify(statement, returned) if notify else statement
 
 
-_BATCH_STATEMENTS = {(keyed, notify): _batch_statement(keyed=keyed, notify=notify)
-                     for keyed in (False, True) for notify in (False, True)}
+_BATCH_STATEMENTS = {
+    (keyed, notify): _batch_statement(keyed=keyed, notify=notify)
+    for keyed in (False, True)
+    for notify in (False, True)
+}
 
 
-def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = False,
-                trace_context: str | None = None, batch_id: int | None = None) -> list[int]:
+def insert_jobs(
+    conn: Connection,
+    rows: Sequence[NewJob],
+    *,
+    notify: bool = False,
+    trace_context: str | None = None,
+    batch_id: int | None = None,
+) -> list[int]:
     """Insert ``rows`` in one statement; a row whose key exists returns the existing id.
 
     With ``notify=True`` the same statement also sends the wake-up NOTIFY for the rows' queues
@@ -135,13 +167,18 @@ def insert_jobs(conn: Connection, rows: Sequence[NewJob], *, notify: bool = Fals
     caller's transaction rolls back) when an existing key holds a different task or payload.
     ``batch_id``: the new rows are members of this batch (a held key's job stays as it is).
     """
-    return insert_job_chunks(conn, [rows], notify=notify, trace_context=trace_context,
-                             batch_id=batch_id)
+    return insert_job_chunks(
+        conn, [rows], notify=notify, trace_context=trace_context, batch_id=batch_id
+    )
 
 
 def insert_job_chunks(
-    conn: Connection, chunks: Iterable[Sequence[NewJob]], *, notify: bool = False,
-    trace_context: str | None = None, batch_id: int | None = None,
+    conn: Connection,
+    chunks: Iterable[Sequence[NewJob]],
+    *,
+    notify: bool = False,
+    trace_context: str | None = None,
+    batch_id: int | None = None,
 ) -> list[int]:
     """:func:`insert_jobs` for each chunk: on psycopg 3, all sent in one pipeline.
 
@@ -152,9 +189,18 @@ def insert_job_chunks(
     """
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):  # psycopg2, or the asyncio driver
-        return [job_id for rows in chunks if rows
-                for job_id in _ids(conn, rows, conn.exec_driver_sql(
-                    *_batch_sql(conn, rows, notify, trace_context, batch_id)).all())]
+        return [
+            job_id
+            for rows in chunks
+            if rows
+            for job_id in _ids(
+                conn,
+                rows,
+                conn.exec_driver_sql(
+                    *_batch_sql(conn, rows, notify, trace_context, batch_id)
+                ).all(),
+            )
+        ]
     sent: list[tuple[Sequence[NewJob], Any]] = []
     with driver.pipeline():
         for rows in chunks:
@@ -165,11 +211,17 @@ def insert_job_chunks(
     return [job_id for rows, cursor in sent for job_id in _ids(conn, rows, cursor.fetchall())]
 
 
-def _batch_sql(conn: Connection, rows: Sequence[NewJob], notify: bool,
-               trace_context: str | None, batch_id: int | None) -> tuple[str, dict[str, Any]]:
+def _batch_sql(
+    conn: Connection,
+    rows: Sequence[NewJob],
+    notify: bool,
+    trace_context: str | None,
+    batch_id: int | None,
+) -> tuple[str, dict[str, Any]]:
     sql, defaults = driver_sql(conn.dialect, _BATCH_STATEMENTS[_keyed(rows), notify])
-    params = dict(defaults, rows=_rows_document(rows), trace_context=trace_context,
-                  batch_id=batch_id)
+    params = dict(
+        defaults, rows=_rows_document(rows), trace_context=trace_context, batch_id=batch_id
+    )
     if notify:
         params.update(channel=NOTIFY_CHANNEL, queues=_queue_names(row.queue for row in rows))
     return sql, params
@@ -205,12 +257,19 @@ _EXTENDED_ROW_JSON = _ROW_JSON[:-1] + ',"concurrency_key":%s,"key_scope":%s,"tag
 def _row_json(row: NewJob) -> str:
     if row.concurrency_key is not None or row.key_scope is not None or row.tags is not None:
         return _EXTENDED_ROW_JSON % (
-            *_row_json_values(row), _json_text(row.concurrency_key), _json_text(row.key_scope),
-            "null" if row.tags is None else json.dumps(row.tags, ensure_ascii=False))
+            *_row_json_values(row),
+            _json_text(row.concurrency_key),
+            _json_text(row.key_scope),
+            "null" if row.tags is None else json.dumps(row.tags, ensure_ascii=False),
+        )
     if row.key is None and row.run_at is None and row.delay is None:
         return _PLAIN_ROW_JSON % (
-            _json_name(row.queue), _json_name(row.task), row.payload_json,
-            row.payload_version, row.priority, row.max_attempts,
+            _json_name(row.queue),
+            _json_name(row.task),
+            row.payload_json,
+            row.payload_version,
+            row.priority,
+            row.max_attempts,
         )
     return _ROW_JSON % _row_json_values(row)
 
@@ -294,8 +353,9 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
     values = {name: _param(name) for name in _COLUMNS}
     values.update(
         payload=cast(values["payload"], JSONB),
-        run_at=_run_at(cast(values["run_at"], TIMESTAMP(timezone=True)),
-                       cast(_param("delay"), Float)),
+        run_at=_run_at(
+            cast(values["run_at"], TIMESTAMP(timezone=True)), cast(_param("delay"), Float)
+        ),
         trace_context=cast(values["trace_context"], JSONB),
         batch_id=cast(values["batch_id"], jobs.c.batch_id.type),
         tags=cast(values["tags"], jobs.c.tags.type),
@@ -306,38 +366,56 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
         new = statement.excluded
         statement = statement.on_conflict_do_update(
             **_ON_KEY,
-            set_={name: new[name] for name in (
-                "payload", "payload_version", "run_at", "priority", "concurrency_key")},
+            set_={
+                name: new[name]
+                for name in ("payload", "payload_version", "run_at", "priority", "concurrency_key")
+            },
             where=and_(
-                jobs.c.state == literal_column("'pending'"), jobs.c.task == new.task,
+                jobs.c.state == literal_column("'pending'"),
+                jobs.c.task == new.task,
                 # IS DISTINCT FROM: a key held forever has a NULL scope, and NOT (NULL ...)
                 # is not true
-                or_(jobs.c.key_scope.is_distinct_from(literal_column("'for'")),
-                    jobs.c.key_expires_at > func.now())))
+                or_(
+                    jobs.c.key_scope.is_distinct_from(literal_column("'for'")),
+                    jobs.c.key_expires_at > func.now(),
+                ),
+            ),
+        )
     else:
         statement = statement.on_conflict_do_nothing(**_ON_KEY)
     statement = statement.returning(jobs.c.id)
     if not notify:
         return statement
     inserted = statement.cte("inserted")
-    return select(select(inserted.c.id).scalar_subquery(),
-                  func.pg_notify(_param("channel"), _param("queue")))
+    return select(
+        select(inserted.c.id).scalar_subquery(), func.pg_notify(_param("channel"), _param("queue"))
+    )
 
 
-_ONE_STATEMENTS = {(replace, notify): _one_statement(replace=replace, notify=notify)
-                   for replace in (False, True) for notify in (False, True)}
+_ONE_STATEMENTS = {
+    (replace, notify): _one_statement(replace=replace, notify=notify)
+    for replace in (False, True)
+    for notify in (False, True)
+}
 
 
-def insert_one(conn: Connection, row: NewJob, *, notify_queue: bool,
-               trace_context: str | None = None, batch_id: int | None = None) -> int:
+def insert_one(
+    conn: Connection,
+    row: NewJob,
+    *,
+    notify_queue: bool,
+    trace_context: str | None = None,
+    batch_id: int | None = None,
+) -> int:
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
     holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
 
     A key held for a period that is over is released (``keys.release_expired``) and the insert
     tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
-    sql, defaults = driver_sql(conn.dialect,
-                               _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue])
+    sql, defaults = driver_sql(
+        conn.dialect, _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue]
+    )
     params = dict(defaults, **_one_params(row), trace_context=trace_context, batch_id=batch_id)
     for _ in range(2):
         inserted = _scalar(conn, sql, params)
@@ -367,11 +445,19 @@ def _scalar(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
 
 def _one_params(row: NewJob) -> dict[str, Any]:
     return {
-        "queue": row.queue, "task": row.task, "payload": row.payload_json,
-        "payload_version": row.payload_version, "priority": row.priority,
-        "max_attempts": row.max_attempts, "key": row.key, "run_at": row.run_at,
-        "delay": row.delay, "channel": NOTIFY_CHANNEL, "concurrency_key": row.concurrency_key,
-        "key_scope": row.key_scope, "unique_for": row.unique_for,
+        "queue": row.queue,
+        "task": row.task,
+        "payload": row.payload_json,
+        "payload_version": row.payload_version,
+        "priority": row.priority,
+        "max_attempts": row.max_attempts,
+        "key": row.key,
+        "run_at": row.run_at,
+        "delay": row.delay,
+        "channel": NOTIFY_CHANNEL,
+        "concurrency_key": row.concurrency_key,
+        "key_scope": row.key_scope,
+        "unique_for": row.unique_for,
         "tags": None if row.tags is None else list(row.tags),
     }
 

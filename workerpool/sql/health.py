@@ -91,11 +91,15 @@ def may_maintain(conn: Connection) -> tuple[bool, str]:
     row = conn.execute(_MAY_MAINTAIN, {"table": TABLE}).one()
     if row.table_owner or row.database_owner or row.superuser:
         return True, f"role {row.role} may maintain {TABLE}"
-    if row.server_version >= MAINTAIN_PRIVILEGE_SINCE and conn.execute(
-            _HAS_MAINTAIN, {"table": TABLE}).scalar():
+    if (
+        row.server_version >= MAINTAIN_PRIVILEGE_SINCE
+        and conn.execute(_HAS_MAINTAIN, {"table": TABLE}).scalar()
+    ):
         return True, f"role {row.role} holds MAINTAIN on {TABLE}"
-    return False, (f"role {row.role} is neither the owner of {TABLE} ({row.owner}) nor of the"
-                   " database, nor a superuser (and does not hold MAINTAIN)")
+    return False, (
+        f"role {row.role} is neither the owner of {TABLE} ({row.owner}) nor of the"
+        " database, nor a superuser (and does not hold MAINTAIN)"
+    )
 
 
 #: ANALYZE alone, when only the statistics are behind. SKIP_LOCKED: when autovacuum (or

@@ -43,15 +43,19 @@ def _states(states: Sequence[str]) -> str:
 def union(columns: str, where: str) -> str:
     """``SELECT columns ... WHERE where`` over the jobs table and the history, as one relation
     (each branch keeps its own indexes; the planner pushes conditions into both)."""
-    return (f"(SELECT {columns} FROM {JOBS} WHERE {where}"
-            f" UNION ALL SELECT {columns} FROM {HISTORY} WHERE {where})")
+    return (
+        f"(SELECT {columns} FROM {JOBS} WHERE {where}"
+        f" UNION ALL SELECT {columns} FROM {HISTORY} WHERE {where})"
+    )
 
 
 # try_lock: whether this transaction is the one mover of its schema's history: another
 # schema's key is HISTORY_LOCK mixed with its name (the default schema's is HISTORY_LOCK, as
 # it always was, so replicas of two versions still exclude each other). Index: none.
-_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(CAST(:key AS bigint) # CASE current_schema()"
-                 " WHEN 'public' THEN 0 ELSE CAST(hashtext(current_schema()) AS bigint) END)")
+_TRY_LOCK = text(
+    "SELECT pg_try_advisory_xact_lock(CAST(:key AS bigint) # CASE current_schema()"
+    " WHEN 'public' THEN 0 ELSE CAST(hashtext(current_schema()) AS bigint) END)"
+)
 
 
 def try_lock(conn: Connection) -> bool:
@@ -139,8 +143,9 @@ INSERT INTO {HISTORY} ({COLUMNS}) SELECT {COLUMNS} FROM moved
 """)
 
 
-def move(conn: Connection, *, floor: datetime, delay: float, limit: int,
-         kept: Sequence[str] = ()) -> int:
+def move(
+    conn: Connection, *, floor: datetime, delay: float, limit: int, kept: Sequence[str] = ()
+) -> int:
     """Move up to ``limit`` rows finished since ``floor`` and at least ``delay`` seconds ago
     (not of the ``kept`` tasks); returns how many moved."""
     params = {"floor": floor, "delay": delay, "limit": limit, "kept": sorted(kept)}
@@ -199,16 +204,20 @@ def summary(conn: Connection, moved: int = 0) -> dict[str, Any]:
     (the statistics of partitions not yet analyzed say 0)."""
     row = conn.execute(_SUMMARY, {"parent": HISTORY}).one()
     parts = partitions(conn)
-    return {"partitions": int(row.partitions), "rows_estimate": max(int(row.rows), moved),
-            "oldest": parts[0].lower if parts else None,
-            "newest": parts[-1].upper if parts else None}
+    return {
+        "partitions": int(row.partitions),
+        "rows_estimate": max(int(row.rows), moved),
+        "oldest": parts[0].lower if parts else None,
+        "newest": parts[-1].upper if parts else None,
+    }
 
 
 # moved_counts: the jobs moved to the history, by queue and state, as the mover counted them
 # (pruned with the history). Index: pk_workerpool_finished_minutes (read whole: at most one row
 # per minute of the retention, queue and final state).
-_MOVED_COUNTS = text(f"SELECT queue, state, sum(count)::bigint AS n FROM {MINUTES}"
-                     " GROUP BY queue, state")
+_MOVED_COUNTS = text(
+    f"SELECT queue, state, sum(count)::bigint AS n FROM {MINUTES} GROUP BY queue, state"
+)
 
 
 def moved_counts(conn: Connection) -> dict[tuple[str, str], int]:
@@ -236,7 +245,21 @@ def moved_states(conn: Connection, ids: Sequence[int]) -> list[Any]:
     return list(conn.execute(_MOVED_STATES, {"ids": list(ids)}))
 
 
-__all__ = ["COLUMNS", "HISTORY_LOCK", "MINUTES", "MOVABLE", "create_partition", "drop_partition",
-           "move", "moved_counts", "moved_states", "partitions", "prune_minutes", "read_moved",
-           "restore",
-           "summary", "try_lock", "union"]
+__all__ = [
+    "COLUMNS",
+    "HISTORY_LOCK",
+    "MINUTES",
+    "MOVABLE",
+    "create_partition",
+    "drop_partition",
+    "move",
+    "moved_counts",
+    "moved_states",
+    "partitions",
+    "prune_minutes",
+    "read_moved",
+    "restore",
+    "summary",
+    "try_lock",
+    "union",
+]

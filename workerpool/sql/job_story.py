@@ -9,10 +9,31 @@ from sqlalchemy import BigInteger, Connection, bindparam, select, union_all
 
 from .schema import history, jobs
 
-STORY_COLUMNS = ("id", "queue", "task", "state", "dead_reason", "payload", "result", "attempts",
-                 "max_attempts", "errors", "key", "batch_id", "workflow_id", "priority", "tags",
-                 "progress", "steps", "created_at", "run_at", "started_at", "claimed_at",
-                 "claimed_by", "finished_at")
+STORY_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "state",
+    "dead_reason",
+    "payload",
+    "result",
+    "attempts",
+    "max_attempts",
+    "errors",
+    "key",
+    "batch_id",
+    "workflow_id",
+    "priority",
+    "tags",
+    "progress",
+    "steps",
+    "created_at",
+    "run_at",
+    "started_at",
+    "claimed_at",
+    "claimed_by",
+    "finished_at",
+)
 
 # read: one snapshot of both tables, so a move never hides the job. Index: pk_workerpool_jobs,
 # then ix_workerpool_jobs_history_id per partition.

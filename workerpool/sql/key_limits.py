@@ -51,8 +51,9 @@ def seconds(value: float) -> Any:
     return literal_column(f"interval '{int(value)} seconds'")  # a window of limits.WINDOWS
 
 
-def count_upto(bound: int, where: Callable[[Any], tuple],
-               order: Callable[[Any], tuple] = lambda held: ()) -> Any:
+def count_upto(
+    bound: int, where: Callable[[Any], tuple], order: Callable[[Any], tuple] = lambda held: ()
+) -> Any:
     """``count(*)`` of the rows matching ``where(held)``, read no further than ``bound``: a
     limit only needs to know whether it is reached.
 
@@ -63,9 +64,14 @@ def count_upto(bound: int, where: Callable[[Any], tuple],
     150 x 2 us. With sorts priced out, the index in that order is the only cheap path.
     """
     held = jobs.alias("held")
-    rows = (select(literal_column("1")).select_from(held).where(*where(held))
-            .order_by(*order(held)).limit(bound)
-            .correlate_except(held))  # the candidate row is the outer query's
+    rows = (
+        select(literal_column("1"))
+        .select_from(held)
+        .where(*where(held))
+        .order_by(*order(held))
+        .limit(bound)
+        .correlate_except(held)
+    )  # the candidate row is the outer query's
     return select(func.count()).select_from(rows.subquery()).scalar_subquery()
 
 
@@ -74,19 +80,31 @@ def headroom(queue: str, keys: tuple[KeyLimit, ...], row: Any = jobs) -> Any:
     parts = []
     concurrency = {k.task: k.concurrency for k in keys if k.concurrency}
     if concurrency:
-        running = count_upto(max(concurrency.values()), lambda held: (
-            held.c.queue == queue, *_same_key(held, row),
-            held.c.state == _PROCESSING), lambda held: (held.c.concurrency_key,))
+        running = count_upto(
+            max(concurrency.values()),
+            lambda held: (
+                held.c.queue == queue,
+                *_same_key(held, row),
+                held.c.state == _PROCESSING,
+            ),
+            lambda held: (held.c.concurrency_key,),
+        )
         parts.append(case(concurrency, value=row.c.task) - running)
     rates = {k.task: k.rate for k in keys if k.rate}
     if rates:
         window = case({task: rate.window for task, rate in rates.items()}, value=row.c.task)
-        started = count_upto(max(rate.count for rate in rates.values()), lambda held: (
-            held.c.queue == queue, *_same_key(held, row),
-            held.c.started_at > NOW - window * seconds(1)),
-            lambda held: (held.c.concurrency_key, held.c.started_at))
-        parts.append(case({task: rate.count for task, rate in rates.items()},
-                          value=row.c.task) - started)
+        started = count_upto(
+            max(rate.count for rate in rates.values()),
+            lambda held: (
+                held.c.queue == queue,
+                *_same_key(held, row),
+                held.c.started_at > NOW - window * seconds(1),
+            ),
+            lambda held: (held.c.concurrency_key, held.c.started_at),
+        )
+        parts.append(
+            case({task: rate.count for task, rate in rates.items()}, value=row.c.task) - started
+        )
     return parts[0] if len(parts) == 1 else func.least(*parts)
 
 
@@ -94,12 +112,15 @@ def _same_key(held: Any, row: Any) -> tuple[Any, Any]:
     """``held``'s key is ``row``'s, written as a range: an equality would make the planner
     drop the key from the probe's ORDER BY, and the order is what leaves the key index as the
     probe's only cheap path (see ``count_upto``)."""
-    return (held.c.concurrency_key >= row.c.concurrency_key,
-            held.c.concurrency_key <= row.c.concurrency_key)
+    return (
+        held.c.concurrency_key >= row.c.concurrency_key,
+        held.c.concurrency_key <= row.c.concurrency_key,
+    )
 
 
-def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[KeyLimit, ...],
-         queue: str) -> Any:
+def walk(
+    name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[KeyLimit, ...], queue: str
+) -> Any:
     """Up to ``take`` due rows in claim order that fit their key, of the first ``walk_rows``.
 
     The walk reads rows in claim order from the first, so when a key has no more rows among
@@ -107,58 +128,83 @@ def walk(name: str, where: list[Any], take: int, walk_rows: int, keys: tuple[Key
     all fit: counted per key in a hash (no sort: the worker's planner settings price sorts
     out). Only a key with more candidates than room probes for its first ``headroom`` due rows.
     """
-    rows = (select(jobs.c.id, jobs.c.concurrency_key, headroom(queue, keys).label("headroom"))
-            .where(*where).order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
-            .limit(walk_rows).subquery(f"{name}_walk"))  # headroom counted once per row
+    rows = (
+        select(jobs.c.id, jobs.c.concurrency_key, headroom(queue, keys).label("headroom"))
+        .where(*where)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(walk_rows)
+        .subquery(f"{name}_walk")
+    )  # headroom counted once per row
     free = or_(rows.c.concurrency_key.is_(None), rows.c.headroom.is_(None))
-    candidates = (select(rows).where(or_(free, rows.c.headroom > 0)).limit(take)
-                  .cte(f"{name}_candidates"))
-    per_key = (select(candidates.c.concurrency_key, func.count().label("n"))
-               .where(candidates.c.concurrency_key.isnot(None))
-               .group_by(candidates.c.concurrency_key).subquery(f"{name}_per_key"))
+    candidates = (
+        select(rows).where(or_(free, rows.c.headroom > 0)).limit(take).cte(f"{name}_candidates")
+    )
+    per_key = (
+        select(candidates.c.concurrency_key, func.count().label("n"))
+        .where(candidates.c.concurrency_key.isnot(None))
+        .group_by(candidates.c.concurrency_key)
+        .subquery(f"{name}_per_key")
+    )
     # the counts as one jsonb object, built once and looked up per row: a join of the
     # candidates to their counts was planned, on statistics that saw no candidates, as a
     # nested loop that rescans the counts per row (1.1 ms a claim of 130 instead of 0.1)
-    counts = select(func.jsonb_object_agg(per_key.c.concurrency_key, per_key.c.n, type_=JSONB)
-                    ).scalar_subquery()
-    fits = or_(candidates.c.concurrency_key.is_(None), candidates.c.headroom.is_(None),
-               counts[candidates.c.concurrency_key].astext.cast(Integer)
-               <= candidates.c.headroom,
-               candidates.c.id.in_(_first_of_its_key(queue, candidates)))
+    counts = select(
+        func.jsonb_object_agg(per_key.c.concurrency_key, per_key.c.n, type_=JSONB)
+    ).scalar_subquery()
+    fits = or_(
+        candidates.c.concurrency_key.is_(None),
+        candidates.c.headroom.is_(None),
+        counts[candidates.c.concurrency_key].astext.cast(Integer) <= candidates.c.headroom,
+        candidates.c.id.in_(_first_of_its_key(queue, candidates)),
+    )
     return select(candidates.c.id, candidates.c.concurrency_key).where(fits).cte(name)
 
 
 def _first_of_its_key(queue: str, row: Any) -> Any:
     """The first ``headroom`` due rows of ``row``'s key, in claim order."""
     ahead = jobs.alias("ahead")
-    return (select(ahead.c.id)
-            .where(ahead.c.queue == queue, ahead.c.concurrency_key == row.c.concurrency_key,
-                   state_in(*DUE_STATES, table=ahead), ahead.c.run_at <= func.now())
-            .order_by(ahead.c.priority.desc(), ahead.c.run_at, ahead.c.id)
-            .limit(row.c.headroom)
-            .correlate_except(ahead))
+    return (
+        select(ahead.c.id)
+        .where(
+            ahead.c.queue == queue,
+            ahead.c.concurrency_key == row.c.concurrency_key,
+            state_in(*DUE_STATES, table=ahead),
+            ahead.c.run_at <= func.now(),
+        )
+        .order_by(ahead.c.priority.desc(), ahead.c.run_at, ahead.c.id)
+        .limit(row.c.headroom)
+        .correlate_except(ahead)
+    )
 
 
-def spread(queue: str, runnable: Callable[[Any], list[Any]], keys: tuple[KeyLimit, ...],
-           walked: Any, room: Any) -> Any:
+def spread(
+    queue: str,
+    runnable: Callable[[Any], list[Any]],
+    keys: tuple[KeyLimit, ...],
+    walked: Any,
+    room: Any,
+) -> Any:
     """The first due row of each key with room, keys in order from the cursor, rows the walk
     did not take, as many as the walk left of ``room`` (none: the spread reads nothing)."""
     step = _next_key_after(queue)
     found = select(step(KEY_CURSOR).label("key")).cte("key_step", recursive=True)
     found = found.union_all(select(step(found.c.key)).where(found.c.key.isnot(None)))
     first = jobs.alias("key_first")
-    row = (select(first.c.id, first.c.concurrency_key,
-                  headroom(queue, keys, first).label("headroom"))
-           .where(first.c.queue == queue, first.c.concurrency_key == found.c.key,
-                  *runnable(first))
-           .order_by(first.c.priority.desc(), first.c.run_at, first.c.id)
-           .limit(1).lateral("key_first_row"))
+    row = (
+        select(first.c.id, first.c.concurrency_key, headroom(queue, keys, first).label("headroom"))
+        .where(first.c.queue == queue, first.c.concurrency_key == found.c.key, *runnable(first))
+        .order_by(first.c.priority.desc(), first.c.run_at, first.c.id)
+        .limit(1)
+        .lateral("key_first_row")
+    )
     left = room - select(func.count()).select_from(walked).scalar_subquery()
-    return (select(row.c.id, row.c.concurrency_key)
-            .select_from(found.join(row, true()))
-            .where(found.c.key.isnot(None), row.c.headroom > 0,
-                   row.c.id.not_in(select(walked.c.id)))
-            .limit(left).cte("spread"))
+    return (
+        select(row.c.id, row.c.concurrency_key)
+        .select_from(found.join(row, true()))
+        .where(found.c.key.isnot(None), row.c.headroom > 0, row.c.id.not_in(select(walked.c.id)))
+        .limit(left)
+        .cte("spread")
+    )
 
 
 def _next_key_after(queue: str) -> Callable[[Any], Any]:
@@ -166,10 +212,17 @@ def _next_key_after(queue: str) -> Callable[[Any], Any]:
     probe = jobs.alias("key_probe")
 
     def step(after: Any) -> Any:
-        return (select(probe.c.concurrency_key)
-                .where(probe.c.queue == queue, state_in(*DUE_STATES, table=probe),
-                       probe.c.concurrency_key > after)
-                .order_by(probe.c.concurrency_key).limit(1)
-                .correlate_except(probe).scalar_subquery())
+        return (
+            select(probe.c.concurrency_key)
+            .where(
+                probe.c.queue == queue,
+                state_in(*DUE_STATES, table=probe),
+                probe.c.concurrency_key > after,
+            )
+            .order_by(probe.c.concurrency_key)
+            .limit(1)
+            .correlate_except(probe)
+            .scalar_subquery()
+        )
 
     return step

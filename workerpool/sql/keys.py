@@ -24,17 +24,29 @@ _EXPIRED = and_(jobs.c.key_scope == literal_column("'for'"), jobs.c.key_expires_
 # holders: the jobs holding these keys now (an expired period still holds until released).
 # Index: uq_workerpool_jobs_key.
 def holders(conn: Connection, keys: Iterable[str]) -> dict[str, Any]:
-    stmt = select(jobs.c.key, jobs.c.id, jobs.c.task, jobs.c.payload, jobs.c.state,
-                  jobs.c.key_scope, jobs.c.workflow_id, _EXPIRED.label("expired")).where(
-        jobs.c.key.in_(sorted(set(keys))), text(KEY_HELD))
+    stmt = select(
+        jobs.c.key,
+        jobs.c.id,
+        jobs.c.task,
+        jobs.c.payload,
+        jobs.c.state,
+        jobs.c.key_scope,
+        jobs.c.workflow_id,
+        _EXPIRED.label("expired"),
+    ).where(jobs.c.key.in_(sorted(set(keys))), text(KEY_HELD))
     return {row.key: row for row in conn.execute(stmt)}
 
 
 def holds_its_key(row: Any) -> Any:
     """``schema.KEY_HELD`` for a row of ``row`` (an alias of the jobs table)."""
-    return and_(row.c.key.isnot(None), or_(
-        row.c.key_scope.is_(None), row.c.key_scope == literal_column("'for'"),
-        and_(row.c.key_scope == literal_column("'live'"), state_in(*LIVE_STATES, table=row))))
+    return and_(
+        row.c.key.isnot(None),
+        or_(
+            row.c.key_scope.is_(None),
+            row.c.key_scope == literal_column("'for'"),
+            and_(row.c.key_scope == literal_column("'live'"), state_in(*LIVE_STATES, table=row)),
+        ),
+    )
 
 
 def holder(conn: Connection, key: str | None) -> Any:
@@ -46,8 +58,9 @@ def holder(conn: Connection, key: str | None) -> Any:
 # Index: uq_workerpool_jobs_key.
 def release_expired(conn: Connection, key: str) -> bool:
     """Free ``key`` if its holder's ``unique_for`` period is over; whether it was freed."""
-    stmt = update(jobs).where(jobs.c.key == key, text(KEY_HELD), _EXPIRED).values(
-        key_scope="expired")
+    stmt = (
+        update(jobs).where(jobs.c.key == key, text(KEY_HELD), _EXPIRED).values(key_scope="expired")
+    )
     return conn.execute(stmt).rowcount == 1
 
 
@@ -59,8 +72,11 @@ def settle(row: Any, existing: Any) -> int:
         raise IdempotencyConflict(f"key {row.key!r} is held by a job that just disappeared; retry")
     if row.on_conflict == "error":
         raise DuplicateJob(row.key, existing.id, existing.state)
-    if row.key_scope is None and row.on_conflict == "keep" and (
-            existing.task != row.task or existing.payload != json.loads(row.payload_json)):
+    if (
+        row.key_scope is None
+        and row.on_conflict == "keep"
+        and (existing.task != row.task or existing.payload != json.loads(row.payload_json))
+    ):
         raise IdempotencyConflict(
             f"key {row.key!r} already belongs to job {existing.id} ({existing.task}) "
             "with a different payload"

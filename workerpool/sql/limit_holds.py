@@ -15,8 +15,9 @@ from ..model.limits import parse_rate
 from .schema import RATE_SLICES, jobs, rate_counts
 
 #: Which rows a claim could take now, but for limits.
-_DUE = ("state IN ('pending', 'failed') AND run_at <= now() AND crashes = 0"
-        " AND attempts < max_attempts")
+_DUE = (
+    "state IN ('pending', 'failed') AND run_at <= now() AND crashes = 0 AND attempts < max_attempts"
+)
 
 # queue_usage: a limited queue's running jobs, claims its rate limit counts now (the ring of
 # queries.rate_counts) and due jobs.
@@ -52,36 +53,50 @@ def queue_usage(conn: Connection, queue: str, limits: Mapping[str, Any]) -> dict
     """Each limit of ``queue`` (as published in its row), what uses it, and the due jobs it
     holds back."""
     rate = parse_rate("rate_limit", limits["rate_limit"]) if limits.get("rate_limit") else None
-    usage = conn.execute(_USAGE, {"queue": queue,
-                                  "window": int(rate.window) if rate else 1}).one()
+    usage = conn.execute(_USAGE, {"queue": queue, "window": int(rate.window) if rate else 1}).one()
     out: dict[str, Any] = {"global_concurrency": None, "rate_limit": None, "tasks": {}}
     if limits.get("global_concurrency"):
         cap = limits["global_concurrency"]
-        out["global_concurrency"] = {"limit": cap, "running": usage.running,
-                                     "held": usage.due if usage.running >= cap else 0}
+        out["global_concurrency"] = {
+            "limit": cap,
+            "running": usage.running,
+            "held": usage.due if usage.running >= cap else 0,
+        }
     if rate is not None:
-        out["rate_limit"] = {"limit": str(rate), "started": usage.started,
-                             "held": usage.due if usage.started >= rate.count else 0}
+        out["rate_limit"] = {
+            "limit": str(rate),
+            "started": usage.started,
+            "held": usage.due if usage.started >= rate.count else 0,
+        }
     for task, task_limits in sorted((limits.get("tasks") or {}).items()):
         out["tasks"][task] = dict(task_limits) | keys_held(conn, queue, task, task_limits)
     return out
 
 
-def keys_held(conn: Connection, queue: str, task: str, limits: Mapping[str, Any]
-              ) -> dict[str, int]:
+def keys_held(conn: Connection, queue: str, task: str, limits: Mapping[str, Any]) -> dict[str, int]:
     """Due jobs of ``task`` held by their key's concurrency limit, and by its rate limit."""
-    rate = (parse_rate("key_rate_limit", limits["key_rate_limit"])
-            if limits.get("key_rate_limit") else None)
-    row = conn.execute(_KEYS_HELD, {
-        "queue": queue, "task": task, "concurrency": limits.get("concurrency_limit") or _NO_LIMIT,
-        "rate": rate.count if rate else _NO_LIMIT, "window": rate.window if rate else 1.0,
-    }).one()
+    rate = (
+        parse_rate("key_rate_limit", limits["key_rate_limit"])
+        if limits.get("key_rate_limit")
+        else None
+    )
+    row = conn.execute(
+        _KEYS_HELD,
+        {
+            "queue": queue,
+            "task": task,
+            "concurrency": limits.get("concurrency_limit") or _NO_LIMIT,
+            "rate": rate.count if rate else _NO_LIMIT,
+            "window": rate.window if rate else 1.0,
+        },
+    ).one()
     return {"held_by_concurrency_limit": row.by_concurrency, "held_by_key_rate_limit": row.by_rate}
 
 
 # job_for_why: one job's state, dueness and key. Index: pk_workerpool_jobs.
-_JOB = text(f"SELECT id, queue, task, state, concurrency_key, {_DUE} AS due"
-            f" FROM {jobs.name} WHERE id = :id")
+_JOB = text(
+    f"SELECT id, queue, task, state, concurrency_key, {_DUE} AS due FROM {jobs.name} WHERE id = :id"
+)
 # key_usage: a concurrency key's running jobs and its starts in a window.
 # Index: ix_workerpool_jobs_running_key, ix_workerpool_jobs_started_key.
 _KEY_USAGE = text(f"""

@@ -59,13 +59,22 @@ _GENERIC = func.set_config("plan_cache_mode", "force_generic_plan", True)
 
 # lock_queue: serialise the limited claims of one queue (or, shared, wait for those that are).
 # Index: pk_workerpool_queues.
-_LOCK = (select(queues.c.queue, _GENERIC).where(queues.c.queue == bindparam("queue"))
-         .with_for_update(key_share=True))  # FOR NO KEY UPDATE: conflicts with both locks
-_SHARE = (select(queues.c.queue, _GENERIC).where(queues.c.queue == bindparam("queue"))
-          .with_for_update(read=True))  # FOR SHARE: conflicts with FOR NO KEY UPDATE only
+_LOCK = (
+    select(queues.c.queue, _GENERIC)
+    .where(queues.c.queue == bindparam("queue"))
+    .with_for_update(key_share=True)
+)  # FOR NO KEY UPDATE: conflicts with both locks
+_SHARE = (
+    select(queues.c.queue, _GENERIC)
+    .where(queues.c.queue == bindparam("queue"))
+    .with_for_update(read=True)
+)  # FOR SHARE: conflicts with FOR NO KEY UPDATE only
 # ensure_queue_row: the row the lock needs. Index: pk_workerpool_queues.
-_ENSURE = (insert(queues).values(queue=bindparam("queue"))
-           .on_conflict_do_nothing(index_elements=[queues.c.queue]))
+_ENSURE = (
+    insert(queues)
+    .values(queue=bindparam("queue"))
+    .on_conflict_do_nothing(index_elements=[queues.c.queue])
+)
 
 
 def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> None:
@@ -86,21 +95,35 @@ def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> None:
 def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) -> None:
     """What the workers of ``queue`` enforce (None: nothing), for ``workerpool status``."""
     if limits is None:
-        conn.execute(update(queues).where(queues.c.queue == queue, queues.c.limits.isnot(None))
-                     .values(limits=None))
+        conn.execute(
+            update(queues)
+            .where(queues.c.queue == queue, queues.c.limits.isnot(None))
+            .values(limits=None)
+        )
         return
     stmt = insert(queues).values(queue=queue, limits=limits)
-    conn.execute(stmt.on_conflict_do_update(index_elements=[queues.c.queue],
-                                            set_={"limits": stmt.excluded.limits}))
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[queues.c.queue], set_={"limits": stmt.excluded.limits}
+        )
+    )
 
 
 # limited_claim: due rows within every limit of the queue, in claim order, after lock_queue.
 # Index: ix_workerpool_jobs_due (and _suspects), ix_workerpool_jobs_leased (running),
 # pk_workerpool_rate_counts (rate); per key: ix_workerpool_jobs_running_key, _started_key and
 # _due_key (the key spread).
-def limited_claim_statement(*, queue: str, worker: str, limit: int,
-                            known: Callable[[Any], Any], limits: ClaimLimits,
-                            alone: bool, columns: tuple[Any, ...], shared: bool = False) -> Any:
+def limited_claim_statement(
+    *,
+    queue: str,
+    worker: str,
+    limit: int,
+    known: Callable[[Any], Any],
+    limits: ClaimLimits,
+    alone: bool,
+    columns: tuple[Any, ...],
+    shared: bool = False,
+) -> Any:
     """The claim of ``claim.claim_statement`` with the queue's limits in its arms.
 
     ``known(table)``: the condition that this worker can run a row of ``table``. ``shared``:
@@ -115,13 +138,15 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
         room = select(case((budget.c.safe, budget.c.n), else_=0)).scalar_subquery()
     due = _arm(queue, known, room, limits, limit, suspects=False)
     if limits.keys:
-        spread = key_limits.spread(queue, lambda row: _runnable(row, known, suspects=False),
-                                   limits.keys, due, room)
+        spread = key_limits.spread(
+            queue, lambda row: _runnable(row, known, suspects=False), limits.keys, due, room
+        )
         due = union_all(select(due.c.id), select(spread.c.id)).cte("due_or_spread")
     if alone:
         suspect = _arm(queue, known, room, limits, 1, suspects=True)
-        arms = union_all(select(suspect.c.id),
-                         select(due.c.id).where(~exists(select(suspect.c.id))))
+        arms = union_all(
+            select(suspect.c.id), select(due.c.id).where(~exists(select(suspect.c.id)))
+        )
     else:
         arms = select(due.c.id)
     # The budget applies here, above arms whose LIMIT is a constant: a LIMIT the planner cannot
@@ -131,8 +156,13 @@ def limited_claim_statement(*, queue: str, worker: str, limit: int,
     # claimed_at on the clock the limits count with (a lease stamp a few ms later than now())
     # started_at: when this attempt started, as every claim records it; also what key rate
     # limits count
-    values = {"state": JobState.PROCESSING, "attempts": jobs.c.attempts + 1,
-              "claimed_by": worker, "claimed_at": NOW, "started_at": NOW}
+    values = {
+        "state": JobState.PROCESSING,
+        "attempts": jobs.c.attempts + 1,
+        "claimed_by": worker,
+        "claimed_at": NOW,
+        "started_at": NOW,
+    }
     claim = (
         update(jobs)
         # the state again: a per-key arm locks nothing, and a row cancelled meanwhile is left
@@ -152,16 +182,25 @@ def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
     counts: dict[str, Any] = {}
     if limits.global_concurrency:
         cap = limits.global_concurrency
-        counts["running"] = count_upto(cap, lambda held: (
-            held.c.queue == queue, held.c.state == _PROCESSING))
-        counts["orphaned"] = count_upto(cap, lambda held: (
-            held.c.queue == queue, held.c.state == _PROCESSING,
-            held.c.claimed_by.not_in(_fleet_ids(queue))))
+        counts["running"] = count_upto(
+            cap, lambda held: (held.c.queue == queue, held.c.state == _PROCESSING)
+        )
+        counts["orphaned"] = count_upto(
+            cap,
+            lambda held: (
+                held.c.queue == queue,
+                held.c.state == _PROCESSING,
+                held.c.claimed_by.not_in(_fleet_ids(queue)),
+            ),
+        )
     if limits.rate:
         counts["started"] = rate_counts.claimed(queue, limits.rate)
     # each count once (a column of its own), read by both the budget and the safety test
-    counted = select(*(count.label(name) for name, count in counts.items())
-                     ).subquery("counted") if counts else None
+    counted = (
+        select(*(count.label(name) for name, count in counts.items())).subquery("counted")
+        if counts
+        else None
+    )
     parts: list[Any] = [literal(limit, Integer)]
     beyond: list[tuple[int, Any]] = []  # (limit, what counts against it beyond the fleet)
     if limits.global_concurrency:
@@ -170,8 +209,10 @@ def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
     if limits.rate:
         parts.append(limits.rate.count - counted.c.started)
         beyond.append((limits.rate.count, counted.c.started))
-    budget = select(func.greatest(func.least(*parts), 0).label("n"),
-                    _safe(queue, worker, beyond, bool(limits.keys)).label("safe"))
+    budget = select(
+        func.greatest(func.least(*parts), 0).label("n"),
+        _safe(queue, worker, beyond, bool(limits.keys)).label("safe"),
+    )
     return budget.select_from(counted) if counts else budget
 
 
@@ -192,10 +233,15 @@ def _safe(queue: str, worker: str, beyond: list[tuple[int, Any]], per_key: bool)
     """
     if per_key:
         return literal_column("false")
-    fleet = select(func.coalesce(func.sum(workers.c.capacity), 0).label("capacity"),
-                   func.bool_and(workers.c.capacity.isnot(None)).label("known"),
-                   func.bool_or(workers.c.id == worker).label("me")).where(
-        workers.c.queue == queue).subquery("fleet")
+    fleet = (
+        select(
+            func.coalesce(func.sum(workers.c.capacity), 0).label("capacity"),
+            func.bool_and(workers.c.capacity.isnot(None)).label("known"),
+            func.bool_or(workers.c.id == worker).label("me"),
+        )
+        .where(workers.c.queue == queue)
+        .subquery("fleet")
+    )
     within = [fleet.c.capacity + count <= cap for cap, count in beyond]
     return select(and_(fleet.c.known, fleet.c.me, *within)).scalar_subquery()
 
@@ -205,13 +251,21 @@ _PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes'
 
 def _runnable(row: Any, known: Callable[[Any], Any], *, suspects: bool) -> list[Any]:
     """Due now, of the arm's kind (suspect or not), and runnable by this worker."""
-    crashes = row.c.crashes > literal_column("0") if suspects else (
-        row.c.crashes == literal_column("0"))
+    crashes = (
+        row.c.crashes > literal_column("0") if suspects else (row.c.crashes == literal_column("0"))
+    )
     return [state_in(*DUE_STATES, table=row), row.c.run_at <= func.now(), crashes, known(row)]
 
 
-def _arm(queue: str, known: Callable[[Any], Any], room: Any, limits: ClaimLimits, limit: int,
-         *, suspects: bool) -> Any:
+def _arm(
+    queue: str,
+    known: Callable[[Any], Any],
+    room: Any,
+    limits: ClaimLimits,
+    limit: int,
+    *,
+    suspects: bool,
+) -> Any:
     """Due rows in claim order that fit the limits: up to ``limit`` (the claim's free slots),
     read only if the budget (``room``) is not 0."""
     where = [jobs.c.queue == queue, *_runnable(jobs, known, suspects=suspects), room > 0]
@@ -220,6 +274,11 @@ def _arm(queue: str, known: Callable[[Any], Any], room: Any, limits: ClaimLimits
         walk_rows = limit * key_limits.WALK_FACTOR + key_limits.WALK_MIN
         return key_limits.walk(name, where, limit, walk_rows, limits.keys, queue)
     # it takes what it reads (the budget may leave a few of them locked until the commit)
-    return (select(jobs.c.id, jobs.c.concurrency_key).where(*where)
-            .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id).limit(limit)
-            .with_for_update(skip_locked=True).cte(name))
+    return (
+        select(jobs.c.id, jobs.c.concurrency_key)
+        .where(*where)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte(name)
+    )

@@ -20,15 +20,23 @@ from .schema import cron, jobs, workers
 
 # register_worker: insert a booting process's row (or refresh it). Index: pk_workerpool_workers.
 def register_worker(
-    conn: Connection, worker: str, *, host: str, pid: int, queue: str, tasks: Mapping[str, int],
+    conn: Connection,
+    worker: str,
+    *,
+    host: str,
+    pid: int,
+    queue: str,
+    tasks: Mapping[str, int],
     capacity: int | None = None,
 ) -> None:
     """A child process announces itself (one row per process boot), with the number of jobs it
     may hold at once if it claims (``capacity``)."""
-    stmt = insert(workers).values(id=worker, host=host, pid=pid, queue=queue, tasks=dict(tasks),
-                                  capacity=capacity)
-    conn.execute(stmt.on_conflict_do_update(index_elements=[workers.c.id],
-                                            set_={"last_seen": func.now()}))
+    stmt = insert(workers).values(
+        id=worker, host=host, pid=pid, queue=queue, tasks=dict(tasks), capacity=capacity
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(index_elements=[workers.c.id], set_={"last_seen": func.now()})
+    )
 
 
 # beat_worker: restamp a process's last_seen. Index: pk_workerpool_workers.
@@ -96,8 +104,13 @@ def reset_cron(
     stmt = (
         update(cron)
         .where(cron.c.name == name)
-        .values(queue=queue, expression=expression, timezone=timezone, next_tick=next_tick,
-                updated_at=func.now())
+        .values(
+            queue=queue,
+            expression=expression,
+            timezone=timezone,
+            next_tick=next_tick,
+            updated_at=func.now(),
+        )
     )
     conn.execute(stmt)
 
@@ -116,7 +129,11 @@ def advance_cron(
     """Tick ``tick`` is handled: it became job ``job_id``, or was skipped (counted if
     ``skipped``)."""
     values: dict[str, Any] = {
-        "queue": queue, "last_tick": tick, "next_tick": next_tick, "updated_at": func.now()}
+        "queue": queue,
+        "last_tick": tick,
+        "next_tick": next_tick,
+        "updated_at": func.now(),
+    }
     if job_id is not None:
         values["last_job_id"] = job_id
     if skipped:
@@ -128,8 +145,9 @@ def advance_cron(
 # pruning
 
 
-def prune_finished(conn: Connection, older_than: float, limit: int,
-                   kept: Mapping[str, float] | None = None) -> int:
+def prune_finished(
+    conn: Connection, older_than: float, limit: int, kept: Mapping[str, float] | None = None
+) -> int:
     """Delete up to ``limit`` done/cancelled rows finished more than ``older_than`` seconds ago
     (per pass: ``limit`` of the default rows, and up to ``limit`` of each task in ``kept``,
     whose rows are kept for the seconds it gives instead: ``@pool.task(result_ttl=)``).
@@ -145,8 +163,9 @@ def prune_finished(conn: Connection, older_than: float, limit: int,
 
 # prune_finished: delete a bounded batch of old done/cancelled rows (of one task, or of every
 # task but some). Index: ix_workerpool_jobs_finished (the batch), then pk_workerpool_jobs.
-def prune_finished_statement(older_than: float, limit: int, other_than: Sequence[str] = (), *,
-                             task: str | None = None):
+def prune_finished_statement(
+    older_than: float, limit: int, other_than: Sequence[str] = (), *, task: str | None = None
+):
     only = [jobs.c.task == task] if task is not None else []
     if other_than:
         only.append(jobs.c.task.not_in(list(other_than)))

@@ -130,15 +130,25 @@ def replay_dead(conn: Connection, ids: Sequence[int], by: str) -> list[Any]:
     task, sequence)`` replayed.
     """
     holder = jobs.alias("holder")
-    key_taken = and_(jobs.c.key_scope == literal_column("'live'"), exists(
-        select(holder.c.id).where(holder.c.key == jobs.c.key, holder.c.id != jobs.c.id,
-                                  holds_its_key(holder))))
+    key_taken = and_(
+        jobs.c.key_scope == literal_column("'live'"),
+        exists(
+            select(holder.c.id).where(
+                holder.c.key == jobs.c.key, holder.c.id != jobs.c.id, holds_its_key(holder)
+            )
+        ),
+    )
     entry = func.jsonb_build_object(
-        "at", func.now(),
-        "attempts", jobs.c.attempts,
-        "dead_reason", jobs.c.dead_reason,
-        "finished_at", jobs.c.finished_at,
-        "by", literal(by, Text),
+        "at",
+        func.now(),
+        "attempts",
+        jobs.c.attempts,
+        "dead_reason",
+        jobs.c.dead_reason,
+        "finished_at",
+        jobs.c.finished_at,
+        "by",
+        literal(by, Text),
     )
     stmt = (
         update(jobs)
@@ -196,8 +206,10 @@ def oldest_due_ages(conn: Connection) -> dict[str, float]:
 # Index: ix_workerpool_jobs_suspects.
 def suspect_counts(conn: Connection) -> dict[str, int]:
     """Per queue: how many pending or failed jobs are suspects (``crashes > 0``)."""
-    stmt = text(f"SELECT queue, count(*) FROM workerpool_jobs WHERE state IN ({_DUE_LITERALS})"
-                " AND crashes > 0 GROUP BY queue")
+    stmt = text(
+        f"SELECT queue, count(*) FROM workerpool_jobs WHERE state IN ({_DUE_LITERALS})"
+        " AND crashes > 0 GROUP BY queue"
+    )
     return {queue: int(count) for queue, count in conn.execute(stmt)}
 
 
@@ -212,8 +224,9 @@ UNRUNNABLE_CAP = 10_000
 # unrunnable: waiting rows that no known task version can run, per queue, task and version,
 # among each queue's first UNRUNNABLE_CAP waiting rows in claim order.
 # Index: ix_workerpool_jobs_due (read in its order, stopping at the cap).
-def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]],
-               cap: int = UNRUNNABLE_CAP) -> list[Any]:
+def unrunnable(
+    conn: Connection, known: Mapping[str, Mapping[str, int]], cap: int = UNRUNNABLE_CAP
+) -> list[Any]:
     """Waiting rows of the queues in ``known`` that no listed task version can run, counted
     among each queue's next ``cap`` waiting rows (those the claim would reach first).
 
@@ -240,8 +253,11 @@ def unrunnable(conn: Connection, known: Mapping[str, Mapping[str, int]],
         ORDER BY j.queue, j.task, j.payload_version
         """
     )
-    params = {"known": json.dumps({q: dict(t) for q, t in known.items()}), "queues": list(known),
-              "cap": cap}
+    params = {
+        "known": json.dumps({q: dict(t) for q, t in known.items()}),
+        "queues": list(known),
+        "cap": cap,
+    }
     return list(conn.execute(stmt, params))
 
 
@@ -358,8 +374,9 @@ _DEPTHS = text(
 )
 
 
-def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
-                 ) -> dict[str, dict[str, Any]]:
+def queue_depths(
+    conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
+) -> dict[str, dict[str, Any]]:
     """Per queue: ``waiting`` (pending or failed), ``processing``, ``blocked`` (in the state
     ``waiting``: for parents or a sequence), ``suspects`` (each counted up to ``cap``),
     ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
@@ -372,10 +389,16 @@ def queue_depths(conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
     for row in rows:
         oldest = row.oldest_run_at
         age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
-        out[row.queue] = {"waiting": row.waiting, "processing": row.processing,
-                          "blocked": row.blocked, "suspects": row.suspects, "oldest_due": age,
-                          "cap": cap}
+        out[row.queue] = {
+            "waiting": row.waiting,
+            "processing": row.processing,
+            "blocked": row.blocked,
+            "suspects": row.suspects,
+            "oldest_due": age,
+            "cap": cap,
+        }
     return out
+
 
 # for users' test suites (workerpool.testing)
 
@@ -386,9 +409,18 @@ MATCHABLE = ("queue", "state", "key", "payload", "priority", "max_attempts", "at
 # find_jobs: rows of one task (or any) whose fields equal ``match``, in id order.
 # Index: uq_workerpool_jobs_key with a key; otherwise a scan (test databases are small).
 def find_jobs(conn: Connection, task: str | None, match: Mapping[str, Any]) -> list[Any]:
-    stmt = select(jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.payload, jobs.c.key,
-                  jobs.c.state, jobs.c.priority, jobs.c.attempts, jobs.c.max_attempts,
-                  jobs.c.run_at).order_by(jobs.c.id)
+    stmt = select(
+        jobs.c.id,
+        jobs.c.queue,
+        jobs.c.task,
+        jobs.c.payload,
+        jobs.c.key,
+        jobs.c.state,
+        jobs.c.priority,
+        jobs.c.attempts,
+        jobs.c.max_attempts,
+        jobs.c.run_at,
+    ).order_by(jobs.c.id)
     if task is not None:
         stmt = stmt.where(jobs.c.task == task)
     for name, value in match.items():
@@ -406,6 +438,9 @@ def job_queues(conn: Connection, ids: Sequence[int]) -> list[str]:
 # make_due: waiting rows → due now, so a test runs retries without their backoff.
 # Index: pk_workerpool_jobs.
 def make_due(conn: Connection, ids: Sequence[int]) -> int:
-    stmt = update(jobs).where(jobs.c.id.in_(list(ids)), jobs.c.state.in_(list(DUE_STATES))
-                              ).values(run_at=func.now())
+    stmt = (
+        update(jobs)
+        .where(jobs.c.id.in_(list(ids)), jobs.c.state.in_(list(DUE_STATES)))
+        .values(run_at=func.now())
+    )
     return conn.execute(stmt).rowcount

@@ -87,16 +87,20 @@ def fail(conn: Connection, lease: Lease, error: Mapping[str, Any], delay: float)
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(**or_cancelled({
-            # .value: a CASE types its parameters by their Python type, and a plain str keeps
-            # the bound ``::VARCHAR`` an enum member would lose
-            "state": case((exhausted, JobState.DEAD.value), else_=JobState.FAILED.value),
-            "dead_reason": case((exhausted, DeadReason.EXHAUSTED.value), else_=None),
-            "run_at": case((exhausted, jobs.c.run_at), else_=after(delay)),
-            "finished_at": case((exhausted, func.now()), else_=None),
-            "errors": errors_append(error),
-            "crashes": 0,  # an ordinary outcome: no longer a suspect
-        }))
+        .values(
+            **or_cancelled(
+                {
+                    # .value: a CASE types its parameters by their Python type, and a plain
+                    # str keeps the bound ``::VARCHAR`` an enum member would lose
+                    "state": case((exhausted, JobState.DEAD.value), else_=JobState.FAILED.value),
+                    "dead_reason": case((exhausted, DeadReason.EXHAUSTED.value), else_=None),
+                    "run_at": case((exhausted, jobs.c.run_at), else_=after(delay)),
+                    "finished_at": case((exhausted, func.now()), else_=None),
+                    "errors": errors_append(error),
+                    "crashes": 0,  # an ordinary outcome: no longer a suspect
+                }
+            )
+        )
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()
@@ -128,10 +132,16 @@ def snooze(conn: Connection, lease: Lease, delay: float) -> str | None:
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(**or_cancelled({
-            "state": JobState.PENDING, "attempts": jobs.c.attempts - 1, "run_at": after(delay),
-            "crashes": 0,  # an ordinary outcome: no longer a suspect
-        }))
+        .values(
+            **or_cancelled(
+                {
+                    "state": JobState.PENDING,
+                    "attempts": jobs.c.attempts - 1,
+                    "run_at": after(delay),
+                    "crashes": 0,  # an ordinary outcome: no longer a suspect
+                }
+            )
+        )
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()
@@ -146,19 +156,24 @@ def give_back(conn: Connection, lease: Lease, error: Mapping[str, Any]) -> str |
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(**or_cancelled({
-            "state": JobState.PENDING,
-            "attempts": jobs.c.attempts - 1,
-            "run_at": after(RELEASE_HOLD),
-            "errors": errors_append(error),
-        }))
+        .values(
+            **or_cancelled(
+                {
+                    "state": JobState.PENDING,
+                    "attempts": jobs.c.attempts - 1,
+                    "run_at": after(RELEASE_HOLD),
+                    "errors": errors_append(error),
+                }
+            )
+        )
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()
 
 
-def return_unstarted(conn: Connection, worker: str,
-                     leases: Sequence[tuple[int, int]]) -> dict[int, str]:
+def return_unstarted(
+    conn: Connection, worker: str, leases: Sequence[tuple[int, int]]
+) -> dict[int, str]:
     """Give back prefetched jobs that never started: ``pending``, attempt refunded, no error.
 
     ``run_at`` is kept, so each job keeps its place in line (it is already due). Fenced on the
@@ -200,9 +215,11 @@ _RETURN_UNHELD = (
     update(jobs)
     # the state as a literal: the partial index is defined on it (a parameter would hide it
     # from a generic plan)
-    .where(jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
-           jobs.c.claimed_by == bindparam("worker", type_=Text),
-           jobs.c.id != all_(bindparam("held", type_=ARRAY(BigInteger))))
+    .where(
+        jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+        jobs.c.claimed_by == bindparam("worker", type_=Text),
+        jobs.c.id != all_(bindparam("held", type_=ARRAY(BigInteger))),
+    )
     .values(**or_cancelled({"state": JobState.PENDING, "attempts": jobs.c.attempts - 1}))
     .returning(jobs.c.id, jobs.c.state, jobs.c.batch_id)
 )

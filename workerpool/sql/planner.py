@@ -36,8 +36,7 @@ from .schema import jobs
 #: node (a sort where no index serves) carries ``disable_cost`` (1e10), far past
 #: ``jit_above_cost``, and PostgreSQL would then JIT-compile it on every execution (1.4 s per
 #: claim, measured on a per-key claim that used a window function).
-PLANNER_SETTINGS: dict[str, str] = {"enable_sort": "off", "enable_bitmapscan": "off",
-                                    "jit": "off"}
+PLANNER_SETTINGS: dict[str, str] = {"enable_sort": "off", "enable_bitmapscan": "off", "jit": "off"}
 
 
 def state_in(*states: JobState, table: Any = jobs) -> Any:

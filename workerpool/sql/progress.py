@@ -20,7 +20,13 @@ _VALUE = cast(bindparam("progress", type_=Text), JSONB)
 
 def save_progress(conn: Connection, lease: Lease, value_json: str) -> bool:
     """Store ``value_json`` as the job's progress; False when the lease was lost."""
-    stmt = (update(jobs).where(fence(lease))
-            .values(progress=func.jsonb_build_object("value", _VALUE, "attempt", jobs.c.attempts,
-                                                     "at", func.now())))
+    stmt = (
+        update(jobs)
+        .where(fence(lease))
+        .values(
+            progress=func.jsonb_build_object(
+                "value", _VALUE, "attempt", jobs.c.attempts, "at", func.now()
+            )
+        )
+    )
     return conn.execute(stmt, {"progress": value_json}).rowcount == 1

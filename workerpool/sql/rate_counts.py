@@ -34,17 +34,23 @@ _EPOCH = "extract(epoch FROM statement_timestamp())"
 
 def _slice(rate: Rate) -> Any:
     """The current slice of ``rate``'s window (constants only: the plan stays generic)."""
-    return literal_column(f"floor({_EPOCH} * {RATE_SLICES} / {int(rate.window)})::bigint",
-                          BigInteger)
+    return literal_column(
+        f"floor({_EPOCH} * {RATE_SLICES} / {int(rate.window)})::bigint", BigInteger
+    )
 
 
 def claimed(queue: str, rate: Rate) -> Any:
     """Claims of ``queue`` in the current slice and the ``RATE_SLICES`` before it.
     Index: pk_workerpool_rate_counts."""
-    return (select(func.coalesce(func.sum(rate_counts.c.claims), 0))
-            .where(rate_counts.c.queue == queue, rate_counts.c.window_s == int(rate.window),
-                   rate_counts.c.slice >= _slice(rate) - RATE_SLICES)
-            .scalar_subquery())
+    return (
+        select(func.coalesce(func.sum(rate_counts.c.claims), 0))
+        .where(
+            rate_counts.c.queue == queue,
+            rate_counts.c.window_s == int(rate.window),
+            rate_counts.c.slice >= _slice(rate) - RATE_SLICES,
+        )
+        .scalar_subquery()
+    )
 
 
 def add(queue: str, rate: Rate, rows: Any) -> Any:
@@ -53,19 +59,27 @@ def add(queue: str, rate: Rate, rows: Any) -> Any:
     keeps a newer one: a claim that waited past its slice's turn adds nothing to it).
     Index: pk_workerpool_rate_counts."""
     now = _slice(rate)
-    source = (select(literal(queue), literal(int(rate.window), Integer),
-                     (now % (RATE_SLICES + 1)).cast(SmallInteger), now,
-                     func.count().cast(Integer))
-              .select_from(rows).having(func.count() > 0))
-    stmt = insert(rate_counts).from_select(
-        ["queue", "window_s", "slot", "slice", "claims"], source)
+    source = (
+        select(
+            literal(queue),
+            literal(int(rate.window), Integer),
+            (now % (RATE_SLICES + 1)).cast(SmallInteger),
+            now,
+            func.count().cast(Integer),
+        )
+        .select_from(rows)
+        .having(func.count() > 0)
+    )
+    stmt = insert(rate_counts).from_select(["queue", "window_s", "slot", "slice", "claims"], source)
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=[rate_counts.c.queue, rate_counts.c.window_s, rate_counts.c.slot],
         set_={
-            "claims": case((rate_counts.c.slice == new.slice, rate_counts.c.claims + new.claims),
-                           (rate_counts.c.slice > new.slice, rate_counts.c.claims),
-                           else_=new.claims),
+            "claims": case(
+                (rate_counts.c.slice == new.slice, rate_counts.c.claims + new.claims),
+                (rate_counts.c.slice > new.slice, rate_counts.c.claims),
+                else_=new.claims,
+            ),
             "slice": func.greatest(rate_counts.c.slice, new.slice),
         },
     )

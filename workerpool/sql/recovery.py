@@ -47,14 +47,23 @@ CRASH_HOLD = 1.0
 CRASH_HOLD_CAP = 60.0
 
 #: The columns the recovery statements return for logging and dead-job notices.
-_CHANGED = (jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.attempts,
-            jobs.c.crashes, jobs.c.errors.op("->", return_type=JSONB)(-1).label("last_error"),
-            jobs.c.batch_id)
+_CHANGED = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.task,
+    jobs.c.state,
+    jobs.c.attempts,
+    jobs.c.crashes,
+    jobs.c.errors.op("->", return_type=JSONB)(-1).label("last_error"),
+    jobs.c.batch_id,
+)
 
 #: Deaths this job already caused while running alone (its WorkerLost entries that say so).
 _SOLO_DEATHS = literal_column(
     "(SELECT count(*) FROM jsonb_array_elements(workerpool_jobs.errors) AS e"
-    " WHERE e->>'type' = 'WorkerLost' AND e->>'alone' = 'true')", Integer)
+    " WHERE e->>'type' = 'WorkerLost' AND e->>'alone' = 'true')",
+    Integer,
+)
 
 
 def recover(lost: Any, how: str) -> Any:
@@ -65,10 +74,15 @@ def recover(lost: Any, how: str) -> Any:
     others is a bystander until proven otherwise. Index: ix_workerpool_jobs_claimed_by.
     """
     gang = (
-        select(jobs.c.claimed_by.label("owner"), func.count().label("n"),
-               func.array_agg(jobs.c.id).label("ids"))
-        .where(jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
-               jobs.c.claimed_by.in_(select(lost.c.owner)))
+        select(
+            jobs.c.claimed_by.label("owner"),
+            func.count().label("n"),
+            func.array_agg(jobs.c.id).label("ids"),
+        )
+        .where(
+            jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+            jobs.c.claimed_by.in_(select(lost.c.owner)),
+        )
         .group_by(jobs.c.claimed_by)
         .cte(f"{lost.name}_gang")
     )
@@ -81,8 +95,9 @@ def recover(lost: Any, how: str) -> Any:
 
 
 def _times(count: Any) -> Any:
-    return case((count == 1, literal("once", Text)),
-                else_=cast(count, Text) + literal(" times", Text))
+    return case(
+        (count == 1, literal("once", Text)), else_=cast(count, Text) + literal(" times", Text)
+    )
 
 
 def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, Any]:
@@ -91,29 +106,55 @@ def _lost_values(owner: Any, held: Any, held_ids: Any, how: str) -> dict[str, An
     exhausted = and_(alone, jobs.c.attempts >= jobs.c.max_attempts)
     lost = literal("worker ", Text) + owner + literal(f" {how}", Text)
     message = case(
-        (exhausted, literal("killed its process ", Text) + _times(_SOLO_DEATHS + 1)
-         + literal(" while running alone; gave up (", Text) + lost + literal(")", Text)),
+        (
+            exhausted,
+            literal("killed its process ", Text)
+            + _times(_SOLO_DEATHS + 1)
+            + literal(" while running alone; gave up (", Text)
+            + lost
+            + literal(")", Text),
+        ),
         (alone, lost + literal(" while running this job alone: the attempt counts", Text)),
-        else_=lost + literal(" holding ", Text) + cast(held, Text)
-        + literal(" jobs: which one killed it is unknown, so the attempt does not count and"
-                  " the job runs alone next (a suspect)", Text),
+        else_=lost
+        + literal(" holding ", Text)
+        + cast(held, Text)
+        + literal(
+            " jobs: which one killed it is unknown, so the attempt does not count and"
+            " the job runs alone next (a suspect)",
+            Text,
+        ),
     )
     entry = func.jsonb_build_object(
-        "attempt", jobs.c.attempts, "type", "WorkerLost", "worker", owner, "alone", alone,
-        "with", func.to_jsonb(func.array_remove(held_ids, jobs.c.id)),
-        "message", message, "at", func.now())
+        "attempt",
+        jobs.c.attempts,
+        "type",
+        "WorkerLost",
+        "worker",
+        owner,
+        "alone",
+        alone,
+        "with",
+        func.to_jsonb(func.array_remove(held_ids, jobs.c.id)),
+        "message",
+        message,
+        "at",
+        func.now(),
+    )
     hold = func.least(CRASH_HOLD_CAP, CRASH_HOLD * func.power(2.0, _SOLO_DEATHS))
-    return or_cancelled({  # .value: plain str parameters (a CASE types values by Python type)
-        "state": case((exhausted, JobState.DEAD.value), else_=JobState.PENDING.value),
-        "run_at": case((and_(alone, ~exhausted),
-                        func.now() + func.make_interval(0, 0, 0, 0, 0, 0, hold)),
-                       else_=jobs.c.run_at),
-        "dead_reason": case((exhausted, DeadReason.ABANDONED.value), else_=None),
-        "finished_at": case((exhausted, func.now()), else_=None),
-        "attempts": case((alone, jobs.c.attempts), else_=jobs.c.attempts - 1),
-        "crashes": jobs.c.crashes + 1,
-        "errors": jobs.c.errors.op("||")(func.jsonb_build_array(entry)),
-    })
+    return or_cancelled(
+        {  # .value: plain str parameters (a CASE types values by Python type)
+            "state": case((exhausted, JobState.DEAD.value), else_=JobState.PENDING.value),
+            "run_at": case(
+                (and_(alone, ~exhausted), func.now() + func.make_interval(0, 0, 0, 0, 0, 0, hold)),
+                else_=jobs.c.run_at,
+            ),
+            "dead_reason": case((exhausted, DeadReason.ABANDONED.value), else_=None),
+            "finished_at": case((exhausted, func.now()), else_=None),
+            "attempts": case((alone, jobs.c.attempts), else_=jobs.c.attempts - 1),
+            "crashes": jobs.c.crashes + 1,
+            "errors": jobs.c.errors.op("||")(func.jsonb_build_array(entry)),
+        }
+    )
 
 
 # reclaim_from_dead_worker: a dead process's rows → pending (suspects when it held several),
@@ -126,8 +167,10 @@ def reclaim_from_dead_worker(conn: Connection, worker: str) -> list[Any]:
     """
     lost = (
         select(jobs.c.id, jobs.c.claimed_by.label("owner"))
-        .where(jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
-               jobs.c.claimed_by == bindparam("owner", worker, type_=Text))
+        .where(
+            jobs.c.state == literal_column(f"'{JobState.PROCESSING}'"),
+            jobs.c.claimed_by == bindparam("owner", worker, type_=Text),
+        )
         .with_for_update()
         .cte("lost")
     )
@@ -140,8 +183,11 @@ RECOVER_BATCH = 1000
 
 def _stale_leases(queue: str, stale_after: float, *, exhausted: bool) -> Any:
     """A queue's leases not renewed for ``stale_after``, with attempts left or none."""
-    attempts = (jobs.c.attempts >= jobs.c.max_attempts if exhausted
-                else jobs.c.attempts < jobs.c.max_attempts)
+    attempts = (
+        jobs.c.attempts >= jobs.c.max_attempts
+        if exhausted
+        else jobs.c.attempts < jobs.c.max_attempts
+    )
     return (
         select(jobs.c.id, jobs.c.claimed_by.label("owner"))
         .where(

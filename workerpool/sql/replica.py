@@ -32,8 +32,10 @@ class ReplicaLag:
 
     def as_json(self) -> dict[str, object]:
         at = self.replayed_at
-        return {"lag_seconds": self.seconds,
-                "replayed_at": at.isoformat() if hasattr(at, "isoformat") else None}
+        return {
+            "lag_seconds": self.seconds,
+            "replayed_at": at.isoformat() if hasattr(at, "isoformat") else None,
+        }
 
 
 def lag(conn: Connection) -> ReplicaLag | None:

@@ -74,8 +74,11 @@ def _awaited(job_id: Any) -> Any:
 
 _RESULT_IDS = bindparam("lease_ids", type_=ARRAY(BigInteger))
 _WITH_RESULTS = (
-    func.unnest(_RESULT_IDS, bindparam("lease_attempts", type_=ARRAY(Integer)),
-                bindparam("lease_results", type_=ARRAY(Text)))
+    func.unnest(
+        _RESULT_IDS,
+        bindparam("lease_attempts", type_=ARRAY(Integer)),
+        bindparam("lease_results", type_=ARRAY(Text)),
+    )
     .table_valued("id", "attempt", "result")
     .render_derived(name="lease")
 )
@@ -100,8 +103,9 @@ def _complete_statement(with_results: bool) -> Any:
         .returning(jobs.c.id, jobs.c.batch_id, jobs.c.has_dependents)
         .cte("done")
     )
-    return select(done.c.id, done.c.batch_id, _awaited(done.c.id).label("awaited"),
-                  done.c.has_dependents)
+    return select(
+        done.c.id, done.c.batch_id, _awaited(done.c.id).label("awaited"), done.c.has_dependents
+    )
 
 
 # complete_settling: leased rows → done, with their results; returns (id, batch_id, awaited,
@@ -110,8 +114,9 @@ def _complete_statement(with_results: bool) -> Any:
 _COMPLETE = {False: _complete_statement(False), True: _complete_statement(True)}
 
 
-def complete_settling(conn: Connection, worker: str,
-                      leases: Sequence[tuple[int, int, str | None]]) -> list[Settled]:
+def complete_settling(
+    conn: Connection, worker: str, leases: Sequence[tuple[int, int, str | None]]
+) -> list[Settled]:
     """Mark ``(job_id, attempt, result JSON or None)`` leases done in one statement, each with
     its result; returns the rows that applied (the others lost their lease) as :class:`Settled`.
     A batch without any result is the plain statement (no third array)."""
@@ -133,11 +138,12 @@ def settled_rows(conn: Connection, ids: Sequence[int]) -> list[Settled]:
     cancelled): one statement, only on the path that has such rows."""
     if not ids:
         return []
-    stmt = select(jobs.c.id, jobs.c.batch_id, _awaited(jobs.c.id).label("awaited"),
-                  jobs.c.has_dependents).where(
-        jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
-    return [Settled(row.id, row.batch_id, row.awaited, row.has_dependents)
-            for row in conn.execute(stmt)]
+    stmt = select(
+        jobs.c.id, jobs.c.batch_id, _awaited(jobs.c.id).label("awaited"), jobs.c.has_dependents
+    ).where(jobs.c.id == func.any(bindparam("ids", list(ids), type_=ARRAY(BigInteger))))
+    return [
+        Settled(row.id, row.batch_id, row.awaited, row.has_dependents) for row in conn.execute(stmt)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +184,8 @@ def remove_waiter(conn: Connection, waiter_id: int) -> None:
 # prune_waiters: rows of callers that died waiting, once old. Index: none (a small table).
 def prune_waiters(conn: Connection, older_than: float) -> int:
     stmt = delete(waiters).where(
-        waiters.c.since < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, older_than))
+        waiters.c.since < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, older_than)
+    )
     return conn.execute(stmt).rowcount
 
 
@@ -188,10 +195,24 @@ def prune_waiters(conn: Connection, older_than: float) -> int:
 
 #: What ``pool.job`` and ``pool.result`` read of a job.
 JOB_INFO_COLUMNS = (
-    jobs.c.id, jobs.c.queue, jobs.c.task, jobs.c.state, jobs.c.dead_reason, jobs.c.result,
-    jobs.c.attempts, jobs.c.max_attempts, jobs.c.errors, jobs.c.key, jobs.c.batch_id,
-    jobs.c.created_at, jobs.c.run_at, jobs.c.finished_at,
-    jobs.c.payload, jobs.c.priority, jobs.c.claimed_by, jobs.c.claimed_at,
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.task,
+    jobs.c.state,
+    jobs.c.dead_reason,
+    jobs.c.result,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.errors,
+    jobs.c.key,
+    jobs.c.batch_id,
+    jobs.c.created_at,
+    jobs.c.run_at,
+    jobs.c.finished_at,
+    jobs.c.payload,
+    jobs.c.priority,
+    jobs.c.claimed_by,
+    jobs.c.claimed_at,
 )
 
 # read_job: one job as pool.job shows it, in the jobs table or moved to the history (one

@@ -14,8 +14,7 @@ from sqlalchemy import exc as sa_exc
 VERSION_TABLE = "workerpool_alembic_version"
 #: What a statement on a database without workerpool's tables (or with older ones) raises:
 #: psycopg's own on the compiled paths, SQLAlchemy's wrapper elsewhere (:func:`is_missing`).
-ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
-          sa_exc.ProgrammingError)
+ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn, sa_exc.ProgrammingError)
 
 # exists: a table, looked up without an error that would abort the transaction.
 _EXISTS = text("SELECT to_regclass(:name) IS NOT NULL")

@@ -281,13 +281,20 @@ dependencies = Table(
 Index("ix_workerpool_job_dependencies_parent_id", dependencies.c.parent_id)
 # Jobs waiting for a signal, by its name: pool.signal wakes them, the maintenance sweep finds
 # those whose signal exists or whose deadline passed. Other rows are not in it.
-Index("ix_workerpool_jobs_signal", jobs.c.signal,
-      postgresql_where=text(f"state = '{JobState.WAITING}' AND signal IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_signal",
+    jobs.c.signal,
+    postgresql_where=text(f"state = '{JobState.WAITING}' AND signal IS NOT NULL"),
+)
 
 # Tag filters (``tags @> ARRAY[...]``: status, cancel, dead, the dashboard). Partial: the planner
 # proves ``tags IS NOT NULL`` from the strict ``@>``, and untagged jobs cost the index nothing.
-Index("ix_workerpool_jobs_tags", jobs.c.tags, postgresql_using="gin",
-      postgresql_where=text("tags IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_tags",
+    jobs.c.tags,
+    postgresql_using="gin",
+    postgresql_where=text("tags IS NOT NULL"),
+)
 
 #: Multivariate statistics on (queue, state) (migration 0008; Alembic does not compare them):
 #: ``workerpool status`` shows the history's counts as the planner's estimates.
@@ -396,13 +403,20 @@ batches = Table(
         name="finished",
     ),
 )
-Index("uq_workerpool_batches_key", batches.c.key, unique=True,
-      postgresql_where=text("key IS NOT NULL"))
+Index(
+    "uq_workerpool_batches_key",
+    batches.c.key,
+    unique=True,
+    postgresql_where=text("key IS NOT NULL"),
+)
 # The open batches: the maintenance sweep's and ``workerpool status``'s.
 Index("ix_workerpool_batches_open", batches.c.id, postgresql_where=text("finished_at IS NULL"))
 # Pruning finished batches after the retention.
-Index("ix_workerpool_batches_finished", batches.c.finished_at,
-      postgresql_where=text("finished_at IS NOT NULL"))
+Index(
+    "ix_workerpool_batches_finished",
+    batches.c.finished_at,
+    postgresql_where=text("finished_at IS NOT NULL"),
+)
 
 # Callers waiting in ``pool.result`` for a job to settle: the outcome write that settles a job
 # listed here sends one NOTIFY on RESULTS_CHANNEL (and deletes the rows); a job nobody waits for
@@ -480,18 +494,29 @@ Index("ix_workerpool_job_logs_written", job_logs.c.written_at)
 history = Table(
     "workerpool_jobs_history",
     metadata,
-    *(Column(c.name, c.type, nullable=c.nullable and c.name != "finished_at")
-      for c in jobs.columns),
+    *(
+        Column(c.name, c.type, nullable=c.nullable and c.name != "finished_at")
+        for c in jobs.columns
+    ),
     postgresql_partition_by="RANGE (finished_at)",
 )
 # A job by id (its result, its page): one probe per partition.
 Index("ix_workerpool_jobs_history_id", history.c.id)
 # A batch's moved members (counts and result pages), as ix_workerpool_jobs_batch.
-Index("ix_workerpool_jobs_history_batch", history.c.batch_id, history.c.state, history.c.id,
-      postgresql_where=text("batch_id IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_history_batch",
+    history.c.batch_id,
+    history.c.state,
+    history.c.id,
+    postgresql_where=text("batch_id IS NOT NULL"),
+)
 # A workflow's moved jobs (its page).
-Index("ix_workerpool_jobs_history_workflow", history.c.workflow_id, history.c.id,
-      postgresql_where=text("workflow_id IS NOT NULL"))
+Index(
+    "ix_workerpool_jobs_history_workflow",
+    history.c.workflow_id,
+    history.c.id,
+    postgresql_where=text("workflow_id IS NOT NULL"),
+)
 # What the history holds, counted by the minute its jobs finished: the mover adds each batch's
 # counts in the statement that moves it (workerpool.sql.history), so the dashboard's chart of
 # finished jobs reads at most one row per (minute, queue, state) for moved jobs, however many

@@ -21,8 +21,10 @@ from ..model.validation import DEFAULT_SCHEMA
 
 # borrow: the caller's path (read before it changes: the CTE is materialized first), then the
 # pool's schema for the rest of the call. Index: none, no table.
-_BORROW = text("WITH old AS MATERIALIZED (SELECT current_setting('search_path') AS path)"
-               " SELECT path, set_config('search_path', :schema, true) FROM old")
+_BORROW = text(
+    "WITH old AS MATERIALIZED (SELECT current_setting('search_path') AS path)"
+    " SELECT path, set_config('search_path', :schema, true) FROM old"
+)
 # give_back: the caller's path again, for the rest of its transaction. Index: none.
 _GIVE_BACK = text("SELECT set_config('search_path', :path, true)")
 

@@ -35,7 +35,7 @@ ORDER BY j.id DESC LIMIT 1
 _LINE_END = text(f"""
 SELECT j.id FROM {JOBS} AS j
 WHERE j.sequence = :sequence AND {SEQUENCE_HELD} AND j.id <> :exclude
-  AND j.state IN ({', '.join(f"'{s}'" for s in LIVE_STATES)}) AND NOT {_FOLLOWED}
+  AND j.state IN ({", ".join(f"'{s}'" for s in LIVE_STATES)}) AND NOT {_FOLLOWED}
 ORDER BY j.id DESC LIMIT 1
 """)
 
@@ -69,8 +69,9 @@ UPDATE {JOBS} SET state = '{JobState.WAITING}' WHERE id = :id AND state = '{JobS
 """)
 
 
-def wait_in_line(conn: Connection, job_id: int, sequence: str,
-                 policy: Callable[[str], str]) -> int | None:
+def wait_in_line(
+    conn: Connection, job_id: int, sequence: str, policy: Callable[[str], str]
+) -> int | None:
     """A replayed job of a sequence (``pending`` again in this transaction) goes back into its
     line instead of running beside the job the line runs now: it waits behind the line's end,
     like a job enqueued now. A job whose death blocked the line (``on_failure="block"``) goes

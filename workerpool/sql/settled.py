@@ -87,18 +87,21 @@ def after_rows(conn: Connection, rows: Iterable[Any]) -> Followed:
     return after_final(conn, final) if final else NOTHING
 
 
-def after_states(conn: Connection, done: Sequence[Settled],
-                 states: dict[int, str | None]) -> Followed:
+def after_states(
+    conn: Connection, done: Sequence[Settled], states: dict[int, str | None]
+) -> Followed:
     """:func:`after_final` for an outcome flush: ``done`` came back from the completing write
     (with its batch and waiters), and the other rows ``states`` left dead or cancelled are
     looked up (one statement, only when there are such rows)."""
     done_ids = {row.id for row in done}
-    others = [job_id for job_id, state in states.items()
-              if state in FINAL_STATES and job_id not in done_ids]
+    others = [
+        job_id
+        for job_id, state in states.items()
+        if state in FINAL_STATES and job_id not in done_ids
+    ]
     settled = [row for row in done if row.batch_id is not None or row.awaited or row.dependents]
     settled += settled_rows(conn, others)
     return after_final(conn, settled) if settled else NOTHING
 
 
-__all__ = ["NOTHING", "Followed", "after_final", "after_rows", "after_states",
-           "release_dependents"]
+__all__ = ["NOTHING", "Followed", "after_final", "after_rows", "after_states", "release_dependents"]

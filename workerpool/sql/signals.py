@@ -63,27 +63,31 @@ def read_signal(conn: Connection, name: str, deadline: str | None) -> SignalRead
 
 
 _READ = select(
-    select(signals.c.payload).where(signals.c.name == bindparam("name"))
-    .scalar_subquery().label("payload"),
-    select(signals.c.name).where(signals.c.name == bindparam("name"))
-    .exists().label("sent"),
+    select(signals.c.payload)
+    .where(signals.c.name == bindparam("name"))
+    .scalar_subquery()
+    .label("payload"),
+    select(signals.c.name).where(signals.c.name == bindparam("name")).exists().label("sent"),
     (func.now() >= cast(bindparam("deadline", type_=Text), TZ)).label("expired"),
 )
 
 
 def get(conn: Connection, name: str) -> Any:
     """The kept signal ``name`` (payload, sent_at), or None. Index: pk_workerpool_signals."""
-    return conn.execute(select(signals.c.payload, signals.c.sent_at)
-                        .where(signals.c.name == name)).one_or_none()
+    return conn.execute(
+        select(signals.c.payload, signals.c.sent_at).where(signals.c.name == name)
+    ).one_or_none()
 
 
 # insert_signal: keep the first signal of a name. Index: pk_workerpool_signals.
 def insert_signal(conn: Connection, name: str, payload_json: str) -> datetime | None:
     """Keep signal ``name`` unless one was sent; its ``sent_at``, or None if it existed."""
-    stmt = (insert(signals)
-            .values(name=name, payload=cast(literal(payload_json, Text), JSONB))
-            .on_conflict_do_nothing(index_elements=[signals.c.name])
-            .returning(signals.c.sent_at))
+    stmt = (
+        insert(signals)
+        .values(name=name, payload=cast(literal(payload_json, Text), JSONB))
+        .on_conflict_do_nothing(index_elements=[signals.c.name])
+        .returning(signals.c.sent_at)
+    )
     return conn.execute(stmt).scalar()
 
 
@@ -96,15 +100,16 @@ def notify(conn: Connection, queues: set[str]) -> None:
 # wake: the jobs waiting for a signal → pending now. Index: ix_workerpool_jobs_signal.
 def wake(conn: Connection, name: str) -> dict[int, str]:
     """Make the jobs waiting for signal ``name`` due now; returns ``{id: queue}`` of them."""
-    stmt = (update(jobs)
-            .where(jobs.c.signal == name, jobs.c.state == JobState.WAITING)
-            .values(state=JobState.PENDING, signal=None, run_at=func.now())
-            .returning(jobs.c.id, jobs.c.queue))
+    stmt = (
+        update(jobs)
+        .where(jobs.c.signal == name, jobs.c.state == JobState.WAITING)
+        .values(state=JobState.PENDING, signal=None, run_at=func.now())
+        .returning(jobs.c.id, jobs.c.queue)
+    )
     return {row.id: row.queue for row in conn.execute(stmt)}
 
 
-def send(conn: Connection, name: str, payload_json: str
-         ) -> tuple[datetime | None, dict[int, str]]:
+def send(conn: Connection, name: str, payload_json: str) -> tuple[datetime | None, dict[int, str]]:
     """``pool.signal``: keep the first signal of ``name`` and wake its waiters, in ``conn``'s
     transaction. Returns ``(sent_at, {woken id: queue})``; ``sent_at`` is None when a signal
     of that name exists (then nothing was written)."""
@@ -134,19 +139,34 @@ def wait(conn: Connection, lease: Lease, name: str, timeout: float | None) -> st
     limit = MAX_DELAY if timeout is None else timeout
     deadline = func.coalesce(cast(begun.op("->>")("deadline"), TZ), after(limit))
     entry = func.jsonb_build_object(
-        "kind", WAIT, "signal", name, "value", NULL, "attempt", jobs.c.attempts,
-        "started_at", func.now(), "deadline", NULL if timeout is None else deadline)
+        "kind",
+        WAIT,
+        "signal",
+        name,
+        "value",
+        NULL,
+        "attempt",
+        jobs.c.attempts,
+        "started_at",
+        func.now(),
+        "deadline",
+        NULL if timeout is None else deadline,
+    )
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(**or_cancelled({
-            "state": case((sent, JobState.PENDING.value), else_=JobState.WAITING.value),
-            "signal": case((sent, None), else_=name),
-            "run_at": case((sent, func.now()), else_=deadline),
-            "attempts": jobs.c.attempts - 1,
-            "crashes": 0,  # an ordinary outcome: no longer a suspect
-            "steps": with_step(func.coalesce(begun, entry), name),
-        }))
+        .values(
+            **or_cancelled(
+                {
+                    "state": case((sent, JobState.PENDING.value), else_=JobState.WAITING.value),
+                    "signal": case((sent, None), else_=name),
+                    "run_at": case((sent, func.now()), else_=deadline),
+                    "attempts": jobs.c.attempts - 1,
+                    "crashes": 0,  # an ordinary outcome: no longer a suspect
+                    "steps": with_step(func.coalesce(begun, entry), name),
+                }
+            )
+        )
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()
@@ -159,11 +179,16 @@ def sweep(conn: Connection) -> dict[str, int]:
     missed), and jobs whose wait's deadline passed (their ``wait_for`` then raises
     ``TimeoutError``). Returns ``{queue: jobs made due}`` and wakes their workers."""
     sent = select(signals.c.name).where(signals.c.name == jobs.c.signal).exists()
-    stmt = (update(jobs)
-            .where(jobs.c.signal.isnot(None), jobs.c.state == JobState.WAITING,
-                   or_(sent, jobs.c.run_at <= func.now()))
-            .values(state=JobState.PENDING, signal=None, run_at=func.now())
-            .returning(jobs.c.queue))
+    stmt = (
+        update(jobs)
+        .where(
+            jobs.c.signal.isnot(None),
+            jobs.c.state == JobState.WAITING,
+            or_(sent, jobs.c.run_at <= func.now()),
+        )
+        .values(state=JobState.PENDING, signal=None, run_at=func.now())
+        .returning(jobs.c.queue)
+    )
     counts: dict[str, int] = {}
     for queue in conn.execute(stmt).scalars():
         counts[queue] = counts.get(queue, 0) + 1

@@ -201,8 +201,11 @@ def _clean(conn: Connection) -> bool:
     if conn.closed or conn.invalidated or conn.in_transaction():
         return False
     driver = _driver(conn)
-    return (not driver.closed and driver.autocommit
-            and driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+    return (
+        not driver.closed
+        and driver.autocommit
+        and driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
 
 
 def _release(conn: Connection) -> None:
@@ -227,9 +230,9 @@ def _run(conn: Connection, statements: Callable[[Connection], T]) -> T:
         disconnect = conn.dialect.is_disconnect(exc, driver, None)
         if disconnect:
             conn.invalidate(exc)
-        raise sa_exc.DBAPIError.instance(None, None, exc, psycopg.Error,
-                                         connection_invalidated=disconnect,
-                                         dialect=conn.dialect) from exc
+        raise sa_exc.DBAPIError.instance(
+            None, None, exc, psycopg.Error, connection_invalidated=disconnect, dialect=conn.dialect
+        ) from exc
 
 
 def _unsent(exc: sa_exc.DBAPIError) -> bool:

@@ -44,17 +44,32 @@ def with_step(entry: Any, name: Any = _NAME) -> Any:
 # record_step: one finished step on one leased row. Built once: a handler thread writes it per
 # step, and the lease's values are bound per call.
 _ENTRY = func.jsonb_build_object(
-    "kind", bindparam("kind", type_=Text),
-    "value", cast(bindparam("value", type_=Text), JSONB),
-    "attempt", jobs.c.attempts,
-    "started_at", func.coalesce(cast(_EARLIER.op("->>")("started_at"), TZ),
-                                func.now() - bindparam("elapsed", type_=Interval)),
-    "finished_at", func.now(),
+    "kind",
+    bindparam("kind", type_=Text),
+    "value",
+    cast(bindparam("value", type_=Text), JSONB),
+    "attempt",
+    jobs.c.attempts,
+    "started_at",
+    func.coalesce(
+        cast(_EARLIER.op("->>")("started_at"), TZ),
+        func.now() - bindparam("elapsed", type_=Interval),
+    ),
+    "finished_at",
+    func.now(),
 ).op("||")(cast(bindparam("extra", type_=Text), JSONB))
 
 
-def record_step(conn: Connection, lease: Lease, name: str, kind: str, value_json: str,
-                elapsed: float, *, timed_out: bool = False) -> dict[str, Any] | None:
+def record_step(
+    conn: Connection,
+    lease: Lease,
+    name: str,
+    kind: str,
+    value_json: str,
+    elapsed: float,
+    *,
+    timed_out: bool = False,
+) -> dict[str, Any] | None:
     """Write step ``name`` (``value_json``: its JSON value) as finished, fenced on ``lease``;
     returns the entry written, or None when the lease was lost (nothing written).
 
@@ -65,10 +80,16 @@ def record_step(conn: Connection, lease: Lease, name: str, kind: str, value_json
         .values(steps=with_step(_ENTRY))
         .returning(jobs.c.steps.op("->")(_NAME))
     )
-    return conn.execute(stmt, {
-        "step_name": name, "kind": kind, "value": value_json, "elapsed": seconds(elapsed),
-        "extra": '{"timed_out": true}' if timed_out else "{}",
-    }).scalar()
+    return conn.execute(
+        stmt,
+        {
+            "step_name": name,
+            "kind": kind,
+            "value": value_json,
+            "elapsed": seconds(elapsed),
+            "extra": '{"timed_out": true}' if timed_out else "{}",
+        },
+    ).scalar()
 
 
 # sleep: one leased row → pending at now()+delay, attempt refunded, the sleep a finished step.
@@ -79,16 +100,31 @@ def sleep(conn: Connection, lease: Lease, name: str, delay: float) -> str | None
     Returns the new state (``cancelled`` if an operator asked), None when the lease was lost."""
     wake = after(delay)
     entry = func.jsonb_build_object(
-        "kind", SLEEP, "value", NULL, "attempt", jobs.c.attempts,
-        "started_at", func.now(), "finished_at", wake)
+        "kind",
+        SLEEP,
+        "value",
+        NULL,
+        "attempt",
+        jobs.c.attempts,
+        "started_at",
+        func.now(),
+        "finished_at",
+        wake,
+    )
     stmt = (
         update(jobs)
         .where(fence(lease))
-        .values(**or_cancelled({
-            "state": JobState.PENDING, "attempts": jobs.c.attempts - 1, "run_at": wake,
-            "crashes": 0,  # an ordinary outcome: no longer a suspect
-            "steps": with_step(entry, name),
-        }))
+        .values(
+            **or_cancelled(
+                {
+                    "state": JobState.PENDING,
+                    "attempts": jobs.c.attempts - 1,
+                    "run_at": wake,
+                    "crashes": 0,  # an ordinary outcome: no longer a suspect
+                    "steps": with_step(entry, name),
+                }
+            )
+        )
         .returning(jobs.c.state)
     )
     return conn.execute(stmt).scalar()

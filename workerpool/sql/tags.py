@@ -26,14 +26,17 @@ def carries(tags: Sequence[str]) -> Any:
 
 # tag_counts: jobs carrying the tags, by queue and state, reading at most ``cap`` rows.
 # Index: ix_workerpool_jobs_tags (a bitmap scan of the matching rows).
-def tag_counts(conn: Connection, tags: Sequence[str], cap: int = TAG_COUNT_CAP
-               ) -> tuple[list[Any], bool]:
+def tag_counts(
+    conn: Connection, tags: Sequence[str], cap: int = TAG_COUNT_CAP
+) -> tuple[list[Any], bool]:
     """``(queue, state, count)`` rows of the jobs carrying ``tags``, and whether the cap cut
     them short (the counts are then a lower bound)."""
-    matching = (select(jobs.c.queue, jobs.c.state).where(carries(tags)).limit(cap + 1)
-                .subquery())
-    rows = list(conn.execute(
-        select(matching.c.queue, matching.c.state, func.count().label("count"))
-        .group_by(matching.c.queue, matching.c.state)
-        .order_by(matching.c.queue, matching.c.state)))
+    matching = select(jobs.c.queue, jobs.c.state).where(carries(tags)).limit(cap + 1).subquery()
+    rows = list(
+        conn.execute(
+            select(matching.c.queue, matching.c.state, func.count().label("count"))
+            .group_by(matching.c.queue, matching.c.state)
+            .order_by(matching.c.queue, matching.c.state)
+        )
+    )
     return rows, sum(row.count for row in rows) > cap

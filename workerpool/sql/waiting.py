@@ -133,8 +133,7 @@ def wait(pool: Source, job_id: int, timeout: float | None, *, listen: bool) -> A
             subscription.wait(pause)
 
 
-async def wait_async(pool: Source, job_id: int, timeout: float | None, *, listen: bool
-                     ) -> Any:
+async def wait_async(pool: Source, job_id: int, timeout: float | None, *, listen: bool) -> Any:
     """``pool.result_async``: :func:`wait` on the pool's async engine; the event loop is never
     blocked (the shared listener thread wakes the waiting task through the loop)."""
     check_id(job_id)
@@ -159,8 +158,10 @@ async def wait_async(pool: Source, job_id: int, timeout: float | None, *, listen
 
 
 def _timed_out(job_id: int, timeout: float | None, info: JobInfo) -> ResultTimeout:
-    return ResultTimeout(f"job {job_id} did not finish within {timeout:g}s (it is {info.state};"
-                         " it may still finish: wait again, or read pool.job)")
+    return ResultTimeout(
+        f"job {job_id} did not finish within {timeout:g}s (it is {info.state};"
+        " it may still finish: wait again, or read pool.job)"
+    )
 
 
 class _Subscription:
@@ -300,8 +301,12 @@ class ResultListener(threading.Thread):
                     self._listen()
                 except Exception as exc:  # reconnect; the waiters poll meanwhile
                     self.connected.clear()
-                    log.info("results listener disconnected (%s); reconnecting in %.1fs",
-                             first_line(exc), delay, extra={"event": "results_listener_reconnect"})
+                    log.info(
+                        "results listener disconnected (%s); reconnecting in %.1fs",
+                        first_line(exc),
+                        delay,
+                        extra={"event": "results_listener_reconnect"},
+                    )
                     self._wake(None)
                     time.sleep(delay)
                     delay = min(delay * 2, 5.0)
@@ -313,8 +318,9 @@ class ResultListener(threading.Thread):
         args: dict[str, Any] = {**db.CONNECT_ARGS, **db.connect_kwargs(self.url)}
         if db.on_unix_socket(self.url):
             args.pop("tcp_user_timeout")
-        with psycopg.connect(autocommit=True, application_name="workerpool-results",
-                             **args) as conn:
+        with psycopg.connect(
+            autocommit=True, application_name="workerpool-results", **args
+        ) as conn:
             conn.execute(f"LISTEN {sql.RESULTS_CHANNEL}")
             self.connected.set()
             self._wake(None)  # anything that ended before LISTEN took effect: read again
@@ -358,5 +364,13 @@ def stop_listener(pool: Source) -> None:
             listener.done = True
 
 
-__all__ = ["ResultListener", "Source", "read", "read_async", "stop_listener", "subscribe",
-           "wait", "wait_async"]
+__all__ = [
+    "ResultListener",
+    "Source",
+    "read",
+    "read_async",
+    "stop_listener",
+    "subscribe",
+    "wait",
+    "wait_async",
+]

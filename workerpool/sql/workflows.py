@@ -66,15 +66,15 @@ def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], 
         if rest.get(option) is not None and (parents or name is not None):
             raise InvalidDependency(
                 f"{option}= cannot go with after= or sequence=: a job holding the key may"
-                " already exist with other parents")
+                " already exist with other parents"
+            )
     return rest, parents, name
 
 
 T = TypeVar("T")
 
 
-def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Connection], T]
-                   ) -> T:
+def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Connection], T]) -> T:
     """``write(tx)`` in the caller's transaction (a savepoint in it), or in a transaction of its
     own on a pooled connection without the checkout ping (``single_write``: a transaction that
     never reached its COMMIT can be sent again)."""
@@ -107,28 +107,52 @@ def _sqlstate(error: BaseException | None) -> str | None:
     return getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
 
 
-def enqueue_linked(pool: Target, task: str | Callable, payload: Mapping[str, Any] | None,
-                   conn: Connection | None, options: Mapping[str, Any], *,
-                   batch_id: int | None = None) -> int:
+def enqueue_linked(
+    pool: Target,
+    task: str | Callable,
+    payload: Mapping[str, Any] | None,
+    conn: Connection | None,
+    options: Mapping[str, Any],
+    *,
+    batch_id: int | None = None,
+) -> int:
     """``pool.enqueue`` with ``after=`` or ``sequence=``: checked, then written atomically."""
     rest, after, sequence = split(options)
     build_job(pool.registry, task, payload, **rest)  # every other check, before any lock
-    return in_transaction(pool, conn, lambda tx: link_one(
-        pool, tx, task, payload, rest, after, sequence, batch_id=batch_id))
+    return in_transaction(
+        pool,
+        conn,
+        lambda tx: link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id),
+    )
 
 
-def enqueue_one_or_linked(pool: Target, task: str | Callable,
-                          payload: Mapping[str, Any] | None, conn: Connection | None,
-                          options: Mapping[str, Any], *, batch_id: int | None = None) -> int:
+def enqueue_one_or_linked(
+    pool: Target,
+    task: str | Callable,
+    payload: Mapping[str, Any] | None,
+    conn: Connection | None,
+    options: Mapping[str, Any],
+    *,
+    batch_id: int | None = None,
+) -> int:
     if is_linked(options):
         return enqueue_linked(pool, task, payload, conn, options, batch_id=batch_id)
     return enqueue_one(pool, task, payload, conn, options, batch_id=batch_id)
 
 
-def link_one(pool: Target, tx: Connection, task: str | Callable,
-             payload: Mapping[str, Any] | None, options: Mapping[str, Any],
-             after: Sequence[int], sequence: str | None, *, batch_id: int | None = None,
-             workflow_id: int | None = None, step: str | None = None) -> int:
+def link_one(
+    pool: Target,
+    tx: Connection,
+    task: str | Callable,
+    payload: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+    after: Sequence[int],
+    sequence: str | None,
+    *,
+    batch_id: int | None = None,
+    workflow_id: int | None = None,
+    step: str | None = None,
+) -> int:
     """Write one linked job on ``tx`` (a transaction): parents locked, row, edges; ``step``:
     its name in its workflow."""
     spec = pool.registry.task_spec(task)
@@ -141,27 +165,53 @@ def link_one(pool: Target, tx: Connection, task: str | Callable,
         policy = line_policy(pool.registry, head.task)
         if head.state in LIVE_STATES or (head.state == JobState.DEAD and policy == "hold"):
             edges.append((head.id, SEQUENCE, policy))
-    wait = verdict([Edge(0, parent, kind, policy, parents[parent].state)
-                    for parent, kind, policy in edges])[0] != DUE
+    wait = (
+        verdict(
+            [Edge(0, parent, kind, policy, parents[parent].state) for parent, kind, policy in edges]
+        )[0]
+        != DUE
+    )
     job_id = enqueue_one(pool, task, payload, tx, options, batch_id=batch_id)
-    attach(tx, [Link(job_id, tuple(edges), wait, sequence,
-                     job_id if workflow_id == SELF else workflow_id, step)])
+    attach(
+        tx,
+        [
+            Link(
+                job_id,
+                tuple(edges),
+                wait,
+                sequence,
+                job_id if workflow_id == SELF else workflow_id,
+                step,
+            )
+        ],
+    )
     return job_id
 
 
-def enqueue_many_linked(pool: Target, items: list[Any], conn: Connection | None, *,
-                        batch_id: int | None = None) -> list[int]:
+def enqueue_many_linked(
+    pool: Target, items: list[Any], conn: Connection | None, *, batch_id: int | None = None
+) -> list[int]:
     """``enqueue_many`` whose items carry links: every item checked, then written one by one
     in one transaction (a savepoint of the caller's)."""
     checked = [_step(pool, item, None) for item in items]
-    return in_transaction(pool, conn, lambda tx: [
-        link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
-        for task, payload, rest, after, sequence in checked])
+    return in_transaction(
+        pool,
+        conn,
+        lambda tx: [
+            link_one(pool, tx, task, payload, rest, after, sequence, batch_id=batch_id)
+            for task, payload, rest, after, sequence in checked
+        ],
+    )
 
 
 def has_links(items: list[Any]) -> bool:
-    return any(isinstance(item, tuple | list) and len(item) == 3 and isinstance(item[2], Mapping)
-               and is_linked(item[2]) for item in items)
+    return any(
+        isinstance(item, tuple | list)
+        and len(item) == 3
+        and isinstance(item[2], Mapping)
+        and is_linked(item[2])
+        for item in items
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,9 +225,12 @@ _GRAPH_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 def _graph_ids(head: int) -> Any:
     """Every job of the graph ``head`` heads, in the order they were written (id order), the
     ones moved to the history too. Index: ix_workerpool_jobs_workflow and its history twin."""
-    return (select(jobs.c.id).where(jobs.c.workflow_id == head)
-            .union_all(select(history.c.id).where(history.c.workflow_id == head))
-            .order_by("id"))
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.workflow_id == head)
+        .union_all(select(history.c.id).where(history.c.workflow_id == head))
+        .order_by("id")
+    )
 
 
 def existing_graph(tx: Connection, head: NewJob) -> list[int] | None:
@@ -194,13 +247,15 @@ def existing_graph(tx: Connection, head: NewJob) -> list[int] | None:
         return None
     first = keys.settle(head, holder)
     if holder.workflow_id != first:
-        raise IdempotencyConflict(f"key {head.key!r} is held by job {first}, which heads no "
-                                  "chain or workflow")
+        raise IdempotencyConflict(
+            f"key {head.key!r} is held by job {first}, which heads no chain or workflow"
+        )
     return list(tx.execute(_graph_ids(first)).scalars())
 
 
-def graph_key(steps: list[tuple[Any, Any, dict, tuple[int, ...], Any]], key: str | None,
-              what: str) -> dict[str, Any]:
+def graph_key(
+    steps: list[tuple[Any, Any, dict, tuple[int, ...], Any]], key: str | None, what: str
+) -> dict[str, Any]:
     """The first step's options with the graph's key (``key=``, or the first step's own), after
     refusing key options anywhere else: a later step's key could find a job of another graph
     and link it into this one."""
@@ -210,21 +265,24 @@ def graph_key(steps: list[tuple[Any, Any, dict, tuple[int, ...], Any]], key: str
                 raise InvalidDependency(
                     f"step {index}: {option}= cannot go on a later step of a {what}; give the "
                     f"{what} a key (pool.{what}(..., key=...)): the same call twice then makes "
-                    "one graph")
+                    "one graph"
+                )
     head = dict(steps[0][2])
     if key is not None:
         if head.get("key") not in (None, key):
-            raise InvalidDependency(f"the {what} has key={key!r} and its first step "
-                                    f"key={head['key']!r}: give one")
+            raise InvalidDependency(
+                f"the {what} has key={key!r} and its first step key={head['key']!r}: give one"
+            )
         head["key"] = key
     if head.get("key") is not None and head.get("on_conflict") == "replace":
-        raise InvalidDependency(f"on_conflict='replace' cannot go on a {what}'s key: its "
-                                "later steps would be left behind")
+        raise InvalidDependency(
+            f"on_conflict='replace' cannot go on a {what}'s key: its "
+            "later steps would be left behind"
+        )
     return head
 
 
-def chain(pool: Target, steps: Any, conn: Connection | None, key: str | None = None
-          ) -> list[int]:
+def chain(pool: Target, steps: Any, conn: Connection | None, key: str | None = None) -> list[int]:
     """Each step after the previous one, in one transaction; the first one's id is the
     workflow's. ``steps``: ``(task, payload)`` or ``(task, payload, options)``. ``key`` (or a
     key on the first step): a chain whose first job holds it already is returned as it is
@@ -237,8 +295,11 @@ def chain(pool: Target, steps: Any, conn: Connection | None, key: str | None = N
     planned = [_step(pool, item, i) for i, item in enumerate(steps)]
     first = graph_key(planned, key, "chain")
     planned[0] = (planned[0][0], planned[0][1], first, *planned[0][3:])
-    head = (build_job(pool.registry, planned[0][0], planned[0][1], **first)
-            if first.get("key") is not None else None)
+    head = (
+        build_job(pool.registry, planned[0][0], planned[0][1], **first)
+        if first.get("key") is not None
+        else None
+    )
 
     def write(tx: Connection) -> list[int]:
         if head is not None and (found := existing_graph(tx, head)) is not None:
@@ -246,15 +307,26 @@ def chain(pool: Target, steps: Any, conn: Connection | None, key: str | None = N
         ids: list[int] = []
         for task, payload, rest, after, sequence in planned:
             parents = (*after, ids[-1]) if ids else after
-            ids.append(link_one(pool, tx, task, payload, rest, parents, sequence,
-                                workflow_id=ids[0] if ids else SELF))
+            ids.append(
+                link_one(
+                    pool,
+                    tx,
+                    task,
+                    payload,
+                    rest,
+                    parents,
+                    sequence,
+                    workflow_id=ids[0] if ids else SELF,
+                )
+            )
         return ids
 
     return in_transaction(pool, conn, write)
 
 
-def _step(pool: Target, item: Any, index: int | None
-          ) -> tuple[Any, Any, dict, tuple[int, ...], Any]:
+def _step(
+    pool: Target, item: Any, index: int | None
+) -> tuple[Any, Any, dict, tuple[int, ...], Any]:
     """One item ``(task, payload[, options])`` checked whole: links split off, the rest built
     like any job."""
     try:
@@ -278,18 +350,27 @@ class Workflow:
     cycle (:class:`WorkflowCycle`, nothing written).
     """
 
-    def __init__(self, pool: Target, conn: Connection | None = None,
-                 key: str | None = None) -> None:
+    def __init__(
+        self, pool: Target, conn: Connection | None = None, key: str | None = None
+    ) -> None:
         self.pool = pool
         self.conn = conn
         #: The workflow's key: its first job holds it, and a run whose key is held returns
         #: that workflow's ids instead of writing another.
         self.key = key
-        self.steps: dict[str, tuple[Any, Any, dict[str, Any], tuple[str, ...],
-                                    tuple[int, ...], str | None]] = {}
+        self.steps: dict[
+            str, tuple[Any, Any, dict[str, Any], tuple[str, ...], tuple[int, ...], str | None]
+        ] = {}
 
-    def step(self, name: str, task: str | Callable, payload: Mapping[str, Any] | None = None,
-             *, after: Sequence[str | int] = (), **options: Any) -> str:
+    def step(
+        self,
+        name: str,
+        task: str | Callable,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        after: Sequence[str | int] = (),
+        **options: Any,
+    ) -> str:
         if not isinstance(name, str) or not name:
             raise InvalidJob(f"a step's name must be a non-empty string, got {name!r}")
         if name in self.steps:
@@ -298,8 +379,12 @@ class Workflow:
             after = (after,)
         names = tuple(a for a in after if isinstance(a, str))
         ids = check_after([a for a in after if not isinstance(a, str)])
-        build_job(self.pool.registry, task, payload,
-                  **{k: v for k, v in options.items() if k not in LINK_OPTIONS})
+        build_job(
+            self.pool.registry,
+            task,
+            payload,
+            **{k: v for k, v in options.items() if k not in LINK_OPTIONS},
+        )
         rest, _, sequence = split(options)
         self.steps[name] = (task, payload, rest, names, ids, sequence)
         return name
@@ -309,13 +394,15 @@ class Workflow:
         for name, step in self.steps.items():
             for parent in step[3]:
                 if parent not in self.steps:
-                    raise InvalidDependency(f"step {name!r} is after {parent!r}, which is not a"
-                                            " step of this workflow")
+                    raise InvalidDependency(
+                        f"step {name!r} is after {parent!r}, which is not a step of this workflow"
+                    )
         try:
             return list(graph.static_order())
         except graphlib.CycleError as exc:
-            raise WorkflowCycle(f"the steps wait for each other in a cycle: {exc.args[1]}"
-                                ) from None
+            raise WorkflowCycle(
+                f"the steps wait for each other in a cycle: {exc.args[1]}"
+            ) from None
 
     def run(self, conn: Connection | None = None) -> dict[str, int]:
         """Enqueue every step in one transaction (``conn=``: the caller's); {name: job id}.
@@ -327,23 +414,36 @@ class Workflow:
         planned = [(steps[n][0], steps[n][1], steps[n][2], (), None) for n in order]
         first = graph_key(planned, self.key, "workflow")
         steps[order[0]] = (*steps[order[0]][:2], first, *steps[order[0]][3:])
-        head = (build_job(self.pool.registry, steps[order[0]][0], steps[order[0]][1], **first)
-                if first.get("key") is not None else None)
+        head = (
+            build_job(self.pool.registry, steps[order[0]][0], steps[order[0]][1], **first)
+            if first.get("key") is not None
+            else None
+        )
 
         def write(tx: Connection) -> dict[str, int]:
             if head is not None and (found := existing_graph(tx, head)) is not None:
                 if len(found) != len(order):
                     raise IdempotencyConflict(
                         f"key {head.key!r} already names a workflow of {len(found)} jobs; this "
-                        f"one has {len(order)} steps")
+                        f"one has {len(order)} steps"
+                    )
                 return dict(zip(order, found, strict=True))
             ids: dict[str, int] = {}
             for name in order:
                 task, payload, rest, names, parent_ids, sequence = steps[name]
                 after = (*parent_ids, *(ids[n] for n in names))
                 first = next(iter(ids.values()), None)
-                ids[name] = link_one(self.pool, tx, task, payload, rest, after, sequence,
-                                     workflow_id=SELF if first is None else first, step=name)
+                ids[name] = link_one(
+                    self.pool,
+                    tx,
+                    task,
+                    payload,
+                    rest,
+                    after,
+                    sequence,
+                    workflow_id=SELF if first is None else first,
+                    step=name,
+                )
             return ids
 
         return in_transaction(self.pool, conn if conn is not None else self.conn, write)
@@ -362,5 +462,14 @@ class Workflow:
     enqueue_async = run_async
 
 
-__all__ = ["LINK_OPTIONS", "Workflow", "chain", "enqueue_linked", "enqueue_many_linked",
-           "enqueue_one_or_linked", "has_links", "is_linked", "split"]
+__all__ = [
+    "LINK_OPTIONS",
+    "Workflow",
+    "chain",
+    "enqueue_linked",
+    "enqueue_many_linked",
+    "enqueue_one_or_linked",
+    "has_links",
+    "is_linked",
+    "split",
+]

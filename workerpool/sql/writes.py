@@ -55,22 +55,34 @@ class Target(Protocol):
     def async_engine(self) -> AsyncEngine: ...
 
 
-def enqueue_one(pool: Target, task: str | Callable, payload: Mapping[str, Any] | None,
-                conn: Connection | None, options: Mapping[str, Any], *,
-                batch_id: int | None = None) -> int:
+def enqueue_one(
+    pool: Target,
+    task: str | Callable,
+    payload: Mapping[str, Any] | None,
+    conn: Connection | None,
+    options: Mapping[str, Any],
+    *,
+    batch_id: int | None = None,
+) -> int:
     """One job in one INSERT: in the caller's transaction on ``conn``, else in autocommit.
     ``batch_id`` (with ``conn``): a member of that batch (``pool.batch``)."""
     row = build_job(pool.registry, task, payload, **options)
     if conn is not None:
         conn = caller_connection(conn)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = functools.partial(sql.insert_one, row=row, notify_queue=pool.registry.notify,
-                                  trace_context=trace, batch_id=batch_id)
+        write = functools.partial(
+            sql.insert_one,
+            row=row,
+            notify_queue=pool.registry.notify,
+            trace_context=trace,
+            batch_id=batch_id,
+        )
         return write(conn) if conn is not None else single_write.write(pool.engine, write)
 
 
-def enqueue_batch(pool: Target, jobs: Any, conn: Connection | None, *,
-                  batch_id: int | None = None) -> list[int]:
+def enqueue_batch(
+    pool: Target, jobs: Any, conn: Connection | None, *, batch_id: int | None = None
+) -> list[int]:
     """Many jobs atomically, with one NOTIFY; ids in the order given (``pool.enqueue_many``).
 
     In a transaction of its own, or a savepoint in the caller's. A batch without keys is one
@@ -84,13 +96,26 @@ def enqueue_batch(pool: Target, jobs: Any, conn: Connection | None, *,
     if not items:
         return []
     with tracing.enqueue_span(None, None, len(items)) as trace:
-        write = functools.partial(_write_batch, registry=pool.registry, items=items,
-                                  trace=trace, batch_id=batch_id, own=conn is None)
+        write = functools.partial(
+            _write_batch,
+            registry=pool.registry,
+            items=items,
+            trace=trace,
+            batch_id=batch_id,
+            own=conn is None,
+        )
         return write(conn) if conn is not None else single_write.write(pool.engine, write)
 
 
-def _write_batch(conn: Connection, *, registry: Registry, items: list[Any], trace: str | None,
-                 batch_id: int | None, own: bool) -> list[int]:
+def _write_batch(
+    conn: Connection,
+    *,
+    registry: Registry,
+    items: list[Any],
+    trace: str | None,
+    batch_id: int | None,
+    own: bool,
+) -> list[int]:
     """The batch on ``conn``: in a transaction of its own (``own``: the pool's connection),
     or a savepoint in the caller's transaction."""
     if not _any_key(items) and sql.can_copy(conn):
@@ -99,21 +124,32 @@ def _write_batch(conn: Connection, *, registry: Registry, items: list[Any], trac
         rows = [build_item(registry, item) for item in items]
         autocommit = _in_autocommit(conn)
         with nullcontext() if autocommit else conn.begin_nested():
-            return sql.copy_jobs(conn.connection.driver_connection, rows, len(rows),
-                                 notify=registry.notify, trace_context=trace,
-                                 own_transaction=autocommit, batch_id=batch_id)
+            return sql.copy_jobs(
+                conn.connection.driver_connection,
+                rows,
+                len(rows),
+                notify=registry.notify,
+                trace_context=trace,
+                own_transaction=autocommit,
+                batch_id=batch_id,
+            )
     seen: dict[str, NewJob] = {}
-    chunks = (build_rows(registry, items[start:end], seen)
-              for start, end in _chunk_bounds(len(items)))
+    chunks = (
+        build_rows(registry, items[start:end], seen) for start, end in _chunk_bounds(len(items))
+    )
     with _atomically(conn, own):
-        return sql.insert_job_chunks(conn, chunks, notify=registry.notify, trace_context=trace,
-                                     batch_id=batch_id)
+        return sql.insert_job_chunks(
+            conn, chunks, notify=registry.notify, trace_context=trace, batch_id=batch_id
+        )
 
 
 def _any_key(items: list[Any]) -> bool:
     """Whether an item asks for a key (a keyed batch needs ``ON CONFLICT``: an INSERT)."""
-    return any(len(item) == 3 and isinstance(item[2], Mapping) and item[2].get("key") is not None
-               for item in items if isinstance(item, tuple | list))
+    return any(
+        len(item) == 3 and isinstance(item[2], Mapping) and item[2].get("key") is not None
+        for item in items
+        if isinstance(item, tuple | list)
+    )
 
 
 def _chunk_bounds(total: int) -> Iterator[tuple[int, int]]:
@@ -130,8 +166,12 @@ def _chunk_bounds(total: int) -> Iterator[tuple[int, int]]:
 def caller_connection(conn: Any) -> Connection:
     """The ``conn=`` a caller passed, refused unless it is a SQLAlchemy Connection."""
     if not isinstance(conn, Connection):
-        hint = ("; for an AsyncConnection use the call's _async twin (enqueue_async, "
-                "chain_async, cancel_async ...)" if _is_async(conn) else "")
+        hint = (
+            "; for an AsyncConnection use the call's _async twin (enqueue_async, "
+            "chain_async, cancel_async ...)"
+            if _is_async(conn)
+            else ""
+        )
         raise InvalidJob(
             "conn must be a SQLAlchemy Connection (from engine.begin() or engine.connect()), "
             f"got {type(conn).__name__}{hint}"
@@ -177,17 +217,22 @@ def _in_autocommit(conn: Connection) -> bool:
 # -- asyncio --------------------------------------------------------------------------------------
 
 
-async def enqueue_one_async(pool: Target, task: str | Callable,
-                            payload: Mapping[str, Any] | None, conn: Any,
-                            options: Mapping[str, Any]) -> int:
+async def enqueue_one_async(
+    pool: Target,
+    task: str | Callable,
+    payload: Mapping[str, Any] | None,
+    conn: Any,
+    options: Mapping[str, Any],
+) -> int:
     """:func:`enqueue_one` on an ``AsyncConnection`` (the caller's transaction) or the pool's
     async engine; the row is built and checked before any connection is touched."""
     if conn is not None:
         conn = caller_async_connection(conn)
     row = build_job(pool.registry, task, payload, **options)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = functools.partial(sql.insert_one, row=row, notify_queue=pool.registry.notify,
-                                  trace_context=trace)
+        write = functools.partial(
+            sql.insert_one, row=row, notify_queue=pool.registry.notify, trace_context=trace
+        )
         if conn is not None:
             return await conn.run_sync(write)
         async with pool.async_engine.connect() as own:
@@ -204,8 +249,14 @@ async def enqueue_batch_async(pool: Target, jobs: Any, conn: Any) -> list[int]:
     if not items:
         return []
     with tracing.enqueue_span(None, None, len(items)) as trace:
-        write = functools.partial(_write_batch, registry=pool.registry, items=items,
-                                  trace=trace, batch_id=None, own=conn is None)
+        write = functools.partial(
+            _write_batch,
+            registry=pool.registry,
+            items=items,
+            trace=trace,
+            batch_id=None,
+            own=conn is None,
+        )
         if conn is not None:
             return await conn.run_sync(write)
         async with pool.async_engine.connect() as own:

@@ -32,8 +32,9 @@ def enqueued(pool: WorkerPool, task: str | Callable | None = None, **match: Any)
         return sql.find_jobs(conn, name, match)
 
 
-def assert_enqueued(pool: WorkerPool, task: str | Callable | None = None, *,
-                    count: int | None = None, **match: Any) -> list[Any]:
+def assert_enqueued(
+    pool: WorkerPool, task: str | Callable | None = None, *, count: int | None = None, **match: Any
+) -> list[Any]:
     """Assert that at least one job (exactly ``count`` if given) matches; returns them."""
     found = enqueued(pool, task, **match)
     if (count is None and not found) or (count is not None and len(found) != count):
@@ -45,8 +46,7 @@ def assert_enqueued(pool: WorkerPool, task: str | Callable | None = None, *,
     return found
 
 
-def assert_not_enqueued(pool: WorkerPool, task: str | Callable | None = None,
-                        **match: Any) -> None:
+def assert_not_enqueued(pool: WorkerPool, task: str | Callable | None = None, **match: Any) -> None:
     """Assert that no job matches."""
     found = enqueued(pool, task, **match)
     if found:

@@ -25,8 +25,12 @@ TEST_URL_ENV = settings.TEST_URL_ENV
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("workerpool_app", "APP:POOL whose pool the workerpool_pool fixture is "
-                  "(pointed at a throwaway database); unset: an empty WorkerPool", default="")
+    parser.addini(
+        "workerpool_app",
+        "APP:POOL whose pool the workerpool_pool fixture is "
+        "(pointed at a throwaway database); unset: an empty WorkerPool",
+        default="",
+    )
 
 
 def server_url() -> URL:
@@ -47,8 +51,9 @@ def _admin_execute(server: URL, statement: str) -> None:
 def throwaway_database(server: URL, template: str | None = None) -> Iterator[URL]:
     """A randomly named database on ``server`` (a copy of ``template``), dropped on exit."""
     name = f"workerpool_test_{secrets.token_hex(6)}"
-    _admin_execute(server, f'CREATE DATABASE "{name}"'
-                   + (f' TEMPLATE "{template}"' if template else ""))
+    _admin_execute(
+        server, f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+    )
     try:
         yield server.set(database=name)
     finally:
@@ -74,8 +79,9 @@ def workerpool_database_url(_workerpool_template: tuple[URL, str]) -> Iterator[U
 
 
 @pytest.fixture
-def workerpool_pool(request: pytest.FixtureRequest, workerpool_database_url: URL
-                    ) -> Iterator[WorkerPool]:
+def workerpool_pool(
+    request: pytest.FixtureRequest, workerpool_database_url: URL
+) -> Iterator[WorkerPool]:
     """The application's pool (``workerpool_app``) or an empty one, on this test's database."""
     target = request.config.getini("workerpool_app")
     if not target:

@@ -35,14 +35,21 @@ def claim(pool: WorkerPool, queue: str, worker: str, limit: int = 1) -> list[Any
     return inline.claim(pool.registry, pool.engine, queue, worker, limit)
 
 
-def drain(pool: WorkerPool, queue: str | None = None, *, retries: str = "wait",
-          max_jobs: int = 10_000) -> list[Ran]:
+def drain(
+    pool: WorkerPool, queue: str | None = None, *, retries: str = "wait", max_jobs: int = 10_000
+) -> list[Ran]:
     """Run every due job of ``queue`` (default: every declared queue) inline, one at a time,
     until none is due; returns what ran, in run order. ``retries``: "wait" leaves a failed job
     to its backoff; "now" makes it due at once, so it runs until done or dead."""
     with explaining(pool):  # a database never migrated: one line naming `workerpool migrate`
-        return inline.drain(pool.registry, pool.engine, queue, retries=retries,
-                            max_jobs=max_jobs, fired=_fired(pool))
+        return inline.drain(
+            pool.registry,
+            pool.engine,
+            queue,
+            retries=retries,
+            max_jobs=max_jobs,
+            fired=_fired(pool),
+        )
 
 
 def _fired(pool: WorkerPool) -> Fired | None:

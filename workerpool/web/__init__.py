@@ -51,15 +51,31 @@ BY_ACCESS: Any = object()  # hosts default: loopback names only when nothing els
 
 #: Exceptions a person caused, answered with this status and their one-line message.
 REFUSALS: list[tuple[type[BaseException], int]] = [
-    (BadInput, 400), (InvalidFilter, 400), (CsrfRefused, 403), (UnknownJob, 404),
-    (UnknownBatch, 404), (UnknownQueue, 404), (UnknownCron, 404), (InvalidActor, 400),
-    (ReplayRefused, 409), (WrongState, 409), (SignalExists, 409), (ReplicaUnavailable, 503),
+    (BadInput, 400),
+    (InvalidFilter, 400),
+    (CsrfRefused, 403),
+    (UnknownJob, 404),
+    (UnknownBatch, 404),
+    (UnknownQueue, 404),
+    (UnknownCron, 404),
+    (InvalidActor, 400),
+    (ReplayRefused, 409),
+    (WrongState, 409),
+    (SignalExists, 409),
+    (ReplicaUnavailable, 503),
     (WorkerpoolError, 400),
 ]
 
 
-def app(pool: Any, *, read_only: bool = False, token: str | None = FROM_ENV,
-        csrf_secret: bytes | None = None, user: Any = None, hosts: Any = BY_ACCESS) -> Any:
+def app(
+    pool: Any,
+    *,
+    read_only: bool = False,
+    token: str | None = FROM_ENV,
+    csrf_secret: bytes | None = None,
+    user: Any = None,
+    hosts: Any = BY_ACCESS,
+) -> Any:
     """The dashboard of ``pool`` as an ASGI app.
 
     ``read_only``: no action route exists (POSTs get 404/405). ``token``: every request must
@@ -130,7 +146,11 @@ async def _failure(request: Request, exc: Exception) -> Response:
     if revision.is_missing(exc):  # a database never migrated: the line naming the fix
         message = first_line(request.app.state.pool.not_migrated(exc))
         return render(request, "error.html", {"message": message}, 503)
-    log.exception("dashboard request failed: %s %s", request.method, request.url.path,
-                  extra={"event": "web_request_failed"})
+    log.exception(
+        "dashboard request failed: %s %s",
+        request.method,
+        request.url.path,
+        extra={"event": "web_request_failed"},
+    )
     message = f"internal error ({type(exc).__name__}); the server's log has the details"
     return render(request, "error.html", {"message": message}, 500)

@@ -101,8 +101,9 @@ class Access:
             return found
         if isinstance(found, tuple) and len(found) == 2:
             return User(*found)
-        raise ConfigError(f"the user resolver returned {found!r}: return a User, a "
-                          "(name, access) tuple or None")
+        raise ConfigError(
+            f"the user resolver returned {found!r}: return a User, a (name, access) tuple or None"
+        )
 
 
 def _client(scope: Any) -> str:
@@ -111,6 +112,11 @@ def _client(scope: Any) -> str:
 
 
 async def _refuse(send: Any, status: int, line: str) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8")]})  # Guard adds the safe headers
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+        }
+    )  # Guard adds the safe headers
     await send({"type": "http.response.body", "body": line.encode() + b"\n"})

@@ -43,8 +43,9 @@ async def retry_job(request: Request) -> Response:
     job_id = inputs.job_id(request.path_params["job_id"])
     pool = request.app.state.pool
     if inputs.flag(form, "cancelled"):
-        await run_in_threadpool(lambda: job_actions.retry_cancelled(pool, job_id,
-                                                                    by=_actor(request)))
+        await run_in_threadpool(
+            lambda: job_actions.retry_cancelled(pool, job_id, by=_actor(request))
+        )
         return redirect(request, f"/jobs/{job_id}", f"retried job {job_id}: it is pending again")
     result = await run_in_threadpool(dead.retry, pool, [job_id], by=_actor(request))
     if result.not_dead:
@@ -57,13 +58,25 @@ async def retry_dead(request: Request) -> Response:
     filters = inputs.dead_filter(form)
     confirm = inputs.flag(form, "confirm")
     pool = request.app.state.pool
-    result = await run_in_threadpool(lambda: dead.retry(
-        pool, all_matching=True, filters=filters, dry_run=not confirm, by=_actor(request)))
+    result = await run_in_threadpool(
+        lambda: dead.retry(
+            pool, all_matching=True, filters=filters, dry_run=not confirm, by=_actor(request)
+        )
+    )
     if confirm:
         return redirect(request, "/dead", f"replayed {len(result.ids)} dead jobs")
-    return render(request, "confirm.html", {
-        "action": "/dead/retry", "verb": "Replay", "count": len(result.ids),
-        "by_task": sorted(result.by_task.items()), "form": _kept(form), "what": "dead jobs"})
+    return render(
+        request,
+        "confirm.html",
+        {
+            "action": "/dead/retry",
+            "verb": "Replay",
+            "count": len(result.ids),
+            "by_task": sorted(result.by_task.items()),
+            "form": _kept(form),
+            "what": "dead jobs",
+        },
+    )
 
 
 async def purge_dead(request: Request) -> Response:
@@ -72,13 +85,23 @@ async def purge_dead(request: Request) -> Response:
     older_than = inputs.duration(form, "older_than")
     confirm = inputs.flag(form, "confirm")
     pool = request.app.state.pool
-    result = await run_in_threadpool(lambda: dead.purge(pool, older_than, filters,
-                                                        dry_run=not confirm, by=_actor(request)))
+    result = await run_in_threadpool(
+        lambda: dead.purge(pool, older_than, filters, dry_run=not confirm, by=_actor(request))
+    )
     if confirm:
         return redirect(request, "/dead", f"purged {result.count} dead jobs")
-    return render(request, "confirm.html", {
-        "action": "/dead/purge", "verb": "Purge", "count": result.count, "by_task": [],
-        "form": _kept(form), "what": f"dead jobs older than {form.get('older_than')}"})
+    return render(
+        request,
+        "confirm.html",
+        {
+            "action": "/dead/purge",
+            "verb": "Purge",
+            "count": result.count,
+            "by_task": [],
+            "form": _kept(form),
+            "what": f"dead jobs older than {form.get('older_than')}",
+        },
+    )
 
 
 def _kept(form: dict[str, Any]) -> dict[str, str]:
@@ -97,8 +120,9 @@ async def cancel_job(request: Request) -> Response:
         running = await run_in_threadpool(_running, pool, job_id)
         if running is not None:
             return render(request, "cancel_confirm.html", {"job": running, "reason": reason})
-    result = await run_in_threadpool(lambda: pool.cancel([job_id], reason=reason,
-                                                         by=_actor(request)))
+    result = await run_in_threadpool(
+        lambda: pool.cancel([job_id], reason=reason, by=_actor(request))
+    )
     verdict = result.verdicts.get(job_id)
     text = {CANCELLED: "cancelled", STOPPING: "asked to stop"}.get(verdict, verdict)
     return redirect(request, f"/jobs/{job_id}", f"job {job_id}: {text}")
@@ -113,18 +137,27 @@ def _running(pool: Any, job_id: int) -> dict[str, Any] | None:
         return None
     row, others = found
     grace = pool.queues[row.queue].cancel_grace if row.queue in pool.queues else None
-    return {"id": job_id, "queue": row.queue, "task": row.task, "worker": row.claimed_by,
-            "others": others, "grace": grace}
+    return {
+        "id": job_id,
+        "queue": row.queue,
+        "task": row.task,
+        "worker": row.claimed_by,
+        "others": others,
+        "grace": grace,
+    }
 
 
 async def run_now(request: Request) -> Response:
     await _form(request)
     job_id = inputs.job_id(request.path_params["job_id"])
     pool = request.app.state.pool
-    was = await run_in_threadpool(lambda: job_actions.run_now(pool, job_id,
-                                                              by=_actor(request)))
-    return redirect(request, f"/jobs/{job_id}", f"job {job_id} is due now (it was scheduled"
-                    f" for {was.isoformat(sep=' ', timespec='seconds')})")
+    was = await run_in_threadpool(lambda: job_actions.run_now(pool, job_id, by=_actor(request)))
+    return redirect(
+        request,
+        f"/jobs/{job_id}",
+        f"job {job_id} is due now (it was scheduled"
+        f" for {was.isoformat(sep=' ', timespec='seconds')})",
+    )
 
 
 async def purge_job(request: Request) -> Response:
@@ -132,9 +165,18 @@ async def purge_job(request: Request) -> Response:
     job_id = inputs.job_id(request.path_params["job_id"])
     pool = request.app.state.pool
     if not inputs.flag(form, "confirm"):
-        return render(request, "confirm.html", {
-            "action": f"/jobs/{job_id}/purge", "verb": "Purge", "count": 1, "by_task": [],
-            "form": {}, "what": f"dead job {job_id} (its row, errors and logs)"})
+        return render(
+            request,
+            "confirm.html",
+            {
+                "action": f"/jobs/{job_id}/purge",
+                "verb": "Purge",
+                "count": 1,
+                "by_task": [],
+                "form": {},
+                "what": f"dead job {job_id} (its row, errors and logs)",
+            },
+        )
     await run_in_threadpool(lambda: job_actions.purge_one(pool, job_id, by=_actor(request)))
     return redirect(request, "/dead", f"purged job {job_id}")
 
@@ -148,8 +190,9 @@ async def send_signal(request: Request) -> Response:
         raise inputs.BadInput("name the signal to send")
     payload = job_actions.check_signal_payload(inputs.text(form, "payload"))
     pool = request.app.state.pool
-    await run_in_threadpool(lambda: job_actions.send_signal(pool, name, payload,
-                                                            by=_actor(request)))
+    await run_in_threadpool(
+        lambda: job_actions.send_signal(pool, name, payload, by=_actor(request))
+    )
     return redirect(request, f"/jobs/{job_id}", f"signal {name!r} sent")
 
 
@@ -184,14 +227,21 @@ async def bulk_matching(request: Request) -> Response:
     kept = {k: v for k, v in form.items() if k in inputs.LIST_FIELDS and v}
     if not inputs.flag(form, "confirm"):
         planned = await run_in_threadpool(bulk.plan_matching, pool, action, filters.where())
-        return render(request, "bulk_all_confirm.html", {
-            "plan": planned, "reason": reason, "filters": sorted(kept.items())})
+        return render(
+            request,
+            "bulk_all_confirm.html",
+            {"plan": planned, "reason": reason, "filters": sorted(kept.items())},
+        )
     upto = inputs.positive(form, "upto")
-    changed = await run_in_threadpool(lambda: bulk.apply_matching(
-        pool, action, filters.where(), upto, by=_actor(request), reason=reason))
+    changed = await run_in_threadpool(
+        lambda: bulk.apply_matching(
+            pool, action, filters.where(), upto, by=_actor(request), reason=reason
+        )
+    )
     verb = "cancelled (or asked to stop)" if action == "cancel" else "replayed"
-    return redirect(request, "/jobs" + ("?" + urlencode(kept) if kept else ""),
-                    f"{changed} jobs {verb}")
+    return redirect(
+        request, "/jobs" + ("?" + urlencode(kept) if kept else ""), f"{changed} jobs {verb}"
+    )
 
 
 async def bulk_action(request: Request) -> Response:
@@ -211,7 +261,8 @@ async def bulk_action(request: Request) -> Response:
     if not inputs.flag(fields, "confirm"):
         planned = await run_in_threadpool(bulk.plan, pool, action, ids)
         return render(request, "bulk_confirm.html", {"plan": planned, "reason": reason})
-    done = await run_in_threadpool(lambda: bulk.apply(pool, action, ids, by=_actor(request),
-                                                      reason=reason))
+    done = await run_in_threadpool(
+        lambda: bulk.apply(pool, action, ids, by=_actor(request), reason=reason)
+    )
     verb = "cancelled (or asked to stop)" if action == "cancel" else "replayed"
     return redirect(request, "/jobs", f"{len(done.states)} jobs {verb}")

@@ -22,11 +22,20 @@ def audit_page(request: Request) -> Response:
     actor = inputs.text(params, "actor")
     action = inputs.choice(params, "action", ACTIONS)
     before = inputs.positive(params, "before")
-    page = list_audit(request.app.state.pool, actor=actor, action=action, before=before,
-                      limit=PAGE)
+    page = list_audit(request.app.state.pool, actor=actor, action=action, before=before, limit=PAGE)
     kept = {k: v for k, v in (("actor", actor), ("action", action)) if v}
     older = None if page.before is None else urlencode({**kept, "before": page.before})
-    return render(request, "audit.html", {"entries": page.entries, "actions": ACTIONS,
-                                          "now": datetime.now(UTC), "ago": ago, "exact": exact,
-                                          "actor": actor or "", "action": action or "",
-                                          "older": older})
+    return render(
+        request,
+        "audit.html",
+        {
+            "entries": page.entries,
+            "actions": ACTIONS,
+            "now": datetime.now(UTC),
+            "ago": ago,
+            "exact": exact,
+            "actor": actor or "",
+            "action": action or "",
+            "older": older,
+        },
+    )

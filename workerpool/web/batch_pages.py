@@ -26,8 +26,14 @@ from .tabs import ago, exact
 LISTED = 50
 MEMBERS_PAGE = 50
 #: The progress bar's segments, in order: (state, css class).
-SEGMENTS = (("done", "done"), ("dead", "dead"), ("cancelled", "cancelled"),
-            ("running", "processing"), ("failed", "failed"), ("pending", "pending"))
+SEGMENTS = (
+    ("done", "done"),
+    ("dead", "dead"),
+    ("cancelled", "cancelled"),
+    ("running", "processing"),
+    ("failed", "failed"),
+    ("pending", "pending"),
+)
 
 
 def progress_bar(status: Any, width: int = 300) -> Markup:
@@ -39,14 +45,17 @@ def progress_bar(status: Any, width: int = 300) -> Markup:
         if not count:
             continue
         share = width * count / total
-        parts.append(f'<rect x="{x:.2f}" y="0" width="{share:.2f}" height="12" class="{css}">'
-                     f"<title>{escape(field)}: {count}</title></rect>")
+        parts.append(
+            f'<rect x="{x:.2f}" y="0" width="{share:.2f}" height="12" class="{css}">'
+            f"<title>{escape(field)}: {count}</title></rect>"
+        )
         x += share
     label = escape(f"{status.done + status.dead + status.cancelled} of {status.total} ended")
-    return Markup(f'<svg class="progress" viewBox="0 0 {width} 12" width="{width}" height="12"'
-                  f' role="img" aria-label="{label}"><title>{label}</title>'
-                  f'<rect x="0" y="0" width="{width}" height="12" class="track"/>'
-                  + "".join(parts) + "</svg>")
+    return Markup(
+        f'<svg class="progress" viewBox="0 0 {width} 12" width="{width}" height="12"'
+        f' role="img" aria-label="{label}"><title>{label}</title>'
+        f'<rect x="0" y="0" width="{width}" height="12" class="track"/>' + "".join(parts) + "</svg>"
+    )
 
 
 def _read(request: Request) -> Any:
@@ -60,15 +69,29 @@ def _read(request: Request) -> Any:
 
 def batches_page(request: Request) -> Response:
     with _read(request) as conn:
-        opened = [status_of(row, sql.member_counts(conn, row.id))
-                  for row in sql.open_batches(conn, LISTED)]
+        opened = [
+            status_of(row, sql.member_counts(conn, row.id))
+            for row in sql.open_batches(conn, LISTED)
+        ]
         open_count = len(opened) if len(opened) < LISTED else sql.count_open(conn)
-        finished = [status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
-                    for row in sql.finished_batches(conn, LISTED)]
+        finished = [
+            status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
+            for row in sql.finished_batches(conn, LISTED)
+        ]
         now = database_now(conn)
-    return render(request, "batches.html", {"opened": opened, "open_count": open_count,
-                                            "finished": finished, "bar": progress_bar,
-                                            "now": now, "ago": ago, "exact": exact})
+    return render(
+        request,
+        "batches.html",
+        {
+            "opened": opened,
+            "open_count": open_count,
+            "finished": finished,
+            "bar": progress_bar,
+            "now": now,
+            "ago": ago,
+            "exact": exact,
+        },
+    )
 
 
 def batch_page(request: Request) -> Response:
@@ -89,8 +112,19 @@ def batch_page(request: Request) -> Response:
         now = database_now(conn)
     more = len(members) > MEMBERS_PAGE
     members = members[:MEMBERS_PAGE]
-    return render(request, "batch.html", {
-        "status": status, "bar": progress_bar(status, 600), "members": members,
-        "state": state, "states": RESULT_ORDER, "callbacks": callbacks,
-        "next_after": members[-1].id if more else None, "now": now, "ago": ago, "exact": exact,
-    })
+    return render(
+        request,
+        "batch.html",
+        {
+            "status": status,
+            "bar": progress_bar(status, 600),
+            "members": members,
+            "state": state,
+            "states": RESULT_ORDER,
+            "callbacks": callbacks,
+            "next_after": members[-1].id if more else None,
+            "now": now,
+            "ago": ago,
+            "exact": exact,
+        },
+    )

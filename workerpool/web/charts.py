@@ -25,26 +25,33 @@ def bar_chart(title: str, bars: Sequence[Bar], css_class: str, note: str = "") -
     top = max((bar.value for bar in bars), default=0) or 1
     plot_w, plot_h = WIDTH - MARGIN_LEFT, HEIGHT - MARGIN_BOTTOM - MARGIN_TOP
     step = plot_w / max(len(bars), 1)
-    parts = [f'<svg class="chart {escape(css_class)}" viewBox="0 0 {WIDTH} {HEIGHT}"'
-             f' role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
-             f'<text x="0" y="{MARGIN_TOP + 8}" class="axis">{top}</text>',
-             f'<text x="0" y="{HEIGHT - MARGIN_BOTTOM}" class="axis">0</text>',
-             f'<line x1="{MARGIN_LEFT}" y1="{HEIGHT - MARGIN_BOTTOM}" x2="{WIDTH}"'
-             f' y2="{HEIGHT - MARGIN_BOTTOM}" class="base"/>']
+    parts = [
+        f'<svg class="chart {escape(css_class)}" viewBox="0 0 {WIDTH} {HEIGHT}"'
+        f' role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+        f'<text x="0" y="{MARGIN_TOP + 8}" class="axis">{top}</text>',
+        f'<text x="0" y="{HEIGHT - MARGIN_BOTTOM}" class="axis">0</text>',
+        f'<line x1="{MARGIN_LEFT}" y1="{HEIGHT - MARGIN_BOTTOM}" x2="{WIDTH}"'
+        f' y2="{HEIGHT - MARGIN_BOTTOM}" class="base"/>',
+    ]
     for index, bar in enumerate(bars):
         height = plot_h * bar.value / top
         x = MARGIN_LEFT + index * step
         y = HEIGHT - MARGIN_BOTTOM - height
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(step - 2, 1):.1f}"'
-                     f' height="{height:.1f}" class="bar"><title>{escape(bar.label)}:'
-                     f' {bar.value}</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(step - 2, 1):.1f}"'
+            f' height="{height:.1f}" class="bar"><title>{escape(bar.label)}:'
+            f" {bar.value}</title></rect>"
+        )
     if bars:
-        parts.append(f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 4}" class="axis">'
-                     f'{escape(bars[0].label)}</text>')
-        parts.append(f'<text x="{WIDTH}" y="{HEIGHT - 4}" class="axis end">'
-                     f'{escape(bars[-1].label)}</text>')
+        parts.append(
+            f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 4}" class="axis">{escape(bars[0].label)}</text>'
+        )
+        parts.append(
+            f'<text x="{WIDTH}" y="{HEIGHT - 4}" class="axis end">{escape(bars[-1].label)}</text>'
+        )
     if note:
-        parts.append(f'<text x="{WIDTH}" y="{MARGIN_TOP + 8}" class="axis end">'
-                     f'{escape(note)}</text>')
+        parts.append(
+            f'<text x="{WIDTH}" y="{MARGIN_TOP + 8}" class="axis end">{escape(note)}</text>'
+        )
     parts.append("</svg>")
     return Markup("".join(parts))

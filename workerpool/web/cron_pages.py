@@ -25,8 +25,11 @@ def cron_page(request: Request) -> Response:
     views = list_crons(pool)
     with pool.engine.connect() as conn:  # times read relative to the database's clock
         now = database_now(conn)
-    return render(request, "cron.html", {"crons": views, "request_id": uuid.uuid4().hex,
-                                         "now": now, "ago": ago, "exact": exact})
+    return render(
+        request,
+        "cron.html",
+        {"crons": views, "request_id": uuid.uuid4().hex, "now": now, "ago": ago, "exact": exact},
+    )
 
 
 async def cron_action(request: Request) -> Response:
@@ -40,7 +43,8 @@ async def cron_action(request: Request) -> Response:
     pool, by = request.app.state.pool, _actor(request)
     if verb == "run":
         job_id = await run_in_threadpool(
-            lambda: pool.cron_run(name, by=by, request=form.get("request") or None))
+            lambda: pool.cron_run(name, by=by, request=form.get("request") or None)
+        )
         return redirect(request, "/cron", f"cron {name}: job {job_id} enqueued")
     change = pool.cron_pause if verb == "pause" else pool.cron_resume
     await run_in_threadpool(lambda: change(name, by=by))

@@ -19,8 +19,19 @@ from ..sql.schema import DEAD_REASONS, STATES
 from . import query
 
 #: The jobs list's filter fields (what an action on every match sends again).
-LIST_FIELDS = ("q", "queue", "task", "state", "reason", "key", "tag", "since", "until", "batch",
-               "workflow")
+LIST_FIELDS = (
+    "q",
+    "queue",
+    "task",
+    "state",
+    "reason",
+    "key",
+    "tag",
+    "since",
+    "until",
+    "batch",
+    "workflow",
+)
 #: The dead-letter list's filters, all of which its bulk retry and purge forms send again.
 DEAD_FILTERS = ("queue", "task", "reason", "key", "tag", "since")
 DEFAULT_PAGE = 50
@@ -63,8 +74,9 @@ def choice(params: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> s
     return value
 
 
-def positive(params: Mapping[str, Any], field: str, default: int | None = None,
-             maximum: int = MAX_ID) -> int | None:
+def positive(
+    params: Mapping[str, Any], field: str, default: int | None = None, maximum: int = MAX_ID
+) -> int | None:
     value = text(params, field)
     if value is None:
         return default
@@ -83,8 +95,10 @@ def moment(params: Mapping[str, Any], field: str) -> datetime | timedelta | None
     try:
         return parse_since(value)
     except InvalidFilter:
-        raise BadInput(f"{field} must be a duration back from now (15m, 2h, 7d) or an ISO time"
-                       f" with its offset; got {value!r}") from None
+        raise BadInput(
+            f"{field} must be a duration back from now (15m, 2h, 7d) or an ISO time"
+            f" with its offset; got {value!r}"
+        ) from None
 
 
 def key(params: Mapping[str, Any]) -> str | None:
@@ -101,12 +115,20 @@ def job_filter(params: Mapping[str, Any]) -> JobFilter:
     fields, payload = query.parse(text(params, "q") or "")
     params = {**fields, **{k: v for k, v in params.items() if text(params, k) is not None}}
     state = choice(params, "state", STATES)
-    return JobFilter(queue=name(params, "queue"), task=name(params, "task"), state=state,
-                     dead_reason=choice(params, "reason", DEAD_REASONS), key=key(params),
-                     created_after=moment(params, "since"),
-                     created_before=moment(params, "until"), by_finished=state == "dead",
-                     tags=tag(params), payload=payload, batch_id=positive(params, "batch"),
-                     workflow_id=positive(params, "workflow"))
+    return JobFilter(
+        queue=name(params, "queue"),
+        task=name(params, "task"),
+        state=state,
+        dead_reason=choice(params, "reason", DEAD_REASONS),
+        key=key(params),
+        created_after=moment(params, "since"),
+        created_before=moment(params, "until"),
+        by_finished=state == "dead",
+        tags=tag(params),
+        payload=payload,
+        batch_id=positive(params, "batch"),
+        workflow_id=positive(params, "workflow"),
+    )
 
 
 def tag(params: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -143,9 +165,14 @@ def dead_filter(params: Mapping[str, Any]) -> DeadFilter:
     """The dead-letter filters of the retry and purge forms: every filter of the dead-letter
     list (:data:`DEAD_FILTERS`), so a bulk action covers exactly the rows the list shows."""
     try:
-        return DeadFilter(queue=name(params, "queue"), task=name(params, "task"),
-                          reason=choice(params, "reason", DEAD_REASONS),
-                          since=moment(params, "since"), tags=tag(params), key=key(params))
+        return DeadFilter(
+            queue=name(params, "queue"),
+            task=name(params, "task"),
+            reason=choice(params, "reason", DEAD_REASONS),
+            since=moment(params, "since"),
+            tags=tag(params),
+            key=key(params),
+        )
     except InvalidFilter as exc:
         raise BadInput(str(exc)) from None
 

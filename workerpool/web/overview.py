@@ -63,18 +63,28 @@ class Overview:
 
 def collect(pool: Any) -> Overview:
     with pool.engines.replica_errors(), pool.read_engine.begin() as conn:
-        sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT, lock_timeout=1.0,
-                                  idle_timeout=STATEMENT_TIMEOUT)
+        sql.bound_transaction(
+            conn,
+            statement_timeout=STATEMENT_TIMEOUT,
+            lock_timeout=1.0,
+            idle_timeout=STATEMENT_TIMEOUT,
+        )
         now = sql.database_now(conn)
         workers = sql.list_workers(conn)
         paused = {row.queue: row for row in sql.list_queue_states(conn) if row.paused}
-        names = sorted(set(pool.queues) | {w.queue for w in workers if is_queue(w.queue)}
-                       | {row.queue for row in sql.list_queue_states(conn)}
-                       | dashboard.common_queues(conn))
+        names = sorted(
+            set(pool.queues)
+            | {w.queue for w in workers if is_queue(w.queue)}
+            | {row.queue for row in sql.list_queue_states(conn)}
+            | dashboard.common_queues(conn)
+        )
         depths = sql.queue_depths(conn, names)
         exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
-        estimates = (_exact_counts(conn) if exact else counts.estimates(
-            conn, [(q, s) for q in names for s in ESTIMATED_STATES]))
+        estimates = (
+            _exact_counts(conn)
+            if exact
+            else counts.estimates(conn, [(q, s) for q in names for s in ESTIMATED_STATES])
+        )
         _add(estimates, dashboard.moved_counts(conn))
         finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
         analyzed = dashboard.last_analyzed(conn)
@@ -112,15 +122,25 @@ def _throughput(rows: list[QueueRow], finished: list[Any], now: datetime) -> Non
         row.per_minute = count / RECENT_MINUTES
 
 
-def _queue_row(name: str, depth: dict[str, Any], estimates: dict[tuple[str, str], int],
-               paused: Any, live: list[Any]) -> QueueRow:
+def _queue_row(
+    name: str,
+    depth: dict[str, Any],
+    estimates: dict[tuple[str, str], int],
+    paused: Any,
+    live: list[Any],
+) -> QueueRow:
     return QueueRow(
-        name=name, waiting=depth.get("waiting", 0), processing=depth.get("processing", 0),
+        name=name,
+        waiting=depth.get("waiting", 0),
+        processing=depth.get("processing", 0),
         blocked=depth.get("blocked", 0),
-        suspects=depth.get("suspects", 0), cap=depth.get("cap", DEPTH_CAP),
+        suspects=depth.get("suspects", 0),
+        cap=depth.get("cap", DEPTH_CAP),
         oldest_due=depth.get("oldest_due", 0.0),
         estimates={state: estimates.get((name, state), 0) for state in ESTIMATED_STATES},
-        paused=paused, live_workers=sum(1 for w in live if w.queue == name))
+        paused=paused,
+        live_workers=sum(1 for w in live if w.queue == name),
+    )
 
 
 def _per_minute(rows: list[Any], now: datetime) -> tuple[list[Bar], list[Bar]]:
@@ -134,5 +154,7 @@ def _per_minute(rows: list[Any], now: datetime) -> tuple[list[Bar], list[Bar]]:
         if row.minute in target:
             target[row.minute] += row.count
     label = "%H:%M"
-    return ([Bar(m.strftime(label), done[m]) for m in minutes],
-            [Bar(m.strftime(label), dead[m]) for m in minutes])
+    return (
+        [Bar(m.strftime(label), done[m]) for m in minutes],
+        [Bar(m.strftime(label), dead[m]) for m in minutes],
+    )

@@ -28,8 +28,20 @@ from .render import prefix, render
 from .tabs import ago, exact
 from .tabs import state_tabs as tabs_of
 
-LIST_PARAMS = ("q", "queue", "task", "state", "reason", "key", "since", "until", "limit", "tag",
-               "batch", "workflow")
+LIST_PARAMS = (
+    "q",
+    "queue",
+    "task",
+    "state",
+    "reason",
+    "key",
+    "since",
+    "until",
+    "limit",
+    "tag",
+    "batch",
+    "workflow",
+)
 
 
 @contextmanager
@@ -45,11 +57,18 @@ def overview_page(request: Request) -> Response:
     data = overview.collect(request.app.state.pool)
     note = "lower bound: more rows than were read" if data.chart_capped else ""
     titles = ("Finished per minute (done and cancelled)", "Dead per minute")
-    charts = [(title, bar_chart(title, bars, css, note)) for title, bars, css in
-              zip(titles, (data.finished, data.failures), ("done", "dead"), strict=True)]
+    charts = [
+        (title, bar_chart(title, bars, css, note))
+        for title, bars, css in zip(
+            titles, (data.finished, data.failures), ("done", "dead"), strict=True
+        )
+    ]
     template = "_overview.html" if request.headers.get("hx-request") else "overview.html"
-    return render(request, template, {"data": data, "charts": charts, "age": age,
-                                      "analyzed_age": _ago(data.now, data.analyzed)})
+    return render(
+        request,
+        template,
+        {"data": data, "charts": charts, "age": age, "analyzed_age": _ago(data.now, data.analyzed)},
+    )
 
 
 def _ago(now: Any, then: Any) -> str:
@@ -78,24 +97,34 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     if not dead_only and params.get("state"):
         kept["state"] = params["state"]
     context = {
-        "rows": rows, "total": total, "cap": dashboard.COUNT_CAP, "params": params,
-        "states": STATES, "reasons": DEAD_REASONS, "dead_only": dead_only,
+        "rows": rows,
+        "total": total,
+        "cap": dashboard.COUNT_CAP,
+        "params": params,
+        "states": STATES,
+        "reasons": DEAD_REASONS,
+        "dead_only": dead_only,
         "by_finished": by_finished,
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
-        "tabs": tabs, "now": now, "ago": ago, "exact": exact, "max_bulk": MAX_BULK,
+        "tabs": tabs,
+        "now": now,
+        "ago": ago,
+        "exact": exact,
+        "max_bulk": MAX_BULK,
         "active_state": filters.state or "",
-        "dead_filters": inputs.DEAD_FILTERS, "list_fields": inputs.LIST_FIELDS,
-        "tab_query": lambda state: _query({k: v for k, v in kept.items() if k != "state"}
-                                          | ({"state": state} if state else {})),
+        "dead_filters": inputs.DEAD_FILTERS,
+        "list_fields": inputs.LIST_FIELDS,
+        "tab_query": lambda state: _query(
+            {k: v for k, v in kept.items() if k != "state"} | ({"state": state} if state else {})
+        ),
     }
     if request.headers.get("hx-request") and request.headers.get("hx-target") == "job-table":
         # the tabs follow the filter too (swapped out of band), and the address bar shows only
         # the fields that filter (the form sends every one, empty or not)
         page = "/dead" if dead_only else "/jobs"
         response = render(request, "_jobs_update.html", context)
-        response.headers["HX-Push-Url"] = prefix(request) + page + (
-            _query(kept) if kept else "")
+        response.headers["HX-Push-Url"] = prefix(request) + page + (_query(kept) if kept else "")
         return response
     return render(request, "dead.html" if dead_only else "jobs.html", context)
 
@@ -129,18 +158,32 @@ def job_page(request: Request) -> Response:
         row = answer.job
         holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
         logs = job_view.attempt_logs(conn, job_id)
-    return render(request, "job.html", {
-        "job": row, "holder": holder, "reasons": answer.reasons, "age": age,
-        "payload": _pretty(row.payload), "checkpoint": _pretty(row.checkpoint),
-        "result": _pretty(row.result),
-        "steps": [{**step, "shown": _json(step["value"])}
-                  for step in steps_json(row.steps, row.now)],
-        "cancel_request": _pretty(row.cancel_request),
-        "progress": job_view.progress_text(row.progress),
-        "fraction": _fraction(row.progress), "logs": logs,
-        "lease_age": age((row.now - row.claimed_at).total_seconds()) if row.claimed_at else None,
-        "timing": timing.timing(row, row.now), "ago": ago, "exact": exact,
-    })
+    return render(
+        request,
+        "job.html",
+        {
+            "job": row,
+            "holder": holder,
+            "reasons": answer.reasons,
+            "age": age,
+            "payload": _pretty(row.payload),
+            "checkpoint": _pretty(row.checkpoint),
+            "result": _pretty(row.result),
+            "steps": [
+                {**step, "shown": _json(step["value"])} for step in steps_json(row.steps, row.now)
+            ],
+            "cancel_request": _pretty(row.cancel_request),
+            "progress": job_view.progress_text(row.progress),
+            "fraction": _fraction(row.progress),
+            "logs": logs,
+            "lease_age": age((row.now - row.claimed_at).total_seconds())
+            if row.claimed_at
+            else None,
+            "timing": timing.timing(row, row.now),
+            "ago": ago,
+            "exact": exact,
+        },
+    )
 
 
 def _fraction(progress: Any) -> float | None:
@@ -158,4 +201,3 @@ def _pretty(value: Any) -> str | None:
 def _json(value: Any) -> str:
     """A stored JSON value as JSON (a step that returned nothing shows ``null``)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-

@@ -18,8 +18,16 @@ from typing import Any
 from ..model.errors import InvalidFilter
 
 #: The qualifiers and the jobs list's field each sets.
-QUALIFIERS = {"task": "task", "queue": "queue", "tag": "tag", "key": "key", "state": "state",
-              "reason": "reason", "batch": "batch", "workflow": "workflow"}
+QUALIFIERS = {
+    "task": "task",
+    "queue": "queue",
+    "tag": "tag",
+    "key": "key",
+    "state": "state",
+    "reason": "reason",
+    "batch": "batch",
+    "workflow": "workflow",
+}
 MAX_QUERY = 1000
 MAX_TERMS = 10
 MAX_ARGS = 3
@@ -43,8 +51,10 @@ def parse(text: str) -> tuple[dict[str, str], dict[str, Any] | None]:
     for term in terms:
         name, sep, value = term.partition(":")
         if not sep or not value:
-            raise InvalidFilter(f"{term!r} is not a term: use qualifier:value (qualifiers:"
-                           f" {', '.join(QUALIFIERS)}, args.PATH)")
+            raise InvalidFilter(
+                f"{term!r} is not a term: use qualifier:value (qualifiers:"
+                f" {', '.join(QUALIFIERS)}, args.PATH)"
+            )
         if name.startswith("args."):
             args += 1
             if args > MAX_ARGS:
@@ -55,16 +65,18 @@ def parse(text: str) -> tuple[dict[str, str], dict[str, Any] | None]:
                 raise InvalidFilter(f"{name}: is given twice")
             fields[QUALIFIERS[name]] = value
         else:
-            raise InvalidFilter(f"unknown qualifier {name!r}: use one of {', '.join(QUALIFIERS)},"
-                           " args.PATH")
+            raise InvalidFilter(
+                f"unknown qualifier {name!r}: use one of {', '.join(QUALIFIERS)}, args.PATH"
+            )
     return fields, payload or None
 
 
 def _path(name: str) -> list[str]:
     path = name.split(".")[1:]
     if not path or any(not part for part in path) or len(path) > MAX_DEPTH:
-        raise InvalidFilter(f"{name!r}: a payload path is args. and 1 to {MAX_DEPTH} names"
-                       " (args.user.id)")
+        raise InvalidFilter(
+            f"{name!r}: a payload path is args. and 1 to {MAX_DEPTH} names (args.user.id)"
+        )
     return path
 
 
@@ -94,4 +106,5 @@ def looks_like_query(text: str) -> bool:
     except ValueError:
         return False
     return bool(terms) and all(
-        term.partition(":")[0] in QUALIFIERS or term.startswith("args.") for term in terms)
+        term.partition(":")[0] in QUALIFIERS or term.startswith("args.") for term in terms
+    )

@@ -28,8 +28,13 @@ NOTICES_KEPT = 1000
 
 # autoescape=True for every template whatever its name: a payload, an error message, a task
 # name or a queue name is always text on the page.
-ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 
 class Notices:
@@ -57,8 +62,7 @@ def prefix(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def render(request: Request, template: str, context: dict[str, Any],
-           status: int = 200) -> Response:
+def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
     csrf = request.app.state.csrf
     nonce, new = csrf.nonce(request.cookies)
     notice_key = request.cookies.get(NOTICE_COOKIE, "")
@@ -66,14 +70,20 @@ def render(request: Request, template: str, context: dict[str, Any],
     user = request.scope.get("workerpool.user")
     read_only = request.app.state.read_only or (user is not None and not user.may_act)
     page = ENV.get_template(template).render(
-        base=prefix(request), read_only=read_only, notice=notice,
+        base=prefix(request),
+        read_only=read_only,
+        notice=notice,
         user=user.name if user is not None else None,
-        csrf_field=CSRF_FIELD, csrf_token=csrf.sign(nonce), request_path=request.url.path,
-        **context)
+        csrf_field=CSRF_FIELD,
+        csrf_token=csrf.sign(nonce),
+        request_path=request.url.path,
+        **context,
+    )
     response = HTMLResponse(page, status_code=status)
     if new:
-        response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict",
-                            path=prefix(request) or "/")
+        response.set_cookie(
+            CSRF_COOKIE, nonce, httponly=True, samesite="strict", path=prefix(request) or "/"
+        )
     if notice_key:
         response.delete_cookie(NOTICE_COOKIE, path=prefix(request) or "/")
     return response
@@ -82,6 +92,11 @@ def render(request: Request, template: str, context: dict[str, Any],
 def redirect(request: Request, path: str, notice: str) -> Response:
     """303 to ``path`` (within the app), carrying a one-line notice for the next page."""
     response = RedirectResponse(prefix(request) + path, status_code=303)
-    response.set_cookie(NOTICE_COOKIE, request.app.state.notices.leave(notice), httponly=True,
-                        samesite="strict", path=prefix(request) or "/")
+    response.set_cookie(
+        NOTICE_COOKIE,
+        request.app.state.notices.leave(notice),
+        httponly=True,
+        samesite="strict",
+        path=prefix(request) or "/",
+    )
     return response

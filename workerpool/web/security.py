@@ -37,9 +37,11 @@ MIN_TOKEN_LENGTH = 16
 
 #: Sent with every response: no inline script or style, no framing, no referrer, no sniffing.
 HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
-     b" frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
+        b" frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
@@ -61,8 +63,10 @@ def token_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to listen beyond this machine without authentication."""
     if token is None and not is_loopback(host):
-        raise ConfigError(f"refusing to bind {host!r} (not a loopback address) without "
-                          f"authentication: set {TOKEN_ENV}, or bind 127.0.0.1")
+        raise ConfigError(
+            f"refusing to bind {host!r} (not a loopback address) without "
+            f"authentication: set {TOKEN_ENV}, or bind 127.0.0.1"
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -152,17 +156,32 @@ class Guard:
 
 async def _refuse(send: Any) -> None:
     body = b"authentication required: send WORKERPOOL_WEB_TOKEN as a Bearer token or password\n"
-    await send({"type": "http.response.start", "status": 401, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"www-authenticate", b'Basic realm="workerpool", charset="UTF-8"'), *HEADERS]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"www-authenticate", b'Basic realm="workerpool", charset="UTF-8"'),
+                *HEADERS,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 async def _refuse_host(send: Any) -> None:
-    body = (b"refused: this dashboard serves loopback names only (localhost, 127.0.0.1); pass"
-            b" hosts=[...] to workerpool.web.app, or set WORKERPOOL_WEB_TOKEN\n")
-    await send({"type": "http.response.start", "status": 400, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"), *HEADERS]})
+    body = (
+        b"refused: this dashboard serves loopback names only (localhost, 127.0.0.1); pass"
+        b" hosts=[...] to workerpool.web.app, or set WORKERPOOL_WEB_TOKEN\n"
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), *HEADERS],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -182,13 +201,18 @@ class Csrf:
             return given, False
         return secrets.token_urlsafe(32), True
 
-    def check(self, cookies: Mapping[str, str], headers: Mapping[str, str],
-              form: Mapping[str, Any]) -> None:
+    def check(
+        self, cookies: Mapping[str, str], headers: Mapping[str, str], form: Mapping[str, Any]
+    ) -> None:
         origin = headers.get("origin")
         if origin and origin != "null" and urlsplit(origin).netloc != headers.get("host"):
             raise CsrfRefused(f"refused: the request comes from another site ({origin})")
         nonce, given = cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)
-        if not nonce or not isinstance(given, str) or not hmac.compare_digest(
-                given.encode(), self.sign(nonce).encode()):
-            raise CsrfRefused("refused: missing or invalid CSRF token (reload the page and try"
-                              " again)")
+        if (
+            not nonce
+            or not isinstance(given, str)
+            or not hmac.compare_digest(given.encode(), self.sign(nonce).encode())
+        ):
+            raise CsrfRefused(
+                "refused: missing or invalid CSRF token (reload the page and try again)"
+            )

@@ -33,7 +33,7 @@ class Tab:
 
 
 def state_tabs(conn: Any, filters: dashboard.JobFilter) -> list[Tab]:
-    """"all" and one tab per state, each with the count of what ``filters`` (its state aside)
+    """ "all" and one tab per state, each with the count of what ``filters`` (its state aside)
     match in that state."""
     base = replace(filters, state=None, by_finished=False)
     if base.narrows:

@@ -63,27 +63,36 @@ def graph(nodes: Sequence[Any], edges: Sequence[Any], base: str) -> Markup:
         return PAD + col * (NODE_W + GAP_X), PAD + row * (NODE_H + GAP_Y)
 
     label = escape(f"workflow of {len(nodes)} jobs")
-    parts = [f'<svg class="workflow" viewBox="0 0 {width} {height}" width="{width}"'
-             f' height="{height}" role="img" aria-label="{label}"><title>{label}</title>']
+    parts = [
+        f'<svg class="workflow" viewBox="0 0 {width} {height}" width="{width}"'
+        f' height="{height}" role="img" aria-label="{label}"><title>{label}</title>'
+    ]
     for edge in edges:
         if edge.job_id not in places or edge.parent_id not in places:
             continue
         x1, y1 = box(edge.parent_id)
         x2, y2 = box(edge.job_id)
-        parts.append(f'<line x1="{x1 + NODE_W}" y1="{y1 + NODE_H / 2}" x2="{x2}"'
-                     f' y2="{y2 + NODE_H / 2}" class="edge {escape(edge.kind)}"/>')
+        parts.append(
+            f'<line x1="{x1 + NODE_W}" y1="{y1 + NODE_H / 2}" x2="{x2}"'
+            f' y2="{y2 + NODE_H / 2}" class="edge {escape(edge.kind)}"/>'
+        )
     for node in nodes:
         x, y = box(node.id)
         # a workflow's step by its name (its task on hover); a chain's job by its task
         text = escape(f"{node.id} {node.workflow_step or node.task}")
-        title = escape(f"{node.id} {node.workflow_step} ({node.task})" if node.workflow_step
-                       else f"{node.id} {node.task}")
-        parts.append(f'<a href="{escape(base)}/jobs/{node.id}" id="node-{node.id}">'
-                     f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6"'
-                     f' class="node {escape(node.state)}"><title>{title}: {escape(node.state)}'
-                     f'</title></rect><text x="{x + 8}" y="{y + 14}">{text}</text>'
-                     f'<text x="{x + 8}" y="{y + 28}" class="state">{escape(node.state)}</text>'
-                     "</a>")
+        title = escape(
+            f"{node.id} {node.workflow_step} ({node.task})"
+            if node.workflow_step
+            else f"{node.id} {node.task}"
+        )
+        parts.append(
+            f'<a href="{escape(base)}/jobs/{node.id}" id="node-{node.id}">'
+            f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6"'
+            f' class="node {escape(node.state)}"><title>{title}: {escape(node.state)}'
+            f'</title></rect><text x="{x + 8}" y="{y + 14}">{text}</text>'
+            f'<text x="{x + 8}" y="{y + 28}" class="state">{escape(node.state)}</text>'
+            "</a>"
+        )
     parts.append("</svg>")
     return Markup("".join(parts))
 
@@ -124,9 +133,18 @@ def workflows_page(request: Request) -> Response:
         flow.total += row.count
         flow.capped = flow.total >= COUNTED
     listed = sorted(flows.values(), key=lambda flow: -flow.id)
-    return render(request, "workflows.html", {
-        "workflows": listed, "bar": progress_bar, "ago": ago, "exact": exact, "now": now,
-        "older": listed[-1].id if len(listed) == LISTED else None})
+    return render(
+        request,
+        "workflows.html",
+        {
+            "workflows": listed,
+            "bar": progress_bar,
+            "ago": ago,
+            "exact": exact,
+            "now": now,
+            "older": listed[-1].id if len(listed) == LISTED else None,
+        },
+    )
 
 
 def sequence_page(request: Request) -> Response:
@@ -137,8 +155,9 @@ def sequence_page(request: Request) -> Response:
         raise inputs.BadInput(str(exc)) from None
     with _read(request) as conn:
         line = dependencies.sequence_line(conn, name, NODES + 1)
-    return render(request, "sequence.html", {
-        "name": name, "line": line[:NODES], "more": len(line) > NODES})
+    return render(
+        request, "sequence.html", {"name": name, "line": line[:NODES], "more": len(line) > NODES}
+    )
 
 
 def workflow_page(request: Request) -> Response:
@@ -152,7 +171,15 @@ def workflow_page(request: Request) -> Response:
     counts: dict[str, int] = {}
     for node in nodes:
         counts[node.state] = counts.get(node.state, 0) + 1
-    return render(request, "workflow.html", {
-        "workflow_id": workflow_id, "graph": graph(nodes, edges, prefix(request)),
-        "counts": sorted(counts.items()), "more": more, "nodes": nodes,
-        "live": any(state in LIVE_STATES for state in counts)})
+    return render(
+        request,
+        "workflow.html",
+        {
+            "workflow_id": workflow_id,
+            "graph": graph(nodes, edges, prefix(request)),
+            "counts": sorted(counts.items()),
+            "more": more,
+            "nodes": nodes,
+            "live": any(state in LIVE_STATES for state in counts),
+        },
+    )

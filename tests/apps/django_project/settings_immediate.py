@@ -5,5 +5,10 @@ from __future__ import annotations
 from .settings import *  # noqa: F403
 from .settings import _BACKPORT
 
-TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"
-                     if not _BACKPORT else "django_tasks.backends.immediate.ImmediateBackend"}}
+TASKS = {
+    "default": {
+        "BACKEND": "django.tasks.backends.immediate.ImmediateBackend"
+        if not _BACKPORT
+        else "django_tasks.backends.immediate.ImmediateBackend"
+    }
+}

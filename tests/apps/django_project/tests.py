@@ -52,15 +52,29 @@ class Worker:
         self.dir = tempfile.TemporaryDirectory(prefix="wp-django-")
         self.log_path = Path(self.dir.name) / "run.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
-        env.update(DJANGO_PROJECT_DB_NAME=connection.settings_dict["NAME"],
-                   DJANGO_SETTINGS_MODULE="tests.apps.django_project.settings",
-                   PYTHONPATH=str(ROOT))
+        env.update(
+            DJANGO_PROJECT_DB_NAME=connection.settings_dict["NAME"],
+            DJANGO_SETTINGS_MODULE="tests.apps.django_project.settings",
+            PYTHONPATH=str(ROOT),
+        )
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workerpool", "run", TARGET,
-                 "--heartbeat-dir", self.dir.name],
-                env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "workerpool",
+                    "run",
+                    TARGET,
+                    "--heartbeat-dir",
+                    self.dir.name,
+                ],
+                env=env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -78,11 +92,14 @@ class Worker:
 
 def finished(result_id: str, worker: Worker, timeout: float = 60):
     """The result once its task has finished (a real worker runs it)."""
+
     def read():
         result = tasks.add.get_backend().get_result(result_id)
         return result if result.is_finished else None
-    return wait_until(read, timeout, interval=0.1,
-                      message=f"task result {result_id} finished\n{worker.log()}")
+
+    return wait_until(
+        read, timeout, interval=0.1, message=f"task result {result_id} finished\n{worker.log()}"
+    )
 
 
 class TasksOnWorkerpool(TransactionTestCase):
@@ -100,8 +117,9 @@ class TasksOnWorkerpool(TransactionTestCase):
         assert exit_code == 0, f"workerpool run exited {exit_code}"
 
     def test_a_view_enqueues_in_its_atomic_block_and_the_worker_runs_the_task(self) -> None:
-        response = Client().post("/orders", json.dumps({"email": "ada@example.com"}),
-                                 content_type="application/json")
+        response = Client().post(
+            "/orders", json.dumps({"email": "ada@example.com"}), content_type="application/json"
+        )
         self.assertEqual(response.status_code, 201, response.content)
         order_id, result_id = response.json()["order"], response.json()["result_id"]
 
@@ -109,8 +127,10 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, {"order": order_id, "updated": 1})
         self.assertTrue(Order.objects.get(pk=order_id).confirmed)
-        self.assertEqual((result.task.func, result.task.queue_name, result.attempts),
-                         (tasks.confirm_order.func, "emails", 1))
+        self.assertEqual(
+            (result.task.func, result.task.queue_name, result.attempts),
+            (tasks.confirm_order.func, "emails", 1),
+        )
         self.assertEqual(result.args, [order_id])
         self.assertLessEqual(result.enqueued_at, result.started_at)
         self.assertLessEqual(result.started_at, result.finished_at)
@@ -118,8 +138,9 @@ class TasksOnWorkerpool(TransactionTestCase):
 
     def test_a_rolled_back_block_enqueues_nothing(self) -> None:
         jobs = Job.objects.count()  # workerpool's table is not flushed between tests
-        response = Client().post("/orders", json.dumps({"email": "bob@example.invalid"}),
-                                 content_type="application/json")
+        response = Client().post(
+            "/orders", json.dumps({"email": "bob@example.invalid"}), content_type="application/json"
+        )
         self.assertEqual(response.status_code, 422, response.content)
         self.assertEqual(response.json()["result_id"], "")  # never written: no id
         self.assertFalse(Order.objects.exists())
@@ -129,8 +150,12 @@ class TasksOnWorkerpool(TransactionTestCase):
         result = tasks.add.enqueue(2, 3)  # outside a block: written at once
         self.assertTrue(result.id)
         self.assertIn(result.status, {TaskResultStatus.READY})
-        wait_until(lambda: (result.refresh(), result.is_finished)[1], 60, interval=0.1,
-                   message=f"refresh() saw the task finish\n{self.worker.log()}")
+        wait_until(
+            lambda: (result.refresh(), result.is_finished)[1],
+            60,
+            interval=0.1,
+            message=f"refresh() saw the task finish\n{self.worker.log()}",
+        )
         self.assertEqual((result.status, result.return_value), (TaskResultStatus.SUCCESSFUL, 5))
 
     def test_a_task_that_raises_is_failed_with_its_exception_and_traceback(self) -> None:
@@ -155,8 +180,9 @@ class TasksOnWorkerpool(TransactionTestCase):
             raise AssertionError(f"async task unfinished\n{self.worker.log()}")
 
         result = async_to_sync(flow)()
-        self.assertEqual((result.status, result.return_value),
-                         (TaskResultStatus.SUCCESSFUL, [4, 5, 9]))
+        self.assertEqual(
+            (result.status, result.return_value), (TaskResultStatus.SUCCESSFUL, [4, 5, 9])
+        )
         self.assertTrue(Job.objects.get(pk=int(result.id)).task.startswith("django-async:"))
 
     def test_a_task_that_takes_context_sees_its_attempt(self) -> None:
@@ -167,11 +193,14 @@ class TasksOnWorkerpool(TransactionTestCase):
         later = timezone.now() + timedelta(hours=1)
         result = tasks.add.using(priority=-42, queue_name="emails", run_after=later).enqueue(1, 1)
         job = Job.objects.get(pk=int(result.id))
-        self.assertEqual((job.priority, job.queue, job.run_at, job.state),
-                         (-42, "emails", later, "pending"))
+        self.assertEqual(
+            (job.priority, job.queue, job.run_at, job.state), (-42, "emails", later, "pending")
+        )
         read = tasks.add.get_result(result.id)
-        self.assertEqual((read.status, read.task.priority, read.task.queue_name),
-                         (TaskResultStatus.READY, -42, "emails"))
+        self.assertEqual(
+            (read.status, read.task.priority, read.task.queue_name),
+            (TaskResultStatus.READY, -42, "emails"),
+        )
 
     def test_bad_input_is_refused_by_name_and_nothing_is_written(self) -> None:
         jobs = Job.objects.count()
@@ -207,8 +236,10 @@ class TasksOnWorkerpool(TransactionTestCase):
         other = WorkerPool(url_of("default"))
         other.task(queue="elsewhere", name="plain")(lambda job: None)
         try:
-            job_id = other.enqueue("plain", {"task": "tests.apps.django_project.tasks.add",
-                                             "args": [1, 2], "kwargs": {}})
+            job_id = other.enqueue(
+                "plain",
+                {"task": "tests.apps.django_project.tasks.add", "args": [1, 2], "kwargs": {}},
+            )
         finally:
             other.dispose()
         with self.assertRaises(TaskResultDoesNotExist):
@@ -227,10 +258,11 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertContains(page, link)
         self.assertNotContains(client.get("/admin/workerpool/job/?state__exact=done"), link)
         self.assertContains(client.get("/admin/workerpool/job/?state__exact=pending"), link)
-        self.assertEqual(client.get(f"/admin/workerpool/job/{result.id}/change/").status_code,
-                         200)
+        self.assertEqual(client.get(f"/admin/workerpool/job/{result.id}/change/").status_code, 200)
         self.assertEqual(client.get("/admin/workerpool/job/add/").status_code, 403)
-        self.assertEqual(client.post(f"/admin/workerpool/job/{result.id}/delete/",
-                                     {"post": "yes"}).status_code, 403)
+        self.assertEqual(
+            client.post(f"/admin/workerpool/job/{result.id}/delete/", {"post": "yes"}).status_code,
+            403,
+        )
         self.assertTrue(Job.objects.filter(pk=int(result.id)).exists())
         self.assertEqual(Client().get("/admin/workerpool/job/").status_code, 302)  # log in first

@@ -20,8 +20,17 @@ def jobs_database() -> str:
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("id", "task", "django_task", "queue", "state", "priority", "attempts",
-                    "created_at", "finished_at")
+    list_display = (
+        "id",
+        "task",
+        "django_task",
+        "queue",
+        "state",
+        "priority",
+        "attempts",
+        "created_at",
+        "finished_at",
+    )
     list_filter = ("state", "queue")
     search_fields = ("task",)
     readonly_fields = tuple(field.name for field in Job._meta.fields)

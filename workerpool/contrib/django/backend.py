@@ -55,13 +55,16 @@ class WorkerpoolBackend(BaseTaskBackend):
         super().__init__(alias, params)
         unknown = set(self.options) - OPTIONS
         if unknown:
-            raise InvalidTaskBackend(f"TASKS[{alias!r}]: unknown OPTIONS {sorted(unknown)};"
-                                     f" known: {sorted(OPTIONS)}")
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]: unknown OPTIONS {sorted(unknown)}; known: {sorted(OPTIONS)}"
+            )
         self.database = self.options.get("DATABASE", "default")
         self.enqueue_on_commit = self.options.get("ENQUEUE_ON_COMMIT", True)
         if not isinstance(self.enqueue_on_commit, bool):
-            raise InvalidTaskBackend(f"TASKS[{alias!r}]: ENQUEUE_ON_COMMIT must be True or"
-                                     f" False, got {self.enqueue_on_commit!r}")
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]: ENQUEUE_ON_COMMIT must be True or"
+                f" False, got {self.enqueue_on_commit!r}"
+            )
         try:
             self.max_attempts = check_max_attempts(self.options.get("MAX_ATTEMPTS", 5))
             for queue in self.queues:
@@ -85,9 +88,19 @@ class WorkerpoolBackend(BaseTaskBackend):
         payload = self._payload(task, args, kwargs)
         options = self._options(task)
         result = TaskResult(
-            task=task, id="", status=TaskResultStatus.READY, enqueued_at=None, started_at=None,
-            last_attempted_at=None, finished_at=None, args=payload["args"],
-            kwargs=payload["kwargs"], backend=self.alias, errors=[], worker_ids=[])
+            task=task,
+            id="",
+            status=TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
         write = partial(self._write, result, payload, options)
         if self.enqueue_on_commit:
             transaction.on_commit(write, using=self.database)
@@ -95,8 +108,7 @@ class WorkerpoolBackend(BaseTaskBackend):
             write()
         return result
 
-    def _write(self, result: TaskResult, payload: dict[str, Any],
-               options: dict[str, Any]) -> None:
+    def _write(self, result: TaskResult, payload: dict[str, Any], options: dict[str, Any]) -> None:
         job_id = self.pool.enqueue(options.pop("name"), payload, **options)
         object.__setattr__(result, "id", str(job_id))  # TaskResult is frozen
         object.__setattr__(result, "enqueued_at", timezone.now())
@@ -105,15 +117,20 @@ class WorkerpoolBackend(BaseTaskBackend):
     def _payload(self, task: Task, args: Any, kwargs: Any) -> dict[str, Any]:
         """The job's payload; InvalidTaskError names arguments that are not JSON."""
         try:
-            return {TASK_KEY: task.module_path, "args": normalize_json(list(args)),
-                    "kwargs": normalize_json(dict(kwargs))}
+            return {
+                TASK_KEY: task.module_path,
+                "args": normalize_json(list(args)),
+                "kwargs": normalize_json(dict(kwargs)),
+            }
         except (TypeError, ValueError) as exc:
-            raise InvalidTaskError(f"{task.module_path}: arguments must be JSON: {exc}"
-                                   ) from None
+            raise InvalidTaskError(f"{task.module_path}: arguments must be JSON: {exc}") from None
 
     def _options(self, task: Task) -> dict[str, Any]:
-        return {"name": task_name(task.queue_name, is_async=iscoroutinefunction(task.func)),
-                "priority": task.priority, "run_at": self._run_at(task.run_after)}
+        return {
+            "name": task_name(task.queue_name, is_async=iscoroutinefunction(task.func)),
+            "priority": task.priority,
+            "run_at": self._run_at(task.run_after),
+        }
 
     @staticmethod
     def _run_at(run_after: datetime | None) -> datetime | None:
@@ -134,9 +151,14 @@ class WorkerpoolBackend(BaseTaskBackend):
 
 
 def _job_id(result_id: Any) -> int:
-    if isinstance(result_id, str) and result_id.isascii() and result_id.isdigit() \
-            and 0 < int(result_id) < 2**63:
+    if (
+        isinstance(result_id, str)
+        and result_id.isascii()
+        and result_id.isdigit()
+        and 0 < int(result_id) < 2**63
+    ):
         return int(result_id)
     raise TaskResultDoesNotExist(f"{result_id!r} is no workerpool job id (a positive integer)")
+
 
 __all__ = ["WorkerpoolBackend"]

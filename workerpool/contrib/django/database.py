@@ -14,17 +14,23 @@ def url_of(alias: str) -> URL:
     query, as libpq takes them)."""
     settings = connections[alias].settings_dict
     host, port = str(settings.get("HOST") or ""), str(settings.get("PORT") or "")
-    query: dict[str, Any] = {key: str(value) for key, value in
-                             (settings.get("OPTIONS") or {}).items()
-                             if isinstance(value, str | int) and not isinstance(value, bool)}
+    query: dict[str, Any] = {
+        key: str(value)
+        for key, value in (settings.get("OPTIONS") or {}).items()
+        if isinstance(value, str | int) and not isinstance(value, bool)
+    }
     in_query = host.startswith("/") or "," in host or "," in port
     if in_query:
         query.update({k: v for k, v in (("host", host), ("port", port)) if v})
     return URL.create(
-        "postgresql+psycopg", username=settings.get("USER") or None,
-        password=settings.get("PASSWORD") or None, host=None if in_query else host or None,
-        port=None if in_query or not port else int(port), database=settings.get("NAME"),
-        query=query)
+        "postgresql+psycopg",
+        username=settings.get("USER") or None,
+        password=settings.get("PASSWORD") or None,
+        host=None if in_query else host or None,
+        port=None if in_query or not port else int(port),
+        database=settings.get("NAME"),
+        query=query,
+    )
 
 
 __all__ = ["url_of"]

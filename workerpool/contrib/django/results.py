@@ -44,8 +44,9 @@ def task_of(info: JobInfo) -> Task:
     try:
         task = import_string(path)
     except ImportError as exc:
-        raise TaskResultDoesNotExist(f"job {info.id}: task {path!r} cannot be imported: {exc}"
-                                     ) from None
+        raise TaskResultDoesNotExist(
+            f"job {info.id}: task {path!r} cannot be imported: {exc}"
+        ) from None
     if not isinstance(task, Task):
         raise TaskResultDoesNotExist(f"job {info.id}: {path!r} is not a Task")
     return task

@@ -30,10 +30,12 @@ def register(pool: WorkerPool, queues: set[str], *, max_attempts: int) -> None:
     """Declare on ``pool`` the handlers of the Django tasks of ``queues`` (a ConfigError names
     a queue that is no valid workerpool queue name)."""
     for queue in sorted(queues):
-        pool.task(queue=queue, name=task_name(queue, is_async=False),
-                  max_attempts=max_attempts)(run_task)
-        pool.task(queue=queue, name=task_name(queue, is_async=True),
-                  max_attempts=max_attempts)(run_async_task)
+        pool.task(queue=queue, name=task_name(queue, is_async=False), max_attempts=max_attempts)(
+            run_task
+        )
+        pool.task(queue=queue, name=task_name(queue, is_async=True), max_attempts=max_attempts)(
+            run_async_task
+        )
 
 
 def run_task(job: Job) -> Any:
@@ -70,10 +72,19 @@ def _context(task: Task, job: Job) -> TaskContext:
     ``job.attempt`` (earlier attempts' workers are in ``get_result``'s ``worker_ids``)."""
     now = datetime.now(UTC)
     result = TaskResult(
-        task=task, id=str(job.id), status=TaskResultStatus.RUNNING, enqueued_at=None,
-        started_at=now, last_attempted_at=now, finished_at=None,
-        args=job.payload["args"], kwargs=job.payload["kwargs"], backend=task.backend,
-        errors=[], worker_ids=[job.worker] * job.attempt)
+        task=task,
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        last_attempted_at=now,
+        finished_at=None,
+        args=job.payload["args"],
+        kwargs=job.payload["kwargs"],
+        backend=task.backend,
+        errors=[],
+        worker_ids=[job.worker] * job.attempt,
+    )
     return TaskContext(task_result=result)
 
 

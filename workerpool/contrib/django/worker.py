@@ -23,7 +23,8 @@ def pool_of(alias: str = DEFAULT_TASK_BACKEND_ALIAS) -> WorkerPool:
     if not isinstance(backend, WorkerpoolBackend):
         raise ImproperlyConfigured(
             f"TASKS[{alias!r}] is {type(backend).__name__}, not"
-            " workerpool.contrib.django.WorkerpoolBackend: workerpool run has nothing to run")
+            " workerpool.contrib.django.WorkerpoolBackend: workerpool run has nothing to run"
+        )
     return backend.pool
 
 

@@ -102,28 +102,44 @@ def schedule(registry: Registry, conn: Connection) -> list[tuple[str, Decision]]
                 decision = decide(spec, row, now)
                 apply(registry, conn, spec, row, decision)
         except Exception:
-            log.exception("cron %s: scheduling failed", spec.name,
-                          extra={"event": "cron_failed", "cron": spec.name})
+            log.exception(
+                "cron %s: scheduling failed",
+                spec.name,
+                extra={"event": "cron_failed", "cron": spec.name},
+            )
             continue
         done.append((spec.name, decision))
     return done
 
 
-def apply(registry: Registry, conn: Connection, spec: CronSpec, row: Any,
-          decision: Decision) -> None:
+def apply(
+    registry: Registry, conn: Connection, spec: CronSpec, row: Any, decision: Decision
+) -> None:
     """Write one decision (the schedule row is locked by this transaction)."""
     if decision.action == WAIT:
         return
     if decision.action == RESET:
-        sql.reset_cron(conn, spec.name, queue=spec.queue, expression=spec.expression,
-                           timezone=spec.timezone, next_tick=decision.next_tick)
+        sql.reset_cron(
+            conn,
+            spec.name,
+            queue=spec.queue,
+            expression=spec.expression,
+            timezone=spec.timezone,
+            next_tick=decision.next_tick,
+        )
         return
     assert decision.tick is not None and decision.next_tick is not None
     enqueue = decision.action == ENQUEUE
     job_id = enqueue_tick(registry, conn, spec, decision.tick) if enqueue else None
-    sql.advance_cron(conn, spec.name, queue=spec.queue, tick=decision.tick,
-                         next_tick=decision.next_tick,
-                         job_id=job_id, skipped=decision.action == SKIP_OVERLAP)
+    sql.advance_cron(
+        conn,
+        spec.name,
+        queue=spec.queue,
+        tick=decision.tick,
+        next_tick=decision.next_tick,
+        job_id=job_id,
+        skipped=decision.action == SKIP_OVERLAP,
+    )
     log_decision(spec, row, decision, job_id)
 
 
@@ -142,17 +158,36 @@ def log_decision(spec: CronSpec, row: Any, decision: Decision, job_id: int | Non
     extra = {"cron": spec.name, "queue": spec.queue, "tick": tick, "job_id": job_id}
     if decision.action == ENQUEUE:
         event = "cron_catch_up" if decision.late else "cron_tick_enqueued"
-        log.info("cron %s: tick %s enqueued as job %s%s", spec.name, tick, job_id,
-                 " (catch-up after missed ticks)" if decision.late else "",
-                 extra={"event": event, **extra})
+        log.info(
+            "cron %s: tick %s enqueued as job %s%s",
+            spec.name,
+            tick,
+            job_id,
+            " (catch-up after missed ticks)" if decision.late else "",
+            extra={"event": event, **extra},
+        )
     elif decision.action == SKIP_OVERLAP:
-        log.warning("cron tick skipped: %s tick %s, previous run (job %s) is still %s",
-                    spec.name, tick, row.last_job_id, row.last_job_state,
-                    extra={"event": "cron_tick_skipped", **extra, "previous_job": row.last_job_id})
+        log.warning(
+            "cron tick skipped: %s tick %s, previous run (job %s) is still %s",
+            spec.name,
+            tick,
+            row.last_job_id,
+            row.last_job_state,
+            extra={"event": "cron_tick_skipped", **extra, "previous_job": row.last_job_id},
+        )
     elif decision.action == SKIP_PAUSED:
-        log.info("cron %s: tick %s not run (paused by %s)", spec.name, tick, row.paused_by,
-                 extra={"event": "cron_tick_paused", **extra, "by": row.paused_by})
+        log.info(
+            "cron %s: tick %s not run (paused by %s)",
+            spec.name,
+            tick,
+            row.paused_by,
+            extra={"event": "cron_tick_paused", **extra, "by": row.paused_by},
+        )
     elif decision.action == SKIP_MISSED:
-        log.warning("cron ticks missed: %s up to %s not run (missed=skip); next %s",
-                    spec.name, tick, decision.next_tick.isoformat() if decision.next_tick else None,
-                    extra={"event": "cron_ticks_missed", **extra})
+        log.warning(
+            "cron ticks missed: %s up to %s not run (missed=skip); next %s",
+            spec.name,
+            tick,
+            decision.next_tick.isoformat() if decision.next_tick else None,
+            extra={"event": "cron_ticks_missed", **extra},
+        )

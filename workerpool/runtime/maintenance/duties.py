@@ -40,8 +40,12 @@ from .history import HistoryKeeper
 #: signals, dependency edges): each grows far slower than the jobs table.
 RECORDS_PRUNE_EVERY = 60.0
 #: How the log names each kind :meth:`Maintenance.prune_records` prunes.
-_PRUNED_NAMES = {"audit": "audit entries", "logs": "attempt logs", "signals": "signals",
-                 "edges": "dependency edges of gone jobs"}
+_PRUNED_NAMES = {
+    "audit": "audit entries",
+    "logs": "attempt logs",
+    "signals": "signals",
+    "edges": "dependency edges of gone jobs",
+}
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -67,10 +71,17 @@ class Maintenance:
     where the depth samples are read (default: ``engine``).
     """
 
-    def __init__(self, registry: Registry, engine: Engine, *, worker_id: str,
-                 interval: float | None = None,
-                 queues: Mapping[str, QueueSpec] | None = None, pooled: bool = False,
-                 read_engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        engine: Engine,
+        *,
+        worker_id: str,
+        interval: float | None = None,
+        queues: Mapping[str, QueueSpec] | None = None,
+        pooled: bool = False,
+        read_engine: Engine | None = None,
+    ) -> None:
         registry.validate_crons()
         self.registry = registry
         self.engine = engine
@@ -84,8 +95,11 @@ class Maintenance:
         self.table = TableKeeper(engine, pooled=pooled, settings=self.settings)
         self._sampled_at = float("-inf")
         self._swept_batches_at = float("-inf")
-        self._result_ttls = {name: spec.result_ttl for name, spec in registry.tasks.items()
-                             if spec.result_ttl is not None}
+        self._result_ttls = {
+            name: spec.result_ttl
+            for name, spec in registry.tasks.items()
+            if spec.result_ttl is not None
+        }
         self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
@@ -101,9 +115,12 @@ class Maintenance:
         """A short transaction with the worker's time limits: a lock or a stuck statement errors
         out (and the pass is retried) instead of hanging until the supervisor's hang kill."""
         with (engine or self.engine).begin() as conn:
-            sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
-                                      lock_timeout=LOCK_TIMEOUT,
-                                      idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+            sql.bound_transaction(
+                conn,
+                statement_timeout=STATEMENT_TIMEOUT,
+                lock_timeout=LOCK_TIMEOUT,
+                idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT,
+            )
             yield conn
 
     def run_pass(self) -> None:
@@ -133,8 +150,14 @@ class Maintenance:
         with self._transaction() as conn:
             if self._registered and sql.beat_worker(conn, self.worker_id):
                 return
-            sql.register_worker(conn, self.worker_id, host=socket.gethostname(),
-                                    pid=os.getpid(), queue=MAINTENANCE_TYPE, tasks={})
+            sql.register_worker(
+                conn,
+                self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queue=MAINTENANCE_TYPE,
+                tasks={},
+            )
         self._registered = True
 
     def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
@@ -160,14 +183,16 @@ class Maintenance:
         settings, deleted = self.settings, 0
         for _ in range(settings.prune_batches_per_pass):
             with self._transaction() as conn:
-                count = sql.prune_finished(conn, settings.retention, settings.prune_batch,
-                                           self._result_ttls)
+                count = sql.prune_finished(
+                    conn, settings.retention, settings.prune_batch, self._result_ttls
+                )
             deleted += count
             if count < settings.prune_batch:
                 break
         if deleted:
-            log.info("pruned %d finished jobs", deleted,
-                     extra={"event": "jobs_pruned", "count": deleted})
+            log.info(
+                "pruned %d finished jobs", deleted, extra={"event": "jobs_pruned", "count": deleted}
+            )
         return deleted
 
     def prune_records(self) -> int:
@@ -185,11 +210,16 @@ class Maintenance:
                 "signals": signals.prune(conn, retention, limit),
             }
             self._edges_after, pruned["edges"] = dependencies.prune_orphans(
-                conn, self._edges_after, limit)
+                conn, self._edges_after, limit
+            )
         for kind, count in pruned.items():
             if count:
-                log.info("pruned %d %s", count, _PRUNED_NAMES[kind],
-                         extra={"event": f"{kind}_pruned", "count": count})
+                log.info(
+                    "pruned %d %s",
+                    count,
+                    _PRUNED_NAMES[kind],
+                    extra={"event": f"{kind}_pruned", "count": count},
+                )
         return sum(pruned.values())
 
     def keep_history(self) -> int:
@@ -210,10 +240,15 @@ class Maintenance:
         metrics.record.batches_finished(fired, "sweep")
         metrics.record.flush()
         for batch in fired:
-            log.error("batch %s finished by the maintenance sweep, not by its last member's"
-                      " outcome", batch.batch_id,
-                      extra={"event": "batch_swept", "batch_id": batch.batch_id,
-                             "outcome": batch.outcome})
+            log.error(
+                "batch %s finished by the maintenance sweep, not by its last member's outcome",
+                batch.batch_id,
+                extra={
+                    "event": "batch_swept",
+                    "batch_id": batch.batch_id,
+                    "outcome": batch.outcome,
+                },
+            )
         with self._transaction() as conn:
             batches.prune(conn, self.settings.retention, self.settings.prune_batch)
             results.prune_waiters(conn, WAITER_TTL)
@@ -232,16 +267,24 @@ class Maintenance:
             swept = dependencies.sweep(conn)
             # their waiters, batches and own dependents
             cancelled = after_rows(conn, swept.cancelled).cancelled
-        self._report_cancelled([dependencies.cancel_notice(row) for row in swept.cancelled]
-                               + cancelled)
+        self._report_cancelled(
+            [dependencies.cancel_notice(row) for row in swept.cancelled] + cancelled
+        )
         repaired = swept.due + len(swept.cancelled)
         if repaired:
             self.repaired_dependents += repaired
-            log.error("%d waiting jobs released by the maintenance sweep, not by their parents'"
-                      " final write (%d made due, %d cancelled)", repaired, swept.due,
-                      len(swept.cancelled), extra={"event": "dependents_swept",
-                                                   "due": swept.due,
-                                                   "cancelled": len(swept.cancelled)})
+            log.error(
+                "%d waiting jobs released by the maintenance sweep, not by their parents'"
+                " final write (%d made due, %d cancelled)",
+                repaired,
+                swept.due,
+                len(swept.cancelled),
+                extra={
+                    "event": "dependents_swept",
+                    "due": swept.due,
+                    "cancelled": len(swept.cancelled),
+                },
+            )
         return repaired
 
     def _report_cancelled(self, notices: list[CancelNotice]) -> None:
@@ -259,17 +302,23 @@ class Maintenance:
         with self._transaction() as conn:
             woken = signals.sweep(conn)
         if woken:
-            log.info("made %d waiting jobs due (signal sent or deadline passed)",
-                     sum(woken.values()), extra={"event": "signal_waiters_swept",
-                                                 "count": sum(woken.values())})
+            log.info(
+                "made %d waiting jobs due (signal sent or deadline passed)",
+                sum(woken.values()),
+                extra={"event": "signal_waiters_swept", "count": sum(woken.values())},
+            )
         return woken
 
     def prune_workers(self) -> list[str]:
         with self._transaction() as conn:
             gone = sql.prune_workers(conn, self.settings.worker_ttl)
         for worker in gone:
-            log.info("pruned worker %s (not seen for %ss)", worker, self.settings.worker_ttl,
-                     extra={"event": "worker_pruned", "worker": worker})
+            log.info(
+                "pruned worker %s (not seen for %ss)",
+                worker,
+                self.settings.worker_ttl,
+                extra={"event": "worker_pruned", "worker": worker},
+            )
         return gone
 
     def prune_rate_counts(self) -> int:
@@ -292,8 +341,11 @@ class Maintenance:
             if self.read_engine is self.engine:
                 raise
             # a replica down must not fail the pass: the duties on the primary are what matter
-            log.warning("depth sample skipped: the read replica failed: %s", first_line(exc),
-                        extra={"event": "replica_sample_failed"})
+            log.warning(
+                "depth sample skipped: the read replica failed: %s",
+                first_line(exc),
+                extra={"event": "replica_sample_failed"},
+            )
             return
         metrics.record.depth(samples)
         metrics.record.batches_open(open_batches)
@@ -306,5 +358,3 @@ class Maintenance:
             with self._transaction() as conn:
                 sql.unregister_worker(conn, self.worker_id)
             self._registered = False
-
-

@@ -54,8 +54,11 @@ class DutyRunner:
             self._failed(name, exc)
             return False
         if self.failing.pop(name, None) is not None:
-            log.info("maintenance duty %s works again", name,
-                     extra={"event": "duty_recovered", "duty": name})
+            log.info(
+                "maintenance duty %s works again",
+                name,
+                extra={"event": "duty_recovered", "duty": name},
+            )
         return True
 
     def _failed(self, name: str, exc: Exception) -> None:
@@ -66,6 +69,10 @@ class DutyRunner:
             return
         self.failing[name] = (cause, now)
         database = isinstance(exc, DBAPIError | psycopg.Error)
-        log.error("maintenance duty %s failed (the others ran): %s", name, cause,
-                  exc_info=not database,  # a bug's traceback; a database's answer is its cause
-                  extra={"event": "duty_failed", "duty": name, "cause": cause})
+        log.error(
+            "maintenance duty %s failed (the others ran): %s",
+            name,
+            cause,
+            exc_info=not database,  # a bug's traceback; a database's answer is its cause
+            extra={"event": "duty_failed", "duty": name, "cause": cause},
+        )

@@ -116,8 +116,10 @@ class TableHealth:
         data = asdict(self)
         data["last_vacuum_age_s"] = self.last_vacuum_age_s
         data["last_analyze_age_s"] = self.last_analyze_age_s
-        return {key: round(value, 3) if isinstance(value, float) else value
-                for key, value in data.items()}
+        return {
+            key: round(value, 3) if isinstance(value, float) else value
+            for key, value in data.items()
+        }
 
 
 def _newest(*ages: float | None) -> float | None:
@@ -131,10 +133,18 @@ def read(conn: Connection) -> TableHealth:
     holders = sql.horizon_holders(conn, limit=1)
     holder = Holder(**holders[0]._asdict()) if holders else None
     return TableHealth(
-        live=row.live, dead=row.dead, modified=row.modified, estimated_rows=row.estimated_rows,
-        table_bytes=row.table_bytes, index_bytes=row.index_bytes,
-        vacuum_age_s=row.vacuum_age, autovacuum_age_s=row.autovacuum_age,
-        analyze_age_s=row.analyze_age, autoanalyze_age_s=row.autoanalyze_age, holder=holder)
+        live=row.live,
+        dead=row.dead,
+        modified=row.modified,
+        estimated_rows=row.estimated_rows,
+        table_bytes=row.table_bytes,
+        index_bytes=row.index_bytes,
+        vacuum_age_s=row.vacuum_age,
+        autovacuum_age_s=row.autovacuum_age,
+        analyze_age_s=row.analyze_age,
+        autoanalyze_age_s=row.autoanalyze_age,
+        holder=holder,
+    )
 
 
 def table_health(engine: Engine) -> TableHealth:
@@ -146,21 +156,27 @@ def overdue(health: TableHealth) -> str | None:
     """The command autovacuum should have run by now (``sql.VACUUM``, ``sql.ANALYZE``), if any."""
     rows = max(health.live, health.estimated_rows, 0)
     last_vacuum = health.last_vacuum_age_s
-    if (health.dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * rows)
-            and (last_vacuum is None or last_vacuum >= VACUUM_MIN_GAP)):
+    if health.dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * rows) and (
+        last_vacuum is None or last_vacuum >= VACUUM_MIN_GAP
+    ):
         return sql.VACUUM
     last_analyze = health.last_analyze_age_s
     counted, live = max(health.estimated_rows, 0), max(health.live, 0)
     off = max(counted, live) > ANALYZE_OFF_BY * min(counted, live)
-    if (health.modified >= max(ANALYZE_MIN_CHANGES, ANALYZE_CHANGED_SHARE * rows)
-            and (off or last_analyze is None or last_analyze >= ANALYZE_MIN_GAP)):
+    if health.modified >= max(ANALYZE_MIN_CHANGES, ANALYZE_CHANGED_SHARE * rows) and (
+        off or last_analyze is None or last_analyze >= ANALYZE_MIN_GAP
+    ):
         return sql.ANALYZE
     return None
 
 
 #: The log event of each command, by its first word.
-_EVENTS = {"VACUUM": "table_vacuumed", "ANALYZE": "table_analyzed", "REINDEX": "index_rebuilt",
-           "DROP": "index_leftover_dropped"}
+_EVENTS = {
+    "VACUUM": "table_vacuumed",
+    "ANALYZE": "table_analyzed",
+    "REINDEX": "index_rebuilt",
+    "DROP": "index_leftover_dropped",
+}
 
 
 class TableKeeper:
@@ -171,9 +187,15 @@ class TableKeeper:
     their own (autocommit: VACUUM cannot run in a transaction block).
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.monotonic,
-                 pooled: bool = False, settings: MaintenanceSpec | None = None,
-                 utc_now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pooled: bool = False,
+        settings: MaintenanceSpec | None = None,
+        utc_now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.engine = engine
         self.settings = settings or MaintenanceSpec()
         self.busy_hours = busy_window(self.settings.busy_hours)
@@ -206,8 +228,9 @@ class TableKeeper:
             command = self._next_command(conn, health)
             if command is None or not self._allowed(conn, command):
                 return None
-        self._thread = threading.Thread(target=self._run, args=(command,),
-                                        name="table-health", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(command,), name="table-health", daemon=True
+        )
         self._thread.start()
         return command
 
@@ -233,11 +256,20 @@ class TableKeeper:
         if not bloated:
             return None
         worst = max(bloated, key=lambda index: index.bloat)
-        log.info("index %s is %.1fx the size its entries would take packed (%.1f MiB against"
-                 " %.1f MiB): rebuilding it", worst.name, worst.bloat, worst.bytes / 2**20,
-                 worst.packed_bytes / 2**20,
-                 extra={"event": "index_bloated", "index": worst.name, "bytes": worst.bytes,
-                        "packed_bytes": worst.packed_bytes})
+        log.info(
+            "index %s is %.1fx the size its entries would take packed (%.1f MiB against"
+            " %.1f MiB): rebuilding it",
+            worst.name,
+            worst.bloat,
+            worst.bytes / 2**20,
+            worst.packed_bytes / 2**20,
+            extra={
+                "event": "index_bloated",
+                "index": worst.name,
+                "bytes": worst.bytes,
+                "packed_bytes": worst.packed_bytes,
+            },
+        )
         return sql.reindex(worst.name)
 
     def _bloated(self, indexes: list[sql.IndexSize]) -> list[sql.IndexSize]:
@@ -249,13 +281,18 @@ class TableKeeper:
         failed within REBUILD_RETRY."""
         now, valid = self.clock(), [index for index in indexes if index.valid]
         together = sum(index.bytes for index in valid)
-        return [index for index in valid
-                if index.bloat >= self.settings.reindex_bloat
-                and index.bytes >= min(SMALL_INDEX_BYTES, self.settings.reindex_min_bytes)
-                and (index.bytes >= self.settings.reindex_min_bytes
-                     or together >= self.settings.reindex_min_bytes)
-                and now - self._failed.get(index.name, -math.inf) >= REBUILD_RETRY
-                and now - self._rebuilt.get(index.name, -math.inf) >= REBUILD_GAP]
+        return [
+            index
+            for index in valid
+            if index.bloat >= self.settings.reindex_bloat
+            and index.bytes >= min(SMALL_INDEX_BYTES, self.settings.reindex_min_bytes)
+            and (
+                index.bytes >= self.settings.reindex_min_bytes
+                or together >= self.settings.reindex_min_bytes
+            )
+            and now - self._failed.get(index.name, -math.inf) >= REBUILD_RETRY
+            and now - self._rebuilt.get(index.name, -math.inf) >= REBUILD_GAP
+        ]
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -278,10 +315,14 @@ class TableKeeper:
         allowed, why = sql.may_maintain(conn)
         if not allowed and not self._denied:
             self._denied = True
-            log.warning("cannot run %r: %s; the jobs table's statistics and dead rows are left"
-                        " to autovacuum (grant the owner role to the maintenance process's role,"
-                        " or schedule ANALYZE and VACUUM as the owner)", command, why,
-                        extra={"event": "table_health_denied", "command": command})
+            log.warning(
+                "cannot run %r: %s; the jobs table's statistics and dead rows are left"
+                " to autovacuum (grant the owner role to the maintenance process's role,"
+                " or schedule ANALYZE and VACUUM as the owner)",
+                command,
+                why,
+                extra={"event": "table_health_denied", "command": command},
+            )
         return allowed
 
     def _run(self, command: str) -> None:
@@ -291,14 +332,24 @@ class TableKeeper:
         except Exception as exc:  # the next read retries; nothing here may kill maintenance
             if command.startswith("REINDEX"):  # not again for a while: it may be too big
                 self._failed[command.rsplit(" ", 1)[-1].strip('"')] = self.clock()
-            log.warning("%s failed (%s: %s)", command, type(exc).__name__,
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                        extra={"event": "table_health_failed", "command": command})
+            log.warning(
+                "%s failed (%s: %s)",
+                command,
+                type(exc).__name__,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                extra={"event": "table_health_failed", "command": command},
+            )
             return
         seconds = time.monotonic() - started
-        log.info("%s took %.1fs", command, seconds,
-                 extra={"event": _EVENTS.get(command.split(" ")[0], "table_analyzed"),
-                        "seconds": round(seconds, 3)})
+        log.info(
+            "%s took %.1fs",
+            command,
+            seconds,
+            extra={
+                "event": _EVENTS.get(command.split(" ")[0], "table_analyzed"),
+                "seconds": round(seconds, 3),
+            },
+        )
         if command.startswith("REINDEX"):
             name = command.rsplit(" ", 1)[-1].strip('"')
             self._rebuilt[name] = self.clock()
@@ -306,11 +357,17 @@ class TableKeeper:
 
     def _execute(self, command: str) -> None:
         if self._command_engine is None:
-            limits = {"statement_timeout": f"{round(COMMAND_TIMEOUT * 1000)}ms",
-                      "lock_timeout": f"{round(LOCK_TIMEOUT * 1000)}ms"}
+            limits = {
+                "statement_timeout": f"{round(COMMAND_TIMEOUT * 1000)}ms",
+                "lock_timeout": f"{round(LOCK_TIMEOUT * 1000)}ms",
+            }
             self._command_engine = db.create(
-                self.engine.url, application_name="workerpool maintenance: table health",
-                pool_size=1, session_settings=limits, pooled=self.pooled)
+                self.engine.url,
+                application_name="workerpool maintenance: table health",
+                pool_size=1,
+                session_settings=limits,
+                pooled=self.pooled,
+            )
         with self._command_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             raw = conn.connection.driver_connection
@@ -330,8 +387,14 @@ class TableKeeper:
         if (holder.kind, holder.name) in self._warned:
             return
         self._warned.add((holder.kind, holder.name))
-        log.warning("%s %s (%s, role %s, %s) has held back the xmin horizon for %.0fs: vacuum"
-                    " cannot remove the jobs table's dead rows until it ends", holder.kind,
-                    holder.name, holder.application or "-", holder.role or "-",
-                    holder.state or "-", holder.age_s,
-                    extra={"event": "horizon_held", "holder": holder.name, "kind": holder.kind})
+        log.warning(
+            "%s %s (%s, role %s, %s) has held back the xmin horizon for %.0fs: vacuum"
+            " cannot remove the jobs table's dead rows until it ends",
+            holder.kind,
+            holder.name,
+            holder.application or "-",
+            holder.role or "-",
+            holder.state or "-",
+            holder.age_s,
+            extra={"event": "horizon_held", "holder": holder.name, "kind": holder.kind},
+        )

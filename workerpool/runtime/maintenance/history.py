@@ -27,8 +27,12 @@ log = logging.getLogger("workerpool.maintenance")
 class HistoryKeeper:
     """``tick()`` once per maintenance pass; ``transaction`` opens one bounded transaction."""
 
-    def __init__(self, transaction: Callable[[], AbstractContextManager[Connection]],
-                 settings: MaintenanceSpec, kept_tasks: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        transaction: Callable[[], AbstractContextManager[Connection]],
+        settings: MaintenanceSpec,
+        kept_tasks: Iterable[str] = (),
+    ) -> None:
         self.transaction = transaction
         self.settings = settings
         self.kept_tasks = sorted(kept_tasks)
@@ -46,8 +50,11 @@ class HistoryKeeper:
             if count < self.settings.history_batch:
                 break
         if moved:
-            log.info("moved %d finished jobs to the history", moved,
-                     extra={"event": "jobs_moved", "count": moved})
+            log.info(
+                "moved %d finished jobs to the history",
+                moved,
+                extra={"event": "jobs_moved", "count": moved},
+            )
         return moved
 
     def keep_partitions(self) -> bool:
@@ -57,9 +64,13 @@ class HistoryKeeper:
         with self.transaction() as conn:
             if not store.try_lock(conn):
                 return False
-            plan = layout.plan(store.partitions(conn), database_now(conn),
-                               retention=s.retention, width=s.history_partition_days,
-                               ahead=s.history_ahead)
+            plan = layout.plan(
+                store.partitions(conn),
+                database_now(conn),
+                retention=s.retention,
+                width=s.history_partition_days,
+                ahead=s.history_ahead,
+            )
             for part in plan.drop:
                 store.drop_partition(conn, part)
             for part in plan.create:
@@ -67,9 +78,12 @@ class HistoryKeeper:
             store.prune_minutes(conn, s.retention)
         self.floor = plan.floor
         for part in plan.drop:
-            log.info("dropped history partition %s (finished before %s)", part.name,
-                     part.upper.isoformat(), extra={"event": "history_dropped",
-                                                    "partition": part.name})
+            log.info(
+                "dropped history partition %s (finished before %s)",
+                part.name,
+                part.upper.isoformat(),
+                extra={"event": "history_dropped", "partition": part.name},
+            )
         return True
 
     def move_batch(self) -> int:
@@ -77,5 +91,10 @@ class HistoryKeeper:
         with self.transaction() as conn:
             if not store.try_lock(conn):
                 return 0
-            return store.move(conn, floor=self.floor, delay=self.settings.history_delay,
-                              limit=self.settings.history_batch, kept=self.kept_tasks)
+            return store.move(
+                conn,
+                floor=self.floor,
+                delay=self.settings.history_delay,
+                limit=self.settings.history_batch,
+                kept=self.kept_tasks,
+            )

@@ -48,8 +48,13 @@ def _no_parent() -> bool:
 class MaintenanceLoop:
     """``maintenance.run_pass()`` every ``maintenance.interval`` seconds, a tick after each."""
 
-    def __init__(self, maintenance: Duties, *, on_tick: Callable[[], None] = _no_tick,
-                 parent_alive: Callable[[], bool] = _no_parent) -> None:
+    def __init__(
+        self,
+        maintenance: Duties,
+        *,
+        on_tick: Callable[[], None] = _no_tick,
+        parent_alive: Callable[[], bool] = _no_parent,
+    ) -> None:
         self.maintenance = maintenance
         self.on_tick = on_tick
         self.parent_alive = parent_alive
@@ -67,9 +72,12 @@ class MaintenanceLoop:
                 self.maintenance.run_pass()
                 self.on_tick()
             except DATABASE_ERRORS as exc:
-                log.warning("maintenance pass failed: the database is unreachable (%s: %s)",
-                            type(exc).__name__, first_line(exc),
-                            extra={"event": "database_error", "worker": "maintenance"})
+                log.warning(
+                    "maintenance pass failed: the database is unreachable (%s: %s)",
+                    type(exc).__name__,
+                    first_line(exc),
+                    extra={"event": "database_error", "worker": "maintenance"},
+                )
             if not self.parent_alive():
                 log.warning("parent is gone; stopping", extra={"event": "parent_gone"})
                 break

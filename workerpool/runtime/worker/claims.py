@@ -36,10 +36,23 @@ log = logging.getLogger("workerpool.worker")
 class Claims:
     """Claims the jobs of one queue into the worker's free room (the main loop's)."""
 
-    def __init__(self, spec: QueueSpec, queue: str, worker_id: str, *, tasks: dict[str, TaskSpec],
-                 task_versions: dict[str, int], stale_after: float, session: Session,
-                 flights: Flights, outcomes: Outcomes, executor: Executor, counters: Counters,
-                 closed: Callable[[], bool], on_claim: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        spec: QueueSpec,
+        queue: str,
+        worker_id: str,
+        *,
+        tasks: dict[str, TaskSpec],
+        task_versions: dict[str, int],
+        stale_after: float,
+        session: Session,
+        flights: Flights,
+        outcomes: Outcomes,
+        executor: Executor,
+        counters: Counters,
+        closed: Callable[[], bool],
+        on_claim: Callable[[], None],
+    ) -> None:
         self.spec, self.queue, self.worker_id = spec, queue, worker_id
         self.tasks, self.task_versions, self.stale_after = tasks, task_versions, stale_after
         self.session, self.flights, self.outcomes = session, flights, outcomes
@@ -146,9 +159,11 @@ class Claims:
         rows = sql.return_unheld(conn, self.worker_id, [f.lease.job_id for f in self.flights])
         if rows:
             after_rows(conn, rows)  # a cancel asked meanwhile ends a row here
-            log.warning("gave back %d job(s) a claim took whose reply was lost", len(rows),
-                        extra={"event": "unheld_returned", "queue": self.queue,
-                               "count": len(rows)})
+            log.warning(
+                "gave back %d job(s) a claim took whose reply was lost",
+                len(rows),
+                extra={"event": "unheld_returned", "queue": self.queue, "count": len(rows)},
+            )
 
     def _resize(self, batch: list[Any], seconds: float) -> None:
         """Feed the buffer the run times that rode with this claim, then its round trip."""
@@ -158,11 +173,18 @@ class Claims:
         self.buffer.claimed(seconds)
 
     def _claim(self, conn: Connection) -> list[Any]:
-        return sql.claim(conn, queue=self.queue, worker=self.worker_id,
-                             limit=self.free_slots(), task_versions=self.task_versions,
-                             stale_after=self.stale_after, alone=self.busy() == 0,
-                             limits=self.limits, key_cursor=self._key_cursor,
-                             shared=self._shared)
+        return sql.claim(
+            conn,
+            queue=self.queue,
+            worker=self.worker_id,
+            limit=self.free_slots(),
+            task_versions=self.task_versions,
+            stale_after=self.stale_after,
+            alone=self.busy() == 0,
+            limits=self.limits,
+            key_cursor=self._key_cursor,
+            shared=self._shared,
+        )
 
     def _after_limited_claim(self, rows: list[Any]) -> None:
         """The next claim's lock (shared while the limits are out of reach: an empty claim
@@ -174,8 +196,7 @@ class Claims:
 
     def _publish_limits(self) -> None:
         with self.session.transaction() as conn:
-            sql.publish_limits(conn, self.queue,
-                                   self.limits.as_json() if self.limits else None)
+            sql.publish_limits(conn, self.queue, self.limits.as_json() if self.limits else None)
         self._published = True
 
     def _start(self, row: Any) -> None:

@@ -75,8 +75,11 @@ class Cancels:
                 future.cancel()
         else:
             return  # its handler returned already: its own outcome stands
-        log.info("job %s asked to stop (cancelled)", job_id,
-                 extra={"event": "cancel_received", "job_id": job_id})
+        log.info(
+            "job %s asked to stop (cancelled)",
+            job_id,
+            extra={"event": "cancel_received", "job_id": job_id},
+        )
 
 
 class Pause:
@@ -101,9 +104,13 @@ class Pause:
             paused = sql.is_paused(conn, self.queue)
         if paused != self.paused:
             verb = "paused" if paused else "resumed"
-            log.info("queue %s %s: %s", self.queue, verb,
-                     "claiming nothing" if paused else "claiming again",
-                     extra={"event": f"worker_{verb}", "queue": self.queue})
+            log.info(
+                "queue %s %s: %s",
+                self.queue,
+                verb,
+                "claiming nothing" if paused else "claiming again",
+                extra={"event": f"worker_{verb}", "queue": self.queue},
+            )
         self.paused, self._read_at = paused, now
 
     def _connection(self) -> AbstractContextManager[Connection]:

@@ -50,8 +50,7 @@ class HandlerThreads:
 
     def start(self) -> None:
         for number in range(self.size):
-            thread = threading.Thread(target=self._serve, name=f"{self.name}-{number}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._serve, name=f"{self.name}-{number}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -85,8 +84,9 @@ class EventLoopThread:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=loop.run_forever, daemon=True,
-                                                name=self.name)
+                self._thread = threading.Thread(
+                    target=loop.run_forever, daemon=True, name=self.name
+                )
                 self._thread.start()
                 self._loop = loop
             return self._loop
@@ -113,18 +113,27 @@ class Executor:
     the timeout had already decided the attempt.
     """
 
-    def __init__(self, queue: str, worker_id: str, concurrency: int, session: Session, *,
-                 payload_limit: int, began: Callable[[InFlight], None],
-                 returned: Callable[[InFlight, Outcome | None], None],
-                 capture_logs: bool = False) -> None:
+    def __init__(
+        self,
+        queue: str,
+        worker_id: str,
+        concurrency: int,
+        session: Session,
+        *,
+        payload_limit: int,
+        began: Callable[[InFlight], None],
+        returned: Callable[[InFlight, Outcome | None], None],
+        capture_logs: bool = False,
+    ) -> None:
         self.worker_id, self.session, self.queue = worker_id, session, queue
         self.capture_logs = capture_logs
         self.payload_limit = payload_limit  # a checkpoint's and a result's, as a payload's
         self._began, self._returned = began, returned
         self._threads = HandlerThreads(concurrency, f"wp-{queue}")
         self._async = EventLoopThread(f"wp-{queue}-asyncio")
-        self._steps = StepStore(worker_id, payload_limit,
-                                lambda: session.transaction(main_loop=False))
+        self._steps = StepStore(
+            worker_id, payload_limit, lambda: session.transaction(main_loop=False)
+        )
 
     def start(self) -> None:
         if self.capture_logs:
@@ -154,10 +163,18 @@ class Executor:
         if flight.spec.timeout:
             flight.deadline = now + flight.spec.timeout
         if log.isEnabledFor(logging.DEBUG):  # a per-job line: nothing built unless shown
-            log.debug("job %s started task=%s attempt=%s", flight.lease.job_id, flight.spec.name,
-                      flight.lease.attempt,
-                      extra={"event": "job_started", "job_id": flight.lease.job_id,
-                             "task": flight.spec.name, "attempt": flight.lease.attempt})
+            log.debug(
+                "job %s started task=%s attempt=%s",
+                flight.lease.job_id,
+                flight.spec.name,
+                flight.lease.attempt,
+                extra={
+                    "event": "job_started",
+                    "job_id": flight.lease.job_id,
+                    "task": flight.spec.name,
+                    "attempt": flight.lease.attempt,
+                },
+            )
         self._began(flight)
         return True
 
@@ -178,12 +195,20 @@ class Executor:
         self._last_progress(flight)
         flight.ran = time.monotonic() - flight.started
         try:
-            outcome = classify(exc, flight.spec, flight.lease.attempt, self.worker_id,
-                               result=result, limit=self.payload_limit)
+            outcome = classify(
+                exc,
+                flight.spec,
+                flight.lease.attempt,
+                self.worker_id,
+                result=result,
+                limit=self.payload_limit,
+            )
         except BaseException as classify_error:  # never lose a result, whatever was raised
-            outcome = Outcome(OutcomeKind.FAIL,
-                              error_entry(classify_error, attempt=flight.lease.attempt,
-                                          worker=self.worker_id), delay=60.0)
+            outcome = Outcome(
+                OutcomeKind.FAIL,
+                error_entry(classify_error, attempt=flight.lease.attempt, worker=self.worker_id),
+                delay=60.0,
+            )
         if flight.cancel_requested:  # asked to stop: whatever it returned or raised
             outcome = CANCELLED
         state = flight.transition(Step.RETURN)
@@ -196,10 +221,16 @@ class Executor:
         payload = row.payload
         if row.payload_version < flight.spec.version:
             payload = upcast(flight.spec, payload, row.payload_version)
-        return Job.from_row(row, worker=self.worker_id, saver=self._save_checkpoint,
-                            payload=payload, cancel=flight.cancel_flag,
-                            parents=self._parent_results, steps=self._steps,
-                            progress=lambda job, value: self._progress(flight, job, value))
+        return Job.from_row(
+            row,
+            worker=self.worker_id,
+            saver=self._save_checkpoint,
+            payload=payload,
+            cancel=flight.cancel_flag,
+            parents=self._parent_results,
+            steps=self._steps,
+            progress=lambda job, value: self._progress(flight, job, value),
+        )
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
@@ -250,8 +281,12 @@ class Executor:
         try:
             self._write_progress(flight.lease.job_id, flight.lease.attempt, text)
         except Exception as exc:  # the outcome still gets written
-            log.warning("job %s: last progress not written: %s", flight.lease.job_id, exc,
-                        extra={"event": "progress_not_written", "job_id": flight.lease.job_id})
+            log.warning(
+                "job %s: last progress not written: %s",
+                flight.lease.job_id,
+                exc,
+                extra={"event": "progress_not_written", "job_id": flight.lease.job_id},
+            )
 
     def _write_progress(self, job_id: int, attempt: int, text: str) -> bool:
         with self.session.transaction(main_loop=False) as conn:

@@ -81,24 +81,46 @@ _S = FlightState
 #: thread won (the step changes nothing); a state missing from a step's map is an illegal
 #: transition.
 TRANSITIONS: dict[Step, dict[FlightState, FlightState]] = {
-    Step.BEGIN: {_S.BUFFERED: _S.RUNNING,
-                 # taken back (and maybe lost, or written) before this thread got to it
-                 _S.WITHDRAWN: _S.WITHDRAWN, _S.UNRENEWED: _S.UNRENEWED, _S.RETIRED: _S.RETIRED},
-    Step.WITHDRAW: {_S.BUFFERED: _S.WITHDRAWN,
-                    # a handler started it already, or it is past running: nothing to take back
-                    **{state: state for state in FlightState
-                       if state not in (_S.BUFFERED, _S.RETIRED)}},
-    Step.RETURN: {_S.RUNNING: _S.FINISHED, _S.RUNNING_LOST: _S.UNRENEWED,
-                  _S.TIMED_OUT: _S.UNRENEWED, _S.ABANDONED: _S.RETIRED},
-    Step.TIME_OUT: {_S.RUNNING: _S.TIMED_OUT, _S.RUNNING_LOST: _S.TIMED_OUT,
-                    # the handler returned just before: its own result stands
-                    _S.FINISHED: _S.FINISHED, _S.UNRENEWED: _S.UNRENEWED},
-    Step.LOSE: {_S.BUFFERED: _S.RETIRED,  # never started: nothing to write, the row is not ours
-                _S.RUNNING: _S.RUNNING_LOST, _S.FINISHED: _S.UNRENEWED, _S.WITHDRAWN: _S.UNRENEWED},
-    Step.RECORD: {_S.FINISHED: _S.RETIRED, _S.WITHDRAWN: _S.RETIRED, _S.UNRENEWED: _S.RETIRED,
-                  _S.TIMED_OUT: _S.ABANDONED,
-                  # released at the drain deadline while the handler still runs
-                  _S.RUNNING: _S.ABANDONED, _S.RUNNING_LOST: _S.ABANDONED},
+    Step.BEGIN: {
+        _S.BUFFERED: _S.RUNNING,
+        # taken back (and maybe lost, or written) before this thread got to it
+        _S.WITHDRAWN: _S.WITHDRAWN,
+        _S.UNRENEWED: _S.UNRENEWED,
+        _S.RETIRED: _S.RETIRED,
+    },
+    Step.WITHDRAW: {
+        _S.BUFFERED: _S.WITHDRAWN,
+        # a handler started it already, or it is past running: nothing to take back
+        **{state: state for state in FlightState if state not in (_S.BUFFERED, _S.RETIRED)},
+    },
+    Step.RETURN: {
+        _S.RUNNING: _S.FINISHED,
+        _S.RUNNING_LOST: _S.UNRENEWED,
+        _S.TIMED_OUT: _S.UNRENEWED,
+        _S.ABANDONED: _S.RETIRED,
+    },
+    Step.TIME_OUT: {
+        _S.RUNNING: _S.TIMED_OUT,
+        _S.RUNNING_LOST: _S.TIMED_OUT,
+        # the handler returned just before: its own result stands
+        _S.FINISHED: _S.FINISHED,
+        _S.UNRENEWED: _S.UNRENEWED,
+    },
+    Step.LOSE: {
+        _S.BUFFERED: _S.RETIRED,  # never started: nothing to write, the row is not ours
+        _S.RUNNING: _S.RUNNING_LOST,
+        _S.FINISHED: _S.UNRENEWED,
+        _S.WITHDRAWN: _S.UNRENEWED,
+    },
+    Step.RECORD: {
+        _S.FINISHED: _S.RETIRED,
+        _S.WITHDRAWN: _S.RETIRED,
+        _S.UNRENEWED: _S.RETIRED,
+        _S.TIMED_OUT: _S.ABANDONED,
+        # released at the drain deadline while the handler still runs
+        _S.RUNNING: _S.ABANDONED,
+        _S.RUNNING_LOST: _S.ABANDONED,
+    },
 }
 
 #: States whose lease renewal extends.
@@ -146,7 +168,8 @@ class InFlight:
             after = TRANSITIONS[step].get(before)
             if after is None:
                 raise IllegalTransition(
-                    f"job {self.lease.job_id}: cannot {step.value} when {before.value}")
+                    f"job {self.lease.job_id}: cannot {step.value} when {before.value}"
+                )
             self.state = after
             return before
 

@@ -41,10 +41,13 @@ class AttemptLog:
     def add(self, record: logging.LogRecord, message: str) -> None:
         message = storable(message)
         if len(message) > MAX_MESSAGE:
-            message = message[:MAX_MESSAGE - 1] + "…"
-        entry = {"at": datetime.fromtimestamp(record.created, UTC).isoformat(),
-                 "level": storable(str(record.levelname)), "logger": storable(str(record.name)),
-                 "message": message}
+            message = message[: MAX_MESSAGE - 1] + "…"
+        entry = {
+            "at": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": storable(str(record.levelname)),
+            "logger": storable(str(record.name)),
+            "message": message,
+        }
         cost = len(message.encode("utf-8")) + len(entry["logger"]) + 40
         with self._lock:
             if len(self.records) >= MAX_RECORDS or self.size + cost > MAX_BYTES:

@@ -29,9 +29,19 @@ REGISTRY_BEAT = 10.0  # seconds between beats at most (status: live if seen with
 class Leases:
     """Registration, renewal and the registry's beat, from the main loop."""
 
-    def __init__(self, session: Session, flights: Flights, counters: Counters, *,
-                 worker_id: str, queue: str, task_versions: dict[str, int], stale_after: float,
-                 orphans: tuple[str, ...], capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        flights: Flights,
+        counters: Counters,
+        *,
+        worker_id: str,
+        queue: str,
+        task_versions: dict[str, int],
+        stale_after: float,
+        orphans: tuple[str, ...],
+        capacity: int | None = None,
+    ) -> None:
         self.session, self.flights, self.counters = session, flights, counters
         self.worker_id, self.queue, self.task_versions = worker_id, queue, task_versions
         self.orphans, self.stale_after = list(orphans), stale_after
@@ -55,9 +65,15 @@ class Leases:
         if self.registered:
             return Released()
         with self.session.transaction() as conn:
-            sql.register_worker(conn, self.worker_id, host=socket.gethostname(),
-                                    pid=os.getpid(), queue=self.queue, tasks=self.task_versions,
-                                    capacity=self.capacity)
+            sql.register_worker(
+                conn,
+                self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queue=self.queue,
+                tasks=self.task_versions,
+                capacity=self.capacity,
+            )
             released = release_orphans(conn, self.orphans)
         self.orphans.clear()
         self.registered = True
@@ -85,7 +101,8 @@ class Leases:
         with self.session.transaction() as conn:
             if renewing:
                 renewed, cancelled = sql.renew_reading_cancels(
-                    conn, self.worker_id, [(f.lease.job_id, f.lease.attempt) for f in held])
+                    conn, self.worker_id, [(f.lease.job_id, f.lease.attempt) for f in held]
+                )
             registered = sql.beat_worker(conn, self.worker_id)
         if renewing:
             self._lost([f for f in held if f.lease.job_id not in renewed])
@@ -103,14 +120,15 @@ class Leases:
             recovered, cancelled = sql.recover_stale(conn, self.queue, self.stale_after)
         self.on_dependents_cancelled(cancelled)
         if recovered:
-            log.warning("recovered %d stale lease(s) of lost workers", len(recovered),
-                        extra={"event": "stale_recovered", "queue": self.queue,
-                               "count": len(recovered)})
+            log.warning(
+                "recovered %d stale lease(s) of lost workers",
+                len(recovered),
+                extra={"event": "stale_recovered", "queue": self.queue, "count": len(recovered)},
+            )
 
     def beat_if_quiet(self, poll_interval: float) -> None:
         """A pass with nothing to do still proves, once per poll interval, that the DB answers."""
-        if (self.session.reached_db
-                or time.monotonic() - self.session.last_contact < poll_interval):
+        if self.session.reached_db or time.monotonic() - self.session.last_contact < poll_interval:
             return
         with self.session.transaction() as conn:
             if not sql.beat_worker(conn, self.worker_id):
@@ -124,7 +142,10 @@ class Leases:
     def _lost(self, flights: list[InFlight]) -> None:
         for flight in flights:
             self.counters.lost += 1
-            log.warning("lease lost on job %s: another process may run it", flight.lease.job_id,
-                        extra={"event": "lease_lost", "job_id": flight.lease.job_id})
+            log.warning(
+                "lease lost on job %s: another process may run it",
+                flight.lease.job_id,
+                extra={"event": "lease_lost", "job_id": flight.lease.job_id},
+            )
             if flight.transition(Step.LOSE) is FlightState.BUFFERED:  # dropped, never started
                 self.flights.retire(flight)

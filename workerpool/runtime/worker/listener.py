@@ -31,9 +31,16 @@ class Listener(threading.Thread):
     ``WorkerPool(notify=False)`` or ``pool.queue(..., notify=False)`` turn it off.
     """
 
-    def __init__(self, url: URL, queue: str, wake: threading.Event, *,
-                 worker_id: str = "", on_cancel: Callable[[list[int]], None] | None = None,
-                 on_pause: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: URL,
+        queue: str,
+        wake: threading.Event,
+        *,
+        worker_id: str = "",
+        on_cancel: Callable[[list[int]], None] | None = None,
+        on_pause: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name=f"wp-{queue}-listen", daemon=True)
         self.worker_id = worker_id
         self.on_cancel = on_cancel or (lambda ids: None)
@@ -56,9 +63,13 @@ class Listener(threading.Thread):
             except Exception as exc:  # any failure: reconnect, never die
                 self.connected.clear()
                 delay = retry.failed()
-                log.info("listener disconnected (%s: %s); reconnecting in %.1fs",
-                         type(exc).__name__, first_line(exc), delay,
-                         extra={"event": "listener_reconnect", "queue": self.queue})
+                log.info(
+                    "listener disconnected (%s: %s); reconnecting in %.1fs",
+                    type(exc).__name__,
+                    first_line(exc),
+                    delay,
+                    extra={"event": "listener_reconnect", "queue": self.queue},
+                )
                 self.wake.set()  # poll now: notifications may have been lost meanwhile
                 self._halt.wait(delay)
 
@@ -70,8 +81,12 @@ class Listener(threading.Thread):
 
     def _listen(self, retry: Reconnect) -> None:
         target = db.connect_kwargs(self.url)
-        with psycopg.connect(autocommit=True, application_name=f"workerpool-listen:"
-                             f"{self.queue}"[:63], **target, **self._connect_args()) as conn:
+        with psycopg.connect(
+            autocommit=True,
+            application_name=f"workerpool-listen:{self.queue}"[:63],
+            **target,
+            **self._connect_args(),
+        ) as conn:
             conn.execute(sql.LISTEN)
             if retry.failures:
                 self.reconnects += 1
@@ -81,7 +96,7 @@ class Listener(threading.Thread):
             while not self._halt.is_set():
                 for note in conn.notifies(timeout=LISTEN_SLICE):
                     if note.payload.startswith(sql.CONTROL):
-                        self._control(note.payload[len(sql.CONTROL):])
+                        self._control(note.payload[len(sql.CONTROL) :])
                     elif self.queue in note.payload.split(","):
                         metrics.record.woke(self.queue, "notify")
                         self.wake.set()

@@ -97,26 +97,53 @@ class Worker:
         self._listener: Listener | None = None
         self.flights = Flights()
         self.session = Session(url, queue, self.spec.concurrency, pooled=pooled)
-        self.outcomes = Outcomes(queue, self.id, self.flights, self.counters,
-                                 on_dead=registry.on_dead, on_cancel=registry.on_cancel)
+        self.outcomes = Outcomes(
+            queue,
+            self.id,
+            self.flights,
+            self.counters,
+            on_dead=registry.on_dead,
+            on_cancel=registry.on_cancel,
+        )
         self.timeouts = Timeouts(self.flights, self.outcomes, self.counters)
         self.cancels = Cancels(self.flights, self.outcomes, self.spec.cancel_grace)
         self.pause = Pause(self.session, queue, self.spec.poll_interval)
-        self.executor = Executor(queue, self.id, self.spec.concurrency, self.session,
-                                 payload_limit=registry.payload_limit,
-                                 began=self._handler_began, returned=self._handler_returned,
-                                 capture_logs=self.spec.capture_logs)
-        self.claims = Claims(self.spec, queue, self.id, tasks=self.tasks,
-                             task_versions=self.task_versions, stale_after=self.stale_after,
-                             session=self.session, flights=self.flights, outcomes=self.outcomes,
-                             executor=self.executor, counters=self.counters,
-                             closed=lambda: (self._stopping.is_set() or self.timeouts.recycle
-                                             or self.pause.paused),
-                             on_claim=on_claim or (lambda: None))
-        self.leases = Leases(self.session, self.flights, self.counters, worker_id=self.id,
-                             queue=queue, task_versions=self.task_versions,
-                             stale_after=self.stale_after, orphans=orphans,
-                             capacity=self.spec.concurrency + self.claims.buffer.most)
+        self.executor = Executor(
+            queue,
+            self.id,
+            self.spec.concurrency,
+            self.session,
+            payload_limit=registry.payload_limit,
+            began=self._handler_began,
+            returned=self._handler_returned,
+            capture_logs=self.spec.capture_logs,
+        )
+        self.claims = Claims(
+            self.spec,
+            queue,
+            self.id,
+            tasks=self.tasks,
+            task_versions=self.task_versions,
+            stale_after=self.stale_after,
+            session=self.session,
+            flights=self.flights,
+            outcomes=self.outcomes,
+            executor=self.executor,
+            counters=self.counters,
+            closed=lambda: self._stopping.is_set() or self.timeouts.recycle or self.pause.paused,
+            on_claim=on_claim or (lambda: None),
+        )
+        self.leases = Leases(
+            self.session,
+            self.flights,
+            self.counters,
+            worker_id=self.id,
+            queue=queue,
+            task_versions=self.task_versions,
+            stale_after=self.stale_after,
+            orphans=orphans,
+            capacity=self.spec.concurrency + self.claims.buffer.most,
+        )
         self.leases.on_cancelled = self.cancels.ask
         self.leases.on_dependents_cancelled = self.outcomes.report_dependents_cancelled
 
@@ -154,8 +181,12 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; drain; return the exit code for the supervisor."""
-        log.info("worker %s started on queue %s", self.id, self.queue,
-                 extra={"event": "worker_started", "queue": self.queue, "worker": self.id})
+        log.info(
+            "worker %s started on queue %s",
+            self.id,
+            self.queue,
+            extra={"event": "worker_started", "queue": self.queue, "worker": self.id},
+        )
         self._open()
         try:
             while not self._stopping.is_set():
@@ -244,8 +275,11 @@ class Worker:
 
     def _handler_returned(self, flight: InFlight, outcome: Outcome | None) -> None:
         self.outcomes.results.put((flight, outcome))
-        if (not self.claims.buffer.size or outcome is None
-                or self.executor.waiting() < self.claims.refill):
+        if (
+            not self.claims.buffer.size
+            or outcome is None
+            or self.executor.waiting() < self.claims.refill
+        ):
             self._wake.set()  # the buffer runs low (or no buffer): time to claim
 
     # -- start and shutdown --------------------------------------------------------------------
@@ -254,8 +288,14 @@ class Worker:
         self.session.open()
         self.executor.start()
         if self.spec.notify and self.registry.notify and not self.session.pooled:
-            self._listener = Listener(self.session.url, self.queue, self._wake, worker_id=self.id,
-                                      on_cancel=self.cancels.ask, on_pause=self.pause.changed)
+            self._listener = Listener(
+                self.session.url,
+                self.queue,
+                self._wake,
+                worker_id=self.id,
+                on_cancel=self.cancels.ask,
+                on_pause=self.pause.changed,
+            )
             self._listener.start()
 
     def _drain(self) -> None:
@@ -264,10 +304,14 @@ class Worker:
         self._withdraw_unstarted()
         deadline = (self._stop_requested_at or time.monotonic()) + self.spec.drain_timeout
         if self.flights.running():
-            log.info("draining %d job(s)", len(self.flights.running()),
-                     extra={"event": "drain_started", "queue": self.queue})
-        while (self.flights.running() and not self._stop_now.is_set()
-               and time.monotonic() < deadline):
+            log.info(
+                "draining %d job(s)",
+                len(self.flights.running()),
+                extra={"event": "drain_started", "queue": self.queue},
+            )
+        while (
+            self.flights.running() and not self._stop_now.is_set() and time.monotonic() < deadline
+        ):
             self._pass(claiming=False)
             self._wait(until=deadline)
         if self.flights or self.outcomes.unwritten:
@@ -290,14 +334,20 @@ class Worker:
 
     def _withdraw_unstarted(self) -> None:
         """Give back at once every buffered job no handler has started."""
-        taken = [flight for flight in self.flights if flight.transition(Step.WITHDRAW)
-                 is FlightState.BUFFERED]
+        taken = [
+            flight
+            for flight in self.flights
+            if flight.transition(Step.WITHDRAW) is FlightState.BUFFERED
+        ]
         if not taken:
             return
         for flight in taken:
             self.outcomes.add(flight, Outcome(OutcomeKind.UNSTARTED))
-        log.info("giving back %d prefetched job(s) no handler started", len(taken),
-                 extra={"event": "prefetch_returned", "queue": self.queue, "count": len(taken)})
+        log.info(
+            "giving back %d prefetched job(s) no handler started",
+            len(taken),
+            extra={"event": "prefetch_returned", "queue": self.queue, "count": len(taken)},
+        )
 
     def _release_unfinished(self) -> None:
         """Give back what is still running: pending now, attempt refunded, checkpoint kept."""
@@ -306,8 +356,12 @@ class Worker:
             return
         reason = "worker stopped now" if self._stop_now.is_set() else "drain timeout"
         for flight in left:  # a cancelled one ends cancelled, never back in the queue
-            self.outcomes.add(flight, CANCELLED if flight.cancel_requested else
-                              interrupted(flight.lease, f"{reason}: worker shutting down"))
+            self.outcomes.add(
+                flight,
+                CANCELLED
+                if flight.cancel_requested
+                else interrupted(flight.lease, f"{reason}: worker shutting down"),
+            )
         for attempt in range(RELEASE_TRIES):
             try:
                 self.outcomes.write(self.session)
@@ -317,14 +371,19 @@ class Worker:
                 time.sleep(0.2 * (attempt + 1))
         else:
             self._unreleased = True
-            log.error("could not release %d job(s); exiting %d so the supervisor releases them",
-                      len(left), exitcodes.UNRELEASED,
-                      extra={"event": "release_failed", "queue": self.queue})
+            log.error(
+                "could not release %d job(s); exiting %d so the supervisor releases them",
+                len(left),
+                exitcodes.UNRELEASED,
+                extra={"event": "release_failed", "queue": self.queue},
+            )
         if left:
             self.counters.released += len(left)
-            log.warning("released %d unfinished job(s) at the drain deadline", len(left),
-                        extra={"event": "drain_released", "queue": self.queue,
-                               "count": len(left)})
+            log.warning(
+                "released %d unfinished job(s) at the drain deadline",
+                len(left),
+                extra={"event": "drain_released", "queue": self.queue, "count": len(left)},
+            )
         for flight in left:
             self.flights.forget(flight)
 
@@ -341,5 +400,8 @@ class Worker:
         self.session.close()
         metrics.record.in_flight(self.queue, len(self.flights))
         metrics.record.flush()  # the drain's last outcomes
-        log.info("worker %s stopped", self.id, extra={"event": "worker_stopped",
-                                                      "queue": self.queue, "worker": self.id})
+        log.info(
+            "worker %s stopped",
+            self.id,
+            extra={"event": "worker_stopped", "queue": self.queue, "worker": self.id},
+        )

@@ -88,13 +88,19 @@ def record_settling(
     """:func:`record_many`, and what followed: the batches the outcomes finished (their
     callbacks inserted) and the dependents they cancelled."""
     states: dict[int, str | None] = {}
-    done = [(lease.job_id, lease.attempt, outcome.result) for lease, outcome in results
-            if outcome.kind == OutcomeKind.DONE]
+    done = [
+        (lease.job_id, lease.attempt, outcome.result)
+        for lease, outcome in results
+        if outcome.kind == OutcomeKind.DONE
+    ]
     completed = complete_settling(conn, worker, done)
     states.update((job_id, None) for job_id, _, _ in done)
     states.update((row.id, JobState.DONE) for row in completed)
-    unstarted = [(lease.job_id, lease.attempt) for lease, outcome in results
-                 if outcome.kind == OutcomeKind.UNSTARTED]
+    unstarted = [
+        (lease.job_id, lease.attempt)
+        for lease, outcome in results
+        if outcome.kind == OutcomeKind.UNSTARTED
+    ]
     if unstarted:
         applied = sql.return_unstarted(conn, worker, unstarted)
         states.update((job_id, applied.get(job_id)) for job_id, _ in unstarted)
@@ -105,8 +111,11 @@ def record_settling(
 
 
 #: The ``outcome`` label of workerpool_jobs_finished_total for an outcome written as pending.
-_PENDING_LABELS = {OutcomeKind.SNOOZE: "snoozed", OutcomeKind.INTERRUPTED: "released",
-                   OutcomeKind.WAIT: "waiting"}
+_PENDING_LABELS = {
+    OutcomeKind.SNOOZE: "snoozed",
+    OutcomeKind.INTERRUPTED: "released",
+    OutcomeKind.WAIT: "waiting",
+}
 
 
 def _outcome_label(outcome: Outcome, state: str | None) -> str:
@@ -128,27 +137,58 @@ def log_retry(flight: InFlight, outcome: Outcome) -> None:
     error = outcome.error or {}
     job_id = flight.lease.job_id
     next_run = datetime.now(UTC) + timedelta(seconds=outcome.delay)
-    log.warning("job %s failed, will retry: task=%s attempt=%s retry_in=%.1fs next_run=%s "
-                "error=%s: %s", job_id, flight.spec.name, flight.lease.attempt, outcome.delay,
-                next_run.isoformat(timespec="seconds"), error.get("type"), error.get("message"),
-                extra={"event": "job_retry_scheduled", "job_id": job_id,
-                       "task": flight.spec.name, "attempt": flight.lease.attempt,
-                       "next_run": next_run.isoformat(), "error_type": error.get("type")})
+    log.warning(
+        "job %s failed, will retry: task=%s attempt=%s retry_in=%.1fs next_run=%s error=%s: %s",
+        job_id,
+        flight.spec.name,
+        flight.lease.attempt,
+        outcome.delay,
+        next_run.isoformat(timespec="seconds"),
+        error.get("type"),
+        error.get("message"),
+        extra={
+            "event": "job_retry_scheduled",
+            "job_id": job_id,
+            "task": flight.spec.name,
+            "attempt": flight.lease.attempt,
+            "next_run": next_run.isoformat(),
+            "error_type": error.get("type"),
+        },
+    )
 
 
 def log_finished(flight: InFlight, state: str) -> None:
     job_id = flight.lease.job_id
-    log.debug("job %s finished state=%s task=%s attempt=%s ran=%.3fs", job_id, state,
-              flight.spec.name, flight.lease.attempt, flight.ran or 0.0,
-              extra={"event": "job_finished", "job_id": job_id, "state": str(state),
-                     "task": flight.spec.name, "attempt": flight.lease.attempt})
+    log.debug(
+        "job %s finished state=%s task=%s attempt=%s ran=%.3fs",
+        job_id,
+        state,
+        flight.spec.name,
+        flight.lease.attempt,
+        flight.ran or 0.0,
+        extra={
+            "event": "job_finished",
+            "job_id": job_id,
+            "state": str(state),
+            "task": flight.spec.name,
+            "attempt": flight.lease.attempt,
+        },
+    )
 
 
 class Outcomes:
     """The outcomes a worker has not written yet, and what follows once they are."""
 
-    def __init__(self, queue: str, worker_id: str, flights: Flights, counters: Counters, *,
-                 on_dead: Hooks, on_cancel: Hooks) -> None:
+    def __init__(
+        self,
+        queue: str,
+        worker_id: str,
+        flights: Flights,
+        counters: Counters,
+        *,
+        on_dead: Hooks,
+        on_cancel: Hooks,
+    ) -> None:
         self.queue, self.worker_id = queue, worker_id
         self.on_dead, self.on_cancel = on_dead, on_cancel  # the registry's hooks
         self.flights, self.counters = flights, counters
@@ -196,31 +236,42 @@ class Outcomes:
             states = self.record(conn, batch)
         self.written(batch, states)
 
-    def record(self, conn: Connection, batch: list[tuple[InFlight, Outcome]]
-               ) -> dict[int, str | None]:
+    def record(
+        self, conn: Connection, batch: list[tuple[InFlight, Outcome]]
+    ) -> dict[int, str | None]:
         """Write ``batch`` in ``conn``'s transaction; nothing changes in memory until
         :meth:`written` is told the commit succeeded."""
-        states, self.followed = record_settling(conn, self.worker_id,
-                                             [(f.lease, outcome) for f, outcome in batch])
-        insert_logs(conn, [(f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
-                           for f, _ in batch
-                           if f.logs and states.get(f.lease.job_id) is not None])
+        states, self.followed = record_settling(
+            conn, self.worker_id, [(f.lease, outcome) for f, outcome in batch]
+        )
+        insert_logs(
+            conn,
+            [
+                (f.lease.job_id, f.lease.attempt, f.logs.as_json(), f.logs.dropped)
+                for f, _ in batch
+                if f.logs and states.get(f.lease.job_id) is not None
+            ],
+        )
         cancelled = [job_id for job_id, state in states.items() if state == JobState.CANCELLED]
         # rare, so read only then: who asked, and why, for the log line and the hooks
         self.requests = control.cancel_requests(conn, cancelled) if cancelled else {}
         return states
 
-    def written(self, batch: list[tuple[InFlight, Outcome]],
-                states: dict[int, str | None]) -> None:
+    def written(self, batch: list[tuple[InFlight, Outcome]], states: dict[int, str | None]) -> None:
         """After the commit: forget the written outcomes, retire their jobs, report the dead."""
         self.last_write = time.monotonic()
-        self.unwritten = self.unwritten[len(batch):]
-        dead = [self._recorded(flight, outcome, states.get(flight.lease.job_id))
-                for flight, outcome in batch]
+        self.unwritten = self.unwritten[len(batch) :]
+        dead = [
+            self._recorded(flight, outcome, states.get(flight.lease.job_id))
+            for flight, outcome in batch
+        ]
         followed, self.followed = self.followed, NOTHING
         metrics.record.batches_finished(followed.fired, "outcome")
-        cancelled = [self._cancel_notice(f) for f, _ in batch
-                     if states.get(f.lease.job_id) == JobState.CANCELLED]
+        cancelled = [
+            self._cancel_notice(f)
+            for f, _ in batch
+            if states.get(f.lease.job_id) == JobState.CANCELLED
+        ]
         for notice in followed.cancelled:  # a parent's failure cancelled them: cancels too
             metrics.record.finished(notice.queue, notice.task, "cancelled", None)
         # right after the commit, not at the end of the pass: a SIGKILL between the two would
@@ -233,12 +284,16 @@ class Outcomes:
 
     def _cancel_notice(self, flight: InFlight) -> CancelNotice:
         request = self.requests.get(flight.lease.job_id) or {}
-        return CancelNotice(flight.lease.job_id, self.queue, flight.spec.name,
-                            flight.lease.attempt, request.get("by") or "",
-                            request.get("message") or "")
+        return CancelNotice(
+            flight.lease.job_id,
+            self.queue,
+            flight.spec.name,
+            flight.lease.attempt,
+            request.get("by") or "",
+            request.get("message") or "",
+        )
 
-    def _recorded(self, flight: InFlight, outcome: Outcome,
-                  state: str | None) -> DeadNotice | None:
+    def _recorded(self, flight: InFlight, outcome: Outcome, state: str | None) -> DeadNotice | None:
         flight.transition(Step.RECORD)
         self.flights.retire(flight)
         job_id = flight.lease.job_id
@@ -246,13 +301,16 @@ class Outcomes:
             self.counters.unstarted += state is not None
             return None
         self.counters.finished += 1
-        metrics.record.finished(self.queue, flight.spec.name, _outcome_label(outcome, state),
-                                flight.ran)
+        metrics.record.finished(
+            self.queue, flight.spec.name, _outcome_label(outcome, state), flight.ran
+        )
         if state is None:
             self.counters.lost += 1
-            log.warning("outcome of job %s not written: lease lost (or written before a"
-                        " connection drop)", job_id,
-                        extra={"event": "outcome_fenced_out", "job_id": job_id})
+            log.warning(
+                "outcome of job %s not written: lease lost (or written before a connection drop)",
+                job_id,
+                extra={"event": "outcome_fenced_out", "job_id": job_id},
+            )
             return None
         self.counters.states[state] = self.counters.states.get(state, 0) + 1
         if state == JobState.FAILED:
@@ -261,10 +319,17 @@ class Outcomes:
             if log.isEnabledFor(logging.DEBUG):  # a per-job line: nothing built unless shown
                 log_finished(flight, state)
             return None
-        reason = (DeadReason.PERMANENT if outcome.kind == OutcomeKind.PERMANENT
-                  else DeadReason.EXHAUSTED)
-        return DeadNotice(job_id, self.queue, flight.spec.name, flight.lease.attempt, reason,
-                          outcome.error or None)
+        reason = (
+            DeadReason.PERMANENT if outcome.kind == OutcomeKind.PERMANENT else DeadReason.EXHAUSTED
+        )
+        return DeadNotice(
+            job_id,
+            self.queue,
+            flight.spec.name,
+            flight.lease.attempt,
+            reason,
+            outcome.error or None,
+        )
 
     def report_released(self, released: Released) -> None:
         """What the release of dead predecessors' claims did, once committed: the jobs that

@@ -45,15 +45,22 @@ def session_limits() -> dict[str, str]:
     one-statement claim), and the planner settings, in force before the first statement on the
     connection is planned and prepared (``sql.planner``).
     """
-    limits = sql.time_limits(statement_timeout=STATEMENT_TIMEOUT, lock_timeout=LOCK_TIMEOUT,
-                                 idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+    limits = sql.time_limits(
+        statement_timeout=STATEMENT_TIMEOUT,
+        lock_timeout=LOCK_TIMEOUT,
+        idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT,
+    )
     return {**limits, **sql.PLANNER_SETTINGS}
 
 
 def bound(conn: Connection) -> None:
     """The time limits for the rest of ``conn``'s current transaction."""
-    sql.bound_transaction(conn, statement_timeout=STATEMENT_TIMEOUT,
-                              lock_timeout=LOCK_TIMEOUT, idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT)
+    sql.bound_transaction(
+        conn,
+        statement_timeout=STATEMENT_TIMEOUT,
+        lock_timeout=LOCK_TIMEOUT,
+        idle_timeout=IDLE_IN_TRANSACTION_TIMEOUT,
+    )
 
 
 @dataclass
@@ -93,8 +100,13 @@ class Session:
         name = f"workerpool:{self.queue}"[:63]
         size = min(self.concurrency, 16) + 2  # handler checkpoints + the main loop
         # One flag for the engine's session limits and the claim path that relies on them.
-        self.engine = db.create(self.url, application_name=name, pool_size=size,
-                                session_settings=session_limits(), pooled=self.pooled)
+        self.engine = db.create(
+            self.url,
+            application_name=name,
+            pool_size=size,
+            session_settings=session_limits(),
+            pooled=self.pooled,
+        )
 
     def close(self) -> None:
         self._drop_main_connection(broken=False)
@@ -105,14 +117,19 @@ class Session:
 
     def failed(self, exc: BaseException) -> None:
         delay = self.backoff.failed()
-        log.warning("database call failed (%s: %s); retrying in %.1fs", type(exc).__name__,
-                    first_line(exc), delay,
-                    extra={"event": "database_error", "queue": self.queue})
+        log.warning(
+            "database call failed (%s: %s); retrying in %.1fs",
+            type(exc).__name__,
+            first_line(exc),
+            delay,
+            extra={"event": "database_error", "queue": self.queue},
+        )
 
     def succeeded(self) -> None:
         if self.backoff.failures:
-            log.info("database reachable again", extra={"event": "database_back",
-                                                        "queue": self.queue})
+            log.info(
+                "database reachable again", extra={"event": "database_back", "queue": self.queue}
+            )
         self.backoff.succeeded()
 
     # -- transactions --------------------------------------------------------------------------

@@ -56,9 +56,12 @@ class Timeouts:
             if not flight.overdue:
                 self._time_out(flight)
             elif now >= flight.deadline + RECYCLE_GRACE and not self.recycle:
-                log.error("handler of job %s ignores its timeout; recycling this worker once"
-                          " its other jobs finish", flight.lease.job_id,
-                          extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
+                log.error(
+                    "handler of job %s ignores its timeout; recycling this worker once"
+                    " its other jobs finish",
+                    flight.lease.job_id,
+                    extra={"event": "worker_recycle", "job_id": flight.lease.job_id},
+                )
                 self.recycle = recycle = True
         return self._enforce_cancels(now) or recycle
 
@@ -67,24 +70,32 @@ class Timeouts:
         did (the process is recycled)."""
         ignored = False
         for flight in self.flights:
-            if (flight.cancel_deadline is None or now < flight.cancel_deadline
-                    or flight.overdue or flight.returned):
+            if (
+                flight.cancel_deadline is None
+                or now < flight.cancel_deadline
+                or flight.overdue
+                or flight.returned
+            ):
                 continue
-            if flight.transition(Step.TIME_OUT) not in (FlightState.RUNNING,
-                                                        FlightState.RUNNING_LOST):
+            if flight.transition(Step.TIME_OUT) not in (
+                FlightState.RUNNING,
+                FlightState.RUNNING_LOST,
+            ):
                 continue  # its handler returned just now: its cancelled outcome is on its way
             self.outcomes.add(flight, CANCELLED)
-            log.error("handler of job %s ignores its cancel; cancelled without it, recycling this"
-                      " worker once its other jobs finish", flight.lease.job_id,
-                      extra={"event": "worker_recycle", "job_id": flight.lease.job_id})
+            log.error(
+                "handler of job %s ignores its cancel; cancelled without it, recycling this"
+                " worker once its other jobs finish",
+                flight.lease.job_id,
+                extra={"event": "worker_recycle", "job_id": flight.lease.job_id},
+            )
             ignored = not self.recycle
             self.recycle = True
         return ignored
 
     def _time_out(self, flight: InFlight) -> None:
         """The timeout decides this attempt: record a TimeoutError; cancel an async handler."""
-        if flight.transition(Step.TIME_OUT) not in (FlightState.RUNNING,
-                                                    FlightState.RUNNING_LOST):
+        if flight.transition(Step.TIME_OUT) not in (FlightState.RUNNING, FlightState.RUNNING_LOST):
             return  # its handler returned just now: its own result stands
         future = flight.future  # read after the step: see InFlight.hold_future
         stack = stack_of(flight)
@@ -92,11 +103,15 @@ class Timeouts:
             future.cancel()
         self.counters.timeouts += 1
         cancelled = flight.cancel_requested  # asked to stop first: that is its end
-        self.outcomes.add(flight, CANCELLED if cancelled else
-                          timed_out(flight.spec, flight.lease, stack))
-        log.warning("job %s exceeded its timeout of %gs", flight.lease.job_id,
-                    flight.spec.timeout,
-                    extra={"event": "job_timeout", "job_id": flight.lease.job_id})
+        self.outcomes.add(
+            flight, CANCELLED if cancelled else timed_out(flight.spec, flight.lease, stack)
+        )
+        log.warning(
+            "job %s exceeded its timeout of %gs",
+            flight.lease.job_id,
+            flight.spec.timeout,
+            extra={"event": "job_timeout", "job_id": flight.lease.job_id},
+        )
 
 
 def stack_of(flight: InFlight) -> str:
@@ -104,5 +119,6 @@ def stack_of(flight: InFlight) -> str:
     frame = sys._current_frames().get(flight.thread) if flight.thread else None
     if frame is None or flight.future is not None:
         return ""
-    return ("Handler stack when its timeout expired (most recent call last):\n"
-            + "".join(traceback.format_stack(frame)))
+    return "Handler stack when its timeout expired (most recent call last):\n" + "".join(
+        traceback.format_stack(frame)
+    )
