@@ -5,7 +5,7 @@ after a 20 ms sleep (as the pickup bench paces its jobs), median microseconds.
 
 Creates a scratch database (the bench's), then times, interleaved: a call that does nothing;
 ``build_job`` (pure Python: the checks and the row of one enqueue); a connection taken and
-given back the way a single enqueue does (a kept one: ``single_write._Kept``); ``pool.enqueue``;
+given back the way a single enqueue does (a kept one: ``autocommit._Kept``); ``pool.enqueue``;
 and the pickup floor's producer statement on plain psycopg (``bench.floors.ENQUEUE_NOTIFY_SQL``).
 On a machine where work after a sleep runs many times slower than hot, every thread that a
 job's path wakes (the enqueuer, the listener, the claim loop, the handler) pays it, and the
@@ -31,11 +31,11 @@ from bench.app import QUEUE, make_pool, noop  # noqa: E402
 from bench.database import BenchDatabase  # noqa: E402
 from bench.floors import CHANNEL, ENQUEUE_NOTIFY_SQL  # noqa: E402
 from workerpool.model.new_job import build_job  # noqa: E402
-from workerpool.sql import single_write  # noqa: E402
+from workerpool.sql import autocommit  # noqa: E402
 
 
 def checkout(engine) -> None:
-    kept = single_write._kept(engine)
+    kept = autocommit._kept(engine)
     kept.give(*kept.take())
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .client import WorkerPool
+    from .client.batches import Batch
     from .model.backoff import Backoff
     from .model.batch import BatchStatus, MemberResult
     from .model.errors import (
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     )
     from .model.job import Job
     from .model.results import JobInfo
-    from .sql.batching import Batch
 
 __version__ = "0.1.0"
 
@@ -82,7 +82,7 @@ _WHERE = {
     "Job": ".model.job",
     "WorkerPool": ".client",
     "JobInfo": ".model.results",
-    "Batch": ".sql.batching",
+    "Batch": ".client.batches",
     "BatchStatus": ".model.batch",
     "MemberResult": ".model.batch",
 }

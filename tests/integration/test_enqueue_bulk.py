@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from workerpool import IdempotencyConflict, InvalidJob, PayloadError, WorkerPool
-from workerpool.sql.writes import INSERT_CHUNK
+from workerpool.client.enqueue import INSERT_CHUNK
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_copied_batch_stores_its_callers_trace_context_on_every_row(app, sql, 
     import contextlib
     import json
 
-    from workerpool.sql import writes as enqueue
+    from workerpool.client import enqueue as enqueue
 
     context = {
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",

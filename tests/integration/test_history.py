@@ -23,7 +23,7 @@ from workerpool.model.history import PARTITION_PREFIX
 from workerpool.ops import status
 from workerpool.runtime.maintenance import Maintenance
 from workerpool.sql import batches as batches_sql
-from workerpool.sql import dashboard, db, dependencies
+from workerpool.sql import dashboard_reads, db, dependencies
 from workerpool.sql import history as history_sql
 
 LATER = datetime.now(UTC) + timedelta(days=1)
@@ -92,7 +92,7 @@ def test_done_and_cancelled_rows_move_and_every_reader_still_finds_them(app, sql
     assert app.result(done, timeout=1) == 3
     assert app.job(done).state == "done" and app.job(cancelled).state == "cancelled"
     with app.engine.connect() as conn:
-        assert dashboard.job_detail(conn, done).result == 3
+        assert dashboard_reads.job_detail(conn, done).result == 3
     assert maintenance(app).keep_history() == 0  # nothing left to move, nothing moved twice
 
 
@@ -289,7 +289,7 @@ def test_the_dashboard_shows_a_moved_job_and_counts_it_in_the_overview(app_pool,
     page = http.get(f"/jobs/{job}")
     assert page.status_code == 200 and "answer-42" in page.text
     with app_pool.engine.connect() as conn:
-        minutes = dashboard.finished_per_minute(conn, 60)
+        minutes = dashboard_reads.finished_per_minute(conn, 60)
     assert [(row.count, row.moved) for row in minutes] == [(1, True)]
 
 
@@ -306,7 +306,7 @@ def test_moved_jobs_are_counted_by_the_minute_and_the_chart_reads_the_counts(app
     assert sql("SELECT queue, state, count FROM workerpool_finished_minutes") == [("q", "done", 30)]
     sql("TRUNCATE workerpool_jobs_history")  # the chart counts moved jobs without their rows
     with app.engine.connect() as conn:
-        rows = dashboard.finished_per_minute(conn, 60, cap=2)
+        rows = dashboard_reads.finished_per_minute(conn, 60, cap=2)
     assert sorted((r.state, r.count, r.moved) for r in rows) == [
         ("dead", 2, False),
         ("done", 30, True),

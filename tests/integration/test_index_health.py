@@ -15,8 +15,8 @@ from tests.helpers.waiting import wait_until
 from workerpool import ConfigError
 from workerpool.model.specs import MaintenanceSpec
 from workerpool.runtime.maintenance import health
-from workerpool.runtime.maintenance.health import TableKeeper, overdue, table_health
-from workerpool.sql import health as sql
+from workerpool.runtime.maintenance.health import TableKeeper, overdue, read_now
+from workerpool.sql import table_health
 
 DUE = "ix_workerpool_jobs_due"
 SMALL = MaintenanceSpec(reindex_min_bytes=0)  # the test's table is small
@@ -34,7 +34,7 @@ def drain_backlog(pool, sql, jobs: int):
 
     def vacuumed() -> bool:  # again while a snapshot holds the dead rows, or the views lag
         sql("VACUUM ANALYZE workerpool_jobs")
-        return overdue(table_health(pool.engine)) is None
+        return overdue(read_now(pool.engine)) is None
 
     wait_until(vacuumed, timeout=60, message="the table vacuumed and analyzed")
     return pool
@@ -45,14 +45,14 @@ def drained_backlog(pool, sql):
     return drain_backlog(pool, sql, 50_000)
 
 
-def due_index(pool) -> sql.IndexSize:
+def due_index(pool) -> table_health.IndexSize:
     with pool.engine.connect() as conn:
-        return next(index for index in sql.index_sizes(conn) if index.name == DUE)
+        return next(index for index in table_health.index_sizes(conn) if index.name == DUE)
 
 
-def valid_indexes(pool) -> list[sql.IndexSize]:
+def valid_indexes(pool) -> list[table_health.IndexSize]:
     with pool.engine.connect() as conn:
-        return [index for index in sql.index_sizes(conn) if index.valid]
+        return [index for index in table_health.index_sizes(conn) if index.valid]
 
 
 def test_a_bloated_index_is_rebuilt_concurrently(drained_backlog, caplog):
@@ -82,14 +82,14 @@ def test_a_rebuild_takes_its_turn_before_a_due_analyze(drained_backlog, monkeypa
             )
         )
     wait_until(
-        lambda: overdue(table_health(pool.engine)) == sql.ANALYZE,
+        lambda: overdue(read_now(pool.engine)) == table_health.ANALYZE,
         timeout=30,
         message="the statistics views show the inserts",
     )
     keeper = TableKeeper(pool.engine, settings=SMALL)
     assert keeper.check() == f'REINDEX INDEX CONCURRENTLY "{DUE}"'
     keeper.wait(60)
-    assert keeper.check() == sql.ANALYZE  # once nothing is bloated
+    assert keeper.check() == table_health.ANALYZE  # once nothing is bloated
     keeper.wait(60)
     keeper.close()
 

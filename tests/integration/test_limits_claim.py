@@ -115,7 +115,7 @@ def test_queue_rate_limit_counts_starts_in_the_window(pool, sql):
     )
     assert len(claim(app, "w2", limit=10)) == 2  # finished or not, a start counts in its window
     assert claim(app, "w3") == []
-    # a window and a slice later (the ring's slices: workerpool.queries.rate_counts)
+    # a window and a slice later (the ring's slices: workerpool.sql.limits_rates)
     sql("UPDATE workerpool_rate_counts SET slice = slice - %s", RATE_SLICES + 1)
     assert len(claim(app, "w3")) == 5  # the window moved on
 

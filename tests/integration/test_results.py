@@ -29,11 +29,11 @@ from workerpool import (
     testing,
 )
 from workerpool import sql as queries
+from workerpool.client import results
 from workerpool.model.attempt import Outcome
 from workerpool.model.states import OutcomeKind
 from workerpool.runtime.worker.outcomes import record_many
 from workerpool.sql import results as results_sql
-from workerpool.sql import waiting
 
 NO_RETRY = Backoff(base=0, cap=0, jitter=0)
 
@@ -204,10 +204,10 @@ def test_dispose_ends_the_results_listener_at_once(db_url):
     job_id = pool.enqueue("t", {})
     with pytest.raises(ResultTimeout):
         pool.result(job_id, timeout=0.3)  # starts the pool's listener
-    listener = waiting._LISTENERS[pool]
+    listener = results._LISTENERS[pool]
     assert listener.is_alive()
     pool.dispose()
-    listener.join(timeout=waiting.LISTENER_IDLE / 2)
+    listener.join(timeout=results.LISTENER_IDLE / 2)
     assert not listener.is_alive()
 
 
@@ -276,8 +276,8 @@ def _wait_in_thread(pool: WorkerPool, job_id: int) -> tuple[threading.Thread, li
 
 def test_a_waiter_is_woken_by_the_notification_of_the_outcome(app, sql, monkeypatch):
     # polls 60 s apart: within the deadline below only the NOTIFY can wake the waiter
-    monkeypatch.setattr(waiting, "POLL_FIRST", 60.0)
-    monkeypatch.setattr(waiting, "POLL_CAP_LISTENING", 60.0)
+    monkeypatch.setattr(results, "POLL_FIRST", 60.0)
+    monkeypatch.setattr(results, "POLL_CAP_LISTENING", 60.0)
     job_id = app.enqueue("add", {"a": 1, "b": 1})
     thread, got = _wait_in_thread(app, job_id)
     wait_until(
@@ -286,7 +286,7 @@ def test_a_waiter_is_woken_by_the_notification_of_the_outcome(app, sql, monkeypa
         message="the waiter listed",
     )
     # and its listener connected (connecting wakes every waiter once: not the wake-up tested)
-    wait_until(lambda: waiting._LISTENERS[app].connected.is_set(), 20, message="listening")
+    wait_until(lambda: results._LISTENERS[app].connected.is_set(), 20, message="listening")
     _complete_by_hand(app, sql, job_id, "41")
     thread.join(20)
     assert got == [41]

@@ -19,7 +19,7 @@ from workerpool.ops import status
 from workerpool.runtime.maintenance import Maintenance
 from workerpool.runtime.maintenance import health as health_module
 from workerpool.runtime.maintenance.health import TableKeeper, overdue, read
-from workerpool.sql import health as sql
+from workerpool.sql import table_health
 
 ROWS = 20_000  # above VACUUM_MIN_DEAD and ANALYZE_MIN_CHANGES
 
@@ -38,7 +38,7 @@ def quiet_table(sql):
 
 def counters(pool: WorkerPool):
     with pool.engine.connect() as conn:
-        return sql.table_stats(conn)
+        return table_health.table_stats(conn)
 
 
 def settle_counters(pool: WorkerPool, predicate):
@@ -59,7 +59,7 @@ def test_analyze_runs_when_the_statistics_are_behind(pool, quiet_table):
     )
     settle_counters(pool, lambda row: row.modified >= ROWS)
     keeper = TableKeeper(pool.engine)
-    assert keeper.check() == sql.ANALYZE
+    assert keeper.check() == table_health.ANALYZE
     keeper.wait(60)
     row = settle_counters(pool, lambda row: row.analyze_age is not None and row.modified == 0)
     assert row.estimated_rows == ROWS
@@ -77,7 +77,7 @@ def test_vacuum_with_analyze_runs_when_dead_rows_pile_up(pool, quiet_table):
     quiet_table("DELETE FROM workerpool_jobs")
     settle_counters(pool, lambda row: row.dead >= ROWS)
     keeper = TableKeeper(pool.engine)
-    assert keeper.check() == sql.VACUUM
+    assert keeper.check() == table_health.VACUUM
     keeper.wait(60)
     row = settle_counters(pool, lambda row: row.vacuum_age is not None and row.dead == 0)
     assert row.analyze_age is not None  # never a bare VACUUM (it is what turns plans bad)
@@ -119,14 +119,17 @@ def test_overdue_is_relative_to_the_table_and_waits_between_vacuums():
         return health_module.TableHealth(**(base | fields))
 
     assert overdue(health(dead=50_000, modified=50_000)) is None  # 5 % of a 1M-row table
-    assert overdue(health(modified=150_000)) == sql.ANALYZE
-    assert overdue(health(dead=150_000)) == sql.VACUUM
+    assert overdue(health(modified=150_000)) == table_health.ANALYZE
+    assert overdue(health(dead=150_000)) == table_health.VACUUM
     assert overdue(health(dead=150_000, autovacuum_age_s=10.0)) is None  # just vacuumed
     assert overdue(health(modified=150_000, autoanalyze_age_s=10.0)) is None  # just analyzed
-    assert overdue(health(modified=150_000, analyze_age_s=90.0)) == sql.ANALYZE
+    assert overdue(health(modified=150_000, analyze_age_s=90.0)) == table_health.ANALYZE
     # ... unless the planner's count is far off (a load right after a migration)
-    assert overdue(health(modified=150_000, estimated_rows=0, analyze_age_s=1.0)) == sql.ANALYZE
-    assert overdue(health(live=0, estimated_rows=-1, dead=ROWS)) == sql.VACUUM
+    assert (
+        overdue(health(modified=150_000, estimated_rows=0, analyze_age_s=1.0))
+        == table_health.ANALYZE
+    )
+    assert overdue(health(live=0, estimated_rows=-1, dead=ROWS)) == table_health.VACUUM
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ from tests.helpers.pgbouncer import BROKEN, POOL_SIZE, Bouncer
 from tests.helpers.processes import Supervisor, alive
 from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
+from workerpool.client.enqueue import INSERT_CHUNK
 from workerpool.migrate import drift
 from workerpool.process import settings
 from workerpool.sql import db
-from workerpool.sql.writes import INSERT_CHUNK
 
 #: enqueue_many sends half by COPY, and half (one of them keyed) as two pipelined chunks
 JOBS = 2 * (INSERT_CHUNK + 50)

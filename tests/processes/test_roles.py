@@ -170,7 +170,7 @@ def test_the_worker_role_prunes_but_leaves_vacuum_to_autovacuum(logins):
     VACUUM need the owner (or PostgreSQL 17's MAINTAIN), and the duty knows it beforehand."""
     from workerpool import sql as queries
     from workerpool.sql import db
-    from workerpool.sql import health as health_queries
+    from workerpool.sql import table_health as health_queries
 
     with psycopg.connect(libpq(logins.admin)) as conn:
         conn.execute(

@@ -4,8 +4,8 @@ A ``WorkerPool`` is a :class:`~workerpool.model.registry.Registry` (queues, task
 hooks: what ``workerpool run`` hands its children), its engines (:mod:`.engines`, made on
 first use),
 and the calls an application makes: enqueue (checked by :mod:`workerpool.model.new_job`,
-written by :mod:`workerpool.sql.writes`), results (:mod:`workerpool.sql.waiting`), batches
-(:mod:`workerpool.sql.batching`), cancel, pause and resume. Nothing below this module imports
+written by :mod:`workerpool.client.enqueue`), results (:mod:`workerpool.client.results`), batches
+(:mod:`workerpool.client.batches`), cancel, pause and resume. Nothing below this module imports
 it: the runtime gets the registry and a URL, never the pool.
 """
 
@@ -38,10 +38,22 @@ from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, batching, signals, waiting
-from ..sql.batching import AsyncBatch, Batch
+from ..sql import audit, signals
 from ..sql.search_path import borrowed, borrowed_async
-from ..sql.workflows import (
+from . import batches, cancelling, crons, results
+from .acting import actor
+from .asynchronous import AsyncCalls
+from .batches import AsyncBatch, Batch
+from .engines import Engines, database_url, default_actor
+from .enqueue import (
+    caller_async_connection,
+    enqueue_batch,
+    enqueue_batch_async,
+    enqueue_one,
+    enqueue_one_async,
+)
+from .explained import explained, explaining
+from .workflows import (
     Workflow,
     chain,
     enqueue_linked,
@@ -49,18 +61,6 @@ from ..sql.workflows import (
     has_links,
     is_linked,
 )
-from ..sql.writes import (
-    caller_async_connection,
-    enqueue_batch,
-    enqueue_batch_async,
-    enqueue_one,
-    enqueue_one_async,
-)
-from . import cancelling, crons
-from .acting import actor
-from .asynchronous import AsyncCalls
-from .engines import Engines, database_url, default_actor
-from .explained import explained, explaining
 
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
@@ -177,12 +177,12 @@ class WorkerPool(AsyncCalls):
         """Close the pool's connections and its results listener. An async engine, if one was
         made, is closed too when no event loop runs in this thread; inside one, ``await
         pool.dispose_async()``."""
-        waiting.stop_listener(self)
+        results.stop_listener(self)
         self.engines.dispose()
 
     async def dispose_async(self) -> None:
         """Close the pool's async engine (and the sync one) from inside an event loop."""
-        waiting.stop_listener(self)
+        results.stop_listener(self)
         await self.engines.dispose_async()
 
     def migrate(self, revision: str = "head") -> None:
@@ -566,25 +566,25 @@ class WorkerPool(AsyncCalls):
             self._inline(conn, list(woken))
         return sent_at
 
-    # -- results and batches (workerpool.sql.waiting, workerpool.sql.batching) -----------------
+    # -- results and batches (workerpool.client.results, workerpool.client.batches) ------------
 
     @explained
     def job(self, job_id: int) -> JobInfo:
         """A ``JobInfo`` of the job now (state, result, attempts, errors...); never waits.
         UnknownJob when no job has this id (never enqueued, or pruned)."""
-        return waiting.read(self, job_id)
+        return results.read(self, job_id)
 
     @explained
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait for the job to end and return what its handler returned. Raises JobFailed
         (dead: ``.reason``, ``.errors``), JobCancelled, ResultTimeout (a TimeoutError: not
         finished within ``timeout`` seconds; None waits as long as it takes) or UnknownJob."""
-        return waiting.wait(self, job_id, timeout, listen=self._listens())
+        return results.wait(self, job_id, timeout, listen=self._listens())
 
     @explained
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio, on the pool's async engine."""
-        return await waiting.wait_async(self, job_id, timeout, listen=self._listens())
+        return await results.wait_async(self, job_id, timeout, listen=self._listens())
 
     def _listens(self) -> bool:
         """Whether a wait can LISTEN: ``notify`` on, and not behind PgBouncer's transaction
@@ -646,11 +646,11 @@ class WorkerPool(AsyncCalls):
     @explained
     def batch_status(self, batch_id: int) -> BatchStatus:
         """A ``BatchStatus``: members by state, finished, finished_at, the callbacks' ids."""
-        return batching.status(self, batch_id)
+        return batches.status(self, batch_id)
 
     def batch_results(self, batch_id: int, *, page_size: int = PAGE_SIZE) -> Iterator[MemberResult]:
         """Every member's ``MemberResult`` (done ones first), read a page at a time."""
-        return batching.results(self, batch_id, page_size)
+        return batches.results(self, batch_id, page_size)
 
     def _own_schema_only(self, conn: Any, call: str) -> None:
         """Refuse ``conn=`` where a call keeps the caller's connection beyond itself (a batch, a

@@ -14,9 +14,9 @@ from sqlalchemy import Connection
 from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from ..model.cancel import CancelResult
 from ..model.results import JobInfo
-from ..sql import batching, waiting
-from ..sql.writes import caller_async_connection
+from . import batches, results
 from .acting import actor
+from .enqueue import caller_async_connection
 from .explained import explained
 
 if TYPE_CHECKING:
@@ -57,13 +57,13 @@ class AsyncCalls:
     @explained
     async def job_async(self, job_id: int) -> JobInfo:
         """:meth:`job` for asyncio, on the pool's async engine."""
-        return await waiting.read_async(self._pool, job_id)
+        return await results.read_async(self._pool, job_id)
 
     @explained
     async def batch_status_async(self, batch_id: int) -> BatchStatus:
         """:meth:`batch_status` for asyncio, on the pool's async engine."""
         return await self._on_async(
-            None, lambda sync: batching.status_on(sync, batch_id), write=False
+            None, lambda sync: batches.status_on(sync, batch_id), write=False
         )
 
     def batch_results_async(
@@ -71,7 +71,7 @@ class AsyncCalls:
     ) -> AsyncIterator[MemberResult]:
         """:meth:`batch_results` for asyncio: ``async for member in ...``, a page at a time
         (the id is checked, and the batch looked up, on the first iteration)."""
-        return batching.results_async(self._pool, batch_id, page_size)
+        return batches.results_async(self._pool, batch_id, page_size)
 
     async def signal_async(self, name: str, payload: Any = None, *, conn: Any = None) -> datetime:
         """:meth:`signal` for asyncio (``conn=``: an ``AsyncConnection``)."""

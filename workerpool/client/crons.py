@@ -17,7 +17,7 @@ from ..model.errors import InvalidJob, UnknownCron
 from ..model.new_job import build_job
 from ..model.registry import Registry
 from ..model.validation import check_name
-from ..sql import audit, crons, keys
+from ..sql import audit, crons, unique_keys
 
 MAX_REQUEST = 100
 
@@ -41,7 +41,7 @@ def run_now(
         raise UnknownCron(_unknown(name, registry, conn, "run (the app must declare it)"))
     request = _request_id(request)
     key = f"cron:{name}:manual:{request}"
-    held = keys.holder(conn, key)
+    held = unique_keys.holder(conn, key)
     if held is not None:
         return int(held.id)
     spec = registry.crons[name]

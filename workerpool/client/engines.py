@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from ..model.errors import ReplicaUnavailable, first_line
 from ..model.validation import DEFAULT_SCHEMA, check_schema
 from ..process import settings
-from ..sql import db, single_write
+from ..sql import autocommit, db
 
 T = TypeVar("T")
 
@@ -85,7 +85,7 @@ class Engines:
         # The connections that single writes keep checked out pin their engine (SQLAlchemy
         # holds on to a checked-out connection's pool): a pool dropped without dispose()
         # closes them as it goes, and so does the interpreter's exit.
-        self._kept_closer = weakref.finalize(self, single_write.close_kept, engine)
+        self._kept_closer = weakref.finalize(self, autocommit.close_kept, engine)
         return engine
 
     @property

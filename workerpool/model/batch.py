@@ -4,7 +4,7 @@ its progress (:class:`BatchStatus`) and a member's result (:class:`MemberResult`
 A batch fans out into member jobs and fans in with callbacks: ``on_complete`` always,
 ``on_success`` when every member is done, ``on_failure`` when any is dead or cancelled, each
 enqueued once with the batch's payload when its last member ends. Opening, filling and reading
-a batch is :mod:`workerpool.sql.batching`'s; settling it is :mod:`workerpool.sql.batches`'.
+a batch is :mod:`workerpool.client.batches`'s; settling it is :mod:`workerpool.sql.batches`'.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A queue may have a ``global_concurrency`` (jobs ``processing`` at once, counted in the database)
 and a ``rate_limit`` (claims per window). A task may have a ``concurrency_limit`` and a
 ``key_rate_limit``, both per concurrency key. The claim enforces them in SQL
-(:mod:`workerpool.sql.limited_claim`); this module only describes and checks them.
+(:mod:`workerpool.sql.limits_claim`); this module only describes and checks them.
 """
 
 from __future__ import annotations

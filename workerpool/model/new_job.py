@@ -3,7 +3,7 @@
 :func:`build_job` turns one ``pool.enqueue`` call into a row, refusing bad input with a named
 error (unknown task, payload not JSON or too large, bad key, naive ``run_at`` ...);
 :func:`build_batch` does the same for an ``enqueue_many`` batch, keys within it included. No
-database is touched: :mod:`workerpool.sql.writes` writes what these return.
+database is touched: :mod:`workerpool.client.enqueue` writes what these return.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :class:`JobInfo` is what a read of one job answers (never waiting); :meth:`JobInfo.outcome` is
 ``pool.result``'s answer for a job that has ended: its handler's return value, or its failure
 raised (:class:`~.errors.JobFailed`, :class:`~.errors.JobCancelled`). The reading and the
-waiting are :mod:`workerpool.sql.waiting`'s.
+waiting are :mod:`workerpool.client.results`'s.
 """
 
 from __future__ import annotations

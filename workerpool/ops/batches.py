@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..model.batch import BatchStatus, status_of
-from ..sql import batches as sql
+from ..sql import batches
 
 #: Open batches ``workerpool status`` lists (the oldest first); the count covers them all.
 OPEN_SHOWN = 10
@@ -22,16 +22,16 @@ BAR_WIDTH = 30
 
 def open_batches(conn: Connection, limit: int = OPEN_SHOWN) -> dict[str, Any]:
     """``{"open": how many, "oldest": [status JSON of the oldest few]}``."""
-    rows = sql.open_batches(conn, limit)
-    shown = [status_of(row, sql.member_counts(conn, row.id)).as_dict() for row in rows]
-    total = len(rows) if len(rows) < limit else sql.count_open(conn)
+    rows = batches.open_batches(conn, limit)
+    shown = [status_of(row, batches.member_counts(conn, row.id)).as_dict() for row in rows]
+    total = len(rows) if len(rows) < limit else batches.count_open(conn)
     return {"open": total, "oldest": shown}
 
 
 def show(conn: Connection, status: BatchStatus) -> dict[str, Any]:
     """One batch as ``workerpool batch show --json`` prints it."""
     data = status.as_dict()
-    states = sql.callback_states(conn, status.callback_ids)
+    states = batches.callback_states(conn, status.callback_ids)
     data["callbacks"] = [
         {"id": job_id, "state": states.get(job_id, "pruned")} for job_id in status.callback_ids
     ]

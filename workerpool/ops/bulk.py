@@ -19,7 +19,7 @@ from ..model.cancel import CANCELLED, STOPPING
 from ..model.errors import InvalidFilter, WrongState
 from ..model.states import LIVE_STATES, JobState
 from ..model.validation import check_ids
-from ..sql.dashboard import matching_ids
+from ..sql.dashboard_reads import matching_ids
 from . import dead
 
 #: Jobs one bulk action takes at most.

@@ -17,9 +17,9 @@ from sqlalchemy import Connection, Engine
 from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
-from ..sql import counts as count_sql
-from ..sql import dependencies, limit_holds, replica
+from ..sql import dependencies, limits_held, replica
 from ..sql import history as history_sql
+from ..sql import status_counts as count_sql
 from ..sql.schema import DEAD_REASONS, STATES
 from . import batches as batch_report
 
@@ -31,7 +31,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
 
     ``known`` (queue → task → newest payload version) replaces what live workers registered when
     deciding which waiting rows nobody can run (``--app``). Every query is bounded whatever the
-    table holds: the history's counts are estimates (see :mod:`workerpool.sql.counts`).
+    table holds: the history's counts are estimates (see :mod:`workerpool.sql.status_counts`).
     """
     with engine.connect() as conn:
         now = sql.database_now(conn)
@@ -121,7 +121,7 @@ def limits_in_use(conn: Connection, published: Mapping[str, Any]) -> dict[str, A
     The limits come from the queue's row, where its workers published what they enforce, so
     this needs only the database, like the rest of ``workerpool status``."""
     return {
-        queue: limit_holds.queue_usage(conn, queue, limits)
+        queue: limits_held.queue_usage(conn, queue, limits)
         for queue, limits in sorted(published.items())
         if limits
     }

@@ -25,7 +25,7 @@ from .. import sql
 from ..model.errors import UnknownJob
 from ..model.limits import parse_rate
 from ..model.states import DUE_STATES, LIVE_WORKER_WINDOW, JobState
-from ..sql import dashboard, dependencies, limit_holds
+from ..sql import dashboard_reads, dependencies, limits_held
 from .status import age
 
 
@@ -282,7 +282,7 @@ def explain(
 ) -> Explanation:
     """Why job ``job_id`` is not running. ``known``: the app's tasks and payload versions per
     queue (queue → task → version), when an app was given; else live workers' count."""
-    row = dashboard.job_detail(conn, job_id)
+    row = dashboard_reads.job_detail(conn, job_id)
     if row is None:
         raise UnknownJob(f"no job has id {job_id}")
     states = {r.queue: r for r in sql.list_queue_states(conn)}
@@ -324,7 +324,7 @@ def line(explanation: Explanation) -> str:
 
 def holding_limit(conn: Connection, job_id: int, published: Mapping[str, Any]) -> str | None:
     """The limit that holds this due job back now (as a phrase), or None."""
-    row = limit_holds.job(conn, job_id)
+    row = limits_held.job(conn, job_id)
     return _hold(conn, row, published) if row is not None and row.due else None
 
 
@@ -334,7 +334,7 @@ def _hold(conn: Connection, row: Any, published: Mapping[str, Any]) -> str | Non
 
 
 def _queue_hold(conn: Connection, queue: str, limits: Mapping[str, Any]) -> str | None:
-    usage = limit_holds.queue_usage(conn, queue, {**limits, "tasks": {}})
+    usage = limits_held.queue_usage(conn, queue, {**limits, "tasks": {}})
     cap = usage["global_concurrency"]
     if cap and cap["running"] >= cap["limit"]:
         return f"global_concurrency of queue {queue} ({cap['running']} of {cap['limit']} running)"
@@ -351,7 +351,7 @@ def _key_hold(conn: Connection, row: Any, limits: Mapping[str, Any]) -> str | No
     rate = (
         parse_rate("key_rate_limit", task["key_rate_limit"]) if task.get("key_rate_limit") else None
     )
-    used = limit_holds.key_usage(conn, row.queue, row.concurrency_key, rate.window if rate else 1.0)
+    used = limits_held.key_usage(conn, row.queue, row.concurrency_key, rate.window if rate else 1.0)
     cap = task.get("concurrency_limit")
     if cap and used.running >= cap:
         return f"concurrency_limit of key {row.concurrency_key!r} ({used.running} of {cap} running)"

@@ -9,12 +9,12 @@ One module per phase of a job's life, each ordered the same way:
 
 - ``enqueue``: the INSERT of one job or of a batch's chunks, and the wake-up NOTIFY;
   ``bulk``: a batch without keys by COPY;
-- ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limited_claim``: with limits);
+- ``claim``: LISTEN, the claim, lease renewal, checkpoints (``limits_claim``: with limits);
 - ``keys``: a key already held (its holder, an expired period);
 - ``outcomes``: complete, fail, mark_permanent, snooze, give_back, return_unstarted,
   return_unheld;
 - ``recovery``: the rows of a lost worker (reclaim_from_dead_worker, sweep_abandoned);
-- ``maintenance``: the workers registry, cron schedules, pruning (``rate_counts``: a rate
+- ``maintenance``: the workers registry, cron schedules, pruning (``limits_rates``: a rate
   limit's ring of counts, and its pruning);
 - ``operations``: the dead-letter queue, status, read-outs;
 - ``control``: cancelling jobs, pausing and resuming queues;
@@ -36,7 +36,6 @@ planned under). Every name is importable from ``workerpool.sql``.
 from __future__ import annotations
 
 from ..model.states import LIVE_STATES
-from .bulk import can_copy, copy_jobs
 from .claim import (
     CLAIM_COLUMNS,
     LISTEN,
@@ -62,7 +61,7 @@ from .control import (
     select_ids,
     set_paused,
 )
-from .dashboard import (
+from .dashboard_reads import (
     JobFilter,
     browse_jobs,
     common_queues,
@@ -81,9 +80,10 @@ from .enqueue import (
     insert_one,
     notify,
 )
-from .keys import holder, holders, release_expired
+from .enqueue_copy import can_copy, copy_jobs
 from .leases import Lease
-from .limited_claim import limited_claim_statement, lock_queue, publish_limits
+from .limits_claim import limited_claim_statement, lock_queue, publish_limits
+from .limits_rates import prune as prune_rate_counts
 from .maintenance import (
     advance_cron,
     beat_worker,
@@ -131,8 +131,8 @@ from .outcomes import (
     snooze,
 )
 from .planner import PLANNER_SETTINGS
-from .rate_counts import prune as prune_rate_counts
 from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
+from .unique_keys import holder, holders, release_expired
 
 __all__ = [
     "CLAIM_COLUMNS",

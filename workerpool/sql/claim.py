@@ -28,7 +28,7 @@ from ..model.states import DUE_STATES, JobState
 from .compiled import driver_sql
 from .enqueue import NOTIFY_CHANNEL
 from .leases import FENCE_MANY, Lease, fence, lease_params
-from .limited_claim import limited_claim_statement, lock_queue
+from .limits_claim import limited_claim_statement, lock_queue
 from .planner import one_of
 from .schema import jobs
 
@@ -95,7 +95,7 @@ def claim_statement(
     recovered by ``recovery.recover_stale`` at each worker's renewal beat: a lost worker's rows
     must be attributed (its whole holding counted) and then run alone, never inside a batch.
     ``stale_after`` is kept in the signature (and the statement cache key) for callers.
-    With ``limits`` (a limited queue), the claim of :mod:`.limited_claim`, to be run after
+    With ``limits`` (a limited queue), the claim of :mod:`.limits_claim`, to be run after
     ``lock_queue`` in the same transaction.
     """
     known = _known(task_versions)
@@ -186,8 +186,8 @@ def claim(
     ``limits``: the queue's limits; then ``conn`` must be in a transaction (the queue's claim
     lock is held until it ends, and the counts are taken after it is granted), and each row
     also has its ``concurrency_key``. ``key_cursor``: where a per-key claim's key spread
-    resumes (``queries.key_limits``); the greatest key the worker's previous claim took.
-    ``shared``: claim under the shared lock (see ``limited_claim.lock_queue``), when the
+    resumes (``sql.limits_keys``); the greatest key the worker's previous claim took.
+    ``shared``: claim under the shared lock (see ``limits_claim.lock_queue``), when the
     previous claim's rows said the limits were out of the fleet's reach (``limits_safe``).
     """
     if limit <= 0 or not task_versions:

@@ -35,12 +35,12 @@ from ..model.notices import CancelNotice
 from ..model.states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
-from .keys import holds_its_key
 from .leases import Lease, fence
 from .operations import list_workers
 from .schema import dependencies, jobs, queues
 from .settled import after_rows
 from .tags import carries
+from .unique_keys import holds_its_key
 
 #: Notification payloads that are not queue names start with this (names cannot contain it).
 CONTROL = "!"

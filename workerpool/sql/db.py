@@ -224,7 +224,7 @@ def engine_options(
 def forget(engine: Engine) -> None:
     """In a forked child: let go of ``engine``'s connections (the parent's) without closing
     them."""
-    from .single_write import forget_kept
+    from .autocommit import forget_kept
 
     forget_kept(engine)
     engine.dispose(close=False)
@@ -297,7 +297,7 @@ def create(
         session_settings=session_settings,
         pooled=pooled,
     )
-    from .single_write import ping_on_checkout  # psycopg-only module, loaded with the engine
+    from .autocommit import ping_on_checkout  # psycopg-only module, loaded with the engine
 
     engine = ping_on_checkout(create_engine(url, **dict(options, pool_pre_ping=False)))
     schema = url_schema(url)

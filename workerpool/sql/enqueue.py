@@ -40,7 +40,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, insert
 
 from ..model.errors import IdempotencyConflict
 from ..model.new_job import NewJob
-from . import keys
+from . import unique_keys
 from .compiled import driver_sql
 from .schema import KEY_HELD, jobs
 
@@ -311,10 +311,10 @@ def _ids_in_input_order(
     new_ids = _line_up(rows, ids_keys)
     missing = {row.key for row, got in zip(rows, new_ids, strict=True) if got is None}
     if missing:
-        existing = keys.holders(conn, missing)
+        existing = unique_keys.holders(conn, missing)
         for index, row in enumerate(rows):
             if new_ids[index] is None:
-                new_ids[index] = keys.settle(row, existing.get(row.key))
+                new_ids[index] = unique_keys.settle(row, existing.get(row.key))
     return new_ids  # type: ignore[return-value]
 
 
@@ -410,8 +410,8 @@ def insert_one(
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
     holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
 
-    A key held for a period that is over is released (``keys.release_expired``) and the insert
-    tried once more: whoever inserts first wins on the unique index, the other sees its job.
+    A key held for a period that is over is released (``unique_keys.release_expired``) and the
+    insert tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
     sql, defaults = driver_sql(
         conn.dialect, _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue]
@@ -421,11 +421,11 @@ def insert_one(
         inserted = _scalar(conn, sql, params)
         if inserted is not None:
             return inserted
-        holder = keys.holder(conn, row.key)
+        holder = unique_keys.holder(conn, row.key)
         if holder is not None and not holder.expired:
-            return keys.settle(row, holder)
+            return unique_keys.settle(row, holder)
         if holder is not None:
-            keys.release_expired(conn, row.key)
+            unique_keys.release_expired(conn, row.key)
     raise IdempotencyConflict(f"key {row.key!r} changed hands during this enqueue; retry")
 
 

@@ -27,9 +27,9 @@ from sqlalchemy.types import Text
 
 from ..model.states import DUE_STATES, JobState
 from .job_logs import delete_logs
-from .keys import holds_its_key
 from .schema import cron, jobs, workers
 from .tags import carries
+from .unique_keys import holds_its_key
 
 # ---------------------------------------------------------------------------------------------
 # the dead-letter queue

@@ -57,7 +57,7 @@ def one_of(picked: Any, table: Any = jobs) -> Any:
     primary key, with no join for the planner to choose.
 
     As a join (``WHERE id = picked.id``), a generic plan (the limited claim keeps one, see
-    ``limited_claim``) prices the arms' ``LIMIT $n`` at a tenth of the backlog, and on a table
+    ``limits_claim``) prices the arms' ``LIMIT $n`` at a tenth of the backlog, and on a table
     that is mostly backlog a hash join over a scan of the whole table then looks cheaper than
     the index probes: 53 ms per claim of 10 at 120k pending rows instead of 0.3. An array is a
     value: the update probes the primary key with it, whatever the estimates.

@@ -15,8 +15,7 @@ from starlette.responses import Response
 
 from ..model.batch import RESULT_ORDER, status_of
 from ..model.errors import UnknownBatch
-from ..sql import batches as sql
-from ..sql import dashboard
+from ..sql import batches, dashboard_reads
 from ..sql.clock import database_now
 from . import inputs, overview
 from .render import render
@@ -63,20 +62,20 @@ def _read(request: Request) -> Any:
     with pool.engines.replica_errors():
         conn = pool.read_engine.connect()
     conn.begin()
-    dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
+    dashboard_reads.limit_time(conn, overview.STATEMENT_TIMEOUT)
     return conn
 
 
 def batches_page(request: Request) -> Response:
     with _read(request) as conn:
         opened = [
-            status_of(row, sql.member_counts(conn, row.id))
-            for row in sql.open_batches(conn, LISTED)
+            status_of(row, batches.member_counts(conn, row.id))
+            for row in batches.open_batches(conn, LISTED)
         ]
-        open_count = len(opened) if len(opened) < LISTED else sql.count_open(conn)
+        open_count = len(opened) if len(opened) < LISTED else batches.count_open(conn)
         finished = [
-            status_of(row, sql.member_counts(conn, row.id, row.callback_ids or []))
-            for row in sql.finished_batches(conn, LISTED)
+            status_of(row, batches.member_counts(conn, row.id, row.callback_ids or []))
+            for row in batches.finished_batches(conn, LISTED)
         ]
         now = database_now(conn)
     return render(
@@ -102,13 +101,13 @@ def batch_page(request: Request) -> Response:
         raise inputs.BadInput(f"state must be one of {', '.join(RESULT_ORDER)}; got {state!r}")
     after = inputs.positive(params, "after") or 0
     with _read(request) as conn:
-        row = sql.read_batch(conn, batch_id)
+        row = batches.read_batch(conn, batch_id)
         if row is None:
             raise UnknownBatch(f"no batch {batch_id} (never opened, or pruned)")
         callback_ids = list(row.callback_ids or [])
-        status = status_of(row, sql.member_counts(conn, batch_id, callback_ids))
-        members = sql.member_page(conn, batch_id, state, after, MEMBERS_PAGE + 1, callback_ids)
-        callbacks = sql.callback_states(conn, callback_ids)
+        status = status_of(row, batches.member_counts(conn, batch_id, callback_ids))
+        members = batches.member_page(conn, batch_id, state, after, MEMBERS_PAGE + 1, callback_ids)
+        callbacks = batches.callback_states(conn, callback_ids)
         now = database_now(conn)
     more = len(members) > MEMBERS_PAGE
     members = members[:MEMBERS_PAGE]

@@ -14,7 +14,7 @@ from typing import Any
 from ..model.errors import InvalidFilter
 from ..model.validation import check_name, check_tag_filter
 from ..ops.dead import DeadFilter, parse_duration, parse_since
-from ..sql.dashboard import JobFilter
+from ..sql.dashboard_reads import JobFilter
 from ..sql.schema import DEAD_REASONS, STATES
 from . import query
 

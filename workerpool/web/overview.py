@@ -18,7 +18,7 @@ from sqlalchemy import true
 from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..ops.status import is_queue
-from ..sql import counts, dashboard, replica
+from ..sql import dashboard_reads, replica, status_counts
 from ..sql.operations import DEPTH_CAP
 from .charts import Bar
 
@@ -76,18 +76,18 @@ def collect(pool: Any) -> Overview:
             set(pool.queues)
             | {w.queue for w in workers if is_queue(w.queue)}
             | {row.queue for row in sql.list_queue_states(conn)}
-            | dashboard.common_queues(conn)
+            | dashboard_reads.common_queues(conn)
         )
         depths = sql.queue_depths(conn, names)
-        exact = dashboard.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
+        exact = dashboard_reads.count_capped(conn, true(), SMALL_TABLE) <= SMALL_TABLE
         estimates = (
             _exact_counts(conn)
             if exact
-            else counts.estimates(conn, [(q, s) for q in names for s in ESTIMATED_STATES])
+            else status_counts.estimates(conn, [(q, s) for q in names for s in ESTIMATED_STATES])
         )
-        _add(estimates, dashboard.moved_counts(conn))
-        finished = dashboard.finished_per_minute(conn, CHART_MINUTES)
-        analyzed = dashboard.last_analyzed(conn)
+        _add(estimates, dashboard_reads.moved_counts(conn))
+        finished = dashboard_reads.finished_per_minute(conn, CHART_MINUTES)
+        analyzed = dashboard_reads.last_analyzed(conn)
         behind = replica.lag(conn)
     live = [w for w in workers if float(w.age) <= LIVE_WORKER_WINDOW]
     rows = [_queue_row(q, depths.get(q, {}), estimates, paused.get(q), live) for q in names]
@@ -96,7 +96,7 @@ def collect(pool: Any) -> Overview:
     for worker in live:
         hosts.setdefault(worker.host, []).append(worker)
     done, dead = _per_minute(finished, now)
-    capped = sum(row.count for row in finished if not row.moved) >= dashboard.FINISHED_CAP
+    capped = sum(row.count for row in finished if not row.moved) >= dashboard_reads.FINISHED_CAP
     return Overview(now, rows, hosts, done, dead, capped, analyzed, exact, behind)
 
 

@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response
 from ..ops import job_view, timing, why
 from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
-from ..sql import dashboard
+from ..sql import dashboard_reads
 from ..sql.clock import database_now
 from ..sql.schema import DEAD_REASONS, STATES
 from . import inputs, overview, query
@@ -49,7 +49,7 @@ def _read(pool: Any) -> Iterator[Any]:
     """A read transaction with the overview's statement timeout (and the planner's own
     choices: a key or an id filter is best served by its own index, then a sort)."""
     with pool.engines.replica_errors(), pool.read_engine.connect() as conn, conn.begin():
-        dashboard.limit_time(conn, overview.STATEMENT_TIMEOUT)
+        dashboard_reads.limit_time(conn, overview.STATEMENT_TIMEOUT)
         yield conn
 
 
@@ -87,8 +87,8 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     assert limit is not None
     by_finished = filters.by_finished  # as `workerpool dead list`: most recent deaths first
     with _read(request.app.state.pool) as conn:
-        rows = dashboard.browse_all(conn, filters, before, limit + 1)
-        total = dashboard.count_all(conn, filters)
+        rows = dashboard_reads.browse_all(conn, filters, before, limit + 1)
+        total = dashboard_reads.count_all(conn, filters)
         tabs = [] if dead_only else tabs_of(conn, filters)
         now = database_now(conn)
     more = len(rows) > limit
@@ -99,7 +99,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
     context = {
         "rows": rows,
         "total": total,
-        "cap": dashboard.COUNT_CAP,
+        "cap": dashboard_reads.COUNT_CAP,
         "params": params,
         "states": STATES,
         "reasons": DEAD_REASONS,
@@ -156,7 +156,7 @@ def job_page(request: Request) -> Response:
     with _read(pool) as conn:
         answer = why.explain(conn, job_id, known)
         row = answer.job
-        holder = dashboard.lease_holder(conn, row.claimed_by) if row.claimed_by else None
+        holder = dashboard_reads.lease_holder(conn, row.claimed_by) if row.claimed_by else None
         logs = job_view.attempt_logs(conn, job_id)
     return render(
         request,

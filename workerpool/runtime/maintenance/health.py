@@ -10,14 +10,14 @@ table's owner) is told once, in the log, what it cannot do and why.
 
 VACUUM does not shrink a B-tree: after a backlog drains, the due index keeps the pages the
 backlog grew it to, and every claim walks them. So the same reads compare each index with the
-size its entries would take packed (:func:`workerpool.sql.health.index_sizes`) and rebuild one
+size its entries would take packed (:func:`workerpool.sql.table_health.index_sizes`) and rebuild one
 far above it (the size floor counting the table's indexes together: a small, hot table has no
 single large index) with ``REINDEX INDEX CONCURRENTLY`` (writers go on meanwhile), one at a time and
 never inside the configured busy hours; an invalid index that an interrupted rebuild left behind
 (``*_ccnew``, ``*_ccold``) is dropped first.
 
-The claim does not depend on any of this for its plan (``sql.planner``); dead rows and stale
-statistics still cost every index scan and every other query on the table.
+The claim does not depend on any of this for its plan (``sql.planner``); dead rows and
+stale statistics still cost every index scan and every other query on the table.
 
 :func:`read` returns the health as data: ``workerpool status`` shows it, and metrics can
 export the same fields.
@@ -39,8 +39,7 @@ from sqlalchemy import Connection, Engine
 
 from ...model import metrics
 from ...model.specs import MaintenanceSpec, busy_window, in_window
-from ...sql import db
-from ...sql import health as sql
+from ...sql import db, table_health
 
 log = logging.getLogger("workerpool.maintenance")
 
@@ -129,8 +128,8 @@ def _newest(*ages: float | None) -> float | None:
 
 def read(conn: Connection) -> TableHealth:
     """The jobs table's health now (catalog and statistics views only: any role may read it)."""
-    row = sql.table_stats(conn)
-    holders = sql.horizon_holders(conn, limit=1)
+    row = table_health.table_stats(conn)
+    holders = table_health.horizon_holders(conn, limit=1)
     holder = Holder(**holders[0]._asdict()) if holders else None
     return TableHealth(
         live=row.live,
@@ -147,26 +146,26 @@ def read(conn: Connection) -> TableHealth:
     )
 
 
-def table_health(engine: Engine) -> TableHealth:
+def read_now(engine: Engine) -> TableHealth:
     with engine.connect() as conn:
         return read(conn)
 
 
 def overdue(health: TableHealth) -> str | None:
-    """The command autovacuum should have run by now (``sql.VACUUM``, ``sql.ANALYZE``), if any."""
+    """The command autovacuum should have run by now (``VACUUM`` or ``ANALYZE``), if any."""
     rows = max(health.live, health.estimated_rows, 0)
     last_vacuum = health.last_vacuum_age_s
     if health.dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * rows) and (
         last_vacuum is None or last_vacuum >= VACUUM_MIN_GAP
     ):
-        return sql.VACUUM
+        return table_health.VACUUM
     last_analyze = health.last_analyze_age_s
     counted, live = max(health.estimated_rows, 0), max(health.live, 0)
     off = max(counted, live) > ANALYZE_OFF_BY * min(counted, live)
     if health.modified >= max(ANALYZE_MIN_CHANGES, ANALYZE_CHANGED_SHARE * rows) and (
         off or last_analyze is None or last_analyze >= ANALYZE_MIN_GAP
     ):
-        return sql.ANALYZE
+        return table_health.ANALYZE
     return None
 
 
@@ -239,17 +238,17 @@ class TableKeeper:
         index work, then a due ANALYZE: on a busy queue one of the two table commands is due
         at nearly every read, and the rebuilds must still get their turn."""
         table_command = overdue(health)
-        if table_command == sql.VACUUM:
+        if table_command == table_health.VACUUM:
             return table_command
         return self._index_work(conn) or table_command
 
     def _index_work(self, conn: Connection) -> str | None:
         """A leftover of an interrupted rebuild to drop, else the most bloated index to rebuild
         (outside the busy hours), else None."""
-        indexes = sql.index_sizes(conn)
+        indexes = table_health.index_sizes(conn)
         for index in indexes:
-            if not index.valid and any(mark in index.name for mark in sql.LEFTOVER_MARKS):
-                return sql.drop_leftover(index.name)
+            if not index.valid and any(mark in index.name for mark in table_health.LEFTOVER_MARKS):
+                return table_health.drop_leftover(index.name)
         if in_window(self.busy_hours, self.utc_now().time()):
             return None
         bloated = self._bloated(indexes)
@@ -270,9 +269,9 @@ class TableKeeper:
                 "packed_bytes": worst.packed_bytes,
             },
         )
-        return sql.reindex(worst.name)
+        return table_health.reindex(worst.name)
 
-    def _bloated(self, indexes: list[sql.IndexSize]) -> list[sql.IndexSize]:
+    def _bloated(self, indexes: list[table_health.IndexSize]) -> list[table_health.IndexSize]:
         """The indexes worth a rebuild: ``reindex_bloat`` times their packed size, where the
         size floor (``reindex_min_bytes``) holds for the table's indexes together: on a small,
         hot table each index stays under it while all of them, walked by every claim and
@@ -312,7 +311,7 @@ class TableKeeper:
             self._command_engine.dispose()
 
     def _allowed(self, conn: Connection, command: str) -> bool:
-        allowed, why = sql.may_maintain(conn)
+        allowed, why = table_health.may_maintain(conn)
         if not allowed and not self._denied:
             self._denied = True
             log.warning(

@@ -28,7 +28,7 @@ from sqlalchemy.types import BigInteger, Integer, SmallInteger
 from ..model.limits import Rate
 from .schema import RATE_SLICES, rate_counts
 
-#: The statement's own clock, as every limit count of the claim uses (see key_limits.NOW).
+#: The statement's own clock, as every limit count of the claim uses (see limits_keys.NOW).
 _EPOCH = "extract(epoch FROM statement_timestamp())"
 
 

@@ -5,7 +5,7 @@ Every concurrency limit is a count of rows, taken by the claim itself: the queue
 ``concurrency_limit``); a key's rate (``key_rate_limit``) counts its rows started within the
 window. No count of running jobs is kept anywhere, so a killed child's slot is free as soon as
 its rows leave ``processing`` (the crash release, or the stale recovery for a lost host). A
-queue's ``rate_limit`` counts claims in :mod:`.rate_counts`, which the claim adds to in the
+queue's ``rate_limit`` counts claims in :mod:`.limits_rates`, which the claim adds to in the
 same statement: starts only ever add to it, so there is nothing for a crash to undo.
 
 Counts taken by two claims at once would both see the same free slot. So a limited claim first
@@ -43,8 +43,8 @@ from sqlalchemy.types import Integer
 
 from ..model.limits import ClaimLimits
 from ..model.states import DUE_STATES, JobState
-from . import key_limits, rate_counts
-from .key_limits import NOW, count_upto
+from . import limits_keys, limits_rates
+from .limits_keys import NOW, count_upto
 from .planner import one_of, state_in
 from .schema import jobs, queues, workers
 
@@ -109,7 +109,7 @@ def publish_limits(conn: Connection, queue: str, limits: dict[str, Any] | None) 
     )
 
 
-# limited_claim: due rows within every limit of the queue, in claim order, after lock_queue.
+# limits_claim: due rows within every limit of the queue, in claim order, after lock_queue.
 # Index: ix_workerpool_jobs_due (and _suspects), ix_workerpool_jobs_leased (running),
 # pk_workerpool_rate_counts (rate); per key: ix_workerpool_jobs_running_key, _started_key and
 # _due_key (the key spread).
@@ -138,7 +138,7 @@ def limited_claim_statement(
         room = select(case((budget.c.safe, budget.c.n), else_=0)).scalar_subquery()
     due = _arm(queue, known, room, limits, limit, suspects=False)
     if limits.keys:
-        spread = key_limits.spread(
+        spread = limits_keys.spread(
             queue, lambda row: _runnable(row, known, suspects=False), limits.keys, due, room
         )
         due = union_all(select(due.c.id), select(spread.c.id)).cte("due_or_spread")
@@ -173,7 +173,7 @@ def limited_claim_statement(
     if not limits.rate:
         return claim
     claimed = claim.cte("claimed")
-    return select(claimed).add_cte(rate_counts.add(queue, limits.rate, claimed).cte("counted"))
+    return select(claimed).add_cte(limits_rates.add(queue, limits.rate, claimed).cte("counted"))
 
 
 def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
@@ -194,7 +194,7 @@ def _budget(queue: str, worker: str, limits: ClaimLimits, limit: int) -> Any:
             ),
         )
     if limits.rate:
-        counts["started"] = rate_counts.claimed(queue, limits.rate)
+        counts["started"] = limits_rates.claimed(queue, limits.rate)
     # each count once (a column of its own), read by both the budget and the safety test
     counted = (
         select(*(count.label(name) for name, count in counts.items())).subquery("counted")
@@ -271,8 +271,8 @@ def _arm(
     where = [jobs.c.queue == queue, *_runnable(jobs, known, suspects=suspects), room > 0]
     name = "suspect" if suspects else "due"
     if limits.keys:
-        walk_rows = limit * key_limits.WALK_FACTOR + key_limits.WALK_MIN
-        return key_limits.walk(name, where, limit, walk_rows, limits.keys, queue)
+        walk_rows = limit * limits_keys.WALK_FACTOR + limits_keys.WALK_MIN
+        return limits_keys.walk(name, where, limit, walk_rows, limits.keys, queue)
     # it takes what it reads (the budget may leave a few of them locked until the commit)
     return (
         select(jobs.c.id, jobs.c.concurrency_key)

@@ -41,7 +41,7 @@ WALK_FACTOR = 10
 WALK_MIN = 100
 
 _PROCESSING = literal_column(f"'{JobState.PROCESSING}'")  # the partial indexes' literal
-#: See limited_claim: the start of the statement, after the queue lock was granted.
+#: See limits_claim: the start of the statement, after the queue lock was granted.
 NOW = func.statement_timestamp()
 #: Where the worker's spread resumes (the greatest key its previous claim took; "" at first).
 KEY_CURSOR = bindparam("key_cursor", "", type_=Text)

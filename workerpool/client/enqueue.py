@@ -2,8 +2,8 @@
 
 Every job is checked (:mod:`workerpool.model.new_job`) before anything is kept, and a write is
 as few statements as it can be. One job is one INSERT (``sql.insert_one``): in the caller's
-transaction, or in autocommit on a pooled connection without a ping (``sql.single_write``).
-A batch (:func:`_write_batch`) is one COPY when no job has a key (``sql.bulk``), else the
+transaction, or in autocommit on a pooled connection without a ping (``sql.autocommit``).
+A batch (:func:`_write_batch`) is one COPY when no job has a key (``sql.enqueue_copy``), else the
 INSERT of ``sql.insert_job_chunks`` in chunks of :data:`INSERT_CHUNK`: in a transaction of
 its own, or a savepoint in the caller's.
 
@@ -27,7 +27,7 @@ from ..model import tracing
 from ..model.errors import InvalidJob
 from ..model.new_job import NewJob, build_item, build_job, build_rows, job_items
 from ..model.registry import Registry
-from . import single_write
+from ..sql import autocommit
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -77,7 +77,7 @@ def enqueue_one(
             trace_context=trace,
             batch_id=batch_id,
         )
-        return write(conn) if conn is not None else single_write.write(pool.engine, write)
+        return write(conn) if conn is not None else autocommit.write(pool.engine, write)
 
 
 def enqueue_batch(
@@ -104,7 +104,7 @@ def enqueue_batch(
             batch_id=batch_id,
             own=conn is None,
         )
-        return write(conn) if conn is not None else single_write.write(pool.engine, write)
+        return write(conn) if conn is not None else autocommit.write(pool.engine, write)
 
 
 def _write_batch(

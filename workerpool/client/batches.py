@@ -60,9 +60,9 @@ from ..model.errors import (
 from ..model.new_job import build_job
 from ..model.payload import check_key, dumps
 from ..model.results import check_id
-from . import batches as sql
+from ..sql import batches
+from .enqueue import Target, caller_async_connection, caller_connection, enqueue_batch
 from .workflows import enqueue_many_linked, enqueue_one_or_linked, has_links
-from .writes import Target, caller_async_connection, caller_connection, enqueue_batch
 
 
 class Batch:
@@ -131,7 +131,7 @@ class Batch:
 
     def _open(self) -> None:
         assert self._conn is not None
-        opened = sql.open_batch(
+        opened = batches.open_batch(
             self._conn,
             key=self.key,
             on_complete=self.names["complete"],
@@ -162,7 +162,7 @@ class Batch:
                 conn, batch_id = self._usable()
                 fired = [
                     job_id
-                    for batch in sql.settle(conn, [batch_id], "empty")
+                    for batch in batches.settle(conn, [batch_id], "empty")
                     for job_id in batch.callback_ids
                 ]
         except BaseException:
@@ -239,7 +239,7 @@ class Batch:
         return ids
 
     def _joined(self, conn: Connection, batch_id: int, ids: list[int], keyed: list[int]) -> None:
-        outside = sql.outside_batch(conn, batch_id, keyed) if keyed else set()
+        outside = batches.outside_batch(conn, batch_id, keyed) if keyed else set()
         self.outside += [job_id for job_id in ids if job_id in outside]
         members = [job_id for job_id in ids if job_id not in outside]
         self.member_ids += members
@@ -251,7 +251,7 @@ class Batch:
             build_job(self.pool.registry, *item[:2], **(item[2] if len(item) == 3 else {}))
             for item in items
         ]
-        found = sql.members_by_key(conn, batch_id, [row.key for row in rows if row.key])
+        found = batches.members_by_key(conn, batch_id, [row.key for row in rows if row.key])
         missing = [row for row in rows if (row.key or "") not in found]
         if missing:
             raise BatchFinished(
@@ -364,12 +364,12 @@ def status(pool: Target, batch_id: int) -> BatchStatus:
 def status_on(conn: Connection, batch_id: int) -> BatchStatus:
     """:func:`status` on ``conn`` (``pool.batch_status_async`` runs it through ``run_sync``)."""
     check_id(batch_id, "batch id")
-    row = sql.read_batch(conn, batch_id)
+    row = batches.read_batch(conn, batch_id)
     if row is None:
         raise UnknownBatch(
             f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
         )
-    return status_of(row, sql.member_counts(conn, batch_id, row.callback_ids or []))
+    return status_of(row, batches.member_counts(conn, batch_id, row.callback_ids or []))
 
 
 def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE) -> Iterator[MemberResult]:
@@ -380,7 +380,7 @@ def results(pool: Target, batch_id: int, page_size: int = PAGE_SIZE) -> Iterator
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise InvalidJob(f"page_size must be a positive int, got {page_size!r}")
     with pool.engine.connect() as conn:
-        row = sql.read_batch(conn, batch_id)
+        row = batches.read_batch(conn, batch_id)
     if row is None:
         raise UnknownBatch(
             f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
@@ -396,7 +396,7 @@ async def results_async(
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise InvalidJob(f"page_size must be a positive int, got {page_size!r}")
     async with pool.async_engine.connect() as conn:
-        row = await conn.run_sync(sql.read_batch, batch_id)
+        row = await conn.run_sync(batches.read_batch, batch_id)
     if row is None:
         raise UnknownBatch(
             f"no batch {batch_id} (never opened, rolled back, or pruned after the retention)"
@@ -407,7 +407,7 @@ async def results_async(
         while True:
             async with pool.async_engine.connect() as conn:
                 page = await conn.run_sync(
-                    sql.member_page, batch_id, state, after, page_size, callbacks
+                    batches.member_page, batch_id, state, after, page_size, callbacks
                 )
             for member in page:
                 yield MemberResult(member.id, member.state, member.result, member.key)
@@ -421,7 +421,7 @@ def _pages(pool: Target, batch_id: int, callbacks: list[int], size: int) -> Iter
         after = 0
         while True:
             with pool.engine.connect() as conn:
-                page = sql.member_page(conn, batch_id, state, after, size, callbacks)
+                page = batches.member_page(conn, batch_id, state, after, size, callbacks)
             for member in page:
                 yield MemberResult(member.id, member.state, member.result, member.key)
             if len(page) < size:

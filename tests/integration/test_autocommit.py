@@ -1,5 +1,5 @@
 """enqueue() without conn=: one autocommit statement, no pre-ping, and a dead pooled connection
-detected without a round trip (workerpool.sql.single_write), on real PostgreSQL.
+detected without a round trip (workerpool.sql.autocommit), on real PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql._psycopg_common import _PGDialect_common_psy
 
 from tests.helpers.waiting import wait_until
 from workerpool import IdempotencyConflict, WorkerPool
-from workerpool.sql import single_write
+from workerpool.sql import autocommit
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def kept_backends(app: WorkerPool) -> list[int]:
     """The server processes of the connections kept between single writes."""
     return [
         conn.connection.driver_connection.info.backend_pid
-        for conn, _ in single_write._kept(app.engine).idle
+        for conn, _ in autocommit._kept(app.engine).idle
     ]
 
 
@@ -113,7 +113,7 @@ def test_an_engine_disposed_and_made_again_is_not_held_by_its_pool(app, sql):
 
 
 def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):
-    writers = single_write.KEPT + 2
+    writers = autocommit.KEPT + 2
     together = threading.Barrier(writers, timeout=30)
     backends: list[int] = []
     results: list[object] = []
@@ -125,7 +125,7 @@ def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):
 
     def writer() -> None:
         try:
-            results.append(single_write.write(app.engine, statement))
+            results.append(autocommit.write(app.engine, statement))
         except Exception as exc:  # the assertion below shows it
             results.append(exc)
 
@@ -135,20 +135,20 @@ def test_writers_beyond_the_kept_ones_use_the_pool(app, sql):
     for thread in threads:
         thread.join(timeout=60)
     assert results == [1] * writers and len(set(backends)) == writers
-    assert len(kept_backends(app)) == single_write.KEPT  # the others went back to the pool
-    assert app.engine.pool.checkedout() == single_write.KEPT
+    assert len(kept_backends(app)) == autocommit.KEPT  # the others went back to the pool
+    assert app.engine.pool.checkedout() == autocommit.KEPT
     app.enqueue("work", {"i": 0})
-    assert rows(sql) == 1 and len(kept_backends(app)) == single_write.KEPT
+    assert rows(sql) == 1 and len(kept_backends(app)) == autocommit.KEPT
 
 
 def test_a_transaction_left_open_never_holds_the_next_write(app, sql):
     app.enqueue("work", {"i": 0})
     [backend] = kept_backends(app)
-    single_write.write(app.engine, lambda conn: conn.exec_driver_sql("BEGIN"))
+    autocommit.write(app.engine, lambda conn: conn.exec_driver_sql("BEGIN"))
     assert kept_backends(app) == [backend]  # SQLAlchemy knew of it: rolled back, kept
     app.enqueue("work", {"i": 1})
     assert rows(sql) == 2  # committed, seen from another session
-    single_write.write(app.engine, lambda conn: conn.connection.driver_connection.execute("BEGIN"))
+    autocommit.write(app.engine, lambda conn: conn.connection.driver_connection.execute("BEGIN"))
     assert kept_backends(app) == [] and app.engine.pool.checkedout() == 0  # discarded
     wait_until(
         lambda: not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
@@ -215,7 +215,7 @@ def test_a_statement_that_could_not_be_sent_is_retried_once_on_a_pinged_connecti
     with app.engine.connect():
         pass  # a pooled connection, so the retry's checkout is not a fresh one
     counted_pings.clear()
-    assert single_write.write(app.engine, statement) == 42
+    assert autocommit.write(app.engine, statement) == 42
     assert len(calls) == 2 and counted_pings == []  # the retry got a new connection: fresh
 
 
@@ -237,7 +237,7 @@ def test_a_failure_after_the_statement_was_sent_is_never_retried(app, sql):
 
 def test_database_errors_are_sqlalchemy_errors_as_before(app):
     with pytest.raises(sa_exc.IntegrityError):  # the database's own bound on the payload
-        single_write.write(
+        autocommit.write(
             app.engine,
             lambda conn: conn.exec_driver_sql(
                 "INSERT INTO workerpool_jobs (queue, task, payload) VALUES ('q', 'work', '[]')"

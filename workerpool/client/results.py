@@ -1,7 +1,7 @@
 """Reading a job and waiting for its result: ``pool.job``, ``pool.result``, ``pool.result_async``.
 
-The client's calls, beside :mod:`.writes`: the statements are :mod:`.results`', the values
-(:class:`~workerpool.model.results.JobInfo`) the model's.
+The client's calls, beside :mod:`.enqueue`: the statements are :mod:`workerpool.sql.results`',
+the values (:class:`~workerpool.model.results.JobInfo`) the model's.
 
 A handler's return value is the job's result (JSON, checked like a payload), written by the
 completing UPDATE. ``pool.result`` waits for a job to end:
@@ -38,8 +38,7 @@ from sqlalchemy.engine import URL
 
 from ..model.errors import ResultTimeout, UnknownJob, first_line
 from ..model.results import JobInfo, check_id, check_timeout
-from . import db
-from . import results as sql
+from ..sql import db, results
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -77,7 +76,7 @@ def read(pool: Source, job_id: int) -> JobInfo:
     """``pool.job``: the job now; UnknownJob when no job has this id (or it was pruned)."""
     check_id(job_id)
     with pool.engine.connect() as conn:
-        row = sql.read_job(conn, job_id)
+        row = results.read_job(conn, job_id)
     if row is None:
         raise UnknownJob(f"no job {job_id} (never enqueued, or pruned after the retention)")
     return JobInfo.of(row)
@@ -85,7 +84,7 @@ def read(pool: Source, job_id: int) -> JobInfo:
 
 async def read_async(pool: Source, job_id: int) -> JobInfo:
     async with pool.async_engine.connect() as conn:
-        row = await conn.run_sync(sql.read_job, job_id)
+        row = await conn.run_sync(results.read_job, job_id)
     if row is None:
         raise UnknownJob(f"no job {job_id} (never enqueued, or pruned after the retention)")
     return JobInfo.of(row)
@@ -177,7 +176,7 @@ class _Subscription:
         if self.listen:
             self.listener = subscribe(self.pool, self.job_id, self.event.set)
             with self.pool.engine.begin() as conn:
-                self.waiter_id = sql.add_waiter(conn, self.job_id)
+                self.waiter_id = results.add_waiter(conn, self.job_id)
         return self
 
     def wait(self, seconds: float) -> None:
@@ -194,7 +193,7 @@ class _Subscription:
         if self.waiter_id is not None:
             try:
                 with self.pool.engine.begin() as conn:
-                    sql.remove_waiter(conn, self.waiter_id)
+                    results.remove_waiter(conn, self.waiter_id)
             except Exception as exc:  # the maintenance child prunes what is left
                 log.debug("could not remove waiter row: %s", first_line(exc))
 
@@ -217,7 +216,7 @@ class _AsyncSubscription:
             return
         self.listener = subscribe(self.pool, self.job_id, self._wake)
         async with self.pool.async_engine.begin() as conn:
-            self.waiter_id = await conn.run_sync(sql.add_waiter, self.job_id)
+            self.waiter_id = await conn.run_sync(results.add_waiter, self.job_id)
 
     async def wait(self, seconds: float) -> None:
         if self.listener is None:
@@ -236,7 +235,7 @@ class _AsyncSubscription:
         if self.waiter_id is not None:
             try:
                 async with self.pool.async_engine.begin() as conn:
-                    await conn.run_sync(sql.remove_waiter, self.waiter_id)
+                    await conn.run_sync(results.remove_waiter, self.waiter_id)
             except Exception as exc:
                 log.debug("could not remove waiter row: %s", first_line(exc))
 
@@ -321,7 +320,7 @@ class ResultListener(threading.Thread):
         with psycopg.connect(
             autocommit=True, application_name="workerpool-results", **args
         ) as conn:
-            conn.execute(f"LISTEN {sql.RESULTS_CHANNEL}")
+            conn.execute(f"LISTEN {results.RESULTS_CHANNEL}")
             self.connected.set()
             self._wake(None)  # anything that ended before LISTEN took effect: read again
             while not self._stopping():

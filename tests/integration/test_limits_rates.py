@@ -1,4 +1,4 @@
-"""A queue's rate limit counts claims in a ring of slices (workerpool.queries.rate_counts)."""
+"""A queue's rate limit counts claims in a ring of slices (workerpool.sql.limits_rates)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_maintenance_prunes_the_slots_of_windows_no_claim_reads(pool, sql):
     """A limit removed or changed leaves its window's slots behind; the maintenance child
     deletes them once no claim can count them, and leaves the slots in use alone."""
     from workerpool.runtime.maintenance.duties import Maintenance
-    from workerpool.sql.rate_counts import PRUNE_AFTER
+    from workerpool.sql.limits_rates import PRUNE_AFTER
 
     app = rated(pool, "5/m")
     app.enqueue_many([("work", {"n": n}) for n in range(20)])

@@ -4,7 +4,7 @@ chains and workflows built from them (``pool.chain``, ``pool.workflow``).
 A linked job is checked like any job (:mod:`workerpool.model.new_job`), then written in one
 transaction (or a savepoint of the caller's): the sequence's lock and newest live job, the
 parents locked and marked (:func:`.dependencies.lock_parents`), the row inserted by the
-ordinary enqueue (:mod:`.writes`), and its edges and state (waiting, unless every parent is
+ordinary enqueue (:mod:`.enqueue`), and its edges and state (waiting, unless every parent is
 already done) written by :func:`.dependencies.attach`. Jobs without links never come here.
 """
 
@@ -37,11 +37,11 @@ from ..model.errors import (
 )
 from ..model.new_job import NewJob, build_item, build_job
 from ..model.states import LIVE_STATES, JobState
-from . import keys, single_write
-from .dependencies import Link, attach, lock_parents
-from .schema import history, jobs
-from .sequences import sequence_tail
-from .writes import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
+from ..sql import autocommit, unique_keys
+from ..sql.dependencies import Link, attach, lock_parents
+from ..sql.schema import history, jobs
+from ..sql.sequences import sequence_tail
+from .enqueue import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
 
 #: The options that link a job to others.
 LINK_OPTIONS = ("after", "sequence")
@@ -76,10 +76,10 @@ T = TypeVar("T")
 
 def in_transaction(pool: Target, conn: Connection | None, write: Callable[[Connection], T]) -> T:
     """``write(tx)`` in the caller's transaction (a savepoint in it), or in a transaction of its
-    own on a pooled connection without the checkout ping (``single_write``: a transaction that
+    own on a pooled connection without the checkout ping (``autocommit``: a transaction that
     never reached its COMMIT can be sent again)."""
     if conn is None:
-        return single_write.write(pool.engine, lambda own: _atomic(own, True, write))
+        return autocommit.write(pool.engine, lambda own: _atomic(own, True, write))
     return _atomic(caller_connection(conn), False, write)
 
 
@@ -239,13 +239,13 @@ def existing_graph(tx: Connection, head: NewJob) -> list[int] | None:
     is checked as an enqueue checks it: DuplicateJob with ``on_conflict="error"``,
     IdempotencyConflict when it names another task or payload, or a job heading no graph."""
     tx.execute(_GRAPH_LOCK, {"key": f"workerpool.graph:{head.key}"})
-    holder = keys.holder(tx, head.key)
+    holder = unique_keys.holder(tx, head.key)
     if holder is not None and holder.expired:
-        keys.release_expired(tx, head.key)
+        unique_keys.release_expired(tx, head.key)
         return None
     if holder is None:
         return None
-    first = keys.settle(head, holder)
+    first = unique_keys.settle(head, holder)
     if holder.workflow_id != first:
         raise IdempotencyConflict(
             f"key {head.key!r} is held by job {first}, which heads no chain or workflow"

@@ -20,7 +20,7 @@ _DUE = (
 )
 
 # queue_usage: a limited queue's running jobs, claims its rate limit counts now (the ring of
-# queries.rate_counts) and due jobs.
+# sql.limits_rates) and due jobs.
 # Index: ix_workerpool_jobs_leased, pk_workerpool_rate_counts, ix_workerpool_jobs_due.
 _USAGE = text(f"""
 SELECT (SELECT count(*) FROM {jobs.name} WHERE queue = :queue AND state = 'processing')
