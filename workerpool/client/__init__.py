@@ -65,6 +65,12 @@ from .workflows import (
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
 pause_log = logging.getLogger("workerpool.pause")
+
+
+def _not_testing(conn: Any, ids: list[int]) -> None:
+    """The testing seam outside testing mode: the jobs wait for a worker."""
+
+
 T = TypeVar("T")
 
 
@@ -92,7 +98,10 @@ class WorkerPool(AsyncCalls):
         #: The declarations: what ``workerpool run`` hands its children, without the engines.
         self.registry = Registry(payload_limit=payload_limit, notify=notify)
         self.engines = Engines(url, schema, read_url)  # nothing connects before the first call
-        self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
+        #: The testing seam, chosen once by :meth:`testing_mode`: every path that writes jobs or
+        #: makes them due hands it the caller's connection (or None) and their ids once its
+        #: write is done. Outside testing mode it does nothing; in inline mode it runs them.
+        self._enqueued: Callable[[Any, list[int]], None] = _not_testing
         # Declaring is the registry's: its own methods, so every signature and check is one.
         self.queue = self.registry.queue
         self.task = self.registry.task
@@ -256,8 +265,7 @@ class WorkerPool(AsyncCalls):
                 job_id = enqueue_linked(self, task, payload, conn, options)
             else:
                 job_id = enqueue_one(self, task, payload, conn, options)
-        if self._inline is not None:
-            self._inline(conn, [job_id])
+        self._enqueued(conn, [job_id])
         return job_id
 
     @explained
@@ -289,8 +297,7 @@ class WorkerPool(AsyncCalls):
                 ids = enqueue_many_linked(self, items, conn)
             else:
                 ids = enqueue_batch(self, items if items is not None else jobs, conn)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     @explained
@@ -312,8 +319,7 @@ class WorkerPool(AsyncCalls):
                 )
             else:
                 job_id = await enqueue_one_async(self, task, payload, conn, options)
-        if self._inline is not None:
-            self._inline(conn, [job_id])
+        self._enqueued(conn, [job_id])
         return job_id
 
     @explained
@@ -332,8 +338,7 @@ class WorkerPool(AsyncCalls):
                 )
             else:
                 ids = await enqueue_batch_async(self, items, conn)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     async def _linked_async(self, conn: Any, write: Callable[[Connection], T]) -> T:
@@ -361,8 +366,7 @@ class WorkerPool(AsyncCalls):
         options on a later step are refused (docs/workflows.md)."""
         with borrowed(conn, self.schema):
             ids = chain(self, steps, conn, key)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     def workflow(self, *, conn: Connection | None = None, key: str | None = None) -> Workflow:
@@ -380,18 +384,16 @@ class WorkerPool(AsyncCalls):
 
         if mode not in MODES:
             raise ConfigError(f"testing mode must be one of {MODES}, got {mode!r}")
-        previous = self._inline
-        self._inline = InlineRunner(self.registry, lambda: self.engine) if mode else None
+        previous = self._enqueued
+        self._enqueued = InlineRunner(self.registry, lambda: self.engine) if mode else _not_testing
         return self._restore_mode(previous)
 
     @contextmanager
-    def _restore_mode(
-        self, previous: Callable[[Any, list[int]], None] | None
-    ) -> Iterator[WorkerPool]:
+    def _restore_mode(self, previous: Callable[[Any, list[int]], None]) -> Iterator[WorkerPool]:
         try:
             yield self
         finally:
-            self._inline = previous
+            self._enqueued = previous
 
     # -- operating it live ---------------------------------------------------------------------
 
@@ -562,8 +564,7 @@ class WorkerPool(AsyncCalls):
             if sent_at is None:
                 kept = signals.get(db, name)
                 raise SignalExists(name, kept.payload, kept.sent_at)
-        if woken and self._inline is not None:
-            self._inline(conn, list(woken))
+        self._enqueued(conn, list(woken))
         return sent_at
 
     # -- results and batches (workerpool.client.results, workerpool.client.batches) ------------
@@ -615,7 +616,6 @@ class WorkerPool(AsyncCalls):
             payload=payload,
             conn=conn,
             key=key,
-            inline=self._inline,
         )
 
     def batch_async(
@@ -640,7 +640,6 @@ class WorkerPool(AsyncCalls):
             payload=payload,
             conn=conn,
             key=key,
-            inline=self._inline,
         )
 
     @explained

@@ -446,7 +446,10 @@ class Workflow:
                 )
             return ids
 
-        return in_transaction(self.pool, conn if conn is not None else self.conn, write)
+        conn = conn if conn is not None else self.conn
+        ids = in_transaction(self.pool, conn, write)
+        self.pool._enqueued(conn, list(ids.values()))
+        return ids
 
     enqueue = run
 
