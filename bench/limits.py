@@ -136,7 +136,6 @@ def claim_latencies_ms(
                 worker=worker,
                 limit=10,
                 task_versions=versions,
-                stale_after=spec.stale_after,
                 limits=limits,
             )
         latencies.append((time.perf_counter() - started) * 1000.0)

@@ -31,7 +31,6 @@ WARM_UP_CLAIMS = 20
 
 def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]:
     """Time ``claims`` successive claims of up to ``limit`` rows; each must claim something."""
-    spec = pool.queue_spec(QUEUE)
     versions = pool.task_versions(QUEUE)
     worker = new_worker_id()
     latencies = []
@@ -44,7 +43,6 @@ def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]
                 worker=worker,
                 limit=limit,
                 task_versions=versions,
-                stale_after=spec.stale_after,
             )
         latencies.append((time.perf_counter() - started) * 1000.0)
         if not rows:

@@ -171,7 +171,6 @@ class Probe:
                 worker="bench:probe",
                 limit=PROBE_LIMIT,
                 task_versions=self.versions,
-                stale_after=300.0,
             )
             ms = (time.perf_counter() - started) * 1000.0
             self.samples.append((time.monotonic(), ms))

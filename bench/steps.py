@@ -86,7 +86,6 @@ def _writes(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[flo
             worker=worker,
             limit=2 * WRITE_JOBS,
             task_versions=pool.task_versions(QUEUE),
-            stale_after=3600,
         )
     steps: list[float] = []
     checkpoints: list[float] = []

@@ -19,7 +19,6 @@ def claim(app: WorkerPool, worker: str, limit: int = 10):
             worker=worker,
             limit=limit,
             task_versions=app.task_versions("q"),
-            stale_after=300,
             limits=limits,
         )
 

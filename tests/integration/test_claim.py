@@ -32,7 +32,6 @@ def claim(
             worker=worker,
             limit=limit,
             task_versions=app.task_versions("q"),
-            stale_after=stale_after,
             alone=alone,
         )
 
@@ -84,7 +83,6 @@ def test_the_prepared_claim_reuses_one_plan_on_a_connection(app, sql):
                     worker="w",
                     limit=10,
                     task_versions=app.task_versions("q"),
-                    stale_after=300,
                 )
         plans = conn.exec_driver_sql(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
@@ -147,7 +145,6 @@ def test_stale_arm_boundary(app, sql):
             limit=10,
             alone=True,
             task_versions=app.task_versions("q"),
-            stale_after=300,
         )
     assert (rerun.id, rerun.attempts) == (outside, 1)
 
@@ -287,7 +284,13 @@ def test_renew_moves_claimed_at_forward(app, sql):
     with app.engine.begin() as conn:
         assert queries.renew(conn, "w", [(row.id, row.attempts)]) == {row.id}
     sql("SELECT pg_sleep(0)")
-    assert claim(app, "thief", stale_after=200) == []
+    assert (
+        claim(
+            app,
+            "thief",
+        )
+        == []
+    )
 
 
 def test_reclaim_from_a_dead_worker_touches_only_its_rows(app, sql):
@@ -318,7 +321,6 @@ def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, 
             worker="new",
             limit=5,
             task_versions=newer.task_versions("q"),
-            stale_after=300,
         )
     assert [r.id for r in rows] == [new_id]
     newer.dispose()

@@ -137,10 +137,13 @@ def test_a_queue_without_limits_claims_with_the_unlimited_statement(pool):
     limits = claim_limits(app.queue_spec("q"), app.tasks)
     assert not limits
     plain = queries.claim_statement(
-        queue="q", worker="w", limit=5, task_versions={"work": 1}, stale_after=300
+        queue="q",
+        worker="w",
+        limit=5,
+        task_versions={"work": 1},
     )
     same = queries.claim_statement(
-        queue="q", worker="w", limit=5, task_versions={"work": 1}, stale_after=300, limits=limits
+        queue="q", worker="w", limit=5, task_versions={"work": 1}, limits=limits
     )
     assert str(plain) == str(same)
 
@@ -159,7 +162,6 @@ def test_limited_claim_keeps_suspects_alone(pool, sql, alone):
             worker="w",
             limit=10,
             task_versions=app.task_versions("q"),
-            stale_after=300,
             alone=alone,
             limits=limits,
         )
@@ -205,7 +207,6 @@ def shared_claim(app: WorkerPool, worker: str, limit: int):
             worker=worker,
             limit=limit,
             task_versions=app.task_versions("q"),
-            stale_after=300,
             limits=limits,
             shared=True,
         )

@@ -35,7 +35,6 @@ def publish_and_claim(pool: WorkerPool, queue: str, limit: int) -> list:
             worker="w",
             limit=limit,
             task_versions=pool.task_versions(queue),
-            stale_after=300,
             limits=limits,
         )
 

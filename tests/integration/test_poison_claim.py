@@ -41,7 +41,6 @@ def claim(app: WorkerPool, worker: str, limit: int = 10, *, alone: bool = False)
             worker=worker,
             limit=limit,
             task_versions=app.task_versions("q"),
-            stale_after=300,
             alone=alone,
         )
 

@@ -38,7 +38,6 @@ def claim(app: WorkerPool):
             worker="w",
             limit=10,
             task_versions=app.task_versions("q"),
-            stale_after=300,
         )
 
 

@@ -441,7 +441,6 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
                     worker="thief",
                     limit=1,
                     task_versions=pool.task_versions("q"),
-                    stale_after=1.0,
                 )
             )
         return bool(stolen)

@@ -49,7 +49,6 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
                     worker="me",
                     limit=10,
                     task_versions={"t": 1},
-                    stale_after=30,
                     limits=limits,
                 )
             with session.transaction() as conn:

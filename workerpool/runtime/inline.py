@@ -178,7 +178,6 @@ def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: in
             worker=worker,
             limit=limit,
             task_versions=registry.task_versions(queue),
-            stale_after=spec.stale_after,
             alone=True,  # it runs one job at a time, holding nothing else
         )
 
