@@ -31,7 +31,7 @@ WARM_UP_CLAIMS = 20
 
 def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]:
     """Time ``claims`` successive claims of up to ``limit`` rows; each must claim something."""
-    versions = pool.task_versions(QUEUE)
+    versions = pool.registry.task_versions(QUEUE)
     worker = new_worker_id()
     latencies = []
     for _ in range(claims):

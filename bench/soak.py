@@ -157,7 +157,7 @@ class Probe:
         self.engine = db.create(
             url, application_name="bench probe", pool_size=1, session_settings=session_limits()
         )
-        self.versions = pool.task_versions(app.QUEUE)
+        self.versions = pool.registry.task_versions(app.QUEUE)
         self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
 
     def claim_once(self) -> float:

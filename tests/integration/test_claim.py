@@ -31,7 +31,7 @@ def claim(
             queue="q",
             worker=worker,
             limit=limit,
-            task_versions=app.task_versions("q"),
+            task_versions=app.registry.task_versions("q"),
             alone=alone,
         )
 
@@ -82,7 +82,7 @@ def test_the_prepared_claim_reuses_one_plan_on_a_connection(app, sql):
                     queue="q",
                     worker="w",
                     limit=10,
-                    task_versions=app.task_versions("q"),
+                    task_versions=app.registry.task_versions("q"),
                 )
         plans = conn.exec_driver_sql(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
@@ -144,7 +144,7 @@ def test_stale_arm_boundary(app, sql):
             worker="rescuer",
             limit=10,
             alone=True,
-            task_versions=app.task_versions("q"),
+            task_versions=app.registry.task_versions("q"),
         )
     assert (rerun.id, rerun.attempts) == (outside, 1)
 
@@ -320,7 +320,7 @@ def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, 
             queue="q",
             worker="new",
             limit=5,
-            task_versions=newer.task_versions("q"),
+            task_versions=newer.registry.task_versions("q"),
         )
     assert [r.id for r in rows] == [new_id]
     newer.dispose()

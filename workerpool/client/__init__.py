@@ -34,7 +34,7 @@ from ..model.notices import CancelNotice, report_cancelled
 from ..model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from ..model.registry import Registry
 from ..model.results import JobInfo
-from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
+from ..model.specs import CronSpec, Hooks, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
@@ -103,14 +103,13 @@ class WorkerPool(AsyncCalls):
         #: write is done. Outside testing mode it does nothing; in inline mode it runs them.
         self._enqueued: Callable[[Any, list[int]], None] = _not_testing
         # Declaring is the registry's: its own methods, so every signature and check is one.
+        # These, the hooks and the three views below stay on the pool because an application
+        # calls them (``@pool.task``, ``pool.tasks`` in its tests); the rest of the registry
+        # (specs, versions, limits, settings) is the runtime's, read as ``pool.registry``.
         self.queue = self.registry.queue
         self.task = self.registry.task
         self.cron = self.registry.cron
         self.maintenance = self.registry.maintenance
-        self.validate_crons = self.registry.validate_crons
-        self.task_spec = self.registry.task_spec
-        self.queue_spec = self.registry.queue_spec
-        self.task_versions = self.registry.task_versions
 
     # -- the declarations ----------------------------------------------------------------------
 
@@ -136,19 +135,9 @@ class WorkerPool(AsyncCalls):
         """``@pool.on_cancel``: ``fn(notice)`` for every job cancelled."""
         return self.registry.on_cancel
 
-    @property
-    def maintenance_settings(self) -> MaintenanceSpec:
-        return self.registry.maintenance_settings
-
-    @property
-    def payload_limit(self) -> int:
-        return self.registry.payload_limit
-
-    @property
-    def notify(self) -> bool:
-        return self.registry.notify
-
     # -- database ------------------------------------------------------------------------------
+    # The engine is what a caller opens its transaction on for ``conn=``; the URL and schema
+    # what its own Alembic and psql need. The rest of the engines is ``pool.engines``.
 
     @property
     def url(self) -> URL:
@@ -173,14 +162,6 @@ class WorkerPool(AsyncCalls):
         """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
         :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
         return self.engines.async_engine
-
-    def use_engine(self, engine: Engine) -> None:
-        """Replace the engine (a forked child builds its own)."""
-        self.engines.use_engine(engine)
-
-    def forget_engine(self) -> None:
-        """Drop the engine inherited over a fork without touching its connections."""
-        self.engines.forget_engine()
 
     def dispose(self) -> None:
         """Close the pool's connections and its results listener. An async engine, if one was
@@ -558,7 +539,9 @@ class WorkerPool(AsyncCalls):
         payload) and writes nothing. With ``conn=`` it runs in the caller's transaction: the
         signal exists, and its waiters wake, iff that transaction commits."""
         check_step_name(name, "signal", InvalidSignal)
-        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}", object_only=False)
+        text = dumps(
+            payload, limit=self.registry.payload_limit, what=f"signal {name!r}", object_only=False
+        )
         with self._connection(conn) as db:
             sent_at, woken = signals.send(db, name, text)
             if sent_at is None:
@@ -590,7 +573,7 @@ class WorkerPool(AsyncCalls):
     def _listens(self) -> bool:
         """Whether a wait can LISTEN: ``notify`` on, and not behind PgBouncer's transaction
         pooling (``$WORKERPOOL_PGBOUNCER``), where a session's LISTEN is not its own."""
-        return self.notify and not self.engines.pooled
+        return self.registry.notify and not self.engines.pooled
 
     def batch(
         self,
