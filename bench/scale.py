@@ -2,7 +2,7 @@
 versus one with a large history and backlog.
 
 The timed unit is what a worker pays for one claim: a transaction around
-``workerpool.queries.claim`` (BEGIN, the claim statement, COMMIT), measured in this process.
+``workerpool.sql.claim`` (BEGIN, the claim statement, COMMIT), measured in this process.
 "Empty" means the table holds nothing but the rows the timed claims take; "large" adds
 1 000 000 ``done`` rows and a 100 000-row due backlog (``--history``, ``--backlog``). Both claim
 the same number of rows per call, so the difference is what the table's size costs the claim.

@@ -17,7 +17,7 @@ Release (:func:`release`, called by ``sql.settled`` in the parent's transaction)
 dependents of the finished parents are locked (id order), then their edges are read in a
 separate statement, which under READ COMMITTED sees every parent that committed before the lock
 was granted. Two parents ending at once in two transactions thus serialize on the dependent:
-the second sees the first's outcome. :func:`model.dependencies.verdict` decides.
+the second sees the first's outcome. :func:`workerpool.model.dependencies.verdict` decides.
 
 Indexes: ``ix_workerpool_job_dependencies_parent_id`` (a parent's dependents),
 ``pk_workerpool_job_dependencies`` (a dependent's parents), ``ix_workerpool_jobs_sequence`` (a

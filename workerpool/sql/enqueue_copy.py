@@ -160,7 +160,7 @@ def _tags(tags: tuple[str, ...] | None) -> str:
 
 
 def _escape_json(text: str) -> str:
-    """JSON text from ``workerpool.payload`` or ``json.dumps`` holds no raw tab, newline or
+    """JSON text from ``workerpool.model.payload`` or ``json.dumps`` holds no raw tab, newline or
     carriage return (JSON escapes them inside strings); only its backslashes need doubling."""
     return text.replace("\\", "\\\\")
 
