@@ -109,8 +109,8 @@ class RunSpan:
     """The ``workerpool.run`` span of one attempt, current on the handler's thread while it runs.
 
     ``finish(outcome, exc)`` records how the attempt ended: the outcome attribute (an
-    :class:`~workerpool.model.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when the worker
-    decided the attempt without the handler), the exception (as a span event with its traceback)
+    :class:`~workerpool.model.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when
+    the worker decided the attempt without the handler), the exception (as a span event with its traceback)
     and an ERROR status for a failure.
     """
 
