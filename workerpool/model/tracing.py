@@ -110,8 +110,8 @@ class RunSpan:
 
     ``finish(outcome, exc)`` records how the attempt ended: the outcome attribute (an
     :class:`~workerpool.model.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when
-    the worker decided the attempt without the handler), the exception (as a span event with its traceback)
-    and an ERROR status for a failure.
+    the worker decided the attempt without the handler), the exception (as a span event with
+    its traceback) and an ERROR status for a failure.
     """
 
     def __init__(self, row: Any) -> None:
