@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .model.job import Job
     from .model.results import JobInfo
 
-__version__ = "0.1.0"
+    __version__: str
 
 _WHERE = {
     "Backoff": ".model.backoff",
@@ -35,6 +35,10 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # one place: pyproject.toml, read from the installed package
+        from importlib.metadata import version
+
+        return version("workerpool")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'workerpool' has no attribute {name!r}")
