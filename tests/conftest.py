@@ -60,6 +60,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 _STARTED_HERE = pytest.StashKey[bool]()
 
+PROCESSES = Path(__file__).parent / "processes"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test of ``tests/processes`` is slow (real forks, supervisors, browsers, chaos,
+    soaks, bench smokes, wheels); a slower test elsewhere says so with ``@pytest.mark.slow``."""
+    for item in items:
+        if item.path.is_relative_to(PROCESSES):
+            item.add_marker(pytest.mark.slow)
+
 
 def _admin(url: URL) -> psycopg.Connection:
     return psycopg.connect(libpq(url), autocommit=True)

@@ -134,7 +134,7 @@ def test_the_depth_sample_plans_no_scan(history, dsn):
             return queries.queue_depths(conn, ["a", "b"])
 
     depths = run(history.engine, dsn, sample)
-    assert depths["a"]["waiting"] == 1050 and depths["a"]["processing"] == 10
+    assert depths["a"]["queued"] == 1050 and depths["a"]["processing"] == 10
 
 
 @pytest.mark.parametrize("path", ["/", "/dead", "/jobs?state=dead&queue=a", "/jobs?state=pending"])
