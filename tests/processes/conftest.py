@@ -14,7 +14,7 @@ from tests.apps import basic, limits
 from tests.helpers.browser import artifacts, browser, dashboard  # noqa: F401 (fixtures)
 from tests.helpers.paths import ROOT
 from tests.helpers.pgbouncer import through_bouncer  # noqa: F401 (a fixture)
-from tests.helpers.processes import Supervisor, kill_all
+from tests.helpers.processes import Supervisor, kill_all, supervisors
 from tests.helpers.replicas import LIMITS_APP, Replicas
 
 STALE_MS = "3600000"  # one hour: recovery within seconds can only be the crash-release path
@@ -76,11 +76,20 @@ def start(db_url, tmp_path) -> Iterator:
 
 
 @pytest.fixture
-def app(db_url):
-    """The enqueue side of ``tests/apps/basic.py`` on the test's database."""
-    pool = basic.build(db_url)
+def app(request, db_url):
+    """The enqueue side of the test module's ``APP`` (a module of ``tests/apps`` with a
+    ``build(url)``; ``tests/apps/basic.py`` by default) on the test's database."""
+    pool = getattr(request.module, "APP", basic).build(db_url)
     yield pool
     pool.dispose()
+
+
+@pytest.fixture
+def supervise(request, db_url, tmp_path) -> Iterator:
+    """A launcher of ``workerpool run`` supervisors of the test module's ``APP``."""
+    module = getattr(request.module, "APP", basic)
+    with supervisors(f"{module.__name__}:pool", db_url, tmp_path) as launch:
+        yield launch
 
 
 @pytest.fixture

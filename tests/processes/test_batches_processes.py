@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 
 import pytest
 
 from tests.apps import batches as app_module
-from tests.helpers.processes import alive, supervisors
+from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
+
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
 
 MEMBERS = 10_000
 KILLS = 6
 SETTLE = 300.0  # a liveness bound for a loaded machine, not a timing claim
-
-
-@pytest.fixture
-def app(db_url):
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def supervise(db_url, tmp_path) -> Iterator:
-    with supervisors("tests.apps.batches:pool", db_url, tmp_path) as launch:
-        yield launch
 
 
 def done_members(sql, batch_id: int) -> int:

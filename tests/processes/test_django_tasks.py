@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from tests.helpers.paths import ROOT
-from tests.processes.recipes import recipe_env
+from tests.helpers.recipes import recipe_env
 
 SETTINGS = "tests.apps.django_project.settings"
 #: Every test of the project's file: a run that skips or loses one must not pass here.

@@ -19,6 +19,8 @@ from tests.apps import poison as app_module
 from tests.helpers.processes import Supervisor, kill_all, start_supervisor
 from tests.helpers.waiting import wait_until, wait_while_progressing
 
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
+
 SETTLE = 120.0  # a generous liveness bound, not a timing claim
 STALL = 30.0  # no job finished for this long: the queue stopped working
 
@@ -26,13 +28,6 @@ STALL = 30.0  # no job finished for this long: the queue stopped working
 @pytest.fixture
 def ledger(tmp_path) -> Path:
     return tmp_path / "ledger"
-
-
-@pytest.fixture
-def app(db_url):
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
 
 
 @pytest.fixture

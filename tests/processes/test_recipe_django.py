@@ -14,8 +14,8 @@ from django.test import Client
 from sqlalchemy import create_engine, text
 from sqlalchemy import pool as sa_pool
 
+from tests.helpers.recipes import workerpool_run
 from tests.helpers.waiting import wait_until
-from tests.processes.recipes import workerpool_run
 
 SETTINGS = "examples.django_shop.settings"
 

@@ -8,8 +8,8 @@ import signal
 from fastapi.testclient import TestClient
 
 from examples import fastapi_app
+from tests.helpers.recipes import workerpool_run
 from tests.helpers.waiting import wait_until
-from tests.processes.recipes import workerpool_run
 from workerpool.client import Engines
 
 

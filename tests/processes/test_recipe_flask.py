@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 
 from examples import flask_app
+from tests.helpers.recipes import workerpool_run
 from tests.helpers.waiting import wait_until
-from tests.processes.recipes import workerpool_run
 from workerpool.client import Engines
 
 

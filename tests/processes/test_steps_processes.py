@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 
 import pytest
 
 from tests.apps import steps as app_module
 from tests.helpers.cli import run_cli
-from tests.helpers.processes import alive, supervisors
+from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
 
-
-@pytest.fixture
-def app(db_url):
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def supervise(db_url, tmp_path) -> Iterator:
-    with supervisors("tests.apps.steps:pool", db_url, tmp_path) as launch:
-        yield launch
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
 
 
 def ledger(sql, job_id: int) -> list[tuple[str, int]]:

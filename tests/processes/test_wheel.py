@@ -23,7 +23,7 @@ import psycopg
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
-from tests.processes.wheel import build_wheel, fresh_venv, user_env
+from tests.helpers.wheel import build_wheel, fresh_venv, user_env
 
 APP = """
 from workerpool import WorkerPool

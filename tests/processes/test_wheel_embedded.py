@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from tests.helpers.waiting import wait_until
-from tests.processes.wheel import build_wheel, fresh_venv, user_env
+from tests.helpers.wheel import build_wheel, fresh_venv, user_env
 
 
 def test_the_embedded_extra_runs_the_demo_without_a_database(tmp_path):

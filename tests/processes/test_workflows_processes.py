@@ -10,29 +10,17 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-from collections.abc import Iterator
 
 import pytest
 
 from tests.apps import workflows as app_module
-from tests.helpers.processes import alive, supervisors
+from tests.helpers.processes import alive
 from tests.helpers.waiting import wait_until
+
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
 
 LENGTH = 8
 SETTLE = 120.0  # a liveness bound for a loaded machine, not a timing claim
-
-
-@pytest.fixture
-def app(db_url):
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def supervise(db_url, tmp_path) -> Iterator:
-    with supervisors("tests.apps.workflows:pool", db_url, tmp_path) as launch:
-        yield launch
 
 
 def ran(sql, job_id: int) -> bool:
