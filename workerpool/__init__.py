@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .client import WorkerPool
     from .client.batches import Batch
+    from .client.tasks import AsyncTask, JobHandle, Task
     from .model.backoff import Backoff
     from .model.batch import BatchStatus, MemberResult
     from .model.errors import (
+        ArgumentsRefused,
         BatchClosed,
         BatchFinished,
         Cancelled,
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
         DatabaseNotConfigured,
         DuplicateJob,
         IdempotencyConflict,
+        InvalidArguments,
         InvalidJob,
         InvalidProgress,
         InvalidSchema,
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
+    "ArgumentsRefused",
     "BatchClosed",
     "BatchFinished",
     "Cancelled",
@@ -56,6 +60,7 @@ _ERRORS = (
     "DatabaseNotConfigured",
     "DuplicateJob",
     "IdempotencyConflict",
+    "InvalidArguments",
     "InvalidJob",
     "InvalidSchema",
     "InvalidProgress",
@@ -83,6 +88,9 @@ _WHERE = {
     "WorkerPool": ".client",
     "JobInfo": ".model.results",
     "Batch": ".client.batches",
+    "Task": ".client.tasks",
+    "AsyncTask": ".client.tasks",
+    "JobHandle": ".client.tasks",
     "BatchStatus": ".model.batch",
     "MemberResult": ".model.batch",
 }
@@ -103,6 +111,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ArgumentsRefused",
+    "AsyncTask",
     "Backoff",
     "Batch",
     "BatchClosed",
@@ -113,6 +123,7 @@ __all__ = [
     "DatabaseNotConfigured",
     "DuplicateJob",
     "IdempotencyConflict",
+    "InvalidArguments",
     "InvalidJob",
     "InvalidProgress",
     "InvalidSchema",
@@ -121,6 +132,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobFailed",
+    "JobHandle",
     "JobInfo",
     "LeaseLost",
     "MemberResult",
@@ -131,6 +143,7 @@ __all__ = [
     "RetryLater",
     "SignalExists",
     "StepNameReused",
+    "Task",
     "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
