@@ -90,7 +90,11 @@ def _pydantic_converter(tp: Any) -> Converter:
     from pydantic import TypeAdapter
 
     adapter = TypeAdapter(tp)
-    return Converter(adapter.validate_python, lambda value: adapter.dump_python(value, mode="json"))
+    # validated first: pydantic serialises a dict given for a model only with a warning
+    return Converter(
+        adapter.validate_python,
+        lambda value: adapter.dump_python(adapter.validate_python(value), mode="json"),
+    )
 
 
 def _name(tp: Any) -> str:
