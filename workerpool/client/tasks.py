@@ -13,7 +13,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from ..model.errors import InvalidArguments, InvalidJob
 from ..model.job import Job
@@ -47,10 +57,12 @@ class JobHandle(Generic[R_co]):
         self._pool, self._spec, self.id = pool, spec, job_id
 
     def result(self, timeout: float | None = None) -> R_co:
-        return self._rebuilt(self._pool.result(self.id, timeout))
+        value: R_co = self._rebuilt(self._pool.result(self.id, timeout))
+        return value
 
     async def result_async(self, timeout: float | None = None) -> R_co:
-        return self._rebuilt(await self._pool.result_async(self.id, timeout))
+        value: R_co = self._rebuilt(await self._pool.result_async(self.id, timeout))
+        return value
 
     def info(self) -> JobInfo:
         """The job now (``pool.job``): state, result as stored, attempts, errors."""
@@ -79,7 +91,7 @@ class BaseTask(Generic[P, R]):
     def __init__(
         self, pool: WorkerPool, spec: TaskSpec, options: dict[str, Any] | None = None
     ) -> None:
-        functools.update_wrapper(self, spec.fn)
+        functools.update_wrapper(cast(Any, self), spec.fn)  # its name, doc and module
         self._pool, self.spec = pool, spec
         self.__workerpool_task__ = spec.name  # what pool.enqueue(task, ...) looks up
         self._options: dict[str, Any] = options or {}
