@@ -17,7 +17,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     pool = pool_for(args)
     try:
         with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
-            data = job_story.story(conn, args.id)
+            data = job_story.story(conn, args.id, pool.registry if args.app else None)
     finally:
         pool.dispose()
     print(

@@ -289,3 +289,40 @@ def _reason(exc: BaseException, name: str) -> str:
         return f"{first['msg']} - at `{where}`"
     lines = str(exc).strip().splitlines()
     return (lines[0] if lines else type(exc).__name__).replace("`$", f"`{name}")
+
+
+def named_arguments(signature: Signature | None, payload: Any) -> dict[str, Any] | None:
+    """A typed job's payload as its arguments by name, for an operator (``workerpool job
+    show``, the dashboard): ``{"signature": "send_welcome(welcome: Welcome, ...)",
+    "arguments": [{"name", "value", "source"}]}`` where ``source`` is ``given``, ``default``
+    (applied when it runs), ``missing`` or ``unexpected`` (the last two: it will go dead).
+    None for a dict task, or a payload that is no object."""
+    if signature is None or not signature.typed or not isinstance(payload, Mapping):
+        return None
+    try:
+        arguments = signature.arguments
+    except (NameError, ConfigError):
+        return None
+    shown = []
+    for argument in arguments.values():
+        if argument.name in payload:
+            shown.append(_row(argument.name, payload[argument.name], "given"))
+        elif argument.default is _EMPTY:
+            shown.append(_row(argument.name, None, "missing"))
+        else:
+            shown.append(_row(argument.name, _default(argument), "default"))
+    shown += [
+        _row(name, value, "unexpected") for name, value in payload.items() if name not in arguments
+    ]
+    return {"signature": f"{signature.task}{signature.shown()}", "arguments": shown}
+
+
+def _row(name: str, value: Any, source: str) -> dict[str, Any]:
+    return {"name": name, "value": value, "source": source}
+
+
+def _default(argument: Argument) -> Any:
+    try:
+        return argument.converter.dump(argument.default)
+    except Exception:  # a default only Python can show
+        return repr(argument.default)
