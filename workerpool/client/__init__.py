@@ -109,12 +109,12 @@ class WorkerPool(AsyncCalls):
     # -- the declarations ----------------------------------------------------------------------
 
     @overload
-    def task(  # type: ignore[overload-overlap]
-        self, fn: Callable[Concatenate[Job, P], Coroutine[Any, Any, R]], /
+    def task(
+        self, fn: Callable[Concatenate[Job, P], Coroutine[Any, Any, R]], /, **options: Any
     ) -> AsyncTask[P, R]: ...
 
     @overload
-    def task(self, fn: Callable[Concatenate[Job, P], R], /) -> Task[P, R]: ...
+    def task(self, fn: Callable[Concatenate[Job, P], R], /, **options: Any) -> Task[P, R]: ...
 
     @overload
     def task(self, fn: None = None, /, **options: Any) -> TaskDecorator: ...
