@@ -5,6 +5,7 @@ return type; bad arguments refused with nothing written; a stale payload dead at
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import date, datetime
 from decimal import Decimal
 from uuid import UUID
@@ -275,3 +276,67 @@ def test_a_parameter_no_library_can_convert_is_refused_when_declared(db_url):
         def star(job: Job, *rest: int) -> None: ...
 
     assert "handler" not in pool.tasks and "star" not in pool.tasks
+
+
+def test_enqueue_async_and_the_handle_s_async_result_info_and_cancel(app):
+    send_welcome = typed_task(app, "send_welcome")
+
+    async def scenario():
+        try:
+            first = await send_welcome.enqueue_async(WELCOME, template="async")
+            later = await send_welcome.using(delay=600).enqueue_async(WELCOME)
+            testing.drain(app, "typed")
+            return first, await first.result_async(timeout=5), later
+        finally:
+            await app.dispose_async()
+
+    first, receipt, later = asyncio.run(scenario())
+    assert receipt.template == "async" and first.info().state == "done"
+    assert later.cancel(reason="not needed").cancelled == [later.id]
+    assert later.info().state == "cancelled"
+
+
+LATE_MODULE = """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workerpool import Job, WorkerPool
+
+pool = WorkerPool()
+pool.queue("late")
+
+
+@pool.task(queue="late")
+def late(job: Job, item: Item) -> Item:
+    return Item(item.n + 1)
+
+
+@pool.task(queue="late")
+def broken(job: Job, thing: Undefined) -> None: ...
+
+
+@dataclass
+class Item:
+    n: int
+"""
+
+
+def test_an_annotation_naming_a_later_class_resolves_on_first_use(db_url, tmp_path, monkeypatch):
+    import importlib.util
+
+    path = tmp_path / "late_tasks.py"
+    path.write_text(LATE_MODULE)
+    monkeypatch.setenv("WORKERPOOL_DATABASE_URL", db_url.render_as_string(hide_password=False))
+    spec = importlib.util.spec_from_file_location("late_tasks", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "late_tasks", module)
+    spec.loader.exec_module(module)
+    try:
+        handle = module.late.enqueue(module.Item(1))
+        testing.drain(module.pool, "late")
+        assert handle.result(timeout=5) == module.Item(2)
+        with pytest.raises(ConfigError, match="task broken: cannot read its annotations"):
+            module.broken.enqueue(thing=1)
+    finally:
+        module.pool.dispose()

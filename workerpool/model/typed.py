@@ -147,14 +147,21 @@ class Signature:
     @property
     def arguments(self) -> dict[str, Argument]:
         if self._arguments is None:
-            self._resolve()
+            self._resolve_late()
         return self._arguments  # type: ignore[return-value]
 
     @property
     def result(self) -> Converter | None:
         if self._arguments is None:
-            self._resolve()
+            self._resolve_late()
         return self._result
+
+    def _resolve_late(self) -> None:
+        """Resolve on first use; a name that is still not defined is a ConfigError."""
+        try:
+            self._resolve()
+        except NameError as exc:
+            raise ConfigError(f"task {self.task}: cannot read its annotations: {exc}") from None
 
     def _resolve(self) -> None:
         hints = self._hints()
@@ -236,8 +243,8 @@ class Signature:
         fill what it lacks. ArgumentsRefused (permanent) when it does not fit."""
         try:
             arguments = self.arguments
-        except (NameError, ConfigError) as exc:
-            raise ArgumentsRefused(f"task {self.task}: {exc}") from None
+        except ConfigError as exc:
+            raise ArgumentsRefused(str(exc)) from None
         unknown = [name for name in payload if name not in arguments]
         if unknown:
             raise ArgumentsRefused(
@@ -301,7 +308,7 @@ def named_arguments(signature: Signature | None, payload: Any) -> dict[str, Any]
         return None
     try:
         arguments = signature.arguments
-    except (NameError, ConfigError):
+    except ConfigError:
         return None
     shown = []
     for argument in arguments.values():
