@@ -175,9 +175,18 @@ class Signature:
                 converter(tp, where),
                 _shown(parameter, tp, self.fn.__module__),
             )
-        returns = hints.get("return", _EMPTY)
-        self._result = None if returns in _AS_IS else converter(returns, f"task {self.task}")
+        self._result = self._result_converter(hints.get("return", _EMPTY))
         self._arguments = arguments
+
+    def _result_converter(self, returns: Any) -> Converter | None:
+        if returns in _AS_IS:
+            return None
+        try:
+            return converter(returns, f"task {self.task}: its return annotation")
+        except ConfigError:
+            if self.typed:
+                raise
+            return None  # a dict task keeps what it had: its result stored as it is
 
     def _hints(self) -> dict[str, Any]:
         try:
