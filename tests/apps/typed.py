@@ -104,3 +104,6 @@ def build_v1(url: object = None) -> WorkerPool:
         return None
 
     return pool
+
+
+pool = build()  # `workerpool run tests.apps.typed:pool` ($WORKERPOOL_DATABASE_URL)
