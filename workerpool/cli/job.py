@@ -42,6 +42,7 @@ def add_parser(sub: Any) -> None:
         "--app",
         default=None,
         metavar="APP:POOL",
-        help="the app (default: a pool on $WORKERPOOL_DATABASE_URL)",
+        help="the app: a typed task's payload is shown as its arguments by name"
+        " (default: a pool on $WORKERPOOL_DATABASE_URL)",
     )
     show.add_argument("--json", action="store_true", help="stable JSON for scripts")
