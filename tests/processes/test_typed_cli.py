@@ -1,6 +1,7 @@
 """A typed task from the command line, as a user runs it: `workerpool enqueue` checks the
 payload against the handler's signature (one line, exit 1, nothing written), and `workerpool
-job show --app` shows the payload as the arguments by name."""
+job show --app` and `workerpool status --job --app` show the payload as the arguments by
+name."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ def test_enqueue_checks_a_typed_payload_and_job_show_names_the_arguments(db_url,
         ("welcome", "given"),
         ("template", "default"),
     ]
+    why = run_cli("status", "--job", str(job_id), "--app", "typedapp:pool", url=db_url, cwd=app_dir)
+    assert why.returncode == 0, why.stderr
+    assert '  welcome = {"email": "eve@example.com", "user_id": 3}\n' in why.stdout
+    bare = run_cli("status", "--job", str(job_id), url=db_url, cwd=app_dir)
+    assert "ARGUMENTS" not in bare.stdout  # without the app, no signature to read
 
 
 @pytest.mark.parametrize(
