@@ -25,7 +25,7 @@ from typing import (
     overload,
 )
 
-from ..model.errors import InvalidArguments, InvalidJob
+from ..model.errors import InvalidArguments, InvalidDependency
 from ..model.job import Job
 from ..model.specs import TaskSpec
 
@@ -188,7 +188,7 @@ def _ids(after: Iterable[int | JobHandle[Any]] | None) -> list[int] | None:
     if after is None:
         return None
     if isinstance(after, str | bytes) or not isinstance(after, Iterable):
-        raise InvalidJob(f"after must be a list of job ids, got {type(after).__name__}")
+        raise InvalidDependency(f"after must be a list of job ids, got {type(after).__name__}")
     return [item.id if isinstance(item, JobHandle) else item for item in after]
 
 
