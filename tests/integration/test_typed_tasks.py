@@ -27,6 +27,7 @@ from workerpool import (
     WorkerPool,
     testing,
 )
+from workerpool.model.errors import InvalidDependency
 
 
 class Opaque:
@@ -340,3 +341,20 @@ def test_an_annotation_naming_a_later_class_resolves_on_first_use(db_url, tmp_pa
             module.broken.enqueue(thing=1)
     finally:
         module.pool.dispose()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"priority": "high"}, InvalidJob, "priority"),
+        ({"after": "7"}, InvalidDependency, "after must be a list of job ids, got str"),
+        ({"after": [10**9]}, InvalidDependency, "does not exist"),
+        ({"run_at": datetime(2030, 1, 1)}, InvalidJob, "run_at"),
+        ({"conn": "a connection"}, InvalidJob, "conn must be a SQLAlchemy Connection"),
+        ({"key": ""}, InvalidJob, "key must be a non-empty string"),
+    ],
+)
+def test_bad_options_of_using_are_refused_with_nothing_written(app, sql, options, error, message):
+    with pytest.raises(error, match=message):
+        typed_task(app, "send_welcome").using(**options).enqueue(WELCOME)
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
