@@ -1,5 +1,6 @@
 """A typed job as an operator sees it: the dashboard's job page and `workerpool job show`'s
-story name its arguments (given, defaulted, missing, unexpected) beside the raw payload."""
+story name its arguments (given, defaulted, missing, unexpected) beside the raw payload, and
+a list filtered by a typed task shows its signature."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def test_the_job_page_shows_the_signature_and_each_argument(app):
     assert "(default)" in page and 'id="payload"' in page
     legacy = app.enqueue("legacy", {"any": 1})
     assert 'id="arguments"' not in client(app).get(f"/jobs/{legacy}").text
+    listed = client(app).get("/jobs?task=send_welcome").text
+    assert '<code id="task-signature">send_welcome(welcome: Welcome, template: str' in listed
+    assert 'id="task-signature"' not in client(app).get("/jobs?task=legacy").text
 
 
 def test_the_story_marks_a_stale_payload_s_missing_and_unexpected_arguments(app, db_url):

@@ -108,6 +108,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
         "tabs": tabs,
+        "signature": _signature(request.app.state.pool, params.get("task")),
         "now": now,
         "ago": ago,
         "exact": exact,
@@ -143,6 +144,15 @@ def search(request: Request) -> Response:
     else:
         target = f"/jobs/{job_id}" if job_id is not None else "/jobs" + _query({"key": key})
     return RedirectResponse(prefix(request) + target, status_code=303)
+
+
+def _signature(pool: Any, task: str | None) -> str | None:
+    """A typed task's signature, shown above a list filtered by that task."""
+    spec = pool.registry.tasks.get(task) if task else None
+    signature = spec.signature if spec is not None else None
+    if signature is None or not signature.typed:
+        return None
+    return f"{signature.task}{signature.shown()}"
 
 
 def _arguments(pool: Any, row: Any) -> dict[str, Any] | None:
