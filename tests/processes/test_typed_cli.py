@@ -39,6 +39,7 @@ def app_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow  # five command-line processes
 def test_enqueue_checks_a_typed_payload_and_job_show_names_the_arguments(db_url, app_dir, sql):
     welcome = {"welcome": {"email": "eve@example.com", "user_id": 3}}
     out = run_cli(

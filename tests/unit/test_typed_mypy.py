@@ -92,6 +92,7 @@ def _mypy(cache: Path, path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # mypy reads SQLAlchemy's hints: tens of seconds on a cold cache
 @pytest.mark.timeout(600)
 def test_mypy_accepts_typed_calls_and_rejects_each_wrong_one(tmp_path):
     user = tmp_path / "user_tasks.py"
