@@ -1,12 +1,13 @@
 """The application the benchmark runs: ``workerpool run bench.app:pool``.
 
-Six handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
+Seven handlers on one queue: ``noop`` (the drain), ``stamp``, which records when it started so
 the benchmark can compute pickup latency, ``nap``, a short sleep (the kill -9 burst, so that
 every kill finds jobs in flight), ``stepped``, ten durable steps that do nothing, ``spin``,
-pure-Python work (the processes comparison), and ``chatty``, two log records (the logs
-section). ``stamp`` appends one short line to a file (``$BENCH_STAMP_FILE``) with an
-``O_APPEND`` write: one syscall, no database round trip, so it perturbs the worker far less
-than writing the time into a table would. The times are ``time.monotonic()``, which on Linux
+pure-Python work (the processes comparison), ``chatty``, two log records (the logs
+section), and ``typed_noop``, ``noop`` with typed arguments (the typed section). ``stamp``
+appends one short line to a file (``$BENCH_STAMP_FILE``) with an ``O_APPEND`` write: one
+syscall, no database round trip, so it perturbs the worker far less than writing the time into
+a table would. The times are ``time.monotonic()``, which on Linux
 is ``CLOCK_MONOTONIC``: one clock for every process on the machine, so the enqueuing process
 and the worker child can be compared directly.
 
@@ -22,6 +23,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 
 from sqlalchemy.engine import URL
 
@@ -107,6 +111,21 @@ def spin_loop(iters: int) -> int:
     return total
 
 
+@dataclass
+class Order:
+    """The typed section's argument (``bench.typed``): the JSON of a small order."""
+
+    id: int
+    customer: str
+    total: Decimal
+    placed: datetime
+    lines: list[str]
+
+
+def typed_noop(job: Job, order: Order, note: str = "") -> None:
+    """``noop`` with typed arguments: only their conversion is measured against it."""
+
+
 def _stamp_file() -> int:
     global _stamp_fd
     if _stamp_fd is None or _stamp_fd[0] != os.getpid():
@@ -138,6 +157,7 @@ def make_pool(
     pool.task(stepped, queue=QUEUE)  # after noop: the claim's task CASE still matches noop first
     pool.task(spin, queue=QUEUE)
     pool.task(chatty, queue=QUEUE)
+    pool.task(typed_noop, queue=QUEUE)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool

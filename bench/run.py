@@ -30,6 +30,7 @@ from . import (
     scale,
     steps,
     supervised,
+    typed,
     web,
     workflows,
 )
@@ -62,6 +63,7 @@ SECTIONS = (
     "processes",
     "logs",
     "history",
+    "typed",
 )
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
@@ -69,7 +71,17 @@ SECTIONS = (
 #: workflows start four supervisors per repeat and run a chain and a sequence one job at a time;
 #: the processes comparison wants every core quiet; the history section loads ``--history`` rows
 #: into a second table (minutes at 100M).
-ASKED_ONLY = ("steps", "limits", "fleet", "burst", "workflows", "processes", "logs", "history")
+ASKED_ONLY = (
+    "steps",
+    "limits",
+    "fleet",
+    "burst",
+    "workflows",
+    "processes",
+    "logs",
+    "history",
+    "typed",
+)
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 #: Older section names ``--only`` still accepts: ``scale`` was the claim against the table's
@@ -287,6 +299,8 @@ def declare(report: Report, plan: Plan) -> None:
         steps.declare(report, plan.step_jobs)
     if plan.wants("logs"):
         joblogs.declare(report, plan.step_jobs * 10)
+    if plan.wants("typed"):
+        typed.declare(report, plan.step_jobs * 10, plan.single)
     if plan.wants("burst"):
         burst.declare(
             report,
@@ -354,6 +368,15 @@ class Bench:
                 if self.plan.wants("logs"):
                     joblogs.measure(
                         self.report, self.launcher, self.pool, self.plan.step_jobs * 10, repeat
+                    )
+                if self.plan.wants("typed"):
+                    typed.measure(
+                        self.report,
+                        self.launcher,
+                        self.pool,
+                        self.plan.step_jobs * 10,
+                        self.plan.single,
+                        repeat,
                     )
             if self.plan.wants("limits"):  # interleaves its own repeats
                 self.measure_limits()

@@ -16,6 +16,7 @@ from .model.errors import *  # noqa: F403
 if TYPE_CHECKING:
     from .client import WorkerPool
     from .client.batches import Batch
+    from .client.tasks import AsyncTask, JobHandle, Task
     from .model.backoff import Backoff
     from .model.batch import BatchStatus, MemberResult
     from .model.job import Job
@@ -29,6 +30,9 @@ _WHERE = {
     "WorkerPool": ".client",
     "JobInfo": ".model.results",
     "Batch": ".client.batches",
+    "Task": ".client.tasks",
+    "AsyncTask": ".client.tasks",
+    "JobHandle": ".client.tasks",
     "BatchStatus": ".model.batch",
     "MemberResult": ".model.batch",
 }
@@ -52,12 +56,15 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AsyncTask",
     "Backoff",
     "Batch",
     "BatchStatus",
     "Job",
+    "JobHandle",
     "JobInfo",
     "MemberResult",
+    "Task",
     "WorkerPool",
     "__version__",
 ]

@@ -16,6 +16,7 @@ import functools
 import re
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,11 @@ def test_python_samples_run(
     monkeypatch.chdir(tmp_path)
     with pool.engine.begin() as conn:
         conn.execute(text(USERS_TABLE))
-    namespace: dict = {"__name__": f"docs_{page.stem.lower()}", "pool": pool}
+    # a module of its own, as a sample is in an application: a dataclass needs its module
+    module = types.ModuleType(f"docs_{page.stem.lower().replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace: dict = module.__dict__
+    namespace["pool"] = pool
     try:
         for block in python_blocks(page):
             code = compile(block.text, block.where, "exec")

@@ -42,6 +42,7 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
         "processes",
         "logs",
         "history",
+        "typed",
     }
 
 

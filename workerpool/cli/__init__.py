@@ -77,7 +77,7 @@ def cmd_embedded(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ..model.validation import check_tag_filter
-    from ..ops import job_view, status, why
+    from ..ops import job_story, job_view, status, why
 
     tags = check_tag_filter(args.tag)
     if tags and args.job is not None:
@@ -89,6 +89,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             logs = job_view.attempt_logs(conn, args.job)
         text = why.line(answer)
         steps = status.steps_json(answer.job.steps, answer.facts.now)
+        registry = pool.registry if args.app else None  # a typed job's arguments by name
+        arguments = job_story.arguments(registry, answer.job.task, answer.job.payload)
         print(
             json.dumps(
                 {
@@ -96,6 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "why": text,
                     "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
                     "steps": steps,
+                    "arguments": arguments,
                 }
                 | job_view.job_json(answer.job, logs),
                 default=str,
@@ -103,6 +106,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             if args.json
             else text
         )
+        if arguments and not args.json:
+            print("\n".join(job_story.render_arguments(arguments)))
         if steps and not args.json:
             print("STEPS\n" + status.render_steps(steps))
         extra = job_view.render_job(answer.job, logs)

@@ -17,7 +17,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     pool = pool_for(args)
     try:
         with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
-            data = job_story.story(conn, args.id)
+            data = job_story.story(conn, args.id, pool.registry if args.app else None)
     finally:
         pool.dispose()
     print(
@@ -42,6 +42,7 @@ def add_parser(sub: Any) -> None:
         "--app",
         default=None,
         metavar="APP:POOL",
-        help="the app (default: a pool on $WORKERPOOL_DATABASE_URL)",
+        help="the app: a typed task's payload is shown as its arguments by name"
+        " (default: a pool on $WORKERPOOL_DATABASE_URL)",
     )
     show.add_argument("--json", action="store_true", help="stable JSON for scripts")

@@ -12,10 +12,10 @@ it: the runtime gets the registry and a URL, never the pool.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -29,6 +29,7 @@ from ..model.errors import (
     SignalExists,
     UnknownQueue,
 )
+from ..model.job import Job
 from ..model.new_job import NewJob, build_job
 from ..model.notices import CancelNotice, report_cancelled
 from ..model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
@@ -53,6 +54,7 @@ from .enqueue import (
     enqueue_one_async,
 )
 from .explained import explained, explaining
+from .tasks import AsyncTask, BaseTask, Task, TaskDecorator, wrap
 from .workflows import (
     Workflow,
     chain,
@@ -72,6 +74,8 @@ def _not_testing(conn: Any, ids: list[int]) -> None:
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class WorkerPool(AsyncCalls):
@@ -107,11 +111,35 @@ class WorkerPool(AsyncCalls):
         # calls them (``@pool.task``, ``pool.tasks`` in its tests); the rest of the registry
         # (specs, versions, limits, settings) is the runtime's, read as ``pool.registry``.
         self.queue = self.registry.queue
-        self.task = self.registry.task
         self.cron = self.registry.cron
         self.maintenance = self.registry.maintenance
 
     # -- the declarations ----------------------------------------------------------------------
+
+    @overload
+    def task(
+        self, fn: Callable[Concatenate[Job, P], Coroutine[Any, Any, R]], /, **options: Any
+    ) -> AsyncTask[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[Concatenate[Job, P], R], /, **options: Any) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, **options: Any) -> TaskDecorator: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Declare a handler: ``@pool.task`` or ``@pool.task(queue=..., ...)`` (the options of
+        :meth:`Registry.task <workerpool.model.registry.Registry.task>`). Returns a
+        :class:`~workerpool.client.tasks.Task` (an ``AsyncTask`` for an ``async def``):
+        calling it calls the function; ``.enqueue(...)`` takes the handler's parameters after
+        the ``Job`` and returns a ``JobHandle`` (docs/typed-tasks.md)."""
+
+        def declare(func: Callable[..., Any]) -> BaseTask[Any, Any]:
+            func = getattr(func, "__wrapped__", func) if isinstance(func, BaseTask) else func
+            self.registry.task(func, **options)
+            return wrap(self, self.registry.task_spec(func))
+
+        return declare(fn) if fn is not None else declare
 
     @property
     def queues(self) -> dict[str, QueueSpec]:

@@ -135,6 +135,17 @@ class Permanent(Exception):
     """Raised by a handler: this job can never succeed; dead-letter it now, no retries."""
 
 
+class InvalidArguments(InvalidJob):
+    """A typed task's arguments do not fit its handler's signature (one is missing, unknown,
+    or not of its type); the message names the argument. Nothing was written."""
+
+
+class ArgumentsRefused(Permanent, WorkerpoolError):
+    """A job's stored payload no longer fits its typed handler's signature (written by an
+    older version, the command line or SQL): the attempt fails as permanent, the job goes dead
+    with this message instead of being retried."""
+
+
 class RetryLater(Exception):
     """Raised by a handler: run this job again after `delay` seconds without spending an attempt."""
 
@@ -223,6 +234,7 @@ class InvalidActor(WorkerpoolError, ValueError):
 #: The errors an application catches or raises: exported as ``workerpool.<name>``. The others
 #: here are raised to an operator (the CLI, the dashboard) or inside workerpool.
 __all__ = [
+    "ArgumentsRefused",
     "BatchClosed",
     "BatchFinished",
     "Cancelled",
@@ -230,6 +242,7 @@ __all__ = [
     "DatabaseNotConfigured",
     "DuplicateJob",
     "IdempotencyConflict",
+    "InvalidArguments",
     "InvalidJob",
     "InvalidProgress",
     "InvalidSchema",

@@ -66,6 +66,8 @@ def build_job(
     """Validate one job. Raises a named error for any bad input; touches no database."""
     spec = registry.task_spec(task)
     payload = {} if payload is None else payload
+    if spec.signature is not None and spec.signature.typed:  # its arguments, checked
+        payload = spec.signature.check(payload)
     scope = (
         _NO_SCOPE
         if key is None and unique is None and unique_for is None and (on_conflict is None)

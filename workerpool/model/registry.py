@@ -127,6 +127,7 @@ class Registry:
             raise ConfigError(f"task {spec.name!r} is registered twice")
 
     def _add_task(self, spec: TaskSpec) -> None:
+        spec.signature  # read now: a parameter no library can convert is refused at import
         self.tasks[spec.name] = spec
         spec.fn.__workerpool_task__ = spec.name  # type: ignore[attr-defined]
 

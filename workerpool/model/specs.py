@@ -8,11 +8,12 @@ is imported, with a ConfigError naming it.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backoff import Backoff
 from .errors import ConfigError
@@ -24,6 +25,9 @@ from .validation import (
     check_positive,
     check_timezone,
 )
+
+if TYPE_CHECKING:
+    from .typed import Signature
 
 #: ``QueueSpec.processes="auto"``: one child per core the supervisor may use (its CPU affinity,
 #: capped by a container's CPU limit: :func:`workerpool.process.oslayer.usable_cpus`).
@@ -163,6 +167,26 @@ class TaskSpec:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @functools.cached_property
+    def signature(self) -> Signature | None:
+        """The handler's typed parameters and return type (:mod:`workerpool.model.typed`);
+        None for a handler that takes only the ``Job`` and returns JSON as it is."""
+        from .typed import Signature
+
+        try:
+            signature = Signature(self.name, self.fn)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            return None  # a callable inspect cannot read: called with the job alone
+        return signature if signature.typed or signature.result is not None else None
+
+    def call(self, job: Any) -> Any:
+        """Run the handler on ``job``: ``fn(job)``, or with its typed arguments
+        (:meth:`Signature.call <workerpool.model.typed.Signature.call>`)."""
+        signature = self.signature
+        return self.fn(job) if signature is None else signature.call(job)
 
 
 OVERLAP_POLICIES = ("skip", "allow")

@@ -11,7 +11,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..model.errors import UnknownJob
+from ..model.registry import Registry
 from ..model.results import check_id
+from ..model.typed import named_arguments
 from ..sql import job_story
 from . import job_view
 from .status import render_steps, short, steps_json, table
@@ -20,8 +22,9 @@ from .status import render_steps, short, steps_json, table
 SHOWN = 400
 
 
-def story(conn: Connection, job_id: int) -> dict[str, Any]:
-    """The job's story as JSON-ready data; UnknownJob when no job has this id."""
+def story(conn: Connection, job_id: int, registry: Registry | None = None) -> dict[str, Any]:
+    """The job's story as JSON-ready data; UnknownJob when no job has this id. With the app's
+    ``registry``, a typed task's payload is also shown as its arguments by name."""
     check_id(job_id)
     row = job_story.read(conn, job_id)
     if row is None:
@@ -40,6 +43,7 @@ def story(conn: Connection, job_id: int) -> dict[str, Any]:
         "workflow_id": row.workflow_id,
         "tags": list(row.tags or []),
         "payload": row.payload,
+        "arguments": arguments(registry, row.task, row.payload),
         "result": row.result,
         "progress": row.progress,
         "errors": [_error(entry) for entry in row.errors or []],
@@ -47,6 +51,12 @@ def story(conn: Connection, job_id: int) -> dict[str, Any]:
         "times": times(row),
         "logs": job_view.attempt_logs(conn, job_id),
     }
+
+
+def arguments(registry: Registry | None, task: str, payload: Any) -> dict[str, Any] | None:
+    """A typed task's payload by argument name (None: no registry, an unknown or dict task)."""
+    spec = registry.tasks.get(task) if registry is not None else None
+    return named_arguments(spec.signature, payload) if spec is not None else None
 
 
 def _error(entry: Any) -> dict[str, Any]:
@@ -99,7 +109,7 @@ def render(data: dict[str, Any]) -> str:
     ]
     if extras:
         lines.append("  " + " ".join(extras))
-    lines.append("PAYLOAD " + _short(data["payload"]))
+    lines += render_arguments(data["arguments"]) or ["PAYLOAD " + _short(data["payload"])]
     lines.append(
         "TIMES\n"
         + table(
@@ -141,6 +151,18 @@ def render(data: dict[str, Any]) -> str:
     if extra:
         lines.append(extra)
     return "\n".join(lines) + "\n"
+
+
+def render_arguments(shown: dict[str, Any] | None) -> list[str]:
+    """``ARGUMENTS task(signature)`` then one ``name = value`` line per argument."""
+    if not shown:
+        return []
+    lines = [f"ARGUMENTS {shown['signature']}"]
+    for argument in shown["arguments"]:
+        note = "" if argument["source"] == "given" else f"  ({argument['source']})"
+        value = "-" if argument["source"] == "missing" else _short(argument["value"])
+        lines.append(f"  {argument['name']} = {value}{note}")
+    return lines
 
 
 class _Row:

@@ -93,7 +93,7 @@ def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | N
     """Run the handler (an ``async def`` one in an event loop of its own): ``(None, what it
     returned)`` or ``(what it raised, None)``."""
     try:
-        result = spec.fn(job)
+        result = spec.call(job)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
     except (Exception, Suspended) as exc:  # Suspended: a sleep or a wait, an outcome too

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..ops import job_view, timing, why
+from ..ops import job_story, job_view, timing, why
 from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
 from ..sql import dashboard_reads
@@ -108,6 +108,7 @@ def jobs_page(request: Request, *, dead_only: bool = False) -> Response:
         "older": _query(kept, before=rows[-1].id) if more else None,
         "newest": _query(kept) if before else None,
         "tabs": tabs,
+        "signature": _signature(request.app.state.pool, params.get("task")),
         "now": now,
         "ago": ago,
         "exact": exact,
@@ -145,6 +146,24 @@ def search(request: Request) -> Response:
     return RedirectResponse(prefix(request) + target, status_code=303)
 
 
+def _signature(pool: Any, task: str | None) -> str | None:
+    """A typed task's signature, shown above a list filtered by that task."""
+    spec = pool.registry.tasks.get(task) if task else None
+    signature = spec.signature if spec is not None else None
+    if signature is None or not signature.typed:
+        return None
+    return f"{signature.task}{signature.shown()}"
+
+
+def _arguments(pool: Any, row: Any) -> dict[str, Any] | None:
+    """A typed task's payload by argument name, each value as pretty JSON."""
+    shown = job_story.arguments(pool.registry, row.task, row.payload)
+    if shown is None:
+        return None
+    rows = [{**a, "shown": _json(a["value"])} for a in shown["arguments"]]
+    return {"signature": shown["signature"], "arguments": rows}
+
+
 def dead_page(request: Request) -> Response:
     return jobs_page(request, dead_only=True)
 
@@ -167,6 +186,7 @@ def job_page(request: Request) -> Response:
             "reasons": answer.reasons,
             "age": age,
             "payload": _pretty(row.payload),
+            "arguments": _arguments(pool, row),
             "checkpoint": _pretty(row.checkpoint),
             "result": _pretty(row.result),
             "steps": [

@@ -235,7 +235,7 @@ class Executor:
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""
         try:
-            result = flight.spec.fn(job)
+            result = flight.spec.call(job)
             if result is not None and inspect.isawaitable(result):  # None: most sync handlers
                 result = self._await(flight, result)
         except BaseException as exc:

@@ -1,0 +1,117 @@
+"""A type checker checks a typed task's calls: ``mypy --strict`` accepts a user module that
+enqueues with the handler's own parameters and types the result, and rejects each wrong call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+USER_CODE = """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workerpool import Job, JobHandle, WorkerPool
+
+pool = WorkerPool()
+
+
+@dataclass
+class Welcome:
+    email: str
+    user_id: int
+
+
+@dataclass
+class Receipt:
+    to: str
+
+
+@pool.task(queue="email", max_attempts=3)
+def send_welcome(job: Job, welcome: Welcome, template: str = "welcome") -> Receipt:
+    return Receipt(welcome.email)
+
+
+@pool.task
+async def count(job: Job, words: list[str]) -> int:
+    return len(words)
+
+
+@pool.task
+def plain(job: Job) -> None:
+    return None
+
+
+def signup(email: str) -> Receipt:
+    handle: JobHandle[Receipt] = send_welcome.enqueue(Welcome(email, 1), template="vip")
+    keyed = send_welcome.using(key=f"welcome:{email}", priority=5).enqueue(Welcome(email, 2))
+    pool.enqueue(plain, {"any": "dict"})
+    after = plain.using(after=[handle, keyed]).enqueue()
+    assert after.id > 0
+    return handle.result(timeout=10)
+
+
+async def words() -> int:
+    handle = await count.enqueue_async(["a", "b"])
+    total: int = await handle.result_async(timeout=5)
+    return total + await count(Job(1, "q", "count", {}, 1, 1, 1), ["x"])
+"""
+
+#: Each wrong line, and what mypy says about it.
+WRONG = {
+    'send_welcome.enqueue(welcome="x")': 'Argument "welcome" to "enqueue" of "BaseTask" has'
+    ' incompatible type "str"; expected "Welcome"',
+    'send_welcome.enqueue(Welcome("a", 1), templat="x")': 'Unexpected keyword argument "templat"',
+    'wrong: str = send_welcome.enqueue(Welcome("a", 1)).result()': 'expression has type "Receipt",'
+    ' variable has type "str"',
+    "count.enqueue([1, 2])": 'List item 0 has incompatible type "int"; expected "str"',
+    'plain.enqueue({"a": 1})': 'Too many arguments for "enqueue"',
+    'send_welcome.using(priority="high")': 'Argument "priority" to "using"',
+}
+
+
+def _mypy(cache: Path, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            str(cache),
+            "--follow-imports=silent",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=500,
+        cwd=path.parent,
+        # an editable install is an import hook mypy does not follow: the checkout is the path
+        env={**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[2])},
+    )
+
+
+@pytest.mark.slow  # mypy reads SQLAlchemy's hints: tens of seconds on a cold cache
+@pytest.mark.timeout(600)
+def test_mypy_accepts_typed_calls_and_rejects_each_wrong_one(tmp_path):
+    user = tmp_path / "user_tasks.py"
+    user.write_text(USER_CODE)
+    cache = tmp_path / "cache"
+    accepted = _mypy(cache, user)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    user.write_text(USER_CODE + "\n" + "\n".join(WRONG) + "\n")
+    refused = _mypy(cache, user)
+    assert refused.returncode == 1
+    said: dict[int, str] = {}
+    for text in refused.stdout.splitlines():
+        if text.startswith("user_tasks.py:") and ": error: " in text:
+            number = int(text.split(":")[1])
+            said[number] = said.get(number, "") + text
+    first = USER_CODE.count("\n") + 2  # the line after the correct module
+    for number, (line, message) in enumerate(WRONG.items(), start=first):
+        assert message in said.get(number, ""), (line, refused.stdout)
+    assert set(said) == set(range(first, first + len(WRONG))), refused.stdout
