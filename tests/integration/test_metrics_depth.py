@@ -56,7 +56,7 @@ def test_counts_states_suspects_and_the_oldest_due_across_priorities(pool, sql):
         "blocked": 0,
         "suspects": 0,
         "oldest_due": 0.0,
-        "cap": queries.operations.DEPTH_CAP,
+        "cap": queries.readouts.DEPTH_CAP,
     }
     assert depths["empty"]["queued"] == 0 and depths["empty"]["oldest_due"] == 0.0
 
@@ -72,7 +72,7 @@ def test_the_plan_reads_the_partial_indexes_only(pool, sql):
     insert(sql, "a", "pending", 2000, priority=1)
     insert(sql, "a", "failed", 10)
     sql("VACUUM ANALYZE workerpool_jobs")
-    text = queries.operations._DEPTHS.text.replace(":queues", "ARRAY['a']")
+    text = queries.readouts._DEPTHS.text.replace(":queues", "ARRAY['a']")
     plan = sql(f"EXPLAIN (FORMAT JSON) {text.replace(':cap', '10000')}")[0][0]
     nodes = json.dumps(plan)
     assert "Seq Scan" not in nodes

@@ -72,6 +72,16 @@ from .dashboard_reads import (
     lease_holder,
     limit_time,
 )
+from .dead_letters import (
+    DEAD_COLUMNS,
+    count_dead,
+    dead_ids,
+    dead_tasks,
+    dead_where,
+    list_dead,
+    purge_dead,
+    replay_dead,
+)
 from .enqueue import (
     NOTIFY_CHANNEL,
     NewJob,
@@ -96,30 +106,6 @@ from .maintenance import (
     reset_cron,
     unregister_worker,
 )
-from .operations import (
-    DEAD_COLUMNS,
-    MATCHABLE,
-    count_by_queue_and_state,
-    count_dead,
-    count_errors_by_type,
-    dead_ids,
-    dead_tasks,
-    dead_where,
-    find_jobs,
-    job_outcomes,
-    job_queues,
-    list_crons,
-    list_dead,
-    list_workers,
-    make_due,
-    oldest_due_ages,
-    purge_dead,
-    queue_depths,
-    replay_dead,
-    state_counts,
-    suspect_counts,
-    unrunnable,
-)
 from .outcomes import (
     RELEASE_HOLD,
     complete,
@@ -131,7 +117,25 @@ from .outcomes import (
     snooze,
 )
 from .planner import PLANNER_SETTINGS
+from .readouts import (
+    count_by_queue_and_state,
+    count_errors_by_type,
+    job_outcomes,
+    list_crons,
+    list_workers,
+    oldest_due_ages,
+    queue_depths,
+    state_counts,
+    suspect_counts,
+    unrunnable,
+)
 from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
+from .testing_reads import (
+    MATCHABLE,
+    find_jobs,
+    job_queues,
+    make_due,
+)
 from .unique_keys import holder, holders, release_expired
 
 __all__ = [

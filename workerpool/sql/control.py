@@ -36,7 +36,7 @@ from ..model.states import DUE_STATES, LIVE_STATES, JobState
 from .cancelled import history
 from .enqueue import NOTIFY_CHANNEL
 from .leases import Lease, fence
-from .operations import list_workers
+from .readouts import list_workers
 from .schema import dependencies, jobs, queues
 from .settled import after_rows
 from .tags import carries

@@ -19,7 +19,7 @@ from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..ops.status import is_queue
 from ..sql import dashboard_reads, replica, status_counts
-from ..sql.operations import DEPTH_CAP
+from ..sql.readouts import DEPTH_CAP
 from .charts import Bar
 
 #: Minutes the throughput and failure charts cover.
