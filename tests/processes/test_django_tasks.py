@@ -17,7 +17,7 @@ from tests.processes.recipes import recipe_env
 
 SETTINGS = "tests.apps.django_project.settings"
 #: Every test of the project's file: a run that skips or loses one must not pass here.
-PROJECT_TESTS = 10
+PROJECT_TESTS = 17
 
 
 def run_project_tests(url: str, *labels: str) -> subprocess.CompletedProcess[str]:
