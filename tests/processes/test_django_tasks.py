@@ -12,6 +12,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.paths import ROOT
 from tests.processes.recipes import recipe_env
 
@@ -32,13 +34,14 @@ def run_project_tests(url: str, *labels: str) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow  # a real supervisor, and Django's runner makes two test databases
 def test_the_django_project_s_own_tests_pass_on_a_real_worker(db_url):
     url = db_url.render_as_string(hide_password=False)
     run = run_project_tests(url, "tests.apps.django_project.tests")
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
     assert f"Ran {PROJECT_TESTS} tests" in output, output
-    assert output.count(" ... ok") == PROJECT_TESTS, output
+    assert "\nOK\n" in output, output  # not "OK (skipped=N)"; the tasks' log lines interleave
 
 
 def run_worker_target(url: str, **env: str) -> subprocess.CompletedProcess[str]:

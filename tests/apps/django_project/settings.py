@@ -74,7 +74,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {"django.tasks": {"handlers": ["stderr"], "level": "INFO"}},
+    "loggers": {  # the backport's logger is django_tasks
+        name: {"handlers": ["stderr"], "level": "INFO"} for name in ("django.tasks", "django_tasks")
+    },
 }
 # workerpool's tables in the test databases, the pools closed before Django drops them.
 TEST_RUNNER = "workerpool.contrib.django.testing.DiscoverRunner"
