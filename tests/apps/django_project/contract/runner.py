@@ -35,6 +35,16 @@ class ContractRunner(DiscoverRunner):
             raise SystemExit(f"not in Django's tests/tasks any more: {sorted(missing)}")
         return suite
 
+    def run_suite(self, suite: unittest.TestSuite, **kwargs: Any) -> unittest.TestResult:
+        result = super().run_suite(suite, **kwargs)
+        failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+        passed = result.testsRun - failed - len(result.skipped) - len(result.expectedFailures)
+        print(
+            f"Django's tests/tasks on WorkerpoolBackend: {result.testsRun} tests, {passed} passed,"
+            f" {len(result.skipped)} not applicable, {failed} failed"
+        )
+        return result
+
 
 def _tests(suite: unittest.TestSuite) -> list[unittest.TestCase]:
     tests: list[unittest.TestCase] = []
