@@ -10,7 +10,6 @@ connection the database has since dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from traceback import format_exception
 from typing import Any
@@ -22,12 +21,14 @@ from ...client import WorkerPool
 from ...model.errors import Permanent
 from ...model.job import Job
 from .compat import (
+    BaseTaskBackend,
     Task,
     TaskContext,
     TaskError,
     TaskResult,
     TaskResultStatus,
     normalize_json,
+    task_backends,
     task_finished,
     task_started,
 )
@@ -90,7 +91,7 @@ def _start(job: Job) -> tuple[Task, TaskResult]:
     if not isinstance(task, Task):
         raise TypeError(f"{job.payload[TASK_KEY]!r} is not a Django Task")
     running = _running(task, job)
-    task_started.send(sender=_sender(), task_result=running)
+    task_started.send(sender=_sender(running), task_result=running)
     return task, running
 
 
@@ -144,13 +145,16 @@ def _finish(running: TaskResult, job: Job, exc: BaseException | None) -> None:
     object.__setattr__(running, "status", status)
     if status != TaskResultStatus.READY:
         object.__setattr__(running, "finished_at", datetime.now(UTC))
-    task_finished.send(sender=_sender(), task_result=running)
+    task_finished.send(sender=_sender(running), task_result=running)
 
 
-def _sender() -> Callable[..., Any]:
-    from .backend import WorkerpoolBackend  # the backend imports this module
-
-    return WorkerpoolBackend
+def _sender(running: TaskResult) -> type:
+    """The class of the backend the task was enqueued on, as Django's backends send; the base
+    class when this process has no such alias."""
+    try:
+        return type(task_backends[running.backend])
+    except Exception:  # InvalidTaskBackend, or the backend's own settings error
+        return BaseTaskBackend
 
 
 __all__ = [
