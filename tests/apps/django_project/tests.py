@@ -220,6 +220,10 @@ class TasksOnWorkerpool(TransactionTestCase):
             "priority above 100": lambda: tasks.add.using(priority=101),
             "priority below -100": lambda: tasks.add.using(priority=-101),
             "naive run_after": lambda: tasks.add.using(run_after=datetime(2030, 1, 1)),
+            "an argument missing": lambda: tasks.add.enqueue(1),
+            "an argument too many": lambda: tasks.add.enqueue(1, 2, 3),
+            "an unknown keyword": lambda: tasks.add.enqueue(1, 2, c=3),
+            "the context is not the caller's": lambda: tasks.which_attempt.enqueue(),
             "a queue name workerpool cannot take": lambda: tasks.add.using(
                 backend="anyqueue", queue_name="two words"
             ),

@@ -11,6 +11,7 @@ that raises is retried with workerpool's backoff) and ``ENQUEUE_ON_COMMIT`` (def
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from datetime import datetime
 from functools import cached_property, partial
@@ -102,9 +103,11 @@ class WorkerpoolBackend(BaseTaskBackend):
         """Write the job now, or when the transaction of ``DATABASE`` commits
         (``ENQUEUE_ON_COMMIT``): then the result's ``id`` is ``""`` until the commit, and stays
         so if it rolls back (nothing is enqueued). Everything is checked before: Django's
-        ``TypeError``/``ValueError`` for arguments that are not JSON, ``InvalidTask`` for a
-        payload workerpool refuses (a key that is no string, NaN, NUL, over the size limit)."""
+        ``TypeError``/``ValueError`` for arguments that are not JSON, ``InvalidTask`` for
+        arguments the task's function cannot take or a payload workerpool refuses (a key that
+        is no string, NaN, NUL, over the size limit)."""
         self.validate_task(task)
+        _check_arguments(task, args, kwargs)
         result = TaskResult(
             task=task_as(task, backend=self.alias),
             id="",
@@ -180,6 +183,20 @@ class WorkerpoolBackend(BaseTaskBackend):
         except UnknownJob as exc:
             raise TaskResultDoesNotExist(str(exc)) from None
         return task_result(info, self.alias)
+
+
+def _check_arguments(task: Task, args: Any, kwargs: Any) -> None:
+    """InvalidTask for arguments the task's function cannot take: refused here, not failed in
+    the worker after the commit (a ``TaskContext`` comes first for a task that takes it)."""
+    try:
+        signature = inspect.signature(task.func)
+    except (TypeError, ValueError):  # a callable without one (a builtin): the worker will say
+        return
+    context = [None] if task.takes_context else []
+    try:
+        signature.bind(*context, *args, **kwargs)
+    except TypeError as exc:
+        raise InvalidTaskError(f"{task.module_path}: {exc}") from None
 
 
 def dispose_pools() -> None:
