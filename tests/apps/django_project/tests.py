@@ -146,16 +146,6 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertLessEqual(result.started_at, result.finished_at)
         self.assertEqual(tasks.confirm_order.get_result(result_id).id, result_id)
 
-    def test_a_rolled_back_block_enqueues_nothing(self) -> None:
-        jobs = Job.objects.count()  # workerpool's table is not flushed between tests
-        response = Client().post(
-            "/orders", json.dumps({"email": "bob@example.invalid"}), content_type="application/json"
-        )
-        self.assertEqual(response.status_code, 422, response.content)
-        self.assertEqual(response.json()["result_id"], "")  # never written: no id
-        self.assertFalse(Order.objects.exists())
-        self.assertEqual(Job.objects.count(), jobs)
-
     def test_refresh_follows_the_job_until_it_succeeds(self) -> None:
         result = tasks.add.enqueue(2, 3)  # outside a block: written at once
         self.assertTrue(result.id)
@@ -198,6 +188,64 @@ class TasksOnWorkerpool(TransactionTestCase):
     def test_a_task_that_takes_context_sees_its_attempt(self) -> None:
         result = finished(tasks.which_attempt.enqueue("first").id, self.worker)
         self.assertEqual(result.return_value, {"label": "first", "attempt": 1, "id": result.id})
+
+    def test_django_s_log_lines_come_from_the_worker(self) -> None:
+        done = finished(tasks.add.enqueue(20, 22).id, self.worker)
+        failed = finished(tasks.refuse.enqueue("out of paper").id, self.worker)
+        path = "tests.apps.django_project.tasks"
+        wait_until(
+            lambda: f"id={failed.id} path={path}.refuse state=FAILED" in self.worker.log(),
+            30,
+            message=f"Django's task_finished line\n{self.worker.log()}",
+        )
+        log = self.worker.log()
+        for line in (
+            f"Task id={done.id} path={path}.add state=RUNNING",
+            f"Task id={done.id} path={path}.add state=SUCCESSFUL",
+            f"Task id={failed.id} path={path}.refuse state=RUNNING",
+        ):
+            self.assertIn(line, log)
+        self.assertIn("Refused: out of paper", log)  # task_finished is sent with the traceback
+
+    def test_the_exception_path_survives_lines_and_notes(self) -> None:
+        result = finished(tasks.refuse_at_length.enqueue("no stock").id, self.worker)
+        [error] = result.errors
+        self.assertEqual(error.exception_class_path, "tests.apps.django_project.tasks.Refused")
+        self.assertIs(error.exception_class, tasks.Refused)
+        # an entry from before the class key: read from the traceback's exception line
+        entry = {
+            "type": "Refused",
+            "traceback": "Traceback (most recent call last):\n  File ...\n"
+            "tests.apps.django_project.tasks.Refused: no stock\nsecond line\na note\n",
+        }
+        self.assertEqual(exception_path(entry), "tests.apps.django_project.tasks.Refused")
+        builtin = {"type": "KeyError", "traceback": "Traceback ...\nKeyError: 'x'\nnote\n"}
+        self.assertEqual(exception_path(builtin), "builtins.KeyError")
+
+    def test_the_running_task_sees_the_enqueued_queue_and_priority(self) -> None:
+        result = tasks.where_am_i.using(queue_name="emails", priority=7).enqueue()
+        self.assertEqual(
+            finished(result.id, self.worker).return_value,
+            {"queue": "emails", "priority": 7, "backend": "default"},
+        )
+
+
+class TasksWithoutAWorker(TransactionTestCase):
+    """What is written and read back with no worker running. A class of its own: with
+    ``--parallel`` it runs in another process, on another clone of the test database, which
+    must have workerpool's tables and be the one its pools write to."""
+
+    databases = frozenset({"default", "jobs"})
+
+    def test_a_rolled_back_block_enqueues_nothing(self) -> None:
+        jobs = Job.objects.count()  # workerpool's table is not flushed between tests
+        response = Client().post(
+            "/orders", json.dumps({"email": "bob@example.invalid"}), content_type="application/json"
+        )
+        self.assertEqual(response.status_code, 422, response.content)
+        self.assertEqual(response.json()["result_id"], "")  # never written: no id
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(Job.objects.count(), jobs)
 
     def test_priority_queue_and_run_after_become_the_job_s(self) -> None:
         later = timezone.now() + timedelta(hours=1)
@@ -291,24 +339,6 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertTrue(Job.objects.filter(pk=int(result.id)).exists())
         self.assertEqual(Client().get("/admin/workerpool/job/").status_code, 302)  # log in first
 
-    def test_django_s_log_lines_come_from_the_worker(self) -> None:
-        done = finished(tasks.add.enqueue(20, 22).id, self.worker)
-        failed = finished(tasks.refuse.enqueue("out of paper").id, self.worker)
-        path = "tests.apps.django_project.tasks"
-        wait_until(
-            lambda: f"id={failed.id} path={path}.refuse state=FAILED" in self.worker.log(),
-            30,
-            message=f"Django's task_finished line\n{self.worker.log()}",
-        )
-        log = self.worker.log()
-        for line in (
-            f"Task id={done.id} path={path}.add state=RUNNING",
-            f"Task id={done.id} path={path}.add state=SUCCESSFUL",
-            f"Task id={failed.id} path={path}.refuse state=RUNNING",
-        ):
-            self.assertIn(line, log)
-        self.assertIn("Refused: out of paper", log)  # task_finished is sent with the traceback
-
     def test_a_result_read_through_another_alias_stays_on_that_backend(self) -> None:
         other = task_backends["other"]
         enqueued = tasks.add.using(backend="other", queue_name="reports").enqueue(300, 33)
@@ -326,21 +356,6 @@ class TasksOnWorkerpool(TransactionTestCase):
         # a result built by one backend for a task that names another still names its reader
         direct = other.enqueue(tasks.add.using(queue_name="default"), [1, 2], {})
         self.assertEqual(direct.task.backend, "other")
-
-    def test_the_exception_path_survives_lines_and_notes(self) -> None:
-        result = finished(tasks.refuse_at_length.enqueue("no stock").id, self.worker)
-        [error] = result.errors
-        self.assertEqual(error.exception_class_path, "tests.apps.django_project.tasks.Refused")
-        self.assertIs(error.exception_class, tasks.Refused)
-        # an entry from before the class key: read from the traceback's exception line
-        entry = {
-            "type": "Refused",
-            "traceback": "Traceback (most recent call last):\n  File ...\n"
-            "tests.apps.django_project.tasks.Refused: no stock\nsecond line\na note\n",
-        }
-        self.assertEqual(exception_path(entry), "tests.apps.django_project.tasks.Refused")
-        builtin = {"type": "KeyError", "traceback": "Traceback ...\nKeyError: 'x'\nnote\n"}
-        self.assertEqual(exception_path(builtin), "builtins.KeyError")
 
     def test_an_empty_queues_list_takes_any_queue(self) -> None:
         backend = task_backends["anyqueue"]
@@ -374,11 +389,4 @@ class TasksOnWorkerpool(TransactionTestCase):
         read = tasks.add.get_result(result.id)
         self.assertEqual(
             (read.status, read.attempts, read.worker_ids), (TaskResultStatus.FAILED, 0, [])
-        )
-
-    def test_the_running_task_sees_the_enqueued_queue_and_priority(self) -> None:
-        result = tasks.where_am_i.using(queue_name="emails", priority=7).enqueue()
-        self.assertEqual(
-            finished(result.id, self.worker).return_value,
-            {"queue": "emails", "priority": 7, "backend": "default"},
         )
