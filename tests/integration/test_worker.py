@@ -25,7 +25,7 @@ from workerpool.model import exitcodes
 from workerpool.runtime.worker import Worker, session_limits
 from workerpool.sql import db
 
-ENTRY_KEYS = {"attempt", "at", "type", "message", "traceback", "worker"}
+ENTRY_KEYS = {"attempt", "at", "type", "class", "message", "traceback", "worker"}
 
 
 def blocking_task(pool: WorkerPool, name: str) -> tuple[threading.Event, threading.Event]:
@@ -250,6 +250,7 @@ def test_every_outcome_path_writes_the_state_and_history_of_design_section_4(poo
         assert (entry["attempt"], entry["worker"]) == (1, worker.id)
         assert "Traceback" in entry["traceback"] and len(entry["traceback"]) <= 8100
     assert rows["flaky"]["errors"][0]["type"] == "ValueError"
+    assert rows["flaky"]["errors"][0]["class"] == "builtins.ValueError"  # importable, by path
     assert rows["flaky"]["errors"][0]["message"] == "boom on attempt 1"
     assert rows["last"]["errors"][0]["message"].endswith("… [8000 more characters]")
     assert rows["weird"]["errors"][0]["message"] == (

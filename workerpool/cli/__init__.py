@@ -21,7 +21,7 @@ from . import helptext as cli_help
 from . import job as cli_job
 from . import live
 from .helptext import add_command
-from .target import CliError, check_migrated, existing_database, pool_for
+from .target import CliError, check_migrated, existing_database, load_pool, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -29,7 +29,9 @@ from .target import CliError, check_migrated, existing_database, pool_for
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ..client import WorkerPool
 
-    pool = WorkerPool(schema=args.schema)
+    if args.app and args.schema:
+        raise CliError("give --app or --schema, not both: the app's pool names its schema")
+    pool = load_pool(args.app) if args.app else WorkerPool(schema=args.schema)
     pool.migrate(args.revision)
     print(f"workerpool: migrated to {args.revision} in schema {pool.schema}")
     return exitcodes.OK
@@ -356,6 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the schema of workerpool's tables, created if missing (default: "
         "$WORKERPOOL_SCHEMA, else public)",
+    )
+    migrate.add_argument(
+        "--app",
+        metavar="APP:POOL",
+        default=None,
+        help="migrate the database (and schema) this app's pool names, e.g. a Django"
+        " project's: workerpool.contrib.django.worker:pool",
     )
 
     cli_enqueue.add_parser(sub)

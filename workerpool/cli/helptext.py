@@ -29,6 +29,9 @@ EXAMPLES: dict[str, str] = {
 example:
   workerpool migrate                       # on $WORKERPOOL_DATABASE_URL, to the newest
   workerpool migrate 0002                  # to a given revision
+  workerpool migrate --app myapp.jobs:pool  # where the app's pool says (its URL, its schema)
+  DJANGO_SETTINGS_MODULE=mysite.settings \
+    workerpool migrate --app workerpool.contrib.django.worker:pool   # in Django's database
 
 workerpool's tables keep their own Alembic version table (workerpool_alembic_version);
 an application's own Alembic history is not touched (docs/deployment.md).""",

@@ -58,6 +58,10 @@ def error_entry(exc: BaseException | None, *, attempt: int, worker: str, kind: s
         "type": safe_text(kind or type(exc).__name__, MESSAGE_LIMIT),
     }
     entry["message"] = safe_text(exc, MESSAGE_LIMIT) if exc is not None else ""
+    if exc is not None:  # the importable path: "type" alone names no module
+        entry["class"] = safe_text(
+            f"{type(exc).__module__}.{type(exc).__qualname__}", MESSAGE_LIMIT
+        )
     if exc is not None and exc.__traceback__ is not None:
         entry["traceback"] = format_traceback(exc)
     return entry

@@ -217,6 +217,18 @@ def claim(directory: Path, app: str | None = None, database: str | None = None) 
     return held
 
 
+def claim_first_free(candidates: list[Path], app: str | None, database: str | None) -> Claim:
+    """:func:`claim` the first of ``candidates`` no live supervisor holds: two supervisors that
+    chose the same free default directory at once (each saw it free) take siblings, instead of
+    the later one stopping on HeartbeatDirBusy."""
+    for directory in candidates[:-1]:
+        try:
+            return claim(directory, app, database)
+        except HeartbeatDirBusy:
+            continue
+    return claim(candidates[-1], app, database)
+
+
 def held(directory: Path) -> bool:
     """Whether a live process holds ``directory``'s lock (tested with a shared lock, released
     at once)."""

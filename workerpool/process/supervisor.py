@@ -29,6 +29,7 @@ import logging
 import signal
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..model import exitcodes, metrics
@@ -38,7 +39,7 @@ from . import heartbeat, pipe
 from .exporter import Exporter
 from .oslayer import RealOS, describe_status, set_title
 from .releaser import ExitRelease, unreleased
-from .settings import RunSettings
+from .settings import RunSettings, heartbeat_base
 from .slots import LIVE, SERVING, Slot, restart_cause, restart_delay
 
 log = logging.getLogger("workerpool.supervisor")
@@ -90,6 +91,7 @@ class Supervisor:
     def run(self) -> int:
         """Run until every child is gone after a stop signal; return the exit code."""
         set_title("workerpool: supervisor")
+        self._claim_heartbeat_dir()  # first: the exporter reads the directory it settles on
         self._start_metrics()  # a taken port is refused here, before any fork
         self.os.install_signals(self.on_signal)
         try:
@@ -111,7 +113,8 @@ class Supervisor:
         self._signals.append(signum)
 
     def start(self) -> None:
-        self._claim_heartbeat_dir()
+        if self._claim is None:
+            self._claim_heartbeat_dir()
         removed = heartbeat.remove_all(self.settings.heartbeat_dir)
         self._touch_own_heartbeat()
         self._touch_every_child_file()
@@ -423,12 +426,19 @@ class Supervisor:
     def _claim_heartbeat_dir(self) -> None:
         """Hold the directory for this process and its children before clearing it: a second
         supervisor given the same one is refused instead of deleting the files we touch."""
+        settings = self.settings
+        chosen, app, database = settings.heartbeat_dir, settings.app, settings.database
+        defaults = heartbeat.default_dirs(heartbeat_base(), app or "", database or "")
         try:
-            self._claim = heartbeat.claim(
-                self.settings.heartbeat_dir, self.settings.app, self.settings.database
-            )
+            if chosen in defaults:  # another supervisor may have claimed it since it was chosen
+                candidates = defaults[defaults.index(chosen) :]
+                self._claim = heartbeat.claim_first_free(candidates, app, database)
+            else:  # given: that one, or refused
+                self._claim = heartbeat.claim(chosen, app, database)
         except heartbeat.HeartbeatDirError as exc:
             raise ConfigError(str(exc)) from None
+        if self._claim.directory != chosen:
+            self.settings = replace(settings, heartbeat_dir=self._claim.directory)
 
     def _touch_own_heartbeat(self) -> None:
         now = self.os.monotonic()

@@ -96,7 +96,9 @@ def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | N
         result = spec.call(job)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
-    except (Exception, Suspended) as exc:  # Suspended: a sleep or a wait, an outcome too
+    # Suspended: a sleep or a wait, an outcome too. SystemExit: a handler's exit() fails its
+    # job, as in a worker (KeyboardInterrupt still stops the caller that runs jobs inline).
+    except (Exception, SystemExit, Suspended) as exc:
         return exc, None
     return None, result
 

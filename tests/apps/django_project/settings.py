@@ -67,6 +67,19 @@ DATABASES = {
         "PORT": str(_url.port or "") or _libpq_list(_url.query.get("port")),
     }
 }
+# A second database: the "other" task backend's jobs live there.
+DATABASES["jobs"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_jobs"}
+# Django's log lines (a task started, finished) in the worker's output.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {  # the backport's logger is django_tasks
+        name: {"handlers": ["stderr"], "level": "INFO"} for name in ("django.tasks", "django_tasks")
+    },
+}
+# workerpool's tables in the test databases, the pools closed before Django drops them.
+TEST_RUNNER = "workerpool.contrib.django.testing.DiscoverRunner"
 TASKS = {
     "default": {
         "BACKEND": "workerpool.contrib.django.WorkerpoolBackend",
@@ -74,4 +87,17 @@ TASKS = {
         # One attempt: a task that raises is FAILED at once, as the tests read it.
         "OPTIONS": {"MAX_ATTEMPTS": 1},
     }
+}
+# Two more backends, for the tests: one on the second database, with a queue of its own, and
+# one with Django's "any queue" (QUEUES: []), written at once.
+_WORKERPOOL = "workerpool.contrib.django.WorkerpoolBackend"
+TASKS["other"] = {
+    "BACKEND": _WORKERPOOL,
+    "QUEUES": ["default", "reports"],
+    "OPTIONS": {"DATABASE": "jobs", "MAX_ATTEMPTS": 1},
+}
+TASKS["anyqueue"] = {
+    "BACKEND": _WORKERPOOL,
+    "QUEUES": [],
+    "OPTIONS": {"MAX_ATTEMPTS": 1, "ENQUEUE_ON_COMMIT": False},
 }

@@ -34,3 +34,18 @@ async def add_later(a: int, b: int) -> list[int]:
 @task(takes_context=True)
 def which_attempt(context, label: str) -> dict:  # Django passes the TaskContext first
     return {"label": label, "attempt": context.attempt, "id": context.task_result.id}
+
+
+@task()
+def refuse_at_length(reason: str) -> None:
+    """An exception whose message has several lines and a note: its path must survive both."""
+    error = Refused(f"{reason}\nsecond line")
+    error.add_note("a note")
+    raise error
+
+
+@task(takes_context=True)
+def where_am_i(context) -> dict:
+    """The task as the running attempt sees it: the enqueued queue, priority and backend."""
+    task = context.task_result.task
+    return {"queue": task.queue_name, "priority": task.priority, "backend": task.backend}

@@ -3,7 +3,9 @@
 
 A ``TransactionTestCase``: the view's atomic block really commits (a ``TestCase`` wraps each
 test in a transaction, whose on-commit callbacks never run), so the backend's on-commit
-enqueue happens as in production.
+enqueue happens as in production. The settings' ``TEST_RUNNER`` is workerpool's: it migrates
+workerpool's tables into the test databases and closes the pools before Django drops them
+(nothing here does either).
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from workerpool.contrib.django.compat import (
     InvalidTaskError,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
 )
 from workerpool.contrib.django.database import url_of
 from workerpool.contrib.django.models import Job
+from workerpool.contrib.django.results import exception_path
+from workerpool.testing.runner import drain
 
 from . import tasks
-from .compat import default_task_backend
 from .models import Order
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,6 +79,12 @@ class Worker:
                 stderr=log,
                 start_new_session=True,
             )
+        # Ready once it beats: a SIGTERM before its handlers are in would kill it, not stop it.
+        wait_until(
+            lambda: any(Path(self.dir.name).glob("*.heartbeat")) or self.proc.poll() is not None,
+            60,
+            message=f"workerpool run started\n{self.log()}",
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -103,16 +113,16 @@ def finished(result_id: str, worker: Worker, timeout: float = 60):
 
 
 class TasksOnWorkerpool(TransactionTestCase):
+    databases = frozenset({"default", "jobs"})
+
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        default_task_backend.pool.migrate()  # workerpool's tables in Django's test database
         cls.worker = Worker()
 
     @classmethod
     def tearDownClass(cls) -> None:
         exit_code = cls.worker.stop()
-        default_task_backend.pool.dispose()
         super().tearDownClass()
         assert exit_code == 0, f"workerpool run exited {exit_code}"
 
@@ -135,16 +145,6 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertLessEqual(result.enqueued_at, result.started_at)
         self.assertLessEqual(result.started_at, result.finished_at)
         self.assertEqual(tasks.confirm_order.get_result(result_id).id, result_id)
-
-    def test_a_rolled_back_block_enqueues_nothing(self) -> None:
-        jobs = Job.objects.count()  # workerpool's table is not flushed between tests
-        response = Client().post(
-            "/orders", json.dumps({"email": "bob@example.invalid"}), content_type="application/json"
-        )
-        self.assertEqual(response.status_code, 422, response.content)
-        self.assertEqual(response.json()["result_id"], "")  # never written: no id
-        self.assertFalse(Order.objects.exists())
-        self.assertEqual(Job.objects.count(), jobs)
 
     def test_refresh_follows_the_job_until_it_succeeds(self) -> None:
         result = tasks.add.enqueue(2, 3)  # outside a block: written at once
@@ -189,6 +189,64 @@ class TasksOnWorkerpool(TransactionTestCase):
         result = finished(tasks.which_attempt.enqueue("first").id, self.worker)
         self.assertEqual(result.return_value, {"label": "first", "attempt": 1, "id": result.id})
 
+    def test_django_s_log_lines_come_from_the_worker(self) -> None:
+        done = finished(tasks.add.enqueue(20, 22).id, self.worker)
+        failed = finished(tasks.refuse.enqueue("out of paper").id, self.worker)
+        path = "tests.apps.django_project.tasks"
+        wait_until(
+            lambda: f"id={failed.id} path={path}.refuse state=FAILED" in self.worker.log(),
+            30,
+            message=f"Django's task_finished line\n{self.worker.log()}",
+        )
+        log = self.worker.log()
+        for line in (
+            f"Task id={done.id} path={path}.add state=RUNNING",
+            f"Task id={done.id} path={path}.add state=SUCCESSFUL",
+            f"Task id={failed.id} path={path}.refuse state=RUNNING",
+        ):
+            self.assertIn(line, log)
+        self.assertIn("Refused: out of paper", log)  # task_finished is sent with the traceback
+
+    def test_the_exception_path_survives_lines_and_notes(self) -> None:
+        result = finished(tasks.refuse_at_length.enqueue("no stock").id, self.worker)
+        [error] = result.errors
+        self.assertEqual(error.exception_class_path, "tests.apps.django_project.tasks.Refused")
+        self.assertIs(error.exception_class, tasks.Refused)
+        # an entry from before the class key: read from the traceback's exception line
+        entry = {
+            "type": "Refused",
+            "traceback": "Traceback (most recent call last):\n  File ...\n"
+            "tests.apps.django_project.tasks.Refused: no stock\nsecond line\na note\n",
+        }
+        self.assertEqual(exception_path(entry), "tests.apps.django_project.tasks.Refused")
+        builtin = {"type": "KeyError", "traceback": "Traceback ...\nKeyError: 'x'\nnote\n"}
+        self.assertEqual(exception_path(builtin), "builtins.KeyError")
+
+    def test_the_running_task_sees_the_enqueued_queue_and_priority(self) -> None:
+        result = tasks.where_am_i.using(queue_name="emails", priority=7).enqueue()
+        self.assertEqual(
+            finished(result.id, self.worker).return_value,
+            {"queue": "emails", "priority": 7, "backend": "default"},
+        )
+
+
+class TasksWithoutAWorker(TransactionTestCase):
+    """What is written and read back with no worker running. A class of its own: with
+    ``--parallel`` it runs in another process, on another clone of the test database, which
+    must have workerpool's tables and be the one its pools write to."""
+
+    databases = frozenset({"default", "jobs"})
+
+    def test_a_rolled_back_block_enqueues_nothing(self) -> None:
+        jobs = Job.objects.count()  # workerpool's table is not flushed between tests
+        response = Client().post(
+            "/orders", json.dumps({"email": "bob@example.invalid"}), content_type="application/json"
+        )
+        self.assertEqual(response.status_code, 422, response.content)
+        self.assertEqual(response.json()["result_id"], "")  # never written: no id
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(Job.objects.count(), jobs)
+
     def test_priority_queue_and_run_after_become_the_job_s(self) -> None:
         later = timezone.now() + timedelta(hours=1)
         result = tasks.add.using(priority=-42, queue_name="emails", run_after=later).enqueue(1, 1)
@@ -198,9 +256,10 @@ class TasksOnWorkerpool(TransactionTestCase):
         )
         read = tasks.add.get_result(result.id)
         self.assertEqual(
-            (read.status, read.task.priority, read.task.queue_name),
-            (TaskResultStatus.READY, -42, "emails"),
+            (read.status, read.task.priority, read.task.queue_name, read.task.run_after),
+            (TaskResultStatus.READY, -42, "emails", later),
         )
+        self.assertEqual(read.enqueued_at, result.enqueued_at)  # the row's, both
 
     def test_bad_input_is_refused_by_name_and_nothing_is_written(self) -> None:
         jobs = Job.objects.count()
@@ -208,13 +267,26 @@ class TasksOnWorkerpool(TransactionTestCase):
             "unknown queue": lambda: tasks.add.using(queue_name="nope"),
             "priority above 100": lambda: tasks.add.using(priority=101),
             "priority below -100": lambda: tasks.add.using(priority=-101),
-            "arguments not JSON": lambda: tasks.add.enqueue(object(), 1),
-            "kwargs not JSON": lambda: tasks.add.enqueue(a={1, 2}, b=1),
             "naive run_after": lambda: tasks.add.using(run_after=datetime(2030, 1, 1)),
+            "an argument missing": lambda: tasks.add.enqueue(1),
+            "an argument too many": lambda: tasks.add.enqueue(1, 2, 3),
+            "an unknown keyword": lambda: tasks.add.enqueue(1, 2, c=3),
+            "the context is not the caller's": lambda: tasks.which_attempt.enqueue(),
+            "a queue name workerpool cannot take": lambda: tasks.add.using(
+                backend="anyqueue", queue_name="two words"
+            ),
         }
         for what, call in refusals.items():
             with self.subTest(what), transaction.atomic():
                 with self.assertRaises(InvalidTaskError):
+                    call()
+        # Django's own contract: what its normalize_json cannot take is its TypeError.
+        for what, call in {
+            "arguments not JSON": lambda: tasks.add.enqueue(object(), 1),
+            "kwargs not JSON": lambda: tasks.add.enqueue(a={1, 2}, b=1),
+        }.items():
+            with self.subTest(what), transaction.atomic():
+                with self.assertRaisesMessage(TypeError, "Unsupported type"):
                     call()
         for bad_id in ("abc", "-1", "0", "", "99999999", "1" * 30):
             with self.subTest(result_id=bad_id), self.assertRaises(TaskResultDoesNotExist):
@@ -266,3 +338,55 @@ class TasksOnWorkerpool(TransactionTestCase):
         )
         self.assertTrue(Job.objects.filter(pk=int(result.id)).exists())
         self.assertEqual(Client().get("/admin/workerpool/job/").status_code, 302)  # log in first
+
+    def test_a_result_read_through_another_alias_stays_on_that_backend(self) -> None:
+        other = task_backends["other"]
+        enqueued = tasks.add.using(backend="other", queue_name="reports").enqueue(300, 33)
+        self.assertEqual(enqueued.task.backend, "other")
+        read = other.get_result(enqueued.id)
+        self.assertEqual(
+            (read.task.backend, read.task.queue_name, read.args), ("other", "reports", [300, 33])
+        )
+        # The default backend's database has jobs of its own, under their own ids.
+        for _ in range(int(enqueued.id)):
+            tasks.add.enqueue(1, 1)
+        self.assertNotEqual(task_backends["default"].get_result(enqueued.id).args, [300, 33])
+        read.refresh()
+        self.assertEqual((read.args, read.task.backend), ([300, 33], "other"))
+        # a result built by one backend for a task that names another still names its reader
+        direct = other.enqueue(tasks.add.using(queue_name="default"), [1, 2], {})
+        self.assertEqual(direct.task.backend, "other")
+
+    def test_an_empty_queues_list_takes_any_queue(self) -> None:
+        backend = task_backends["anyqueue"]
+        result = tasks.add.using(backend="anyqueue", queue_name="adhoc").enqueue(5, 6)
+        job = Job.objects.get(pk=int(result.id))
+        self.assertEqual((job.queue, job.task), ("adhoc", "django:adhoc"))
+        drain(backend.pool, "adhoc")  # no worker serves it: run it here, as a worker would
+        read = backend.get_result(result.id)
+        self.assertEqual((read.status, read.return_value), (TaskResultStatus.SUCCESSFUL, 11))
+
+    def test_a_payload_workerpool_refuses_is_refused_inside_the_block(self) -> None:
+        jobs = Job.objects.count()
+        refusals = {
+            "a key that is no string": ({1: "one"},),
+            "NaN": (float("nan"),),
+            "NUL": ("a\x00b",),
+            "over the size limit": ("x" * (64 * 1024 + 1),),
+        }
+        for what, args in refusals.items():
+            with self.subTest(what), self.assertRaises(InvalidTaskError):
+                with transaction.atomic():
+                    Order.objects.create(email=f"{what}@example.com")
+                    tasks.add.enqueue(*args, 1)  # ENQUEUE_ON_COMMIT: refused before the commit
+        self.assertFalse(Order.objects.exists())
+        self.assertEqual(Job.objects.count(), jobs)
+
+    def test_a_job_cancelled_before_it_ran_made_no_attempt(self) -> None:
+        result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+        pool = tasks.add.get_backend().pool
+        pool.cancel([int(result.id)])
+        read = tasks.add.get_result(result.id)
+        self.assertEqual(
+            (read.status, read.attempts, read.worker_ids), (TaskResultStatus.FAILED, 0, [])
+        )

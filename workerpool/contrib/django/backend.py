@@ -11,6 +11,8 @@ that raises is retried with workerpool's backoff) and ``ENQUEUE_ON_COMMIT`` (def
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from datetime import datetime
 from functools import cached_property, partial
 from inspect import iscoroutinefunction
@@ -20,7 +22,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...client import WorkerPool
-from ...model.errors import ConfigError, UnknownJob
+from ...model.errors import ConfigError, PayloadError, UnknownJob
+from ...model.payload import dumps
 from ...model.validation import check_max_attempts, check_name
 from .compat import (
     BaseTaskBackend,
@@ -30,14 +33,16 @@ from .compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
-    normalize_json,
     task_enqueued,
 )
 from .database import url_of
-from .results import TASK_KEY, task_result
-from .runner import register, task_name
+from .results import RUN_AFTER_KEY, TASK_KEY, task_as, task_result
+from .runner import BACKEND_KEY, register, task_name
 
 OPTIONS = {"DATABASE", "URL", "MAX_ATTEMPTS", "ENQUEUE_ON_COMMIT"}
+
+#: Every backend's pool alive in this process, for :func:`dispose_pools` (a test run's end).
+POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
 class WorkerpoolBackend(BaseTaskBackend):
@@ -75,62 +80,92 @@ class WorkerpoolBackend(BaseTaskBackend):
     @cached_property
     def pool(self) -> WorkerPool:
         """The pool the jobs go to, with a handler per queue; made on first use, when Django's
-        database settings are final (a test run's database included)."""
-        pool = WorkerPool(self.options.get("URL") or url_of(self.database))
-        register(pool, self.queues, max_attempts=self.max_attempts)
+        database settings are final (a test run's database included). ``QUEUES: []`` (Django's
+        "any queue") declares the ``default`` queue here and each other one when first used."""
+        pool = self.make_pool()
+        register(pool, self.queues or {"default"}, max_attempts=self.max_attempts)
+        POOLS.add(pool)
         return pool
+
+    def make_pool(self) -> WorkerPool:
+        return WorkerPool(self.options.get("URL") or url_of(self.database))
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks, then the queue name as workerpool takes it (with ``QUEUES: []``
+        Django takes any)."""
+        super().validate_task(task)
+        try:
+            check_name("queue", task.queue_name)
+        except ConfigError as exc:
+            raise InvalidTaskError(str(exc)) from None
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the job now, or when the transaction of ``DATABASE`` commits
         (``ENQUEUE_ON_COMMIT``): then the result's ``id`` is ``""`` until the commit, and stays
-        so if it rolls back (nothing is enqueued)."""
+        so if it rolls back (nothing is enqueued). Everything is checked before: Django's
+        ``TypeError``/``ValueError`` for arguments that are not JSON, ``InvalidTask`` for
+        arguments the task's function cannot take or a payload workerpool refuses (a key that
+        is no string, NaN, NUL, over the size limit)."""
         self.validate_task(task)
-        payload = self._payload(task, args, kwargs)
-        options = self._options(task)
+        _check_arguments(task, args, kwargs)
         result = TaskResult(
-            task=task,
+            task=task_as(task, backend=self.alias),
             id="",
             status=TaskResultStatus.READY,
             enqueued_at=None,
             started_at=None,
             last_attempted_at=None,
             finished_at=None,
-            args=payload["args"],
-            kwargs=payload["kwargs"],
+            args=args,  # normalised by TaskResult: Django's own errors for what is not JSON
+            kwargs=kwargs,
             backend=self.alias,
             errors=[],
             worker_ids=[],
         )
-        write = partial(self._write, result, payload, options)
+        payload = self._payload(result)
+        name = self._handler(task)
+        write = partial(self._write, result, name, payload, self._run_at(task.run_after))
         if self.enqueue_on_commit:
             transaction.on_commit(write, using=self.database)
         else:
             write()
         return result
 
-    def _write(self, result: TaskResult, payload: dict[str, Any], options: dict[str, Any]) -> None:
-        job_id = self.pool.enqueue(options.pop("name"), payload, **options)
+    def _write(
+        self, result: TaskResult, name: str, payload: dict[str, Any], run_at: datetime | None
+    ) -> None:
+        task = result.task
+        job_id = self.pool.enqueue(name, payload, priority=task.priority, run_at=run_at)
+        # The row's own time, so that get_result() reads the same enqueued_at.
+        created_at = self.pool.job(job_id).created_at
         object.__setattr__(result, "id", str(job_id))  # TaskResult is frozen
-        object.__setattr__(result, "enqueued_at", timezone.now())
+        object.__setattr__(result, "enqueued_at", created_at)
         task_enqueued.send(type(self), task_result=result)
 
-    def _payload(self, task: Task, args: Any, kwargs: Any) -> dict[str, Any]:
-        """The job's payload; InvalidTaskError names arguments that are not JSON."""
-        try:
-            return {
-                TASK_KEY: task.module_path,
-                "args": normalize_json(list(args)),
-                "kwargs": normalize_json(dict(kwargs)),
-            }
-        except (TypeError, ValueError) as exc:
-            raise InvalidTaskError(f"{task.module_path}: arguments must be JSON: {exc}") from None
-
-    def _options(self, task: Task) -> dict[str, Any]:
-        return {
-            "name": task_name(task.queue_name, is_async=iscoroutinefunction(task.func)),
-            "priority": task.priority,
-            "run_at": self._run_at(task.run_after),
+    def _payload(self, result: TaskResult) -> dict[str, Any]:
+        """The job's payload, checked as workerpool's enqueue will (InvalidTask if not)."""
+        task = result.task
+        payload = {
+            TASK_KEY: task.module_path,
+            BACKEND_KEY: self.alias,
+            "args": result.args,
+            "kwargs": result.kwargs,
         }
+        if task.run_after is not None:
+            payload[RUN_AFTER_KEY] = self._run_at(task.run_after).isoformat()
+        try:
+            dumps(payload, limit=self.pool.payload_limit)
+        except PayloadError as exc:
+            raise InvalidTaskError(f"{task.module_path}: {exc}") from None
+        return payload
+
+    def _handler(self, task: Task) -> str:
+        """The workerpool task name of ``task``'s queue, declared now if ``QUEUES`` is ``[]``."""
+        is_async = iscoroutinefunction(task.func)
+        name = task_name(task.queue_name, is_async=is_async)
+        if name not in self.pool.registry.tasks:
+            register(self.pool, {task.queue_name}, max_attempts=self.max_attempts)
+        return name
 
     @staticmethod
     def _run_at(run_after: datetime | None) -> datetime | None:
@@ -150,6 +185,27 @@ class WorkerpoolBackend(BaseTaskBackend):
         return task_result(info, self.alias)
 
 
+def _check_arguments(task: Task, args: Any, kwargs: Any) -> None:
+    """InvalidTask for arguments the task's function cannot take: refused here, not failed in
+    the worker after the commit (a ``TaskContext`` comes first for a task that takes it)."""
+    try:
+        signature = inspect.signature(task.func)
+    except (TypeError, ValueError):  # a callable without one (a builtin): the worker will say
+        return
+    context = [None] if task.takes_context else []
+    try:
+        signature.bind(*context, *args, **kwargs)
+    except TypeError as exc:
+        raise InvalidTaskError(f"{task.module_path}: {exc}") from None
+
+
+def dispose_pools() -> None:
+    """Close every backend pool's connections (a test database cannot be dropped while a
+    connection to it is open)."""
+    for pool in list(POOLS):
+        pool.dispose()
+
+
 def _job_id(result_id: Any) -> int:
     if (
         isinstance(result_id, str)
@@ -161,4 +217,4 @@ def _job_id(result_id: Any) -> int:
     raise TaskResultDoesNotExist(f"{result_id!r} is no workerpool job id (a positive integer)")
 
 
-__all__ = ["WorkerpoolBackend"]
+__all__ = ["WorkerpoolBackend", "dispose_pools"]

@@ -16,7 +16,7 @@ try:
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 except ImportError:  # before Django 6: the backport, its exceptions named ...Error
     from django_tasks import (  # type: ignore[no-redef]
@@ -35,7 +35,11 @@ except ImportError:  # before Django 6: the backport, its exceptions named ...Er
         InvalidTaskError,
         TaskResultDoesNotExist,
     )
-    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
 __all__ = [
@@ -52,4 +56,6 @@ __all__ = [
     "normalize_json",
     "task_backends",
     "task_enqueued",
+    "task_finished",
+    "task_started",
 ]
