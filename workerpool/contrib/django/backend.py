@@ -154,7 +154,7 @@ class WorkerpoolBackend(BaseTaskBackend):
         if task.run_after is not None:
             payload[RUN_AFTER_KEY] = self._run_at(task.run_after).isoformat()
         try:
-            dumps(payload, limit=self.pool.payload_limit)
+            dumps(payload, limit=self.pool.registry.payload_limit)
         except PayloadError as exc:
             raise InvalidTaskError(f"{task.module_path}: {exc}") from None
         return payload
