@@ -69,8 +69,8 @@ SECTIONS = (
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat, the
 #: once section four; the workflows start four supervisors per repeat and run a chain and a
-#: sequence one job at a time; the processes comparison wants every core quiet; the history section loads ``--history`` rows
-#: into a second table (minutes at 100M).
+#: sequence one job at a time; the processes comparison wants every core quiet; the history
+#: section loads ``--history`` rows into a second table (minutes at 100M).
 ASKED_ONLY = (
     "steps",
     "once",
