@@ -105,7 +105,7 @@ class PlantedSteps(StepStore):
 
 def crash_points(
     pool: WorkerPool,
-    task: str | Callable,
+    task: str | Callable[..., Any],
     payload: dict[str, Any] | None = None,
     *,
     check: Callable[[int], Any],
