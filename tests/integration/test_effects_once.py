@@ -412,3 +412,32 @@ def test_crash_points_refuses_bad_input_before_anything_is_written(app, sql):
     with pytest.raises(Exception, match="key="):
         testing.crash_points(app, "noop", {}, check=print, key="k")
     assert sql("SELECT count(*) FROM workerpool_jobs")[0][0] == 0
+
+
+def test_a_renewal_that_finds_the_job_done_by_its_handler_logs_no_loss(app, sql, caplog):
+    app.queue("renewed", stale_after=3)  # leases renewed every second
+    caplog.set_level(logging.INFO, logger="workerpool")
+    renewals: list[float] = []
+
+    @app.task(queue="renewed")
+    def lingers(job):
+        with app.engine.begin() as conn:
+            charge(conn, job)
+            job.complete_in(conn)
+        wait_until(lambda: len(renewals) >= 2, 10, message="two renewals after the commit")
+
+    job_id = app.enqueue("lingers", {"order": 17})
+    with running(app, "renewed") as worker:
+        renew = worker.leases.renew_if_due
+
+        def counted() -> None:
+            before = worker.leases.last_renew
+            renew()
+            if worker.leases.last_renew != before and ledger(sql, job_id):
+                renewals.append(worker.leases.last_renew)
+
+        worker.leases.renew_if_due = counted  # type: ignore[method-assign]
+        wait_until(lambda: app.job(job_id).state == "done" and len(renewals) >= 2, 20)
+    events = [getattr(r, "event", "") for r in caplog.records]
+    assert "lease_lost" not in events and "outcome_fenced_out" not in events, events
+    assert ledger(sql, job_id) == [(job_id, 17)]
