@@ -1,5 +1,6 @@
 """Effects that happen once under real `workerpool run` supervisors: hundreds of jobs writing
-their effect with ``complete_in`` through a SIGKILL storm leave every effect exactly once; a
+their effect with ``complete_in`` through a SIGKILL storm and a PostgreSQL restart (a cluster of
+the test's own) leave every effect exactly once; a
 worker frozen past ``stale_after`` while another finishes its job cannot commit its effect when
 it resumes; a step recorded with ``conn=`` is not repeated after a kill."""
 
@@ -9,13 +10,17 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import psycopg
 import pytest
 
 from tests.apps import once as app_module
+from tests.helpers.db import libpq
 from tests.helpers.processes import alive, start_supervisor, supervisors
 from tests.helpers.waiting import wait_until
+from workerpool.chaos.cluster import Cluster, stop_quietly, workspace
+from workerpool.migrate import upgrade
 
 
 @pytest.fixture
@@ -42,30 +47,78 @@ def states(sql) -> dict[str, int]:
     return dict(sql("SELECT state, count(*) FROM workerpool_jobs GROUP BY state"))
 
 
+@pytest.fixture
+def own_server(tmp_path) -> Iterator[tuple[Cluster, Callable[..., list[tuple]]]]:
+    """A PostgreSQL cluster of this test's own (never the shared server: it is restarted),
+    migrated, with the app's tables; and a ``sql`` on it that reconnects after a restart."""
+    with workspace() as root:
+        cluster = Cluster(root, "primary")
+        cluster.initdb()
+        cluster.start()
+        try:
+            upgrade(cluster.url())
+            conn: list[psycopg.Connection] = []
+
+            def sql(statement: str, *params: object) -> list[tuple]:
+                if not conn or conn[0].closed or conn[0].broken:
+                    conn[:] = [psycopg.connect(libpq(cluster.url()), autocommit=True)]
+                cursor = conn[0].execute(statement, params or None)  # type: ignore[arg-type]
+                return cursor.fetchall() if cursor.description else []
+
+            for table in app_module.TABLES:
+                sql(table)
+            yield cluster, sql
+            if conn:
+                conn[0].close()
+        finally:
+            stop_quietly(cluster)
+
+
+def done_count(sql) -> int:
+    """Jobs done so far; 0 while the server is down."""
+    try:
+        return states(sql).get("done", 0)
+    except psycopg.OperationalError:
+        return 0
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_sigkill_storm_leaves_every_complete_in_effect_exactly_once(app, sql, supervise):
-    ids = app.enqueue_many([("charge", {}) for _ in range(300)])
-    sup = supervise()
-    sup.wait_running("once")
-    kills = 0
-    deadline = time.monotonic() + 60
-    while states(sql).get("done", 0) < 250 and time.monotonic() < deadline:
-        pid, done = sup.child_pid("once"), states(sql).get("done", 0)
-        # a child that never progressed is a boot failure to the supervisor: let it work a bit
-        wait_until(lambda done=done: states(sql).get("done", 0) > done, 30, message="progress")
-        time.sleep(random.uniform(0.0, 0.2))
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            kills += 1
-        wait_until(lambda pid=pid: not alive(pid), 30, message="the killed child reaped")
+@pytest.mark.timeout(400)
+def test_a_sigkill_storm_and_a_postgres_restart_leave_every_effect_exactly_once(
+    own_server, tmp_path
+):
+    cluster, sql = own_server
+    url = cluster.url()
+    pool = app_module.build(url)
+    try:
+        ids = pool.enqueue_many([("charge", {}) for _ in range(300)])
+    finally:
+        pool.dispose()
+    with supervisors("tests.apps.once:pool", url, tmp_path) as launch:
+        sup = launch()
         sup.wait_running("once")
-    wait_until(
-        lambda: states(sql) == {"done": 300},
-        120,
-        message=f"every job done: {states(sql)}\n{sup.log()[-3000:]}",
-    )
-    assert kills >= 3, "the storm must actually kill"
+        kills = restarts = 0
+        deadline = time.monotonic() + 90
+        while done_count(sql) < 250 and time.monotonic() < deadline:
+            pid, done = sup.child_pid("once"), done_count(sql)
+            # a child that never progressed is a boot failure to the supervisor: let it work
+            wait_until(lambda done=done: done_count(sql) > done, 60, message="progress")
+            time.sleep(random.uniform(0.0, 0.2))
+            if not restarts and done_count(sql) > 100:
+                cluster.restart("immediate")  # every connection cut, mid-transaction
+                restarts += 1
+                continue
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+            wait_until(lambda pid=pid: not alive(pid), 30, message="the killed child reaped")
+            sup.wait_running("once")
+        wait_until(
+            lambda: done_count(sql) == 300,
+            180,
+            message=f"every job done: {states(sql)}\n{sup.log()[-3000:]}",
+        )
+    assert kills >= 3 and restarts == 1, "the storm must actually kill, and restart"
     ledger = effects(sql)
     assert sorted(ledger) == sorted(ids), "an effect is missing"
     assert {job: n for job, n in ledger.items() if n != 1} == {}, "an effect was doubled"
