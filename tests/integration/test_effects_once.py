@@ -120,6 +120,33 @@ def test_an_async_connection_completes_through_complete_in_async(app, sql, db_ur
     assert row(sql, job_id)[1] == "async"
 
 
+def test_an_async_step_is_recorded_in_its_async_connections_transaction(app, sql, db_url):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async_engine = create_async_engine(db_url.set(drivername="postgresql+psycopg"))
+
+    @app.task(queue="q", backoff=Backoff(base=0, cap=0))
+    async def debit_async(job):
+        async def debit():
+            await conn.run_sync(lambda sync: charge(sync, job))
+            return "debited"
+
+        try:
+            async with async_engine.begin() as conn:
+                await job.step_async("debit", debit, conn=conn)
+                if job.attempt == 1:
+                    raise ConnectionError("rolled back with the step's record")
+        finally:
+            await async_engine.dispose()
+
+    job_id = app.enqueue("debit_async", {"order": 18})
+    ran = testing.drain(app, "q", retries="now")
+    assert [r.state for r in ran] == ["failed", "done"]
+    assert ledger(sql) == [(job_id, 18)]
+    steps = sql("SELECT steps FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
+    assert steps["debit"]["attempt"] == 2 and steps["debit"]["value"] == "debited"
+
+
 def test_a_lost_lease_raises_there_and_the_effect_never_commits(app, sql, dsn):
     import psycopg
 

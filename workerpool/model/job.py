@@ -185,9 +185,11 @@ class Job:
         """:meth:`complete_in` on a SQLAlchemy ``AsyncConnection`` (or ``AsyncSession``)."""
         await conn.run_sync(lambda sync: self.complete_in(sync, result))
 
-    async def step_async(self, name: str, coro_fn: Callable[[], Any]) -> Any:
-        """:meth:`step` for ``async def`` handlers: ``await job.step_async(name, coro_fn)``."""
-        return await self._run().step_async(name, coro_fn)
+    async def step_async(self, name: str, coro_fn: Callable[[], Any], *, conn: Any = None) -> Any:
+        """:meth:`step` for ``async def`` handlers: ``await job.step_async(name, coro_fn)``;
+        ``conn``: a SQLAlchemy ``AsyncConnection`` (or ``AsyncSession``) whose transaction
+        records the step."""
+        return await self._run().step_async(name, coro_fn, conn=conn)
 
     def sleep(self, name: str, seconds: float) -> None:
         """The first time: leave the handler and run again in ``seconds``, holding no worker

@@ -183,7 +183,9 @@ class Steps:
             )
             self.completed = completion(self.job, conn, text)
 
-    async def step_async(self, name: str, coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def step_async(
+        self, name: str, coro_fn: Callable[[], Awaitable[Any]], conn: Any = None
+    ) -> Any:
         entry = self.begin(name)
         if finished(entry):
             return entry["value"]  # type: ignore[index]
@@ -191,6 +193,10 @@ class Steps:
         started = time.monotonic()
         value = await coro_fn()
         elapsed = time.monotonic() - started
+        if conn is not None:  # an AsyncConnection: the record in its transaction
+            return await conn.run_sync(
+                lambda sync: self.record(name, STEP, value, elapsed, conn=sync)
+            )
         # the fenced write is a blocking round trip: off the event loop other handlers share
         return await asyncio.get_running_loop().run_in_executor(
             None, self.record, name, STEP, value, elapsed
