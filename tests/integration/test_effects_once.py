@@ -30,6 +30,8 @@ from workerpool import (
 
 LEDGER = "CREATE TABLE ledger (job_id bigint NOT NULL, order_id int NOT NULL)"
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def app(pool: WorkerPool, sql) -> WorkerPool:
@@ -468,3 +470,57 @@ def test_a_renewal_that_finds_the_job_done_by_its_handler_logs_no_loss(app, sql,
     events = [getattr(r, "event", "") for r in caplog.records]
     assert "lease_lost" not in events and "outcome_fenced_out" not in events, events
     assert ledger(sql, job_id) == [(job_id, 17)]
+
+
+USER_APP = """
+from sqlalchemy import text
+from workerpool import WorkerPool
+
+pool = WorkerPool()
+pool.queue("billing")
+
+def write(conn, job):
+    conn.execute(text("INSERT INTO ledger VALUES (:j, 0)"), {"j": job.id})
+
+@pool.task(queue="billing", max_attempts=10)
+def fenced(job):
+    with pool.engine.begin() as conn:
+        write(conn, job)
+        job.complete_in(conn)
+
+@pool.task(queue="billing", max_attempts=10)
+def naive(job):
+    with pool.engine.begin() as conn:
+        write(conn, job)
+"""
+
+USER_TESTS = """
+import pytest
+from sqlalchemy import text
+from workerpool import testing
+
+def once(pool):
+    with pool.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS ledger (job_id bigint, n int)"))
+
+    def check(job_id):
+        with pool.engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT count(*) FROM ledger WHERE job_id = :j"), {"j": job_id}
+            ).scalar()
+        assert rows == 1, f"{rows} ledger rows"
+
+    return check
+
+@pytest.mark.parametrize("task", ["fenced", "naive"])
+def test_effects_once(workerpool_pool, task):
+    testing.crash_points(workerpool_pool, task, {}, check=once(workerpool_pool))
+"""
+
+
+def test_crash_points_in_a_users_suite_on_the_workerpool_pool_fixture(pytester):
+    pytester.makepyfile(billing=USER_APP, test_billing=USER_TESTS)
+    pytester.makeini("[pytest]\nworkerpool_app = billing:pool\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*CrashPointFailure: crash at outcome: check(*) failed*2 ledger*"])
