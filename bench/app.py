@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from workerpool import Job, WorkerPool
@@ -85,6 +86,29 @@ def stepped(job: Job) -> None:
     """``STEPS`` durable steps that do nothing: only the steps' own cost is measured."""
     for number in range(STEPS):
         job.step(f"s{number}", lambda: None)
+
+
+#: The effect the once section's jobs write (``bench.once``), made by that section.
+EFFECTS_TABLE = "CREATE TABLE IF NOT EXISTS bench_effects (job_id bigint NOT NULL)"
+_EFFECT = text("INSERT INTO bench_effects (job_id) VALUES (:job_id)")
+
+
+def effect_tasks(pool: WorkerPool) -> None:
+    """``effect_plain`` writes one row in a transaction of its own and returns (the worker then
+    writes ``done``); ``effect_once`` writes the same row and ends its job in that transaction
+    (``job.complete_in``)."""
+
+    def effect_plain(job: Job) -> None:
+        with pool.engine.begin() as conn:
+            conn.execute(_EFFECT, {"job_id": job.id})
+
+    def effect_once(job: Job) -> None:
+        with pool.engine.begin() as conn:
+            conn.execute(_EFFECT, {"job_id": job.id})
+            job.complete_in(conn)
+
+    pool.task(effect_plain, queue=QUEUE)
+    pool.task(effect_once, queue=QUEUE)
 
 
 _chatty_log = logging.getLogger("bench.chatty")
@@ -158,6 +182,7 @@ def make_pool(
     pool.task(spin, queue=QUEUE)
     pool.task(chatty, queue=QUEUE)
     pool.task(typed_noop, queue=QUEUE)
+    effect_tasks(pool)
     if os.environ.get(RETENTION_ENV):
         pool.maintenance(retention=float(os.environ[RETENTION_ENV]))
     return pool

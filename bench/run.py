@@ -25,6 +25,7 @@ from . import (
     history,
     joblogs,
     limits,
+    once,
     operators,
     processes,
     scale,
@@ -57,6 +58,7 @@ SECTIONS = (
     "batches",
     "workflows",
     "steps",
+    "once",
     "limits",
     "fleet",
     "burst",
@@ -67,12 +69,13 @@ SECTIONS = (
 )
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
-#: repeat) and it kills processes; the steps section starts three supervisors per repeat; the
-#: workflows start four supervisors per repeat and run a chain and a sequence one job at a time;
-#: the processes comparison wants every core quiet; the history section loads ``--history`` rows
-#: into a second table (minutes at 100M).
+#: repeat) and it kills processes; the steps section starts three supervisors per repeat, the
+#: once section four; the workflows start four supervisors per repeat and run a chain and a
+#: sequence one job at a time; the processes comparison wants every core quiet; the history
+#: section loads ``--history`` rows into a second table (minutes at 100M).
 ASKED_ONLY = (
     "steps",
+    "once",
     "limits",
     "fleet",
     "burst",
@@ -297,6 +300,8 @@ def declare(report: Report, plan: Plan) -> None:
         workflows.declare(report, plan.batch_members)
     if plan.wants("steps"):
         steps.declare(report, plan.step_jobs)
+    if plan.wants("once"):
+        once.declare(report, plan.step_jobs * 10)
     if plan.wants("logs"):
         joblogs.declare(report, plan.step_jobs * 10)
     if plan.wants("typed"):
@@ -362,6 +367,10 @@ class Bench:
                 if self.plan.wants("steps"):
                     steps.measure(
                         self.report, self.launcher, self.pool, self.plan.step_jobs, repeat
+                    )
+                if self.plan.wants("once"):
+                    once.measure(
+                        self.report, self.launcher, self.pool, self.plan.step_jobs * 10, repeat
                     )
                 if self.plan.wants("processes"):
                     self.measure_processes(repeat)

@@ -325,45 +325,44 @@ class StorageThrottled(Exception):
 @pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
 def delete_user(job: Job) -> None:
     """Delete a user from every store, one durable step per store: a retry replays the steps
-    that finished and resumes at the first one that did not."""
+    that finished and resumes at the first one that did not. A step's deletes, its row in the
+    demo's own ledger and the step's record commit in one transaction (``step(conn=)``)."""
     user_id = job.payload["user_id"]
     for step in DELETION_STEPS:
-        job.step(step, lambda step=step: _deletion_step(job, user_id, step))
+        with pool.engine.begin() as conn:
+            job.step(step, lambda step=step: _deletion_step(conn, job, user_id, step), conn=conn)
 
 
-def _deletion_step(job: Job, user_id: int, step: str) -> str:
-    STEP_FUNCTIONS[step](user_id)
-    with pool.engine.begin() as conn:
-        conn.execute(
-            insert(deletion_steps).values(
-                job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
-            )
+def _deletion_step(conn: Connection, job: Job, user_id: int, step: str) -> str:
+    STEP_FUNCTIONS[step](conn, user_id)
+    conn.execute(
+        insert(deletion_steps).values(
+            job_id=job.id, user_id=user_id, attempt=job.attempt, step=step
         )
+    )
     return "deleted"
 
 
-def _delete_sessions(user_id: int) -> None:
+def _delete_sessions(conn: Connection, user_id: int) -> None:
     """Log the user out everywhere: sessions, API tokens, pending password resets."""
-    with pool.engine.begin() as conn:
-        for table in (sessions, api_tokens, reset_tokens):
-            conn.execute(delete(table).where(table.c.user_id == user_id))
+    for table in (sessions, api_tokens, reset_tokens):
+        conn.execute(delete(table).where(table.c.user_id == user_id))
 
 
-def _delete_posts(user_id: int) -> None:
-    with pool.engine.begin() as conn:
-        conn.execute(delete(posts).where(posts.c.user_id == user_id))
+def _delete_posts(conn: Connection, user_id: int) -> None:
+    conn.execute(delete(posts).where(posts.c.user_id == user_id))
 
 
-def _delete_uploads(user_id: int) -> None:
-    """Object storage has no transactions: delete object by object (slow), then forget the row."""
-    with pool.engine.connect() as conn:
-        keys = (
-            conn.execute(
-                select(uploads.c.id).where(uploads.c.user_id == user_id).order_by(uploads.c.id)
-            )
-            .scalars()
-            .all()
+def _delete_uploads(conn: Connection, user_id: int) -> None:
+    """Object storage has no transactions: delete object by object (slow), each forgotten in a
+    transaction of its own (a re-run finds only what is left), not in the step's ``conn``."""
+    keys = (
+        conn.execute(
+            select(uploads.c.id).where(uploads.c.user_id == user_id).order_by(uploads.c.id)
         )
+        .scalars()
+        .all()
+    )
     rng = random.Random()
     for upload_id in keys:
         time.sleep(rng.uniform(0.05, 0.2))  # DELETE https://storage.example.com/…
@@ -373,10 +372,9 @@ def _delete_uploads(user_id: int) -> None:
             conn.execute(delete(uploads).where(uploads.c.id == upload_id))
 
 
-def _delete_account(user_id: int) -> None:
-    with pool.engine.begin() as conn:
-        conn.execute(delete(users).where(users.c.id == user_id))
-        conn.execute(insert(audit_log).values(event="account deleted"))
+def _delete_account(conn: Connection, user_id: int) -> None:
+    conn.execute(delete(users).where(users.c.id == user_id))
+    conn.execute(insert(audit_log).values(event="account deleted"))
 
 
 STEP_FUNCTIONS = {
@@ -391,14 +389,16 @@ STEP_FUNCTIONS = {
 
 
 @pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
-def export_data(job: Job) -> dict[str, Any]:
+def export_data(job: Job) -> None:
     """Collect a user's data, let it cool off, wait for support's approval, deliver it once."""
     user_id = job.payload["user_id"]
     archive = job.step("collect", lambda: _collect(job, user_id))
     job.sleep("cool_off", EXPORT_COOL_OFF)  # pending again in a second: no worker held
     approval = job.wait_for(f"export_approved:{user_id}", timeout=600)  # state waiting
-    job.step("deliver", lambda: _deliver(job, user_id, archive, approval["by"]))
-    return {"user_id": user_id, **archive}
+    with pool.engine.begin() as conn:  # the link recorded and the job done: together, once
+        _deliver(conn, job, user_id, archive, approval["by"])
+        job.complete_in(conn, result={"user_id": user_id, **archive})
+    return None  # not written: the job is already done
 
 
 def _collect(job: Job, user_id: int) -> dict[str, int]:
@@ -412,21 +412,16 @@ def _collect(job: Job, user_id: int) -> dict[str, int]:
     return {"posts": counts["posts"], "uploads": counts["uploads"]}
 
 
-def _deliver(job: Job, user_id: int, archive: dict[str, int], by: str) -> str:
-    """Send the download link; keyed on the job, so a crash before the step was recorded
-    cannot send it twice."""
-    with pool.engine.begin() as conn:
-        conn.execute(
-            pg_insert(exports)
-            .values(job_id=job.id, user_id=user_id, approved_by=by, **archive)
-            .on_conflict_do_nothing(index_elements=[exports.c.job_id])
+def _deliver(conn: Connection, job: Job, user_id: int, archive: dict[str, int], by: str) -> None:
+    """Record the download link, in the transaction that ends the job (``complete_in``): a
+    crash before its commit leaves neither, after it the job is done, so it is never sent
+    twice (the primary key on the job would refuse a second one)."""
+    conn.execute(insert(exports).values(job_id=job.id, user_id=user_id, approved_by=by, **archive))
+    conn.execute(
+        insert(deletion_steps).values(
+            job_id=job.id, user_id=user_id, attempt=job.attempt, step="deliver"
         )
-        conn.execute(
-            insert(deletion_steps).values(
-                job_id=job.id, user_id=user_id, attempt=job.attempt, step="deliver"
-            )
-        )
-    return "sent"
+    )
 
 
 def remaining_rows(conn: Connection, user_id: int) -> dict[str, int]:

@@ -64,6 +64,9 @@ def test_a_seeded_run_passes_every_check(tmp_path):
     outcomes = result["outcomes"]
     assert outcomes.get("plain: done", 0) > 100 and outcomes.get("tick: done", 0) >= 5, outcomes
     assert outcomes.get("poison: dead/abandoned", 0) >= 1, outcomes
+    # effects written with complete_in through every fault, counted once each by the checker
+    assert outcomes.get("once: done", 0) > 20, outcomes
+    assert result["history"].get("once effects counted", 0) == outcomes["once: done"], result
     assert result["history"].get("enqueue rollback: rolled_back", 0) >= 1
 
 

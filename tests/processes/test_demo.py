@@ -119,7 +119,7 @@ def assert_database_agrees(sql: Callable[[str], list[tuple]]) -> None:
     assert exports and all(delivered == 1 for _, delivered in exports), exports
     waits = sql(
         "SELECT count(*) FROM workerpool_jobs WHERE task = 'export_data'"
-        " AND steps ? 'cool_off' AND steps ? 'collect' AND steps ? 'deliver'"
+        " AND steps ? 'cool_off' AND steps ? 'collect' AND result ? 'uploads'"  # complete_in's
     )
     assert waits == [(len(exports),)]
     runs = sql(

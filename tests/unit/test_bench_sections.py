@@ -38,6 +38,7 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
         "limits",
         "burst",
         "steps",
+        "once",
         "workflows",
         "processes",
         "logs",

@@ -6,7 +6,9 @@ lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own 
 time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, which writes down
 how many members it saw still live), ``node`` and ``node_run`` (steps of chains, graphs and
 sequences; ``node_run`` runs even when a parent failed), ``stepped`` (three durable steps, each
-writing its run to the ledger, with a pause between them that faults land in), and the cron job
+writing its run to the ledger, with a pause between them that faults land in), ``once`` (its
+effect, a keyless row, written in the transaction that ends the job: ``complete_in``), and the
+cron job
 ``tick`` (every two seconds, slower than its period now and then, so ticks are skipped rather
 than overlapped). ``plain`` and ``member`` return a result the checker can predict from the job
 (:func:`expected_result`). Timings are short so that recovery is seconds.
@@ -21,11 +23,12 @@ import uuid
 import zlib
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from workerpool import Backoff, Job, Permanent, WorkerPool
 
-from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, PROBE, START, STEP, Ledger
+from .ledger import CALLBACK, EFFECT, FINISH, LEDGER_URL_ENV, ONCE, PROBE, START, STEP, Ledger
 
 STALE_AFTER = 3.0  # the library's minimum: leases of stopped processes go stale fast
 SETTINGS = {
@@ -126,6 +129,8 @@ def expected_result(task: str, key: str | None, payload: dict[str, Any]) -> Any:
         return {"key": key, "n": payload.get("n")}
     if task == "stepped":
         return [f"{name} ok" for name in STEPS]
+    if task == "once":
+        return {"once": key}
     return None
 
 
@@ -135,6 +140,16 @@ def plain(job: Job) -> Any:
         time.sleep(float(job.payload.get("seconds", 0.02)))
         run.effect()
     return expected_result("plain", job.key, job.payload)
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def once(job: Job) -> None:
+    with Execution(job, "once") as run:
+        run.effect()  # the ledger's own proof that this run happened (keyed: idempotent)
+        time.sleep(float(job.payload.get("seconds", 0.02)))  # faults land here
+        with pool.engine.begin() as conn:
+            conn.execute(text(ONCE), {"job": job.id, "attempt": job.attempt, "exec": run.id})
+            job.complete_in(conn, result=expected_result("once", job.key, job.payload))
 
 
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)

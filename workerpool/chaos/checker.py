@@ -11,7 +11,8 @@ returned; no job of a chain, graph or sequence ran before its parents ended (don
 where it was told to run anyway), every dependent of a failed parent ended cancelled (or ran,
 where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
 never had to release a waiting job; no durable step ran again after its job recorded it
-finished, and a done job recorded every one of its steps.
+finished, and a done job recorded every one of its steps; a ``once`` job's effect, written in
+the transaction that ended it, is there exactly once when it is done and never otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class History:
     reads: list[dict[str, Any]] = field(default_factory=list)  # the producers' result reads
     edges: list[dict[str, Any]] = field(default_factory=list)  # workerpool_job_dependencies
     step_runs: list[dict[str, Any]] = field(default_factory=list)  # chaos_step rows
+    once: dict[int, int] = field(default_factory=dict)  # job id → its chaos_once rows
 
 
 @dataclass
@@ -71,6 +73,7 @@ def check(history: History) -> Verdict:
     _results(history, verdict)
     _workflows(history, execs_by_job, verdict)
     _steps(history, verdict)
+    _once(history, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -346,6 +349,28 @@ def _steps(history: History, verdict: Verdict) -> None:
             if len(done_at) > 1:
                 verdict.notes["steps run again before they were recorded (a fault between)"] += 1
             verdict.notes["steps recorded"] += 1
+
+
+def _once(history: History, verdict: Verdict) -> None:
+    """Each ``once`` job's keyless effect (``complete_in``): once if done, else never; and its
+    result is the one written with it."""
+    from .app import expected_result
+
+    for row in history.jobs.values():
+        if row["task"] != "once":
+            continue
+        count = history.once.get(row["id"], 0)
+        verdict.notes["once effects counted"] += count
+        if row["state"] == "done" and count == 0:
+            verdict.add("once_missing", row["id"])
+        elif count > 1:
+            verdict.add("once_doubled", {"job": row["id"], "effects": count})
+        elif row["state"] in TERMINAL - {"done"} and count:
+            verdict.add("once_without_done", {"job": row["id"], "state": row["state"]})
+        if row["state"] == "done" and row.get("result") != expected_result(
+            "once", row["key"], row.get("payload") or {}
+        ):
+            verdict.add("wrong_result", {"job": row["id"], "stored": row.get("result")})
 
 
 def recovery_times(

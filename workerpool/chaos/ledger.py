@@ -7,7 +7,9 @@ not stale. Each run of a durable step's work is a row in ``chaos_step`` (a step 
 again once its job recorded it finished). The "external effect" is a row in ``chaos_effect``
 keyed by the job's idempotency key (``ON CONFLICT DO NOTHING``: a re-run after a crash finds it
 there). Ledger rows are written on a connection of their own in autocommit, so they survive the
-job's rollback and any kill.
+job's rollback and any kill; all but one: a ``once`` job's effect, a row in ``chaos_once`` with
+no key to absorb a repeat, is written by the handler in the transaction that ends its job
+(``job.complete_in``), so it must be there exactly once for a done job and never for another.
 
 Times are ``statement_timestamp()`` (the database clock): a probe's time is never later than the
 snapshot it judged the lease in, so a probe that saw a lease valid happened before any re-claim
@@ -41,6 +43,10 @@ CREATE TABLE IF NOT EXISTS chaos_business (
 CREATE TABLE IF NOT EXISTS chaos_step (
     job_id bigint NOT NULL, step text NOT NULL, exec_id text NOT NULL, at timestamptz NOT NULL);
 CREATE INDEX IF NOT EXISTS chaos_step_job ON chaos_step (job_id);
+CREATE TABLE IF NOT EXISTS chaos_once (
+    job_id bigint NOT NULL, attempt int NOT NULL, exec_id text NOT NULL,
+    at timestamptz NOT NULL DEFAULT statement_timestamp());
+CREATE INDEX IF NOT EXISTS chaos_once_job ON chaos_once (job_id);
 CREATE TABLE IF NOT EXISTS chaos_callback (
     exec_id text PRIMARY KEY, job_id bigint NOT NULL, batch_id bigint NOT NULL,
     live int NOT NULL, at timestamptz NOT NULL);
@@ -80,6 +86,11 @@ ON CONFLICT (exec_id) DO NOTHING
 STEP = """
 INSERT INTO chaos_step (job_id, step, exec_id, at)
 VALUES (%(job)s, %(step)s, %(exec)s, statement_timestamp())
+"""
+#: A ``once`` job's effect, written in the job's own transaction (``job.complete_in``): no
+#: key, so a repeat would be a second row.
+ONCE = """
+INSERT INTO chaos_once (job_id, attempt, exec_id) VALUES (:job, :attempt, :exec)
 """
 EFFECT = """
 INSERT INTO chaos_effect (key, job_id, exec_id, at)

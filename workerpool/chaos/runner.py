@@ -375,8 +375,22 @@ def read_history(
         effects = {row["key"]: row for row in conn.execute("SELECT * FROM chaos_effect")}
         edges = list(conn.execute("SELECT * FROM workerpool_job_dependencies"))
         step_runs = list(conn.execute("SELECT * FROM chaos_step ORDER BY at"))
+        once = {
+            row["job_id"]: row["count"]
+            for row in conn.execute("SELECT job_id, count(*) FROM chaos_once GROUP BY job_id")
+        }
     return History(
-        enqueued, jobs, execs, probes, effects, batches, callbacks, reads or [], edges, step_runs
+        enqueued,
+        jobs,
+        execs,
+        probes,
+        effects,
+        batches,
+        callbacks,
+        reads or [],
+        edges,
+        step_runs,
+        once,
     )
 
 

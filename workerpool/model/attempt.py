@@ -30,6 +30,9 @@ class Outcome:
     result: str | None = None
     #: A snooze or a wait that a step asked for (job.sleep, job.wait_for), written with it.
     suspension: Suspension | None = None
+    #: ``committed`` only: what followed the completion in the handler's transaction (its
+    #: batches finished), reported by the worker like its own outcomes' (``sql.settled``).
+    followed: Any = None
 
 
 def safe_text(value: Any, limit: int) -> str:

@@ -176,6 +176,22 @@ class LeaseLost(WorkerpoolError):
     """This process no longer owns the job (its lease went stale and another process claimed it)."""
 
 
+class CompletionRefused(WorkerpoolError):
+    """``job.complete_in`` refused to end the job in the caller's transaction; nothing was
+    written (called twice, after a cancel, outside a running handler, on a connection that is
+    not in a transaction or not on the pool's database, or the lease is gone)."""
+
+
+class CompletionLeaseLost(CompletionRefused, LeaseLost):
+    """``job.complete_in``: this process no longer owns the job, so nothing was written and the
+    caller's transaction must not commit its effect (let the exception leave the block)."""
+
+
+class CrashPointFailure(WorkerpoolError, AssertionError):
+    """``testing.crash_points``: a handler crashed at a durable point and the check failed (the
+    message names the point and the failure)."""
+
+
 class StepNameReused(WorkerpoolError):
     """A step name was used twice in one run of a handler: each step needs its own name, or
     the second would replay the first one's stored value."""
@@ -238,7 +254,10 @@ __all__ = [
     "BatchClosed",
     "BatchFinished",
     "Cancelled",
+    "CompletionLeaseLost",
+    "CompletionRefused",
     "ConfigError",
+    "CrashPointFailure",
     "DatabaseNotConfigured",
     "DuplicateJob",
     "IdempotencyConflict",

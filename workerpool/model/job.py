@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .steps import Steps, StepStore
 
@@ -48,6 +48,9 @@ class Job:
     _step_store: StepStore | None = field(default=None, repr=False, compare=False)
     _steps: Steps | None = field(default=None, repr=False, compare=False)
     _progress: Callable[[Job, Any], None] | None = field(default=None, repr=False, compare=False)
+    #: Ends the job in the caller's transaction (``complete_in``): the runtime's, or None when
+    #: the Job runs under no worker.
+    _completion: Completion | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_row(
@@ -60,6 +63,7 @@ class Job:
         parents: Callable[[int], dict[int, Any]] | None = None,
         steps: StepStore | None = None,
         progress: Callable[[Job, Any], None] | None = None,
+        completion: Completion | None = None,
     ) -> Job:
         """``payload``: the row's payload brought to the task's current shape (default: as is);
         ``cancel``: gives the job's cancel flag (made when first asked for); ``parents``:
@@ -90,6 +94,7 @@ class Job:
             _step_store=steps,
             _steps=None,
             _progress=progress,
+            _completion=completion,
         )
         return job
 
@@ -147,20 +152,44 @@ class Job:
 
     # -- durable steps (workerpool.model.steps) -----------------------------------------------
 
-    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+    def step(self, name: str, fn: Callable[[], Any], *, conn: Any = None) -> Any:
         """Run ``fn()`` the first time and store its JSON result on the job, fenced on its lease;
         a later run of this job returns the stored value without calling ``fn``.
+
+        With ``conn`` (a SQLAlchemy ``Connection`` or ORM ``Session`` on the pool's database,
+        in the caller's open transaction) the step's record is written in that transaction:
+        what ``fn`` wrote through ``conn`` and the record commit together, or neither.
 
         Raises :class:`~workerpool.model.errors.StepNameReused` for a name already used in this run,
         :class:`~workerpool.model.errors.PayloadError` for a result that is not JSON (or too large)
         and :class:`~workerpool.model.errors.LeaseLost` when the job is no longer this worker's
         (nothing is recorded then).
         """
-        return self._run().step(name, fn)
+        return self._run().step(name, fn, conn=conn)
 
-    async def step_async(self, name: str, coro_fn: Callable[[], Any]) -> Any:
-        """:meth:`step` for ``async def`` handlers: ``await job.step_async(name, coro_fn)``."""
-        return await self._run().step_async(name, coro_fn)
+    def complete_in(self, conn: Any, result: Any = None) -> None:
+        """End this job ``done`` (with ``result``) in ``conn``'s open transaction, fenced on the
+        lease: the caller's writes in that transaction and the completion commit together, or
+        neither. ``conn``: a SQLAlchemy ``Connection`` or ORM ``Session`` on the pool's
+        database. Once that transaction commits, the worker writes no outcome for this
+        attempt; if it rolls back, the handler's return or raise decides as usual.
+
+        Raises :class:`~workerpool.model.errors.CompletionLeaseLost` (a ``LeaseLost``) when the job
+        is no longer this worker's, and :class:`~workerpool.model.errors.CompletionRefused` when
+        called twice, after a cancel, outside a running handler, or on a connection not in a
+        transaction or on another database; nothing is written then.
+        """
+        self._run().complete_in(conn, result)
+
+    async def complete_in_async(self, conn: Any, result: Any = None) -> None:
+        """:meth:`complete_in` on a SQLAlchemy ``AsyncConnection`` (or ``AsyncSession``)."""
+        await conn.run_sync(lambda sync: self.complete_in(sync, result))
+
+    async def step_async(self, name: str, coro_fn: Callable[[], Any], *, conn: Any = None) -> Any:
+        """:meth:`step` for ``async def`` handlers: ``await job.step_async(name, coro_fn)``;
+        ``conn``: a SQLAlchemy ``AsyncConnection`` (or ``AsyncSession``) whose transaction
+        records the step."""
+        return await self._run().step_async(name, coro_fn, conn=conn)
 
     def sleep(self, name: str, seconds: float) -> None:
         """The first time: leave the handler and run again in ``seconds``, holding no worker
@@ -178,6 +207,14 @@ class Job:
         if self._steps is None:
             object.__setattr__(self, "_steps", Steps(self, self.steps_data, self._step_store))
         return self._steps  # type: ignore[return-value]
+
+
+class Completion(Protocol):
+    """The runtime's side of :meth:`Job.complete_in`: write ``done`` and ``result`` (JSON text
+    or None) in ``conn``'s transaction, fenced on the job's lease; returns what followed
+    (:class:`workerpool.sql.settled.Followed`) or raises a ``CompletionRefused``."""
+
+    def __call__(self, job: Job, conn: Any, result: str | None) -> Any: ...
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class OutcomeKind(enum.StrEnum):
     UNSTARTED = "unstarted"  # prefetched and given back before any handler started it
     CANCELLED = "cancelled"  # an operator asked it to stop: cancelled, whatever the handler did
     WAIT = "wait"  # job.wait_for: waiting for a signal, attempt refunded
+    #: job.complete_in: ``done`` was written by the handler's own transaction, which committed;
+    #: the worker writes nothing more for the attempt
+    COMMITTED = "committed"
 
 
 class ChildState(enum.Enum):

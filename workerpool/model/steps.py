@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import MAX_DELAY, InvalidStep, LeaseLost, StepNameReused
-from .payload import dumps
+from .errors import MAX_DELAY, CompletionRefused, InvalidStep, LeaseLost, StepNameReused
+from .payload import DEFAULT_PAYLOAD_LIMIT, dumps
 
 #: Step and signal names: at most this many characters (they are keys of a JSON object and
 #: shown on the dashboard).
@@ -103,6 +103,11 @@ class StepStore(Protocol):
     def limit(self) -> int:
         """The size limit of one step's value (the payload limit)."""
 
+    def record_in(
+        self, conn: Any, job: Any, name: str, kind: str, value: str, elapsed: float
+    ) -> dict[str, Any] | None:
+        """:meth:`record` in ``conn``'s open transaction (``step(conn=)``)."""
+
 
 @dataclass(frozen=True)
 class Suspension:
@@ -131,6 +136,10 @@ class Steps:
         self.stored: dict[str, Any] = dict(stored or {})
         self.used: set[str] = set()
         self._lock = threading.Lock()
+        #: What ``complete_in``'s write returned (the transaction it ran in may yet roll back).
+        self.completed: Any = None
+        #: The handler returned: ``complete_in`` is refused from now on.
+        self.ended = False
 
     def begin(self, name: str) -> dict[str, Any] | None:
         """Take ``name`` for this run; its stored entry, if an earlier run stored one."""
@@ -144,16 +153,39 @@ class Steps:
             self.used.add(name)
             return self.stored.get(name)
 
-    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+    def step(self, name: str, fn: Callable[[], Any], conn: Any = None) -> Any:
         entry = self.begin(name)
         if finished(entry):
             return entry["value"]  # type: ignore[index]
         self.job.checkpoint()  # a cancelled job starts no new step
         started = time.monotonic()
         value = fn()
-        return self.record(name, STEP, value, time.monotonic() - started)
+        return self.record(name, STEP, value, time.monotonic() - started, conn=conn)
 
-    async def step_async(self, name: str, coro_fn: Callable[[], Awaitable[Any]]) -> Any:
+    def complete_in(self, conn: Any, result: Any) -> None:
+        """``job.complete_in``: refused (nothing written) unless this is the first call of a
+        running handler on a job not asked to stop."""
+        completion = self.job._completion
+        if completion is None or self.ended:
+            raise CompletionRefused(
+                f"job {self.job.id}: complete_in called outside a running handler"
+            )
+        with self._lock:
+            if self.completed is not None:
+                raise CompletionRefused(f"job {self.job.id}: complete_in was already called")
+            if self.job.cancelled:
+                raise CompletionRefused(f"job {self.job.id} was cancelled; not completed")
+            limit = self.store.limit() if self.store is not None else DEFAULT_PAYLOAD_LIMIT
+            text = (
+                None
+                if result is None
+                else dumps(result, limit=limit, what="result", object_only=False)
+            )
+            self.completed = completion(self.job, conn, text)
+
+    async def step_async(
+        self, name: str, coro_fn: Callable[[], Awaitable[Any]], conn: Any = None
+    ) -> Any:
         entry = self.begin(name)
         if finished(entry):
             return entry["value"]  # type: ignore[index]
@@ -161,18 +193,32 @@ class Steps:
         started = time.monotonic()
         value = await coro_fn()
         elapsed = time.monotonic() - started
+        if conn is not None:  # an AsyncConnection: the record in its transaction
+            return await conn.run_sync(
+                lambda sync: self.record(name, STEP, value, elapsed, conn=sync)
+            )
         # the fenced write is a blocking round trip: off the event loop other handlers share
         return await asyncio.get_running_loop().run_in_executor(
             None, self.record, name, STEP, value, elapsed
         )
 
     def record(
-        self, name: str, kind: str, value: Any, elapsed: float, timed_out: bool = False
+        self,
+        name: str,
+        kind: str,
+        value: Any,
+        elapsed: float,
+        timed_out: bool = False,
+        conn: Any = None,
     ) -> Any:
-        """Write a finished step; returns its value as a replay will return it (decoded JSON)."""
+        """Write a finished step (in ``conn``'s transaction if given, else in one of its own);
+        returns its value as a replay will return it (decoded JSON)."""
         store = self._store()
         text = dumps(value, limit=store.limit(), what=f"step {name!r}", object_only=False)
-        entry = store.record(self.job, name, kind, text, elapsed, timed_out)
+        if conn is None:
+            entry = store.record(self.job, name, kind, text, elapsed, timed_out)
+        else:
+            entry = store.record_in(conn, self.job, name, kind, text, elapsed)
         if entry is None:
             raise LeaseLost(f"job {self.job.id}: lease lost, step {name!r} not recorded")
         with self._lock:

@@ -37,6 +37,7 @@ from ..model.steps import Suspended
 from ..sql import dependencies
 from ..sql.job_logs import insert_logs
 from ..sql.progress import save_progress
+from .once import settle_outcome
 from .steps import StepStore
 from .worker.joblogs import CURRENT, AttemptLog, install
 from .worker.outcomes import record_settling
@@ -103,16 +104,29 @@ def call_handler_for_result(spec: TaskSpec, job: Job) -> tuple[BaseException | N
     return None, result
 
 
-def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple[TaskSpec, Job]:
+def make_job(
+    registry: Registry,
+    engine: Engine,
+    row: Any,
+    worker: str,
+    *,
+    steps: StepStore | None = None,
+    reach: Callable[[str], None] = lambda point: None,
+) -> tuple[TaskSpec, Job]:
+    """The task and the Job its handler gets. ``steps``: the store of its steps (default: one
+    on ``engine``); ``reach`` is told each durable point a checkpoint passes (the crash
+    harness, :mod:`workerpool.testing.crash_points`, ends the attempt at one)."""
     spec = registry.task_spec(row.task)
     payload = upcast(spec, row.payload, row.payload_version)
 
     def saver(job: Job, data: Any) -> None:
         text = dumps(data, limit=registry.payload_limit, what="checkpoint", object_only=False)
         lease = Lease(job.id, job.attempt, worker)
+        reach("checkpoint:before")
         with engine.begin() as conn:
             if not sql.save_checkpoint(conn, lease, text):
                 raise LeaseLost(f"job {job.id}: lease lost, checkpoint not saved")
+        reach("checkpoint:after")
 
     def parents(job_id: int) -> dict[int, Any]:
         with engine.connect() as conn:
@@ -124,9 +138,16 @@ def make_job(registry: Registry, engine: Engine, row: Any, worker: str) -> tuple
             if not save_progress(conn, Lease(job.id, job.attempt, worker), text):
                 raise LeaseLost(f"job {job.id}: lease lost, progress not saved")
 
-    steps = StepStore(worker, registry.payload_limit, engine.begin)
+    if steps is None:
+        steps = StepStore(worker, registry.payload_limit, engine.begin)
     job = Job.from_row(
-        row, worker=worker, saver=saver, parents=parents, steps=steps, progress=progress
+        row,
+        worker=worker,
+        saver=saver,
+        parents=parents,
+        steps=steps,
+        progress=progress,
+        completion=steps.once,
     )
     return spec, Job(**{**job.__dict__, "payload": payload})
 
@@ -150,6 +171,7 @@ def run_claimed(
         CURRENT.reset(captured)
     outcome = classify(exc, spec, job.attempt, worker, result=result, limit=registry.payload_limit)
     lease = Lease(row.id, row.attempts, worker)
+    outcome = settle_outcome(outcome, job, engine.begin, lease)
     with engine.begin() as conn:
         states, followed = record_settling(conn, worker, [(lease, outcome)])
         if logs and states[row.id] is not None:

@@ -13,18 +13,23 @@ from sqlalchemy import Connection
 from ..model.job import Lease
 from ..model.steps import SignalRead
 from ..sql import signals, steps
+from .once import Once
 
 
 class StepStore:
-    """``transaction()``: a short transaction (the worker's bounded one off the main loop)."""
+    """``transaction()``: a short transaction (the worker's bounded one off the main loop).
+    ``once``: the writes in a handler's own transaction (``complete_in``, ``step(conn=)``);
+    ``on_complete`` is told the job ids whose ``complete_in`` wrote."""
 
     def __init__(
         self,
         worker: str,
         payload_limit: int,
         transaction: Callable[[], AbstractContextManager[Connection]],
+        on_complete: Callable[[int], None] = lambda job_id: None,
     ) -> None:
         self.worker, self.payload_limit, self.transaction = worker, payload_limit, transaction
+        self.once = Once(worker, transaction, on_complete)
 
     def record(
         self, job: Any, name: str, kind: str, value: str, elapsed: float, timed_out: bool = False
@@ -32,6 +37,11 @@ class StepStore:
         lease = Lease(job.id, job.attempt, self.worker)
         with self.transaction() as conn:
             return steps.record_step(conn, lease, name, kind, value, elapsed, timed_out=timed_out)
+
+    def record_in(
+        self, conn: Any, job: Any, name: str, kind: str, value: str, elapsed: float
+    ) -> dict[str, Any] | None:
+        return self.once.record_in(conn, job, name, kind, value, elapsed)
 
     def signal(self, name: str, deadline: str | None) -> SignalRead:
         with self.transaction() as conn:

@@ -26,6 +26,7 @@ from ...model.progress import Throttle, progress_json
 from ...model.states import OutcomeKind
 from ...sql import dependencies
 from ...sql.progress import save_progress
+from ..once import settle_outcome
 from ..steps import StepStore
 from .inflight import OVERDUE_STATES, FlightState, InFlight, Step
 from .joblogs import CURRENT, AttemptLog, install
@@ -186,8 +187,10 @@ class Executor:
         if self.capture_logs:
             flight.logs = AttemptLog()
         captured = CURRENT.set(flight.logs)
+        job = None
         try:
-            exc, result = self._call(flight, self._job(flight, row))
+            job = self._job(flight, row)
+            exc, result = self._call(flight, job)
         except BaseException as setup_error:  # e.g. an upcaster that raised
             exc = setup_error
         finally:
@@ -211,6 +214,7 @@ class Executor:
             )
         if flight.cancel_requested:  # asked to stop: whatever it returned or raised
             outcome = CANCELLED
+        outcome = self._committed(flight, job, outcome)
         state = flight.transition(Step.RETURN)
         late = state in OVERDUE_STATES  # decided without it
         if span is not None:
@@ -230,7 +234,28 @@ class Executor:
             parents=self._parent_results,
             steps=self._steps,
             progress=lambda job, value: self._progress(flight, job, value),
+            completion=lambda job, conn, text: self._complete_in(flight, job, conn, text),
         )
+
+    def _complete_in(self, flight: InFlight, job: Job, conn: Any, text: str | None) -> Any:
+        followed = self._steps.once(job, conn, text)
+        # its lease will be found gone (done) if the caller's transaction commits: not a loss
+        flight.completed_in = True
+        return followed
+
+    def _committed(self, flight: InFlight, job: Job | None, outcome: Outcome) -> Outcome:
+        """``committed`` when the handler's own transaction ended the job (never lost: the
+        database is asked again on failure, the answer decides whether the worker writes)."""
+        try:
+            return settle_outcome(outcome, job, self._steps.transaction, flight.lease)
+        except Exception as exc:
+            log.warning(
+                "job %s: could not read whether complete_in committed: %s",
+                flight.lease.job_id,
+                exc,
+                extra={"event": "complete_in_unknown", "job_id": flight.lease.job_id},
+            )
+            return outcome  # written fenced: a done that committed keeps the row as it is
 
     def _call(self, flight: InFlight, job: Job) -> tuple[BaseException | None, Any]:
         """``(None, what the handler returned)``, or ``(what it raised, None)``."""

@@ -158,6 +158,7 @@ class InFlight:
     cancel_deadline: float | None = None  # monotonic: past it, cancelled without the handler
     logs: Any = None  # its captured log records (joblogs.AttemptLog) if its queue keeps them
     progress: Any = None  # the job's progress throttle (model.progress.Throttle), once it reports
+    completed_in: bool = False  # its handler's complete_in wrote done (its transaction may commit)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cancel: CancelFlag | None = field(default=None, repr=False)  # see cancel_flag
 

@@ -141,6 +141,9 @@ class Leases:
 
     def _lost(self, flights: list[InFlight]) -> None:
         for flight in flights:
+            if flight.completed_in:  # its handler's own transaction ended it: not a loss
+                flight.transition(Step.LOSE)
+                continue
             self.counters.lost += 1
             log.warning(
                 "lease lost on job %s: another process may run it",

@@ -65,6 +65,8 @@ def record(conn: Connection, lease: Lease, outcome: Outcome) -> str | None:
         return sql.return_unstarted(conn, lease.worker, job).get(lease.job_id)
     if kind == OutcomeKind.CANCELLED:
         return JobState.CANCELLED if sql.finish_cancelled(conn, lease) else None
+    if kind == OutcomeKind.COMMITTED:  # the handler's transaction wrote it, and what followed
+        return JobState.DONE
     raise ValueError(f"unknown outcome {kind!r}")
 
 
@@ -107,7 +109,21 @@ def record_settling(
     for lease, outcome in results:
         if outcome.kind not in BULK:
             states[lease.job_id] = record(conn, lease, outcome)
-    return states, after_states(conn, completed, states)
+    committed = [o.followed for _, o in results if o.kind == OutcomeKind.COMMITTED]
+    if not committed:
+        return states, after_states(conn, completed, states)
+    # what followed those already happened in the handlers' transactions: not again here
+    theirs = _ids(results)
+    ours = {job_id: state for job_id, state in states.items() if job_id not in theirs}
+    followed = after_states(conn, completed, ours)
+    for earlier in committed:
+        followed = Followed(followed.fired + earlier.fired, followed.cancelled + earlier.cancelled)
+    return states, followed
+
+
+def _ids(results: Sequence[tuple[Lease, Outcome]]) -> set[int]:
+    """The jobs among ``results`` that their handlers' own transactions completed."""
+    return {lease.job_id for lease, outcome in results if outcome.kind == OutcomeKind.COMMITTED}
 
 
 #: The ``outcome`` label of workerpool_jobs_finished_total for an outcome written as pending.

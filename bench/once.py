@@ -1,0 +1,97 @@
+"""Effects once: a job that writes its effect and ends itself in one transaction
+(``job.complete_in``) against a plain job that writes the same effect in a transaction of its
+own and leaves its ``done`` to the worker's batched outcome write.
+
+- **Throughput**: ``n`` jobs of each kind (one row in ``bench_effects`` each), drained by one
+  ``workerpool run`` child, interleaved (which goes first alternates per repeat); jobs per
+  second from the rows' own timestamps (first claim to last completion, database clock).
+- **End to end**: ``ALONE`` jobs of each kind enqueued one at a time into an idle child,
+  enqueue to completion (database clock), p50.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from workerpool import WorkerPool
+
+from .app import EFFECTS_TABLE
+from .database import every_job
+from .report import Report, percentile
+from .supervised import Launcher, wait_drained
+
+log = logging.getLogger("workerpool.bench")
+
+ALONE = 30  # jobs of each kind run one at a time per repeat
+PLAIN = "once_plain_jobs_per_s"
+FENCED = "once_complete_in_jobs_per_s"
+PLAIN_E2E = "once_plain_job_p50_ms"
+FENCED_E2E = "once_complete_in_job_p50_ms"
+KINDS = {False: "effect_plain", True: "effect_once"}
+
+
+def declare(report: Report, jobs: int) -> None:
+    report.declare(PLAIN, "jobs/s", note=f"{jobs:,} jobs writing a row, own transaction, 1 child")
+    report.declare(
+        FENCED,
+        "jobs/s",
+        ratio_to=PLAIN,
+        note=f"{jobs:,} jobs writing a row and complete_in in one transaction, 1 child",
+    )
+    report.declare(PLAIN_E2E, "ms", note="one plain effect job in an idle child, enqueue to done")
+    report.declare(
+        FENCED_E2E,
+        "ms",
+        ratio_to=PLAIN_E2E,
+        note="one complete_in job in an idle child, enqueue to done",
+    )
+
+
+def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int, repeat: int) -> None:
+    launcher.db.sql(EFFECTS_TABLE)
+    order = [False, True] if repeat % 2 == 0 else [True, False]
+    for fenced in order:
+        rate = _drain(launcher, pool, jobs, fenced=fenced)
+        report.add(FENCED if fenced else PLAIN, rate)
+        log.info("%s: %.0f jobs/s", KINDS[fenced], rate)
+    for fenced in order:
+        runs = _alone(launcher, pool, fenced)
+        report.add(FENCED_E2E if fenced else PLAIN_E2E, percentile(runs, 50))
+
+
+def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, fenced: bool) -> float:
+    bench_db = launcher.db
+    bench_db.reset()
+    bench_db.sql("TRUNCATE bench_effects")
+    with launcher.running(1) as supervisors:
+        pool.enqueue_many([(KINDS[fenced], {"i": i}) for i in range(jobs)])
+        wait_drained(bench_db, jobs, supervisors)
+    done, seconds = bench_db.sql(
+        "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
+        " FROM " + every_job("finished_at, claimed_at", "state = 'done' AND payload ? 'i'")
+    )[0]
+    effects = bench_db.sql("SELECT count(*) FROM bench_effects")[0][0]
+    if done != jobs or effects != jobs:
+        raise RuntimeError(f"{done} of {jobs} jobs done, {effects} effects written")
+    return jobs / seconds if seconds else float("inf")
+
+
+def _alone(launcher: Launcher, pool: WorkerPool, fenced: bool) -> list[float]:
+    launcher.db.reset()
+    runs: list[float] = []
+    with launcher.running(1):
+        for number in range(ALONE + 3):  # the first three warm the connections up
+            job_id = pool.enqueue(KINDS[fenced], {"alone": number})
+            pool.result(job_id, timeout=30)
+            if number >= 3:
+                runs.append(
+                    launcher.db.sql(
+                        "SELECT extract(epoch FROM finished_at - created_at)::float8 * 1000"
+                        " FROM " + every_job("finished_at, created_at", "id = %s"),
+                        (job_id, job_id),
+                    )[0][0]
+                )
+    return runs
+
+
+__all__ = ["declare", "measure"]
