@@ -16,7 +16,7 @@ from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert
 
-from ..model.errors import IdempotencyConflict, InvalidJob, QueueFull, UnknownTask
+from ..model.errors import IdempotencyConflict, InvalidJob, PayloadError, QueueFull, UnknownTask
 from .schema import queue_bounds, tasks
 
 #: The SQLSTATEs of migration 0023's refusals, and what each is in Python.
@@ -24,11 +24,14 @@ QUEUE_FULL = "WP001"
 UNKNOWN_TASK = "WP002"
 KEY_TAKEN = "WP003"
 BAD_ARGUMENT = "22023"
+#: JSON that jsonb does not take (``\u0000``, a lone surrogate), and a bad cast of an argument.
+BAD_JSON = ("22P05", "22P02", "22007", "22008", "22003")
 _REFUSALS: dict[str, type[Exception]] = {
     QUEUE_FULL: QueueFull,
     UNKNOWN_TASK: UnknownTask,
     KEY_TAKEN: IdempotencyConflict,
     BAD_ARGUMENT: InvalidJob,
+    **dict.fromkeys(BAD_JSON, PayloadError),
 }
 
 
