@@ -80,9 +80,9 @@ BEGIN
       'its tasks; pool.register_tasks() does it from code)', quote_literal(workerpool_enqueue.task)
       USING ERRCODE = 'WP002';
   END IF;
-  PERFORM {s}.workerpool_enqueue_check(t, args, workerpool_enqueue.queue,
-    workerpool_enqueue.key, workerpool_enqueue.priority, workerpool_enqueue.max_attempts,
-    workerpool_enqueue.tags);
+  PERFORM {s}.workerpool_enqueue_check(t.task, t.queue, t.payload_limit, t.params, args,
+    workerpool_enqueue.queue, workerpool_enqueue.key, workerpool_enqueue.priority,
+    workerpool_enqueue.max_attempts, workerpool_enqueue.tags);
   SELECT b.max_pending INTO bound FROM {s}.workerpool_queue_bounds AS b WHERE b.queue = t.queue;
   IF FOUND AND {s}.workerpool_queue_room(t.queue, 1, bound) < 0 THEN
     RAISE EXCEPTION 'queue % is full: it holds its bound of % jobs waiting to run', t.queue, bound
@@ -115,24 +115,24 @@ $fn$
 # The checks of Python's enqueue (workerpool.model.new_job), each with one readable line.
 CHECK = """
 CREATE FUNCTION {s}.workerpool_enqueue_check(
-  t {s}.workerpool_tasks, args jsonb, queue text, key text, priority integer,
-  max_attempts integer, tags text[])
+  task text, task_queue text, payload_limit integer, params jsonb, args jsonb, queue text,
+  key text, priority integer, max_attempts integer, tags text[])
 RETURNS void LANGUAGE plpgsql SET search_path = {s}, pg_temp AS $fn$
 DECLARE
   missing text[];
   unknown text[];
 BEGIN
-  IF queue IS NOT NULL AND queue <> t.queue THEN
-    RAISE EXCEPTION 'task % runs on queue %, not %', t.task, quote_literal(t.queue),
+  IF queue IS NOT NULL AND queue <> task_queue THEN
+    RAISE EXCEPTION 'task % runs on queue %, not %', task, quote_literal(task_queue),
       quote_literal(queue) USING ERRCODE = '22023';
   END IF;
   IF jsonb_typeof(args) <> 'object' THEN
     RAISE EXCEPTION 'payload must be a JSON object, got %', jsonb_typeof(args)
       USING ERRCODE = '22023';
   END IF;
-  IF octet_length(args::text) > t.payload_limit THEN
+  IF octet_length(args::text) > payload_limit THEN
     RAISE EXCEPTION 'payload is % bytes, over the limit of % bytes',
-      octet_length(args::text), t.payload_limit USING ERRCODE = '22023';
+      octet_length(args::text), payload_limit USING ERRCODE = '22023';
   END IF;
   IF key IS NOT NULL AND (btrim(key) = '' OR length(key) > 255) THEN
     RAISE EXCEPTION 'key must be a non-empty string of at most 255 characters'
@@ -152,20 +152,20 @@ BEGIN
     RAISE EXCEPTION 'tags must hold 1..20 non-empty printable tags of at most 100 characters'
       USING ERRCODE = '22023';
   END IF;
-  IF t.params IS NULL THEN
+  IF params IS NULL THEN
     RETURN;
   END IF;
   SELECT array_agg(name ORDER BY name) INTO missing
-  FROM jsonb_array_elements_text(t.params -> 'required') AS name WHERE NOT args ? name;
+  FROM jsonb_array_elements_text(params -> 'required') AS name WHERE NOT args ? name;
   IF missing IS NOT NULL THEN
-    RAISE EXCEPTION 'task % needs argument(s) %', t.task, array_to_string(missing, ', ')
+    RAISE EXCEPTION 'task % needs argument(s) %', task, array_to_string(missing, ', ')
       USING ERRCODE = '22023';
   END IF;
-  IF jsonb_typeof(t.params -> 'accepted') = 'array' THEN
+  IF jsonb_typeof(params -> 'accepted') = 'array' THEN
     SELECT array_agg(name ORDER BY name) INTO unknown FROM jsonb_object_keys(args) AS name
-    WHERE NOT (t.params -> 'accepted') ? name;
+    WHERE NOT (params -> 'accepted') ? name;
     IF unknown IS NOT NULL THEN
-      RAISE EXCEPTION 'task % takes no argument(s) %', t.task, array_to_string(unknown, ', ')
+      RAISE EXCEPTION 'task % takes no argument(s) %', task, array_to_string(unknown, ', ')
         USING ERRCODE = '22023';
     END IF;
   END IF;
@@ -175,7 +175,8 @@ $fn$
 
 SIGNATURES = (
     "workerpool_queue_room(text, integer, integer)",
-    "workerpool_enqueue_check(workerpool_tasks, jsonb, text, text, integer, integer, text[])",
+    "workerpool_enqueue_check(text, text, integer, jsonb, jsonb, text, text, integer, integer,"
+    " text[])",
     "workerpool_enqueue(text, jsonb, text, text, timestamptz, integer, integer, text[])",
 )
 

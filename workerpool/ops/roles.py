@@ -43,7 +43,8 @@ WORKER_FUNCTIONS = (
     "workerpool_history_drop_partition(text)",
     "workerpool_prune_audit(double precision, integer)",
     "workerpool_queue_room(text, integer, integer)",
-    "workerpool_enqueue_check(workerpool_tasks, jsonb, text, text, integer, integer, text[])",
+    "workerpool_enqueue_check(text, text, integer, jsonb, jsonb, text, text, integer, integer,"
+    " text[])",
     "workerpool_enqueue(text, jsonb, text, text, timestamptz, integer, integer, text[])",
 )
 SCHEMA = "public"
