@@ -109,6 +109,8 @@ def test_a_full_queue_accepts_again_once_drained(app, sql):
     with pytest.raises(QueueFull):
         app.enqueue("tick", {})
     with running(app, "small"):
+        wait_until(lambda: sql("SELECT queue, max_pending FROM workerpool_queue_bounds"))
+        assert sql("SELECT queue, max_pending FROM workerpool_queue_bounds") == [("small", BOUND)]
         wait_until(
             lambda: (
                 waiting(sql)
