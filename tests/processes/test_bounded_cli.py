@@ -26,6 +26,14 @@ def test_a_bound_set_by_the_cli_binds_sql_enqueue(db_url, dsn, sql, tmp_path):
         assert psql(dsn, "SELECT workerpool_enqueue('send', '{}')").code == 0
     full = psql(dsn, "SELECT workerpool_enqueue('send', '{}')")
     assert error_line(full) == "queue email is full: it holds its bound of 2 jobs waiting to run"
+    status = run_cli("status", "--json", url=db_url, cwd=tmp_path)
+    assert json.loads(status.stdout)["queues"]["email"]["max_pending"] == 2
+    shown = run_cli("status", url=db_url, cwd=tmp_path).stdout
+    section = shown.split("BOUNDED (an enqueue past the bound raises QueueFull)\n")[1]
+    assert [line.split() for line in section.splitlines()[:2]] == [
+        ["QUEUE", "MAX_PENDING", "WAITING", "ROOM"],
+        ["email", "2", "2", "0"],
+    ]
     assert run_cli("queue", "unbound", "email", url=db_url, cwd=tmp_path).returncode == 0
     assert psql(dsn, "SELECT workerpool_enqueue('send', '{}')").code == 0
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(3,)]
