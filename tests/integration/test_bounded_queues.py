@@ -9,9 +9,12 @@ from sqlalchemy import text
 
 from tests.helpers.asyncio_engine import on_own_async_engine
 from tests.helpers.doors import error_line, psql
+from tests.helpers.metrics import scraped
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import ConfigError, QueueFull, WorkerPool
+from workerpool.model import metrics
+from workerpool.runtime.maintenance import Maintenance
 
 BOUND = 3
 
@@ -136,3 +139,14 @@ def test_sql_enqueue_honours_the_bound_its_workers_registered(app, dsn, sql):
 def test_a_bad_bound_is_refused_when_declared(bad):
     with pytest.raises(ConfigError, match=r"max_pending must be an int within 1\.\.100000000"):
         WorkerPool("postgresql://unused/x").queue("q", max_pending=bad)
+
+
+def test_the_bound_is_a_metric_beside_the_depth(app, sql, metrics_recorder):
+    app.register_tasks()
+    fill(app)
+    Maintenance(app.registry, app.engine, worker_id="m").run_pass()
+    metrics.record.flush()
+    samples = scraped(metrics_recorder[1])
+    assert samples[("workerpool_queue_max_pending", (("queue", "small"),))] == BOUND
+    assert ("workerpool_queue_max_pending", (("queue", "free"),)) not in samples
+    assert samples[("workerpool_queue_depth", (("queue", "small"), ("state", "waiting")))] == 3
