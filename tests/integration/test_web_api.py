@@ -181,3 +181,13 @@ def test_reading_a_missing_or_malformed_id(api, path, status):
     answer = api.get(path, headers=BEARER)
     assert answer.status_code == status
     assert answer.json()["error"]
+
+
+def test_the_overview_shows_a_queues_bound(app, api):
+    app.enqueue("one", {})
+    page = api.get("/", headers=BEARER)
+    assert page.status_code == 200
+    row = page.text.split('href="/jobs?queue=tiny">tiny</a>')[1].split("</tr>")[0]
+    assert '<span class="bound"' in row and ">/ 1</span>" in row
+    email = page.text.split('href="/jobs?queue=email">email</a>')[1].split("</tr>")[0]
+    assert 'class="bound"' not in email
