@@ -150,3 +150,16 @@ def test_the_bound_is_a_metric_beside_the_depth(app, sql, metrics_recorder):
     assert samples[("workerpool_queue_max_pending", (("queue", "small"),))] == BOUND
     assert ("workerpool_queue_max_pending", (("queue", "free"),)) not in samples
     assert samples[("workerpool_queue_depth", (("queue", "small"), ("state", "waiting")))] == 3
+
+
+def test_linked_jobs_count_against_the_bound_and_a_chain_is_refused_whole(app, sql):
+    first = app.enqueue("tick", {"n": 0})
+    app.enqueue("tick", {"n": 1}, after=[first])  # waiting for its parent: it counts
+    with pytest.raises(QueueFull):
+        app.chain([("tock", {}), ("tick", {"n": 2}), ("tick", {"n": 3})])
+    assert waiting(sql) == 2
+    assert waiting(sql, "free") == 0  # the chain's first job went with the rest
+    app.enqueue("tick", {"n": 4}, sequence="s")  # the last place
+    with pytest.raises(QueueFull):
+        app.enqueue("tick", {"n": 5}, sequence="s")
+    assert waiting(sql) == BOUND
