@@ -4,7 +4,7 @@ Each process opens one autocommit connection and repeats two transactions, as a 
 claim up to 100 due rows with ``FOR UPDATE SKIP LOCKED`` (returning what a handler needs), then
 mark them done, fenced on the claimer. It runs on ``workerpool_jobs`` itself, loaded the same way
 as for the drain, so the only difference from the drain is workerpool. The statements are
-deliberately written by hand here (not taken from ``workerpool.queries``): this is the reference
+deliberately written by hand here (not taken from ``workerpool.sql``): this is the reference
 the library is measured against.
 
 Processes are spawned (never forked from a parent holding connections), connect, then wait on a

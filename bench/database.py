@@ -1,7 +1,7 @@
 """A private database per benchmark run: created with a random name, migrated, dropped at the end.
 
 The setup statements here (truncate, bulk-load finished rows, VACUUM) are benchmark scaffolding,
-not job-state changes: the library's own SQL stays in ``workerpool.queries``.
+not job-state changes: the library's own SQL stays in ``workerpool.sql``.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
     """
     wall = {"raw": 0.0, "pool": 0.0}
     cpu = {"raw": 0.0, "pool": 0.0}
-    notify = pool.notify
+    notify = pool.registry.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
 
         def raw(start: int, end: int) -> None:

@@ -122,9 +122,9 @@ def claim_latencies_ms(
     """``claims`` timed claims of up to 10 rows of ``pool``'s queue, as a limited worker runs
     them (on ``engine``, a connection set up as the worker's); every ``COMPLETE_EVERY`` claims
     the claimed rows are marked done, untimed."""
-    spec = pool.queue_spec(app.QUEUE)
+    spec = pool.registry.queue_spec(app.QUEUE)
     limits = claim_limits(spec, pool.tasks)
-    versions = pool.task_versions(app.QUEUE)
+    versions = pool.registry.task_versions(app.QUEUE)
     worker = new_worker_id()
     latencies = []
     for index in range(claims):
@@ -136,7 +136,6 @@ def claim_latencies_ms(
                 worker=worker,
                 limit=10,
                 task_versions=versions,
-                stale_after=spec.stale_after,
                 limits=limits,
             )
         latencies.append((time.perf_counter() - started) * 1000.0)

@@ -2,7 +2,7 @@
 versus one with a large history and backlog.
 
 The timed unit is what a worker pays for one claim: a transaction around
-``workerpool.queries.claim`` (BEGIN, the claim statement, COMMIT), measured in this process.
+``workerpool.sql.claim`` (BEGIN, the claim statement, COMMIT), measured in this process.
 "Empty" means the table holds nothing but the rows the timed claims take; "large" adds
 1 000 000 ``done`` rows and a 100 000-row due backlog (``--history``, ``--backlog``). Both claim
 the same number of rows per call, so the difference is what the table's size costs the claim.
@@ -31,8 +31,7 @@ WARM_UP_CLAIMS = 20
 
 def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]:
     """Time ``claims`` successive claims of up to ``limit`` rows; each must claim something."""
-    spec = pool.queue_spec(QUEUE)
-    versions = pool.task_versions(QUEUE)
+    versions = pool.registry.task_versions(QUEUE)
     worker = new_worker_id()
     latencies = []
     for _ in range(claims):
@@ -44,7 +43,6 @@ def claim_latencies_ms(pool: WorkerPool, claims: int, limit: int) -> list[float]
                 worker=worker,
                 limit=limit,
                 task_versions=versions,
-                stale_after=spec.stale_after,
             )
         latencies.append((time.perf_counter() - started) * 1000.0)
         if not rows:

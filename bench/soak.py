@@ -157,7 +157,7 @@ class Probe:
         self.engine = db.create(
             url, application_name="bench probe", pool_size=1, session_settings=session_limits()
         )
-        self.versions = pool.task_versions(app.QUEUE)
+        self.versions = pool.registry.task_versions(app.QUEUE)
         self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
 
     def claim_once(self) -> float:
@@ -171,7 +171,6 @@ class Probe:
                 worker="bench:probe",
                 limit=PROBE_LIMIT,
                 task_versions=self.versions,
-                stale_after=300.0,
             )
             ms = (time.perf_counter() - started) * 1000.0
             self.samples.append((time.monotonic(), ms))

@@ -85,8 +85,7 @@ def _writes(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[flo
             queue=QUEUE,
             worker=worker,
             limit=2 * WRITE_JOBS,
-            task_versions=pool.task_versions(QUEUE),
-            stale_after=3600,
+            task_versions=pool.registry.task_versions(QUEUE),
         )
     steps: list[float] = []
     checkpoints: list[float] = []

@@ -39,7 +39,10 @@ LITERAL_STATES = {"'processing'": "processing", "'pending'": "pending", "'failed
 
 def library_claim() -> tuple[str, dict]:
     statement = queries.claim_statement(
-        queue="q", worker="w", limit=50, task_versions={"t": 1}, stale_after=300
+        queue="q",
+        worker="w",
+        limit=50,
+        task_versions={"t": 1},
     )
     compiled = statement.compile(
         dialect=postgresql.psycopg.dialect(), compile_kwargs={"render_postcompile": True}

@@ -83,7 +83,6 @@ def worker_passes(
                     worker="pass-cost",
                     limit=rows,
                     task_versions=versions,
-                    stale_after=300,
                 ),
             )
 

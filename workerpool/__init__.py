@@ -1,7 +1,8 @@
 """workerpool: durable background jobs for Python on PostgreSQL, run by a pre-fork supervisor.
 
 Public names are imported on first use (PEP 562), so that `workerpool healthcheck`, an exec probe,
-does not pay for SQLAlchemy and psycopg.
+does not pay for SQLAlchemy and psycopg. The errors (the standard library only) are imported at
+once, listed once, in :data:`workerpool.model.errors.__all__`.
 """
 
 from __future__ import annotations
@@ -9,76 +10,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .model import errors as _errors
+from .model.errors import *  # noqa: F403
+
 if TYPE_CHECKING:
     from .client import WorkerPool
     from .client.batches import Batch
     from .model.backoff import Backoff
     from .model.batch import BatchStatus, MemberResult
-    from .model.errors import (
-        BatchClosed,
-        BatchFinished,
-        Cancelled,
-        ConfigError,
-        DatabaseNotConfigured,
-        DuplicateJob,
-        IdempotencyConflict,
-        InvalidJob,
-        InvalidProgress,
-        InvalidSchema,
-        InvalidSignal,
-        InvalidStep,
-        JobCancelled,
-        JobFailed,
-        LeaseLost,
-        PayloadError,
-        PayloadTooLarge,
-        Permanent,
-        QueueFull,
-        ResultTimeout,
-        RetryLater,
-        SignalExists,
-        StepNameReused,
-        UnknownBatch,
-        UnknownJob,
-        UnknownQueue,
-        UnknownTask,
-        WorkerpoolError,
-    )
     from .model.job import Job
     from .model.results import JobInfo
 
-__version__ = "0.1.0"
+    __version__: str
 
-_ERRORS = (
-    "BatchClosed",
-    "BatchFinished",
-    "Cancelled",
-    "ConfigError",
-    "DatabaseNotConfigured",
-    "DuplicateJob",
-    "IdempotencyConflict",
-    "InvalidJob",
-    "InvalidSchema",
-    "InvalidProgress",
-    "InvalidSignal",
-    "InvalidStep",
-    "JobCancelled",
-    "JobFailed",
-    "LeaseLost",
-    "PayloadError",
-    "PayloadTooLarge",
-    "Permanent",
-    "QueueFull",
-    "ResultTimeout",
-    "RetryLater",
-    "SignalExists",
-    "StepNameReused",
-    "UnknownBatch",
-    "UnknownJob",
-    "UnknownQueue",
-    "UnknownTask",
-    "WorkerpoolError",
-)
 _WHERE = {
     "Backoff": ".model.backoff",
     "Job": ".model.job",
@@ -88,10 +32,13 @@ _WHERE = {
     "BatchStatus": ".model.batch",
     "MemberResult": ".model.batch",
 }
-_WHERE.update(dict.fromkeys(_ERRORS, ".model.errors"))
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # one place: pyproject.toml, read from the installed package
+        from importlib.metadata import version
+
+        return version("workerpool")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'workerpool' has no attribute {name!r}")
@@ -107,38 +54,11 @@ def __dir__() -> list[str]:
 __all__ = [
     "Backoff",
     "Batch",
-    "BatchClosed",
-    "BatchFinished",
     "BatchStatus",
-    "Cancelled",
-    "ConfigError",
-    "DatabaseNotConfigured",
-    "DuplicateJob",
-    "IdempotencyConflict",
-    "InvalidJob",
-    "InvalidProgress",
-    "InvalidSchema",
-    "InvalidSignal",
-    "InvalidStep",
     "Job",
-    "JobCancelled",
-    "JobFailed",
     "JobInfo",
-    "LeaseLost",
     "MemberResult",
-    "PayloadError",
-    "PayloadTooLarge",
-    "Permanent",
-    "QueueFull",
-    "ResultTimeout",
-    "RetryLater",
-    "SignalExists",
-    "StepNameReused",
-    "UnknownBatch",
-    "UnknownJob",
-    "UnknownQueue",
-    "UnknownTask",
     "WorkerPool",
-    "WorkerpoolError",
     "__version__",
 ]
+__all__ += _errors.__all__

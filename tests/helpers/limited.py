@@ -11,15 +11,14 @@ from workerpool.model.limits import claim_limits
 
 def claim(app: WorkerPool, worker: str, limit: int = 10):
     """One claim of queue ``q`` with its limits, in a transaction of its own."""
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    limits = claim_limits(app.registry.queue_spec("q"), app.tasks)
     with app.engine.begin() as conn:
         return queries.claim(
             conn,
             queue="q",
             worker=worker,
             limit=limit,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
             limits=limits,
         )
 

@@ -199,7 +199,6 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
                 worker="me",
                 limit=LIMIT,
                 task_versions=versions,
-                stale_after=300,
                 limits=unbinding,
             )
         ),
@@ -210,7 +209,6 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
                 worker="me",
                 limit=LIMIT,
                 task_versions=versions,
-                stale_after=300,
                 limits=unbinding,
                 shared=True,
             )
@@ -222,7 +220,6 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
                 worker="me",
                 limit=LIMIT,
                 task_versions=versions,
-                stale_after=300,
                 limits=per_key,
             )
         ),
@@ -233,14 +230,17 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
                 worker="me",
                 limit=LIMIT,
                 task_versions=versions,
-                stale_after=300,
                 alone=True,
                 limits=per_key,
             )
         ),
         "claim": compiled(
             lambda c: queries.claim(
-                c, queue="q", worker="me", limit=LIMIT, task_versions=versions, stale_after=300
+                c,
+                queue="q",
+                worker="me",
+                limit=LIMIT,
+                task_versions=versions,
             )
         ),
         "claim alone": compiled(
@@ -250,7 +250,6 @@ def statements(url: URL, *, leases: bool = True) -> dict[str, tuple[str, dict[st
                 worker="me",
                 limit=LIMIT,
                 task_versions=versions,
-                stale_after=300,
                 alone=True,
             )
         ),

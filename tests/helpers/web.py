@@ -50,7 +50,7 @@ def post(http: TestClient, path: str, form: dict[str, str] | None = None, page: 
 def dead_jobs(pool: Any, count: int = 1, task: str = "boom", **payload: Any) -> list[int]:
     """``count`` jobs of ``task`` run once and dead, each with a real traceback."""
     ids = [pool.enqueue(task, {"n": i, **payload}) for i in range(count)]
-    drain(pool, pool.task_spec(task).queue)
+    drain(pool, pool.registry.task_spec(task).queue)
     return ids
 
 

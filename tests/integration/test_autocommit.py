@@ -190,7 +190,7 @@ def test_a_forked_child_leaves_the_parents_kept_connection_alone(app, sql):
     if child == 0:  # pragma: no cover - the child's exit status is the assertion
         code = 1
         try:
-            app.forget_engine()  # what the supervisor's children do first
+            app.engines.forget_engine()  # what the supervisor's children do first
             app.enqueue("work", {"i": 1})
             code = 0 if kept_backends(app) not in ([], [parent]) else 2
         finally:

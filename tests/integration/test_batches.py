@@ -180,7 +180,7 @@ def _abandoned_sweep(app, sql, job_id):
 def _stale_recovery_of_a_cancelled_job(app, sql, job_id):
     lease(sql, job_id, "lost-host", attempts=1, stale=True, cancel=True)
     with app.engine.begin() as conn:
-        rows = queries.recover_stale(conn, "q", app.queue_spec("q").stale_after).rows
+        rows = queries.recover_stale(conn, "q", app.registry.queue_spec("q").stale_after).rows
     assert [row.state for row in rows] == ["cancelled"]
 
 

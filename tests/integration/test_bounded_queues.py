@@ -149,7 +149,7 @@ def test_the_bound_is_a_metric_beside_the_depth(app, sql, metrics_recorder):
     samples = scraped(metrics_recorder[1])
     assert samples[("workerpool_queue_max_pending", (("queue", "small"),))] == BOUND
     assert ("workerpool_queue_max_pending", (("queue", "free"),)) not in samples
-    assert samples[("workerpool_queue_depth", (("queue", "small"), ("state", "waiting")))] == 3
+    assert samples[("workerpool_queue_depth", (("queue", "small"), ("state", "queued")))] == 3
 
 
 def test_linked_jobs_count_against_the_bound_and_a_chain_is_refused_whole(app, sql):

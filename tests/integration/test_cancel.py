@@ -149,7 +149,11 @@ def test_a_job_claimed_in_the_same_instant_is_treated_as_running(pool, sql):
     outcome = []
     with pool.engine.connect() as claimer:
         rows = queries.claim(
-            claimer, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+            claimer,
+            queue="q",
+            worker="w",
+            limit=1,
+            task_versions={"noop": 1},
         )
         assert [row.id for row in rows] == [job_id]  # claimed, not committed: the row is locked
         thread = threading.Thread(target=lambda: outcome.append(pool.cancel([job_id])))
@@ -251,7 +255,11 @@ def test_renewal_reports_the_held_jobs_with_a_cancel_request(pool, sql):
     first, second = pool.enqueue("noop", {}), pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
         rows = queries.claim(
-            conn, queue="q", worker="w", limit=2, task_versions={"noop": 1}, stale_after=300
+            conn,
+            queue="q",
+            worker="w",
+            limit=2,
+            task_versions={"noop": 1},
         )
     pool.cancel([second])
     leases = [(row.id, row.attempts) for row in rows]
@@ -265,7 +273,11 @@ def test_a_job_that_fails_after_its_cancel_was_asked_ends_cancelled(pool, sql):
     job_id = pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
         row = queries.claim(
-            conn, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+            conn,
+            queue="q",
+            worker="w",
+            limit=1,
+            task_versions={"noop": 1},
         )[0]
     pool.cancel([job_id], reason="late")
     with pool.engine.begin() as conn:
@@ -286,7 +298,11 @@ def test_a_cancelled_job_whose_worker_died_stays_cancelled(pool, sql):
     job_id = pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
         queries.claim(
-            conn, queue="q", worker="w", limit=1, task_versions={"noop": 1}, stale_after=300
+            conn,
+            queue="q",
+            worker="w",
+            limit=1,
+            task_versions={"noop": 1},
         )
     pool.cancel([job_id])
     with pool.engine.begin() as conn:
@@ -313,7 +329,11 @@ def test_a_job_given_back_after_its_cancel_was_asked_ends_cancelled(pool, sql, w
     job_id, bystander = pool.enqueue("noop", {}), pool.enqueue("noop", {})
     with pool.engine.begin() as conn:
         rows = queries.claim(
-            conn, queue="q", worker="w", limit=2, task_versions={"noop": 1}, stale_after=300
+            conn,
+            queue="q",
+            worker="w",
+            limit=2,
+            task_versions={"noop": 1},
         )
     attempts = {row.id: row.attempts for row in rows}
     pool.cancel([job_id], reason="stop it")

@@ -31,8 +31,7 @@ def claim(
             queue="q",
             worker=worker,
             limit=limit,
-            task_versions=app.task_versions("q"),
-            stale_after=stale_after,
+            task_versions=app.registry.task_versions("q"),
             alone=alone,
         )
 
@@ -83,8 +82,7 @@ def test_the_prepared_claim_reuses_one_plan_on_a_connection(app, sql):
                     queue="q",
                     worker="w",
                     limit=10,
-                    task_versions=app.task_versions("q"),
-                    stale_after=300,
+                    task_versions=app.registry.task_versions("q"),
                 )
         plans = conn.exec_driver_sql(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
@@ -146,8 +144,7 @@ def test_stale_arm_boundary(app, sql):
             worker="rescuer",
             limit=10,
             alone=True,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
         )
     assert (rerun.id, rerun.attempts) == (outside, 1)
 
@@ -287,7 +284,13 @@ def test_renew_moves_claimed_at_forward(app, sql):
     with app.engine.begin() as conn:
         assert queries.renew(conn, "w", [(row.id, row.attempts)]) == {row.id}
     sql("SELECT pg_sleep(0)")
-    assert claim(app, "thief", stale_after=200) == []
+    assert (
+        claim(
+            app,
+            "thief",
+        )
+        == []
+    )
 
 
 def test_reclaim_from_a_dead_worker_touches_only_its_rows(app, sql):
@@ -317,8 +320,7 @@ def test_payload_version_newer_than_the_worker_knows_is_left_alone(app, db_url, 
             queue="q",
             worker="new",
             limit=5,
-            task_versions=newer.task_versions("q"),
-            stale_after=300,
+            task_versions=newer.registry.task_versions("q"),
         )
     assert [r.id for r in rows] == [new_id]
     newer.dispose()

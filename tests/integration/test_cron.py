@@ -89,7 +89,7 @@ def test_the_decorated_function_is_an_ordinary_task():
     pool.queue("ops")
     fn = pool.cron("0 * * * *", queue="ops", name="hourly", max_attempts=2, timeout=30)(sweep)
     assert fn is sweep
-    task = pool.task_spec("hourly")
+    task = pool.registry.task_spec("hourly")
     assert (task.queue, task.max_attempts, task.timeout, task.fn) == ("ops", 2, 30, sweep)
     assert pool.crons["hourly"] == CronSpec("hourly", "0 * * * *", "ops")
 
@@ -97,8 +97,8 @@ def test_the_decorated_function_is_an_ordinary_task():
 def test_without_queue_a_cron_runs_on_default_as_a_task_does():
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.cron("0 * * * *")(sweep)
-    assert pool.task_spec("sweep").queue == "default" and "default" in pool.queues
-    pool.validate_crons()  # declared with default settings, as @pool.task declares it
+    assert pool.registry.task_spec("sweep").queue == "default" and "default" in pool.queues
+    pool.registry.validate_crons()  # declared with default settings, as @pool.task declares it
 
 
 # -- tick math ------------------------------------------------------------------------------------

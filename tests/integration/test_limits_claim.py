@@ -134,13 +134,16 @@ def test_key_rate_limit_holds_per_key(pool, sql):
 def test_a_queue_without_limits_claims_with_the_unlimited_statement(pool):
     app = make_app(pool)
     app.task(lambda job: None, queue="q", name="work")
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    limits = claim_limits(app.registry.queue_spec("q"), app.tasks)
     assert not limits
     plain = queries.claim_statement(
-        queue="q", worker="w", limit=5, task_versions={"work": 1}, stale_after=300
+        queue="q",
+        worker="w",
+        limit=5,
+        task_versions={"work": 1},
     )
     same = queries.claim_statement(
-        queue="q", worker="w", limit=5, task_versions={"work": 1}, stale_after=300, limits=limits
+        queue="q", worker="w", limit=5, task_versions={"work": 1}, limits=limits
     )
     assert str(plain) == str(same)
 
@@ -151,15 +154,14 @@ def test_limited_claim_keeps_suspects_alone(pool, sql, alone):
     app.task(lambda job: None, queue="q", name="work")
     app.enqueue_many([("work", {"n": n}) for n in range(3)])
     sql("UPDATE workerpool_jobs SET crashes = 1 WHERE payload->>'n' = '0'")
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    limits = claim_limits(app.registry.queue_spec("q"), app.tasks)
     with app.engine.begin() as conn:
         rows = queries.claim(
             conn,
             queue="q",
             worker="w",
             limit=10,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
             alone=alone,
             limits=limits,
         )
@@ -197,15 +199,14 @@ def register(app: WorkerPool, worker: str, capacity: int | None) -> None:
 
 
 def shared_claim(app: WorkerPool, worker: str, limit: int):
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    limits = claim_limits(app.registry.queue_spec("q"), app.tasks)
     with app.engine.begin() as conn:
         return queries.claim(
             conn,
             queue="q",
             worker=worker,
             limit=limit,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
             limits=limits,
             shared=True,
         )

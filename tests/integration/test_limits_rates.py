@@ -97,7 +97,7 @@ def test_status_and_the_why_line_read_the_ring(pool):
 
     app = rated(pool, "5/m")
     ids = app.enqueue_many([("work", {"n": n}) for n in range(8)])
-    limits = claim_limits(app.queue_spec("q"), app.tasks)
+    limits = claim_limits(app.registry.queue_spec("q"), app.tasks)
     with app.engine.begin() as conn:
         queries.publish_limits(conn, "q", limits.as_json())
     assert len(claim(app, "w1")) == 5

@@ -26,7 +26,7 @@ def limited(pool: WorkerPool) -> WorkerPool:
 
 
 def publish_and_claim(pool: WorkerPool, queue: str, limit: int) -> list:
-    limits = claim_limits(pool.queue_spec(queue), pool.tasks)
+    limits = claim_limits(pool.registry.queue_spec(queue), pool.tasks)
     with pool.engine.begin() as conn:
         queries.publish_limits(conn, queue, limits.as_json())
         return queries.claim(
@@ -34,8 +34,7 @@ def publish_and_claim(pool: WorkerPool, queue: str, limit: int) -> list:
             queue=queue,
             worker="w",
             limit=limit,
-            task_versions=pool.task_versions(queue),
-            stale_after=300,
+            task_versions=pool.registry.task_versions(queue),
             limits=limits,
         )
 

@@ -247,9 +247,11 @@ def test_workers_beat_well_within_the_window_status_calls_live(app):
     from workerpool.model.states import LIVE_WORKER_WINDOW
     from workerpool.runtime.worker import Worker
 
-    assert app.queue_spec("q").stale_after == 300  # leases renewed every 100 s would be too rare
+    assert (
+        app.registry.queue_spec("q").stale_after == 300
+    )  # leases renewed every 100 s would be too rare
     assert Worker(app.registry, app.url, "q").renew_every <= LIVE_WORKER_WINDOW / 6
-    assert app.maintenance_settings.worker_ttl >= 2 * LIVE_WORKER_WINDOW
+    assert app.registry.maintenance_settings.worker_ttl >= 2 * LIVE_WORKER_WINDOW
 
 
 def test_a_failing_duty_is_logged_by_name_and_skips_none_of_the_others(app, sql, caplog):

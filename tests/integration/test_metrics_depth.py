@@ -43,28 +43,28 @@ def test_counts_states_suspects_and_the_oldest_due_across_priorities(pool, sql):
     insert(sql, "a", "failed", 3, priority=-3, run_at="now() - interval '1 hour'", crashes=1)
     insert(sql, "a", "processing", 4)
     insert(sql, "a", "done", 7)
-    insert(sql, "a", "waiting", 6)  # held for parents or a sequence: blocked, not waiting
+    insert(sql, "a", "waiting", 6)  # held for parents or a sequence: blocked, not queued
     insert(sql, "b", "pending", 2, run_at="now() + interval '1 hour'")  # waiting, not due
     with pool.engine.connect() as conn:
         depths = queries.queue_depths(conn, ["a", "b", "empty"])
     a = depths["a"]
-    assert (a["waiting"], a["processing"], a["suspects"], a["blocked"]) == (10, 4, 3, 6)
+    assert (a["queued"], a["processing"], a["suspects"], a["blocked"]) == (10, 4, 3, 6)
     assert 3590 < a["oldest_due"] < 3700  # the low-priority failed row, an hour old
     assert depths["b"] == {
-        "waiting": 2,
+        "queued": 2,
         "processing": 0,
         "blocked": 0,
         "suspects": 0,
         "oldest_due": 0.0,
         "cap": queries.operations.DEPTH_CAP,
     }
-    assert depths["empty"]["waiting"] == 0 and depths["empty"]["oldest_due"] == 0.0
+    assert depths["empty"]["queued"] == 0 and depths["empty"]["oldest_due"] == 0.0
 
 
 def test_counts_stop_at_the_cap(pool, sql):
     insert(sql, "a", "pending", 30)
     with pool.engine.connect() as conn:
-        assert queries.queue_depths(conn, ["a"], cap=10)["a"]["waiting"] == 10
+        assert queries.queue_depths(conn, ["a"], cap=10)["a"]["queued"] == 10
 
 
 def test_the_plan_reads_the_partial_indexes_only(pool, sql):
@@ -98,7 +98,7 @@ def test_a_maintenance_pass_samples_only_with_metrics_on(pool, sql, monkeypatch)
     monkeypatch.setattr(metrics, "record", Capture())
     maintenance.run_pass()
     maintenance.run_pass()  # within DEPTH_EVERY: not sampled again
-    assert len(seen) == 1 and seen[0]["a"]["waiting"] == 3
+    assert len(seen) == 1 and seen[0]["a"]["queued"] == 3
 
 
 def test_batches_opened_are_counted_from_the_first_sample_on(pool, sql, monkeypatch):

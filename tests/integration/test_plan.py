@@ -16,7 +16,10 @@ def _nodes(plan: dict):
 
 def explain_claim(pool: WorkerPool) -> dict:
     stmt = queries.claim_statement(
-        queue="q", worker="me", limit=100, task_versions={"work": 1}, stale_after=300
+        queue="q",
+        worker="me",
+        limit=100,
+        task_versions={"work": 1},
     )
     compiled = stmt.compile(
         dialect=postgresql.psycopg.dialect(), compile_kwargs={"render_postcompile": True}

@@ -36,7 +36,6 @@ def per_key_claim_plan(url: URL, planning: str) -> dict:
             worker="me",
             limit=LIMIT,
             task_versions={"work": 1},
-            stale_after=300,
             limits=limits,
         )
     )

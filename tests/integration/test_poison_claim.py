@@ -40,8 +40,7 @@ def claim(app: WorkerPool, worker: str, limit: int = 10, *, alone: bool = False)
             queue="q",
             worker=worker,
             limit=limit,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
             alone=alone,
         )
 

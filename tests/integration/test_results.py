@@ -69,7 +69,7 @@ def app(pool: WorkerPool) -> WorkerPool:
 
     @pool.task(queue="q", max_attempts=1)
     def huge(job):
-        return "x" * (pool.payload_limit + 1)
+        return "x" * (pool.registry.payload_limit + 1)
 
     @pool.task(queue="q")
     def wait_for_cancel(job):

@@ -206,9 +206,7 @@ def test_the_plain_claim_statement_knows_nothing_of_sequences_or_dependencies():
     from workerpool.sql.claim import claim_statement
 
     for alone in (False, True):
-        stmt = claim_statement(
-            queue="q", worker="w", limit=10, task_versions={"a": 1}, stale_after=300, alone=alone
-        )
+        stmt = claim_statement(queue="q", worker="w", limit=10, task_versions={"a": 1}, alone=alone)
         compiled = str(stmt.compile(dialect=postgresql.psycopg.dialect()))
         for word in ("sequence", "dependencies", "waiting", "workflow"):
             assert word not in compiled

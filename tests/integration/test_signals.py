@@ -145,7 +145,11 @@ def test_a_signal_sent_while_the_wait_is_being_written_is_seen(app, sql):
     job_id = app.enqueue("approval", {"order": 6})
     with app.engine.begin() as conn:
         claimed = queries.claim(
-            conn, queue="q", worker="w1", limit=1, task_versions={"approval": 1}, stale_after=300
+            conn,
+            queue="q",
+            worker="w1",
+            limit=1,
+            task_versions={"approval": 1},
         )
     assert [r.id for r in claimed] == [job_id]
     app.signal("approved:6", "meanwhile")

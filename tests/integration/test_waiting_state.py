@@ -37,8 +37,7 @@ def claim(app: WorkerPool):
             queue="q",
             worker="w",
             limit=10,
-            task_versions=app.task_versions("q"),
-            stale_after=300,
+            task_versions=app.registry.task_versions("q"),
         )
 
 

@@ -440,8 +440,7 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
                     queue="q",
                     worker="thief",
                     limit=1,
-                    task_versions=pool.task_versions("q"),
-                    stale_after=1.0,
+                    task_versions=pool.registry.task_versions("q"),
                 )
             )
         return bool(stolen)
@@ -666,6 +665,6 @@ def test_a_spec_given_to_the_worker_replaces_the_pools_queue_spec():
     """Settings loaded for a run reach the worker without changing the pool."""
     pool = WorkerPool("postgresql://nobody@127.0.0.1:1/none")
     pool.queue("q", drain_timeout=30)
-    spec = dataclasses.replace(pool.queue_spec("q"), drain_timeout=0.5)
+    spec = dataclasses.replace(pool.registry.queue_spec("q"), drain_timeout=0.5)
     worker = Worker(pool.registry, pool.url, "q", spec=spec)
-    assert worker.spec is spec and pool.queue_spec("q").drain_timeout == 30
+    assert worker.spec is spec and pool.registry.queue_spec("q").drain_timeout == 30

@@ -36,7 +36,7 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
     the worker's other statements keep PostgreSQL's own choice."""
     pool.queue("q")
     pool.task(lambda job: None, name="t", queue="q", concurrency_limit=1)
-    limits = claim_limits(pool.queue_spec("q"), pool.tasks)
+    limits = claim_limits(pool.registry.queue_spec("q"), pool.tasks)
     pool.enqueue_many([("t", {"n": n}) for n in range(200)])
     session = Session(pool.url, "q", concurrency=1)
     session.open()
@@ -49,7 +49,6 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
                     worker="me",
                     limit=10,
                     task_versions={"t": 1},
-                    stale_after=30,
                     limits=limits,
                 )
             with session.transaction() as conn:

@@ -109,7 +109,7 @@ def test_queue_depth_is_sampled_by_maintenance(start, app, sql):
             (s.labels["queue"], s.labels["state"]): s.value
             for s in families["workerpool_queue_depth"].samples
         }
-        return families if depth.get(("slow", "waiting")) == 3.0 else None
+        return families if depth.get(("slow", "queued")) == 3.0 else None
 
     families = wait_until(pending_three, 20, message="the depth gauge sampled")
     ages = {
@@ -133,7 +133,7 @@ def test_queue_depth_is_sampled_by_maintenance(start, app, sql):
             (s.labels["queue"], s.labels["state"]): s.value
             for s in families["workerpool_queue_depth"].samples
         }
-        return ages.get("slow", 0) >= 3500 and depth[("slow", "waiting")] == 3.0
+        return ages.get("slow", 0) >= 3500 and depth[("slow", "queued")] == 3.0
 
     wait_until(aged, 20, message="the oldest due age and the failed depth sampled")
 

@@ -20,7 +20,10 @@ def test_a_required_parameter_is_left_for_the_caller():
 
 def test_the_values_a_statement_carries_come_with_it():
     statement = claim_statement(
-        queue="q", worker="w", limit=7, task_versions={"t": 1}, stale_after=300
+        queue="q",
+        worker="w",
+        limit=7,
+        task_versions={"t": 1},
     )
     _, params = driver_sql(DIALECT, statement)
     assert params[CLAIM_LIMIT] == 7

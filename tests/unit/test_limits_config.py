@@ -64,4 +64,4 @@ def test_claim_limits_collects_the_queue_and_its_tasks():
         "rate_limit": "10/s",
         "tasks": {"a": {"concurrency_limit": 1, "key_rate_limit": None}},
     }
-    assert not claim_limits(pool.queue_spec("other").__class__(name="plain"), {})
+    assert not claim_limits(pool.registry.queue_spec("other").__class__(name="plain"), {})

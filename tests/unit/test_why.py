@@ -1,4 +1,5 @@
-"""`workerpool.why`: each check reads the facts around one job; a new cause is one more check."""
+"""`workerpool.ops.why`: each check reads the facts around one job; a new cause is one more
+check."""
 
 from __future__ import annotations
 

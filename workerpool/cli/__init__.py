@@ -118,7 +118,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             end="\n" if args.json else "",
         )
         return exitcodes.OK
-    known = {q: pool.task_versions(q) for q in pool.queues} if args.app else None
+    known = {q: pool.registry.task_versions(q) for q in pool.queues} if args.app else None
     with pool.engines.replica_errors():
         data = status.collect(pool.read_engine, known)
     if args.json:

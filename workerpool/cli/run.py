@@ -50,7 +50,7 @@ def load(args: argparse.Namespace) -> tuple[WorkerPool, run_settings.RunSettings
         grace=args.grace,
         restart_delay=args.restart_delay,
         boot_retries=args.boot_retries,
-        maintenance_interval=pool.maintenance_settings.interval,
+        maintenance_interval=pool.registry.maintenance_settings.interval,
         metrics_port=args.metrics_port,
         metrics_bind=args.metrics_bind,
         processes=args.processes,
@@ -79,12 +79,12 @@ def runner_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> Runn
 
 def child_factory(pool: WorkerPool, runner: RunnerFactory) -> Any:
     """``(worker_type, *, parent_pid, orphans, close_fds) -> Child`` running ``runner``."""
-    return functools.partial(Child, runner_factory=runner, after_fork=pool.forget_engine)
+    return functools.partial(Child, runner_factory=runner, after_fork=pool.engines.forget_engine)
 
 
 def releaser_factory(pool: WorkerPool, settings: run_settings.RunSettings) -> Any:
     """``(worker_ids, *, parent_pid, close_fds) -> Releaser`` on the pool's URL and hooks."""
     release = functools.partial(release_dead_workers, pool.url, pooled=settings.pooled)
     return functools.partial(
-        Releaser, release=release, on_dead=pool.on_dead, after_fork=pool.forget_engine
+        Releaser, release=release, on_dead=pool.on_dead, after_fork=pool.engines.forget_engine
     )

@@ -35,7 +35,7 @@ from ..model.notices import CancelNotice, report_cancelled
 from ..model.payload import DEFAULT_PAYLOAD_LIMIT, dumps
 from ..model.registry import Registry
 from ..model.results import JobInfo
-from ..model.specs import CronSpec, Hooks, MaintenanceSpec, QueueSpec, TaskSpec
+from ..model.specs import CronSpec, Hooks, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
@@ -66,6 +66,12 @@ from .workflows import (
 __all__ = ["Engines", "WorkerPool", "actor", "database_url", "default_actor", "explaining"]
 
 pause_log = logging.getLogger("workerpool.pause")
+
+
+def _not_testing(conn: Any, ids: list[int]) -> None:
+    """The testing seam outside testing mode: the jobs wait for a worker."""
+
+
 T = TypeVar("T")
 
 
@@ -93,16 +99,18 @@ class WorkerPool(AsyncCalls):
         #: The declarations: what ``workerpool run`` hands its children, without the engines.
         self.registry = Registry(payload_limit=payload_limit, notify=notify)
         self.engines = Engines(url, schema, read_url)  # nothing connects before the first call
-        self._inline: Callable[[Any, list[int]], None] | None = None  # testing_mode("inline")
+        #: The testing seam, chosen once by :meth:`testing_mode`: every path that writes jobs or
+        #: makes them due hands it the caller's connection (or None) and their ids once its
+        #: write is done. Outside testing mode it does nothing; in inline mode it runs them.
+        self._enqueued: Callable[[Any, list[int]], None] = _not_testing
         # Declaring is the registry's: its own methods, so every signature and check is one.
+        # These, the hooks and the three views below stay on the pool because an application
+        # calls them (``@pool.task``, ``pool.tasks`` in its tests); the rest of the registry
+        # (specs, versions, limits, settings) is the runtime's, read as ``pool.registry``.
         self.queue = self.registry.queue
         self.task = self.registry.task
         self.cron = self.registry.cron
         self.maintenance = self.registry.maintenance
-        self.validate_crons = self.registry.validate_crons
-        self.task_spec = self.registry.task_spec
-        self.queue_spec = self.registry.queue_spec
-        self.task_versions = self.registry.task_versions
 
     # -- the declarations ----------------------------------------------------------------------
 
@@ -128,19 +136,9 @@ class WorkerPool(AsyncCalls):
         """``@pool.on_cancel``: ``fn(notice)`` for every job cancelled."""
         return self.registry.on_cancel
 
-    @property
-    def maintenance_settings(self) -> MaintenanceSpec:
-        return self.registry.maintenance_settings
-
-    @property
-    def payload_limit(self) -> int:
-        return self.registry.payload_limit
-
-    @property
-    def notify(self) -> bool:
-        return self.registry.notify
-
     # -- database ------------------------------------------------------------------------------
+    # The engine is what a caller opens its transaction on for ``conn=``; the URL and schema
+    # what its own Alembic and psql need. The rest of the engines is ``pool.engines``.
 
     @property
     def url(self) -> URL:
@@ -165,14 +163,6 @@ class WorkerPool(AsyncCalls):
         """The pool's own ``AsyncEngine`` (psycopg async), created on first use by
         :meth:`enqueue_async` without ``conn=``; closed by :meth:`dispose_async`."""
         return self.engines.async_engine
-
-    def use_engine(self, engine: Engine) -> None:
-        """Replace the engine (a forked child builds its own)."""
-        self.engines.use_engine(engine)
-
-    def forget_engine(self) -> None:
-        """Drop the engine inherited over a fork without touching its connections."""
-        self.engines.forget_engine()
 
     def dispose(self) -> None:
         """Close the pool's connections and its results listener. An async engine, if one was
@@ -257,8 +247,7 @@ class WorkerPool(AsyncCalls):
                 job_id = enqueue_linked(self, task, payload, conn, options)
             else:
                 job_id = enqueue_one(self, task, payload, conn, options)
-        if self._inline is not None:
-            self._inline(conn, [job_id])
+        self._enqueued(conn, [job_id])
         return job_id
 
     def register_tasks(self, *, conn: Connection | None = None) -> int:
@@ -304,8 +293,7 @@ class WorkerPool(AsyncCalls):
                 ids = enqueue_many_linked(self, items, conn)
             else:
                 ids = enqueue_batch(self, items if items is not None else jobs, conn)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     @explained
@@ -327,8 +315,7 @@ class WorkerPool(AsyncCalls):
                 )
             else:
                 job_id = await enqueue_one_async(self, task, payload, conn, options)
-        if self._inline is not None:
-            self._inline(conn, [job_id])
+        self._enqueued(conn, [job_id])
         return job_id
 
     @explained
@@ -347,8 +334,7 @@ class WorkerPool(AsyncCalls):
                 )
             else:
                 ids = await enqueue_batch_async(self, items, conn)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     async def _linked_async(self, conn: Any, write: Callable[[Connection], T]) -> T:
@@ -376,8 +362,7 @@ class WorkerPool(AsyncCalls):
         options on a later step are refused (docs/workflows.md)."""
         with borrowed(conn, self.schema):
             ids = chain(self, steps, conn, key)
-        if self._inline is not None:
-            self._inline(conn, ids)
+        self._enqueued(conn, ids)
         return ids
 
     def workflow(self, *, conn: Connection | None = None, key: str | None = None) -> Workflow:
@@ -395,18 +380,16 @@ class WorkerPool(AsyncCalls):
 
         if mode not in MODES:
             raise ConfigError(f"testing mode must be one of {MODES}, got {mode!r}")
-        previous = self._inline
-        self._inline = InlineRunner(self.registry, lambda: self.engine) if mode else None
+        previous = self._enqueued
+        self._enqueued = InlineRunner(self.registry, lambda: self.engine) if mode else _not_testing
         return self._restore_mode(previous)
 
     @contextmanager
-    def _restore_mode(
-        self, previous: Callable[[Any, list[int]], None] | None
-    ) -> Iterator[WorkerPool]:
+    def _restore_mode(self, previous: Callable[[Any, list[int]], None]) -> Iterator[WorkerPool]:
         try:
             yield self
         finally:
-            self._inline = previous
+            self._enqueued = previous
 
     # -- operating it live ---------------------------------------------------------------------
 
@@ -571,14 +554,15 @@ class WorkerPool(AsyncCalls):
         payload) and writes nothing. With ``conn=`` it runs in the caller's transaction: the
         signal exists, and its waiters wake, iff that transaction commits."""
         check_step_name(name, "signal", InvalidSignal)
-        text = dumps(payload, limit=self.payload_limit, what=f"signal {name!r}", object_only=False)
+        text = dumps(
+            payload, limit=self.registry.payload_limit, what=f"signal {name!r}", object_only=False
+        )
         with self._connection(conn) as db:
             sent_at, woken = signals.send(db, name, text)
             if sent_at is None:
                 kept = signals.get(db, name)
                 raise SignalExists(name, kept.payload, kept.sent_at)
-        if woken and self._inline is not None:
-            self._inline(conn, list(woken))
+        self._enqueued(conn, list(woken))
         return sent_at
 
     # -- results and batches (workerpool.client.results, workerpool.client.batches) ------------
@@ -604,7 +588,7 @@ class WorkerPool(AsyncCalls):
     def _listens(self) -> bool:
         """Whether a wait can LISTEN: ``notify`` on, and not behind PgBouncer's transaction
         pooling (``$WORKERPOOL_PGBOUNCER``), where a session's LISTEN is not its own."""
-        return self.notify and not self.engines.pooled
+        return self.registry.notify and not self.engines.pooled
 
     def batch(
         self,
@@ -630,7 +614,6 @@ class WorkerPool(AsyncCalls):
             payload=payload,
             conn=conn,
             key=key,
-            inline=self._inline,
         )
 
     def batch_async(
@@ -655,7 +638,6 @@ class WorkerPool(AsyncCalls):
             payload=payload,
             conn=conn,
             key=key,
-            inline=self._inline,
         )
 
     @explained

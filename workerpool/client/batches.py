@@ -79,12 +79,8 @@ class Batch:
         payload: Mapping[str, Any] | None = None,
         conn: Connection | None = None,
         key: str | None = None,
-        inline: Callable[[Any, list[int]], None] | None = None,
     ) -> None:
         self.pool = pool
-        #: Inline mode (``pool.testing_mode("inline")``): runs the members (and the callbacks
-        #: of an empty batch) once the batch's transaction commits.
-        self.inline = inline
         self._conn_arg = caller_connection(conn) if conn is not None else None
         self.key = check_key(key)
         payload = {} if payload is None else payload
@@ -169,9 +165,8 @@ class Batch:
             self._end(commit=False)
             raise
         self._end(commit=True)
-        run = self.member_ids + fired
-        if self.inline is not None and run:
-            self.inline(self._conn_arg, run)
+        # the members, and the callbacks of an empty batch, through the pool's testing seam
+        self.pool._enqueued(self._conn_arg, self.member_ids + fired)
 
     def _end(self, *, commit: bool) -> None:
         self._state = "closed"

@@ -55,6 +55,9 @@ class Target(Protocol):
     @property
     def async_engine(self) -> AsyncEngine: ...
 
+    #: The testing seam (``WorkerPool.testing_mode``): told every id written.
+    _enqueued: Callable[[Any, list[int]], None]
+
 
 def enqueue_one(
     pool: Target,

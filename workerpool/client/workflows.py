@@ -3,9 +3,10 @@ chains and workflows built from them (``pool.chain``, ``pool.workflow``).
 
 A linked job is checked like any job (:mod:`workerpool.model.new_job`), then written in one
 transaction (or a savepoint of the caller's): the sequence's lock and newest live job, the
-parents locked and marked (:func:`.dependencies.lock_parents`), the row inserted by the
-ordinary enqueue (:mod:`.enqueue`), and its edges and state (waiting, unless every parent is
-already done) written by :func:`.dependencies.attach`. Jobs without links never come here.
+parents locked and marked (:func:`workerpool.sql.dependencies.lock_parents`), the row
+inserted by the ordinary enqueue (:mod:`.enqueue`), and its edges and state (waiting, unless
+every parent is already done) written by :func:`workerpool.sql.dependencies.attach`. Jobs
+without links never come here.
 """
 
 from __future__ import annotations
@@ -446,7 +447,10 @@ class Workflow:
                 )
             return ids
 
-        return in_transaction(self.pool, conn if conn is not None else self.conn, write)
+        conn = conn if conn is not None else self.conn
+        ids = in_transaction(self.pool, conn, write)
+        self.pool._enqueued(conn, list(ids.values()))
+        return ids
 
     enqueue = run
 

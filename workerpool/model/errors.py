@@ -226,3 +226,37 @@ class UnknownCron(WorkerpoolError, LookupError):
 
 class InvalidActor(WorkerpoolError, ValueError):
     """An actor's name for the audit trail is empty, too long or not printable."""
+
+
+#: The errors an application catches or raises: exported as ``workerpool.<name>``. The others
+#: here are raised to an operator (the CLI, the dashboard) or inside workerpool.
+__all__ = [
+    "BatchClosed",
+    "BatchFinished",
+    "Cancelled",
+    "ConfigError",
+    "DatabaseNotConfigured",
+    "DuplicateJob",
+    "IdempotencyConflict",
+    "InvalidJob",
+    "InvalidProgress",
+    "InvalidSchema",
+    "InvalidSignal",
+    "InvalidStep",
+    "JobCancelled",
+    "JobFailed",
+    "LeaseLost",
+    "PayloadError",
+    "PayloadTooLarge",
+    "Permanent",
+    "QueueFull",
+    "ResultTimeout",
+    "RetryLater",
+    "SignalExists",
+    "StepNameReused",
+    "UnknownBatch",
+    "UnknownJob",
+    "UnknownQueue",
+    "UnknownTask",
+    "WorkerpoolError",
+]

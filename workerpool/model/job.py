@@ -117,7 +117,7 @@ class Job:
         progress (a JSON value) if ``data`` is given, fenced on this job's lease.
 
         ``job.checkpoint()`` with no data only checks for a cancel. Raises
-        :class:`workerpool.errors.LeaseLost` if another process now owns the job.
+        :class:`workerpool.model.errors.LeaseLost` if another process now owns the job.
         """
         if self.cancelled:
             from .errors import Cancelled
@@ -135,8 +135,8 @@ class Job:
 
         Written at most once a second (the last report held back is written when the handler
         returns), fenced on this job's lease. Raises
-        :class:`~workerpool.errors.InvalidProgress` for a bad value (nothing written)
-        and :class:`~workerpool.errors.LeaseLost` when another process now owns the job.
+        :class:`~workerpool.model.errors.InvalidProgress` for a bad value (nothing written)
+        and :class:`~workerpool.model.errors.LeaseLost` when another process now owns the job.
         """
         if self._progress is None:
             from .progress import progress_json
@@ -151,9 +151,9 @@ class Job:
         """Run ``fn()`` the first time and store its JSON result on the job, fenced on its lease;
         a later run of this job returns the stored value without calling ``fn``.
 
-        Raises :class:`~workerpool.errors.StepNameReused` for a name already used in this run,
-        :class:`~workerpool.errors.PayloadError` for a result that is not JSON (or too large)
-        and :class:`~workerpool.errors.LeaseLost` when the job is no longer this worker's
+        Raises :class:`~workerpool.model.errors.StepNameReused` for a name already used in this run,
+        :class:`~workerpool.model.errors.PayloadError` for a result that is not JSON (or too large)
+        and :class:`~workerpool.model.errors.LeaseLost` when the job is no longer this worker's
         (nothing is recorded then).
         """
         return self._run().step(name, fn)

@@ -31,8 +31,9 @@ CAUSES = ("hang", "recycle", "boot_failure", "signal", "exit")
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 DELAY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
-#: ``state`` label values of workerpool_queue_depth: waiting = pending or failed (not running).
-DEPTH_STATES = ("waiting", "processing")
+#: ``state`` label values of workerpool_queue_depth: queued = pending or failed (not running);
+#: the state ``waiting`` (held for parents, a sequence or a signal) is workerpool_blocked_jobs.
+DEPTH_STATES = ("queued", "processing")
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 
@@ -276,7 +277,7 @@ class Recorder(Null):
         self._child(self.restarts, (worker, cause)).inc()
 
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None:
-        """``samples``: queue -> {waiting, processing, blocked, suspects, oldest_due, cap}."""
+        """``samples``: queue -> {queued, processing, blocked, suspects, oldest_due, cap}."""
         for queue, sample in samples.items():
             for state in DEPTH_STATES:
                 self._child(self.depth_gauge, (queue, state)).set(sample[state])

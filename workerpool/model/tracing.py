@@ -109,9 +109,9 @@ class RunSpan:
     """The ``workerpool.run`` span of one attempt, current on the handler's thread while it runs.
 
     ``finish(outcome, exc)`` records how the attempt ended: the outcome attribute (an
-    :class:`~workerpool.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when the worker
-    decided the attempt without the handler), the exception (as a span event with its traceback)
-    and an ERROR status for a failure.
+    :class:`~workerpool.model.states.OutcomeKind` value, or ``timed_out``/``abandoned`` when
+    the worker decided the attempt without the handler), the exception (as a span event with
+    its traceback) and an ERROR status for a failure.
     """
 
     def __init__(self, row: Any) -> None:

@@ -255,7 +255,7 @@ def _replay(
     pool: WorkerPool, conn: Connection, ids: Sequence[int], by: str, filters: DeadFilter
 ) -> list[int]:
     rows = sql.replay_dead(conn, ids, by)
-    if rows and pool.notify:
+    if rows and pool.registry.notify:
         sql.notify(conn, (row.queue for row in rows))
     replayed = [row.id for row in rows]
     for row in rows:  # one at a time, in its line: never beside the job its sequence runs

@@ -4,8 +4,8 @@
 it resets the parent's signal handlers, closes the parent's descriptors, asks to be signalled if
 the parent dies, drops what the parent held (``after_fork``: the application's engine), and runs
 what its ``runner_factory`` builds (a queue's worker, or the maintenance loop:
-:func:`workerpool.runtime.build_runner`, handed in by whoever builds the supervisor), reporting
-to the parent over its pipe (:mod:`.pipe`): ``Started`` first, before any claim, then a
+:func:`workerpool.runtime.runners.build_runner`, handed in by whoever builds the supervisor),
+reporting to the parent over its pipe (:mod:`.pipe`): ``Started`` first, before any claim, then a
 ``Tick`` after each loop pass that reached the database, and ``Claimed`` once.
 
 Signals in the child: TERM, INT and HUP drain (stop claiming, let in-flight jobs finish within

@@ -240,7 +240,8 @@ def load(
     default one of this app on this database (:func:`.heartbeat.default_dirs`).
     """
     names = _queue_names(pool, queues)
-    pool.validate_crons()  # a cron on a queue no worker type serves: refused before any fork
+    # a cron on a queue no worker type serves: refused before any fork
+    pool.registry.validate_crons()
     effective = queue_settings(pool, processes_overrides(processes, names))
     cores = oslayer.usable_cpus() if cpu_count is None else cpu_count
     workers = [child for name in names for child in _queue_types(effective[name], cores)]

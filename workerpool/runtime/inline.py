@@ -178,7 +178,6 @@ def claim(registry: Registry, engine: Engine, queue: str, worker: str, limit: in
             worker=worker,
             limit=limit,
             task_versions=registry.task_versions(queue),
-            stale_after=spec.stale_after,
             alone=True,  # it runs one job at a time, holding nothing else
         )
 
@@ -244,6 +243,8 @@ class InlineRunner:
         self.running = threading.local()
 
     def __call__(self, conn: Any, ids: list[int]) -> None:
+        if not ids:
+            return
         sync = getattr(conn, "sync_connection", conn)  # an AsyncConnection's own Connection
         if isinstance(sync, Connection) and sync.in_transaction():
             _AfterCommit(self, sync, ids)
@@ -275,8 +276,11 @@ class InlineRunner:
                 with engine.connect() as conn:
                     queues = sql.job_queues(conn, pending)
                 pending.clear()
+                ran: list[Ran] = []
                 for queue in queues:  # a batch's callbacks join ``pending`` (self.run)
-                    drain(self.registry, engine, queue, fired=self.run)
+                    ran += drain(self.registry, engine, queue, fired=self.run)
+                with engine.connect() as conn:  # and the dependents they released, any queue
+                    pending += dependencies.due_dependents(conn, [job_id for job_id, _ in ran])
         finally:
             self.running.pending = None
 

@@ -83,7 +83,6 @@ def claim_statement(
     worker: str,
     limit: int,
     task_versions: Mapping[str, int],
-    stale_after: float,
     alone: bool = False,
     limits: ClaimLimits | None = None,
     shared: bool = False,
@@ -94,7 +93,6 @@ def claim_statement(
     else; a worker holding jobs never takes a suspect. Stale leases are not taken here but
     recovered by ``recovery.recover_stale`` at each worker's renewal beat: a lost worker's rows
     must be attributed (its whole holding counted) and then run alone, never inside a batch.
-    ``stale_after`` is kept in the signature (and the statement cache key) for callers.
     With ``limits`` (a limited queue), the claim of :mod:`.limits_claim`, to be run after
     ``lock_queue`` in the same transaction.
     """
@@ -174,7 +172,6 @@ def claim(
     worker: str,
     limit: int,
     task_versions: Mapping[str, int],
-    stale_after: float,
     alone: bool = False,
     limits: ClaimLimits | None = None,
     key_cursor: str = "",
@@ -198,9 +195,7 @@ def claim(
     # a limited claim's size shapes its statement (the key walk's length); the plain one's is
     # a parameter
     size = limit if limits is not None else 1
-    statement = _claim_statement_for(
-        queue, worker, size, versions, stale_after, alone, limits, shared
-    )
+    statement = _claim_statement_for(queue, worker, size, versions, alone, limits, shared)
     sql, params = driver_sql(conn.dialect, statement)
     if limits is None:
         params = {**params, CLAIM_LIMIT: limit}
@@ -217,7 +212,6 @@ def _claim_statement_for(
     worker: str,
     limit: int,
     versions: tuple[tuple[str, int], ...],
-    stale_after: float,
     alone: bool,
     limits: ClaimLimits | None,
     shared: bool,
@@ -232,7 +226,6 @@ def _claim_statement_for(
         worker=worker,
         limit=limit,
         task_versions=dict(versions),
-        stale_after=stale_after,
         alone=alone,
         limits=limits,
         shared=shared,

@@ -17,7 +17,7 @@ Release (:func:`release`, called by ``sql.settled`` in the parent's transaction)
 dependents of the finished parents are locked (id order), then their edges are read in a
 separate statement, which under READ COMMITTED sees every parent that committed before the lock
 was granted. Two parents ending at once in two transactions thus serialize on the dependent:
-the second sees the first's outcome. :func:`model.dependencies.verdict` decides.
+the second sees the first's outcome. :func:`workerpool.model.dependencies.verdict` decides.
 
 Indexes: ``ix_workerpool_job_dependencies_parent_id`` (a parent's dependents),
 ``pk_workerpool_job_dependencies`` (a dependent's parents), ``ix_workerpool_jobs_sequence`` (a
@@ -350,6 +350,22 @@ def with_dependents(conn: Connection, ids: Sequence[int]) -> list[int]:
     if not ids:
         return []
     return list(conn.execute(_HAS_DEPENDENTS, {"ids": list(ids)}).scalars())
+
+
+# The dependents of these jobs that are due now (released by them). Index: the parent index,
+# pk_workerpool_jobs.
+_DUE_DEPENDENTS = text(f"""
+SELECT DISTINCT e.job_id FROM {EDGES} AS e JOIN {JOBS} AS j ON j.id = e.job_id
+WHERE e.parent_id = ANY(CAST(:ids AS bigint[])) AND j.state = '{JobState.PENDING}'
+ORDER BY e.job_id
+""")
+
+
+def due_dependents(conn: Connection, ids: Sequence[int]) -> list[int]:
+    """The dependents of ``ids`` their final outcomes released (inline mode runs them)."""
+    if not ids:
+        return []
+    return list(conn.execute(_DUE_DEPENDENTS, {"ids": list(ids)}).scalars())
 
 
 # ---------------------------------------------------------------------------------------------

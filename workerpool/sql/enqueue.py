@@ -47,8 +47,8 @@ from .schema import KEY_HELD, jobs
 #: The channel that wakes listening workers (see ``claim.LISTEN``).
 NOTIFY_CHANNEL = "workerpool_jobs"
 
-#: Every column an enqueue writes, in the order both statements list them.
-_COLUMNS = (
+#: Every column an enqueue writes, in the order its statements (and COPY's lines) list them.
+COLUMNS = (
     "queue",
     "task",
     "payload",
@@ -126,7 +126,7 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
     """
     source = (
         select(
-            *map(_row, _COLUMNS[:7]),
+            *map(_row, COLUMNS[:7]),
             _run_at(_row("run_at"), _row("delay")),
             cast(_param("trace_context"), JSONB),
             cast(_param("batch_id"), jobs.c.batch_id.type),
@@ -137,7 +137,7 @@ def _batch_statement(*, keyed: bool, notify: bool) -> Any:
         .select_from(_BATCH_ROWS)
         .order_by(_row("ord"))
     )
-    statement = insert(jobs).from_select(list(_COLUMNS), source)
+    statement = insert(jobs).from_select(list(COLUMNS), source)
     returned = ("id", "key") if keyed else ("id",)
     if keyed:
         statement = statement.on_conflict_do_nothing(**_ON_KEY)
@@ -350,7 +350,7 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
     """The one-job INSERT, unless its key is held; with ``replace``, a pending holder takes the
     new job's payload, run_at and priority (debounce), while a holder that started, or whose
     period is over, is left alone (the caller then sees it). Index: uq_workerpool_jobs_key."""
-    values = {name: _param(name) for name in _COLUMNS}
+    values = {name: _param(name) for name in COLUMNS}
     values.update(
         payload=cast(values["payload"], JSONB),
         run_at=_run_at(

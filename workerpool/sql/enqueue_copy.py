@@ -21,22 +21,13 @@ from psycopg import sql
 from psycopg.copy import LibpqWriter
 from sqlalchemy import Connection
 
-from .enqueue import NOTIFY_CHANNEL, NewJob
+from .enqueue import COLUMNS, NOTIFY_CHANNEL, NewJob
 from .schema import jobs
 
-COPY_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "payload",
-    "payload_version",
-    "priority",
-    "max_attempts",
-    "run_at",
-    "trace_context",
-    "concurrency_key",
-    "tags",
-)
+#: COPY takes jobs without a key (nor its scope), and a batch's id as a last column of its own.
+NOT_COPIED = ("key", "key_scope", "batch_id")
+#: The enqueue's own columns (:data:`~workerpool.sql.enqueue.COLUMNS`), after a reserved id.
+COPY_COLUMNS = ("id", *(name for name in COLUMNS if name not in NOT_COPIED))
 COPY_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
 #: A batch's members: the same rows and the batch's id (one value for every row).
 COPY_BATCH_SQL = f"COPY {jobs.name} ({', '.join(COPY_COLUMNS)}, batch_id) FROM STDIN"
@@ -54,6 +45,8 @@ _NULL = "\\N"
 #: it (``validation.NAME_PATTERN``).
 _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _LINE = "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n"
+if _LINE.count("%") != len(COPY_COLUMNS):  # a column added to COLUMNS needs its field here
+    raise ImportError(f"a COPY line has {_LINE.count('%')} fields for {COPY_COLUMNS}")
 #: Rows per COPY message. The server starts on the first rows while the rest are built, which
 #: psycopg's own buffer would delay (it sends 32 KiB at a time: most of a 1000-row batch); much
 #: smaller messages cost more writes than they overlap.
@@ -167,7 +160,7 @@ def _tags(tags: tuple[str, ...] | None) -> str:
 
 
 def _escape_json(text: str) -> str:
-    """JSON text from ``workerpool.payload`` or ``json.dumps`` holds no raw tab, newline or
+    """JSON text from ``workerpool.model.payload`` or ``json.dumps`` holds no raw tab, newline or
     carriage return (JSON escapes them inside strings); only its backslashes need doubling."""
     return text.replace("\\", "\\\\")
 

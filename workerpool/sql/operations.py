@@ -336,9 +336,9 @@ def count_errors_by_type(conn: Connection) -> list[Any]:
 #: Rows counted at most per queue and state by queue_depths: beyond it the gauge reads the cap.
 DEPTH_CAP = 10_000
 
-# queue_depths: per queue, capped counts of waiting (pending or failed), processing, blocked
+# queue_depths: per queue, capped counts of queued (pending or failed), processing, blocked
 # (state 'waiting') and suspect rows, and the oldest due run_at. Index: ix_workerpool_jobs_due
-# (waiting: index-only, read in its own order up to the cap; the oldest due row: one probe per
+# (queued: index-only, read in its own order up to the cap; the oldest due row: one probe per
 # distinct priority, a skip scan), ix_workerpool_jobs_leased (processing),
 # ix_workerpool_jobs_waiting (blocked), ix_workerpool_jobs_suspects (suspects).
 #: Pending and failed are counted together: only together do they match the due index's
@@ -348,7 +348,7 @@ _DEPTHS = text(
     SELECT q.queue,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
          AND state IN ({_DUE_LITERALS}) ORDER BY priority DESC, run_at, id LIMIT :cap) AS x
-      ) AS waiting,
+      ) AS queued,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
          AND state = 'processing' ORDER BY claimed_at LIMIT :cap) AS x) AS processing,
       (SELECT count(*) FROM (SELECT 1 FROM {jobs.name} WHERE queue = q.queue
@@ -377,7 +377,7 @@ _DEPTHS = text(
 def queue_depths(
     conn: Connection, queues: Sequence[str], cap: int = DEPTH_CAP
 ) -> dict[str, dict[str, Any]]:
-    """Per queue: ``waiting`` (pending or failed), ``processing``, ``blocked`` (in the state
+    """Per queue: ``queued`` (pending or failed), ``processing``, ``blocked`` (in the state
     ``waiting``: for parents or a sequence), ``suspects`` (each counted up to ``cap``),
     ``oldest_due`` (seconds the oldest due job has waited, 0 if none is due), ``cap``.
 
@@ -390,7 +390,7 @@ def queue_depths(
         oldest = row.oldest_run_at
         age = max(0.0, (row.now - oldest).total_seconds()) if oldest is not None else 0.0
         out[row.queue] = {
-            "waiting": row.waiting,
+            "queued": row.queued,
             "processing": row.processing,
             "blocked": row.blocked,
             "suspects": row.suspects,

@@ -27,7 +27,7 @@ def enqueued(pool: WorkerPool, task: str | Callable | None = None, **match: Any)
     match.setdefault("state", JobState.PENDING)
     if match["state"] == ANY:
         del match["state"]
-    name = None if task is None else pool.task_spec(task).name
+    name = None if task is None else pool.registry.task_spec(task).name
     with explaining(pool), pool.engine.connect() as conn:
         return sql.find_jobs(conn, name, match)
 
@@ -57,7 +57,7 @@ def assert_not_enqueued(pool: WorkerPool, task: str | Callable | None = None, **
 
 
 def _name(pool: WorkerPool, task: str | Callable | None) -> str:
-    return "(any)" if task is None else repr(pool.task_spec(task).name)
+    return "(any)" if task is None else repr(pool.registry.task_spec(task).name)
 
 
 def _summary(pool: WorkerPool, limit: int = 10) -> str:

@@ -92,10 +92,10 @@ def workerpool_pool(
     from ..cli.target import load_pool
 
     pool = load_pool(target)
-    saved = pool.engines, pool._inline
+    saved = pool.engines, pool._enqueued
     pool.engines = Engines(workerpool_database_url)
     try:
         yield pool
     finally:
         pool.dispose()
-        pool.engines, pool._inline = saved
+        pool.engines, pool._enqueued = saved

@@ -52,9 +52,6 @@ def drain(
         )
 
 
-def _fired(pool: WorkerPool) -> Fired | None:
+def _fired(pool: WorkerPool) -> Fired:
     """In inline mode, the callbacks a batch's last outcome enqueued run like enqueued jobs."""
-    runner = pool._inline
-    if runner is None:
-        return None
-    return lambda ids: runner(None, ids)
+    return lambda ids: pool._enqueued(None, ids)

@@ -36,9 +36,9 @@ SMALL_TABLE = 20_000
 @dataclass
 class QueueRow:
     name: str
-    waiting: int = 0
+    queued: int = 0  # pending or failed: for a worker
     processing: int = 0
-    blocked: int = 0  # in the state waiting: for parents or a sequence
+    blocked: int = 0  # in the state waiting: for parents, a sequence or a signal
     suspects: int = 0
     cap: int = 0
     oldest_due: float = 0.0
@@ -136,7 +136,7 @@ def _queue_row(
 ) -> QueueRow:
     return QueueRow(
         name=name,
-        waiting=depth.get("waiting", 0),
+        queued=depth.get("queued", 0),
         processing=depth.get("processing", 0),
         blocked=depth.get("blocked", 0),
         suspects=depth.get("suspects", 0),

@@ -29,7 +29,7 @@ DATABASE_ERRORS = (OperationalError, DBAPIError, psycopg.Error)
 
 
 class Duties(Protocol):
-    """What the loop runs: :class:`~workerpool.maintenance.duties.Maintenance`."""
+    """What the loop runs: :class:`~workerpool.runtime.maintenance.duties.Maintenance`."""
 
     interval: float
 

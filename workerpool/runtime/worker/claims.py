@@ -45,7 +45,6 @@ class Claims:
         *,
         tasks: dict[str, TaskSpec],
         task_versions: dict[str, int],
-        stale_after: float,
         session: Session,
         flights: Flights,
         outcomes: Outcomes,
@@ -55,7 +54,7 @@ class Claims:
         on_claim: Callable[[], None],
     ) -> None:
         self.spec, self.queue, self.worker_id = spec, queue, worker_id
-        self.tasks, self.task_versions, self.stale_after = tasks, task_versions, stale_after
+        self.tasks, self.task_versions = tasks, task_versions
         self.session, self.flights, self.outcomes = session, flights, outcomes
         self.executor, self.counters, self.closed = executor, counters, closed
         self.on_claim = on_claim
@@ -183,7 +182,6 @@ class Claims:
             worker=self.worker_id,
             limit=self.free_slots(),
             task_versions=self.task_versions,
-            stale_after=self.stale_after,
             alone=self.busy() == 0,
             limits=self.limits,
             key_cursor=self._key_cursor,

@@ -125,7 +125,6 @@ class Worker:
             self.id,
             tasks=self.tasks,
             task_versions=self.task_versions,
-            stale_after=self.stale_after,
             session=self.session,
             flights=self.flights,
             outcomes=self.outcomes,
