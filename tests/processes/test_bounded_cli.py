@@ -29,9 +29,10 @@ def test_a_bound_set_by_the_cli_binds_sql_enqueue(db_url, dsn, sql, tmp_path):
     status = run_cli("status", "--json", url=db_url, cwd=tmp_path)
     assert json.loads(status.stdout)["queues"]["email"]["max_pending"] == 2
     shown = run_cli("status", url=db_url, cwd=tmp_path).stdout
-    section = shown.split("BOUNDED (an enqueue past the bound raises QueueFull)\n")[1]
+    title = "BOUNDED (queued and waiting jobs count; past the bound an enqueue raises QueueFull)"
+    section = shown.split(title + "\n")[1]
     assert [line.split() for line in section.splitlines()[:2]] == [
-        ["QUEUE", "MAX_PENDING", "WAITING", "ROOM"],
+        ["QUEUE", "MAX_PENDING", "COUNTED", "ROOM"],
         ["email", "2", "2", "0"],
     ]
     assert run_cli("queue", "unbound", "email", url=db_url, cwd=tmp_path).returncode == 0

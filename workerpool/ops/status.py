@@ -435,8 +435,9 @@ def render_bounds(queues: Mapping[str, Any]) -> str:
         rows.append([name, q["max_pending"], waiting, max(q["max_pending"] - waiting, 0)])
     if not rows:
         return ""
-    return "BOUNDED (an enqueue past the bound raises QueueFull)\n" + table(
-        ["QUEUE", "MAX_PENDING", "WAITING", "ROOM"], rows
+    return (
+        "BOUNDED (queued and waiting jobs count; past the bound an enqueue raises QueueFull)\n"
+        + (table(["QUEUE", "MAX_PENDING", "COUNTED", "ROOM"], rows))
     )
 
 
