@@ -14,6 +14,7 @@ from tests.helpers.waiting import wait_until
 from tests.helpers.workers import running
 from workerpool import ConfigError, QueueFull, WorkerPool
 from workerpool.model import metrics
+from workerpool.model.errors import NotMigrated
 from workerpool.runtime.maintenance import Maintenance
 
 BOUND = 3
@@ -163,3 +164,15 @@ def test_linked_jobs_count_against_the_bound_and_a_chain_is_refused_whole(app, s
     with pytest.raises(QueueFull):
         app.enqueue("tick", {"n": 5}, sequence="s")
     assert waiting(sql) == BOUND
+
+
+def test_a_database_without_the_bounds_migration_says_migrate(empty_db_url):
+    pool = WorkerPool(empty_db_url)
+    pool.queue("small", max_pending=BOUND)
+    pool.task(queue="small", name="tick")(lambda job: None)
+    try:
+        pool.migrate("0019")
+        with pytest.raises(NotMigrated, match="workerpool migrate"):
+            pool.enqueue("tick", {})
+    finally:
+        pool.dispose()
