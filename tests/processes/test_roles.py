@@ -303,3 +303,16 @@ def test_public_may_not_create_in_the_schema_after_the_script(logins):
     psql(logins.admin, print_sql(logins.owner.username.removesuffix("_mig")))
     assert refused(logins.worker, "CREATE TABLE through_public_again (x int)")
     assert refused(logins.reader, "CREATE TABLE through_public_again (x int)")
+
+
+def test_the_worker_enqueues_from_sql_and_the_reader_may_not(logins):
+    with psycopg.connect(libpq(logins.worker), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workerpool_tasks (task, queue, max_attempts, priority, payload_version,"
+            " payload_limit) VALUES ('quick', 'fast', 3, 0, 1, 65536)"
+        )
+        conn.execute("INSERT INTO workerpool_queue_bounds (queue, max_pending) VALUES ('fast', 9)")
+        job_id = conn.execute("SELECT workerpool_enqueue('quick', '{}')").fetchone()[0]
+        assert conn.execute("SELECT task FROM workerpool_jobs").fetchall() == [("quick",)]
+    assert job_id > 0
+    assert refused(logins.reader, "SELECT workerpool_enqueue('quick', '{}')")

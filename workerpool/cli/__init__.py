@@ -20,6 +20,7 @@ from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import job as cli_job
 from . import live
+from . import queues as cli_queues
 from .helptext import add_command
 from .target import CliError, check_migrated, existing_database, load_pool, pool_for
 
@@ -336,6 +337,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "embedded": cmd_embedded,
     "cron": lambda args: cli_crons.cmd_cron(args),
     "audit": lambda args: cli_crons.cmd_audit(args),
+    "queue": lambda args: cli_queues.cmd_queue(args),
 }
 
 
@@ -372,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_dead_parser(sub)
     cli_batch.add_parser(sub)
+    cli_queues.add_parser(sub)
     cli_job.add_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)

@@ -40,6 +40,21 @@ example:
   workerpool enqueue myapp.jobs:pool send_welcome --payload '{"user_id": 42}' --key welcome:42
 
 Prints the job's id. A key already taken prints the existing job's id and writes nothing.""",
+    "queue": """\
+example:
+  workerpool queue bound email 100000      # refuse enqueues past 100k jobs waiting to run
+  workerpool queue unbound email
+  workerpool queue bounds --json
+
+A bound set here binds SQL's workerpool_enqueue and POST /api/jobs; a pool's own
+pool.queue(NAME, max_pending=N) binds its Python enqueues, and its workers write it here at
+start (docs/doors.md).""",
+    "queue bound": """\
+example:
+  workerpool queue bound email 100000
+
+An enqueue that would take the queue past N jobs waiting to run (pending, retrying, waiting)
+is refused: QueueFull, HTTP 429, SQLSTATE WP001; nothing is written.""",
     "signal": """\
 example:
   workerpool signal paid:inv_42 --payload '{"amount": 42}'

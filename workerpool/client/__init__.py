@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL
 from .. import sql
 from ..model.batch import PAGE_SIZE, BatchStatus, MemberResult
 from ..model.cancel import CancelResult, Selection, check_reason
+from ..model.doors import bounds, task_rows
 from ..model.errors import (
     ConfigError,
     InvalidSignal,
@@ -39,7 +40,7 @@ from ..model.specs import CronSpec, Hooks, QueueSpec, TaskSpec
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
-from ..sql import audit, signals
+from ..sql import audit, doors, signals
 from ..sql.search_path import borrowed, borrowed_async
 from . import batches, cancelling, crons, results
 from .acting import actor
@@ -276,6 +277,20 @@ class WorkerPool(AsyncCalls):
                 job_id = enqueue_one(self, task, payload, conn, options)
         self._enqueued(conn, [job_id])
         return job_id
+
+    def register_tasks(self, *, conn: Connection | None = None) -> int:
+        """Write every task, and each bound the code declares (``max_pending``), where the doors
+        in read them (``workerpool_tasks``, ``workerpool_queue_bounds``): what ``workerpool
+        run`` does at start, for a database that SQL or HTTP producers use before any worker
+        ran. Returns the number of tasks written (docs/doors.md)."""
+        rows = task_rows(self.registry)
+        with borrowed(conn, self.schema):
+            if conn is not None:
+                doors.publish(conn, rows, bounds(self.registry), actor(None))
+            else:
+                with self.engine.begin() as own:
+                    doors.publish(own, rows, bounds(self.registry), actor(None))
+        return len(rows)
 
     @explained
     def enqueue_many(

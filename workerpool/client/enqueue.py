@@ -15,7 +15,8 @@ database.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +28,7 @@ from ..model import tracing
 from ..model.errors import InvalidJob
 from ..model.new_job import NewJob, build_item, build_job, build_rows, job_items
 from ..model.registry import Registry
-from ..sql import autocommit
+from ..sql import autocommit, doors
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -73,12 +74,16 @@ def enqueue_one(
     if conn is not None:
         conn = caller_connection(conn)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = functools.partial(
-            sql.insert_one,
-            row=row,
-            notify_queue=pool.registry.notify,
-            trace_context=trace,
-            batch_id=batch_id,
+        write = within_bound(
+            pool.registry,
+            row.queue,
+            functools.partial(
+                sql.insert_one,
+                row=row,
+                notify_queue=pool.registry.notify,
+                trace_context=trace,
+                batch_id=batch_id,
+            ),
         )
         return write(conn) if conn is not None else autocommit.write(pool.engine, write)
 
@@ -121,10 +126,13 @@ def _write_batch(
 ) -> list[int]:
     """The batch on ``conn``: in a transaction of its own (``own``: the pool's connection),
     or a savepoint in the caller's transaction."""
+    bounded = _any_bound(registry)
     if not _any_key(items) and sql.can_copy(conn):
         # Every row is checked before anything is sent: a bad one is refused with nothing
         # written (checking them as they stream gains nothing: Python is the faster side).
         rows = [build_item(registry, item) for item in items]
+        if bounded:
+            _check_rooms(registry, conn, rows)
         autocommit = _in_autocommit(conn)
         with nullcontext() if autocommit else conn.begin_nested():
             return sql.copy_jobs(
@@ -137,13 +145,48 @@ def _write_batch(
                 batch_id=batch_id,
             )
     seen: dict[str, NewJob] = {}
-    chunks = (
+    chunks: Iterable[list[NewJob]] = (
         build_rows(registry, items[start:end], seen) for start, end in _chunk_bounds(len(items))
     )
     with _atomically(conn, own):
+        if bounded:  # every row first: the bound needs the counts before a chunk is sent
+            chunks = list(chunks)
+            _check_rooms(registry, conn, [row for chunk in chunks for row in chunk])
         return sql.insert_job_chunks(
             conn, chunks, notify=registry.notify, trace_context=trace, batch_id=batch_id
         )
+
+
+# -- bounded queues -------------------------------------------------------------------------------
+
+
+def within_bound(
+    registry: Registry, queue: str, write: Callable[[Connection], int]
+) -> Callable[[Connection], int]:
+    """``write``, after the room check of ``queue`` if it is bounded (``max_pending``): one
+    more round trip for a bounded queue; an unbounded one pays a dictionary lookup."""
+    spec = registry.queues.get(queue)
+    bound = None if spec is None else spec.max_pending
+    if bound is None:
+        return write
+    return functools.partial(_checked_write, write, queue, bound)
+
+
+def _checked_write(write: Callable[[Connection], int], queue: str, bound: int, conn: Any) -> int:
+    doors.check_room(conn, queue, 1, bound)
+    return write(conn)
+
+
+def _any_bound(registry: Registry) -> bool:
+    return any(spec.max_pending is not None for spec in registry.queues.values())
+
+
+def _check_rooms(registry: Registry, conn: Connection, rows: list[NewJob]) -> None:
+    """QueueFull (nothing written) unless each bounded queue has room for its rows."""
+    for queue, adding in Counter(row.queue for row in rows).items():
+        spec = registry.queues.get(queue)
+        if spec is not None and spec.max_pending is not None:
+            doors.check_room(conn, queue, adding, spec.max_pending)
 
 
 def _any_key(items: list[Any]) -> bool:
@@ -233,8 +276,12 @@ async def enqueue_one_async(
         conn = caller_async_connection(conn)
     row = build_job(pool.registry, task, payload, **options)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = functools.partial(
-            sql.insert_one, row=row, notify_queue=pool.registry.notify, trace_context=trace
+        write = within_bound(
+            pool.registry,
+            row.queue,
+            functools.partial(
+                sql.insert_one, row=row, notify_queue=pool.registry.notify, trace_context=trace
+            ),
         )
         if conn is not None:
             return await conn.run_sync(write)

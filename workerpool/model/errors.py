@@ -119,6 +119,14 @@ class IdempotencyConflict(WorkerpoolError):
     """A job with this key exists with a different task or payload."""
 
 
+class QueueFull(WorkerpoolError):
+    """The queue holds its ``max_pending`` jobs waiting to run; nothing was written."""
+
+    def __init__(self, message: str, queue: str | None = None) -> None:
+        self.queue = queue
+        super().__init__(message)
+
+
 class DuplicateJob(WorkerpoolError):
     """A job holding this key exists (``on_conflict="error"``); nothing was written."""
 
@@ -273,6 +281,7 @@ __all__ = [
     "PayloadError",
     "PayloadTooLarge",
     "Permanent",
+    "QueueFull",
     "ResultTimeout",
     "RetryLater",
     "SignalExists",

@@ -49,6 +49,7 @@ class Null:
     def woke(self, queue: str, source: str) -> None: ...
     def restarted(self, worker: str, cause: str) -> None: ...
     def depth(self, samples: Mapping[str, Mapping[str, Any]]) -> None: ...
+    def bounds(self, bounds: Mapping[str, int]) -> None: ...
     def batches_finished(self, fired: list[Any], fired_by: str) -> None: ...
     def batches_open(self, count: int) -> None: ...
     def batches_opened(self, count: int) -> None: ...
@@ -125,6 +126,13 @@ class Recorder(Null):
             "Jobs per queue waiting (pending or failed) or processing, "
             "sampled by maintenance (a capped count: at most workerpool_queue_depth_cap)",
             ["queue", "state"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
+        self.max_pending = Gauge(
+            "workerpool_queue_max_pending",
+            "A bounded queue's bound: jobs waiting to run past which an enqueue raises QueueFull",
+            ["queue"],
             multiprocess_mode="livemostrecent",
             registry=None,
         )
@@ -277,6 +285,11 @@ class Recorder(Null):
             self._child(self.blocked, (queue,)).set(sample.get("blocked", 0))
             self._child(self.oldest_due, (queue,)).set(sample["oldest_due"])
             self.depth_cap.set(sample["cap"])
+
+    def bounds(self, bounds: Mapping[str, int]) -> None:
+        """Each bounded queue's ``max_pending`` (sampled with the depth: compare the two)."""
+        for queue, max_pending in bounds.items():
+            self._child(self.max_pending, (queue,)).set(max_pending)
 
     def batches_finished(self, fired: list[Any], fired_by: str) -> None:
         """Batches this process finished (after the commit): counted, written at the flush."""

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 AUTO_PROCESSES = "auto"
 #: The most children one queue may have in one supervisor.
 MAX_PROCESSES = 256
+#: The largest bound a queue may have (the room check reads at most this many index entries).
+MAX_PENDING = 100_000_000
 
 #: Jobs a child holds beyond its handler slots (QueueSpec.prefetch). None: sized to the
 #: handlers' speed (workerpool/worker/buffer.py), so fast jobs are claimed in batches and slow
@@ -76,11 +78,15 @@ class QueueSpec:
     processes: int | str = 1
     #: Keep each attempt's log records from its handler (docs/handlers.md): off by default.
     capture_logs: bool = False
+    #: Jobs waiting to run (pending, failed, waiting) past which an enqueue raises QueueFull
+    #: (None: unbounded; docs/doors.md).
+    max_pending: int | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
         check_processes(f"queue {self.name}: processes", self.processes)
         check_limit(f"queue {self.name}: global_concurrency", self.global_concurrency)
+        check_max_pending(f"queue {self.name}: max_pending", self.max_pending)
         if self.rate_limit is not None:
             parse_rate(f"queue {self.name}: rate_limit", self.rate_limit)
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -115,6 +121,15 @@ class QueueSpec:
             raise ConfigError(f"queue {self.name}: prefetch must be an int or None")
         if not 0 <= self.prefetch <= 1000:
             raise ConfigError(f"queue {self.name}: prefetch must be within 0..1000")
+
+
+def check_max_pending(what: str, value: Any) -> int | None:
+    """A queue's bound: None (unbounded) or an int within 1..MAX_PENDING."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PENDING:
+        raise ConfigError(f"{what} must be an int within 1..{MAX_PENDING}, got {value!r}")
+    return value
 
 
 def check_processes(what: str, value: Any) -> int | str:

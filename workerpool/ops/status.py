@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..runtime.maintenance import health
-from ..sql import dependencies, limits_held, replica
+from ..sql import dependencies, doors, limits_held, replica
 from ..sql import history as history_sql
 from ..sql import status_counts as count_sql
 from ..sql.schema import DEAD_REASONS, STATES
@@ -39,6 +39,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
         crons = [cron_json(row) for row in sql.list_crons(conn)]
         runnable = dict(known) if known is not None else live_task_versions(workers)
         paused = {row.queue: row for row in sql.list_queue_states(conn)}
+        bounds = doors.read_bounds(conn)
         exact = count_sql.table_estimate(conn) < count_sql.EXACT_BELOW
         rows = sql.state_counts(conn) if exact else None
         mcv = None if exact else count_sql.mcv_estimates(conn)
@@ -51,6 +52,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
             found
             | set(runnable)
             | set(paused)
+            | set(bounds)
             | {c["queue"] for c in crons}
             | {w["queue"] for w in workers if is_queue(w["queue"])}
         )
@@ -74,6 +76,7 @@ def collect(engine: Engine, known: Mapping[str, Mapping[str, int]] | None = None
             q: queue_json(q, counts[q], depths[q], workers, runnable, blocked)
             | pause_json(paused.get(q))
             | {"limits": limits.get(q)}
+            | {"max_pending": bounds.get(q)}
             | {"waiting_for": waiting.get(q, {"parents": 0, "sequence": 0})}
             for q in queues
         },
@@ -288,12 +291,13 @@ def render(status: Mapping[str, Any]) -> str:
         render_queues(status["queues"]),
     ]
     paused = render_paused(status["queues"])
+    bounded = render_bounds(status["queues"])
     held = render_limits({q: v["limits"] for q, v in status["queues"].items() if v.get("limits")})
     dead = render_dead(status["queues"])
     blocked = render_unrunnable(status["queues"], status["source"])
     batches = batch_report.render_open(status.get("batches") or {})
     waiting = render_waiting(status["queues"])
-    parts += [p for p in (paused, held, dead, blocked, waiting, batches) if p]
+    parts += [p for p in (paused, bounded, held, dead, blocked, waiting, batches) if p]
     parts += [render_crons(status["crons"]), render_workers(status["workers"])]
     if "table_health" in status:
         parts.append(render_table_health(status["table_health"]))
@@ -415,6 +419,26 @@ def render_paused(queues: Mapping[str, Any]) -> str:
     if not rows:
         return ""
     return "PAUSED (claiming nothing)\n" + table(["QUEUE", "SINCE", "BY"], rows)
+
+
+#: What a bound counts: the jobs waiting to run (``workerpool_queue_room``).
+BOUNDED_STATES = (JobState.PENDING, JobState.FAILED, JobState.WAITING)
+
+
+def render_bounds(queues: Mapping[str, Any]) -> str:
+    """The BOUNDED table: each bounded queue's bound and how close it is (docs/doors.md)."""
+    rows = []
+    for name, q in queues.items():
+        if q.get("max_pending") is None:
+            continue
+        waiting = sum(q["counts"].get(state, 0) for state in BOUNDED_STATES)
+        rows.append([name, q["max_pending"], waiting, max(q["max_pending"] - waiting, 0)])
+    if not rows:
+        return ""
+    return (
+        "BOUNDED (queued and waiting jobs count; past the bound an enqueue raises QueueFull)\n"
+        + (table(["QUEUE", "MAX_PENDING", "COUNTED", "ROOM"], rows))
+    )
 
 
 def render_dead(queues: Mapping[str, Any]) -> str:

@@ -23,9 +23,14 @@ _CURRENT = text(f"SELECT version_num FROM {VERSION_TABLE}")
 
 
 def is_missing(exc: BaseException) -> bool:
-    """Whether ``exc`` says a table or column does not exist."""
+    """Whether ``exc`` says a table, column or function (a migration's) does not exist."""
     orig = getattr(exc, "orig", None) or exc
-    return isinstance(orig, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn)
+    return isinstance(
+        orig,
+        psycopg.errors.UndefinedTable
+        | psycopg.errors.UndefinedColumn
+        | psycopg.errors.UndefinedFunction,
+    )
 
 
 def current(conn: Connection) -> str | None:

@@ -529,3 +529,33 @@ finished_minutes = Table(
     Column("state", Text, primary_key=True),
     Column("count", BigInteger, nullable=False),
 )
+
+# The doors in (SQL's ``workerpool_enqueue`` and ``POST /api/jobs``) enqueue without the
+# application's code: each task as its workers last registered it, with the defaults an enqueue
+# takes from the task and the arguments a typed task accepts (``params``: {"required": [...],
+# "accepted": [...] or null for any}; NULL for a task that takes its payload as a dict).
+tasks = Table(
+    "workerpool_tasks",
+    metadata,
+    Column("task", Text, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("payload_version", Integer, nullable=False),
+    Column("payload_limit", Integer, nullable=False),
+    Column("params", JSONB),
+    Column("registered_at", TZ, nullable=False, server_default=text("now()")),
+)
+
+# Bounded queues: an enqueue at a door (Python, SQL, HTTP, CLI) that would take the queue past
+# ``max_pending`` jobs waiting to run is refused (QueueFull). A queue without a row is unbounded
+# and pays nothing for it.
+queue_bounds = Table(
+    "workerpool_queue_bounds",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("max_pending", Integer, nullable=False),
+    Column("set_at", TZ, nullable=False, server_default=text("now()")),
+    Column("set_by", Text),
+    CheckConstraint("max_pending > 0", name="max_pending"),
+)

@@ -36,7 +36,7 @@ from ..model.errors import (
     first_line,
 )
 from ..sql import revision
-from . import actions, audit_pages, batch_pages, cron_pages, pages, workflow_pages
+from . import actions, api, audit_pages, batch_pages, cron_pages, pages, workflow_pages
 from .access import Access, User, check_resolver
 from .inputs import BadInput
 from .render import Notices, render
@@ -99,6 +99,7 @@ def app(
     starlette.state.csrf = Csrf(csrf_secret)
     starlette.state.notices = Notices()
     starlette.state.resolver = resolver
+    starlette.state.token_set = token is not None
     return Guard(Access(starlette, resolver), token, Hosts(hosts))
 
 
@@ -117,10 +118,12 @@ def routes(read_only: bool) -> list[Any]:
         Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
         Route("/cron", cron_pages.cron_page, name="cron"),
         Route("/audit", audit_pages.audit_page, name="audit"),
+        Route("/api/jobs/{job_id}", api.read_job, methods=["GET"]),
         Mount("/static", app=static, name="static"),
     ]
     if not read_only:
         found += [
+            Route("/api/jobs", api.create_job, methods=["POST"]),
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/bulk-all", actions.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),

@@ -18,7 +18,7 @@ from sqlalchemy import true
 from .. import sql
 from ..model.states import LIVE_WORKER_WINDOW, JobState
 from ..ops.status import is_queue
-from ..sql import dashboard_reads, replica, status_counts
+from ..sql import dashboard_reads, doors, replica, status_counts
 from ..sql.readouts import DEPTH_CAP
 from .charts import Bar
 
@@ -45,6 +45,7 @@ class QueueRow:
     estimates: dict[str, int] = field(default_factory=dict)
     paused: Any = None  # the workerpool_queues row when paused
     live_workers: int = 0
+    max_pending: int | None = None  # a bounded queue's bound (docs/doors.md)
     per_minute: float = 0.0  # done, cancelled or dead a minute over the last RECENT_MINUTES
 
 
@@ -72,8 +73,10 @@ def collect(pool: Any) -> Overview:
         now = sql.database_now(conn)
         workers = sql.list_workers(conn)
         paused = {row.queue: row for row in sql.list_queue_states(conn) if row.paused}
+        bounds = doors.read_bounds(conn)
         names = sorted(
             set(pool.queues)
+            | set(bounds)
             | {w.queue for w in workers if is_queue(w.queue)}
             | {row.queue for row in sql.list_queue_states(conn)}
             | dashboard_reads.common_queues(conn)
@@ -91,6 +94,8 @@ def collect(pool: Any) -> Overview:
         behind = replica.lag(conn)
     live = [w for w in workers if float(w.age) <= LIVE_WORKER_WINDOW]
     rows = [_queue_row(q, depths.get(q, {}), estimates, paused.get(q), live) for q in names]
+    for row in rows:
+        row.max_pending = bounds.get(row.name)
     _throughput(rows, finished, now)
     hosts: dict[str, list[Any]] = {}
     for worker in live:

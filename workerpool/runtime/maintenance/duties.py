@@ -28,7 +28,7 @@ from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import audit, batches, dependencies, job_logs, results, signals
+from ...sql import audit, batches, dependencies, doors, job_logs, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
@@ -335,6 +335,7 @@ class Maintenance:
         try:
             with self._transaction(self.read_engine) as conn:
                 samples = sql.queue_depths(conn, list(self.queues))
+                bounds = doors.read_bounds(conn)
                 open_batches = batches.count_open(conn)
                 opened, self._last_batch = batches.opened_after(conn, self._last_batch)
         except OperationalError as exc:
@@ -348,6 +349,7 @@ class Maintenance:
             )
             return
         metrics.record.depth(samples)
+        metrics.record.bounds(bounds)
         metrics.record.batches_open(open_batches)
         metrics.record.batches_opened(opened)
 

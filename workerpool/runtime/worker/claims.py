@@ -22,6 +22,7 @@ from ...model.errors import Permanent
 from ...model.job import Lease
 from ...model.limits import claim_limits
 from ...model.specs import QueueSpec, TaskSpec
+from ...sql import doors
 from ...sql.settled import after_rows
 from .buffer import Buffer
 from .counters import Counters
@@ -57,6 +58,9 @@ class Claims:
         self.session, self.flights, self.outcomes = session, flights, outcomes
         self.executor, self.counters, self.closed = executor, counters, closed
         self.on_claim = on_claim
+        #: What the doors in learn of this queue (``workerpool_tasks``, its bound).
+        self.door_rows: list[dict[str, Any]] = []
+        self.door_bounds: dict[str, int] = {}
         self.limits = claim_limits(spec, tasks)  # falsy for a queue without limits
         self.buffer = Buffer(spec.concurrency, spec.prefetch, limited=bool(self.limits))
         self._published = False  # the limits, in the queue's row, for `workerpool status`
@@ -193,8 +197,11 @@ class Claims:
             self._key_cursor = max((row.concurrency_key or "" for row in rows), default="")
 
     def _publish_limits(self) -> None:
+        """The queue's limits (for ``workerpool status``), and its tasks and bound for the
+        doors in (SQL's ``workerpool_enqueue``, HTTP)."""
         with self.session.transaction() as conn:
             sql.publish_limits(conn, self.queue, self.limits.as_json() if self.limits else None)
+            doors.publish(conn, self.door_rows, self.door_bounds, self.worker_id)
         self._published = True
 
     def _start(self, row: Any) -> None:

@@ -33,6 +33,7 @@ from sqlalchemy.engine import URL
 
 from ...model import exitcodes, metrics
 from ...model.attempt import CANCELLED, Outcome, interrupted
+from ...model.doors import task_rows
 from ...model.job import new_worker_id
 from ...model.registry import Registry
 from ...model.specs import QueueSpec, TaskSpec
@@ -132,6 +133,9 @@ class Worker:
             closed=lambda: self._stopping.is_set() or self.timeouts.recycle or self.pause.paused,
             on_claim=on_claim or (lambda: None),
         )
+        self.claims.door_rows = task_rows(registry, queue)
+        if self.spec.max_pending is not None:
+            self.claims.door_bounds = {queue: self.spec.max_pending}
         self.leases = Leases(
             self.session,
             self.flights,
