@@ -28,7 +28,7 @@ from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import audit, batches, dependencies, job_logs, results, signals
+from ...sql import audit, awaits, batches, dependencies, job_logs, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
@@ -136,6 +136,7 @@ class Maintenance:
             ("batches", self.sweep_batches),
             ("dependencies", self.sweep_dependencies),
             ("signals", self.sweep_signals),
+            ("awaits", self.sweep_awaits),
             ("workers", self.prune_workers),
             ("rate_counts", self.prune_rate_counts),
             ("records", self.prune_records),
@@ -306,6 +307,20 @@ class Maintenance:
                 "made %d waiting jobs due (signal sent or deadline passed)",
                 sum(woken.values()),
                 extra={"event": "signal_waiters_swept", "count": sum(woken.values())},
+            )
+        return woken
+
+    def sweep_awaits(self) -> dict[str, int]:
+        """Jobs awaiting another job (``job.wait_for_job``) past their deadline: due again
+        now, their handler raises TimeoutError. (The awaited job's final write wakes the
+        others in its own transaction; a missed one is :meth:`sweep_dependencies`'.)"""
+        with self._transaction() as conn:
+            woken = awaits.sweep(conn)
+        if woken:
+            log.info(
+                "made %d awaiting jobs due (deadline passed)",
+                sum(woken.values()),
+                extra={"event": "awaits_swept", "count": sum(woken.values())},
             )
         return woken
 
