@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         InvalidStep,
         JobCancelled,
         JobFailed,
+        JobLive,
         LeaseLost,
         PayloadError,
         PayloadTooLarge,
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
         UnknownBatch,
         UnknownJob,
         UnknownQueue,
+        UnknownStep,
         UnknownTask,
         WorkerpoolError,
+        WrongState,
     )
     from .model.job import Job
     from .model.results import JobInfo
@@ -63,6 +66,7 @@ _ERRORS = (
     "InvalidStep",
     "JobCancelled",
     "JobFailed",
+    "JobLive",
     "LeaseLost",
     "PayloadError",
     "PayloadTooLarge",
@@ -74,8 +78,10 @@ _ERRORS = (
     "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
+    "UnknownStep",
     "UnknownTask",
     "WorkerpoolError",
+    "WrongState",
 )
 _WHERE = {
     "Backoff": ".model.backoff",
@@ -122,6 +128,7 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobInfo",
+    "JobLive",
     "LeaseLost",
     "MemberResult",
     "PayloadError",
@@ -134,8 +141,10 @@ __all__ = [
     "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
+    "UnknownStep",
     "UnknownTask",
     "WorkerPool",
     "WorkerpoolError",
+    "WrongState",
     "__version__",
 ]

@@ -40,7 +40,7 @@ from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
 from ..sql import audit, signals
 from ..sql.search_path import borrowed, borrowed_async
-from . import batches, cancelling, crons, results
+from . import batches, cancelling, crons, reruns, results
 from .acting import actor
 from .asynchronous import AsyncCalls
 from .batches import AsyncBatch, Batch
@@ -542,6 +542,18 @@ class WorkerPool(AsyncCalls):
         again returns the same job. The cron must be declared in this pool."""
         with self.engine.begin() as conn:
             return crons.run_now(self.registry, conn, name, actor(by), request)
+
+    # -- reruns (workerpool.client.reruns) --------------------------------------------------------
+
+    def rerun(self, job_id: int, from_step: str | None = None, *, by: str | None = None) -> list:
+        """Run job ``job_id`` again: a ``done``, ``dead`` or ``cancelled`` job goes back in line
+        (attempts reset, the rerun in its history and the audit trail), keeping the durable
+        steps it recorded before ``from_step`` (None: none kept). Returns the names of the
+        steps dropped, in run order. Refused, nothing written: ``UnknownJob``, ``JobLive`` (it
+        has not ended), ``UnknownStep`` (a step it never recorded: the message lists its
+        steps), ``WrongState`` (a batch member, a parent not done, its key held anew)."""
+        with self.engine.begin() as conn:
+            return reruns.rerun(self.registry, conn, job_id, from_step, actor(by)).dropped
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 

@@ -204,6 +204,15 @@ class WrongState(WorkerpoolError):
     that is not dead); nothing was changed."""
 
 
+class JobLive(WrongState):
+    """A rerun named a job that is still live (pending, processing, failed or waiting): only a
+    job that ended (done, dead or cancelled) runs again; nothing was changed."""
+
+
+class UnknownStep(InvalidStep):
+    """A rerun named a step the job never recorded; the message lists the ones it did."""
+
+
 class ReplayRefused(WorkerpoolError):
     """These dead jobs cannot be replayed (their task is no longer registered); \
 nothing was changed."""
