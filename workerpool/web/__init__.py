@@ -124,6 +124,7 @@ def routes(read_only: bool) -> list[Any]:
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/bulk-all", actions.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
+            Route("/jobs/{job_id}/rerun", actions.rerun_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
             Route("/jobs/{job_id}/run-now", actions.run_now, methods=["POST"]),
             Route("/jobs/{job_id}/purge", actions.purge_job, methods=["POST"]),
