@@ -555,6 +555,42 @@ class WorkerPool(AsyncCalls):
         with self.engine.begin() as conn:
             return reruns.rerun(self.registry, conn, job_id, from_step, actor(by)).dropped
 
+    def cron_add(
+        self,
+        name: str,
+        expression: str,
+        *,
+        task: str,
+        payload: Any = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        by: str | None = None,
+    ) -> None:
+        """Add cron schedule ``name`` at run time (no deploy): each tick of ``expression`` (in
+        ``timezone``) enqueues one job of ``task`` with ``payload`` plus its ``tick``, once
+        across replicas; every running scheduler picks it up within a pass. The same name again
+        changes an added schedule. Refused, nothing written: ``CronDeclared`` for a name
+        declared in code, ``ConfigError`` for a bad name, expression, timezone or queue,
+        ``UnknownTask``, ``PayloadError``."""
+        with self.engine.begin() as conn:
+            crons.add(
+                self.registry,
+                conn,
+                name,
+                expression,
+                task=task,
+                payload=payload,
+                queue=queue,
+                timezone=timezone,
+                by=actor(by),
+            )
+
+    def cron_remove(self, name: str, *, by: str | None = None) -> None:
+        """Remove a schedule added with :meth:`cron_add`; its ticks stop within a pass.
+        ``CronDeclared`` for one declared in code, ``UnknownCron`` for a name nobody added."""
+        with self.engine.begin() as conn:
+            crons.remove(self.registry, conn, name, actor(by))
+
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 
     @explained

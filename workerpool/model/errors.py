@@ -225,5 +225,10 @@ class UnknownCron(WorkerpoolError, LookupError):
     """No cron schedule of that name (declared in the app, or seen by a scheduler)."""
 
 
+class CronDeclared(WorkerpoolError):
+    """The cron schedule is declared in code (``@pool.cron``): it changes with a deploy, not
+    with ``cron_add`` or ``cron_remove``; nothing was written."""
+
+
 class InvalidActor(WorkerpoolError, ValueError):
     """An actor's name for the audit trail is empty, too long or not printable."""

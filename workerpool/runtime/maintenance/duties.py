@@ -162,8 +162,7 @@ class Maintenance:
         self._registered = True
 
     def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
-        if not self.registry.crons:
-            return []
+        """Every pass, also with no cron declared: schedules may be added at run time."""
         with self._transaction() as conn:
             return cron.schedule(self.registry, conn)
 
