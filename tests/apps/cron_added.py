@@ -14,7 +14,10 @@ SHORT = {
     "hang_timeout": float(os.environ.get("TEST_HANG", "10")),
     "poll_interval": 0.1,
 }
-LEDGER = "CREATE TABLE cron_ledger (tick text, at timestamptz DEFAULT clock_timestamp())"
+LEDGER = (
+    "CREATE TABLE cron_ledger (name text, tick text, job_id bigint,"
+    " at timestamptz DEFAULT clock_timestamp())"
+)
 
 
 def build(url: object = None) -> WorkerPool:
@@ -26,8 +29,11 @@ def build(url: object = None) -> WorkerPool:
         if job.payload.get("ledger"):
             with pool.engine.begin() as conn:
                 conn.execute(
-                    text("INSERT INTO cron_ledger (tick) VALUES (:tick)"),
-                    {"tick": job.payload["tick"]},
+                    text(
+                        "INSERT INTO cron_ledger (name, tick, job_id)"
+                        " VALUES (:name, :tick, :job_id)"
+                    ),
+                    {"name": job.payload["ledger"], "tick": job.payload["tick"], "job_id": job.id},
                 )
         return job.payload
 
