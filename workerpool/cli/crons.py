@@ -259,7 +259,8 @@ def add_parsers(sub: Any) -> None:
     audit.add_argument(
         "--action",
         default=None,
-        help="cancel, retry, purge, pause, resume, cron_pause, cron_resume, cron_run",
+        help="cancel, retry, rerun, purge, pause, resume, cron_pause, cron_resume, cron_run,"
+        " cron_add, cron_remove",
     )
     audit.add_argument(
         "--before",

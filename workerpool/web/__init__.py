@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..model.errors import (
+    CronDeclared,
     InvalidActor,
     InvalidFilter,
     ReplayRefused,
@@ -58,6 +59,7 @@ REFUSALS: list[tuple[type[BaseException], int]] = [
     (UnknownBatch, 404),
     (UnknownQueue, 404),
     (UnknownCron, 404),
+    (CronDeclared, 409),
     (InvalidActor, 400),
     (ReplayRefused, 409),
     (WrongState, 409),
@@ -134,6 +136,7 @@ def routes(read_only: bool) -> list[Any]:
             Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),
             Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"]),
             Route("/cron/{name}/{verb}", cron_pages.cron_action, methods=["POST"]),
+            Route("/cron-add", cron_pages.cron_add, methods=["POST"]),
         ]
     return found
 
