@@ -6,7 +6,8 @@ lease renewal), ``flaky`` (fails its first attempts), ``poison`` (kills its own 
 time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, which writes down
 how many members it saw still live), ``node`` and ``node_run`` (steps of chains, graphs and
 sequences; ``node_run`` runs even when a parent failed), ``stepped`` (three durable steps, each
-writing its run to the ledger, with a pause between them that faults land in), and the cron job
+writing its run to the ledger, with a pause between them that faults land in), ``awaiting`` (a
+parent that spawns a ``plain`` child and awaits it, ``job.wait_for_job``), and the cron job
 ``tick`` (every two seconds, slower than its period now and then, so ticks are skipped rather
 than overlapped). ``plain`` and ``member`` return a result the checker can predict from the job
 (:func:`expected_result`). Timings are short so that recovery is seconds.
@@ -172,6 +173,18 @@ def stepped(job: Job) -> Any:
             run.work(float(job.payload.get("pause", 0.5)))  # faults land between the steps
         run.effect()
     return done
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def awaiting(job: Job) -> Any:
+    """A parent that enqueues a ``plain`` child (in a step, under a key derived from its own, so
+    a run again finds the same child) and awaits it without holding its slot."""
+    with Execution(job, "awaiting") as run:
+        spawn = lambda: pool.enqueue("plain", {"seconds": 0.02}, key=f"{job.key}:child")  # noqa: E731
+        child = job.step("spawn", spawn)
+        got = job.wait_for_job(child)
+        run.effect()
+    return {"child": child, "got": got}
 
 
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)

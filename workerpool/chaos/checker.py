@@ -11,7 +11,9 @@ returned; no job of a chain, graph or sequence ran before its parents ended (don
 where it was told to run anyway), every dependent of a failed parent ended cancelled (or ran,
 where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
 never had to release a waiting job; no durable step ran again after its job recorded it
-finished, and a done job recorded every one of its steps.
+finished, and a done job recorded every one of its steps; no parent that awaited its child
+(``job.wait_for_job``) finished, or ran to its end, before that child ended, and its result is
+the child's.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def check(history: History) -> Verdict:
     _results(history, verdict)
     _workflows(history, execs_by_job, verdict)
     _steps(history, verdict)
+    _awaits(history, execs_by_job, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -260,8 +263,8 @@ def _workflows(history: History, execs_by_job: dict, verdict: Verdict) -> None:
     for edge in history.edges:
         job, parent = jobs.get(edge["job_id"]), jobs.get(edge["parent_id"])
         verdict.notes[f"dependency edges: {edge['kind']}"] += 1
-        if job is None or parent is None:
-            continue
+        if job is None or parent is None or edge["kind"] == "await":
+            continue  # an awaiting job runs first, then waits: :func:`_awaits` checks it
         started = first_start.get(job["id"])
         if started is not None and (
             parent["finished_at"] is None or started < parent["finished_at"]
@@ -346,6 +349,31 @@ def _steps(history: History, verdict: Verdict) -> None:
             if len(done_at) > 1:
                 verdict.notes["steps run again before they were recorded (a fault between)"] += 1
             verdict.notes["steps recorded"] += 1
+
+
+def _awaits(history: History, execs_by_job: dict, verdict: Verdict) -> None:
+    """A done ``awaiting`` job: its child (the step ``spawn``) ended before it, every run of it
+    that ran to its end started after the child ended, and its result carries the child's."""
+    jobs = history.jobs
+    for row in jobs.values():
+        if row["task"] != "awaiting" or row["state"] != "done":
+            continue
+        child_id = ((row.get("steps") or {}).get("spawn") or {}).get("value")
+        child = jobs.get(child_id) if isinstance(child_id, int) else None
+        if child is None:
+            verdict.add("awaited_child_missing", row["id"])
+            continue
+        verdict.notes["parents that awaited a child"] += 1
+        ended = child["finished_at"]
+        finished_runs = [r for r in execs_by_job.get(row["id"], []) if r["outcome"] == "ok"]
+        if (
+            ended is None
+            or row["finished_at"] <= ended
+            or any(r["started_at"] < ended for r in finished_runs)
+        ):
+            verdict.add("parent_before_child", {"job": row["id"], "child": child_id})
+        if row["result"] != {"child": child_id, "got": child["result"]}:
+            verdict.add("awaited_wrong_result", {"job": row["id"], "child": child_id})
 
 
 def recovery_times(
