@@ -180,3 +180,15 @@ def test_a_job_cannot_await_itself(app, sql):
     testing.drain(app, "q")
     entry = sql("SELECT errors->-1 FROM workerpool_jobs WHERE id = %s", job_id)[0][0]
     assert (entry["type"], entry["message"]) == ("InvalidJob", "job 1 cannot await itself")
+
+
+def test_inline_testing_mode_runs_the_child_and_then_the_parent(app, sql):
+    """Inline mode runs each job after the transaction that enqueued it: the parent spawns its
+    child, waits, the child runs and releases it, and the parent finishes, all in the call."""
+    with app.testing_mode("inline"):
+        parent = app.enqueue("parent", {"child": {"n": 3}})
+    assert app.result(parent, timeout=0)["got"] == {"doubled": 6}
+    assert sql("SELECT task, state FROM workerpool_jobs ORDER BY id") == [
+        ("parent", "done"),
+        ("child", "done"),
+    ]
