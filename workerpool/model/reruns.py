@@ -8,6 +8,7 @@ its first line as if new. A step the job never recorded is refused, naming the o
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import JobLive, UnknownStep
@@ -24,15 +25,26 @@ class Kept(NamedTuple):
 
 def in_run_order(steps: dict[str, Any] | None) -> list[str]:
     """The names of ``steps`` in the order the handler ran them (a JSON object keeps no order:
-    each entry's start does)."""
+    each entry's start does; compared as instants, whatever UTC offset wrote them)."""
     entries = steps or {}
     return sorted(
         entries,
         key=lambda name: (
-            str(entries[name].get("started_at") or ""),
-            str(entries[name].get("finished_at") or ""),
+            _instant(entries[name].get("started_at")),
+            _instant(entries[name].get("finished_at")),
+            name,
         ),
     )
+
+
+def _instant(text: Any) -> datetime:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else _NEVER
+    except ValueError:
+        return _NEVER
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)  # an entry without a time sorts last
 
 
 def check_rerun(job_id: int, state: str) -> None:
