@@ -140,7 +140,8 @@ def apply(
         return
     assert decision.tick is not None and decision.next_tick is not None
     enqueue = decision.action == ENQUEUE
-    job_id = enqueue_tick(registry, conn, spec, decision.tick, row) if enqueue else None
+    added = None if spec.name in registry.crons else row  # a declaration wins over a row
+    job_id = enqueue_tick(registry, conn, spec, decision.tick, added) if enqueue else None
     sql.advance_cron(
         conn,
         spec.name,
