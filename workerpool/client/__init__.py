@@ -545,7 +545,9 @@ class WorkerPool(AsyncCalls):
 
     # -- reruns (workerpool.client.reruns) --------------------------------------------------------
 
-    def rerun(self, job_id: int, from_step: str | None = None, *, by: str | None = None) -> list:
+    def rerun(
+        self, job_id: int, from_step: str | None = None, *, by: str | None = None
+    ) -> list[str]:
         """Run job ``job_id`` again: a ``done``, ``dead`` or ``cancelled`` job goes back in line
         (attempts reset, the rerun in its history and the audit trail), keeping the durable
         steps it recorded before ``from_step`` (None: none kept). Returns the names of the

@@ -12,6 +12,8 @@ holds.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection
 
 from .. import sql
@@ -63,7 +65,7 @@ def rerun(
     return kept
 
 
-def _check_free(conn: Connection, row) -> None:
+def _check_free(conn: Connection, row: Any) -> None:
     """Nothing outside the job stands in the way of its running again."""
     if row.batch_id is not None:
         raise WrongState(
