@@ -32,9 +32,9 @@ def step_name(job_id: int) -> str:
     return f"{AWAIT}:{job_id}"
 
 
-def check_awaited(job_id: Any, own_id: int) -> int:
+def check_awaited(value: Any, own_id: int) -> int:
     """A job id to await: a positive int, not the awaiting job's own."""
-    job_id = check_id(job_id)
+    job_id = check_id(value)
     if job_id == own_id:
         raise InvalidJob(f"job {own_id} cannot await itself")
     return job_id
