@@ -6,6 +6,7 @@ refused by name."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from tests.helpers.waiting import wait_until
@@ -192,3 +193,17 @@ def test_inline_testing_mode_runs_the_child_and_then_the_parent(app, sql):
         ("parent", "done"),
         ("child", "done"),
     ]
+
+
+def test_a_child_locked_elsewhere_makes_the_parent_look_again_without_waiting(app, sql, dsn):
+    """The outcome flush never waits on the awaited row (two flushes completing each other's
+    awaited jobs would deadlock): a locked child makes the parent due again shortly."""
+    child = app.enqueue("never_run", {})
+    waiter = app.enqueue("awaits_given", {"id": child})
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT 1 FROM workerpool_jobs WHERE id = %s FOR UPDATE", (child,))
+        assert testing.drain(app, "q") == [(waiter, "pending")]
+    assert sql("SELECT state, run_at > now() FROM workerpool_jobs WHERE id = %s", waiter) == [
+        ("pending", True)
+    ]
+    assert sql("SELECT count(*) FROM workerpool_job_dependencies") == [(0,)]

@@ -1,15 +1,20 @@
 """``job.wait_for_job``: a running job that awaits another one waits for it as a dependent.
 
 The awaiting job's wait is one outcome write (:func:`wait`), in the worker's outcome flush like
-a signal's wait: the awaited job is locked and marked ``has_dependents`` first, exactly as
-``after=`` locks a parent at enqueue (:func:`.dependencies.lock_parents`), then the awaiting row
-is written, fenced on its lease: ``waiting`` (attempt refunded, ``run_at`` its deadline, the
-await a step begun) with an ``await`` edge to the awaited job, or ``pending`` at once if that
-job has already ended. Because of the lock, either the awaited job's final write waits for this
-commit and then sees the flag (its transaction releases the new dependent, ``sql.settled``), or
-this write waits for that commit and reads the job ended: no wake-up is missed, and none needs
-a poller. The edge's ``if_failed`` is ``run``: an awaited job that ends dead or cancelled makes
-the awaiting job due like one that is done, and its handler gets the failure raised.
+a signal's wait: the awaited job is locked and marked ``has_dependents`` first, as ``after=``
+marks a parent at enqueue, then the awaiting row is written, fenced on its lease: ``waiting``
+(attempt refunded, ``run_at`` its deadline, the await a step begun) with an ``await`` edge to
+the awaited job, or ``pending`` at once if that job has already ended. Either the awaited job's
+final write comes after this commit and, waiting on the lock, sees the flag (its transaction
+releases the new dependent, ``sql.settled``), or it came before and this write reads the job
+ended: no wake-up is missed, and none needs a poller. The edge's ``if_failed`` is ``run``: an
+awaited job that ends dead or cancelled makes the awaiting job due like one that is done, and
+its handler gets the failure raised.
+
+The lock is taken with ``SKIP LOCKED``: an outcome flush never waits here, so two flushes that
+each complete the job the other one awaits cannot deadlock. A locked awaited job (its own final
+write, a lease renewal or a cancel is in flight) makes the awaiting job due again shortly
+(:data:`RECHECK` seconds), to read it afresh: a replay of its handler, never a missed wake-up.
 
 A deadline is the maintenance sweep's (:func:`sweep`): a job still waiting past it is made due
 and its await edges to live jobs are dropped, so its handler records the timeout and a later
@@ -33,7 +38,6 @@ from ..model.errors import MAX_DELAY
 from ..model.job import Lease
 from ..model.states import LIVE_STATES, JobState
 from .cancelled import or_cancelled
-from .dependencies import lock_parents
 from .enqueue import NOTIFY_CHANNEL
 from .leases import fence
 from .outcomes import after
@@ -61,6 +65,18 @@ def read_awaited(conn: Connection, job_id: int, deadline: str | None) -> Awaited
     return AwaitedRead(found=True, outcome=stored_outcome(row), expired=expired)
 
 
+#: Seconds after which a job whose awaited job was locked reads it again.
+RECHECK = 1.0
+
+# lock_awaited: the awaited job locked and marked, unless another transaction holds it.
+# Index: pk_workerpool_jobs.
+_LOCK_AWAITED = text(f"""
+WITH locked AS (SELECT id FROM {JOBS} WHERE id = :id FOR NO KEY UPDATE SKIP LOCKED)
+UPDATE {JOBS} AS j SET has_dependents = true FROM locked WHERE j.id = locked.id
+RETURNING j.state
+""")
+
+
 # The await edge, once the awaiting row waits. Index: pk_workerpool_job_dependencies.
 _EDGE = text(f"""
 INSERT INTO {EDGES} (job_id, parent_id, kind, if_failed)
@@ -76,8 +92,8 @@ def wait(
     header). A wait an earlier run began keeps its deadline.
 
     Returns the new state (``cancelled`` if an operator asked), None when the lease was lost."""
-    found = lock_parents(conn, [awaited]).get(awaited)
-    live = found is not None and found.state in LIVE_STATES
+    state = conn.execute(_LOCK_AWAITED, {"id": awaited}).scalar()
+    live = state in LIVE_STATES  # None: locked elsewhere (or moved, ended): read it again
     begun = jobs.c.steps.op("->")(name)
     deadline = func.coalesce(
         cast(begun.op("->>")("deadline"), TZ), after(MAX_DELAY if timeout is None else timeout)
@@ -103,7 +119,7 @@ def wait(
             **or_cancelled(
                 {
                     "state": JobState.WAITING if live else JobState.PENDING,
-                    "run_at": deadline if live else func.now(),
+                    "run_at": deadline if live else after(0.0 if state else RECHECK),
                     "attempts": jobs.c.attempts - 1,
                     "crashes": 0,  # an ordinary outcome: no longer a suspect
                     "steps": with_step(func.coalesce(begun, entry), name),
