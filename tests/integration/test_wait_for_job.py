@@ -60,6 +60,10 @@ def app(pool: WorkerPool) -> WorkerPool:
     return pool
 
 
+def sweeper(app: WorkerPool) -> Maintenance:
+    return Maintenance(app.registry, app.engine, worker_id="m")
+
+
 def state(sql, job_id: int) -> tuple:
     return sql("SELECT state, attempts FROM workerpool_jobs WHERE id = %s", job_id)[0]
 
@@ -123,9 +127,9 @@ def test_a_cancelled_child_raises_job_cancelled_in_the_parent(app, sql):
 def test_a_timeout_raises_once_the_sweep_makes_the_parent_due(app, sql):
     parent = app.enqueue("parent", {"child": {}, "task": "never_run", "timeout": 0.3})
     testing.drain(app, "q", max_jobs=1)
-    maintenance = Maintenance(app.registry, app.engine, worker_id="m")
+    # a fresh maintenance child each time: one sweeps at most every few seconds
     wait_until(
-        lambda: maintenance.sweep_awaits() or state(sql, parent)[0] == "pending",
+        lambda: sweeper(app).sweep_awaits() or state(sql, parent)[0] == "pending",
         10,
         message="the deadline passed and the sweep made the parent due",
     )
@@ -140,7 +144,7 @@ def test_a_timeout_raises_once_the_sweep_makes_the_parent_due(app, sql):
 def test_the_sweep_leaves_a_parent_before_its_deadline(app, sql):
     parent = app.enqueue("parent", {"child": {"n": 1}, "timeout": 600})
     testing.drain(app, "q", max_jobs=1)
-    assert Maintenance(app.registry, app.engine, worker_id="m").sweep_awaits() == {}
+    assert sweeper(app).sweep_awaits() == {}
     assert state(sql, parent)[0] == "waiting"
 
 

@@ -103,6 +103,7 @@ class Maintenance:
         self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
+        self._swept_awaits_at = float("-inf")
         self._records_pruned_at = float("-inf")
         self._edges_after = 0  # where the next pass's scan of dependency edges starts
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
@@ -310,9 +311,15 @@ class Maintenance:
         return woken
 
     def sweep_awaits(self) -> dict[str, int]:
-        """Jobs awaiting another job (``job.wait_for_job``) past their deadline: due again
-        now, their handler raises TimeoutError. (The awaited job's final write wakes the
-        others in its own transaction; a missed one is :meth:`sweep_dependencies`'.)"""
+        """Every BATCH_SWEEP_EVERY seconds: jobs awaiting another job (``job.wait_for_job``)
+        past their deadline, due again now; their handler raises TimeoutError. (The awaited
+        job's final write wakes the others in its own transaction; a missed one is
+        :meth:`sweep_dependencies`'.) Its read walks every waiting job, like that sweep, so it
+        runs as seldom: a deadline is met a few seconds late at most."""
+        now = time.monotonic()
+        if now - self._swept_awaits_at < BATCH_SWEEP_EVERY:
+            return {}
+        self._swept_awaits_at = now
         with self._transaction() as conn:
             woken = awaits.sweep(conn)
         if woken:
