@@ -92,8 +92,8 @@ def wait(
     header). A wait an earlier run began keeps its deadline.
 
     Returns the new state (``cancelled`` if an operator asked), None when the lease was lost."""
-    state = conn.execute(_LOCK_AWAITED, {"id": awaited}).scalar()
-    live = state in LIVE_STATES  # None: locked elsewhere (or moved, ended): read it again
+    seen = conn.execute(_LOCK_AWAITED, {"id": awaited}).scalar()
+    live = seen in LIVE_STATES  # None: locked elsewhere (or moved, ended): read it again
     begun = jobs.c.steps.op("->")(name)
     deadline = func.coalesce(
         cast(begun.op("->>")("deadline"), TZ), after(MAX_DELAY if timeout is None else timeout)
@@ -119,7 +119,7 @@ def wait(
             **or_cancelled(
                 {
                     "state": JobState.WAITING if live else JobState.PENDING,
-                    "run_at": deadline if live else after(0.0 if state else RECHECK),
+                    "run_at": deadline if live else after(0.0 if seen else RECHECK),
                     "attempts": jobs.c.attempts - 1,
                     "crashes": 0,  # an ordinary outcome: no longer a suspect
                     "steps": with_step(func.coalesce(begun, entry), name),
