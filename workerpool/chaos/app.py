@@ -9,7 +9,8 @@ sequences; ``node_run`` runs even when a parent failed), ``stepped`` (three dura
 writing its run to the ledger, with a pause between them that faults land in), ``awaiting`` (a
 parent that spawns a ``plain`` child and awaits it, ``job.wait_for_job``), and the cron job
 ``tick`` (every two seconds, slower than its period now and then, so ticks are skipped rather
-than overlapped). ``plain`` and ``member`` return a result the checker can predict from the job
+than overlapped). ``plain``, ``member`` and ``awaiting`` return a result the checker can predict
+from the job
 (:func:`expected_result`). Timings are short so that recovery is seconds.
 """
 
@@ -127,6 +128,8 @@ def expected_result(task: str, key: str | None, payload: dict[str, Any]) -> Any:
         return {"key": key, "n": payload.get("n")}
     if task == "stepped":
         return [f"{name} ok" for name in STEPS]
+    if task == "awaiting":  # its child's result: a plain job keyed after it
+        return {"got": expected_result("plain", f"{key}:child", {})}
     return None
 
 
@@ -181,10 +184,9 @@ def awaiting(job: Job) -> Any:
     a run again finds the same child) and awaits it without holding its slot."""
     with Execution(job, "awaiting") as run:
         spawn = lambda: pool.enqueue("plain", {"seconds": 0.02}, key=f"{job.key}:child")  # noqa: E731
-        child = job.step("spawn", spawn)
-        got = job.wait_for_job(child)
+        got = job.wait_for_job(job.step("spawn", spawn))
         run.effect()
-    return {"child": child, "got": got}
+    return {"got": got}
 
 
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)

@@ -12,8 +12,8 @@ where it was told to run anyway), every dependent of a failed parent ended cance
 where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
 never had to release a waiting job; no durable step ran again after its job recorded it
 finished, and a done job recorded every one of its steps; no parent that awaited its child
-(``job.wait_for_job``) finished, or ran to its end, before that child ended, and its result is
-the child's.
+(``job.wait_for_job``) finished, or had a run end ok, before that child ended, and its result
+is the child's.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def _results(history: History, verdict: Verdict) -> None:
     from .app import expected_result
 
     for row in history.jobs.values():
-        if row["state"] != "done" or row["task"] not in ("plain", "member"):
+        if row["state"] != "done" or row["task"] not in ("plain", "member", "awaiting"):
             continue
         wanted = expected_result(row["task"], row["key"], row.get("payload") or {})
         if row.get("result") != wanted:
@@ -352,8 +352,9 @@ def _steps(history: History, verdict: Verdict) -> None:
 
 
 def _awaits(history: History, execs_by_job: dict, verdict: Verdict) -> None:
-    """A done ``awaiting`` job: its child (the step ``spawn``) ended before it, every run of it
-    that ran to its end started after the child ended, and its result carries the child's."""
+    """A done ``awaiting`` job: its child (the step ``spawn``) ended before it, no run of it
+    ended ok before the child ended (a run may start before: it spawned the child, which may
+    end while it runs), and its result is the child's."""
     jobs = history.jobs
     for row in jobs.values():
         if row["task"] != "awaiting" or row["state"] != "done":
@@ -365,14 +366,14 @@ def _awaits(history: History, execs_by_job: dict, verdict: Verdict) -> None:
             continue
         verdict.notes["parents that awaited a child"] += 1
         ended = child["finished_at"]
-        finished_runs = [r for r in execs_by_job.get(row["id"], []) if r["outcome"] == "ok"]
+        runs = [r for r in execs_by_job.get(row["id"], []) if r["outcome"] == "ok"]
         if (
             ended is None
             or row["finished_at"] <= ended
-            or any(r["started_at"] < ended for r in finished_runs)
+            or any(r["finished_at"] is not None and r["finished_at"] < ended for r in runs)
         ):
             verdict.add("parent_before_child", {"job": row["id"], "child": child_id})
-        if row["result"] != {"child": child_id, "got": child["result"]}:
+        if row["result"] != {"got": child["result"]}:
             verdict.add("awaited_wrong_result", {"job": row["id"], "child": child_id})
 
 
