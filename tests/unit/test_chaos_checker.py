@@ -340,3 +340,49 @@ def test_a_done_stepped_job_missing_a_step_is_found():
     history = stepped_history()
     del history.jobs[3]["steps"]["notify"]
     assert list(check(history).violations) == ["steps_missing"]
+
+
+def awaited(parent_finished: float, child_finished: float, run_finished: float) -> History:
+    """A clean history plus a parent (20) that awaited its child (21): the parent's first run
+    (suspended) and its last run (ok, from 0.2 s, which spawned its child, to
+    ``run_finished``)."""
+    history = clean()
+    child = job(21, "k20:child", finished=child_finished)
+    parent = job(20, "k20", task="awaiting", finished=parent_finished)
+    parent["steps"] = {"spawn": {"value": 21}}
+    parent["result"] = {"got": child["result"]}
+    history.jobs.update({20: parent, 21: child})
+    history.execs += [
+        {**run("p1", 20, outcome="raised:Suspended", kind="awaiting"), "started_at": at(0)},
+        {
+            **run("p2", 20, kind="awaiting"),
+            "started_at": at(0.2),
+            "finished_at": at(run_finished),
+        },
+        {**run("c1", 21), "started_at": at(0.5)},
+    ]
+    history.effects.update({"k20": {"key": "k20"}, "k20:child": {"key": "k20:child"}})
+    history.edges.append({"job_id": 20, "parent_id": 21, "kind": "await", "if_failed": "run"})
+    return history
+
+
+def test_a_parent_that_awaited_its_child_passes():
+    # its last run started before the child ended (it spawned it) and ended after: fine
+    verdict = check(awaited(parent_finished=3, child_finished=1, run_finished=2))
+    assert verdict.ok, dict(verdict.violations)
+    assert verdict.notes["parents that awaited a child"] == 1
+
+
+def test_a_parent_that_finished_before_its_child_is_found():
+    found = check(awaited(parent_finished=3, child_finished=4, run_finished=2)).violations
+    assert found["parent_before_child"] == [{"job": 20, "child": 21}]
+    # its run ended ok before the child ended
+    found = check(awaited(parent_finished=3, child_finished=1.5, run_finished=1)).violations
+    assert found["parent_before_child"] == [{"job": 20, "child": 21}]
+
+
+def test_a_parent_with_another_result_than_its_childs_is_found():
+    history = awaited(parent_finished=3, child_finished=1, run_finished=2)
+    history.jobs[20]["result"] = {"got": None}
+    found = check(history).violations
+    assert found["awaited_wrong_result"] == [{"job": 20, "child": 21}]

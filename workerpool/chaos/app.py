@@ -7,10 +7,12 @@ time), ``member`` (a batch's member) and ``batch_done`` (a batch's callback, whi
 how many members it saw still live), ``node`` and ``node_run`` (steps of chains, graphs and
 sequences; ``node_run`` runs even when a parent failed), ``stepped`` (three durable steps, each
 writing its run to the ledger, with a pause between them that faults land in), ``once`` (its
-effect, a keyless row, written in the transaction that ends the job: ``complete_in``), and the
-cron job
+effect, a keyless row, written in the transaction that ends the job: ``complete_in``),
+``awaiting`` (a parent that spawns a ``plain`` child and awaits it, ``job.wait_for_job``), and
+the cron job
 ``tick`` (every two seconds, slower than its period now and then, so ticks are skipped rather
-than overlapped). ``plain`` and ``member`` return a result the checker can predict from the job
+than overlapped). ``plain``, ``member`` and ``awaiting`` return a result the checker can predict
+from the job
 (:func:`expected_result`). Timings are short so that recovery is seconds.
 """
 
@@ -131,6 +133,8 @@ def expected_result(task: str, key: str | None, payload: dict[str, Any]) -> Any:
         return [f"{name} ok" for name in STEPS]
     if task == "once":
         return {"once": key}
+    if task == "awaiting":  # its child's result: a plain job keyed after it
+        return {"got": expected_result("plain", f"{key}:child", {})}
     return None
 
 
@@ -187,6 +191,17 @@ def stepped(job: Job) -> Any:
             run.work(float(job.payload.get("pause", 0.5)))  # faults land between the steps
         run.effect()
     return done
+
+
+@pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)
+def awaiting(job: Job) -> Any:
+    """A parent that enqueues a ``plain`` child (in a step, under a key derived from its own, so
+    a run again finds the same child) and awaits it without holding its slot."""
+    with Execution(job, "awaiting") as run:
+        spawn = lambda: pool.enqueue("plain", {"seconds": 0.02}, key=f"{job.key}:child")  # noqa: E731
+        got = job.wait_for_job(job.step("spawn", spawn))
+        run.effect()
+    return {"got": got}
 
 
 @pool.task(queue="work", max_attempts=5, backoff=FAST_RETRY)

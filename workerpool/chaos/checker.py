@@ -12,7 +12,9 @@ where it was told to run anyway), every dependent of a failed parent ended cance
 where told to), no sequence ran two jobs at once or out of order, and the maintenance sweep
 never had to release a waiting job; no durable step ran again after its job recorded it
 finished, and a done job recorded every one of its steps; a ``once`` job's effect, written in
-the transaction that ended it, is there exactly once when it is done and never otherwise.
+the transaction that ended it, is there exactly once when it is done and never otherwise; no
+parent that awaited its child (``job.wait_for_job``) finished, or had a run end ok, before
+that child ended, and its result is the child's.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def check(history: History) -> Verdict:
     _workflows(history, execs_by_job, verdict)
     _steps(history, verdict)
     _once(history, verdict)
+    _awaits(history, execs_by_job, verdict)
     for job_id in execs_by_job.keys() - history.jobs.keys():
         verdict.add("unexpected", job_id)
     return verdict
@@ -240,7 +243,7 @@ def _results(history: History, verdict: Verdict) -> None:
     from .app import expected_result
 
     for row in history.jobs.values():
-        if row["state"] != "done" or row["task"] not in ("plain", "member"):
+        if row["state"] != "done" or row["task"] not in ("plain", "member", "awaiting"):
             continue
         wanted = expected_result(row["task"], row["key"], row.get("payload") or {})
         if row.get("result") != wanted:
@@ -263,8 +266,8 @@ def _workflows(history: History, execs_by_job: dict, verdict: Verdict) -> None:
     for edge in history.edges:
         job, parent = jobs.get(edge["job_id"]), jobs.get(edge["parent_id"])
         verdict.notes[f"dependency edges: {edge['kind']}"] += 1
-        if job is None or parent is None:
-            continue
+        if job is None or parent is None or edge["kind"] == "await":
+            continue  # an awaiting job runs first, then waits: :func:`_awaits` checks it
         started = first_start.get(job["id"])
         if started is not None and (
             parent["finished_at"] is None or started < parent["finished_at"]
@@ -371,6 +374,32 @@ def _once(history: History, verdict: Verdict) -> None:
             "once", row["key"], row.get("payload") or {}
         ):
             verdict.add("wrong_result", {"job": row["id"], "stored": row.get("result")})
+
+
+def _awaits(history: History, execs_by_job: dict, verdict: Verdict) -> None:
+    """A done ``awaiting`` job: its child (the step ``spawn``) ended before it, no run of it
+    ended ok before the child ended (a run may start before: it spawned the child, which may
+    end while it runs), and its result is the child's."""
+    jobs = history.jobs
+    for row in jobs.values():
+        if row["task"] != "awaiting" or row["state"] != "done":
+            continue
+        child_id = ((row.get("steps") or {}).get("spawn") or {}).get("value")
+        child = jobs.get(child_id) if isinstance(child_id, int) else None
+        if child is None:
+            verdict.add("awaited_child_missing", row["id"])
+            continue
+        verdict.notes["parents that awaited a child"] += 1
+        ended = child["finished_at"]
+        runs = [r for r in execs_by_job.get(row["id"], []) if r["outcome"] == "ok"]
+        if (
+            ended is None
+            or row["finished_at"] <= ended
+            or any(r["finished_at"] is not None and r["finished_at"] < ended for r in runs)
+        ):
+            verdict.add("parent_before_child", {"job": row["id"], "child": child_id})
+        if row["result"] != {"got": child["result"]}:
+            verdict.add("awaited_wrong_result", {"job": row["id"], "child": child_id})
 
 
 def recovery_times(

@@ -130,8 +130,8 @@ class Producers:
             return "poison", {}, key
         # slow jobs hold a slot for seconds: few of them, never in bulk, or the backlog grows
         task = rng.choices(
-            ("plain", "once", "flaky", "slow", "stepped"),
-            (70, 15, 12, 0 if bulk else 3, 0 if bulk else 3),
+            ("plain", "once", "flaky", "slow", "stepped", "awaiting"),
+            (70, 15, 12, 0 if bulk else 3, 0 if bulk else 3, 0 if bulk else 3),
         )[0]
         payload: dict[str, Any] = {
             "plain": lambda: {"seconds": round(rng.uniform(0.005, 0.05), 3)},
@@ -139,6 +139,7 @@ class Producers:
             "flaky": lambda: {"fail": rng.randint(1, 2)},
             "slow": lambda: {"seconds": round(rng.uniform(3.5, 6.0), 1)},
             "stepped": lambda: {"pause": round(rng.uniform(0.3, 1.5), 1)},
+            "awaiting": dict,
         }[task]()
         return task, payload, key
 

@@ -325,6 +325,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dead": cmd_dead,
     "batch": lambda args: cli_batch.cmd_batch(args),
     "job": lambda args: cli_job.cmd_job(args),
+    "rerun": lambda args: cli_job.cmd_rerun(args),
     "signal": cmd_signal,
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
@@ -376,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_batch.add_parser(sub)
     cli_queues.add_parser(sub)
     cli_job.add_parser(sub)
+    cli_job.add_rerun_parser(sub)
     add_signal_parser(sub)
     live.add_parsers(sub)
     cli_crons.add_parsers(sub)

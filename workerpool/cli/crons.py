@@ -1,5 +1,5 @@
-"""`workerpool cron list|pause|resume|run` (schedules at run time) and `workerpool audit` (who
-did what), and the ``--as NAME`` option of every command that acts."""
+"""`workerpool cron list|pause|resume|run|add|remove` (schedules at run time) and `workerpool
+audit` (who did what), and the ``--as NAME`` option of every command that acts."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ example:
   workerpool cron pause nightly_report --as alice # every replica, survives restarts
   workerpool cron resume nightly_report
   workerpool cron run nightly_report --app myapp.jobs:pool   # one job now
+  workerpool cron add digest '*/15 * * * *' --task send_digest --payload '{"kind": "short"}' \
+      --app myapp.jobs:pool                        # no deploy; every replica within a pass
+  workerpool cron remove digest                    # only a schedule added at run time
 
 A change is recorded in the audit trail (workerpool audit) with who and when."""
 
@@ -29,7 +32,14 @@ Newest first; --before ID pages to older entries."""
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    verbs = {"list": cron_list, "pause": cron_pause, "resume": cron_resume, "run": cron_run}
+    verbs = {
+        "list": cron_list,
+        "pause": cron_pause,
+        "resume": cron_resume,
+        "run": cron_run,
+        "add": cron_add,
+        "remove": cron_remove,
+    }
     return verbs[args.cron_command](args)
 
 
@@ -114,6 +124,33 @@ def cron_run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
+def cron_add(args: argparse.Namespace) -> int:
+    from .enqueue import reject_constant
+
+    if not args.app:
+        raise CliError("cron add needs --app APP:POOL (the app declares the schedule's task)")
+    try:
+        payload = json.loads(args.payload, parse_constant=reject_constant)
+    except ValueError as exc:
+        raise CliError(f"--payload is not valid JSON: {exc}") from None
+    pool_for(args).cron_add(
+        args.name,
+        args.expression,
+        task=args.task,
+        payload=payload,
+        queue=args.queue,
+        timezone=args.timezone,
+    )
+    print(f"cron {args.name} added: {args.expression} ({args.timezone}) enqueues {args.task}")
+    return exitcodes.OK
+
+
+def cron_remove(args: argparse.Namespace) -> int:
+    pool_for(args).cron_remove(args.name)
+    print(f"cron {args.name} removed: its ticks stop on every replica")
+    return exitcodes.OK
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from ..ops.audit import list_audit
     from ..ops.status import table
@@ -158,7 +195,10 @@ def add_parsers(sub: Any) -> None:
         )
 
     cron = command(
-        sub, "cron", CRON_EXAMPLE, help="cron schedules at run time: list, pause, resume, run now"
+        sub,
+        "cron",
+        CRON_EXAMPLE,
+        help="cron schedules at run time: list, pause, resume, run now, add, remove",
     )
     verbs = cron.add_subparsers(dest="cron_command", required=True)
     listing = command(
@@ -196,6 +236,19 @@ def add_parsers(sub: Any) -> None:
                 help="an id of this request: the same id twice is one job",
             )
             parser.add_argument("--json", action="store_true")
+    add = command(verbs, "add", CRON_EXAMPLE, help="add a schedule at run time (or change one)")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("expression", metavar="EXPRESSION")
+    add.add_argument("--task", required=True, help="the task each tick enqueues")
+    add.add_argument("--payload", default="{}", help="a JSON object; each job gets its tick too")
+    add.add_argument("--queue", default=None, help="the task's queue (checked against it)")
+    add.add_argument("--timezone", default="UTC", help="an IANA name (default UTC)")
+    add.add_argument("--app", metavar="APP:POOL", default=None, help="the app (required)")
+    add_as(add)
+    remove = command(verbs, "remove", CRON_EXAMPLE, help="remove a schedule added at run time")
+    remove.add_argument("name", metavar="NAME")
+    remove.add_argument("--app", metavar="APP:POOL", default=None, help="the app")
+    add_as(remove)
     audit = command(
         sub,
         "audit",
@@ -206,7 +259,8 @@ def add_parsers(sub: Any) -> None:
     audit.add_argument(
         "--action",
         default=None,
-        help="cancel, retry, purge, pause, resume, cron_pause, cron_resume, cron_run",
+        help="cancel, retry, rerun, purge, pause, resume, cron_pause, cron_resume, cron_run,"
+        " cron_add, cron_remove",
     )
     audit.add_argument(
         "--before",

@@ -94,6 +94,14 @@ example:
 example:
   workerpool job show 42
   workerpool job show 42 --json | jq '.errors[].worker'""",
+    "rerun": """\
+example:
+  workerpool rerun 42 --from-step charge   # keep the steps before 'charge', run it again
+  workerpool rerun 42                      # from the handler's first line, no step kept
+
+A done, dead or cancelled job goes back in line with its attempts reset; the rerun is in its
+history and the audit trail. A live job, or a step the job never recorded (the error lists its
+steps), exits non-zero and changes nothing.""",
     "job show": """\
 example:
   workerpool job show 42                   # state, attempts, errors, result, steps, times

@@ -1,4 +1,5 @@
-"""`workerpool job show ID`: one job's whole story (``--json`` for scripts)."""
+"""`workerpool job show ID`: one job's whole story (``--json`` for scripts); `workerpool rerun
+ID [--from-step NAME]`: a job that ended runs again (``pool.rerun``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,43 @@ def cmd_job(args: argparse.Namespace) -> int:
         end="\n" if args.json else "",
     )
     return exitcodes.OK
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    pool = pool_for(args)
+    try:
+        dropped = pool.rerun(args.id, args.from_step)
+    finally:
+        pool.dispose()
+    if args.json:
+        print(json.dumps({"job": args.id, "from_step": args.from_step, "dropped": dropped}))
+    else:
+        start = f"from step {args.from_step!r}" if args.from_step else "from its first line"
+        print(f"job {args.id} runs again {start} (steps dropped: {', '.join(dropped) or 'none'})")
+    return exitcodes.OK
+
+
+def add_rerun_parser(sub: Any) -> None:
+    rerun = add_command(
+        sub,
+        "rerun",
+        help="run a done, dead or cancelled job again, keeping its steps before --from-step",
+    )
+    rerun.add_argument("id", type=int, metavar="ID")
+    rerun.add_argument(
+        "--from-step",
+        default=None,
+        metavar="NAME",
+        help="keep the steps recorded before this one, drop it and the later ones"
+        " (default: keep none)",
+    )
+    rerun.add_argument(
+        "--app",
+        default=None,
+        metavar="APP:POOL",
+        help="the app (default: a pool on $WORKERPOOL_DATABASE_URL)",
+    )
+    rerun.add_argument("--json", action="store_true")
 
 
 def add_parser(sub: Any) -> None:

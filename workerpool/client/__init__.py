@@ -42,7 +42,7 @@ from ..model.steps import check_name as check_step_name
 from ..model.validation import DEFAULT_SCHEMA, check_name
 from ..sql import audit, doors, signals
 from ..sql.search_path import borrowed, borrowed_async
-from . import batches, cancelling, crons, results
+from . import batches, cancelling, crons, reruns, results
 from .acting import actor
 from .asynchronous import AsyncCalls
 from .batches import AsyncBatch, Batch
@@ -568,6 +568,56 @@ class WorkerPool(AsyncCalls):
         again returns the same job. The cron must be declared in this pool."""
         with self.engine.begin() as conn:
             return crons.run_now(self.registry, conn, name, actor(by), request)
+
+    # -- reruns (workerpool.client.reruns) --------------------------------------------------------
+
+    def rerun(
+        self, job_id: int, from_step: str | None = None, *, by: str | None = None
+    ) -> list[str]:
+        """Run job ``job_id`` again: a ``done``, ``dead`` or ``cancelled`` job goes back in line
+        (attempts reset, the rerun in its history and the audit trail), keeping the durable
+        steps it recorded before ``from_step`` (None: none kept). Returns the names of the
+        steps dropped, in run order. Refused, nothing written: ``UnknownJob``, ``JobLive`` (it
+        has not ended), ``UnknownStep`` (a step it never recorded: the message lists its
+        steps), ``WrongState`` (a batch member, a parent not done, its key held anew)."""
+        with self.engine.begin() as conn:
+            return reruns.rerun(self.registry, conn, job_id, from_step, actor(by)).dropped
+
+    def cron_add(
+        self,
+        name: str,
+        expression: str,
+        *,
+        task: str,
+        payload: Any = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        by: str | None = None,
+    ) -> None:
+        """Add cron schedule ``name`` at run time (no deploy): each tick of ``expression`` (in
+        ``timezone``) enqueues one job of ``task`` with ``payload`` plus its ``tick``, once
+        across replicas; every running scheduler picks it up within a pass. The same name again
+        changes an added schedule. Refused, nothing written: ``CronDeclared`` for a name
+        declared in code, ``ConfigError`` for a bad name, expression, timezone or queue,
+        ``UnknownTask``, ``PayloadError``."""
+        with self.engine.begin() as conn:
+            crons.add(
+                self.registry,
+                conn,
+                name,
+                expression,
+                task=task,
+                payload=payload,
+                queue=queue,
+                timezone=timezone,
+                by=actor(by),
+            )
+
+    def cron_remove(self, name: str, *, by: str | None = None) -> None:
+        """Remove a schedule added with :meth:`cron_add`; its ticks stop within a pass.
+        ``CronDeclared`` for one declared in code, ``UnknownCron`` for a name nobody added."""
+        with self.engine.begin() as conn:
+            crons.remove(self.registry, conn, name, actor(by))
 
     # -- signals (workerpool.sql.signals; job.wait_for) ------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Cron schedules at run time: pause, resume and run now, on every replica at once.
+"""Cron schedules at run time: pause, resume and run now, on every replica at once; and
+schedules added, changed and removed without a deploy (``cron_add``, ``cron_remove``).
 
 The code declares a schedule (expression, queue: the defaults); these calls change its row in
 ``workerpool_cron`` (paused, by whom, when), which every replica's scheduler reads on each pass
@@ -13,9 +14,11 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .. import sql
-from ..model.errors import InvalidJob, UnknownCron
+from ..model.errors import ConfigError, CronDeclared, InvalidJob, UnknownCron
 from ..model.new_job import build_job
+from ..model.payload import dumps
 from ..model.registry import Registry
+from ..model.specs import CronSpec
 from ..model.validation import check_name
 from ..sql import audit, crons, unique_keys
 
@@ -77,3 +80,56 @@ def _unknown(name: str, registry: Registry, conn: Connection, what: str) -> str:
     return (
         f"unknown cron {name!r}: cannot {what}; known crons: {', '.join(sorted(names)) or '(none)'}"
     )
+
+
+def add(
+    registry: Registry,
+    conn: Connection,
+    name: str,
+    expression: str,
+    *,
+    task: str,
+    payload: Any,
+    queue: str | None,
+    timezone: str,
+    by: str,
+) -> None:
+    """Add schedule ``name`` (or change one added before); every input checked first."""
+    spec = CronSpec(name, expression, queue or "default", timezone=timezone)  # checks all three
+    task_spec = registry.task_spec(task)  # UnknownTask
+    if queue is not None and queue != task_spec.queue:
+        raise ConfigError(
+            f"cron {name}: task {task} runs on queue {task_spec.queue!r}, not {queue!r}"
+        )
+    payload_json = dumps(payload or {}, limit=registry.payload_limit, what="cron payload")
+    _refuse_declared(registry, conn, name, "added")
+    crons.add_cron(
+        conn,
+        name,
+        queue=task_spec.queue,
+        expression=spec.expression,
+        timezone=spec.timezone,
+        task=task_spec.name,
+        payload_json=payload_json,
+        by=by,
+    )
+    detail = {"expression": expression, "task": task_spec.name, "timezone": timezone}
+    audit.record(conn, by, "cron_add", f"cron:{name}", {**detail, "payload": payload})
+
+
+def remove(registry: Registry, conn: Connection, name: str, by: str) -> None:
+    """Remove added schedule ``name``: its ticks stop on every replica at their next pass."""
+    check_name("cron", name)
+    _refuse_declared(registry, conn, name, "removed")
+    if not crons.remove_cron(conn, name):
+        raise UnknownCron(_unknown(name, registry, conn, "remove"))
+    audit.record(conn, by, "cron_remove", f"cron:{name}")
+
+
+def _refuse_declared(registry: Registry, conn: Connection, name: str, what: str) -> None:
+    row = crons.cron_row(conn, name)
+    if name in registry.crons or (row is not None and row.task is None):
+        raise CronDeclared(
+            f"cron {name} is declared in code (@pool.cron): it cannot be {what} at run time;"
+            " change the code and deploy"
+        )

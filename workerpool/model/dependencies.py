@@ -2,7 +2,8 @@
 that decides what a waiting job becomes when its parents change (:func:`verdict`).
 
 An edge joins a dependent to one parent. Its ``kind`` says why it exists (``after``: asked for;
-``sequence``: the previous job of the same sequence) and ``if_failed`` what a parent that ended
+``sequence``: the previous job of the same sequence; ``await``: a running handler awaits that
+job, ``job.wait_for_job``) and ``if_failed`` what a parent that ended
 dead or cancelled does to the dependent: ``cancel`` it, let it ``run`` (the edge counts as
 satisfied), or ``hold`` it (a sequence blocked by a dead job). The policy is written on the edge
 at enqueue, from the tasks' declarations, so the statements that release jobs need no registry.
@@ -25,7 +26,10 @@ DEPENDENCY_FAILURE_POLICIES = ("cancel", "run")
 SEQUENCE_FAILURE_POLICIES = ("release", "block")
 AFTER = "after"
 SEQUENCE = "sequence"
-EDGE_KINDS = (AFTER, SEQUENCE)
+#: ``job.wait_for_job``: the dependent is the awaiting job, the parent the job it awaits. Its
+#: ``if_failed`` is always ``run``: the awaiting handler gets the failure raised, not a cancel.
+AWAIT = "await"
+EDGE_KINDS = (AFTER, SEQUENCE, AWAIT)
 CANCEL, RUN, HOLD = "cancel", "run", "hold"
 IF_FAILED = (CANCEL, RUN, HOLD)
 #: The ``type`` of the error entry of a job cancelled because a parent failed (replay of that
@@ -142,6 +146,7 @@ def cancel_entry(parent_id: int, parent_state: str, at: str) -> dict[str, Any]:
 
 __all__ = [
     "AFTER",
+    "AWAIT",
     "CANCEL",
     "DEPENDENCY_FAILED",
     "DEPENDENCY_FAILURE_POLICIES",

@@ -239,6 +239,15 @@ class WrongState(WorkerpoolError):
     that is not dead); nothing was changed."""
 
 
+class JobLive(WrongState):
+    """A rerun named a job that is still live (pending, processing, failed or waiting): only a
+    job that ended (done, dead or cancelled) runs again; nothing was changed."""
+
+
+class UnknownStep(InvalidStep):
+    """A rerun named a step the job never recorded; the message lists the ones it did."""
+
+
 class ReplayRefused(WorkerpoolError):
     """These dead jobs cannot be replayed (their task is no longer registered); \
 nothing was changed."""
@@ -249,6 +258,11 @@ nothing was changed."""
 
 class UnknownCron(WorkerpoolError, LookupError):
     """No cron schedule of that name (declared in the app, or seen by a scheduler)."""
+
+
+class CronDeclared(WorkerpoolError):
+    """The cron schedule is declared in code (``@pool.cron``): it changes with a deploy, not
+    with ``cron_add`` or ``cron_remove``; nothing was written."""
 
 
 class InvalidActor(WorkerpoolError, ValueError):
@@ -277,6 +291,7 @@ __all__ = [
     "InvalidStep",
     "JobCancelled",
     "JobFailed",
+    "JobLive",
     "LeaseLost",
     "PayloadError",
     "PayloadTooLarge",
@@ -289,6 +304,8 @@ __all__ = [
     "UnknownBatch",
     "UnknownJob",
     "UnknownQueue",
+    "UnknownStep",
     "UnknownTask",
     "WorkerpoolError",
+    "WrongState",
 ]

@@ -203,6 +203,16 @@ class Job:
         raises :class:`TimeoutError` (in this run and every later one)."""
         return self._run().wait_for(name, timeout)
 
+    def wait_for_job(self, job_id: int, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` once it has ended, or its failure raised as
+        ``pool.result`` raises it (:class:`~workerpool.model.errors.JobFailed`,
+        :class:`~workerpool.model.errors.JobCancelled`). Until it ends this job waits (state
+        ``waiting``: no slot held, no attempt spent) and runs again from the top when it does,
+        its steps replayed; past ``timeout`` seconds this raises :class:`TimeoutError` (in
+        this run and every later one). Enqueue the awaited job inside a :meth:`step`, so a
+        run again awaits the same job instead of enqueuing another."""
+        return self._run().wait_for_job(job_id, timeout)
+
     def _run(self) -> Steps:
         if self._steps is None:
             object.__setattr__(self, "_steps", Steps(self, self.steps_data, self._step_store))

@@ -24,7 +24,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import MAX_DELAY, CompletionRefused, InvalidStep, LeaseLost, StepNameReused
+from . import awaits
+from .awaits import AWAIT, AwaitedRead
+from .errors import (
+    MAX_DELAY,
+    CompletionRefused,
+    InvalidStep,
+    LeaseLost,
+    StepNameReused,
+    UnknownJob,
+)
 from .payload import DEFAULT_PAYLOAD_LIMIT, dumps
 
 #: Step and signal names: at most this many characters (they are keys of a JSON object and
@@ -100,6 +109,9 @@ class StepStore(Protocol):
     def signal(self, name: str, deadline: str | None) -> SignalRead:
         """Read signal ``name``, and whether ``deadline`` (a stored timestamp) has passed."""
 
+    def awaited(self, job_id: int, deadline: str | None) -> AwaitedRead:
+        """Read job ``job_id`` for ``job.wait_for_job``, and whether ``deadline`` has passed."""
+
     def limit(self) -> int:
         """The size limit of one step's value (the payload limit)."""
 
@@ -111,20 +123,24 @@ class StepStore(Protocol):
 
 @dataclass(frozen=True)
 class Suspension:
-    """The job sleeps (``kind`` sleep, for ``seconds``) or waits for signal ``name`` (``kind``
-    wait, for at most ``seconds``; None: no limit)."""
+    """The job sleeps (``kind`` sleep, for ``seconds``), waits for signal ``name`` (``kind``
+    wait, for at most ``seconds``; None: no limit) or awaits job ``job_id`` (``kind`` await,
+    step ``name``)."""
 
     kind: str
     name: str
     seconds: float | None
+    job_id: int | None = None
 
 
 class Suspended(BaseException):
     """Leave the handler for a :class:`Suspension`. Raised by :meth:`Steps.sleep` and
     :meth:`Steps.wait_for`; the runner makes it the attempt's outcome."""
 
-    def __init__(self, kind: str, name: str, seconds: float | None) -> None:
-        self.suspension = Suspension(kind, name, seconds)
+    def __init__(
+        self, kind: str, name: str, seconds: float | None, job_id: int | None = None
+    ) -> None:
+        self.suspension = Suspension(kind, name, seconds, job_id)
         super().__init__(f"{kind} {name!r}")
 
 
@@ -247,6 +263,27 @@ class Steps:
             self.record(name, WAIT, None, 0.0, timed_out=True)
             raise TimeoutError(f"wait for signal {name!r} timed out")
         raise Suspended(WAIT, name, timeout)
+
+    def wait_for_job(self, job_id: int, timeout: float | None) -> Any:
+        job_id = awaits.check_awaited(job_id, self.job.id)
+        if timeout is not None:
+            timeout = check_seconds(timeout, "wait_for_job timeout")
+        name = awaits.step_name(job_id)
+        entry = self.begin(name)
+        if finished(entry):
+            if entry.get("timed_out"):  # type: ignore[union-attr]
+                raise awaits.timed_out(job_id)
+            return awaits.outcome(entry["value"])  # type: ignore[index]
+        read = self._store().awaited(job_id, entry.get("deadline") if entry else None)
+        if not read.found:
+            raise UnknownJob(f"job {self.job.id} awaits job {job_id}, which does not exist")
+        if read.outcome is not None:
+            return awaits.outcome(self.record(name, AWAIT, read.outcome, 0.0))
+        if entry is not None and read.expired:
+            # stored as timed out: every later run raises here too
+            self.record(name, AWAIT, None, 0.0, timed_out=True)
+            raise awaits.timed_out(job_id)
+        raise Suspended(AWAIT, name, timeout, job_id)
 
     def _store(self) -> StepStore:
         if self.store is None:

@@ -23,6 +23,9 @@ ACTIONS = (
     "cron_pause",
     "cron_resume",
     "cron_run",
+    "cron_add",
+    "cron_remove",
+    "rerun",
 )
 MAX_LIMIT = 500
 

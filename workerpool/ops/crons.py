@@ -28,6 +28,9 @@ class CronView:
     paused_at: datetime | None
     changed_by: str | None
     changed_at: datetime | None
+    #: A schedule added at run time (``pool.cron_add``): the task it enqueues (None: declared).
+    task: str | None = None
+    added_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,4 +84,6 @@ def _view(name: str, row: Any, pool: WorkerPool) -> CronView:
         row.paused_at,
         row.changed_by,
         row.changed_at,
+        row.task,
+        row.added_by,
     )

@@ -37,7 +37,7 @@ WORKER_TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
 #: neither rewrites nor deletes one; the pruning goes through the owner's function.
 WORKER_AUDIT_PRIVILEGES = "SELECT, INSERT (actor, source, action, target, detail)"
 #: The functions the worker group may call: the owner's (migration 0017, run with the owner's
-#: rights) and the doors in (0023, run with the caller's: SQL producers, triggers, HTTP).
+#: rights) and the doors in (0022, run with the caller's: SQL producers, triggers, HTTP).
 WORKER_FUNCTIONS = (
     "workerpool_history_create_partition(timestamptz, timestamptz)",
     "workerpool_history_drop_partition(text)",

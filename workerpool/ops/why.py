@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 from .. import sql
 from ..model.errors import UnknownJob
 from ..model.limits import parse_rate
-from ..model.states import DUE_STATES, LIVE_WORKER_WINDOW, JobState
+from ..model.states import DUE_STATES, LIVE_STATES, LIVE_WORKER_WINDOW, JobState
 from ..sql import dashboard_reads, dependencies, limits_held
 from .status import age
 
@@ -197,7 +197,12 @@ def waiting(facts: Facts) -> Reason | None:
             JobState.FAILED,
             JobState.WAITING,
         ):
-            if parent.kind == "sequence":
+            if parent.kind == "await":
+                holding.append(
+                    f"it awaits job {parent.parent_id} ({parent.task}, {parent.state}):"
+                    " job.wait_for_job resumes it when that job ends"
+                )
+            elif parent.kind == "sequence":
                 holding.append(
                     f"job {parent.parent_id} ({parent.task}, {parent.state}) is ahead"
                     f" of it in sequence {job.sequence!r}"
@@ -212,7 +217,10 @@ def waiting(facts: Facts) -> Reason | None:
             "it is waiting, and every parent has ended: the next release"
             " (or the maintenance sweep) makes it due",
         )
-    code = "sequence" if all("sequence" in text for text in holding) else "parents"
+    kinds = {parent.kind for parent in facts.parents if parent.state in LIVE_STATES}
+    code = "awaits" if kinds == {"await"} else "parents"
+    if all("sequence" in text for text in holding):
+        code = "sequence"
     return Reason(code, "it waits: " + "; ".join(holding))
 
 

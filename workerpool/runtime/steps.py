@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from ..model.awaits import AwaitedRead
 from ..model.job import Lease
 from ..model.steps import SignalRead
-from ..sql import signals, steps
+from ..sql import awaits, signals, steps
 from .once import Once
 
 
@@ -46,6 +47,10 @@ class StepStore:
     def signal(self, name: str, deadline: str | None) -> SignalRead:
         with self.transaction() as conn:
             return signals.read_signal(conn, name, deadline)
+
+    def awaited(self, job_id: int, deadline: str | None) -> AwaitedRead:
+        with self.transaction() as conn:
+            return awaits.read_awaited(conn, job_id, deadline)
 
     def limit(self) -> int:
         return self.payload_limit

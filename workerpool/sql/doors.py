@@ -1,4 +1,4 @@
-"""The doors in: SQL's ``workerpool_enqueue`` (migration 0023), the registered tasks it reads,
+"""The doors in: SQL's ``workerpool_enqueue`` (migration 0022), the registered tasks it reads,
 and the bounds of bounded queues (``workerpool_queue_room``, the one definition of "full").
 
 Each refusal of those functions carries its own SQLSTATE; :func:`refusal` turns it back into
@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from ..model.errors import IdempotencyConflict, InvalidJob, PayloadError, QueueFull, UnknownTask
 from .schema import queue_bounds, tasks
 
-#: The SQLSTATEs of migration 0023's refusals, and what each is in Python.
+#: The SQLSTATEs of migration 0022's refusals, and what each is in Python.
 QUEUE_FULL = "WP001"
 UNKNOWN_TASK = "WP002"
 KEY_TAKEN = "WP003"

@@ -351,6 +351,12 @@ cron = Table(
     Column("paused_by", Text),
     Column("changed_at", TZ),
     Column("changed_by", Text),
+    # A schedule added at run time (pool.cron_add) names the task its ticks enqueue and their
+    # payload; a declared one leaves them NULL (its task has the cron's name).
+    Column("task", Text),
+    Column("payload", JSONB),
+    Column("added_at", TZ),
+    Column("added_by", Text),
 )
 
 # Queue state shared by every replica: a paused queue claims nothing (workers read their row

@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..model.errors import (
+    CronDeclared,
     InvalidActor,
     InvalidFilter,
     ReplayRefused,
@@ -58,6 +59,7 @@ REFUSALS: list[tuple[type[BaseException], int]] = [
     (UnknownBatch, 404),
     (UnknownQueue, 404),
     (UnknownCron, 404),
+    (CronDeclared, 409),
     (InvalidActor, 400),
     (ReplayRefused, 409),
     (WrongState, 409),
@@ -127,6 +129,7 @@ def routes(read_only: bool) -> list[Any]:
             Route("/jobs/bulk", actions.bulk_action, methods=["POST"]),
             Route("/jobs/bulk-all", actions.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id}/retry", actions.retry_job, methods=["POST"]),
+            Route("/jobs/{job_id}/rerun", actions.rerun_job, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", actions.cancel_job, methods=["POST"]),
             Route("/jobs/{job_id}/run-now", actions.run_now, methods=["POST"]),
             Route("/jobs/{job_id}/purge", actions.purge_job, methods=["POST"]),
@@ -136,6 +139,7 @@ def routes(read_only: bool) -> list[Any]:
             Route("/queues/{queue}/pause", actions.pause_queue, methods=["POST"]),
             Route("/queues/{queue}/resume", actions.resume_queue, methods=["POST"]),
             Route("/cron/{name}/{verb}", cron_pages.cron_action, methods=["POST"]),
+            Route("/cron-add", cron_pages.cron_add, methods=["POST"]),
         ]
     return found
 

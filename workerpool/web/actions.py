@@ -1,4 +1,5 @@
-"""The dashboard's actions (POST only, CSRF-checked): retry, purge, cancel, pause, resume.
+"""The dashboard's actions (POST only, CSRF-checked): retry, rerun, purge, cancel, pause,
+resume.
 
 Each calls the operation the command line calls (:mod:`workerpool.dead`, ``pool.cancel``,
 ``pool.pause``/``resume``), so the checks, the logging and the hooks are the same. A bulk retry
@@ -51,6 +52,17 @@ async def retry_job(request: Request) -> Response:
     if result.not_dead:
         return redirect(request, f"/jobs/{job_id}", f"job {job_id} is not dead: nothing changed")
     return redirect(request, "/dead", f"replayed job {job_id}: it is pending again")
+
+
+async def rerun_job(request: Request) -> Response:
+    """Run a finished job again from the step the form names (empty: from the start)."""
+    form = await _form(request)
+    job_id = inputs.job_id(request.path_params["job_id"])
+    from_step = inputs.text(form, "from_step")
+    pool = request.app.state.pool
+    await run_in_threadpool(lambda: pool.rerun(job_id, from_step, by=_actor(request)))
+    start = f"from step {from_step}" if from_step else "from the start"
+    return redirect(request, f"/jobs/{job_id}", f"job {job_id} runs again {start}")
 
 
 async def retry_dead(request: Request) -> Response:

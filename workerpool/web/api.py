@@ -1,7 +1,7 @@
 """The HTTP door in: ``POST /api/jobs`` enqueues, ``GET /api/jobs/{id}`` reads a job.
 
 For producers without Python (a Node service, a Rails app): the job goes through SQL's
-``workerpool_enqueue`` (migration 0023), so it meets the checks, the registered tasks and the
+``workerpool_enqueue`` (migration 0022), so it meets the checks, the registered tasks and the
 queue bounds every door meets, and nothing is written on a refusal. Answers are JSON: ``201
 {"id": N}``; a refusal is a 4xx with ``{"error": "<one line>"}`` (400 bad input, 404 unknown
 task or job, 409 a key held by another job, 413 a body too large, 415 not JSON, 429 a full

@@ -16,6 +16,8 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ..model.dependencies import AWAIT
+from ..model.states import LIVE_STATES
 from ..ops import job_story, job_view, timing, why
 from ..ops.bulk import MAX_BULK
 from ..ops.status import age, steps_json
@@ -184,6 +186,9 @@ def job_page(request: Request) -> Response:
             "job": row,
             "holder": holder,
             "reasons": answer.reasons,
+            "awaited": [
+                p for p in answer.facts.parents if p.kind == AWAIT and p.state in LIVE_STATES
+            ],
             "age": age,
             "payload": _pretty(row.payload),
             "arguments": _arguments(pool, row),

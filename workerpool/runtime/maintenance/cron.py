@@ -30,6 +30,7 @@ from ...model.new_job import build_job
 from ...model.registry import Registry
 from ...model.specs import CronSpec
 from ...model.states import LIVE_STATES
+from ...sql.crons import added_names
 
 log = logging.getLogger("workerpool.cron")
 
@@ -88,28 +89,37 @@ def decide(spec: CronSpec, row: Any, now: datetime) -> Decision:
 
 
 def schedule(registry: Registry, conn: Connection) -> list[tuple[str, Decision]]:
-    """One scheduling pass over ``registry.crons`` inside the caller's transaction."""
+    """One scheduling pass over ``registry.crons`` and the schedules added at run time (read
+    from their rows on every pass: an added, changed or removed one counts from the next
+    pass), inside the caller's transaction."""
     specs = list(registry.crons.values())
-    if not specs:
+    if specs:
+        sql.ensure_crons(conn, [(s.name, s.queue, s.expression, s.timezone) for s in specs])
+    added = [name for name in added_names(conn) if name not in registry.crons]
+    if not specs and not added:
         return []
-    sql.ensure_crons(conn, [(s.name, s.queue, s.expression, s.timezone) for s in specs])
     now = sql.database_now(conn)
     done = []
-    for row in sql.lock_crons(conn, [s.name for s in specs]):
-        spec = registry.crons[row.name]
+    for row in sql.lock_crons(conn, [s.name for s in specs] + added):
         try:
             with conn.begin_nested():  # one schedule's failure must not stop the others
+                spec = registry.crons.get(row.name) or added_spec(row)
                 decision = decide(spec, row, now)
                 apply(registry, conn, spec, row, decision)
         except Exception:
             log.exception(
                 "cron %s: scheduling failed",
-                spec.name,
-                extra={"event": "cron_failed", "cron": spec.name},
+                row.name,
+                extra={"event": "cron_failed", "cron": row.name},
             )
             continue
-        done.append((spec.name, decision))
+        done.append((row.name, decision))
     return done
+
+
+def added_spec(row: Any) -> CronSpec:
+    """The spec of a schedule added at run time, from its row (checked again: a row is data)."""
+    return CronSpec(row.name, row.expression, row.queue, timezone=row.timezone)
 
 
 def apply(
@@ -130,7 +140,8 @@ def apply(
         return
     assert decision.tick is not None and decision.next_tick is not None
     enqueue = decision.action == ENQUEUE
-    job_id = enqueue_tick(registry, conn, spec, decision.tick) if enqueue else None
+    added = None if spec.name in registry.crons else row  # a declaration wins over a row
+    job_id = enqueue_tick(registry, conn, spec, decision.tick, added) if enqueue else None
     sql.advance_cron(
         conn,
         spec.name,
@@ -143,10 +154,15 @@ def apply(
     log_decision(spec, row, decision, job_id)
 
 
-def enqueue_tick(registry: Registry, conn: Connection, spec: CronSpec, tick: datetime) -> int:
-    """The job of one tick. Its key makes a second insert of the same tick return the first job."""
+def enqueue_tick(
+    registry: Registry, conn: Connection, spec: CronSpec, tick: datetime, row: Any = None
+) -> int:
+    """The job of one tick. Its key makes a second insert of the same tick return the first job.
+    A declared schedule's task has its name; an added one's row names its task and payload."""
     iso = tick.astimezone(UTC).isoformat()
-    job = build_job(registry, spec.name, {"tick": iso}, key=tick_key(spec.name, tick))
+    task = getattr(row, "task", None) or spec.name
+    payload = {**(getattr(row, "payload", None) or {}), "tick": iso}
+    job = build_job(registry, task, payload, key=tick_key(spec.name, tick))
     job_id = sql.insert_jobs(conn, [job])[0]
     if registry.notify:
         sql.notify(conn, [spec.queue])

@@ -28,7 +28,7 @@ from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_
 from ...model.registry import Registry
 from ...model.specs import QueueSpec
 from ...model.states import DeadReason, JobState
-from ...sql import audit, batches, dependencies, doors, job_logs, results, signals
+from ...sql import audit, awaits, batches, dependencies, doors, job_logs, results, signals
 from ...sql.settled import after_rows
 from ..worker import IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT
 from . import cron
@@ -103,6 +103,7 @@ class Maintenance:
         self.history = HistoryKeeper(self._transaction, self.settings, self._result_ttls)
         self._last_batch: int | None = None  # the newest batch the opened counter has seen
         self._swept_dependencies_at = float("-inf")
+        self._swept_awaits_at = float("-inf")
         self._records_pruned_at = float("-inf")
         self._edges_after = 0  # where the next pass's scan of dependency edges starts
         #: Waiting jobs the dependency sweep had to resolve (0 unless a release was missed).
@@ -136,6 +137,7 @@ class Maintenance:
             ("batches", self.sweep_batches),
             ("dependencies", self.sweep_dependencies),
             ("signals", self.sweep_signals),
+            ("awaits", self.sweep_awaits),
             ("workers", self.prune_workers),
             ("rate_counts", self.prune_rate_counts),
             ("records", self.prune_records),
@@ -161,8 +163,7 @@ class Maintenance:
         self._registered = True
 
     def schedule_crons(self) -> list[tuple[str, cron.Decision]]:
-        if not self.registry.crons:
-            return []
+        """Every pass, also with no cron declared: schedules may be added at run time."""
         with self._transaction() as conn:
             return cron.schedule(self.registry, conn)
 
@@ -306,6 +307,26 @@ class Maintenance:
                 "made %d waiting jobs due (signal sent or deadline passed)",
                 sum(woken.values()),
                 extra={"event": "signal_waiters_swept", "count": sum(woken.values())},
+            )
+        return woken
+
+    def sweep_awaits(self) -> dict[str, int]:
+        """Every BATCH_SWEEP_EVERY seconds: jobs awaiting another job (``job.wait_for_job``)
+        past their deadline, due again now; their handler raises TimeoutError. (The awaited
+        job's final write wakes the others in its own transaction; a missed one is
+        :meth:`sweep_dependencies`'.) Its read walks every waiting job, like that sweep, so it
+        runs as seldom: a deadline is met a few seconds late at most."""
+        now = time.monotonic()
+        if now - self._swept_awaits_at < BATCH_SWEEP_EVERY:
+            return {}
+        self._swept_awaits_at = now
+        with self._transaction() as conn:
+            woken = awaits.sweep(conn)
+        if woken:
+            log.info(
+                "made %d awaiting jobs due (deadline passed)",
+                sum(woken.values()),
+                extra={"event": "awaits_swept", "count": sum(woken.values())},
             )
         return woken
 

@@ -23,7 +23,7 @@ from ...model.job import Lease
 from ...model.notices import CancelNotice, DeadNotice, report_cancelled, report_dead
 from ...model.specs import Hooks
 from ...model.states import DeadReason, JobState, OutcomeKind
-from ...sql import control, signals, steps
+from ...sql import awaits, control, signals, steps
 from ...sql.job_logs import insert_logs
 from ...sql.results import complete_settling
 from ...sql.settled import NOTHING, Followed, after_states
@@ -57,8 +57,11 @@ def record(conn: Connection, lease: Lease, outcome: Outcome) -> str | None:
     if kind == OutcomeKind.SNOOZE:
         return sql.snooze(conn, lease, outcome.delay)
     if kind == OutcomeKind.WAIT:
-        assert outcome.suspension is not None
-        return signals.wait(conn, lease, outcome.suspension.name, outcome.suspension.seconds)
+        pause = outcome.suspension
+        assert pause is not None
+        if pause.job_id is not None:  # job.wait_for_job
+            return awaits.wait(conn, lease, pause.job_id, pause.name, pause.seconds)
+        return signals.wait(conn, lease, pause.name, pause.seconds)
     if kind == OutcomeKind.INTERRUPTED:
         return sql.give_back(conn, lease, outcome.error)
     if kind == OutcomeKind.UNSTARTED:

@@ -1,7 +1,7 @@
 """doors in: workerpool_enqueue() for SQL and triggers, the registered tasks, bounded queues
 
-Revision ID: 0023
-Revises: 0019
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-06 20:00:00.000000
 
 ``workerpool_tasks`` holds each task as its workers registered it (queue, defaults, accepted
@@ -32,8 +32,8 @@ from alembic import op
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 
-revision: str = '0023'
-down_revision: str | Sequence[str] | None = '0019'
+revision: str = '0022'
+down_revision: str | Sequence[str] | None = '0021'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
