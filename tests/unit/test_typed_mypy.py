@@ -3,12 +3,12 @@ enqueues with the handler's own parameters and types the result, and rejects eac
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.typecheck import mypy_strict
 
 USER_CODE = """
 from __future__ import annotations
@@ -75,24 +75,7 @@ WRONG = {
 
 
 def _mypy(cache: Path, path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--cache-dir",
-            str(cache),
-            "--follow-imports=silent",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=500,
-        cwd=path.parent,
-        # an editable install is an import hook mypy does not follow: the checkout is the path
-        env={**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[2])},
-    )
+    return mypy_strict(cache, str(path), cwd=path.parent)
 
 
 @pytest.mark.slow  # mypy reads SQLAlchemy's hints: tens of seconds on a cold cache

@@ -4,12 +4,12 @@ that uses it: the package ships ``py.typed``, so a user's mypy reads these hints
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import workerpool
+from tests.helpers.typecheck import mypy_strict
 
 ROOT = Path(workerpool.__file__).resolve().parent
 
@@ -45,21 +45,7 @@ def mypy(tmp_path_factory):
     cache = tmp_path_factory.mktemp("mypy-cache")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mypy",
-                "--strict",
-                "--cache-dir",
-                str(cache),
-                "--follow-imports=silent",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=500,
-        )
+        return mypy_strict(cache, *args)
 
     return run
 
