@@ -37,7 +37,7 @@ from workerpool import WorkerPool
 from workerpool import sql as queries
 from workerpool.runtime.maintenance import health
 from workerpool.runtime.worker import session_limits
-from workerpool.sql import db
+from workerpool.sql import db, table_health
 
 from . import app, supervised
 from .database import BenchDatabase, every_job
@@ -280,7 +280,7 @@ class Soak:
             table = health.read(conn)
             self.indexes.extend(
                 (round(t, 1), index.name, index.bytes, index.packed_bytes)
-                for index in health.sql.index_sizes(conn)
+                for index in table_health.index_sizes(conn)
             )
         children = supervisor.queue_children()
         checkpoints, autovacuums = counters(self.db.sql)

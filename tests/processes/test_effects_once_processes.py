@@ -61,6 +61,8 @@ def own_server(tmp_path) -> Iterator[tuple[Cluster, Callable[..., list[tuple]]]]
 
             def sql(statement: str, *params: object) -> list[tuple]:
                 if not conn or conn[0].closed or conn[0].broken:
+                    if conn:
+                        conn[0].close()  # broken by a restart: closed, not left to the collector
                     conn[:] = [psycopg.connect(libpq(cluster.url()), autocommit=True)]
                 cursor = conn[0].execute(statement, params or None)  # type: ignore[arg-type]
                 return cursor.fetchall() if cursor.description else []
