@@ -304,7 +304,7 @@ class InlineRunner:
                 for queue in queues:  # a batch's callbacks join ``pending`` (self.run)
                     ran += drain(self.registry, engine, queue, fired=self.run)
                 with engine.connect() as conn:  # and the dependents they released, any queue
-                    pending += dependencies.due_dependents(conn, [job_id for job_id, _ in ran])
+                    pending += sql.due_dependents(conn, [job_id for job_id, _ in ran])
         finally:
             self.running.pending = None
 

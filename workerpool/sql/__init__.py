@@ -132,6 +132,7 @@ from .readouts import (
 from .recovery import reclaim_from_dead_worker, recover_stale, sweep_abandoned
 from .testing_reads import (
     MATCHABLE,
+    due_dependents,
     find_jobs,
     job_queues,
     make_due,
@@ -170,6 +171,7 @@ __all__ = [
     "dead_ids",
     "dead_tasks",
     "dead_where",
+    "due_dependents",
     "ensure_crons",
     "fail",
     "find_jobs",

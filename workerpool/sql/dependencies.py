@@ -352,22 +352,6 @@ def with_dependents(conn: Connection, ids: Sequence[int]) -> list[int]:
     return list(conn.execute(_HAS_DEPENDENTS, {"ids": list(ids)}).scalars())
 
 
-# The dependents of these jobs that are due now (released by them). Index: the parent index,
-# pk_workerpool_jobs.
-_DUE_DEPENDENTS = text(f"""
-SELECT DISTINCT e.job_id FROM {EDGES} AS e JOIN {JOBS} AS j ON j.id = e.job_id
-WHERE e.parent_id = ANY(CAST(:ids AS bigint[])) AND j.state = '{JobState.PENDING}'
-ORDER BY e.job_id
-""")
-
-
-def due_dependents(conn: Connection, ids: Sequence[int]) -> list[int]:
-    """The dependents of ``ids`` their final outcomes released (inline mode runs them)."""
-    if not ids:
-        return []
-    return list(conn.execute(_DUE_DEPENDENTS, {"ids": list(ids)}).scalars())
-
-
 # ---------------------------------------------------------------------------------------------
 # replay: a dead parent runs again
 

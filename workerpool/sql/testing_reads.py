@@ -10,11 +10,12 @@ from sqlalchemy import (
     Connection,
     func,
     select,
+    text,
     update,
 )
 
-from ..model.states import DUE_STATES
-from .schema import jobs
+from ..model.states import DUE_STATES, JobState
+from .schema import dependencies, jobs
 
 # for users' test suites (workerpool.testing)
 
@@ -60,3 +61,19 @@ def make_due(conn: Connection, ids: Sequence[int]) -> int:
         .values(run_at=func.now())
     )
     return conn.execute(stmt).rowcount
+
+
+# The dependents of these jobs that are due now (released by them). Index: the parent index,
+# pk_workerpool_jobs.
+_DUE_DEPENDENTS = text(f"""
+SELECT DISTINCT e.job_id FROM {dependencies.name} AS e JOIN {jobs.name} AS j ON j.id = e.job_id
+WHERE e.parent_id = ANY(CAST(:ids AS bigint[])) AND j.state = '{JobState.PENDING}'
+ORDER BY e.job_id
+""")
+
+
+def due_dependents(conn: Connection, ids: Sequence[int]) -> list[int]:
+    """The dependents of ``ids`` their final outcomes released (inline mode runs them)."""
+    if not ids:
+        return []
+    return list(conn.execute(_DUE_DEPENDENTS, {"ids": list(ids)}).scalars())
