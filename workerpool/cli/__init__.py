@@ -80,7 +80,7 @@ def cmd_embedded(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ..model.validation import check_tag_filter
-    from ..ops import job_story, job_view, status, why
+    from ..ops import job_steps, job_story, job_view, status, why
 
     tags = check_tag_filter(args.tag)
     if tags and args.job is not None:
@@ -91,7 +91,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
             logs = job_view.attempt_logs(conn, args.job)
         text = why.line(answer)
-        steps = status.steps_json(answer.job.steps, answer.facts.now)
+        steps = job_steps.steps_json(answer.job.steps, answer.facts.now)
         registry = pool.registry if args.app else None  # a typed job's arguments by name
         arguments = job_story.arguments(registry, answer.job.task, answer.job.payload)
         print(
@@ -112,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if arguments and not args.json:
             print("\n".join(job_story.render_arguments(arguments)))
         if steps and not args.json:
-            print("STEPS\n" + status.render_steps(steps))
+            print("STEPS\n" + job_steps.render_steps(steps))
         extra = job_view.render_job(answer.job, logs)
         if extra and not args.json:
             print(extra)

@@ -16,7 +16,8 @@ from ..model.results import check_id
 from ..model.typed import named_arguments
 from ..sql import job_story
 from . import job_view
-from .status import render_steps, short, steps_json, table
+from .job_steps import render_steps, steps_json
+from .status import short, table
 
 #: The characters of a payload or result shown in the text view (all of it in --json).
 SHOWN = 400

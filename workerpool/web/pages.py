@@ -20,7 +20,8 @@ from ..model.dependencies import AWAIT
 from ..model.states import LIVE_STATES
 from ..ops import job_story, job_view, timing, why
 from ..ops.bulk import MAX_BULK
-from ..ops.status import age, steps_json
+from ..ops.job_steps import steps_json
+from ..ops.status import age
 from ..sql import dashboard_reads
 from ..sql.clock import database_now
 from ..sql.schema import DEAD_REASONS, STATES
