@@ -1,4 +1,4 @@
-"""Real PostgreSQL for every test: a migrated template database, and a fresh copy per test.
+"""Real PostgreSQL for every test: a migrated template database, and a clean copy per test.
 
 ``WORKERPOOL_TEST_DATABASE_URL`` points at a server to use (CI: the local PostgreSQL 15);
 without it the embedded PostgreSQL (pgserver) under ``.workerpool/test-pgdata`` is started.
@@ -12,9 +12,7 @@ starts the postmaster and the others attach to it.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import URL, make_url
 
+from tests.helpers import databases
 from tests.helpers.db import libpq
 from tests.helpers.metrics import metrics_recorder  # noqa: F401 (a fixture, for every tier)
 from tests.helpers.paths import ROOT
@@ -71,10 +70,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-def _admin(url: URL) -> psycopg.Connection:
-    return psycopg.connect(libpq(url), autocommit=True)
-
-
 @pytest.fixture(scope="session")
 def server_url() -> URL:
     return _server_url()
@@ -82,40 +77,44 @@ def server_url() -> URL:
 
 @pytest.fixture(scope="session")
 def template_db(server_url: URL) -> Iterator[str]:
-    name = f"wp_tpl_{secrets.token_hex(4)}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    upgrade(server_url.set(database=name))
-    yield name
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with databases.scratch_database(server_url, "wp_tpl") as url:
+        upgrade(url)
+        yield url.database
 
 
-@contextmanager
-def _scratch_database(server_url: URL, prefix: str, template: str | None = None) -> Iterator[URL]:
-    """Create a randomly named database (optionally from ``template``); drop it afterwards."""
-    name = f"{prefix}_{secrets.token_hex(6)}"
-    source = f' TEMPLATE "{template}"' if template else ""
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"{source}')
-    try:
-        yield server_url.set(database=name)
-    finally:
-        with _admin(server_url) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+@pytest.fixture(scope="session")
+def _reused_copy(server_url: URL, template_db: str) -> Iterator[databases.ReusedCopy]:
+    copy = databases.ReusedCopy(server_url, template_db)
+    yield copy
+    copy.close()
 
 
 @pytest.fixture
-def db_url(server_url: URL, template_db: str) -> Iterator[URL]:
-    """A fresh, migrated database for this test, dropped afterwards."""
-    with _scratch_database(server_url, "wp_t", template_db) as url:
+def db_url(
+    request: pytest.FixtureRequest,
+    server_url: URL,
+    template_db: str,
+    _reused_copy: databases.ReusedCopy,
+) -> Iterator[URL]:
+    """A clean, migrated database for this test: the process's reused copy of the template,
+    made clean again afterwards (tests/helpers/databases.py). A test of ``tests/processes`` gets
+    a new copy of its own, dropped WITH (FORCE) afterwards: a child it started may outlive the
+    test by a moment, and must find no database rather than the next test's."""
+    if request.node.path.is_relative_to(PROCESSES):
+        with databases.scratch_database(server_url, "wp_t", template_db) as url:
+            yield url
+        return
+    url = _reused_copy.take()
+    try:
         yield url
+    finally:
+        _reused_copy.give_back()
 
 
 @pytest.fixture
 def empty_db_url(server_url: URL) -> Iterator[URL]:
     """A fresh database with no tables (for migration tests)."""
-    with _scratch_database(server_url, "wp_e") as url:
+    with databases.scratch_database(server_url, "wp_e") as url:
         yield url
 
 

@@ -168,10 +168,11 @@ def test_a_running_job_reads_since_its_attempt_started_not_its_last_renewal(app_
         job_id,
     )
     page = http.get(f"/jobs/{job_id}")
-    assert "(6.0m ago), last renewed 0.4s ago" in cell(page, "lease")
+    # The page reads now(): a loaded machine may take seconds between the UPDATE and the GET.
+    assert re.search(r"\(6\.[01]m ago\), last renewed \d+\.\ds ago", cell(page, "lease"))
     assert cell(page, "waited") == "2.0m from due to its start"
-    assert cell(page, "ran") == "for 6.0m so far"
-    assert "held by worker h:1:a since 6.0m ago" in why(http, job_id)
+    assert re.fullmatch(r"for 6\.[01]m so far", cell(page, "ran"))
+    assert re.search(r"held by worker h:1:a since 6\.[01]m ago", why(http, job_id))
 
 
 def test_every_claim_records_when_its_attempt_started_and_the_page_shows_waited_and_ran(
