@@ -22,7 +22,7 @@ from .supervised import Launcher, wait_drained
 
 log = logging.getLogger("workerpool.bench")
 
-ALONE = 30  # jobs of each kind run one at a time per repeat
+ALONE = 30  # jobs of each kind run one at a time per repeat, at the full size (10,000 jobs)
 PLAIN = "once_plain_jobs_per_s"
 FENCED = "once_complete_in_jobs_per_s"
 PLAIN_E2E = "once_plain_job_p50_ms"
@@ -54,8 +54,9 @@ def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int, rep
         rate = _drain(launcher, pool, jobs, fenced=fenced)
         report.add(FENCED if fenced else PLAIN, rate)
         log.info("%s: %.0f jobs/s", KINDS[fenced], rate)
+    alone = max(5, min(ALONE, ALONE * jobs // 10_000))  # --quick: fewer
     for fenced in order:
-        runs = _alone(launcher, pool, fenced)
+        runs = _alone(launcher, pool, fenced, alone)
         report.add(FENCED_E2E if fenced else PLAIN_E2E, percentile(runs, 50))
 
 
@@ -76,11 +77,11 @@ def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, fenced: bool) -> 
     return jobs / seconds if seconds else float("inf")
 
 
-def _alone(launcher: Launcher, pool: WorkerPool, fenced: bool) -> list[float]:
+def _alone(launcher: Launcher, pool: WorkerPool, fenced: bool, alone: int) -> list[float]:
     launcher.db.reset()
     runs: list[float] = []
     with launcher.running(1):
-        for number in range(ALONE + 3):  # the first three warm the connections up
+        for number in range(alone + 3):  # the first three warm the connections up
             job_id = pool.enqueue(KINDS[fenced], {"alone": number})
             pool.result(job_id, timeout=30)
             if number >= 3:

@@ -30,8 +30,10 @@ from .supervised import Launcher, wait_drained
 log = logging.getLogger("workerpool.bench")
 
 STEPS_PER_JOB = 10  # writes per job, for the step and the checkpoint alike
-WRITE_JOBS = 50  # jobs per repeat, each written STEPS_PER_JOB times each way
-ALONE = 30  # 10-step jobs run one at a time per repeat
+# Per repeat, at the full size (1,000 step jobs); a smaller run (--quick) scales them down
+# with its job count, to a floor of 5.
+WRITE_JOBS = 50  # jobs, each written STEPS_PER_JOB times each way
+ALONE = 30  # 10-step jobs run one at a time
 STEP = "step_write_p50_ms"
 CHECKPOINT = "checkpoint_write_p50_ms"
 PLAIN = "steps_plain_units_per_s"
@@ -62,8 +64,13 @@ def declare(report: Report, jobs: int) -> None:
     )
 
 
+def scaled(count: int, jobs: int) -> int:
+    """``count`` (a size at 1,000 jobs) for a run of ``jobs``, at least 5."""
+    return max(5, min(count, count * jobs // 1000))
+
+
 def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int, repeat: int) -> None:
-    steps, checkpoints = _writes(launcher, pool)
+    steps, checkpoints = _writes(launcher, pool, scaled(WRITE_JOBS, jobs))
     report.add(STEP, percentile(steps, 50))
     report.add(CHECKPOINT, percentile(checkpoints, 50))
     order = [False, True] if repeat % 2 == 0 else [True, False]
@@ -71,20 +78,22 @@ def measure(report: Report, launcher: Launcher, pool: WorkerPool, jobs: int, rep
         rate = _drain(launcher, pool, jobs, with_steps=with_steps)
         report.add(STEPPED if with_steps else PLAIN, rate)
         log.info("%s: %.0f units/s", "10-step jobs" if with_steps else "plain jobs", rate)
-    report.add(ALONE_FIGURE, percentile(_alone(launcher, pool), 50))
+    report.add(ALONE_FIGURE, percentile(_alone(launcher, pool, scaled(ALONE, jobs)), 50))
 
 
-def _writes(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[float]]:
+def _writes(
+    launcher: Launcher, pool: WorkerPool, write_jobs: int
+) -> tuple[list[float], list[float]]:
     """Per-write latencies (ms) of steps and of checkpoints, interleaved job by job."""
     launcher.db.reset()
-    pool.enqueue_many([(noop.__name__, {"w": i}) for i in range(2 * WRITE_JOBS)])
+    pool.enqueue_many([(noop.__name__, {"w": i}) for i in range(2 * write_jobs)])
     worker = new_worker_id()
     with pool.engine.begin() as conn:
         rows = queries.claim(
             conn,
             queue=QUEUE,
             worker=worker,
-            limit=2 * WRITE_JOBS,
+            limit=2 * write_jobs,
             task_versions=pool.registry.task_versions(QUEUE),
         )
     steps: list[float] = []
@@ -121,11 +130,11 @@ def _drain(launcher: Launcher, pool: WorkerPool, jobs: int, *, with_steps: bool)
     return jobs * STEPS / seconds if seconds else float("inf")
 
 
-def _alone(launcher: Launcher, pool: WorkerPool) -> list[float]:
+def _alone(launcher: Launcher, pool: WorkerPool, alone: int) -> list[float]:
     launcher.db.reset()
     runs: list[float] = []
     with launcher.running(1):
-        for number in range(ALONE + 3):  # the first three warm the connections up
+        for number in range(alone + 3):  # the first three warm the connections up
             job_id = pool.enqueue(stepped.__name__, {"alone": number})
             pool.result(job_id, timeout=30)
             if number >= 3:
