@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
+from tests.helpers import databases
 from tests.helpers.cli import run_cli
 from tests.helpers.db import libpq
 from tests.helpers.processes import Supervisor, kill_all, start_supervisor
@@ -68,15 +69,26 @@ def app_pool(url: URL, schema: str) -> WorkerPool:
     return pool
 
 
+@pytest.fixture(scope="module")
+def two_schemas_template(
+    server_url: URL, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One database, migrated into ``jobs_a`` (``--schema``) and ``jobs_b`` (the environment),
+    once per module: each test gets a copy (two migrations by the CLI take seconds)."""
+    cwd = tmp_path_factory.mktemp("migrate")
+    with databases.scratch_database(server_url, "wp_2s") as url:
+        first = run_cli("migrate", "--schema", A, url=url, cwd=cwd)
+        assert first.returncode == 0, first.stderr
+        assert f"in schema {A}" in first.stdout
+        second = run_cli("migrate", url=url, cwd=cwd, extra_env={settings.SCHEMA_ENV: B})
+        assert second.returncode == 0, second.stderr
+        yield url.database
+
+
 @pytest.fixture
-def two_schemas(empty_db_url: URL, tmp_path: Path) -> URL:
-    """One database, migrated into ``jobs_a`` (``--schema``) and ``jobs_b`` (the environment)."""
-    first = run_cli("migrate", "--schema", A, url=empty_db_url, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    assert f"in schema {A}" in first.stdout
-    second = run_cli("migrate", url=empty_db_url, cwd=tmp_path, extra_env={settings.SCHEMA_ENV: B})
-    assert second.returncode == 0, second.stderr
-    return empty_db_url
+def two_schemas(server_url: URL, two_schemas_template: str) -> Iterator[URL]:
+    with databases.scratch_database(server_url, "wp_t", two_schemas_template) as url:
+        yield url
 
 
 @pytest.fixture
