@@ -175,13 +175,14 @@ def start_supervisor(
 
 
 @contextmanager
-def supervisors(app: str, db_url: Any, tmp_path: Path) -> Iterator[Callable[[], Supervisor]]:
-    """A launcher of ``workerpool run APP`` supervisors (:func:`start_supervisor`); every one it
-    started is SIGKILLed with its process group at the end."""
+def supervisors(app: str, db_url: Any, tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
+    """A launcher of ``workerpool run APP`` supervisors (:func:`start_supervisor`; its keywords
+    are environment variables on top); every one it started is SIGKILLed with its process group
+    at the end."""
     running: list[Supervisor] = []
 
-    def launch() -> Supervisor:
-        sup = start_supervisor(app, db_url, tmp_path)
+    def launch(**extra_env: str) -> Supervisor:
+        sup = start_supervisor(app, db_url, tmp_path, **extra_env)
         running.append(sup)
         return sup
 

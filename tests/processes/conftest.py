@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.apps import basic, limits
+from tests.helpers.apps import app_pool
 from tests.helpers.browser import artifacts, browser, dashboard  # noqa: F401 (fixtures)
 from tests.helpers.paths import ROOT
 from tests.helpers.pgbouncer import through_bouncer  # noqa: F401 (a fixture)
@@ -78,10 +79,11 @@ def start(db_url, tmp_path) -> Iterator:
 @pytest.fixture
 def app(request, db_url):
     """The enqueue side of the test module's ``APP`` (a module of ``tests/apps`` with a
-    ``build(url)``; ``tests/apps/basic.py`` by default) on the test's database."""
-    pool = getattr(request.module, "APP", basic).build(db_url)
-    yield pool
-    pool.dispose()
+    ``build(url)``; ``tests/apps/basic.py`` by default) on the test's database, once the test
+    module's ``APP_TABLES`` (the tables its handlers write) are made."""
+    module = getattr(request.module, "APP", basic)
+    with app_pool(module, db_url, getattr(request.module, "APP_TABLES", ())) as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 
 import pytest
 
 from tests.apps import awaits as app_module
-from tests.helpers.processes import alive, kill_all, kill_group, start_supervisor
+from tests.helpers.processes import alive, kill_group
 from tests.helpers.waiting import wait_until
 
 SETTLE = 120.0  # a liveness bound for a loaded machine, not a timing claim
@@ -27,29 +26,10 @@ JOBS = (
     " SELECT id, task, state, result, finished_at FROM workerpool_jobs_history)"
 )
 
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
+APP_TABLES = (app_module.LEDGER,)  # made by the app fixture
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-def app(db_url, sql):
-    sql(app_module.LEDGER)
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def supervise(db_url, tmp_path) -> Iterator:
-    running: list = []
-
-    def launch(**env: str):
-        running.append(start_supervisor("tests.apps.awaits:pool", db_url, tmp_path, **env))
-        return running[-1]
-
-    try:
-        yield launch
-    finally:
-        kill_all(running)
 
 
 def all_done(sql, count: int) -> bool:

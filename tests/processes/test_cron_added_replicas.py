@@ -17,15 +17,10 @@ from tests.helpers.waiting import wait_until
 SETTLE = 90.0  # a liveness bound for a loaded machine, not a timing claim
 EVERY_SECOND = "* * * * * *"
 
+APP = app_module  # the app the shared app fixture builds (conftest)
+APP_TABLES = (app_module.LEDGER,)  # made by the app fixture
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-def app(db_url, sql):
-    sql(app_module.LEDGER)
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
 
 
 @pytest.fixture

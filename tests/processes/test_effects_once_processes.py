@@ -22,20 +22,8 @@ from tests.helpers.waiting import wait_until
 from workerpool.chaos.cluster import Cluster, stop_quietly, workspace
 from workerpool.migrate import upgrade
 
-
-@pytest.fixture
-def app(db_url, sql):
-    for table in app_module.TABLES:
-        sql(table)
-    pool = app_module.build(db_url)
-    yield pool
-    pool.dispose()
-
-
-@pytest.fixture
-def supervise(db_url, tmp_path) -> Iterator:
-    with supervisors("tests.apps.once:pool", db_url, tmp_path) as launch:
-        yield launch
+APP = app_module  # the app the shared app and supervise fixtures build (conftest)
+APP_TABLES = app_module.TABLES  # made by the app fixture
 
 
 def effects(sql) -> dict[int, int]:

@@ -16,13 +16,15 @@ from typing import Any
 from ..model import exitcodes
 from . import batch as cli_batch
 from . import crons as cli_crons
+from . import dead as cli_dead
 from . import enqueue as cli_enqueue
 from . import helptext as cli_help
 from . import job as cli_job
 from . import live
 from . import queues as cli_queues
+from . import status as cli_status
 from .helptext import add_command
-from .target import CliError, check_migrated, existing_database, load_pool, pool_for
+from .target import CliError, check_migrated, load_pool, pool_for
 
 # -- commands --------------------------------------------------------------------------------
 
@@ -73,196 +75,6 @@ def cmd_embedded(args: argparse.Namespace) -> int:
     running = db.embedded_running(data_dir)
     print(f"the embedded PostgreSQL in {data_dir} is {'running' if running else 'not running'}")
     return exitcodes.OK if running else 1
-
-
-# -- status and the dead-letter queue --------------------------------------------------------
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from ..model.validation import check_tag_filter
-    from ..ops import job_steps, job_story, job_view, status, why
-
-    tags = check_tag_filter(args.tag)
-    if tags and args.job is not None:
-        raise CliError("give --job or --tag, not both")
-    pool = existing_database(pool_for(args), "status")
-    if args.job is not None:
-        with pool.engines.replica_errors(), pool.read_engine.connect() as conn:
-            answer = why.explain(conn, args.job, why.app_tasks(pool) if args.app else None)
-            logs = job_view.attempt_logs(conn, args.job)
-        text = why.line(answer)
-        steps = job_steps.steps_json(answer.job.steps, answer.facts.now)
-        registry = pool.registry if args.app else None  # a typed job's arguments by name
-        arguments = job_story.arguments(registry, answer.job.task, answer.job.payload)
-        print(
-            json.dumps(
-                {
-                    "job": args.job,
-                    "why": text,
-                    "reasons": [{"code": r.code, "text": r.text} for r in answer.reasons],
-                    "steps": steps,
-                    "arguments": arguments,
-                }
-                | job_view.job_json(answer.job, logs),
-                default=str,
-            )
-            if args.json
-            else text
-        )
-        if arguments and not args.json:
-            print("\n".join(job_story.render_arguments(arguments)))
-        if steps and not args.json:
-            print("STEPS\n" + job_steps.render_steps(steps))
-        extra = job_view.render_job(answer.job, logs)
-        if extra and not args.json:
-            print(extra)
-        return exitcodes.OK
-    if tags:
-        with pool.engine.connect() as conn:
-            tagged = job_view.tagged(conn, tags)
-        print(
-            json.dumps(tagged, indent=2) if args.json else job_view.render_tagged(tagged),
-            end="\n" if args.json else "",
-        )
-        return exitcodes.OK
-    known = {q: pool.registry.task_versions(q) for q in pool.queues} if args.app else None
-    with pool.engines.replica_errors():
-        data = status.collect(pool.read_engine, known)
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        print(status.render(data), end="")
-    return exitcodes.OK
-
-
-def _dead_filter(args: argparse.Namespace, ids: Sequence[int] | None = None) -> Any:
-    from ..ops.dead import DeadFilter, parse_since
-
-    since = parse_since(args.since) if getattr(args, "since", None) else None
-    return DeadFilter(
-        queue=args.queue,
-        task=args.task,
-        reason=args.reason,
-        since=since,
-        ids=tuple(ids) if ids else None,
-        tags=args.tag,
-    )
-
-
-def cmd_dead(args: argparse.Namespace) -> int:
-    return {"list": dead_list, "retry": dead_retry, "purge": dead_purge}[args.dead_command](args)
-
-
-def dead_list(args: argparse.Namespace) -> int:
-    from ..ops import dead
-
-    if args.limit < 0:
-        raise CliError(f"--limit must be >= 0 (0 = all), got {args.limit}")
-    page = dead.list_dead(pool_for(args), _dead_filter(args), limit=args.limit or None)
-    if args.json:
-        print(json.dumps({"total": page.total, "jobs": [j.to_json() for j in page.jobs]}, indent=2))
-        return exitcodes.OK
-    from ..ops.status import table
-
-    rows = [
-        [
-            j.id,
-            j.queue,
-            j.task,
-            j.reason,
-            f"{j.attempts}/{j.max_attempts}",
-            j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
-            _error_line(j.last_error),
-        ]
-        for j in page.jobs
-    ]
-    headers = ["ID", "QUEUE", "TASK", "REASON", "ATTEMPTS", "DIED", "LAST ERROR"]
-    print(table(headers, rows, empty="(no dead jobs match)"))
-    print(f"{len(page.jobs)} of {page.total} matching dead jobs shown")
-    return exitcodes.OK
-
-
-def _error_line(error: Any) -> str:
-    if not error:
-        return "-"
-    text = f"{error.get('type', '?')}: {error.get('message', '')}".strip().splitlines()
-    line = text[0] if text else ""
-    return line if len(line) <= 80 else line[:77] + "..."
-
-
-def dead_retry(args: argparse.Namespace) -> int:
-    from ..ops import dead
-    from .progress import ProgressBar
-
-    if bool(args.ids) == bool(args.all):
-        raise CliError("give job IDS or --all (with optional filters), not both and not neither")
-    bar = ProgressBar("replaying")
-    try:
-        result = dead.retry(
-            pool_for(args),
-            args.ids or None,
-            all_matching=args.all,
-            filters=_dead_filter(args),
-            dry_run=args.dry_run,
-            progress=bar,
-        )
-    finally:
-        bar.close()
-    if result.not_dead:
-        print(
-            f"workerpool dead retry: {len(result.not_dead)} id(s) are not dead jobs, left alone: "
-            f"{_ids_text(result.not_dead)}",
-            file=sys.stderr,
-        )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "dry_run": result.dry_run,
-                    "count": len(result.ids),
-                    "ids": result.ids,
-                    "by_task": result.by_task,
-                    "not_dead": result.not_dead,
-                },
-                indent=2,
-            )
-        )
-        return exitcodes.OK
-    verb = "dry run: would replay" if result.dry_run else "replayed"
-    tasks = ", ".join(f"{t}: {n}" for t, n in sorted(result.by_task.items())) or "none"
-    print(f"{verb} {plural(len(result.ids), 'dead job')} ({tasks})")
-    if result.ids:
-        print(f"ids: {_ids_text(result.ids)}")
-    return exitcodes.OK
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _ids_text(ids: Sequence[int], limit: int = 50) -> str:
-    shown = " ".join(str(i) for i in ids[:limit])
-    return shown + (f" ... (+{len(ids) - limit} more)" if len(ids) > limit else "")
-
-
-def dead_purge(args: argparse.Namespace) -> int:
-    from ..ops import dead
-    from .progress import ProgressBar
-
-    older_than = dead.parse_duration(args.older_than)
-    bar = ProgressBar("purging")
-    try:
-        result = dead.purge(
-            pool_for(args), older_than, _dead_filter(args), dry_run=args.dry_run, progress=bar
-        )
-    finally:
-        bar.close()
-    if args.json:
-        print(json.dumps({"dry_run": result.dry_run, "count": result.count}))
-    else:
-        verb = "dry run: would purge" if result.dry_run else "purged"
-        print(f"{verb} {plural(result.count, 'dead job')} older than {args.older_than}")
-    return exitcodes.OK
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -321,8 +133,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
-    "status": cmd_status,
-    "dead": cmd_dead,
+    "status": lambda args: cli_status.cmd_status(args),
+    "dead": lambda args: cli_dead.cmd_dead(args),
     "batch": lambda args: cli_batch.cmd_batch(args),
     "job": lambda args: cli_job.cmd_job(args),
     "rerun": lambda args: cli_job.cmd_rerun(args),
@@ -372,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_enqueue.add_parser(sub)
 
-    add_status_parser(sub)
-    add_dead_parser(sub)
+    cli_status.add_parser(sub)
+    cli_dead.add_parser(sub)
     cli_batch.add_parser(sub)
     cli_queues.add_parser(sub)
     cli_job.add_parser(sub)
@@ -558,32 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_status_parser(sub: Any) -> None:
-    status = add_command(sub, "status", help="queues (counts, oldest due, dead), crons, workers")
-    status.add_argument("--json", action="store_true", help="stable JSON for scripts")
-    status.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="judge runnable rows by this app's tasks instead of live workers'",
-    )
-    status.add_argument(
-        "--job",
-        type=int,
-        default=None,
-        metavar="ID",
-        help="one line: why this job is not running (a limit, a pause, no"
-        " worker, ...); then its steps, tags, progress and logs",
-    )
-    status.add_argument(
-        "--tag",
-        action="append",
-        default=None,
-        metavar="TAG",
-        help="count the jobs carrying this tag by queue and state (repeatable: every one of them)",
-    )
-
-
 def add_signal_parser(sub: Any) -> None:
     signal = add_command(
         sub,
@@ -600,56 +386,6 @@ def add_signal_parser(sub: Any) -> None:
         help="use this app's payload limit (default: the default limit)",
     )
     signal.add_argument("--json", action="store_true")
-
-
-def add_dead_parser(sub: Any) -> None:
-    dead = add_command(sub, "dead", help="the dead-letter queue: list, retry (replay), purge")
-    verbs = dead.add_subparsers(dest="dead_command", required=True)
-
-    listing = add_command(verbs, "dead list", help="list dead jobs, most recent first")
-    _add_filters(listing)
-    listing.add_argument("--limit", type=int, default=100, help="rows to show (0 = all)")
-    listing.add_argument("--json", action="store_true")
-
-    retry = add_command(verbs, "dead retry", help="replay dead jobs: attempts reset, history kept")
-    retry.add_argument("ids", nargs="*", type=int, metavar="ID")
-    retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
-    _add_filters(retry)
-    retry.add_argument("--dry-run", action="store_true", help="show what would be replayed")
-    retry.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="check tasks against this app (default: what live workers run)",
-    )
-    retry.add_argument("--json", action="store_true")
-    cli_crons.add_as(retry)
-
-    purge = add_command(verbs, "dead purge", help="delete dead jobs that died long enough ago")
-    purge.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 3600")
-    _add_filters(purge, since=False)
-    purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
-    purge.add_argument("--json", action="store_true")
-    cli_crons.add_as(purge)
-
-
-def _add_filters(parser: argparse.ArgumentParser, since: bool = True) -> None:
-    parser.add_argument("--queue", default=None)
-    parser.add_argument("--task", default=None)
-    parser.add_argument("--reason", default=None, help="exhausted, permanent or abandoned")
-    parser.add_argument(
-        "--tag",
-        action="append",
-        default=None,
-        metavar="TAG",
-        help="only jobs carrying this tag (repeatable: every one of them)",
-    )
-    if since:
-        parser.add_argument(
-            "--since",
-            default=None,
-            help="died within this duration (2h, 7d) or after this ISO time",
-        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
