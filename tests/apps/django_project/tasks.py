@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-from workerpool.contrib.django import complete_in
+from workerpool.contrib.django import complete_in, step
 from workerpool.model.errors import CompletionRefused
 
 from .compat import task
@@ -103,3 +103,13 @@ def misuse(context, how: str) -> None:
                 complete_in({"charged": email})
     except CompletionRefused as exc:
         CAUGHT[how] = f"{type(exc).__name__}: {exc}"
+
+
+@task()
+def two_steps() -> None:
+    """A step whose block commits, and one whose block rolls back: its Order and its record."""
+    with transaction.atomic():
+        step("kept", lambda: Order.objects.create(email="kept@example.com").pk)
+    with transaction.atomic():
+        step("undone", lambda: Order.objects.create(email="undone@example.com").pk)
+        transaction.set_rollback(True)

@@ -444,3 +444,14 @@ class TasksWithoutAWorker(TransactionTestCase):
                 [ids["after its lease was lost"]],
             )
             self.assertEqual(cursor.fetchone(), ("processing", "thief"))
+
+    def test_a_step_s_effect_and_its_record_commit_in_one_atomic_block(self) -> None:
+        backend = task_backends["anyqueue"]
+        job_id = int(tasks.two_steps.using(backend="anyqueue", queue_name="steps").enqueue().id)
+        drain(backend.pool, "steps")
+        kept = Order.objects.get()  # the rolled-back step's Order is gone with its record
+        self.assertEqual(kept.email, "kept@example.com")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT steps FROM workerpool_jobs WHERE id = %s", [job_id])
+            steps = json.loads(cursor.fetchone()[0])
+        self.assertEqual((sorted(steps), steps["kept"]["value"]), (["kept"], kept.pk))
