@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from django.db import connection, transaction
+
+from workerpool.contrib.django import complete_in, step
+from workerpool.model.errors import CompletionRefused
+
 from .compat import task
 from .models import Order
 
@@ -49,3 +54,62 @@ def where_am_i(context) -> dict:
     """The task as the running attempt sees it: the enqueued queue, priority and backend."""
     task = context.task_result.task
     return {"queue": task.queue_name, "priority": task.priority, "backend": task.backend}
+
+
+@task()
+def charge_once(email: str, roll_back: bool = False) -> dict:
+    """Its Order and its job's ``done`` in one atomic block on Django's connection; a block
+    rolled back after ``complete_in`` leaves the job to the return below."""
+    try:
+        with transaction.atomic():
+            Order.objects.create(email=email, confirmed=True)
+            complete_in({"charged": email})
+            if roll_back:
+                raise Refused(email)
+    except Refused:
+        return {"rolled back": email}
+    return {"ignored": "the block committed the job's outcome"}
+
+
+#: What ``misuse`` caught, by case: it runs in the test's process (``drain``).
+CAUGHT: dict[str, str] = {}
+
+
+@task(takes_context=True)
+def misuse(context, how: str) -> None:
+    """``complete_in`` as it must be refused: what it raised goes to CAUGHT."""
+    email = f"{how}@example.com"
+    try:
+        if how == "outside a block":
+            complete_in()
+        elif how == "on another database":
+            with transaction.atomic(using="jobs"):
+                complete_in(using="jobs")
+        elif how == "twice":
+            with transaction.atomic():
+                complete_in({"first": True})
+                try:
+                    complete_in()
+                finally:
+                    transaction.set_rollback(True)
+        elif how == "after its lease was lost":
+            with connection.cursor() as cursor:  # autocommit: another worker took the job
+                cursor.execute(
+                    "UPDATE workerpool_jobs SET claimed_by = 'thief' WHERE id = %s",
+                    [int(context.task_result.id)],
+                )
+            with transaction.atomic():
+                Order.objects.create(email=email)
+                complete_in({"charged": email})
+    except CompletionRefused as exc:
+        CAUGHT[how] = f"{type(exc).__name__}: {exc}"
+
+
+@task()
+def two_steps() -> None:
+    """A step whose block commits, and one whose block rolls back: its Order and its record."""
+    with transaction.atomic():
+        step("kept", lambda: Order.objects.create(email="kept@example.com").pk)
+    with transaction.atomic():
+        step("undone", lambda: Order.objects.create(email="undone@example.com").pk)
+        transaction.set_rollback(True)

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from tests.helpers.waiting import wait_until
 from workerpool import WorkerPool
-from workerpool.contrib.django import WorkerpoolBackend
+from workerpool.contrib.django import WorkerpoolBackend, complete_in
 from workerpool.contrib.django.compat import (
     InvalidTaskBackend,
     InvalidTaskError,
@@ -40,6 +40,7 @@ from workerpool.contrib.django.compat import (
 from workerpool.contrib.django.database import url_of
 from workerpool.contrib.django.models import Job
 from workerpool.contrib.django.results import exception_path
+from workerpool.model.errors import CompletionRefused
 from workerpool.testing.runner import drain
 
 from . import tasks
@@ -229,6 +230,20 @@ class TasksOnWorkerpool(TransactionTestCase):
             {"queue": "emails", "priority": 7, "backend": "default"},
         )
 
+    def test_a_task_s_effect_and_its_job_s_done_commit_in_one_atomic_block(self) -> None:
+        committed = finished(tasks.charge_once.enqueue("once@example.com").id, self.worker)
+        undone = tasks.charge_once.enqueue("undone@example.com", roll_back=True)
+        rolled_back = finished(undone.id, self.worker)
+        # The block's result, not the task's later return: the worker wrote no outcome.
+        self.assertEqual(
+            (committed.status, committed.return_value, committed.attempts),
+            (TaskResultStatus.SUCCESSFUL, {"charged": "once@example.com"}, 1),
+        )
+        self.assertEqual(Order.objects.filter(email="once@example.com").count(), 1)
+        # Rolled back with its Order: the job was as before, and the task's return decided.
+        self.assertEqual(rolled_back.return_value, {"rolled back": "undone@example.com"})
+        self.assertFalse(Order.objects.filter(email="undone@example.com").exists())
+
 
 class TasksWithoutAWorker(TransactionTestCase):
     """What is written and read back with no worker running. A class of its own: with
@@ -390,3 +405,53 @@ class TasksWithoutAWorker(TransactionTestCase):
         self.assertEqual(
             (read.status, read.attempts, read.worker_ids), (TaskResultStatus.FAILED, 0, [])
         )
+
+    def test_complete_in_is_refused_by_name_and_writes_nothing(self) -> None:
+        with (
+            transaction.atomic(),
+            self.assertRaisesMessage(
+                CompletionRefused, "complete_in called outside a running workerpool task"
+            ),
+        ):
+            complete_in()
+        tasks.CAUGHT.clear()
+        backend = task_backends["anyqueue"]
+        cases = ["outside a block", "on another database", "twice", "after its lease was lost"]
+        ids = {
+            how: int(tasks.misuse.using(backend="anyqueue", queue_name="once").enqueue(how).id)
+            for how in cases
+        }
+        drain(backend.pool, "once")  # in this process, as a worker would run them
+        self.assertEqual(
+            tasks.CAUGHT,
+            {
+                "outside a block": f"CompletionRefused: job {ids['outside a block']}: not inside"
+                " transaction.atomic(using='default'); nothing written",
+                "on another database": f"CompletionRefused: job {ids['on another database']}:"
+                " conn is on another database than the pool's",
+                "twice": f"CompletionRefused: job {ids['twice']}: complete_in was already called",
+                "after its lease was lost": "CompletionLeaseLost: job"
+                f" {ids['after its lease was lost']}: lease lost, not completed (now processing);"
+                " roll back the effect",
+            },
+        )
+        self.assertFalse(Order.objects.exists())  # the lost lease's Order rolled back
+        refused = Job.objects.filter(pk__in=[ids[how] for how in cases[:3]]).order_by("pk")
+        self.assertEqual([(job.state, job.result) for job in refused], [("done", None)] * 3)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state, claimed_by FROM workerpool_jobs WHERE id = %s",
+                [ids["after its lease was lost"]],
+            )
+            self.assertEqual(cursor.fetchone(), ("processing", "thief"))
+
+    def test_a_step_s_effect_and_its_record_commit_in_one_atomic_block(self) -> None:
+        backend = task_backends["anyqueue"]
+        job_id = int(tasks.two_steps.using(backend="anyqueue", queue_name="steps").enqueue().id)
+        drain(backend.pool, "steps")
+        kept = Order.objects.get()  # the rolled-back step's Order is gone with its record
+        self.assertEqual(kept.email, "kept@example.com")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT steps FROM workerpool_jobs WHERE id = %s", [job_id])
+            steps = json.loads(cursor.fetchone()[0])
+        self.assertEqual((sorted(steps), steps["kept"]["value"]), (["kept"], kept.pk))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WorkerpoolBackend"]
+__all__ = ["WorkerpoolBackend", "complete_in", "step"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from .backend import WorkerpoolBackend
 
         return WorkerpoolBackend
+    if name in {"complete_in", "step"}:
+        from . import once
+
+        return getattr(once, name)
     raise AttributeError(name)

@@ -32,6 +32,7 @@ from .compat import (
     task_finished,
     task_started,
 )
+from .once import RUNNING
 from .results import ASYNC_PREFIX, SYNC_PREFIX, TASK_KEY, run_after_of, task_as
 
 #: The payload's backend alias: the task result a running task sees names it.
@@ -59,6 +60,7 @@ def run_task(job: Job) -> Any:
     ``task_started`` and ``task_finished`` are sent around it, as Django's own backends do."""
     task, running = _start(job)
     close_old_connections()
+    current = RUNNING.set(job)  # complete_in and step reach the job through it
     try:
         value = normalize_json(task.func(*_arguments(task, running), **job.payload["kwargs"]))
     except KeyboardInterrupt:
@@ -67,6 +69,7 @@ def run_task(job: Job) -> Any:
         _finish(running, job, exc)  # in the handler: Django's log line carries the traceback
         raise
     finally:
+        RUNNING.reset(current)
         close_old_connections()
     _finish(running, job, None)
     return value
@@ -75,6 +78,7 @@ def run_task(job: Job) -> Any:
 async def run_async_task(job: Job) -> Any:
     """The handler of an ``async def`` Django task, on the worker's event loop."""
     task, running = _start(job)
+    current = RUNNING.set(job)  # copied into sync_to_async's thread with the context
     try:
         value = normalize_json(await task.func(*_arguments(task, running), **job.payload["kwargs"]))
     except KeyboardInterrupt:
@@ -82,6 +86,8 @@ async def run_async_task(job: Job) -> Any:
     except BaseException as exc:
         _finish(running, job, exc)
         raise
+    finally:
+        RUNNING.reset(current)
     _finish(running, job, None)
     return value
 
