@@ -19,9 +19,12 @@ Three worker types (queues), each a child process under ``workerpool run``:
   (:mod:`workerpool_demo.session_cleanup`), a cron job that never overlaps itself (the demo runs
   it every few seconds through ``$SESSION_CLEANUP_SCHEDULE``).
 
-The "web backend" side is the functions ``signup``, ``request_password_reset``,
+Each handler declares what it takes after the ``Job`` (``user_id: int``...): a call is checked
+when it is enqueued, and the handler gets its arguments rebuilt (docs/typed-tasks.md). The
+"web backend" side is the functions ``signup``, ``request_password_reset``,
 ``request_deletion`` and ``request_export``: each writes its rows and enqueues its job in one
-transaction; ``approve_export`` is support's click, a signal sent in its own transaction.
+transaction (``task.using(key=..., conn=conn).enqueue(...)``); ``approve_export`` is support's
+click, a signal sent in its own transaction.
 
 Timings are shortened for the demo (backoff in seconds, drains of a few seconds); production
 would keep workerpool's defaults (docs/configuration.md).
@@ -158,7 +161,7 @@ def signup(conn: Connection, email: str, name: str) -> int:
     user_id = conn.execute(stmt.returning(users.c.id)).scalar_one()
     conn.execute(insert(sessions).values(user_id=user_id, expires_at=_in(timedelta(days=1))))
     conn.execute(insert(audit_log).values(event="signup"))
-    pool.enqueue(send_welcome, {"user_id": user_id}, key=f"welcome:{user_id}", conn=conn)
+    send_welcome.using(key=f"welcome:{user_id}", conn=conn).enqueue(user_id)
     return user_id
 
 
@@ -168,23 +171,18 @@ def request_password_reset(conn: Connection, user_id: int) -> int:
         .values(user_id=user_id, expires_at=_in(timedelta(hours=1)))
         .returning(reset_tokens.c.id)
     ).scalar_one()
-    pool.enqueue(
-        send_password_reset,
-        {"user_id": user_id, "token_id": token_id},
-        key=f"reset:{token_id}",
-        conn=conn,
-    )
+    send_password_reset.using(key=f"reset:{token_id}", conn=conn).enqueue(user_id, token_id)
     return token_id
 
 
 def request_deletion(conn: Connection, user_id: int) -> int:
     conn.execute(insert(audit_log).values(event="account deletion requested"))
-    return pool.enqueue(delete_user, {"user_id": user_id}, key=f"delete:{user_id}", conn=conn)
+    return delete_user.using(key=f"delete:{user_id}", conn=conn).enqueue(user_id).id
 
 
 def request_export(conn: Connection, user_id: int) -> int:
     conn.execute(insert(audit_log).values(event="data export requested"))
-    return pool.enqueue(export_data, {"user_id": user_id}, key=f"export:{user_id}", conn=conn)
+    return export_data.using(key=f"export:{user_id}", conn=conn).enqueue(user_id).id
 
 
 def approve_export(conn: Connection, user_id: int, by: str) -> None:
@@ -294,8 +292,8 @@ def render(template: str, user: Any) -> str:
 
 
 @pool.task(queue="email", max_attempts=5, timeout=30, backoff=QUICK_BACKOFF)
-def send_welcome(job: Job) -> None:
-    user = load_user(job.payload["user_id"])
+def send_welcome(job: Job, user_id: int) -> None:
+    user = load_user(user_id)
     if user is None:
         return  # deleted before we got to it: nobody to welcome
     render("welcome", user)
@@ -303,12 +301,12 @@ def send_welcome(job: Job) -> None:
 
 
 @pool.task(queue="email", max_attempts=5, timeout=30, backoff=QUICK_BACKOFF)
-def send_password_reset(job: Job) -> None:
+def send_password_reset(job: Job, user_id: int, token_id: int) -> None:
     with pool.engine.connect() as conn:
         row = conn.execute(
             select(users.c.email, users.c.name, reset_tokens.c.expires_at > func.now())
             .join(reset_tokens, reset_tokens.c.user_id == users.c.id)
-            .where(reset_tokens.c.id == job.payload["token_id"])
+            .where(reset_tokens.c.id == token_id)
         ).first()
     if row is None or not row[2]:
         return  # token used, expired or user deleted: a stale reset link helps nobody
@@ -323,11 +321,10 @@ class StorageThrottled(Exception):
 
 
 @pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
-def delete_user(job: Job) -> None:
+def delete_user(job: Job, user_id: int) -> None:
     """Delete a user from every store, one durable step per store: a retry replays the steps
     that finished and resumes at the first one that did not. A step's deletes, its row in the
     demo's own ledger and the step's record commit in one transaction (``step(conn=)``)."""
-    user_id = job.payload["user_id"]
     for step in DELETION_STEPS:
         with pool.engine.begin() as conn:
             job.step(step, lambda step=step: _deletion_step(conn, job, user_id, step), conn=conn)
@@ -389,9 +386,8 @@ STEP_FUNCTIONS = {
 
 
 @pool.task(queue="user_deletion", max_attempts=5, timeout=60, backoff=QUICK_BACKOFF)
-def export_data(job: Job) -> None:
+def export_data(job: Job, user_id: int) -> None:
     """Collect a user's data, let it cool off, wait for support's approval, deliver it once."""
-    user_id = job.payload["user_id"]
     archive = job.step("collect", lambda: _collect(job, user_id))
     job.sleep("cool_off", EXPORT_COOL_OFF)  # pending again in a second: no worker held
     approval = job.wait_for(f"export_approved:{user_id}", timeout=600)  # state waiting

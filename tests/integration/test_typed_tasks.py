@@ -237,6 +237,49 @@ def test_using_sets_options_per_call_and_after_takes_handles(app, sql):
     assert in_tx.id not in (first.id, later.id)
 
 
+def test_enqueue_batches_chains_and_workflows_take_handles_after(app, sql):
+    first = typed_task(app, "send_welcome").enqueue(WELCOME)
+    alone = app.enqueue("legacy", {}, after=[first])
+    [many] = app.enqueue_many([("legacy", {}, {"after": [first]})])
+    chained = app.chain([("legacy", {}, {"after": (h for h in [first])}), ("legacy", {})])
+    workflow = app.workflow()
+    workflow.step("a", "legacy", after=[first])
+    workflow.step("b", "legacy", after=["a", first])
+    steps = workflow.run()
+    with app.batch() as batch:
+        member = batch.enqueue("legacy", {}, after=[first])
+    waiting = [alone, many, chained[0], steps["a"], steps["b"], member]
+    assert sql(
+        "SELECT job_id, array_agg(parent_id ORDER BY parent_id) FROM workerpool_job_dependencies"
+        " WHERE kind = 'after' GROUP BY job_id ORDER BY job_id"
+    ) == sorted(
+        [(i, [first.id]) for i in waiting if i != steps["b"]]
+        + [(chained[1], [chained[0]]), (steps["b"], sorted([first.id, steps["a"]]))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([7.0], "after must hold job ids (positive ints), got 7.0"),
+        ([True], "after must hold job ids (positive ints), got True"),
+        ([b"7"], "after must hold job ids (positive ints), got b'7'"),
+        (7, "after must be a list of job ids, got int"),
+    ],
+)
+def test_after_of_neither_id_nor_handle_is_refused_with_nothing_written(app, sql, bad, message):
+    refusals = [
+        lambda: app.enqueue("legacy", {}, after=bad),
+        lambda: typed_task(app, "legacy").using(after=bad).enqueue(),
+        lambda: app.workflow().step("a", "legacy", after=bad),  # a string there names a step
+    ]
+    for refused in refusals:
+        with pytest.raises(InvalidDependency) as caught:
+            refused()
+        assert str(caught.value) == message
+    assert sql("SELECT count(*) FROM workerpool_jobs") == [(0,)]
+
+
 def test_a_batch_a_chain_and_enqueue_many_take_typed_payloads(app):
     send_welcome = typed_task(app, "send_welcome")
     ids = app.chain(

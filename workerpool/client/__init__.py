@@ -256,8 +256,9 @@ class WorkerPool(AsyncCalls, OperatorCalls):
         if that transaction commits. A ``key`` already taken returns the existing job's id
         (``unique=``, ``unique_for=`` and ``on_conflict=`` say how long it is held and what a
         second enqueue does; ``concurrency_key=`` groups jobs for per-key limits: docs/limits.md).
-        ``after=[ids]``: the job waits until every one of them is done; ``sequence="name"``: it
-        runs after every earlier job of that sequence, one at a time (docs/workflows.md).
+        ``after=[ids]`` (job ids or a typed task's handles): the job waits until every one of
+        them is done; ``sequence="name"``: it runs after every earlier job of that sequence, one
+        at a time (docs/workflows.md).
         """
         with borrowed(conn, self.schema):
             if is_linked(options):

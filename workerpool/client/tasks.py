@@ -25,7 +25,8 @@ from typing import (
     overload,
 )
 
-from ..model.errors import InvalidArguments, InvalidDependency
+from ..model.dependencies import check_after
+from ..model.errors import InvalidArguments
 from ..model.job import Job
 from ..model.specs import TaskSpec
 
@@ -183,13 +184,9 @@ class BaseTask(Generic[P, R]):
         return f"<{type(self).__name__} {self.name}{self._options or ''}>"
 
 
-def _ids(after: Iterable[int | JobHandle[Any]] | None) -> list[int] | None:
-    """``after=`` of job ids or handles, as ids (anything else is left for the check)."""
-    if after is None:
-        return None
-    if isinstance(after, str | bytes) or not isinstance(after, Iterable):
-        raise InvalidDependency(f"after must be a list of job ids, got {type(after).__name__}")
-    return [item.id if isinstance(item, JobHandle) else item for item in after]
+def _ids(after: Iterable[int | JobHandle[Any]] | None) -> tuple[int, ...] | None:
+    """``after=`` as ids, read now: a generator given once still holds for every call."""
+    return None if after is None else check_after(after)
 
 
 class Task(BaseTask[P, R]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import DBAPIError
@@ -43,6 +43,9 @@ from ..sql.dependencies import Link, attach, lock_parents
 from ..sql.schema import history, jobs
 from ..sql.sequences import sequence_tail
 from .enqueue import Target, _atomically, caller_async_connection, caller_connection, enqueue_one
+
+if TYPE_CHECKING:
+    from .tasks import JobHandle
 
 #: The options that link a job to others.
 LINK_OPTIONS = ("after", "sequence")
@@ -344,7 +347,8 @@ def _step(
 
 
 class Workflow:
-    """Named steps with ``after=`` by name (or by job id), enqueued together by :meth:`run`.
+    """Named steps with ``after=`` by name (or by job id or handle), enqueued together by
+    :meth:`run`.
 
     ``pool.workflow()`` makes one; :meth:`step` adds a step and returns its name. The steps are
     ordered with the standard library's ``graphlib.TopologicalSorter``, which also finds a
@@ -369,17 +373,19 @@ class Workflow:
         task: str | Callable,
         payload: Mapping[str, Any] | None = None,
         *,
-        after: Sequence[str | int] = (),
+        after: Sequence[str | int | JobHandle[Any]] = (),
         **options: Any,
     ) -> str:
         if not isinstance(name, str) or not name:
             raise InvalidJob(f"a step's name must be a non-empty string, got {name!r}")
         if name in self.steps:
             raise InvalidJob(f"step {name!r} is defined twice")
-        if isinstance(after, str | bytes):
-            after = (after,)
-        names = tuple(a for a in after if isinstance(a, str))
-        ids = check_after([a for a in after if not isinstance(a, str)])
+        if not isinstance(after, Iterable) or isinstance(after, bytes):
+            check_after(after)  # refuses it with the error every after= gives
+        # read twice below: a generator would be empty the second time
+        parents = (after,) if isinstance(after, str) else tuple(after)
+        names = tuple(a for a in parents if isinstance(a, str))
+        ids = check_after([a for a in parents if not isinstance(a, str)])
         build_job(
             self.pool.registry,
             task,

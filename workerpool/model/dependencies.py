@@ -11,6 +11,7 @@ at enqueue, from the tasks' declarations, so the statements that release jobs ne
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -42,16 +43,26 @@ MAX_SEQUENCE_NAME = 200
 
 
 def check_after(after: Any) -> tuple[int, ...]:
-    """``after=``: an iterable of job ids (ints, not bools), no more than MAX_PARENTS."""
+    """``after=``: an iterable of job ids or of what stands for one (a typed task's
+    ``JobHandle``), no more than MAX_PARENTS; the ids, once each, in the order given."""
     if isinstance(after, str | bytes) or not isinstance(after, Iterable):
         raise InvalidDependency(f"after must be a list of job ids, got {type(after).__name__}")
-    ids = tuple(after)
-    for job_id in ids:
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
-            raise InvalidDependency(f"after must hold job ids (positive ints), got {job_id!r}")
+    ids = tuple(_job_id(parent) for parent in after)
     if len(ids) > MAX_PARENTS:
         raise InvalidDependency(f"after names {len(ids)} parents; at most {MAX_PARENTS}")
     return tuple(dict.fromkeys(ids))  # once each, in the order given
+
+
+def _job_id(parent: Any) -> int:
+    """A parent as its id: an int, or an object that is one by ``__index__`` (a ``JobHandle``;
+    the model cannot name the client's class). Not a bool, a float or a numeric string: those
+    are a caller's mistake, not an id."""
+    if isinstance(parent, bool) or not hasattr(type(parent), "__index__"):
+        raise InvalidDependency(f"after must hold job ids (positive ints), got {parent!r}")
+    job_id = operator.index(parent)
+    if job_id <= 0:
+        raise InvalidDependency(f"after must hold job ids (positive ints), got {parent!r}")
+    return job_id
 
 
 def check_sequence(sequence: Any) -> str:
