@@ -164,8 +164,10 @@ def make_pool(
     notify: bool = True,
     concurrency: int | str = DEFAULT_CONCURRENCY,
     limits: str = "off",
+    max_pending: int | None = None,
 ) -> WorkerPool:
-    """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``."""
+    """The benchmark's pool; ``url=None`` means ``$WORKERPOOL_DATABASE_URL``; ``max_pending``
+    bounds its queue (the bounded single enqueue)."""
     pool = WorkerPool(url, notify=notify)
     settings = LIMIT_SETTINGS[limits]
     tuning = {}
@@ -174,6 +176,8 @@ def make_pool(
     if BENCH_PREFETCH != LIBRARY_DEFAULT:
         tuning["prefetch"] = int(BENCH_PREFETCH)
     capture = os.environ.get(CAPTURE_LOGS_ENV) == "1"
+    if max_pending is not None:
+        tuning["max_pending"] = max_pending
     pool.queue(QUEUE, notify=notify, capture_logs=capture, **tuning, **settings.get("queue", {}))
     pool.task(noop, queue=QUEUE, **settings.get("task", {}))
     pool.task(stamp, queue=QUEUE)

@@ -92,20 +92,29 @@ def single_per_second(pool: WorkerPool, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-#: Jobs per block in :func:`single_pair`: small, so both loops see the same moment of the machine.
+#: Jobs per block in :func:`single_pair`: small, so every loop sees the same moment of the machine.
 PAIR_BLOCK = 50
+#: The bound of the bounded single enqueue's queue: one the run never reaches, so every enqueue
+#: is accepted. The room check counts the queue's waiting jobs up to the bound, so below it the
+#: check reads every waiting job of the queue (up to three loops' worth here), whatever the bound.
+BOUNDED_MAX_PENDING = 1_000_000
 
 
-def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
+def single_pair(
+    pool: WorkerPool, dsn: str, count: int, bounded: WorkerPool | None = None
+) -> dict[str, float]:
     """``enqueue()`` without ``conn=`` against one autocommit ``INSERT ... RETURNING id`` per job
     on a plain psycopg connection, in alternating blocks of :data:`PAIR_BLOCK` jobs (a shared
     machine's load moves within seconds): jobs/s of each, and each one's client CPU per job.
+    With ``bounded`` (the same app with its queue bounded: ``max_pending``), its ``enqueue()``
+    too (``bounded_per_s``), each block of the three in a rotating order, into the same queue.
 
     When the pool sends the workers' wake-up NOTIFY with each job (the bench's default), the
     raw insert sends the same NOTIFY in its statement, as the pickup floor's does: the same work.
     """
-    wall = {"raw": 0.0, "pool": 0.0}
-    cpu = {"raw": 0.0, "pool": 0.0}
+    names = ["raw", "pool"] + (["bounded"] if bounded is not None else [])
+    wall = dict.fromkeys(names, 0.0)
+    cpu = dict.fromkeys(names, 0.0)
     notify = pool.registry.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
 
@@ -124,20 +133,30 @@ def single_pair(pool: WorkerPool, dsn: str, count: int) -> dict[str, float]:
             for i in range(start, end):
                 pool.enqueue(noop.__name__, {"i": i})
 
+        def ours_bounded(start: int, end: int) -> None:
+            assert bounded is not None
+            for i in range(start, end):
+                bounded.enqueue(noop.__name__, {"i": i})
+
+        loops = {"raw": raw, "pool": ours, "bounded": ours_bounded}
         raw(0, 10)  # past psycopg's prepare threshold, like warm_up for the pool
-        for start in range(0, count, PAIR_BLOCK):
+        for block, start in enumerate(range(0, count, PAIR_BLOCK)):
             end = min(count, start + PAIR_BLOCK)
-            for name, loop in (("raw", raw), ("pool", ours)):
+            shift = block % len(names)  # rotated: no loop always runs right after another
+            for name in names[shift:] + names[:shift]:
                 began, began_cpu = time.perf_counter(), time.process_time()
-                loop(start, end)
+                loops[name](start, end)
                 wall[name] += time.perf_counter() - began
                 cpu[name] += time.process_time() - began_cpu
-    return {
+    rates = {
         "raw_per_s": count / wall["raw"],
         "pool_per_s": count / wall["pool"],
         "raw_cpu_us": cpu["raw"] * 1e6 / count,
         "pool_cpu_us": cpu["pool"] * 1e6 / count,
     }
+    if bounded is not None:
+        rates["bounded_per_s"] = count / wall["bounded"]
+    return rates
 
 
 RAW_BULK_SQL = (

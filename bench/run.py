@@ -216,6 +216,14 @@ def declare(report: Report, plan: Plan) -> None:
             target=Target(">=", 0.9, on_ratio=True),
             note="enqueue() without conn=, one caller, alternating blocks with raw",
         )
+        report.declare(
+            "enqueue_single_bounded_per_s",
+            "jobs/s",
+            ratio_to="enqueue_single_per_s",
+            target=Target(">=", 0.9, on_ratio=True),
+            note="enqueue() without conn= into the same queue bounded (max_pending, never "
+            "reached: the room check counts every waiting job), blocks rotated with the two above",
+        )
         report.declare("enqueue_single_raw_cpu_us", "us/job", note="client CPU of the raw loop")
         report.declare(
             "enqueue_single_cpu_us",
@@ -595,20 +603,33 @@ class Bench:
         )
 
     def measure_single(self) -> None:
-        """``enqueue()`` without ``conn=`` and its raw floor, one after the other."""
+        """``enqueue()`` without ``conn=``, its raw floor and the same enqueue into a bounded
+        queue, in blocks one after the other."""
         self.db.reset()
-        enqueue.warm_up(self.pool)
-        pair = enqueue.single_pair(self.pool, self.db.dsn, self.plan.single)
+        bounded = make_pool(
+            self.db.url,
+            concurrency=self.plan.concurrency,
+            max_pending=enqueue.BOUNDED_MAX_PENDING,
+        )
+        try:
+            enqueue.warm_up(self.pool)
+            enqueue.warm_up(bounded)
+            pair = enqueue.single_pair(self.pool, self.db.dsn, self.plan.single, bounded)
+        finally:
+            bounded.dispose()
         for figure, key in (
             ("enqueue_single_raw_per_s", "raw_per_s"),
             ("enqueue_single_per_s", "pool_per_s"),
+            ("enqueue_single_bounded_per_s", "bounded_per_s"),
             ("enqueue_single_raw_cpu_us", "raw_cpu_us"),
             ("enqueue_single_cpu_us", "pool_cpu_us"),
         ):
             self.report.add(figure, pair[key])
         log.info(
-            "single enqueue: %.0f/s against raw %.0f/s (client CPU %.0f us against %.0f)",
+            "single enqueue: %.0f/s (bounded queue %.0f/s) against raw %.0f/s"
+            " (client CPU %.0f us against %.0f)",
             pair["pool_per_s"],
+            pair["bounded_per_s"],
             pair["raw_per_s"],
             pair["pool_cpu_us"],
             pair["raw_cpu_us"],

@@ -34,6 +34,7 @@ EXPECTED = {
     "enqueue_bulk_keyed_rows_per_s",
     "enqueue_single_raw_per_s",
     "enqueue_single_per_s",
+    "enqueue_single_bounded_per_s",
     "enqueue_single_raw_cpu_us",
     "enqueue_single_cpu_us",
     "enqueue_single_raw_tx_per_s",
@@ -96,6 +97,7 @@ def test_ratios_point_at_figures_of_the_same_run(quick_run):
     assert found["drain_defaults_2_jobs_per_s"]["ratio_to"] == "drain_2children_jobs_per_s"
     assert found["pickup_notify_p50_ms"]["ratio_to"] == "pickup_raw_p50_ms"
     assert found["enqueue_single_per_s"]["ratio_to"] == "enqueue_single_raw_per_s"
+    assert found["enqueue_single_bounded_per_s"]["ratio_to"] == "enqueue_single_per_s"
     assert found["claim_large_p99_ms"]["target"] == "<= 2x"
     assert found["drain_metrics_on_jobs_per_s"]["ratio_to"] == "drain_metrics_off_jobs_per_s"
     assert found["drain_metrics_on_jobs_per_s"]["target"] == ">= 0.95x"

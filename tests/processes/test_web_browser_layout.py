@@ -10,12 +10,13 @@ from __future__ import annotations
 from tests.apps import web
 from tests.helpers.web import dead_jobs
 
-PAGES = ("/", "/jobs", "/dead", "/batches", "/workflows", "/cron", "/audit")
+PAGES = ("/", "/jobs", "/dead", "/batches", "/workflows", "/tasks", "/cron", "/audit")
 LIGHT, DARK = "rgb(246, 247, 249)", "rgb(17, 24, 39)"
 
 
 def seed(db_url) -> dict:
     pool = web.build(db_url)
+    pool.register_tasks()  # the tasks page shows its table
     dead = dead_jobs(pool, 2)
     keyed = pool.enqueue(
         "ok",

@@ -132,6 +132,15 @@ def register_tasks(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     )
 
 
+# read_tasks: every registered task with its queue's bound, by name, for the dashboard.
+# Index: none (one row per task: a scan of a small table, joined on pk_workerpool_queue_bounds).
+def read_tasks(conn: Connection) -> list[Any]:
+    """Each ``workerpool_tasks`` row and ``max_pending`` (None: its queue is unbounded)."""
+    joined = tasks.outerjoin(queue_bounds, queue_bounds.c.queue == tasks.c.queue)
+    stmt = select(tasks, queue_bounds.c.max_pending).select_from(joined).order_by(tasks.c.task)
+    return list(conn.execute(stmt))
+
+
 # publish: what a worker (or ``pool.register_tasks``) tells the doors. Indexes: the two pks.
 def publish(
     conn: Connection,

@@ -37,7 +37,16 @@ from ..model.errors import (
     first_line,
 )
 from ..sql import revision
-from . import actions, api, audit_pages, batch_pages, cron_pages, pages, workflow_pages
+from . import (
+    actions,
+    api,
+    audit_pages,
+    batch_pages,
+    cron_pages,
+    pages,
+    task_pages,
+    workflow_pages,
+)
 from .access import Access, User, check_resolver
 from .inputs import BadInput
 from .render import Notices, render
@@ -118,6 +127,7 @@ def routes(read_only: bool) -> list[Any]:
         Route("/workflows", workflow_pages.workflows_page, name="workflows"),
         Route("/workflows/{workflow_id}", workflow_pages.workflow_page, name="workflow"),
         Route("/sequences/{name:path}", workflow_pages.sequence_page, name="sequence"),
+        Route("/tasks", task_pages.tasks_page, name="tasks"),
         Route("/cron", cron_pages.cron_page, name="cron"),
         Route("/audit", audit_pages.audit_page, name="audit"),
         Route("/api/jobs/{job_id}", api.read_job, methods=["GET"]),
