@@ -3,9 +3,12 @@ checkout on its path), and its `workerpool` command run: --help, migrate, run wi
 healthcheck, and the demo. Also what the wheel must carry: the migrations, py.typed, the demo
 package, the console script, the pytest plugin and the extras.
 
-One test, one slow file of its own (xdist spreads files): ~30 s, most of it pip resolving the
-runtime dependencies from the machine's package index. `[embedded]` and the demo on its own
-PostgreSQL: test_wheel_embedded.py.
+And `pip install 'workerpool[embedded]'`: `workerpool demo` with no database at all, run from a
+directory where it starts its own PostgreSQL (pgserver) under .workerpool/, and that server
+stopped by the demo when it ends.
+
+The wheel is built once for both installs; most of the time is pip resolving the runtime
+dependencies from the machine's package index.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import email.parser
 import os
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
@@ -75,8 +82,12 @@ def check_contents(wheel: Path) -> None:
     assert "workerpool = workerpool.testing.plugin" in points  # [pytest11]
 
 
-def test_the_wheel_installs_and_its_command_works(empty_db_url, server_url, tmp_path):
-    wheel = build_wheel(tmp_path)
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_installs_and_its_command_works(wheel, empty_db_url, server_url, tmp_path):
     check_contents(wheel)
     venv = fresh_venv(tmp_path, str(wheel))
     app_dir = tmp_path / "app"
@@ -165,3 +176,47 @@ def run_demo(command: str, env: dict, tmp: Path, server_url) -> None:
     finally:
         with psycopg.connect(libpq(server_url.set(database="postgres")), autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def private_tmp() -> Iterator[Path]:
+    """A directory outside pytest's: run as root, pgserver runs PostgreSQL as a user of its own
+    and opens the path to its binaries for it (chmod o+x up to /), and any pytest session that
+    starts meanwhile (the plugin's tests run one) makes /tmp/pytest-of-root private again, so
+    the demo could start its server and then not stop it."""
+    path = Path(tempfile.mkdtemp(prefix="wp-wheel-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_embedded_extra_runs_the_demo_without_a_database(wheel, private_tmp):
+    tmp_path = private_tmp
+    venv = fresh_venv(tmp_path, f"{wheel}[embedded]")
+    home = tmp_path / "home"
+    home.mkdir()
+    try:
+        demo = subprocess.run(
+            [venv / "bin" / "workerpool", "demo", "--duration", "1", "--users", "10"],
+            env=user_env(),
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert "result: PASS" in demo.stdout
+        assert (home / ".workerpool" / "pgdata" / "PG_VERSION").exists()  # its own server
+        # it started the server, so it stopped it: nothing is left running
+        assert not (home / ".workerpool" / "pgdata" / "postmaster.pid").exists()
+    finally:
+        stop_postmaster(home / ".workerpool" / "pgdata")
+
+
+def stop_postmaster(pgdata: Path) -> None:
+    """A safety net: stop a server the demo failed to stop, so a failure leaves nothing behind."""
+    pid_file = pgdata / "postmaster.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().split()[0])
+    os.kill(pid, signal.SIGTERM)  # smart shutdown: the demo's connections are gone
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 30, message="embedded server stopped")
