@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import re
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from workerpool import WorkerPool
+from workerpool import WorkerPool, cli
 from workerpool.process import settings
 
 
@@ -139,15 +140,12 @@ INLINE = re.compile(r"`([^`\n]+)`")
 
 @functools.cache
 def help_text(*words: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "workerpool", *words, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    """``workerpool [words] --help``, run in this process (the command's own parser)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        cli.main([*words, "--help"])
+    assert exited.value.code == 0, out.getvalue()
+    return out.getvalue()
 
 
 def choices(*words: str) -> set[str]:
