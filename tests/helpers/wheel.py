@@ -36,23 +36,20 @@ def fresh_venv(tmp: Path, requirement: str) -> Path:
     """A venv with ``requirement`` (the wheel's path, with extras if any) and its dependencies."""
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
-    # This venv's pip installs into the new one (--python): no ensurepip, same index settings.
+    pip_install(venv, requirement)
+    return venv
+
+
+def pip_install(venv: Path, requirement: str) -> None:
+    """Install ``requirement`` into ``venv``: this venv's pip installs into the new one
+    (--python), so no ensurepip and the same index settings."""
+    python = venv / "bin" / "python"
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            venv / "bin" / "python",
-            "install",
-            "-q",
-            requirement,
-        ],
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", requirement],
         check=True,
         capture_output=True,
         timeout=180,
     )
-    return venv
 
 
 def user_env(**extra: str) -> dict[str, str]:

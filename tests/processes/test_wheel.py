@@ -30,7 +30,7 @@ import pytest
 from tests.helpers.db import libpq
 from tests.helpers.paths import ROOT
 from tests.helpers.waiting import wait_until
-from tests.helpers.wheel import build_wheel, fresh_venv, user_env
+from tests.helpers.wheel import build_wheel, fresh_venv, pip_install, user_env
 
 APP = """
 from workerpool import WorkerPool
@@ -87,9 +87,26 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
-def test_the_wheel_installs_and_its_command_works(wheel, empty_db_url, server_url, tmp_path):
+@pytest.fixture(scope="module")
+def private_tmp() -> Iterator[Path]:
+    """A directory outside pytest's: run as root, pgserver runs PostgreSQL as a user of its own
+    and opens the path to its binaries for it (chmod o+x up to /), and any pytest session that
+    starts meanwhile (the plugin's tests run one) makes /tmp/pytest-of-root private again, so
+    the demo could start its server and then not stop it."""
+    path = Path(tempfile.mkdtemp(prefix="wp-wheel-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, private_tmp: Path) -> Path:
+    """The wheel installed with its dependencies; the embedded test adds its extra after the
+    plain install has been tried (one dependency install for both)."""
+    return fresh_venv(private_tmp, str(wheel))
+
+
+def test_the_wheel_installs_and_its_command_works(wheel, venv, empty_db_url, server_url, tmp_path):
     check_contents(wheel)
-    venv = fresh_venv(tmp_path, str(wheel))
     app_dir = tmp_path / "app"
     app_dir.mkdir()
     (app_dir / "wheelapp.py").write_text(APP)
@@ -178,21 +195,9 @@ def run_demo(command: str, env: dict, tmp: Path, server_url) -> None:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def private_tmp() -> Iterator[Path]:
-    """A directory outside pytest's: run as root, pgserver runs PostgreSQL as a user of its own
-    and opens the path to its binaries for it (chmod o+x up to /), and any pytest session that
-    starts meanwhile (the plugin's tests run one) makes /tmp/pytest-of-root private again, so
-    the demo could start its server and then not stop it."""
-    path = Path(tempfile.mkdtemp(prefix="wp-wheel-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def test_the_embedded_extra_runs_the_demo_without_a_database(wheel, private_tmp):
-    tmp_path = private_tmp
-    venv = fresh_venv(tmp_path, f"{wheel}[embedded]")
-    home = tmp_path / "home"
+def test_the_embedded_extra_runs_the_demo_without_a_database(wheel, venv, private_tmp):
+    pip_install(venv, f"{wheel}[embedded]")
+    home = private_tmp / "home"
     home.mkdir()
     try:
         demo = subprocess.run(
