@@ -64,10 +64,14 @@ PROCESSES = Path(__file__).parent / "processes"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of ``tests/processes`` is slow (real forks, supervisors, browsers, chaos,
-    soaks, bench smokes, wheels); a slower test elsewhere says so with ``@pytest.mark.slow``."""
+    soaks, bench smokes, wheels); a slower test elsewhere says so with ``@pytest.mark.slow``.
+
+    The slow ones are collected first (xdist hands out whole files in this order): a long file
+    that starts last keeps the run waiting on one worker while the others are done."""
     for item in items:
         if item.path.is_relative_to(PROCESSES):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

@@ -134,6 +134,7 @@ def only_pass(body: str) -> bool:
     return [ln for ln in lines if not ln.startswith("#") and not ln.startswith('"""')] == ["pass"]
 
 
+@pytest.mark.slow
 def test_autogenerate_beside_workerpool_migrate_is_empty_with_the_hook(tmp_path, empty_db_url):
     migrated = run_cli("migrate", url=empty_db_url, cwd=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
@@ -153,6 +154,7 @@ def test_autogenerate_beside_workerpool_migrate_is_empty_with_the_hook(tmp_path,
     assert f"op.drop_table('{VERSION_TABLE}')" in unhooked
 
 
+@pytest.mark.slow
 def test_autogenerate_with_workerpool_revisions_merged_is_empty(tmp_path, empty_db_url):
     cfg = make_app(tmp_path, merged=True)
     alembic(cfg, empty_db_url, "merged", "upgrade", "heads")  # two bases: the app's and ours

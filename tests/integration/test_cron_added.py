@@ -144,6 +144,7 @@ def test_bad_input_is_refused_by_name_and_nothing_written(app, sql, args, option
     assert sql("SELECT count(*) FROM workerpool_audit") == [(0,)]
 
 
+@pytest.mark.slow
 def test_the_command_line_adds_and_removes(app, sql, db_url, tmp_path):
     target = ("--app", "tests.apps.cron_added:pool")
     added = run_cli(

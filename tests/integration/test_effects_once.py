@@ -518,6 +518,7 @@ def test_effects_once(workerpool_pool, task):
 """
 
 
+@pytest.mark.slow
 def test_crash_points_in_a_users_suite_on_the_workerpool_pool_fixture(pytester):
     pytester.makepyfile(billing=USER_APP, test_billing=USER_TESTS)
     pytester.makeini("[pytest]\nworkerpool_app = billing:pool\n")

@@ -13,6 +13,8 @@ from tests.helpers.paths import ROOT
 from workerpool.process import settings
 from workerpool.sql import db
 
+pytestmark = pytest.mark.slow  # subprocesses: Python starts, servers, migrations
+
 
 @pytest.fixture
 def own_embedded_dir(tmp_path, monkeypatch):

@@ -419,6 +419,7 @@ Maintenance(pool.registry, pool.engine, worker_id="doomed").keep_history()
 """
 
 
+@pytest.mark.slow
 def test_a_maintenance_process_killed_mid_move_loses_and_duplicates_nothing(app, sql, db_url):
     load_done(sql)
     maintenance(app).history.keep_partitions()

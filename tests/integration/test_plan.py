@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy.dialects import postgresql
 
 from workerpool import WorkerPool
@@ -33,6 +34,7 @@ def explain_claim(pool: WorkerPool) -> dict:
     return result[0]["Plan"]
 
 
+@pytest.mark.slow
 def test_claim_uses_the_partial_indexes_with_a_million_finished_rows(pool, sql):
     sql("""INSERT INTO workerpool_jobs (queue, task, state, attempts, finished_at)
            SELECT 'q', 'work', 'done', 1, now() FROM generate_series(1, 1000000)""")

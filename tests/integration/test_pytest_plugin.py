@@ -4,8 +4,11 @@ subprocess, with the plugin found through its entry point."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from workerpool.testing.plugin import server_url
+
+pytestmark = pytest.mark.slow  # a user's suite in a pytest of its own
 
 pytest_plugins = ["pytester"]
 

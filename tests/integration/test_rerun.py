@@ -150,6 +150,7 @@ def test_a_batch_member_is_refused(app, sql):
         app.rerun(job_id)
 
 
+@pytest.mark.slow
 def test_the_cli_reruns_from_a_step_and_refuses_a_live_job(app, sql, db_url, tmp_path):
     job_id = finished(app)
     done = run_cli("rerun", str(job_id), "--from-step", "price", "--json", url=db_url, cwd=tmp_path)

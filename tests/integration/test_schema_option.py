@@ -36,6 +36,8 @@ from workerpool.process import settings
 from workerpool.sql import db
 from workerpool.sql.schema import metadata
 
+pytestmark = pytest.mark.slow  # subprocesses: Python starts, servers, migrations
+
 A, B = "jobs_a", "jobs_b"
 APP = "tests.apps.schemas:pool"
 TABLES = {*metadata.tables, VERSION_TABLE}

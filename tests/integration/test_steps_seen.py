@@ -73,6 +73,7 @@ def status(db_url, tmp_path, job_id: int, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_status_job_prints_the_steps_and_the_signal(flows, db_url, tmp_path):
     job_id = flows.enqueue("onboarding", {})
     drain(flows, "flows")

@@ -53,6 +53,7 @@ def settle_counters(pool: WorkerPool, predicate):
     return seen[0]
 
 
+@pytest.mark.slow
 def test_analyze_runs_when_the_statistics_are_behind(pool, quiet_table):
     quiet_table(
         f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, {ROWS})"
@@ -70,6 +71,7 @@ def test_analyze_runs_when_the_statistics_are_behind(pool, quiet_table):
     keeper.close()
 
 
+@pytest.mark.slow
 def test_vacuum_with_analyze_runs_when_dead_rows_pile_up(pool, quiet_table):
     quiet_table(
         f"INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, {ROWS})"
@@ -144,6 +146,7 @@ def dml_role(db_url: URL, sql) -> Iterator[URL]:
     sql(f'DROP ROLE "{role}"')
 
 
+@pytest.mark.slow
 def test_a_role_that_does_not_own_the_table_says_once_what_it_cannot_do(
     dml_role, quiet_table, caplog
 ):
