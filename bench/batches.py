@@ -31,8 +31,10 @@ from .supervised import Launcher, p50_p90_p99, wait_drained
 
 log = logging.getLogger("workerpool.bench")
 
-BATCHES = 20  # batches timed for the callback delay, per repeat
-RESULT_WAITS = 30  # jobs waited for with pool.result, per repeat
+# Per repeat, at the full size (10,000 members); a smaller run (--quick) scales them down with
+# its member count, to a floor of 5.
+BATCHES = 20  # batches timed for the callback delay
+RESULT_WAITS = 30  # jobs waited for with pool.result
 PLAIN = "batch_plain_drain_jobs_per_s"
 PLAIN_ENQUEUE = "batch_plain_enqueue_rows_per_s"
 MEMBERS = "batch_member_drain_jobs_per_s"
@@ -90,8 +92,9 @@ def measure(
             enqueue_rate,
             drain_rate,
         )
-    delays = _callback_delays(launcher, pool, max(2, members // 50))
-    waits, done = _result_latencies(launcher, pool)
+    batches, result_waits = (max(5, min(n, n * members // 10_000)) for n in (BATCHES, RESULT_WAITS))
+    delays = _callback_delays(launcher, pool, max(2, members // 50), batches)
+    waits, done = _result_latencies(launcher, pool, result_waits)
     for p in (50, 99):
         report.add(f"batch_callback_delay_p{p}_ms", percentile(delays, p))
         report.add(f"result_wait_p{p}_ms", percentile(waits, p))
@@ -128,10 +131,10 @@ def _drain(
     return enqueue_rate, members / seconds if seconds else float("inf")
 
 
-def _callback_delays(launcher: Launcher, pool: WorkerPool, size: int) -> list[float]:
+def _callback_delays(launcher: Launcher, pool: WorkerPool, size: int, batches: int) -> list[float]:
     launcher.db.reset()
     with launcher.running(1) as supervisors:
-        for number in range(BATCHES):
+        for number in range(batches):
             with pool.batch(on_complete=noop.__name__, payload={"batch": number}) as batch:
                 batch.enqueue_many([(noop.__name__, {"i": i}) for i in range(size)])
             wait_drained(launcher.db, size + 1, supervisors)
@@ -152,12 +155,14 @@ def _callback_delays(launcher: Launcher, pool: WorkerPool, size: int) -> list[fl
     ]
 
 
-def _result_latencies(launcher: Launcher, pool: WorkerPool) -> tuple[list[float], list[float]]:
+def _result_latencies(
+    launcher: Launcher, pool: WorkerPool, result_waits: int
+) -> tuple[list[float], list[float]]:
     launcher.db.reset()
     waits: list[float] = []
     done: list[float] = []
     with launcher.running(1):
-        for number in range(RESULT_WAITS + 3):  # the first three warm the connections up
+        for number in range(result_waits + 3):  # the first three warm the connections up
             began = time.perf_counter()
             job_id = pool.enqueue(noop.__name__, {"wait": number})
             pool.result(job_id, timeout=30)
