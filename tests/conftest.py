@@ -94,9 +94,20 @@ def _reused_copy(server_url: URL, template_db: str) -> Iterator[databases.Reused
 
 
 @pytest.fixture
-def db_url(_reused_copy: databases.ReusedCopy) -> Iterator[URL]:
+def db_url(
+    request: pytest.FixtureRequest,
+    server_url: URL,
+    template_db: str,
+    _reused_copy: databases.ReusedCopy,
+) -> Iterator[URL]:
     """A clean, migrated database for this test: the process's reused copy of the template,
-    made clean again and renamed afterwards (tests/helpers/databases.py)."""
+    made clean again afterwards (tests/helpers/databases.py). A test of ``tests/processes`` gets
+    a new copy of its own, dropped WITH (FORCE) afterwards: a child it started may outlive the
+    test by a moment, and must find no database rather than the next test's."""
+    if request.node.path.is_relative_to(PROCESSES):
+        with databases.scratch_database(server_url, "wp_t", template_db) as url:
+            yield url
+        return
     url = _reused_copy.take()
     try:
         yield url

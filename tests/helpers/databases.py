@@ -2,13 +2,12 @@
 
 ``CREATE DATABASE ... TEMPLATE`` costs 0.3 to 0.5 s (it writes the template's 8 MB through the
 WAL), while most tests write a few rows. So each pytest process keeps one copy of the migrated
-template and, after a test, makes it clean again: it ends the test's leftover sessions, drops
-the partitions it made, truncates the tables it filled (TRUNCATE gives a table new, empty files,
-as a fresh copy has), puts every sequence back to its start and zeroes the statistics counters.
-Then it compares the catalog with the template's: a table, role grant, function or setting the
-test made, a migration it ran, a table ANALYZE or VACUUM counted — anything the reset cannot
-undo shows there, and the copy is dropped instead; the next test gets a new one. A clean copy
-gets a new name, as a fresh one would have (``ReusedCopy.give_back`` says why).
+template and, after a test, makes it clean again: it ends the test's leftover sessions, truncates
+the tables the test filled (TRUNCATE gives a table new, empty files, as a fresh copy has), puts
+every sequence back to its start and zeroes the statistics counters. Then it compares the catalog
+with the template's: a table, role grant, function, partition or setting the test made, a
+migration it ran, a table ANALYZE or VACUUM counted — anything the reset cannot undo
+shows there, and the copy is dropped instead; the next test gets a new one.
 """
 
 from __future__ import annotations
@@ -141,23 +140,12 @@ class ReusedCopy:
         return self.url
 
     def give_back(self) -> None:
-        """Make the copy clean for the next test under a new name, or drop it when that cannot
-        be done. The new name is what a fresh copy gave: a process the test started that
-        outlives it (a child a moment from its SIGKILL, a worker reconnecting) finds no database
-        by the old name, so it can never act on the next test's rows; and a session that is
-        still connected makes the rename fail, and the copy is dropped WITH (FORCE)."""
+        """Make the copy clean for the next test, or drop it when that cannot be done."""
         assert self.url is not None
         try:
             with _admin(self.url) as conn:
                 conn.execute(RESET)
                 clean = fingerprint(conn) == self.clean_fingerprint
-            if clean:
-                renamed = self.url.set(database=f"wp_r_{secrets.token_hex(6)}")
-                with _admin(self.server_url) as admin:
-                    admin.execute(
-                        f'ALTER DATABASE "{self.url.database}" RENAME TO "{renamed.database}"'
-                    )
-                self.url = renamed
         except psycopg.Error:
             clean = False
         if not clean:
