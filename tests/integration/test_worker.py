@@ -428,7 +428,8 @@ def test_the_drain_deadline_counts_from_the_stop_request_not_from_when_the_loop_
 def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
     """The drain renews leases like any pass, so drain_timeout may exceed stale_after: no other
     worker's stale arm takes a job that is still finishing."""
-    pool.queue("q", poll_interval=0.05, stale_after=1.0, drain_timeout=10.0)
+    # stale_after 2 s, not 1: a worker starved of CPU by a busy suite must still renew in time
+    pool.queue("q", poll_interval=0.05, stale_after=2.0, drain_timeout=10.0)
     started, finish = blocking_task(pool, "long_finish")
     job_id = pool.enqueue("long_finish", {})
     stolen: list = []
@@ -451,7 +452,7 @@ def test_a_job_draining_past_stale_after_keeps_its_lease(pool, sql):
         thread, code = on_thread(worker)
         wait_until(started.is_set, 10, message="job started")
         worker.stop()
-        deadline = time.monotonic() + 2.5  # 2.5 x stale_after into the drain
+        deadline = time.monotonic() + 5.0  # 2.5 x stale_after into the drain
         while time.monotonic() < deadline:
             assert not thief(), stolen
             time.sleep(0.1)  # the thief's pace: it tries ten times per second, not a wait
