@@ -150,7 +150,8 @@ def test_job_page_names_the_lease_holder_and_the_checkpoint(app_pool, http, sql)
     )
     page = http.get(f"/jobs/{job_id}")
     lease = re.search(r'<td id="lease">(.*?)</td>', page.text, re.S)[1]
-    assert "web-host:42:abc" in lease and "last renewed 90.0s ago" in lease and "pid 42" in lease
+    assert "web-host:42:abc" in lease and "pid 42" in lease
+    assert re.search(r"last renewed 9[0-2]\.\ds ago", lease), lease  # now() moves on a busy machine
     assert "it is running: the lease is held by worker web-host:42:abc" in page.text
     assert "&#34;step&#34;: 3" in page.text
 
