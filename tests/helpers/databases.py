@@ -2,12 +2,12 @@
 
 ``CREATE DATABASE ... TEMPLATE`` costs 0.3 to 0.5 s (it writes the template's 8 MB through the
 WAL), while most tests write a few rows. So each pytest process keeps one copy of the migrated
-template and, after a test, makes it clean again: it ends the test's leftover sessions, truncates
-the tables the test filled (TRUNCATE gives a table new, empty files, as a fresh copy has), puts
-every sequence back to its start and zeroes the statistics counters. Then it compares the catalog
-with the template's: a table, role grant, function, partition or setting the test made, a
-migration it ran, a table ANALYZE or VACUUM counted — anything the reset cannot undo
-shows there, and the copy is dropped instead; the next test gets a new one.
+template and, after a test, makes it clean again: it ends the test's leftover sessions, drops
+the history partitions it made, truncates the tables it filled (TRUNCATE gives a table new, empty
+files, as a fresh copy has), puts every sequence back to its start and zeroes the statistics
+counters. Then it compares the catalog with the template's: a table, role grant, function or
+setting the test made, a migration it ran, a table ANALYZE or VACUUM counted — anything the reset
+cannot undo shows there, and the copy is dropped instead; the next test gets a new one.
 """
 
 from __future__ import annotations
