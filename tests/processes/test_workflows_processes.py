@@ -36,9 +36,13 @@ def test_a_chain_whose_child_is_killed_as_each_parent_completes_runs_each_after_
     sup = supervise()
     sup.wait_running("flow")
     for job_id in ids[:-1]:
-        # the handler has written its ledger row and is returning: kill its child now
+        # the handler has written its ledger row and is returning: kill its child now (sampled
+        # every 0.02 s: later, the child has run the next jobs too and is killed at a start)
         wait_until(
-            lambda j=job_id: ran(sql, j), SETTLE, message=f"job {job_id} ran\n{sup.log()[-3000:]}"
+            lambda j=job_id: ran(sql, j),
+            SETTLE,
+            interval=0.02,
+            message=f"job {job_id} ran\n{sup.log()[-3000:]}",
         )
         # the pid the supervisor shows may be of a child already gone (its restart not yet
         # shown): the one killed must be running
