@@ -9,14 +9,10 @@ from collections.abc import Callable
 def wait_until(
     predicate: Callable[[], object],
     timeout: float = 10.0,
-    interval: float = 0.1,
+    interval: float = 0.02,
     message: str = "condition",
 ) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``.
-
-    Every 0.1 s by default: a predicate is usually a query, often on a connection of its own,
-    and a suite runs some 300 waits on two cores beside the processes they wait for. A test
-    that samples a race passes a shorter ``interval``."""
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
