@@ -4,6 +4,9 @@ and the queue accepts again once it drained."""
 
 from __future__ import annotations
 
+import threading
+
+import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -176,3 +179,88 @@ def test_a_database_without_the_bounds_migration_says_migrate(empty_db_url):
             pool.enqueue("tick", {})
     finally:
         pool.dispose()
+
+
+# -- the credit: an enqueue of its own does not count (migration 0023) -----------------------
+
+LARGE = 10_000  # a credit is a hundredth of the bound: 100 here
+
+
+@pytest.fixture
+def large(pool: WorkerPool) -> WorkerPool:
+    pool.queue("large", max_pending=LARGE)
+    pool.task(queue="large", name="fill")(lambda job: None)
+    return pool
+
+
+def credit(sql, queue: str = "large") -> int | None:
+    rows = sql("SELECT credit FROM workerpool_queue_credits WHERE queue = %s", queue)
+    return rows[0][0] if rows else None
+
+
+def test_an_enqueue_of_its_own_takes_from_a_credit_a_count_granted(large, sql):
+    large.enqueue("fill", {"n": 0})  # counts: 0 waiting, so it grants a hundredth of the bound
+    assert credit(sql) == LARGE // 100
+    for n in range(1, 31):
+        large.enqueue("fill", {"n": n})
+    assert credit(sql) == LARGE // 100 - 30
+    with large.engine.begin() as conn:  # in a caller's transaction it counts instead
+        large.enqueue("fill", {"n": 31}, conn=conn)
+    assert credit(sql) == LARGE // 100 - 30
+    assert waiting(sql, "large") == 32
+
+
+def test_taking_from_the_credit_reads_no_waiting_job(large, sql):
+    """The waiting jobs' indexes are read once per credit, not once per enqueue: the
+    statistics of one session, flushed on demand, count the scans."""
+    indexes = "('ix_workerpool_jobs_due', 'ix_workerpool_jobs_waiting')"
+    scans = (
+        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes "
+        f"WHERE indexrelname IN {indexes}"
+    )
+    sql("SET stats_fetch_consistency = none")
+    take = "SELECT workerpool_queue_take('large', 1, %s)"
+    sql(take, LARGE)  # the first counts and grants
+    sql("SELECT pg_stat_force_next_flush()")
+    before = sql(scans)[0][0]
+    for _ in range(50):
+        assert sql(take, LARGE)[0][0] >= 0
+    sql("SELECT pg_stat_force_next_flush()")
+    assert sql(scans)[0][0] == before
+    assert credit(sql) == LARGE // 100 - 50
+
+
+def test_an_enqueue_that_finds_the_credit_locked_counts_instead_of_waiting(large, sql, dsn):
+    large.enqueue("fill", {"n": 0})
+    with psycopg.connect(dsn) as holder:  # a statement that holds the credit's row
+        holder.execute("SELECT 1 FROM workerpool_queue_credits FOR UPDATE")
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (large.enqueue("fill", {"n": 1}), done.set()))
+        thread.start()
+        assert done.wait(30), "the enqueue waited for the credit's row"
+        holder.rollback()
+    thread.join()
+    assert waiting(sql, "large") == 2
+    assert credit(sql) == LARGE // 100  # the credit was left alone
+
+
+def test_counting_and_taking_together_keep_the_bound(pool, sql):
+    """Own-transaction enqueues take from the credit, caller-transaction ones count around
+    it: together they stop at the bound, refused at most a credit early."""
+    bound = 300
+    pool.queue("mixed", max_pending=bound)
+    pool.task(queue="mixed", name="mix")(lambda job: None)
+    accepted = 0
+    for n in range(bound + 10):
+        try:
+            if n % 3:
+                pool.enqueue("mix", {"n": n})
+            else:
+                with pool.engine.begin() as conn:
+                    pool.enqueue("mix", {"n": n}, conn=conn)
+            accepted += 1
+        except QueueFull:
+            pass
+    assert bound - bound // 100 <= waiting(sql, "mixed") == accepted <= bound
+    with pytest.raises(QueueFull):
+        pool.enqueue("mix", {"n": -1})

@@ -74,16 +74,14 @@ def enqueue_one(
     if conn is not None:
         conn = caller_connection(conn)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = within_bound(
-            pool.registry,
-            row.queue,
-            functools.partial(
-                sql.insert_one,
-                row=row,
-                notify_queue=pool.registry.notify,
-                trace_context=trace,
-                batch_id=batch_id,
-            ),
+        write = functools.partial(
+            sql.insert_one,
+            row=row,
+            notify_queue=pool.registry.notify,
+            trace_context=trace,
+            batch_id=batch_id,
+            max_pending=_bound(pool.registry, row.queue),
+            own_transaction=conn is None,
         )
         return write(conn) if conn is not None else autocommit.write(pool.engine, write)
 
@@ -160,21 +158,11 @@ def _write_batch(
 # -- bounded queues -------------------------------------------------------------------------------
 
 
-def within_bound(
-    registry: Registry, queue: str, write: Callable[[Connection], int]
-) -> Callable[[Connection], int]:
-    """``write``, after the room check of ``queue`` if it is bounded (``max_pending``): one
-    more round trip for a bounded queue; an unbounded one pays a dictionary lookup."""
+def _bound(registry: Registry, queue: str) -> int | None:
+    """The bound the pool declares for ``queue`` (``max_pending``), None if unbounded: an
+    unbounded queue pays this lookup; a bounded one's room is checked in the INSERT itself."""
     spec = registry.queues.get(queue)
-    bound = None if spec is None else spec.max_pending
-    if bound is None:
-        return write
-    return functools.partial(_checked_write, write, queue, bound)
-
-
-def _checked_write(write: Callable[[Connection], int], queue: str, bound: int, conn: Any) -> int:
-    doors.check_room(conn, queue, 1, bound)
-    return write(conn)
+    return None if spec is None else spec.max_pending
 
 
 def _any_bound(registry: Registry) -> bool:
@@ -184,9 +172,9 @@ def _any_bound(registry: Registry) -> bool:
 def _check_rooms(registry: Registry, conn: Connection, rows: list[NewJob]) -> None:
     """QueueFull (nothing written) unless each bounded queue has room for its rows."""
     for queue, adding in Counter(row.queue for row in rows).items():
-        spec = registry.queues.get(queue)
-        if spec is not None and spec.max_pending is not None:
-            doors.check_room(conn, queue, adding, spec.max_pending)
+        bound = _bound(registry, queue)
+        if bound is not None:
+            doors.check_room(conn, queue, adding, bound)
 
 
 def _any_key(items: list[Any]) -> bool:
@@ -276,12 +264,13 @@ async def enqueue_one_async(
         conn = caller_async_connection(conn)
     row = build_job(pool.registry, task, payload, **options)
     with tracing.enqueue_span(row.queue, row.task) as trace:
-        write = within_bound(
-            pool.registry,
-            row.queue,
-            functools.partial(
-                sql.insert_one, row=row, notify_queue=pool.registry.notify, trace_context=trace
-            ),
+        write = functools.partial(
+            sql.insert_one,
+            row=row,
+            notify_queue=pool.registry.notify,
+            trace_context=trace,
+            max_pending=_bound(pool.registry, row.queue),
+            own_transaction=conn is None,
         )
         if conn is not None:
             return await conn.run_sync(write)

@@ -37,12 +37,13 @@ WORKER_TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
 #: neither rewrites nor deletes one; the pruning goes through the owner's function.
 WORKER_AUDIT_PRIVILEGES = "SELECT, INSERT (actor, source, action, target, detail)"
 #: The functions the worker group may call: the owner's (migration 0017, run with the owner's
-#: rights) and the doors in (0022, run with the caller's: SQL producers, triggers, HTTP).
+#: rights) and the doors in (0022-0023, run with the caller's: SQL producers, triggers, HTTP).
 WORKER_FUNCTIONS = (
     "workerpool_history_create_partition(timestamptz, timestamptz)",
     "workerpool_history_drop_partition(text)",
     "workerpool_prune_audit(double precision, integer)",
     "workerpool_queue_room(text, integer, integer)",
+    "workerpool_queue_take(text, integer, integer)",
     "workerpool_enqueue_check(text, text, integer, jsonb, jsonb, text, text, integer, integer,"
     " text[])",
     "workerpool_enqueue(text, jsonb, text, text, timestamptz, integer, integer, text[])",

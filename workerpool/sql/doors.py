@@ -67,23 +67,31 @@ _ROOM = text("SELECT workerpool_queue_room(:queue, :adding, :max_pending)")
 
 
 # check_room: QueueFull unless ``adding`` more jobs fit under the bound. Index:
-# ix_workerpool_jobs_due and ix_workerpool_jobs_waiting, each read to the bound at most.
+# pk_workerpool_queue_credits; when the credit is spent, ix_workerpool_jobs_due and
+# ix_workerpool_jobs_waiting, each read to the bound at most.
 def check_room(conn: Connection, queue: str, adding: int, max_pending: int) -> int:
     """The room left in ``queue`` once ``adding`` jobs are in; QueueFull if they do not fit
     (raised here, not by the server: a caller's transaction stays usable).
 
-    Jobs of concurrent transactions that have not committed are not seen: producers that
-    enqueue at once may pass the bound by what they hold uncommitted, never by more."""
+    The room is taken from the queue's credit, which a count of its waiting jobs grants (see
+    migration 0023), and given back if the transaction rolls back. Jobs of concurrent
+    transactions that have not committed are not counted: producers that enqueue at once may
+    pass the bound by what they hold uncommitted, never by more."""
     params = {"queue": queue, "adding": adding, "max_pending": max_pending}
     room = int(conn.execute(_ROOM, params).scalar_one())
     if room < 0:
-        waiting = max_pending - adding - room
-        raise QueueFull(
-            f"queue {queue} is full: {waiting} jobs waiting to run, bound {max_pending}, "
-            f"refused {adding} more",
-            queue,
-        )
+        raise queue_full(queue, adding, max_pending, room)
     return room
+
+
+def queue_full(queue: str, adding: int, max_pending: int, room: int) -> QueueFull:
+    """The refusal of ``adding`` jobs where ``workerpool_queue_room`` found ``room`` < 0."""
+    waiting = max_pending - adding - room
+    return QueueFull(
+        f"queue {queue} is full: {waiting} jobs waiting to run, bound {max_pending}, "
+        f"refused {adding} more",
+        queue,
+    )
 
 
 # set_bound: a queue's bound, from the CLI or its workers. Index: pk_workerpool_queue_bounds.

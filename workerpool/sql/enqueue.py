@@ -40,7 +40,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, insert
 
 from ..model.errors import IdempotencyConflict
 from ..model.new_job import NewJob
-from . import unique_keys
+from . import doors, unique_keys
 from .compiled import driver_sql
 from .schema import KEY_HELD, jobs
 
@@ -346,10 +346,14 @@ def _line_up(rows: Sequence[NewJob], returned: Sequence[Any]) -> list[int | None
 # one job
 
 
-def _one_statement(*, replace: bool, notify: bool) -> Any:
+def _one_statement(*, replace: bool, notify: bool, bound: str | None) -> Any:
     """The one-job INSERT, unless its key is held; with ``replace``, a pending holder takes the
     new job's payload, run_at and priority (debounce), while a holder that started, or whose
-    period is over, is left alone (the caller then sees it). Index: uq_workerpool_jobs_key."""
+    period is over, is left alone (the caller then sees it). Index: uq_workerpool_jobs_key.
+
+    ``bound``: only if that function (``workerpool_queue_room`` or ``_take``, migration 0023)
+    finds room under ``max_pending``, in the same statement (one round trip, one commit); the
+    room it found is the statement's second column."""
     values = {name: _param(name) for name in COLUMNS}
     values.update(
         payload=cast(values["payload"], JSONB),
@@ -361,7 +365,13 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
         tags=cast(values["tags"], jobs.c.tags.type),
         key_expires_at=func.now() + _seconds(cast(_param("unique_for"), Float)),
     )
-    statement = insert(jobs).values(values)
+    if bound is not None:
+        check = getattr(func, bound)(_param("queue"), 1, _param("max_pending"))
+        room = select(check.label("left")).cte("room")
+        rows = select(*values.values()).select_from(room).where(room.c.left >= 0)
+        statement = insert(jobs).from_select(list(values), rows)
+    else:
+        statement = insert(jobs).values(values)
     if replace:
         new = statement.excluded
         statement = statement.on_conflict_do_update(
@@ -384,18 +394,27 @@ def _one_statement(*, replace: bool, notify: bool) -> Any:
     else:
         statement = statement.on_conflict_do_nothing(**_ON_KEY)
     statement = statement.returning(jobs.c.id)
-    if not notify:
+    if not notify and bound is None:
         return statement
     inserted = statement.cte("inserted")
-    return select(
-        select(inserted.c.id).scalar_subquery(), func.pg_notify(_param("channel"), _param("queue"))
-    )
+    columns = [select(inserted.c.id).scalar_subquery()]
+    if bound is not None:
+        columns.append(select(room.c.left).scalar_subquery())
+    if notify:
+        columns.append(func.pg_notify(_param("channel"), _param("queue")))
+    return select(*columns)
 
+
+#: The room check of a bounded queue's enqueue: counting, or taking from the queue's credit
+#: (only a statement that is its own transaction may take: see migration 0023).
+COUNT_ROOM = "workerpool_queue_room"
+TAKE_ROOM = "workerpool_queue_take"
 
 _ONE_STATEMENTS = {
-    (replace, notify): _one_statement(replace=replace, notify=notify)
+    (replace, notify, bound): _one_statement(replace=replace, notify=notify, bound=bound)
     for replace in (False, True)
     for notify in (False, True)
+    for bound in (None, COUNT_ROOM, TAKE_ROOM)
 }
 
 
@@ -406,21 +425,32 @@ def insert_one(
     notify_queue: bool,
     trace_context: str | None = None,
     batch_id: int | None = None,
+    max_pending: int | None = None,
+    own_transaction: bool = False,
 ) -> int:
     """Insert one job (and NOTIFY) in a single round trip; a key already held returns its
-    holder's id (or raises, or replaces a pending holder: ``row.on_conflict``).
+    holder's id (or raises, or replaces a pending holder: ``row.on_conflict``). With
+    ``max_pending`` (a bounded queue), QueueFull and nothing inserted if the job does not fit;
+    ``own_transaction``: ``conn`` is in autocommit, so the room may come from the queue's credit.
 
     A key held for a period that is over is released (``unique_keys.release_expired``) and the
     insert tried once more: whoever inserts first wins on the unique index, the other sees its job.
     """
+    bounded = max_pending is not None
+    bound = None if not bounded else TAKE_ROOM if own_transaction else COUNT_ROOM
     sql, defaults = driver_sql(
-        conn.dialect, _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue]
+        conn.dialect, _ONE_STATEMENTS[row.on_conflict == "replace", notify_queue, bound]
     )
     params = dict(defaults, **_one_params(row), trace_context=trace_context, batch_id=batch_id)
+    if bounded:
+        params["max_pending"] = max_pending
     for _ in range(2):
-        inserted = _scalar(conn, sql, params)
+        found = _first_row(conn, sql, params)
+        inserted = None if found is None else found[0]
         if inserted is not None:
             return inserted
+        if bounded and found is not None and found[1] < 0:
+            raise doors.queue_full(row.queue, 1, max_pending, found[1])
         holder = unique_keys.holder(conn, row.key)
         if holder is not None and not holder.expired:
             return unique_keys.settle(row, holder)
@@ -429,18 +459,17 @@ def insert_one(
     raise IdempotencyConflict(f"key {row.key!r} changed hands during this enqueue; retry")
 
 
-def _scalar(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
-    """The first value the statement returns, sent on psycopg's connection under ``conn``:
+def _first_row(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+    """The first row the statement returns, sent on psycopg's connection under ``conn``:
     SQLAlchemy's execution context (result, events) doubles a single enqueue's client CPU
     (~300 µs against ~130 µs a job; ``python -m bench --only single`` shows the client CPU).
     Another driver (psycopg2, or asyncio through ``run_sync``) goes through SQLAlchemy."""
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
-        return conn.exec_driver_sql(sql, params).scalar()
+        return conn.exec_driver_sql(sql, params).first()
     if not driver.autocommit and not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's own execute does first: the caller's commit() commits
-    row = driver.execute(sql, params).fetchone()
-    return None if row is None else row[0]
+    return driver.execute(sql, params).fetchone()
 
 
 def _one_params(row: NewJob) -> dict[str, Any]:

@@ -565,3 +565,15 @@ queue_bounds = Table(
     Column("set_by", Text),
     CheckConstraint("max_pending > 0", name="max_pending"),
 )
+
+# What a bounded queue's enqueues may still add without counting its waiting jobs again: the
+# room the last count found less what was enqueued since (``workerpool_queue_room``, migration
+# 0023). Jobs that leave the queue give nothing back; the next count does.
+queue_credits = Table(
+    "workerpool_queue_credits",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("max_pending", Integer, nullable=False),
+    Column("credit", Integer, nullable=False),
+    Column("counted_at", TZ, nullable=False, server_default=text("now()")),
+)
