@@ -72,12 +72,16 @@ DECLARE
   credit integer;
   room integer;
 BEGIN
-  SELECT r.credit + (bound - r.max_pending) INTO credit
-  FROM {s}.workerpool_queue_credits AS r WHERE r.queue = q FOR UPDATE SKIP LOCKED;
-  IF credit >= n THEN
-    UPDATE {s}.workerpool_queue_credits AS r SET credit = r.credit - n WHERE r.queue = q;
-    RETURN credit - n;
-  ELSIF FOUND THEN
+  UPDATE {s}.workerpool_queue_credits AS r SET credit = r.credit - n
+  WHERE r.queue = (
+    SELECT f.queue FROM {s}.workerpool_queue_credits AS f
+    WHERE f.queue = q AND f.credit + (bound - f.max_pending) >= n FOR UPDATE SKIP LOCKED)
+  RETURNING r.credit + (bound - r.max_pending) INTO credit;
+  IF FOUND THEN
+    RETURN credit;
+  END IF;
+  PERFORM FROM {s}.workerpool_queue_credits AS r WHERE r.queue = q FOR UPDATE SKIP LOCKED;
+  IF FOUND THEN
     room := bound - {waiting} - n;
     UPDATE {s}.workerpool_queue_credits AS r
     SET max_pending = bound, credit = least(greatest(room, 0), bound / 100),
