@@ -20,7 +20,7 @@ from tests.helpers.recipes import recipe_env
 
 SETTINGS = "tests.apps.django_project.settings"
 #: Every test of the project's file: a run that skips or loses one must not pass here.
-PROJECT_TESTS = 20
+PROJECT_TESTS = 21
 
 
 def run_project_tests(url: str, *labels: str) -> subprocess.CompletedProcess[str]:

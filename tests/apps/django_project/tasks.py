@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
 from workerpool.contrib.django import complete_in, step
@@ -68,6 +69,26 @@ def charge_once(email: str, roll_back: bool = False) -> dict:
                 raise Refused(email)
     except Refused:
         return {"rolled back": email}
+    return {"ignored": "the block committed the job's outcome"}
+
+
+@task()
+async def charge_once_async(email: str) -> dict:
+    """``charge_once`` as an ``async def`` task: its block in a sync function run with
+    ``sync_to_async``, with a step; what ``complete_in`` said on the event loop goes in the
+    result."""
+    try:
+        complete_in({"on the loop": email})
+        on_the_loop = "not refused"
+    except CompletionRefused as exc:
+        on_the_loop = f"{type(exc).__name__}: {exc}"
+
+    def charge() -> None:
+        with transaction.atomic():
+            order = step("order", lambda: Order.objects.create(email=email, confirmed=True).pk)
+            complete_in({"charged": email, "order": order, "on the loop": on_the_loop})
+
+    await sync_to_async(charge)()
     return {"ignored": "the block committed the job's outcome"}
 
 

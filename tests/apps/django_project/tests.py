@@ -244,6 +244,29 @@ class TasksOnWorkerpool(TransactionTestCase):
         self.assertEqual(rolled_back.return_value, {"rolled back": "undone@example.com"})
         self.assertFalse(Order.objects.filter(email="undone@example.com").exists())
 
+    def test_an_async_task_completes_in_a_block_it_runs_with_sync_to_async(self) -> None:
+        result = finished(tasks.charge_once_async.enqueue("async@example.com").id, self.worker)
+        order = Order.objects.get(email="async@example.com")
+        self.assertEqual(
+            (result.status, result.return_value, result.attempts),
+            (
+                TaskResultStatus.SUCCESSFUL,
+                {
+                    "charged": "async@example.com",
+                    "order": order.pk,
+                    "on the loop": f"CompletionRefused: job {result.id}: complete_in called on"
+                    " the event loop of an async task; call it in transaction.atomic() inside a"
+                    " sync function run with sync_to_async; nothing written",
+                },
+                1,
+            ),
+        )
+        job = Job.objects.get(pk=int(result.id))
+        self.assertEqual((job.state, job.task), ("done", "django-async:default"))
+        with connection.cursor() as cursor:  # the step's record, committed with its Order
+            cursor.execute("SELECT steps FROM workerpool_jobs WHERE id = %s", [job.pk])
+            self.assertEqual(json.loads(cursor.fetchone()[0])["order"]["value"], order.pk)
+
 
 class TasksWithoutAWorker(TransactionTestCase):
     """What is written and read back with no worker running. A class of its own: with

@@ -7,10 +7,16 @@ caller's atomic block holds, lent to SQLAlchemy for one call, so every statement
 SQLAlchemy path runs (the lease fence, then what follows a job's end). The transaction stays
 Django's: the lent connection's commit, rollback and close do nothing, and only the block's end
 commits or rolls back the effect and the ``done`` together.
+
+Django's ORM and ``transaction.atomic`` are sync-only, so an ``async def`` task calls these from
+a sync function it runs with ``sync_to_async``: asgiref runs it in a copy of the task's context
+(:data:`RUNNING` goes with it), on that thread's Django connection. On the event loop itself
+they are refused: no atomic block can be open there, and the loop is every async task's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -63,10 +69,27 @@ def step(name: str, fn: Callable[[], Any], *, using: str = DEFAULT_DB_ALIAS) -> 
 
 
 def running_job(what: str) -> Job:
+    """The job of the task running in this context, called off the event loop (refused, with
+    nothing written, outside a running task or on an async task's event loop)."""
     job = RUNNING.get()
     if job is None:
         raise CompletionRefused(f"{what} called outside a running workerpool task")
+    if _on_event_loop():
+        raise CompletionRefused(
+            f"job {job.id}: {what} called on the event loop of an async task; call it in"
+            " transaction.atomic() inside a sync function run with sync_to_async;"
+            " nothing written"
+        )
     return job
+
+
+def _on_event_loop() -> bool:
+    """Whether an event loop runs in this thread (Django's own test for async-unsafe calls)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @contextmanager
