@@ -98,6 +98,8 @@ TUNED = {1: "drain_1child_jobs_per_s", 2: "drain_2children_jobs_per_s"}
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
+LEAN = "lean_floor_jobs_per_s"
+LEAN_2 = "lean_floor_2proc_jobs_per_s"
 WEB_REQUESTS = 30  # timed overview requests per repeat
 
 
@@ -137,21 +139,32 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
         report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
         report.declare(CEILING_2, "jobs/s", ratio_to=CEILING, note="the same loop in 2 processes")
+        report.declare(
+            LEAN,
+            "jobs/s",
+            ratio_to=CEILING,
+            note=f"the same loop on a lean table ({ceiling.LEAN}: a queue's columns and "
+            "indexes only), 1 process",
+        )
+        report.declare(LEAN_2, "jobs/s", ratio_to=CEILING_2, note="the lean loop in 2 processes")
     if plan.wants("drain") or plan.wants("defaults"):
         report.declare(
             TUNED[1],
             "jobs/s",
             ratio_to=CEILING,
             target=Target(">=", 0.7, on_ratio=True),
+            also_to=LEAN,
             note=f"workerpool run, 1 worker child, concurrency {plan.concurrency}, "
-            "prefetch 50, no-op jobs; against the 1-process loop",
+            "prefetch 50, no-op jobs; against the 1-process loop and the lean one",
         )
         report.declare(
             TUNED[2],
             "jobs/s",
             ratio_to=CEILING_2,
             target=Target(">=", 0.7, on_ratio=True),
-            note="2 x workerpool run (1 child each) on one queue; against the 2-process loop",
+            also_to=LEAN_2,
+            note="2 x workerpool run (1 child each) on one queue; against the 2-process loop "
+            "and the lean one",
         )
     if plan.wants("defaults"):
         for children in (1, 2):
@@ -414,7 +427,9 @@ class Bench:
         plan = self.plan
         if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
             self.measure_ceiling(processes=1, figure=CEILING)
+            self.measure_lean(processes=1, figure=LEAN)
             self.measure_ceiling(processes=2, figure=CEILING_2)
+            self.measure_lean(processes=2, figure=LEAN_2)
         if plan.wants("drain") or plan.wants("memory") or plan.wants("defaults"):
             self.measure_drains()
         if plan.wants("defaults"):
@@ -542,6 +557,20 @@ class Bench:
         ceiling.run(self.db.dsn, QUEUE, processes)
         self.record_drain(figure)
 
+    def measure_lean(self, *, processes: int, figure: str) -> None:
+        """The ceiling's loop on the lean table, loaded with the same N no-op jobs."""
+        lean = ceiling.LEAN
+        self.db.sql(ceiling.LEAN_TABLE)
+        self.db.sql(f"TRUNCATE {lean}")
+        self.db.sql(ceiling.LEAN_LOAD, (QUEUE, noop.__name__, self.plan.n))
+        self.db.sql(f"VACUUM ANALYZE {lean}")
+        ceiling.run(self.db.dsn, QUEUE, processes, floor="lean")
+        done, seconds = self.db.sql(
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
+            f" FROM {lean} WHERE state = 'done'"
+        )[0]
+        self.record_rate(figure, done, seconds or 0.0)
+
     def load_drain_jobs(self) -> None:
         self.db.reset()
         enqueue.load_for_drain(self.pool, self.plan.n)
@@ -549,6 +578,9 @@ class Bench:
 
     def record_drain(self, figure: str) -> None:
         done, seconds = self.db.drain_window()
+        self.record_rate(figure, done, seconds)
+
+    def record_rate(self, figure: str, done: int, seconds: float) -> None:
         if done != self.plan.n:
             raise RuntimeError(f"{figure}: {done} of {self.plan.n} jobs done after the drain")
         rate = done / seconds if seconds > 0 else float("inf")
