@@ -18,7 +18,9 @@ from . import (
     app,
     batches,
     burst,
+    capacity,
     ceiling,
+    doors,
     enqueue,
     fleet,
     floors,
@@ -49,6 +51,7 @@ SECTIONS = (
     "pickup",
     "enqueue",
     "single",
+    "doors",
     "bulk",
     "growth",
     "memory",
@@ -66,13 +69,15 @@ SECTIONS = (
     "logs",
     "history",
     "typed",
+    "capacity",
 )
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat, the
 #: once section four; the workflows start four supervisors per repeat and run a chain and a
 #: sequence one job at a time; the processes comparison wants every core quiet; the history
-#: section loads ``--history`` rows into a second table (minutes at 100M).
+#: section loads ``--history`` rows into a second table (minutes at 100M); the capacity section
+#: reads the server's processes in /proc (a server on this machine only).
 ASKED_ONLY = (
     "steps",
     "once",
@@ -84,6 +89,7 @@ ASKED_ONLY = (
     "logs",
     "history",
     "typed",
+    "capacity",
 )
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
@@ -244,6 +250,10 @@ def declare(report: Report, plan: Plan) -> None:
             ratio_to="enqueue_single_raw_cpu_us",
             note="client CPU of enqueue() without conn=",
         )
+    if plan.wants("doors"):
+        doors.declare(report, plan.single)
+    if plan.wants("capacity"):
+        capacity.declare(report, plan.n, plan.single)
     if plan.wants("enqueue") or plan.wants("bulk"):
         report.declare(
             "enqueue_bulk_raw_rows_per_s",
@@ -366,6 +376,7 @@ class Bench:
         self._burst: supervised.Launcher | None = None  # the kill -9 burst's supervisors
         self._cpu: supervised.Launcher | None = None  # the processes comparison's supervisors
         self._spin_iters = 0  # rounds of pure Python per spin job (calibrated once)
+        self._capacity: capacity.Capacity | None = None  # the server CPU per job phases
 
     def close(self) -> None:
         self.pool.dispose()
@@ -399,6 +410,8 @@ class Bench:
                     joblogs.measure(
                         self.report, self.launcher, self.pool, self.plan.step_jobs * 10, repeat
                     )
+                if self.plan.wants("capacity"):
+                    self.measure_capacity()
                 if self.plan.wants("typed"):
                     typed.measure(
                         self.report,
@@ -442,6 +455,9 @@ class Bench:
             self.measure_pickup(notify=False)
         if plan.wants("enqueue") or plan.wants("single"):
             self.measure_single()
+        if plan.wants("doors"):
+            self.db.reset()
+            doors.measure(self.report, self.pool, self.db.dsn, plan.single)
         if plan.wants("healthcheck"):
             for value in floors.healthcheck_ms():
                 self.report.add("healthcheck_ms", value)
@@ -666,6 +682,19 @@ class Bench:
             pair["pool_cpu_us"],
             pair["raw_cpu_us"],
         )
+
+    def measure_capacity(self) -> None:
+        """The server's CPU per job of each phase (``bench.capacity``), one repeat."""
+        if self._capacity is None:
+            self._capacity = capacity.Capacity(
+                self.db,
+                self.pool,
+                self.report,
+                self.launcher,
+                jobs=self.plan.n,
+                single=self.plan.single,
+            )
+        self._capacity.measure()
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)
