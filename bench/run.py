@@ -1,7 +1,7 @@
 """One benchmark run: what to measure (Plan), the figures (declare), and the measuring (Bench).
 
-Repeats are interleaved: every repeat runs each throughput configuration once (ceiling, drain
-with one child, drain with two), so slow drift on a shared machine spreads over all of them
+Repeats are interleaved: every repeat runs each throughput configuration once (the ceiling
+and the lean floor, drain with one child, drain with two), so slow drift on a shared machine spreads over all of them
 instead of biasing one. Ratios compare medians measured in this same run.
 """
 
