@@ -1,8 +1,9 @@
 """One benchmark run: what to measure (Plan), the figures (declare), and the measuring (Bench).
 
 Repeats are interleaved: every repeat runs each throughput configuration once (the ceiling
-and the lean floor, drain with one child, drain with two), so slow drift on a shared machine spreads over all of them
-instead of biasing one. Ratios compare medians measured in this same run.
+and the lean floor, drain with one child, drain with two), so slow drift on a shared machine
+spreads over all of them instead of biasing one. Ratios compare medians measured in this same
+run.
 """
 
 from __future__ import annotations
@@ -576,7 +577,7 @@ class Bench:
     def measure_lean(self, *, processes: int, figure: str) -> None:
         """The ceiling's loop on the lean table, loaded with the same N no-op jobs."""
         lean = ceiling.LEAN
-        self.db.sql(ceiling.LEAN_TABLE)
+        self.db.sql(ceiling.lean_table())
         self.db.sql(f"TRUNCATE {lean}")
         self.db.sql(ceiling.LEAN_LOAD, (QUEUE, noop.__name__, self.plan.n))
         self.db.sql(f"VACUUM ANALYZE {lean}")
