@@ -73,7 +73,9 @@ ALSO = {"also_ratio", "also_ratio_to"}
 
 @pytest.fixture(scope="module")
 def quick_run(server_url: URL) -> subprocess.CompletedProcess:
-    return run_bench(server_url, "--quick")
+    # every default section, the two floors at two process counts each: 80-140 s on the 2-core
+    # machine while other suites run
+    return run_bench(server_url, "--quick", timeout=240)
 
 
 def test_quick_run_prints_every_figure_as_a_json_line(quick_run):
