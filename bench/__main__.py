@@ -9,6 +9,8 @@
     python -m bench --only burst                 # kill -9 the worker child mid-drain (burst.py)
     python -m bench --only steps                 # durable steps against checkpoints (steps.py)
     python -m bench --only once                  # complete_in against a plain effect (once.py)
+    python -m bench --only doors                 # SQL workerpool_enqueue against pool.enqueue
+    python -m bench --only capacity              # server CPU per job, jobs/s per core
     python -m bench --only logs                  # attempt logs captured against not (joblogs.py)
     python -m bench --only typed                 # typed tasks against dict tasks (typed.py)
     python -m bench --only processes             # CPU-bound jobs, processes=1 against 2

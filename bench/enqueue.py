@@ -113,8 +113,6 @@ def single_pair(
     raw insert sends the same NOTIFY in its statement, as the pickup floor's does: the same work.
     """
     names = ["raw", "pool"] + (["bounded"] if bounded is not None else [])
-    wall = dict.fromkeys(names, 0.0)
-    cpu = dict.fromkeys(names, 0.0)
     notify = pool.registry.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
 
@@ -140,14 +138,7 @@ def single_pair(
 
         loops = {"raw": raw, "pool": ours, "bounded": ours_bounded}
         raw(0, 10)  # past psycopg's prepare threshold, like warm_up for the pool
-        for block, start in enumerate(range(0, count, PAIR_BLOCK)):
-            end = min(count, start + PAIR_BLOCK)
-            shift = block % len(names)  # rotated: no loop always runs right after another
-            for name in names[shift:] + names[:shift]:
-                began, began_cpu = time.perf_counter(), time.process_time()
-                loops[name](start, end)
-                wall[name] += time.perf_counter() - began
-                cpu[name] += time.process_time() - began_cpu
+        wall, cpu = rotating_blocks({name: loops[name] for name in names}, count)
     rates = {
         "raw_per_s": count / wall["raw"],
         "pool_per_s": count / wall["pool"],
@@ -157,6 +148,30 @@ def single_pair(
     if bounded is not None:
         rates["bounded_per_s"] = count / wall["bounded"]
     return rates
+
+
+#: One loop of :func:`rotating_blocks`: it enqueues the jobs ``start`` to ``end`` (excluded).
+BlockLoop = Callable[[int, int], None]
+
+
+def rotating_blocks(
+    loops: dict[str, BlockLoop], count: int, block: int = PAIR_BLOCK
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Jobs ``0..count`` through every loop, in blocks of ``block`` jobs, the loops' order
+    rotating each block so that none always runs right after another: the wall and client CPU
+    seconds each loop took in all."""
+    names = list(loops)
+    wall = dict.fromkeys(names, 0.0)
+    cpu = dict.fromkeys(names, 0.0)
+    for number, start in enumerate(range(0, count, block)):
+        end = min(count, start + block)
+        shift = number % len(names)
+        for name in names[shift:] + names[:shift]:
+            began, began_cpu = time.perf_counter(), time.process_time()
+            loops[name](start, end)
+            wall[name] += time.perf_counter() - began
+            cpu[name] += time.process_time() - began_cpu
+    return wall, cpu
 
 
 RAW_BULK_SQL = (
@@ -263,6 +278,7 @@ __all__ = [
     "load_for_drain",
     "raw_single_caller",
     "raw_single_per_second",
+    "rotating_blocks",
     "single_caller",
     "single_pair",
     "single_per_second",

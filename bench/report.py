@@ -37,6 +37,7 @@ class Figure:
     ratio_to: str | None = None
     target: Target | None = None
     note: str = ""
+    also_to: str | None = None  # a second reference, its ratio printed beside the first
 
     @property
     def value(self) -> float | None:
@@ -57,19 +58,26 @@ class Report:
         ratio_to: str | None = None,
         target: Target | None = None,
         note: str = "",
+        also_to: str | None = None,
     ) -> Figure:
+        """``ratio_to``: the reference of ``ratio`` (and of a target on the ratio);
+        ``also_to``: a second one, whose ratio is printed too (``also_ratio``)."""
         if name not in self.figures:
-            self.figures[name] = Figure(name, unit, ratio_to=ratio_to, target=target, note=note)
+            self.figures[name] = Figure(
+                name, unit, ratio_to=ratio_to, target=target, note=note, also_to=also_to
+            )
         return self.figures[name]
 
     def add(self, name: str, value: float) -> None:
         self.figures[name].samples.append(float(value))
 
-    def ratio(self, figure: Figure) -> float | None:
-        """``median(figure) / median(reference)``, both measured in this run."""
-        if figure.ratio_to is None:
+    def ratio(self, figure: Figure, to: str | None = None) -> float | None:
+        """``median(figure) / median(reference)``, both measured in this run; the reference is
+        ``to``, else the figure's ``ratio_to``."""
+        name = to or figure.ratio_to
+        if name is None:
             return None
-        reference = self.figures.get(figure.ratio_to)
+        reference = self.figures.get(name)
         if reference is None or not reference.value or figure.value is None:
             return None
         return figure.value / reference.value
@@ -84,8 +92,10 @@ class Report:
         return [self.as_dict(f) for f in self.figures.values() if f.samples]
 
     def as_dict(self, figure: Figure) -> dict:
+        """One figure's JSON object; ``also_ratio`` and ``also_ratio_to`` only on a figure
+        with a second reference."""
         ratio = self.ratio(figure)
-        return {
+        out = {
             "name": figure.name,
             "value": _round(figure.value),
             "unit": figure.unit,
@@ -96,6 +106,11 @@ class Report:
             "target": figure.target.describe(figure.unit) if figure.target else None,
             "met": self.met(figure),
         }
+        if figure.also_to is not None:
+            also = self.ratio(figure, figure.also_to)
+            out["also_ratio"] = None if also is None else round(also, 3)
+            out["also_ratio_to"] = figure.also_to
+        return out
 
     def json_lines(self) -> list[str]:
         return [json.dumps(d, sort_keys=False) for d in self.as_dicts()]
@@ -103,7 +118,9 @@ class Report:
     def table(self) -> str:
         rows = [("figure", "median", "unit", "runs", "min-max", "ratio", "target", "met")]
         for d in self.as_dicts():
-            ratio = "" if d["ratio"] is None else f"{d['ratio']:.2f}x {_short(d['ratio_to'])}"
+            ratio = _ratio_cell(d.get("ratio"), d["ratio_to"])
+            also = _ratio_cell(d.get("also_ratio"), d.get("also_ratio_to"))
+            ratio = f"{ratio}; {also}" if ratio and also else ratio or also
             met = {True: "yes", False: "NO", None: ""}[d["met"]]
             spread = f"{_fmt(min(d['samples']))}-{_fmt(max(d['samples']))}"
             rows.append(
@@ -168,6 +185,10 @@ def _fmt(value: float | None) -> str:
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}"
+
+
+def _ratio_cell(ratio: float | None, to: str | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}x {_short(to)}"
 
 
 def _short(name: str | None) -> str:

@@ -1,8 +1,9 @@
 """One benchmark run: what to measure (Plan), the figures (declare), and the measuring (Bench).
 
-Repeats are interleaved: every repeat runs each throughput configuration once (ceiling, drain
-with one child, drain with two), so slow drift on a shared machine spreads over all of them
-instead of biasing one. Ratios compare medians measured in this same run.
+Repeats are interleaved: every repeat runs each throughput configuration once (the ceiling
+and the lean floor, drain with one child, drain with two), so slow drift on a shared machine
+spreads over all of them instead of biasing one. Ratios compare medians measured in this same
+run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from . import (
     app,
     batches,
     burst,
+    capacity,
     ceiling,
+    doors,
     enqueue,
     fleet,
     floors,
@@ -49,6 +52,7 @@ SECTIONS = (
     "pickup",
     "enqueue",
     "single",
+    "doors",
     "bulk",
     "growth",
     "memory",
@@ -66,13 +70,15 @@ SECTIONS = (
     "logs",
     "history",
     "typed",
+    "capacity",
 )
 #: Measured only when asked for: the limits comparison and the supervisor counts drain N jobs
 #: four times per repeat; the kill -9 burst's windows are wall-clock seconds (tens of them per
 #: repeat) and it kills processes; the steps section starts three supervisors per repeat, the
 #: once section four; the workflows start four supervisors per repeat and run a chain and a
 #: sequence one job at a time; the processes comparison wants every core quiet; the history
-#: section loads ``--history`` rows into a second table (minutes at 100M).
+#: section loads ``--history`` rows into a second table (minutes at 100M); the capacity section
+#: reads the server's processes in /proc (a server on this machine only).
 ASKED_ONLY = (
     "steps",
     "once",
@@ -84,6 +90,7 @@ ASKED_ONLY = (
     "logs",
     "history",
     "typed",
+    "capacity",
 )
 #: What a run without ``--only`` measures.
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
@@ -98,6 +105,8 @@ TUNED = {1: "drain_1child_jobs_per_s", 2: "drain_2children_jobs_per_s"}
 METRICS_OFF = "drain_metrics_off_jobs_per_s"
 METRICS_OFF_CPU = "drain_metrics_off_cpu_us_per_job"
 CEILING = "ceiling_jobs_per_s"
+LEAN = "lean_floor_jobs_per_s"
+LEAN_2 = "lean_floor_2proc_jobs_per_s"
 WEB_REQUESTS = 30  # timed overview requests per repeat
 
 
@@ -137,21 +146,32 @@ def declare(report: Report, plan: Plan) -> None:
     if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
         report.declare(CEILING, "jobs/s", note="plain psycopg loop, 1 process, 100 per claim")
         report.declare(CEILING_2, "jobs/s", ratio_to=CEILING, note="the same loop in 2 processes")
+        report.declare(
+            LEAN,
+            "jobs/s",
+            ratio_to=CEILING,
+            note=f"the same loop on a lean table ({ceiling.LEAN}: a queue's columns and "
+            "indexes only), 1 process",
+        )
+        report.declare(LEAN_2, "jobs/s", ratio_to=CEILING_2, note="the lean loop in 2 processes")
     if plan.wants("drain") or plan.wants("defaults"):
         report.declare(
             TUNED[1],
             "jobs/s",
             ratio_to=CEILING,
             target=Target(">=", 0.7, on_ratio=True),
+            also_to=LEAN,
             note=f"workerpool run, 1 worker child, concurrency {plan.concurrency}, "
-            "prefetch 50, no-op jobs; against the 1-process loop",
+            "prefetch 50, no-op jobs; against the 1-process loop and the lean one",
         )
         report.declare(
             TUNED[2],
             "jobs/s",
             ratio_to=CEILING_2,
             target=Target(">=", 0.7, on_ratio=True),
-            note="2 x workerpool run (1 child each) on one queue; against the 2-process loop",
+            also_to=LEAN_2,
+            note="2 x workerpool run (1 child each) on one queue; against the 2-process loop "
+            "and the lean one",
         )
     if plan.wants("defaults"):
         for children in (1, 2):
@@ -231,6 +251,10 @@ def declare(report: Report, plan: Plan) -> None:
             ratio_to="enqueue_single_raw_cpu_us",
             note="client CPU of enqueue() without conn=",
         )
+    if plan.wants("doors"):
+        doors.declare(report, plan.single)
+    if plan.wants("capacity"):
+        capacity.declare(report, plan.n, plan.single)
     if plan.wants("enqueue") or plan.wants("bulk"):
         report.declare(
             "enqueue_bulk_raw_rows_per_s",
@@ -353,6 +377,7 @@ class Bench:
         self._burst: supervised.Launcher | None = None  # the kill -9 burst's supervisors
         self._cpu: supervised.Launcher | None = None  # the processes comparison's supervisors
         self._spin_iters = 0  # rounds of pure Python per spin job (calibrated once)
+        self._capacity: capacity.Capacity | None = None  # the server CPU per job phases
 
     def close(self) -> None:
         self.pool.dispose()
@@ -386,6 +411,8 @@ class Bench:
                     joblogs.measure(
                         self.report, self.launcher, self.pool, self.plan.step_jobs * 10, repeat
                     )
+                if self.plan.wants("capacity"):
+                    self.measure_capacity()
                 if self.plan.wants("typed"):
                     typed.measure(
                         self.report,
@@ -414,7 +441,9 @@ class Bench:
         plan = self.plan
         if plan.wants("ceiling") or plan.wants("drain") or plan.wants("defaults"):
             self.measure_ceiling(processes=1, figure=CEILING)
+            self.measure_lean(processes=1, figure=LEAN)
             self.measure_ceiling(processes=2, figure=CEILING_2)
+            self.measure_lean(processes=2, figure=LEAN_2)
         if plan.wants("drain") or plan.wants("memory") or plan.wants("defaults"):
             self.measure_drains()
         if plan.wants("defaults"):
@@ -427,6 +456,9 @@ class Bench:
             self.measure_pickup(notify=False)
         if plan.wants("enqueue") or plan.wants("single"):
             self.measure_single()
+        if plan.wants("doors"):
+            self.db.reset()
+            doors.measure(self.report, self.pool, self.db.dsn, plan.single)
         if plan.wants("healthcheck"):
             for value in floors.healthcheck_ms():
                 self.report.add("healthcheck_ms", value)
@@ -542,6 +574,20 @@ class Bench:
         ceiling.run(self.db.dsn, QUEUE, processes)
         self.record_drain(figure)
 
+    def measure_lean(self, *, processes: int, figure: str) -> None:
+        """The ceiling's loop on the lean table, loaded with the same N no-op jobs."""
+        lean = ceiling.LEAN
+        self.db.sql(ceiling.lean_table())
+        self.db.sql(f"TRUNCATE {lean}")
+        self.db.sql(ceiling.LEAN_LOAD, (QUEUE, noop.__name__, self.plan.n))
+        self.db.sql(f"VACUUM ANALYZE {lean}")
+        ceiling.run(self.db.dsn, QUEUE, processes, floor="lean")
+        done, seconds = self.db.sql(
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at))::float8"
+            f" FROM {lean} WHERE state = 'done'"
+        )[0]
+        self.record_rate(figure, done, seconds or 0.0)
+
     def load_drain_jobs(self) -> None:
         self.db.reset()
         enqueue.load_for_drain(self.pool, self.plan.n)
@@ -549,6 +595,9 @@ class Bench:
 
     def record_drain(self, figure: str) -> None:
         done, seconds = self.db.drain_window()
+        self.record_rate(figure, done, seconds)
+
+    def record_rate(self, figure: str, done: int, seconds: float) -> None:
         if done != self.plan.n:
             raise RuntimeError(f"{figure}: {done} of {self.plan.n} jobs done after the drain")
         rate = done / seconds if seconds > 0 else float("inf")
@@ -634,6 +683,19 @@ class Bench:
             pair["pool_cpu_us"],
             pair["raw_cpu_us"],
         )
+
+    def measure_capacity(self) -> None:
+        """The server's CPU per job of each phase (``bench.capacity``), one repeat."""
+        if self._capacity is None:
+            self._capacity = capacity.Capacity(
+                self.db,
+                self.pool,
+                self.report,
+                self.launcher,
+                jobs=self.plan.n,
+                single=self.plan.single,
+            )
+        self._capacity.measure()
 
     def measure(self, figure: str, how, *args) -> None:
         value = how(*args)

@@ -1,6 +1,7 @@
 """``python -m bench --quick --only steps,once`` (one run for both sections) reports a step's
 write against a checkpoint's and a 10-step job against 10 plain jobs, and complete_in jobs
-against plain jobs writing the same effect, each with its ratio (no timing asserted)."""
+against plain jobs writing the same effect and no-op jobs returning, each with its ratio (no
+timing asserted)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,14 @@ def test_quick_steps_run_reports_a_step_against_a_checkpoint_and_plain_jobs(foun
 def test_quick_once_run_reports_complete_in_against_plain_jobs(found):
     once = {name: figure for name, figure in found.items() if name.startswith("once_")}
     assert set(once) == {
+        "once_return_jobs_per_s",
         "once_plain_jobs_per_s",
         "once_complete_in_jobs_per_s",
         "once_plain_job_p50_ms",
         "once_complete_in_job_p50_ms",
     }
     assert once["once_complete_in_jobs_per_s"]["ratio_to"] == "once_plain_jobs_per_s"
+    assert once["once_complete_in_jobs_per_s"]["also_ratio_to"] == "once_return_jobs_per_s"
+    assert once["once_plain_jobs_per_s"]["ratio_to"] == "once_return_jobs_per_s"
     assert once["once_complete_in_job_p50_ms"]["ratio_to"] == "once_plain_job_p50_ms"
     assert all(figure["value"] > 0 for figure in once.values())

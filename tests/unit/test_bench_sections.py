@@ -44,7 +44,9 @@ def test_a_run_without_only_leaves_out_the_long_comparisons():
         "logs",
         "history",
         "typed",
+        "capacity",  # reads the server's processes in /proc: a server on this machine only
     }
+    assert "doors" in DEFAULT_SECTIONS  # as quick as the single enqueue beside it
 
 
 def test_only_burst_runs_the_kill_9_burst_with_small_quick_sizes():
@@ -80,3 +82,8 @@ def test_only_processes_runs_the_cpu_bound_comparison_with_small_quick_sizes():
     assert chosen.sections == ("processes",)
     assert chosen.cpu_jobs == QUICK["cpu_jobs"] < FULL["cpu_jobs"]
     assert "processes" not in DEFAULT_SECTIONS  # it wants a quiet machine: asked for only
+
+
+def test_only_capacity_runs_the_server_cpu_phases_alone():
+    assert plan("--only", "capacity").sections == ("capacity",)
+    assert plan("--only", "doors,capacity").sections == ("doors", "capacity")
