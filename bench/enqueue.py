@@ -95,8 +95,8 @@ def single_per_second(pool: WorkerPool, count: int) -> float:
 #: Jobs per block in :func:`single_pair`: small, so every loop sees the same moment of the machine.
 PAIR_BLOCK = 50
 #: The bound of the bounded single enqueue's queue: one the run never reaches, so every enqueue
-#: is accepted. The room check counts the queue's waiting jobs up to the bound, so below it the
-#: check reads every waiting job of the queue (up to three loops' worth here), whatever the bound.
+#: is accepted. Each takes from the queue's credit (a hundredth of the bound, 10,000 here); the
+#: first of a run, and one in 10,000 after it, counts the queue's waiting jobs to grant it.
 BOUNDED_MAX_PENDING = 1_000_000
 
 
