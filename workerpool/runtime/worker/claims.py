@@ -125,15 +125,23 @@ class Claims:
         finished = {id(flight) for flight, _ in self.outcomes.unwritten}
         return any(suspect not in finished for suspect in suspects)
 
-    def due(self) -> bool:
-        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.
+    def due(self, *, early: bool = False) -> bool:
+        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty;
+        ``early`` (the pass would run on the lane while the handlers work), also as soon as the
+        buffer holds fewer jobs than the handlers finish during one round trip.
 
         Claiming a few rows each time one job finishes would cost a transaction per job; the
         refill threshold makes each claim fetch at least half the buffer (no buffer: claim into
-        any free slot).
+        any free slot). Early, the claim is smaller, but it is on the wire while the handlers
+        run what they have, and lands before they run dry: with handlers slower than a round
+        trip per buffered job, never earlier than before.
         """
         room = self.free_slots()
-        return room > 0 and (room >= self.refill or self.capacity - room < self.spec.concurrency)
+        if room <= 0:
+            return False
+        if room >= self.refill or self.capacity - room < self.spec.concurrency:
+            return True
+        return early and self.executor.waiting() < self.buffer.during_trip
 
     def claim_and_write_outcomes(self, lane: Lane | None = None) -> None:
         """Write the waiting outcomes and claim into the free slots, in one transaction.

@@ -228,8 +228,9 @@ class Worker:
                 self._withdraw_unstarted()  # a process to replace starts nothing more
             if self.timeouts.recycle and not self.flights.running():
                 self.stop()  # its other jobs have finished: now it may go
-            if claiming and self.claims.due():
-                self.claims.claim_and_write_outcomes(self._lane_for_claim())
+            lane = self._lane_for_claim() if claiming else None
+            if claiming and self.claims.due(early=lane is not None):
+                self.claims.claim_and_write_outcomes(lane)
             elif not claiming or self.outcomes.due(self.claims.buffer.size):
                 self.outcomes.write(self.session)
             if not self.claims.in_flight:
