@@ -21,7 +21,7 @@ from workerpool.runtime.worker import Worker
 def held_by(sql, worker: Worker) -> int:
     return sql(
         "SELECT count(*) FROM workerpool_jobs WHERE state = 'processing' AND claimed_by = %s",
-        (worker.id,),
+        worker.id,
     )[0][0]
 
 
@@ -61,7 +61,7 @@ def test_passes_go_on_the_lane_while_handlers_run_and_the_bound_holds(pool, sql)
         thread.join(30)
     assert code == [exitcodes.OK]
     assert sent, "no pass went on the lane"
-    assert max(most) <= 6  # concurrency + prefetch, as when every pass ran on the main loop
+    assert 0 < max(most) <= 6  # concurrency + prefetch, as when every pass ran on the main loop
     assert sorted(runs) == sorted(ids)  # each once
     assert sql("SELECT DISTINCT attempts FROM workerpool_jobs") == [(1,)]
 
@@ -118,7 +118,6 @@ def test_a_stop_while_a_pass_is_on_the_wire_gives_its_rows_back_unstarted(pool, 
 def test_a_suspect_is_claimed_and_run_alone_on_the_main_loop(pool, sql):
     pool.queue("q", concurrency=4, prefetch=4, poll_interval=0.05)
     company: list[int] = []
-    worker = Worker(pool.registry, pool.url, "q")
 
     @pool.task(queue="q")
     def job_(job):
@@ -128,7 +127,8 @@ def test_a_suspect_is_claimed_and_run_alone_on_the_main_loop(pool, sql):
 
     pool.enqueue_many([("job_", {}) for _ in range(60)])
     suspect = pool.enqueue("job_", {"suspect": True}, priority=-1)
-    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", (suspect,))
+    sql("UPDATE workerpool_jobs SET crashes = 1 WHERE id = %s", suspect)
+    worker = Worker(pool.registry, pool.url, "q")
     sent = lane_passes(worker)
     thread, code = on_thread(worker)
     try:
