@@ -319,6 +319,8 @@ class Worker:
 
     def _handler_returned(self, flight: InFlight, outcome: Outcome | None) -> None:
         self.outcomes.results.put((flight, outcome))
+        if self.claims.in_flight:
+            return  # the pass on the lane wakes the loop as it lands, and this is collected then
         if (
             not self.claims.buffer.size
             or outcome is None
