@@ -9,12 +9,10 @@ the jobs as ``python -m bench`` does, runs the worker on the main thread until e
 prints the rate (database clock) and this process's CPU per job, and drops the database. The
 worker runs in this process, so py-spy and cProfile see its main loop and its handler threads.
 
-``--steps`` also times the main loop's steps (wall and thread CPU, per call): a pass, its
-transaction (on the main loop, or on the lane thread while handlers run: ``Lane.submit`` counts
-those), its claim, its outcome write, the hand-off of each claimed job, the bookkeeping after the
-commit and the wait between passes; and the main loop's share of the process's CPU (the lane's
-transactions are not in it). The timing wraps each call, adding about a microsecond to each:
-compare such runs with each other only.
+``--steps`` also times the main loop's steps (wall and thread CPU, per call): a pass, its claim,
+its outcome write, the hand-off of each claimed job, the bookkeeping after the commit and the
+wait between passes; and the main loop's share of the process's CPU. The timing wraps each call,
+adding about a microsecond to each: compare such runs with each other only.
 """
 
 from __future__ import annotations
@@ -34,15 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import enqueue
 from bench.app import QUEUE, make_pool
 from bench.database import BenchDatabase
-from workerpool.runtime.worker import Worker, claims, lane, loop, outcomes
+from workerpool.runtime.worker import Worker, claims, loop, outcomes
 
 SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 #: The main loop's steps ``--steps`` times: (class, method).
 STEPS = (
     (loop.Worker, "_pass"),
-    (claims.Claims, "_transact"),
-    (lane.Lane, "submit"),
     (claims.Claims, "_claim"),
     (outcomes.Outcomes, "record"),
     (claims.Claims, "_start"),

@@ -56,11 +56,3 @@ def test_an_explicit_prefetch_never_moves(prefetch):
 def test_a_queue_with_limits_gets_none_unless_asked():
     assert sized(10, 0.0, 0.002, limited=True).most == 0
     assert sized(10, 0.0, 0.002, limited=True, prefetch=4).size == 4
-
-
-def test_what_the_handlers_finish_during_a_round_trip_is_known_for_a_fixed_prefetch_too():
-    assert Buffer(10, 50, limited=False).during_trip == 0.0  # unknown yet: never early
-    buffer = sized(10, 0.004, 0.002, prefetch=50)
-    assert buffer.size == 50  # the size stays the application's
-    assert buffer.during_trip == pytest.approx(5.0)  # 10 slots, each half a job per trip
-    assert sized(10, 0.0, 0.002, prefetch=50).during_trip == 60  # instant handlers: all held

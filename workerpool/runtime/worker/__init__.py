@@ -1,10 +1,9 @@
 """The worker runtime: what one child process does between claim and outcome.
 
 One ``Worker`` serves one queue. Its main loop (the thread that calls :meth:`Worker.run`) is the
-only thread that decides what to claim, renews and records outcomes (a pass's transaction may
-run on its lane thread, one at a time, the loop applying it once it lands); handlers run on
-``concurrency`` daemon threads (``async def`` handlers on one event loop thread) and hand their
-outcomes back through a queue. No transaction is ever open while a handler runs.
+only thread that claims, renews and records outcomes; handlers run on ``concurrency`` daemon
+threads (``async def`` handlers on one event loop thread) and hand their outcomes back through a
+queue. No transaction is ever open while a handler runs.
 
 Built before a fork, started after it: ``__init__`` opens nothing; ``run()`` creates the engine,
 the threads and the listener in the process that runs it.
@@ -13,7 +12,6 @@ Its parts, one concern a module:
 
 - :mod:`.loop`: the ``Worker`` itself, a coordinator: the passes, the waits between them, the drain;
 - :mod:`.claims`: when to claim, how many, and handing claimed jobs to the handler threads;
-- :mod:`.lane`: the thread a pass's transaction runs on while the handlers have work;
 - :mod:`.executor`: the handler threads and the event loop for ``async def`` handlers;
 - :mod:`.inflight`: a claimed job and the one state machine it goes through;
 - :mod:`.outcomes`: batched outcome writes, fenced on each lease, and dead-job reports;

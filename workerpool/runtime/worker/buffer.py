@@ -15,9 +15,7 @@ and to nothing for slow jobs, which have no buffer.
 Both figures are moving averages the main loop updates: the run time from each outcome that
 rides with a claim, the round trip from each claim. Until both are known the buffer is 0, as it
 is for a queue with limits (a buffered job would count against a limit while no handler runs
-it, holding back a slot another replica could use). Both are kept for a fixed ``prefetch``
-too: while its handlers are busy, a worker claims early when its buffer holds fewer jobs than
-they finish during one round trip (:attr:`Buffer.during_trip`, :meth:`.claims.Claims.due`).
+it, holding back a slot another replica could use).
 """
 
 from __future__ import annotations
@@ -47,23 +45,17 @@ class Buffer:
         """Claim no fewer rows than this while every handler slot is busy."""
         return max(1, self.size // 2)
 
-    @property
-    def during_trip(self) -> float:
-        """Jobs the handlers finish during one claim's round trip (0 until both are known)."""
-        if self.run is None or self.trip is None:
-            return 0.0
-        if self.run <= 0.0:
-            return float(self.most + self.concurrency)
-        return self.concurrency * self.trip / self.run
-
     def ran(self, seconds: float) -> None:
         """A handler ran a job for ``seconds``."""
-        self.run = _moved(self.run, seconds, RUN_WEIGHT)
+        if self.adaptive:
+            self.run = _moved(self.run, seconds, RUN_WEIGHT)
 
     def claimed(self, seconds: float) -> None:
         """A claim (with the outcomes riding on it) took ``seconds``: resize the buffer."""
+        if not self.adaptive:
+            return
         self.trip = _moved(self.trip, seconds, TRIP_WEIGHT)
-        if not self.adaptive or self.run is None:
+        if self.run is None:
             return
         if self.run <= 0.0:
             self.size = self.most

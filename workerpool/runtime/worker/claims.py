@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -29,29 +28,10 @@ from .buffer import Buffer
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight
-from .lane import Lane
 from .outcomes import Outcomes
 from .session import Session
 
 log = logging.getLogger("workerpool.worker")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A pass, as the main loop planned it before the transaction: the outcomes it writes,
-    how many rows it claims, whether it may take a suspect (``alone``: nothing else held), and
-    whether it first gives back rows a claim whose reply was lost may have taken (``unsure``;
-    ``held``: the jobs the worker knows it holds)."""
-
-    batch: list[Any]
-    limit: int
-    alone: bool
-    unsure: bool
-    held: list[int]
-
-
-#: What a pass's transaction returns: the outcomes' new states, the rows claimed, its seconds.
-Landed = tuple[dict[int, str | None], list[Any], float]
 
 
 class Claims:
@@ -89,8 +69,6 @@ class Claims:
         #: A claim failed on the client's side: its commit may still have reached the server,
         #: leaving rows ``processing`` under this worker that it does not know it holds.
         self.unsure = False
-        #: The pass under way: planned on the main loop, not landed yet (None between passes).
-        self.plan: Plan | None = None
 
     @property
     def capacity(self) -> int:
@@ -125,100 +103,39 @@ class Claims:
         finished = {id(flight) for flight, _ in self.outcomes.unwritten}
         return any(suspect not in finished for suspect in suspects)
 
-    def due(self, *, early: bool = False) -> bool:
-        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty;
-        ``early`` (the pass would run on the lane while the handlers work), also as soon as the
-        buffer holds fewer jobs than the handlers finish during one round trip.
+    def due(self) -> bool:
+        """Claim when a handler slot idles with nothing buffered, or the buffer ran half empty.
 
         Claiming a few rows each time one job finishes would cost a transaction per job; the
         refill threshold makes each claim fetch at least half the buffer (no buffer: claim into
-        any free slot). Early, the claim is smaller, but it is on the wire while the handlers
-        run what they have, and lands before they run dry: with handlers slower than a round
-        trip per buffered job, never earlier than before.
+        any free slot).
         """
         room = self.free_slots()
-        if room <= 0:
-            return False
-        if room >= self.refill or self.capacity - room < self.spec.concurrency:
-            return True
-        return early and self.executor.waiting() < self.buffer.during_trip
+        return room > 0 and (room >= self.refill or self.capacity - room < self.spec.concurrency)
 
-    def claim_and_write_outcomes(self, lane: Lane | None = None) -> None:
+    def claim_and_write_outcomes(self) -> None:
         """Write the waiting outcomes and claim into the free slots, in one transaction.
 
         One BEGIN/limits/COMMIT per pass instead of two; with no outcome waiting, the claim alone
         is one autocommit statement (one round trip). Nothing changes in memory before the
         commit: if the transaction fails, the outcomes stay waiting and nothing was claimed.
-
-        With a ``lane`` the transaction runs on the lane's thread and this returns at once; the
-        main loop then sends nothing else to the database until :meth:`land` has applied it.
-        Everything the transaction needs from the main loop's state is read here, first. A
-        claim that may take a suspect (``alone``) or that first gives back what a lost reply
-        took (``unsure``) runs here all the same: nothing runs beside the first, and the second
-        is rare.
         """
         if not self._published:
             self._publish_limits()
-        plan = Plan(
-            batch=list(self.outcomes.unwritten),
-            limit=self.free_slots(),
-            alone=self.busy() == 0,
-            unsure=self.unsure,
-            held=[f.lease.job_id for f in self.flights] if self.unsure else [],
-        )
-        self.unsure = True  # until this claim's commit is seen
-        self.plan = plan
-        if lane is None or plan.alone or plan.unsure:  # the rare paths as they always ran
-            try:
-                result = self._transact(plan)
-            finally:
-                self.plan = None
-            self._landed(plan, result)
-        else:
-            lane.submit(lambda: self._transact(plan))
-
-    @property
-    def in_flight(self) -> bool:
-        """A pass handed to the lane has not landed yet."""
-        return self.plan is not None
-
-    def land(self, lane: Lane, *, wait: bool = False, hand_out: bool = True) -> bool:
-        """Apply the pass the lane ran, if it has landed (or, ``wait``, once it has): its
-        outcomes forgotten, its rows handed out (or, not ``hand_out``, held buffered for the
-        drain to give back unstarted). False while it is still on the wire. What it raised is
-        raised here, as an inline pass's would be (its outcomes stay waiting)."""
-        plan = self.plan
-        if plan is None or not (wait or lane.landed):
-            return False
-        try:
-            result = lane.take()
-        finally:
-            self.plan = None
-        self._landed(plan, result, hand_out=hand_out)
-        return True
-
-    def _transact(self, plan: Plan) -> Landed:
-        """The pass's transaction (on the main loop, or on the lane): nothing in memory changes."""
-        batch = plan.batch
+        batch = list(self.outcomes.unwritten)
         began = time.monotonic()
-        if batch or plan.unsure or self.session.pooled or self.limits:  # limited: holds a lock
+        unsure, self.unsure = self.unsure, True  # until this claim's commit is seen
+        if batch or unsure or self.session.pooled or self.limits:  # limited: holds a lock
             with self.session.transaction() as conn:
-                if plan.unsure:
-                    self._give_back_unheld(conn, plan.held)
+                if unsure:
+                    self._give_back_unheld(conn)
                 states = self.outcomes.record(conn, batch) if batch else {}
                 rows = self._claim(conn)
         else:  # the claim alone, as after a wake-up: pickup latency is this round trip
             with self.session.single_statement() as conn:
                 states, rows = {}, self._claim(conn)
-        return states, rows, time.monotonic() - began
-
-    def _landed(self, plan: Plan, result: Landed, *, hand_out: bool = True) -> None:
-        """After the commit, on the main loop: the outcomes forgotten, the rows handed out."""
-        states, rows, seconds = result
-        self.plan = None
         self.unsure = False
-        batch = plan.batch
-        self._resize(batch, seconds)
+        self._resize(batch, time.monotonic() - began)
         self.outcomes.written(batch, states)
         if self.limits:
             self._after_limited_claim(rows)
@@ -228,22 +145,21 @@ class Claims:
         if rows:
             self.on_claim()  # before any handler starts: one may take the process down
         for row in rows:
-            self._start(row, hand_out)
+            self._start(row)
         self.counters.claimed += len(rows)
 
     def give_back_unheld(self) -> None:
         """On the way out: give back what a claim whose reply was lost may have taken."""
         if self.unsure:
             with self.session.transaction() as conn:
-                self._give_back_unheld(conn, [f.lease.job_id for f in self.flights])
+                self._give_back_unheld(conn)
             self.unsure = False
 
-    def _give_back_unheld(self, conn: Connection, held: list[int]) -> None:
+    def _give_back_unheld(self, conn: Connection) -> None:
         """Before claiming again, in the claim's transaction: every row ``processing`` under
-        this worker that it does not hold (``held``: the jobs it knows) goes back to the queue
-        (attempt refunded), so a suspect it claims next really runs alone and a death then is
-        the suspect's own."""
-        rows = sql.return_unheld(conn, self.worker_id, held)
+        this worker that it does not hold goes back to the queue (attempt refunded), so a
+        suspect it claims next really runs alone and a death then is the suspect's own."""
+        rows = sql.return_unheld(conn, self.worker_id, [f.lease.job_id for f in self.flights])
         if rows:
             after_rows(conn, rows)  # a cancel asked meanwhile ends a row here
             log.warning(
@@ -260,16 +176,13 @@ class Claims:
         self.buffer.claimed(seconds)
 
     def _claim(self, conn: Connection) -> list[Any]:
-        """The claim of the pass under way (:attr:`plan`: its size and whether it is alone)."""
-        plan = self.plan
-        assert plan is not None
         return sql.claim(
             conn,
             queue=self.queue,
             worker=self.worker_id,
-            limit=plan.limit,
+            limit=self.free_slots(),
             task_versions=self.task_versions,
-            alone=plan.alone,
+            alone=self.busy() == 0,
             limits=self.limits,
             key_cursor=self._key_cursor,
             shared=self._shared,
@@ -291,9 +204,8 @@ class Claims:
             doors.publish(conn, self.door_rows, self.door_bounds, self.worker_id)
         self._published = True
 
-    def _start(self, row: Any, hand_out: bool = True) -> None:
-        """Hand a claimed job to the handler threads (it may wait in their queue: prefetch);
-        not ``hand_out``: only held, buffered, for the drain to give back."""
+    def _start(self, row: Any) -> None:
+        """Hand a claimed job to the handler threads (it may wait in their queue: prefetch)."""
         lease = Lease(row.id, row.attempts, self.worker_id)
         spec = self.tasks.get(row.task)
         if spec is None:  # the claim filters on known tasks; never run what we cannot
@@ -301,8 +213,7 @@ class Claims:
             return
         flight = InFlight(lease, spec, time.monotonic(), None, suspect=row.crashes > 0)
         self.flights.add(flight)
-        if hand_out:
-            self.executor.submit(flight, row)
+        self.executor.submit(flight, row)
 
     def _refuse(self, row: Any, lease: Lease) -> None:
         spec = TaskSpec(name=row.task, queue=self.queue, fn=lambda job: None)

@@ -11,10 +11,7 @@ Each pass:
   5. claims into its free room (``concurrency`` handler slots plus a buffer: ``prefetch``, or by
      default as many jobs as the handlers finish during one claim's round trip) when a handler
      slot is idle or at least half the buffer has been used up;
-     otherwise outcomes wait, at most OUTCOME_FLUSH seconds, to ride with the next claim;
-     while handlers have jobs to run, that transaction goes to the pass's own thread
-     (:mod:`.lane`) and the loop goes on collecting until it lands (no other statement is
-     sent meanwhile), so the handlers run while its round trips are on the wire,
+     otherwise outcomes wait, at most OUTCOME_FLUSH seconds, to ride with the next claim,
   6. reports a tick (the heartbeat) if the pass reached the database,
 then waits for a notification, a finished job that left the buffer low, a stop request or the
 next deadline (poll interval, lease renewal, job timeout, outcome flush), whichever comes first.
@@ -46,7 +43,6 @@ from .control import Cancels, Pause
 from .counters import Counters
 from .executor import Executor
 from .inflight import Flights, FlightState, InFlight, Step
-from .lane import Lane
 from .leases import Leases
 from .listener import Listener
 from .outcomes import OUTCOME_FLUSH, Outcomes
@@ -102,7 +98,6 @@ class Worker:
         self._listener: Listener | None = None
         self.flights = Flights()
         self.session = Session(url, queue, self.spec.concurrency, pooled=pooled)
-        self.lane = Lane(f"wp-{queue}-pass", self._wake)
         self.outcomes = Outcomes(
             queue,
             self.id,
@@ -214,12 +209,6 @@ class Worker:
     def _pass(self, *, claiming: bool = True) -> None:
         self.session.reached_db = False
         try:
-            if self.claims.in_flight:
-                # a pass that lands after a stop hands nothing out: the drain gives it back
-                if not self.claims.land(self.lane, hand_out=not self._stopping.is_set()):
-                    self.outcomes.collect()  # the lane holds the connection: nothing to send
-                    return
-                self.session.reached_db = True  # the lane's pass committed
             self.outcomes.report_released(self.leases.register_once())
             self.leases.renew_if_due()
             self._control(claiming)
@@ -228,13 +217,11 @@ class Worker:
                 self._withdraw_unstarted()  # a process to replace starts nothing more
             if self.timeouts.recycle and not self.flights.running():
                 self.stop()  # its other jobs have finished: now it may go
-            lane = self._lane_for_claim() if claiming else None
-            if claiming and self.claims.due(early=lane is not None):
-                self.claims.claim_and_write_outcomes(lane)
+            if claiming and self.claims.due():
+                self.claims.claim_and_write_outcomes()
             elif not claiming or self.outcomes.due(self.claims.buffer.size):
                 self.outcomes.write(self.session)
-            if not self.claims.in_flight:
-                self.leases.beat_if_quiet(self.spec.poll_interval)
+            self.leases.beat_if_quiet(self.spec.poll_interval)
         except DATABASE_ERRORS as exc:
             self._database_failed(exc)
             return
@@ -243,34 +230,6 @@ class Worker:
         metrics.record.flush()  # what this pass committed, to the metrics files
         if self.session.reached_db:
             self.on_tick()
-
-    def _lane_for_claim(self) -> Lane | None:
-        """The lane when handlers have jobs to run while the pass is on the wire; else None.
-
-        Only then is there anything to overlap. A pass with a suspect anywhere in the worker (its
-        outcome riding with the claim, or a claim that may take one: ``alone``, which needs every
-        handler idle) thus always runs on the main loop, as does a pass behind PgBouncer.
-        """
-        if self.session.pooled:
-            return None
-        running = False
-        for flight in self.flights:
-            if flight.suspect:
-                return None
-            running = running or flight.running
-        return self.lane if running else None
-
-    def _settle(self) -> None:
-        """On the way out: wait for the pass on the lane, if one is on the wire, and apply it.
-
-        Its claim was sent before the stop; the rows it took are not handed to the handlers
-        but held buffered, so the drain gives them back unstarted (attempt refunded)."""
-        if not self.claims.in_flight:
-            return
-        try:
-            self.claims.land(self.lane, wait=True, hand_out=False)
-        except DATABASE_ERRORS as exc:
-            self._database_failed(exc)
 
     def _control(self, claiming: bool) -> None:
         """An operator's requests: cancels of held jobs, and whether the queue is paused."""
@@ -319,8 +278,6 @@ class Worker:
 
     def _handler_returned(self, flight: InFlight, outcome: Outcome | None) -> None:
         self.outcomes.results.put((flight, outcome))
-        if self.claims.in_flight:
-            return  # the pass on the lane wakes the loop as it lands, and this is collected then
         if (
             not self.claims.buffer.size
             or outcome is None
@@ -333,7 +290,6 @@ class Worker:
     def _open(self) -> None:
         self.session.open()
         self.executor.start()
-        self.lane.start()
         if self.spec.notify and self.registry.notify and not self.session.pooled:
             self._listener = Listener(
                 self.session.url,
@@ -348,7 +304,6 @@ class Worker:
     def _drain(self) -> None:
         """Give back buffered jobs; let running ones finish within drain_timeout; release the
         rest."""
-        self._settle()  # a claim sent before the stop: its rows are given back just below
         self._withdraw_unstarted()
         deadline = (self._stop_requested_at or time.monotonic()) + self.spec.drain_timeout
         if self.flights.running():
@@ -436,8 +391,6 @@ class Worker:
             self.flights.forget(flight)
 
     def _close(self) -> None:
-        self._settle()  # the lane is done with the connection before anything else is sent
-        self.lane.stop()
         if self._listener is not None:
             self._listener.stop()
             self._listener.join(3)
