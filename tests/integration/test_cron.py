@@ -296,6 +296,7 @@ def test_a_failing_schedule_does_not_stop_the_others(app, sql, caplog):
     assert [getattr(r, "event", "") for r in caplog.records] == ["cron_failed"]
 
 
+@pytest.mark.slow  # the CLI as a subprocess, twice
 def test_run_and_the_maintenance_loop_refuse_a_cron_on_an_undeclared_queue(db_url, tmp_path):
     (tmp_path / "badcron.py").write_text(
         "from workerpool import WorkerPool\n"

@@ -76,6 +76,7 @@ def test_the_demo_recreates_only_the_database_it_marked(server_url, names, monke
         assert conn.execute("SELECT to_regclass('leftover')").fetchone() == (None,)
 
 
+@pytest.mark.slow  # the CLI as a subprocess
 def test_the_cli_refuses_with_one_line_and_a_failure_status(server_url, someone_elses):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERPOOL_")}
     env.update(WORKERPOOL_DATABASE_URL=libpq(server_url), PYTHONPATH=str(ROOT))

@@ -55,6 +55,7 @@ def valid_indexes(pool) -> list[table_health.IndexSize]:
         return [index for index in table_health.index_sizes(conn) if index.valid]
 
 
+@pytest.mark.slow  # big data: 50,000 jobs run, then vacuumed
 def test_a_bloated_index_is_rebuilt_concurrently(drained_backlog, caplog):
     pool = drained_backlog
     before = due_index(pool)
@@ -70,6 +71,7 @@ def test_a_bloated_index_is_rebuilt_concurrently(drained_backlog, caplog):
     keeper.close()
 
 
+@pytest.mark.slow  # big data: 50,000 jobs run, then vacuumed
 def test_a_rebuild_takes_its_turn_before_a_due_analyze(drained_backlog, monkeypatch):
     # a busy queue passes the ANALYZE threshold between any two reads
     monkeypatch.setattr(health, "ANALYZE_MIN_GAP", 0.0)
@@ -94,6 +96,7 @@ def test_a_rebuild_takes_its_turn_before_a_due_analyze(drained_backlog, monkeypa
     keeper.close()
 
 
+@pytest.mark.slow  # big data: 50,000 jobs run, then vacuumed
 def test_no_rebuild_starts_in_the_busy_hours(drained_backlog):
     noon = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
     busy = MaintenanceSpec(reindex_min_bytes=0, busy_hours=("08:00", "20:00"))
@@ -106,12 +109,14 @@ def test_no_rebuild_starts_in_the_busy_hours(drained_backlog):
     keeper.close()
 
 
+@pytest.mark.slow  # big data: 50,000 jobs run, then vacuumed
 def test_an_index_below_the_thresholds_is_left_alone(drained_backlog):
     keeper = TableKeeper(drained_backlog.engine)  # the default: at least 8 MiB
     assert due_index(drained_backlog).bytes < MaintenanceSpec().reindex_min_bytes
     assert keeper.check() is None
 
 
+@pytest.mark.slow  # big data: 99,000 rows
 def test_on_a_small_hot_table_the_size_floor_counts_its_indexes_together(pool, sql):
     """No single index reaches the floor (8 MiB), but together they pass it: the due index, far
     above its packed size, is rebuilt, and not again within REBUILD_GAP."""

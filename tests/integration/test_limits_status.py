@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers.cli import run_cli
 from workerpool import WorkerPool
 from workerpool import sql as queries
@@ -80,6 +82,7 @@ def test_a_jobs_why_line_names_the_limit_that_holds_it(pool):
     assert why_line(app, free) == f"job {free} (sync): no live worker serves queue keyed"
 
 
+@pytest.mark.slow  # the CLI as a subprocess
 def test_status_job_on_the_command_line(pool, db_url, tmp_path):
     app = limited(pool)
     app.enqueue("work", {"n": 1})

@@ -20,6 +20,8 @@ from workerpool import sql as queries
 from workerpool.ops import dead, status
 from workerpool.ops.dead import DeadFilter
 
+pytestmark = pytest.mark.slow  # big data: 200,000 history rows loaded for EXPLAIN
+
 HISTORY = 200_000
 
 SEED = f"""

@@ -25,6 +25,8 @@ from tests.helpers.plans import (
 from workerpool import sql as queries
 from workerpool.model.limits import ClaimLimits, KeyLimit
 
+pytestmark = pytest.mark.slow  # big data: 100,000-row backlogs loaded and analyzed for EXPLAIN
+
 
 def per_key_claim_plan(url: URL, planning: str) -> dict:
     """The explained plan of a per-key claim (limit 1 per key) on a worker's connection."""

@@ -34,6 +34,8 @@ from tests.helpers.plans import (
 )
 from workerpool.sql.recovery import RECOVER_BATCH
 
+pytestmark = pytest.mark.slow  # big data: a 200,000-row backlog and its history, for EXPLAIN
+
 
 @pytest.fixture(scope="module")
 def stale_url(server_url: URL, template_db: str) -> Iterator[URL]:

@@ -3,6 +3,7 @@ traceback, a 404, and the error page of a dashboard whose database is unreachabl
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from tests.apps import web
@@ -43,6 +44,7 @@ def test_the_error_page_of_an_unreachable_database_shows_no_password():
         pool.dispose()
 
 
+@pytest.mark.slow  # the CLI as a subprocess
 def test_a_read_replica_down_is_named_with_its_secrets_masked(db_url, monkeypatch, tmp_path):
     """libpq takes a password in the query too (``?password=``, ``sslpassword=``): the 503
     page names the replica without either, and so does the command line's one line."""

@@ -7,7 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.paths import ROOT
+
+pytestmark = pytest.mark.slow  # subprocesses: a Python running a worker, twice
 
 SCRIPT = r"""
 import sys

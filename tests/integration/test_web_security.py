@@ -190,6 +190,7 @@ def test_a_loopback_bind_needs_none(host):
     check_bind(host, None)
 
 
+@pytest.mark.slow  # the CLI as a subprocess
 def test_the_command_refuses_an_open_bind_before_listening(db_url, tmp_path):
     result = run_cli("web", "--bind", "0.0.0.0", "--port", "1", url=db_url, cwd=ROOT)
     assert result.returncode == 1

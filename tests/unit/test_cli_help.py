@@ -10,6 +10,8 @@ import pytest
 
 from workerpool.cli.helptext import EXAMPLES
 
+pytestmark = pytest.mark.slow  # the CLI as a subprocess: one Python a command
+
 
 def help_of(*command: str) -> str:
     result = subprocess.run(

@@ -121,6 +121,7 @@ def test_a_queue_named_like_anothers_child_is_refused(tmp_path):
     )
 
 
+@pytest.mark.slow  # the CLI as a subprocess
 def test_workerpool_run_refuses_bad_processes_in_one_line_before_anything(tmp_path):
     app = tmp_path / "procs_app.py"
     app.write_text(

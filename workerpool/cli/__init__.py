@@ -8,10 +8,8 @@ modules lazily so that `workerpool healthcheck` (a Kubernetes exec probe) stays 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..model import exitcodes
 from . import batch as cli_batch
@@ -23,7 +21,7 @@ from . import job as cli_job
 from . import live
 from . import queues as cli_queues
 from . import status as cli_status
-from .helptext import add_command
+from .helptext import add_app_option, add_command
 from .target import CliError, check_migrated, load_pool, pool_for
 
 # -- commands --------------------------------------------------------------------------------
@@ -115,21 +113,6 @@ def cmd_web(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def cmd_signal(args: argparse.Namespace) -> int:
-    """``workerpool signal NAME --payload JSON``: ``pool.signal``; prints when it was sent."""
-    try:
-        payload = json.loads(args.payload, parse_constant=cli_enqueue.reject_constant)
-    except ValueError as exc:
-        raise CliError(f"--payload is not valid JSON: {exc}") from None
-    sent_at = pool_for(args).signal(args.name, payload)
-    print(
-        json.dumps({"signal": args.name, "sent_at": sent_at.isoformat()})
-        if args.json
-        else f"signal {args.name!r} sent at {sent_at.isoformat(timespec='seconds')}"
-    )
-    return exitcodes.OK
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "migrate": cmd_migrate,
     "enqueue": lambda args: cli_enqueue.cmd_enqueue(args),
@@ -138,7 +121,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "batch": lambda args: cli_batch.cmd_batch(args),
     "job": lambda args: cli_job.cmd_job(args),
     "rerun": lambda args: cli_job.cmd_rerun(args),
-    "signal": cmd_signal,
+    "signal": lambda args: live.cmd_signal(args),
     "cancel": lambda args: live.cmd_cancel(args),
     "pause": lambda args: live.cmd_pause(args),
     "resume": lambda args: live.cmd_resume(args),
@@ -174,11 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the schema of workerpool's tables, created if missing (default: "
         "$WORKERPOOL_SCHEMA, else public)",
     )
-    migrate.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="migrate the database (and schema) this app's pool names, e.g. a Django"
+    add_app_option(
+        migrate,
+        "migrate the database (and schema) this app's pool names, e.g. a Django"
         " project's: workerpool.contrib.django.worker:pool",
     )
 
@@ -190,7 +171,6 @@ def build_parser() -> argparse.ArgumentParser:
     cli_queues.add_parser(sub)
     cli_job.add_parser(sub)
     cli_job.add_rerun_parser(sub)
-    add_signal_parser(sub)
     live.add_parsers(sub)
     cli_crons.add_parsers(sub)
     run = add_command(
@@ -307,11 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="heartbeat directory (default: $WORKERPOOL_HEARTBEAT_DIR, else the "
         "one the live supervisor on this host holds)",
     )
-    health.add_argument(
-        "--app",
-        default=None,
-        metavar="APP:POOL",
-        help="without --dir: the supervisor of this app, when several run here"
+    add_app_option(
+        health,
+        "without --dir: the supervisor of this app, when several run here"
         " (the target as given to `workerpool run`; not imported)",
     )
     health.add_argument(
@@ -368,24 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embedded.add_argument("action", choices=["status", "stop"])
     return parser
-
-
-def add_signal_parser(sub: Any) -> None:
-    signal = add_command(
-        sub,
-        "signal",
-        help="send a signal: wake the jobs waiting for it in"
-        " job.wait_for (the first signal of a name stands)",
-    )
-    signal.add_argument("name", metavar="NAME")
-    signal.add_argument("--payload", default="null", help="a JSON value (default null)")
-    signal.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="use this app's payload limit (default: the default limit)",
-    )
-    signal.add_argument("--json", action="store_true")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

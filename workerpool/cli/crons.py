@@ -1,5 +1,5 @@
 """`workerpool cron list|pause|resume|run|add|remove` (schedules at run time) and `workerpool
-audit` (who did what), and the ``--as NAME`` option of every command that acts."""
+audit` (who did what)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..model import exitcodes
+from .helptext import add_app_option, add_as
 from .target import CliError, pool_for
 
 CRON_EXAMPLE = """\
@@ -178,16 +179,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def add_as(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--as",
-        dest="as_name",
-        default=None,
-        metavar="NAME",
-        help="who acts, for the audit trail (default: user@host)",
-    )
-
-
 def add_parsers(sub: Any) -> None:
     def command(parent: Any, name: str, epilog: str | None, **options: Any) -> Any:
         return parent.add_parser(
@@ -207,12 +198,7 @@ def add_parsers(sub: Any) -> None:
         CRON_EXAMPLE,
         help="name, expression, next tick, last job, paused (by whom, when)",
     )
-    listing.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="show this app's declared crons too (before a scheduler saw them)",
-    )
+    add_app_option(listing, "show this app's declared crons too (before a scheduler saw them)")
     listing.add_argument("--json", action="store_true")
     for verb, text in (
         ("pause", "pause a schedule on every replica (kept across restarts)"),
@@ -221,12 +207,7 @@ def add_parsers(sub: Any) -> None:
     ):
         parser = command(verbs, verb, CRON_EXAMPLE, help=text)
         parser.add_argument("name", metavar="NAME")
-        parser.add_argument(
-            "--app",
-            metavar="APP:POOL",
-            default=None,
-            help="the app declaring the cron (required by run)",
-        )
+        add_app_option(parser, "the app declaring the cron (required by run)")
         add_as(parser)
         if verb == "run":
             parser.add_argument(
@@ -243,11 +224,11 @@ def add_parsers(sub: Any) -> None:
     add.add_argument("--payload", default="{}", help="a JSON object; each job gets its tick too")
     add.add_argument("--queue", default=None, help="the task's queue (checked against it)")
     add.add_argument("--timezone", default="UTC", help="an IANA name (default UTC)")
-    add.add_argument("--app", metavar="APP:POOL", default=None, help="the app (required)")
+    add_app_option(add, "the app (required)")
     add_as(add)
     remove = command(verbs, "remove", CRON_EXAMPLE, help="remove a schedule added at run time")
     remove.add_argument("name", metavar="NAME")
-    remove.add_argument("--app", metavar="APP:POOL", default=None, help="the app")
+    add_app_option(remove, "the app")
     add_as(remove)
     audit = command(
         sub,

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import exitcodes
-from .crons import add_as
-from .helptext import add_command
+from .helptext import add_app_option, add_as, add_command
 from .target import CliError, pool_for
 
 
@@ -159,12 +158,7 @@ def add_parser(sub: Any) -> None:
     retry.add_argument("--all", action="store_true", help="every dead job matching the filters")
     _add_filters(retry)
     retry.add_argument("--dry-run", action="store_true", help="show what would be replayed")
-    retry.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="check tasks against this app (default: what live workers run)",
-    )
+    add_app_option(retry, "check tasks against this app (default: what live workers run)")
     retry.add_argument("--json", action="store_true")
     add_as(retry)
 

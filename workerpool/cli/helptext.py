@@ -1,5 +1,6 @@
 """What `workerpool --help` and each subcommand's help tell the person running them: what the
-tool is for, and an example of each command (shown as written: RawDescriptionHelpFormatter)."""
+tool is for, an example of each command (shown as written: RawDescriptionHelpFormatter), and
+the options many commands share (``--app``, ``--as``), added by one function each."""
 
 from __future__ import annotations
 
@@ -159,4 +160,21 @@ def add_command(sub: Any, name: str, **options: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLES.get(name),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **options,
+    )
+
+
+def add_app_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--app APP:POOL``: the application whose pool the command acts on (``pool_for``);
+    ``help`` says what the app decides for this command."""
+    parser.add_argument("--app", metavar="APP:POOL", default=None, help=help)
+
+
+def add_as(parser: argparse.ArgumentParser) -> None:
+    """``--as NAME``: who acts, for the audit trail."""
+    parser.add_argument(
+        "--as",
+        dest="as_name",
+        default=None,
+        metavar="NAME",
+        help="who acts, for the audit trail (default: user@host)",
     )

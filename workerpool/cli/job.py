@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ..model import exitcodes
-from .helptext import add_command
+from .helptext import add_app_option, add_command
 from .target import pool_for
 
 
@@ -56,12 +56,7 @@ def add_rerun_parser(sub: Any) -> None:
         help="keep the steps recorded before this one, drop it and the later ones"
         " (default: keep none)",
     )
-    rerun.add_argument(
-        "--app",
-        default=None,
-        metavar="APP:POOL",
-        help="the app (default: a pool on $WORKERPOOL_DATABASE_URL)",
-    )
+    add_app_option(rerun, "the app (default: a pool on $WORKERPOOL_DATABASE_URL)")
     rerun.add_argument("--json", action="store_true")
 
 
@@ -76,11 +71,9 @@ def add_parser(sub: Any) -> None:
         " finished",
     )
     show.add_argument("id", type=int, metavar="ID")
-    show.add_argument(
-        "--app",
-        default=None,
-        metavar="APP:POOL",
-        help="the app: a typed task's payload is shown as its arguments by name"
+    add_app_option(
+        show,
+        "the app: a typed task's payload is shown as its arguments by name"
         " (default: a pool on $WORKERPOOL_DATABASE_URL)",
     )
     show.add_argument("--json", action="store_true", help="stable JSON for scripts")

@@ -1,4 +1,4 @@
-"""`workerpool cancel`, `pause`, `resume` (steering live work) and `roles`."""
+"""`workerpool signal`, `cancel`, `pause`, `resume` (steering live work) and `roles`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,24 @@ import sys
 from typing import Any
 
 from ..model import exitcodes
-from .crons import add_as
+from .enqueue import reject_constant
+from .helptext import add_app_option, add_as, add_command
 from .target import CliError, pool_for
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    """``workerpool signal NAME --payload JSON``: ``pool.signal``; prints when it was sent."""
+    try:
+        payload = json.loads(args.payload, parse_constant=reject_constant)
+    except ValueError as exc:
+        raise CliError(f"--payload is not valid JSON: {exc}") from None
+    sent_at = pool_for(args).signal(args.name, payload)
+    print(
+        json.dumps({"signal": args.name, "sent_at": sent_at.isoformat()})
+        if args.json
+        else f"signal {args.name!r} sent at {sent_at.isoformat(timespec='seconds')}"
+    )
+    return exitcodes.OK
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -67,6 +83,16 @@ def cmd_roles(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    signal = add_command(
+        sub,
+        "signal",
+        help="send a signal: wake the jobs waiting for it in"
+        " job.wait_for (the first signal of a name stands)",
+    )
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument("--payload", default="null", help="a JSON value (default null)")
+    add_app_option(signal, "use this app's payload limit (default: the default limit)")
+    signal.add_argument("--json", action="store_true")
     cancel = sub.add_parser(
         "cancel", help="cancel jobs: queued ones now, running ones asked to stop"
     )
@@ -83,7 +109,7 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("--state", default=None, help="with --queue: pending, processing or failed")
     cancel.add_argument("--reason", default=None, help="why (kept in each job's history)")
     cancel.add_argument("--dry-run", action="store_true", help="show what would happen")
-    cancel.add_argument("--app", metavar="APP:POOL", default=None)
+    add_app_option(cancel)
     cancel.add_argument("--json", action="store_true")
     add_as(cancel)
     for verb, text in (
@@ -92,11 +118,8 @@ def add_parsers(sub: Any) -> None:
     ):
         parser = sub.add_parser(verb, help=text)
         parser.add_argument("queue", metavar="QUEUE")
-        parser.add_argument(
-            "--app",
-            metavar="APP:POOL",
-            default=None,
-            help="known queues are this app's (default: queues with live workers or rows)",
+        add_app_option(
+            parser, "known queues are this app's (default: queues with live workers or rows)"
         )
         add_as(parser)
     roles = sub.add_parser(

@@ -11,7 +11,7 @@ from ..model import exitcodes
 from ..model.audit import current_actor
 from ..model.specs import check_max_pending
 from ..model.validation import check_name
-from .helptext import add_command
+from .helptext import add_app_option, add_command
 from .target import CliError, pool_for
 
 
@@ -82,4 +82,4 @@ def add_parser(sub: Any) -> None:
     listed = add_command(verbs, "queue bounds", help="every bounded queue and its bound")
     listed.add_argument("--json", action="store_true", help="stable JSON for scripts")
     for parser in (bound, unbound, listed):
-        parser.add_argument("--app", metavar="APP:POOL", default=None, help="the app's database")
+        add_app_option(parser, "the app's database")

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..model import exitcodes
-from .helptext import add_command
+from .helptext import add_app_option, add_command
 from .target import CliError, existing_database, pool_for
 
 
@@ -73,12 +73,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     status = add_command(sub, "status", help="queues (counts, oldest due, dead), crons, workers")
     status.add_argument("--json", action="store_true", help="stable JSON for scripts")
-    status.add_argument(
-        "--app",
-        metavar="APP:POOL",
-        default=None,
-        help="judge runnable rows by this app's tasks instead of live workers'",
-    )
+    add_app_option(status, "judge runnable rows by this app's tasks instead of live workers'")
     status.add_argument(
         "--job",
         type=int,
