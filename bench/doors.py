@@ -19,8 +19,8 @@ import psycopg
 
 from workerpool import WorkerPool
 
-from . import enqueue, floors
-from .app import QUEUE, noop
+from . import enqueue
+from .app import noop
 from .report import Report
 
 log = logging.getLogger("workerpool.bench")
@@ -64,17 +64,7 @@ def measure(report: Report, pool: WorkerPool, dsn: str, count: int) -> None:
     enqueue.warm_up(pool)
     notify = pool.registry.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
-
-        def raw(start: int, end: int) -> None:
-            for i in range(start, end):
-                payload = json.dumps({"i": i})
-                if notify:
-                    conn.execute(
-                        floors.ENQUEUE_NOTIFY_SQL,
-                        (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE),
-                    )
-                else:
-                    conn.execute(enqueue.RAW_SINGLE_SQL, (QUEUE, noop.__name__, payload))
+        raw = enqueue.raw_singles(conn, notify)
 
         def ours(start: int, end: int) -> None:
             for i in range(start, end):

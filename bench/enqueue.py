@@ -100,6 +100,24 @@ PAIR_BLOCK = 50
 BOUNDED_MAX_PENDING = 1_000_000
 
 
+def raw_singles(conn: psycopg.Connection, notify: bool) -> Callable[[int, int], None]:
+    """The raw floor's loop: one autocommit ``INSERT ... RETURNING id`` per job on ``conn``,
+    with the workers' NOTIFY in the statement when the pool sends one (the same work)."""
+
+    def raw(start: int, end: int) -> None:
+        for i in range(start, end):
+            payload = json.dumps({"i": i})
+            if notify:
+                conn.execute(
+                    floors.ENQUEUE_NOTIFY_SQL,
+                    (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE),
+                )
+            else:
+                conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, payload))
+
+    return raw
+
+
 def single_pair(
     pool: WorkerPool, dsn: str, count: int, bounded: WorkerPool | None = None
 ) -> dict[str, float]:
@@ -115,17 +133,7 @@ def single_pair(
     names = ["raw", "pool"] + (["bounded"] if bounded is not None else [])
     notify = pool.registry.notify
     with psycopg.connect(dsn, autocommit=True) as conn:
-
-        def raw(start: int, end: int) -> None:
-            for i in range(start, end):
-                payload = json.dumps({"i": i})
-                if notify:
-                    conn.execute(
-                        floors.ENQUEUE_NOTIFY_SQL,
-                        (QUEUE, noop.__name__, payload, floors.CHANNEL, QUEUE),
-                    )
-                else:
-                    conn.execute(RAW_SINGLE_SQL, (QUEUE, noop.__name__, payload))
+        raw = raw_singles(conn, notify)
 
         def ours(start: int, end: int) -> None:
             for i in range(start, end):
