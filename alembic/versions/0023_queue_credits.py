@@ -72,6 +72,10 @@ DECLARE
   credit integer;
   room integer;
 BEGIN
+  IF n IS NULL OR n < 1 OR bound IS NULL OR bound < 1 THEN
+    RAISE EXCEPTION 'workerpool_queue_take: adding and max_pending must be positive, got % and %',
+      n, bound USING ERRCODE = '22023';
+  END IF;
   UPDATE {s}.workerpool_queue_credits AS r SET credit = r.credit - n
   WHERE r.queue = (
     SELECT f.queue FROM {s}.workerpool_queue_credits AS f

@@ -264,3 +264,10 @@ def test_counting_and_taking_together_keep_the_bound(pool, sql):
     assert bound - bound // 100 <= waiting(sql, "mixed") == accepted <= bound
     with pytest.raises(QueueFull):
         pool.enqueue("mix", {"n": -1})
+
+
+@pytest.mark.parametrize("adding, bound", [(0, 100), (-5, 100), (1, 0), (None, 100)])
+def test_taking_nothing_or_less_is_refused_and_gives_no_credit(sql, adding, bound):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="must be positive"):
+        sql("SELECT workerpool_queue_take('q', %s, %s)", adding, bound)
+    assert credit(sql, "q") is None
