@@ -78,8 +78,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test of ``tests/processes`` is slow (real forks, supervisors, browsers, chaos,
     soaks, bench smokes, wheels); a slower test elsewhere says so with ``@pytest.mark.slow``.
 
-    The slow ones are collected first (xdist hands out whole files in this order): a long file
-    that starts last keeps the run waiting on one worker while the others are done."""
+    The slow ones are collected first, so a serial run reports the long tests early. Under
+    xdist's ``--dist loadfile`` this order does not reach the workers: pytest-xdist hands the
+    files out by their number of tests (docs/benchmarks.md, "The test suite's own time")."""
     for item in items:
         if item.path.is_relative_to(PROCESSES):
             item.add_marker(pytest.mark.slow)
