@@ -69,6 +69,7 @@ def test_cli_enqueue_refuses_past_the_apps_declared_bound(db_url, sql, tmp_path)
     full = enqueue(3)
     assert full.returncode == 1
     assert full.stderr == (
-        "workerpool enqueue: queue tiny is full: 2 jobs waiting to run, bound 2, refused 1 more\n"
+        "workerpool enqueue: queue tiny is full: 2 jobs waiting to run or reserved, bound 2,"
+        " refused 1 more\n"
     )
     assert sql("SELECT count(*) FROM workerpool_jobs") == [(2,)]

@@ -73,10 +73,10 @@ def check_room(conn: Connection, queue: str, adding: int, max_pending: int) -> i
     """The room left in ``queue`` once ``adding`` jobs are in; QueueFull if they do not fit
     (raised here, not by the server: a caller's transaction stays usable).
 
-    The room is taken from the queue's credit, which a count of its waiting jobs grants (see
-    migration 0023), and given back if the transaction rolls back. Jobs of concurrent
-    transactions that have not committed are not counted: producers that enqueue at once may
-    pass the bound by what they hold uncommitted, never by more."""
+    Counts the queue's waiting jobs less the credit granted to autocommit enqueues and not yet
+    taken (``workerpool_queue_room``, migration 0023), writing and locking nothing. Jobs of
+    concurrent transactions that have not committed are not counted: producers that enqueue at
+    once may pass the bound by what they hold uncommitted, never by more."""
     params = {"queue": queue, "adding": adding, "max_pending": max_pending}
     room = int(conn.execute(_ROOM, params).scalar_one())
     if room < 0:
@@ -85,10 +85,12 @@ def check_room(conn: Connection, queue: str, adding: int, max_pending: int) -> i
 
 
 def queue_full(queue: str, adding: int, max_pending: int, room: int) -> QueueFull:
-    """The refusal of ``adding`` jobs where ``workerpool_queue_room`` found ``room`` < 0."""
+    """The refusal of ``adding`` jobs where the room check found ``room`` < 0. What it counted
+    includes the credit still reserved for autocommit enqueues (a hundredth of the bound at
+    most), so the message says so."""
     waiting = max_pending - adding - room
     return QueueFull(
-        f"queue {queue} is full: {waiting} jobs waiting to run, bound {max_pending}, "
+        f"queue {queue} is full: {waiting} jobs waiting to run or reserved, bound {max_pending}, "
         f"refused {adding} more",
         queue,
     )
