@@ -3,10 +3,12 @@
 ``WORKERPOOL_TEST_DATABASE_URL`` points at a server to use (CI: the local PostgreSQL 15);
 without it the embedded PostgreSQL (pgserver) under ``.workerpool/test-pgdata`` is started.
 
-Under pytest-xdist every worker process is a session of its own: it makes its own template
-database (random names, so they never collide). The workers all start the embedded server at
-once: pgserver serialises the start behind its own lock file, so one of them runs initdb and
-starts the postmaster and the others attach to it.
+Under pytest-xdist the controlling process migrates one template before it starts the workers
+and names it to them in ``WORKERPOOL_TEST_TEMPLATE`` (six workers migrating a template each took
+their first seconds on two cores); it drops the template at the end. Each worker keeps its own
+copy of it. A run without xdist makes its template in the ``template_db`` fixture. The
+controller starts the embedded server (pgserver serialises starts behind its own lock file, so
+a worker that starts it too attaches to the same postmaster).
 """
 
 from __future__ import annotations
@@ -46,18 +48,34 @@ def _server_url() -> URL:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The test run stops the embedded server at its end if it was not running at its start
-    (under xdist: the controlling process decides; its workers start or attach to the server)."""
-    if hasattr(session.config, "workerinput") or os.environ.get(TEST_URL_ENV):
+    (under xdist: the controlling process decides). Under xdist the controller makes the
+    workers' shared template here: this hook runs before xdist's, which starts the workers."""
+    config = session.config
+    if hasattr(config, "workerinput"):
         return
-    session.config.stash[_STARTED_HERE] = not db.embedded_running(EMBEDDED_TEST_DIR)
+    if not os.environ.get(TEST_URL_ENV):
+        config.stash[_STARTED_HERE] = not db.embedded_running(EMBEDDED_TEST_DIR)
+    if config.getoption("numprocesses", None) and not config.getoption("collectonly"):
+        template = databases.create(_server_url(), "wp_tpl")
+        config.stash[_SHARED_TEMPLATE] = template
+        upgrade(template)
+        os.environ[TEMPLATE_ENV] = template.database
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After xdist's own (``trylast``): the workers have stopped using the template."""
+    template = session.config.stash.get(_SHARED_TEMPLATE, None)
+    if template is not None:
+        databases.drop(_server_url(), template)
     if session.config.stash.get(_STARTED_HERE, False):
         db.stop_embedded(EMBEDDED_TEST_DIR)
 
 
 _STARTED_HERE = pytest.StashKey[bool]()
+_SHARED_TEMPLATE = pytest.StashKey[URL]()
+#: The shared template's name, from the xdist controller to its workers.
+TEMPLATE_ENV = "WORKERPOOL_TEST_TEMPLATE"
 
 PROCESSES = Path(__file__).parent / "processes"
 
@@ -94,6 +112,11 @@ def server_url() -> URL:
 
 @pytest.fixture(scope="session")
 def template_db(server_url: URL) -> Iterator[str]:
+    """The migrated template: the controller's under xdist, else one made for this run."""
+    shared = os.environ.get(TEMPLATE_ENV)
+    if shared:
+        yield shared
+        return
     with databases.scratch_database(server_url, "wp_tpl") as url:
         upgrade(url)
         yield url.database
