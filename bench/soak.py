@@ -10,7 +10,9 @@ installed; beside them each index's size and packed estimate at every sample
 (``<label>-indexes.csv``) and the supervisor's log at INFO without the history mover's per-pass
 lines (``<label>.log``: the maintenance child's VACUUM, ANALYZE and REINDEX, with their times),
 and what the server waited on around every probe claim slower than 100 ms
-(``<label>-stalls.csv``, :mod:`.stalls`), with the checkpoints and autovacuum runs per sample.
+(``<label>-stalls.csv``, :mod:`.stalls`), with the checkpoints and autovacuum runs per sample,
+and the server's CPU per role at every sample (``<label>-cpu.csv``, :mod:`.cpu_roles`: which
+backend's cost per job grew).
 
 Claim latency comes from a probe: every ``PROBE_EVERY`` seconds a claim of ``PROBE_LIMIT`` rows
 on an engine with the worker's own settings (startup options, prepared statements: the plan a
@@ -35,11 +37,13 @@ from sqlalchemy.engine import URL
 
 from workerpool import WorkerPool
 from workerpool import sql as queries
+from workerpool.model.specs import MaintenanceSpec
 from workerpool.runtime.maintenance import health
 from workerpool.runtime.worker import session_limits
 from workerpool.sql import db, table_health
 
 from . import app, supervised
+from .cpu_roles import RoleCPU
 from .database import BenchDatabase, every_job
 from .report import percentile
 from .stalls import StallWatch, counters
@@ -57,6 +61,7 @@ RSS_GROWTH = 1.1  # a child's memory once warm: flat, not climbing with the jobs
 #: pre-spike median within RECOVERY_MINUTES (no manual VACUUM or REINDEX in between).
 RECOVERY = 1.2
 RECOVERY_MINUTES = 5.0
+BLOCKS_READ = "SELECT blks_read FROM pg_stat_database WHERE datname = current_database()"
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ class Sample:
     horizon_age_s: float | None
     checkpoints: int  # since the server's statistics were reset
     autovacuums: int  # autovacuum and autoanalyze runs of the jobs table, likewise
+    #: blocks the database read from outside shared_buffers per second since the last sample
+    blocks_read_per_s: float | None = None
 
     def line(self) -> str:
         def ms(value: float | None) -> str:
@@ -113,6 +120,7 @@ class Sample:
             f" table={self.table_mb:.1f} MiB indexes={self.index_mb:.1f} MiB"
             f" dead={self.dead} horizon={ms(self.horizon_age_s)} s"
             f" checkpoints={self.checkpoints} autovacuums={self.autovacuums}"
+            f" read/s={ms(self.blocks_read_per_s)}"
         )
 
 
@@ -185,14 +193,22 @@ class Probe:
 
 
 def pickup_p99_ms(bench_db: BenchDatabase, seconds: float) -> float | None:
+    """Pickup p99 of the jobs finished in the last ``seconds``. Under the mover's delay they
+    are all still in the jobs table (its finished index): the history has no index on
+    ``finished_at``, so reading it too was a parallel scan of every job the run had finished, at
+    every sample (1,200-2,000 blocks read a second after a spike of a million jobs)."""
+    where = (
+        "state = 'done' AND finished_at > now() - make_interval(secs => %(seconds)s)"
+        " AND claimed_by <> 'bench:probe'"
+    )
+    source = (
+        f"(SELECT claimed_at, run_at FROM workerpool_jobs WHERE {where}) AS j"
+        if seconds < MaintenanceSpec.history_delay
+        else every_job("claimed_at, run_at", where)
+    )
     row = bench_db.sql(
         "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM"
-        " claimed_at - run_at)) * 1000 FROM "
-        + every_job(
-            "claimed_at, run_at",
-            "state = 'done' AND finished_at > now() - make_interval(secs"
-            " => %(seconds)s) AND claimed_by <> 'bench:probe'",
-        ),
+        " claimed_at - run_at)) * 1000 FROM " + source,
         {"seconds": seconds},
     )
     return float(row[0][0]) if row and row[0][0] is not None else None
@@ -210,6 +226,10 @@ class Soak:
         self.indexes: list[tuple[float, str, int, int]] = []
         self.log_lines: list[str] = []  # the supervisor's log (INFO: the maintenance's commands)
         self.watch = StallWatch(bench_db.dsn)
+        self.cpu = RoleCPU(bench_db.sql)
+        self.blocks_read = 0
+        #: (t, role, CPU seconds per second, µs per job done) at every sample
+        self.cpu_rows: list[tuple[float, str, float, float | None]] = []
 
     def run(self) -> list[Sample]:
         self.db.vacuum()  # statistics of an empty table, as right after `workerpool migrate`
@@ -238,6 +258,8 @@ class Soak:
         start = time.monotonic()
         thread.start()
         self.watch.start()
+        self.cpu.sample(0.0)
+        self.blocks_read = self.db.sql(BLOCKS_READ)[0][0]
         next_sample, last_done, last_t = start + plan.interval, 0, 0.0
         try:
             while time.monotonic() < start + plan.minutes * 60.0:
@@ -284,11 +306,24 @@ class Soak:
             )
         children = supervisor.queue_children()
         checkpoints, autovacuums = counters(self.db.sql)
+        done_per_s = (done - last_done) / (t - last_t) if t > last_t else 0.0
+        blocks_read = self.db.sql(BLOCKS_READ)[0][0]
+        blocks_read_per_s = (blocks_read - self.blocks_read) / (t - last_t) if t > last_t else None
+        self.blocks_read = blocks_read
+        self.cpu_rows.extend(
+            (
+                round(t, 1),
+                role,
+                round(used, 4),
+                round(used / done_per_s * 1e6, 1) if done_per_s else None,
+            )
+            for role, used in self.cpu.sample(t - last_t).items()
+        )
         return Sample(
             t=round(t, 1),
             enqueued=enqueued,
             done=done,
-            done_per_s=(done - last_done) / (t - last_t) if t > last_t else 0.0,
+            done_per_s=done_per_s,
             backlog=backlog,
             claim_p50_ms=percentile(claims, 50) if claims else None,
             claim_p99_ms=percentile(claims, 99) if claims else None,
@@ -300,6 +335,7 @@ class Soak:
             horizon_age_s=max(0.0, table.holder.age_s or 0.0) if table.holder else None,
             checkpoints=checkpoints,
             autovacuums=autovacuums,
+            blocks_read_per_s=blocks_read_per_s,
         )
 
     def close(self) -> None:
@@ -462,9 +498,14 @@ def run_soak(plan: SoakPlan, server: URL) -> int:
     log_path.write_text(
         "".join(line + "\n" for line in soak.log_lines if " jobs_moved: " not in line)
     )
+    cpu_path = plan.out / f"{plan.label}-cpu.csv"
+    with cpu_path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["t", "role", "cpu_s_per_s", "us_per_job"])
+        writer.writerows(soak.cpu_rows)
     stalls_path = plan.out / f"{plan.label}-stalls.csv"
     soak.watch.write(stalls_path)
-    print(f"# wrote {csv_path}, {indexes_path}, {log_path}, {stalls_path}")
+    print(f"# wrote {csv_path}, {indexes_path}, {cpu_path}, {log_path}, {stalls_path}")
     for line in soak.watch.summary():
         print(f"# {line}")
     from .chart import draw
