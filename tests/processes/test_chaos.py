@@ -50,6 +50,10 @@ def test_a_seeded_run_passes_every_check(tmp_path):
     assert result["ok"] and not result["violations"]
     landed = Counter(f["kind"] for f in result["faults"] if not f["error"])
     assert landed["failover"] == 1, result["faults"]
+    # promoted only once the standby had flushed all the primary's WAL: a commit the primary
+    # made visible without it (a backend terminated while it waited) is not the queue's to keep
+    [failover] = [f for f in result["faults"] if f["kind"] == "failover"]
+    assert "standby in sync after" in failover["target"], failover
     for kind in (
         "kill_child",
         "stop_child",

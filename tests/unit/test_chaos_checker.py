@@ -119,6 +119,22 @@ def test_a_job_left_processing_or_done_without_its_run_is_found():
     assert found["done_without_its_run"] == [1] and found["left_processing"] == [3]
 
 
+def test_a_once_job_killed_after_its_complete_in_is_done_by_its_run():
+    history = clean()
+    history.jobs[4] = job(4, "k4", task="once")
+    history.jobs[4]["result"] = {"once": "k4"}
+    history.effects["k4"] = {"key": "k4"}
+    history.execs.append(run("e", 4, outcome=None, kind="once"))  # killed before it reported
+    history.once = {4: 1}  # the effect committed with the completion
+    assert check(history).ok, dict(check(history).violations)
+    history.once = {}  # no effect row: nothing proves the run ended the job
+    found = check(history).violations
+    assert found["done_without_its_run"] == [4] and found["once_missing"] == [4]
+    history.jobs[4]["task"] = "plain"  # any other job needs its run's "ok"
+    history.jobs[4]["result"] = {"key": "k4"}
+    assert check(history).violations["done_without_its_run"] == [4]
+
+
 def test_errors_and_effects_must_agree_with_the_ledger():
     history = clean()
     history.jobs[1] = job(1, "k1", attempts=2, errors=[{"attempt": 2, "type": "Flaky"}])

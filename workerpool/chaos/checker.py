@@ -82,6 +82,17 @@ def check(history: History) -> Verdict:
     return verdict
 
 
+def _ended_by_its_run(row: dict[str, Any], runs: list[dict[str, Any]], history: History) -> bool:
+    """A run of the job's last attempt ended ok. A ``once`` job ends itself with
+    ``complete_in`` before its run reports to the ledger: a worker killed between that commit
+    and the report leaves it done with its run started, not ended; the effect row written in
+    the transaction that ended it (checked by :func:`_once`) is then the run's proof."""
+    last = [r for r in runs if r["attempt"] == row["attempts"]]
+    if any(r["outcome"] == "ok" for r in last):
+        return True
+    return row["task"] == "once" and bool(last) and history.once.get(row["id"], 0) > 0
+
+
 def _outcome(row: dict[str, Any]) -> str:
     return f"dead/{row['dead_reason']}" if row["state"] == "dead" else row["state"]
 
@@ -120,7 +131,7 @@ def _job(
     if row["attempts"] > row["max_attempts"]:
         verdict.add("attempts_over_max", job_id)
     if row["state"] == "done":
-        if not any(r["outcome"] == "ok" and r["attempt"] == row["attempts"] for r in runs):
+        if not _ended_by_its_run(row, runs, history):
             verdict.add("done_without_its_run", job_id)
         # the handler's effect key: the job's key, else its id (a batch's callback has no key)
         if row["task"] != "poison" and (row["key"] or f"job:{job_id}") not in history.effects:

@@ -31,6 +31,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 MAX_HELD = 500  # connections the exhaust fault opens at most (the cluster allows 100)
 ADMIN_PATIENCE = 5.0  # seconds a fault waits for a connection of its own
 ASYNC_LAG = 2.0  # seconds of commits an asynchronous failover run loses on purpose
+SYNC_PATIENCE = 30.0  # seconds a synchronous failover waits for the standby to be in sync
 
 
 @dataclass
@@ -152,11 +153,7 @@ class Injector:
         for ``fault.seconds``: new connections fail with "too many clients" meanwhile."""
         server = self._primary()
         held: list[psycopg.Connection] = []
-        kwargs = {
-            k: v
-            for k, v in self.admin_kwargs.items()
-            if k not in ("host", "port", "target_session_attrs")
-        }
+        kwargs = self._one_server_kwargs()
         try:
             while len(held) < MAX_HELD:
                 try:
@@ -202,24 +199,58 @@ class Injector:
         primary, standby = self.servers.primary, self.servers.standby
         if primary is None or standby is None or self.servers.failed_over:
             raise RuntimeError("failover needs the run's primary and its standby")
+        caught_up = ""
         if self.servers.asynchronous:
             self._lag_then_crash(primary)
         else:
+            caught_up = self._standby_caught_up(primary)
             primary.stop("immediate")  # lost; the synchronous standby has every commit
         standby.promote()
         self.servers.failed_over = True
-        return f"port {primary.port} -> {standby.port}"
+        return f"port {primary.port} -> {standby.port}{caught_up}"
+
+    def _standby_caught_up(self, primary: Cluster) -> str:
+        """Wait until the standby streams and has flushed all the primary's WAL, as an HA
+        manager promotes only a standby known to be in sync. PostgreSQL makes a commit visible
+        on the primary without the standby when the backend waiting for the standby is
+        terminated or cancelled ("the transaction has already committed locally, but might not
+        have been replicated"), and after a restart, while the standby reconnects; a failover
+        then loses commits that clients saw (a retried enqueue finds its row and is told ok).
+        Those are the server's to lose, not workerpool's."""
+        deadline = time.monotonic() + SYNC_PATIENCE
+        waited = time.monotonic()
+        while time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.Error):
+                if self._in_sync(primary):
+                    return f" (standby in sync after {time.monotonic() - waited:.1f} s)"
+            time.sleep(0.1)
+        return f" (standby NOT in sync after {SYNC_PATIENCE:.0f} s: commits may be lost)"
+
+    def _one_server_kwargs(self) -> dict[str, Any]:
+        """The admin connection's arguments, less those naming the servers (multi-host URL)."""
+        return {
+            k: v
+            for k, v in self.admin_kwargs.items()
+            if k not in ("host", "port", "target_session_attrs")
+        }
+
+    def _in_sync(self, primary: Cluster) -> bool:
+        kwargs = self._one_server_kwargs()
+        with psycopg.connect(
+            autocommit=True, host="127.0.0.1", port=primary.port, **kwargs
+        ) as conn:
+            row = conn.execute(
+                "SELECT bool_or(state = 'streaming' AND flush_lsn >= pg_current_wal_flush_lsn())"
+                " FROM pg_stat_replication"
+            ).fetchone()
+        return bool(row and row[0])
 
     def _lag_then_crash(self, primary: Cluster) -> None:
         """Stop the primary's WAL sender for a while, then SIGKILL the whole primary: commits
         acknowledged meanwhile never left it, which is what a lagging asynchronous standby
         loses. (Stopping the standby's receiver instead loses nothing: the WAL already sent
         waits in its socket buffer.)"""
-        kwargs = {
-            k: v
-            for k, v in self.admin_kwargs.items()
-            if k not in ("host", "port", "target_session_attrs")
-        }
+        kwargs = self._one_server_kwargs()
         with psycopg.connect(
             autocommit=True, host="127.0.0.1", port=primary.port, **kwargs
         ) as conn:
