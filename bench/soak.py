@@ -15,8 +15,9 @@ and the server's CPU per role at every sample (``<label>-cpu.csv``, :mod:`.cpu_r
 backend's cost per job grew).
 
 Claim latency comes from a probe: every ``PROBE_EVERY`` seconds a claim of ``PROBE_LIMIT`` rows
-on an engine with the worker's own settings (startup options, prepared statements: the plan a
-worker caches), timed around the statement and then completed like any job. Pickup is
+through a worker's own session (its startup options, its prepared statements and the plans they
+cache, its connection renewed as a worker's is), timed around the statement and then completed
+like any job. Pickup is
 ``claimed_at - run_at`` of the jobs finished in the interval (database clock).
 """
 
@@ -39,8 +40,8 @@ from workerpool import WorkerPool
 from workerpool import sql as queries
 from workerpool.model.specs import MaintenanceSpec
 from workerpool.runtime.maintenance import health
-from workerpool.runtime.worker import session_limits
-from workerpool.sql import db, table_health
+from workerpool.runtime.worker.session import Session
+from workerpool.sql import table_health
 
 from . import app, supervised
 from .cpu_roles import RoleCPU
@@ -159,19 +160,17 @@ class Producer:
 
 
 class Probe:
-    """Timed claims through the worker's own connection settings (see the module docstring)."""
+    """Timed claims through a worker's own session (see the module docstring)."""
 
     def __init__(self, url: URL, pool: WorkerPool) -> None:
-        self.engine = db.create(
-            url, application_name="bench probe", pool_size=1, session_settings=session_limits()
-        )
+        self.session = Session(url, app.QUEUE, concurrency=1)
+        self.session.open()
         self.versions = pool.registry.task_versions(app.QUEUE)
         self.samples: list[tuple[float, float]] = []  # (monotonic time, ms)
 
     def claim_once(self) -> float:
         """One timed claim (its rows then completed); returns its milliseconds."""
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        with self.session.single_statement() as conn:
             started = time.perf_counter()
             rows = queries.claim(
                 conn,
@@ -181,7 +180,8 @@ class Probe:
                 task_versions=self.versions,
             )
             ms = (time.perf_counter() - started) * 1000.0
-            self.samples.append((time.monotonic(), ms))
+        self.samples.append((time.monotonic(), ms))
+        with self.session.single_statement() as conn:
             queries.complete(conn, "bench:probe", [(row.id, row.attempts) for row in rows])
         return ms
 
@@ -189,7 +189,7 @@ class Probe:
         return [ms for at, ms in self.samples if since <= at < until]
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.session.close()
 
 
 def pickup_p99_ms(bench_db: BenchDatabase, seconds: float) -> float | None:

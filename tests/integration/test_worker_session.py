@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from sqlalchemy import event
 
 from workerpool import sql as queries
 from workerpool.model.limits import claim_limits
+from workerpool.runtime.worker import session as worker_session
 from workerpool.runtime.worker.session import Session
 
 
@@ -59,6 +62,56 @@ def test_a_limited_claim_on_the_kept_connection_is_planned_once(pool):
                 " WHERE strpos(statement, 'UPDATE workerpool_jobs SET state') > 0"
             ).all()
         assert len(plans) == 1 and plans[0][1] == 0 and plans[0][0] >= 5, plans
+    finally:
+        session.close()
+
+
+def test_a_claim_planned_afresh_under_a_backlog_gets_its_generic_plan_back(pool, sql, monkeypatch):
+    """PostgreSQL never rebuilds a generic plan it has turned down: once an ANALYZE saw a
+    backlog, a connection plans every claim (0.2 ms of server CPU each) for as long as it
+    lives. The main connection is renewed, so the claim is planned once again soon after the
+    backlog is gone."""
+    monkeypatch.setattr(worker_session, "MAIN_CONNECTION_LIFETIME", 1.0)
+    pool.queue("q")
+    pool.task(lambda job: None, name="t", queue="q")
+    session = Session(pool.url, "q", concurrency=1)
+    session.open()
+
+    def claims(count: int) -> None:
+        for _ in range(count):
+            with session.transaction() as conn:
+                rows = queries.claim(conn, queue="q", worker="me", limit=10, task_versions={"t": 1})
+                queries.complete(conn, "me", [(row.id, row.attempts) for row in rows])
+
+    def plans() -> tuple[int, int]:
+        with session.transaction() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%'"
+            ).all()
+        return found[0] if found else (0, 0)
+
+    try:
+        sql(
+            "INSERT INTO workerpool_jobs (queue, task, state) SELECT 'q', 't', 'done'"
+            " FROM generate_series(1, 20000)"
+        )
+        sql("ANALYZE workerpool_jobs")
+        claims(15)
+        assert plans()[0] > 0  # no backlog: one generic plan
+        sql(
+            "INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 50000)"
+        )
+        sql("ANALYZE workerpool_jobs")
+        claims(30)
+        assert plans()[1] >= 15  # the backlog's statistics: every claim planned
+        sql("DELETE FROM workerpool_jobs WHERE state = 'pending'")
+        sql("ANALYZE workerpool_jobs")
+        deadline = time.monotonic() + 20
+        while not (plans()[0] > 0 and plans()[1] <= 5) and time.monotonic() < deadline:
+            claims(5)
+        generic, custom = plans()
+        assert generic > 0 and custom <= 5, (generic, custom)
     finally:
         session.close()
 
