@@ -71,7 +71,7 @@ def test_a_claim_planned_afresh_under_a_backlog_gets_its_generic_plan_back(pool,
     backlog, a connection plans every claim (0.2 ms of server CPU each) for as long as it
     lives. The main connection is renewed, so the claim is planned once again soon after the
     backlog is gone."""
-    monkeypatch.setattr(worker_session, "MAIN_CONNECTION_LIFETIME", 1.0)
+    monkeypatch.setattr(worker_session, "MAIN_CONNECTION_LIFETIME", 3600.0)
     pool.queue("q")
     pool.task(lambda job: None, name="t", queue="q")
     session = Session(pool.url, "q", concurrency=1)
@@ -100,13 +100,15 @@ def test_a_claim_planned_afresh_under_a_backlog_gets_its_generic_plan_back(pool,
         claims(15)
         assert plans()[0] > 0  # no backlog: one generic plan
         sql(
-            "INSERT INTO workerpool_jobs (queue, task) SELECT 'q', 't' FROM generate_series(1, 50000)"
+            "INSERT INTO workerpool_jobs (queue, task)"
+            " SELECT 'q', 't' FROM generate_series(1, 50000)"
         )
         sql("ANALYZE workerpool_jobs")
         claims(30)
         assert plans()[1] >= 15  # the backlog's statistics: every claim planned
         sql("DELETE FROM workerpool_jobs WHERE state = 'pending'")
         sql("ANALYZE workerpool_jobs")
+        monkeypatch.setattr(worker_session, "MAIN_CONNECTION_LIFETIME", 1.0)
         deadline = time.monotonic() + 20
         while not (plans()[0] > 0 and plans()[1] <= 5) and time.monotonic() < deadline:
             claims(5)
