@@ -17,8 +17,8 @@ backend's cost per job grew).
 Claim latency comes from a probe: every ``PROBE_EVERY`` seconds a claim of ``PROBE_LIMIT`` rows
 through a worker's own session (its startup options, its prepared statements and the plans they
 cache, its connection renewed as a worker's is), timed around the statement and then completed
-like any job. Pickup is
-``claimed_at - run_at`` of the jobs finished in the interval (database clock).
+like any job. Pickup is ``claimed_at - run_at`` of the jobs finished in the interval (database
+clock).
 """
 
 from __future__ import annotations

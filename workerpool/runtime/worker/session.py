@@ -43,8 +43,8 @@ RECONNECT_MAX = 5.0  # cap of the backoff between attempts to reach the database
 #: turned down. An ANALYZE that saw a backlog prices the claim's generic plan at a tenth of the
 #: backlog (``LIMIT $n``), so a connection that claimed through one planned every claim for the
 #: rest of its life: 0.2 ms of the server's CPU per claim, long after the backlog drained. A
-#: new connection makes the choice again on current statistics (a new server session costs a
-#: few milliseconds a minute).
+#: new connection makes the choice again on current statistics, for one new server session a
+#: minute.
 MAIN_CONNECTION_LIFETIME = 60.0
 
 
