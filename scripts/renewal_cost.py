@@ -31,10 +31,17 @@ from workerpool.client import database_url  # noqa: E402
 from workerpool.runtime.worker.session import Session  # noqa: E402
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=40)
-    parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--pairs", type=positive, default=40)
+    parser.add_argument("--passes", type=positive, default=20)
     args = parser.parse_args()
     with BenchDatabase(database_url()) as bench_db:
         pool = app.make_pool(bench_db.url)
