@@ -2,12 +2,16 @@
 
     python scripts/profile_drain.py 50000
     python scripts/profile_drain.py 50000 --steps
+    python scripts/profile_drain.py 20000 --payload-bytes 16000
     py-spy record --gil -r 1000 -f raw -o drain.folded -- python scripts/profile_drain.py 50000
 
 Creates a scratch database on ``$WORKERPOOL_DATABASE_URL`` (default: the local server), loads
 the jobs as ``python -m bench`` does, runs the worker on the main thread until every job is done,
 prints the rate (database clock) and this process's CPU per job, and drops the database. The
 worker runs in this process, so py-spy and cProfile see its main loop and its handler threads.
+
+``--payload-bytes N`` pads each job's payload with N characters of hex that does not compress
+(past about 2 kB PostgreSQL then stores it out of line), written before the drain.
 
 ``--steps`` also times the main loop's steps (wall and thread CPU, per call): a pass, its claim,
 its outcome write, the hand-off of each claimed job, the bookkeeping after the commit and the
@@ -47,12 +51,22 @@ STEPS = (
 )
 
 
-def main(jobs: int, steps: bool) -> None:
+#: Pads every job's payload with ``%(pad)s`` characters of md5s, none repeated.
+PAD = (
+    "UPDATE workerpool_jobs SET payload = payload || jsonb_build_object('pad', left((SELECT"
+    " string_agg(md5((id * 100000 + g)::text), '') FROM generate_series(0, %(pad)s / 32) AS g),"
+    " %(pad)s))"
+)
+
+
+def main(jobs: int, steps: bool, pad: int = 0) -> None:
     timed = _time_steps() if steps else None
     server = make_url(os.environ.get("WORKERPOOL_DATABASE_URL", SERVER))
     with BenchDatabase(server.set(drivername="postgresql+psycopg")) as bench_db:
         pool = make_pool(bench_db.url)
         enqueue.load_for_drain(pool, jobs)
+        if pad:
+            bench_db.sql(PAD, {"pad": pad})
         bench_db.vacuum()
         worker = Worker(pool.registry, bench_db.url, QUEUE)
         threading.Thread(target=_stop_when_done, args=(worker, jobs), daemon=True).start()
@@ -119,5 +133,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("jobs", nargs="?", type=int, default=50_000)
     parser.add_argument("--steps", action="store_true", help="time the main loop's steps")
+    parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     args = parser.parse_args()
-    main(args.jobs, args.steps)
+    main(args.jobs, args.steps, args.payload_bytes)

@@ -12,7 +12,8 @@ from typing import Any
 from .errors import PayloadError, PayloadTooLarge
 
 DEFAULT_PAYLOAD_LIMIT = 64 * 1024
-#: Hard bound the database enforces (a CHECK on the table); the client refuses far earlier.
+#: Hard bound the database enforces (the rule of the payload column's domain, and of the
+#: result's); the client refuses far earlier.
 PAYLOAD_HARD_LIMIT = 1024 * 1024
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 4000
