@@ -7,7 +7,7 @@ Create Date: 2026-12-07 15:00:00.000000
 PostgreSQL evaluates a table's CHECK constraints on every UPDATE of a row, whatever the UPDATE
 sets. So every claim, outcome write and lease renewal read the payload back (detoasted when it
 was large), wrote it out as text to measure it, and did the same for the error history and the
-steps: with a 16 kB payload, two fifths of the server's CPU per job. A domain's CHECK runs when
+steps: with a 16 kB payload, a third of the server's CPU per job. A domain's CHECK runs when
 a value is written to a column of its type, and not when an UPDATE carries the old value over.
 So ``payload``, ``result``, ``errors`` and ``steps`` become domains over jsonb holding their old
 rules, and the five CHECKs go.

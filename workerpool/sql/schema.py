@@ -69,7 +69,7 @@ class JsonDomain(TypeDecorator):
 
     PostgreSQL evaluates a table's CHECK constraints on every UPDATE, whatever columns it sets,
     so a claim, an outcome write or a lease renewal measured the payload (detoasted and written
-    out as text) and the error history again: with a 16 kB payload that was two fifths of the
+    out as text) and the error history again: with a 16 kB payload that was a third of the
     server's CPU per job (``scripts/table_weight.py``). A domain's CHECK runs only when a value
     is written to the column. To SQLAlchemy the column is JSONB (its binds, casts and
     operators); its DDL name, which Alembic compares with the database's, is the domain's.
