@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -203,7 +204,17 @@ def claim(
         lock_queue(conn, queue, shared=shared)
         if limits.keys:
             params = {**params, "key_cursor": key_cursor}
-    return list(conn.exec_driver_sql(sql, params).all())
+    result = conn.exec_driver_sql(sql, params)
+    return list(map(_claimed_row(tuple(result.keys()))._make, result.all()))
+
+
+@functools.lru_cache(maxsize=16)
+def _claimed_row(columns: tuple[str, ...]) -> Any:
+    """A claimed row as a named tuple. A job's columns are read some twenty-five times on its
+    way to the handler (the buffer's order, its lease, its ``Job``), and a SQLAlchemy ``Row``'s
+    attribute costs about 0.24 µs against 0.014 µs for a named tuple's (timed on CPython 3.11,
+    SQLAlchemy 2.1): converting each row once, about 0.3 µs, saves some 5 µs a job."""
+    return namedtuple("ClaimedRow", columns)  # type: ignore[misc]
 
 
 @functools.lru_cache(maxsize=256)
