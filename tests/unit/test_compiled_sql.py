@@ -7,7 +7,7 @@ from sqlalchemy.dialects import postgresql
 
 from workerpool.sql.claim import CLAIM_LIMIT, claim_statement
 from workerpool.sql.compiled import driver_sql
-from workerpool.sql.results import _COMPLETE
+from workerpool.sql.results import _COMPLETE, Settled
 
 DIALECT = postgresql.psycopg.dialect()
 
@@ -28,3 +28,11 @@ def test_the_values_a_statement_carries_come_with_it():
     _, params = driver_sql(DIALECT, statement)
     assert params[CLAIM_LIMIT] == 7
     assert "w" in params.values() and ["t"] in params.values()
+
+
+def test_the_completing_write_returns_settleds_fields_in_their_order():
+    """``complete_settling`` builds each ``Settled`` from its row by position."""
+    for statement in _COMPLETE.values():
+        names = [column.name for column in statement.selected_columns]
+        assert names == ["id", "batch_id", "awaited", "has_dependents"]
+        assert len(names) == len(Settled._fields)

@@ -205,7 +205,8 @@ def claim(
         if limits.keys:
             params = {**params, "key_cursor": key_cursor}
     result = conn.exec_driver_sql(sql, params)
-    return list(map(_claimed_row(tuple(result.keys()))._make, result.all()))
+    rows = result.all()
+    return list(map(_claimed_row(tuple(result.keys()))._make, rows)) if rows else []
 
 
 @functools.lru_cache(maxsize=16)
