@@ -123,6 +123,13 @@ def _report(timed: dict[str, list[float]], jobs: int, cpu: float, main_cpu: floa
         )
 
 
+def not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _stop_when_done(worker: Worker, jobs: int) -> None:
     while worker.counters.finished < jobs:
         time.sleep(0.01)
@@ -133,6 +140,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("jobs", nargs="?", type=int, default=50_000)
     parser.add_argument("--steps", action="store_true", help="time the main loop's steps")
-    parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
+    parser.add_argument("--payload-bytes", type=not_negative, default=0, help="pad each payload")
     args = parser.parse_args()
     main(args.jobs, args.steps, args.payload_bytes)

@@ -1,19 +1,22 @@
 """What each index and CHECK constraint of ``workerpool_jobs`` costs the raw claim-and-complete
-loop (issue: the hot table's weight).
+loop, measured apart from the noise of whole drains.
 
     WORKERPOOL_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
-        python scripts/table_weight.py [--jobs 20000] [--rounds 3]
+        python scripts/table_weight.py [--jobs 20000] [--rounds 3] [--groups] [--payload-bytes N]
 
 On a scratch database of that server (migrated, dropped at the end) it builds copies of the
 jobs table (``CREATE TABLE ... (LIKE workerpool_jobs INCLUDING ALL)``, its storage settings
-too): the whole table, then the same less one index or less its CHECK constraints, the same
-less everything the lean floor has not, and the lean floor's own table (``bench/ceiling.py``).
-In each round every variant, in a rotating order, is loaded with ``--jobs`` no-op rows as the
-drain's (``{"i": i}``), vacuumed and analyzed, then drained on one autocommit connection by the
+too): the whole table, then the same less one index (each in turn; not with ``--groups``) or
+less its CHECK constraints, the same less everything the lean floor has not (with and without
+the CHECKs), and the lean floor's own table (``bench/ceiling.py``). Each is loaded with
+``--jobs`` no-op rows as the drain's (``{"i": i}``, padded with ``--payload-bytes`` characters
+of hex), vacuumed, analyzed and checkpointed, then drained on one autocommit connection by the
 ceiling's two statements (claim 100 with ``FOR UPDATE SKIP LOCKED``, complete them fenced).
+Every variant is drained back to back with the whole table, the two in alternating order and
+the variants shuffled each round, so that the machine's drift cancels out of each pair.
 Prints, per variant, the medians over the rounds of the server backend's CPU per job
 (``/proc/<pid>/schedstat``: the server must run on this machine), the WAL bytes per job and
-the jobs per second, each with its ratio to the whole table's.
+the jobs per second, each with the median of its ratio to the whole table's beside it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -160,7 +170,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=positive, default=20000)
     parser.add_argument("--rounds", type=positive, default=3)
     parser.add_argument(
-        "--payload-bytes", type=int, default=0, help="pad each payload with this many characters"
+        "--payload-bytes",
+        type=not_negative,
+        default=0,
+        help="pad each payload with this many characters",
     )
     parser.add_argument(
         "--groups",
